@@ -1,0 +1,3 @@
+"""Preflight: validate, recommend, sign and audit vLLM launch configurations."""
+
+__version__ = "0.1.0"

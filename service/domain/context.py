@@ -1,0 +1,176 @@
+"""The launch context: a request resolved into typed facts (model, GPU, engine args, version) plus the effective
+values vLLM 0.33 would derive for whatever the request leaves out. Rules read it; nothing here judges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine_args import EngineArgs, parse_engine_args
+from .errors import DomainError
+from .gpus import GIB, Gpu, resolve
+from .model_facts import ModelFacts, read_model_facts
+from .quant_tag import QuantTag, parse_quantization_txt
+from .request import LaunchRequest
+from .versions import VersionLine, resolve_version
+
+FP16_FORBIDDEN_MODEL_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4"}  # vllm/config/model.py:2397-2420
+DTYPE_ALIASES = {"half": "float16", "float": "float32", "float16": "float16", "bfloat16": "bfloat16",
+                 "float32": "float32", "auto": "auto"}
+
+
+@dataclass(frozen=True)
+class SchedulerDefaults:
+    """vLLM 0.33's defaults for `vllm serve` by GPU tier (vllm 0.33.0 vllm/engine/arg_utils.py:2940-3039)."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    tier: str
+
+
+def scheduler_defaults(gpu: Gpu) -> SchedulerDefaults:
+    """Tier by torch-reported total memory of device 0 and its name (vllm-rules.md §5): ≥160 GiB → 16384/1024;
+    ≥70 GiB and not an A100 → 8192/1024; else 2048/256. torch reports a few hundred MiB below nvidia-smi, which
+    does not move any catalogue GPU across a tier boundary."""
+    gib = gpu.memory_bytes / GIB
+    if gib >= 160:
+        return SchedulerDefaults(16384, 1024, ">=160 GiB")
+    if gib >= 70 and "a100" not in gpu.name.lower() and "a100" not in gpu.id:
+        return SchedulerDefaults(8192, 1024, ">=70 GiB, not A100")
+    return SchedulerDefaults(2048, 256, "other (A100, L40S, A10, L4, RTX, ...)")
+
+
+def platform_dtypes(gpu: Gpu) -> list[str]:
+    """CUDA platform dtypes by capability (vllm 0.33.0 vllm/platforms/cuda.py:257-266)."""
+    cc = gpu.compute_capability or (9, 0)  # AMD parts: treated as bf16-capable
+    if cc >= (8, 0):
+        return ["bfloat16", "float16", "float32"]
+    if cc >= (6, 0):
+        return ["float16", "float32"]
+    return ["float32"]
+
+
+def effective_dtype(requested: str, checkpoint: str | None, model_type: str | None, gpu: Gpu) -> str:
+    """The dtype vLLM runs with (vllm 0.33.0 vllm/config/model.py:2423-2495). For ``auto``: candidates are the
+    platform dtypes (minus float16 for gemma2/3/glm4); an fp32 checkpoint takes the first candidate; a supported
+    checkpoint dtype is kept; otherwise the first candidate (the "Falling back" warning). An explicit dtype is kept
+    (its problems are rules)."""
+    req = DTYPE_ALIASES.get(requested, requested)
+    if req != "auto":
+        return req
+    cands = [d for d in platform_dtypes(gpu) if not (d == "float16" and model_type in FP16_FORBIDDEN_MODEL_TYPES)]
+    ckpt = checkpoint or "float32"
+    if ckpt == "float32":
+        return cands[0]
+    if ckpt in cands:
+        return ckpt
+    return cands[0]
+
+
+@dataclass
+class LaunchContext:
+    """Everything a rule may read. Lengths in tokens, memory in bytes."""
+
+    request: LaunchRequest
+    facts: ModelFacts
+    gpu: Gpu
+    args: EngineArgs
+    version: str
+    line: VersionLine
+    tag: QuantTag | None
+    gpus_per_node: int
+    nodes: int
+    interconnect: str | None
+    environment: str
+    # effective values (vLLM defaults applied)
+    max_model_len: int = 0
+    max_model_len_auto: bool = False
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    enable_chunked_prefill: bool = True
+    gpu_memory_utilization: float = 0.92
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    block_size: int = 16
+    scheduler_tier: SchedulerDefaults | None = None
+    budget: Any = None  # memory.Budget, filled by the validator
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tp(self) -> int:
+        return self.args.tensor_parallel_size
+
+    @property
+    def pp(self) -> int:
+        return self.args.pipeline_parallel_size
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def checkpoint_quant(self) -> str | None:
+        return self.facts.quant.method if self.facts.quant else None
+
+    @property
+    def requested_quantization(self) -> str | None:
+        q = self.args.get("quantization")
+        return q.lower() if isinstance(q, str) else None
+
+
+def build_context(req: LaunchRequest) -> LaunchContext:
+    """Resolve a request. Raises DomainError for input that cannot be judged (unknown GPU, unsupported version,
+    malformed config.json, bad quantization.txt, wrong engine-argument types)."""
+    version, line = resolve_version(req.vllm_version)
+    if req.model.config is None:
+        raise DomainError("model.config", "model.config is required (the CLI reads it from model.path)")
+    facts = read_model_facts(req.model.config, req.model.hf_quant_config)
+    gpu = resolve(req.hardware.gpu if isinstance(req.hardware.gpu, str) else req.hardware.gpu.model_dump())
+    tag = parse_quantization_txt(req.model.quantization_txt, line.quant_methods) if req.model.quantization_txt else None
+    args = parse_engine_args(req.engine_args, line)
+    ctx = LaunchContext(
+        request=req,
+        facts=facts,
+        gpu=gpu,
+        args=args,
+        version=version,
+        line=line,
+        tag=tag,
+        gpus_per_node=req.hardware.count,
+        nodes=req.hardware.nodes,
+        interconnect=req.hardware.interconnect,
+        environment=req.environment,
+    )
+    _apply_defaults(ctx)
+    return ctx
+
+
+def _apply_defaults(ctx: LaunchContext) -> None:
+    a = ctx.args
+    mml = a.get("max_model_len")
+    if mml is None or mml == -1:
+        ctx.max_model_len = ctx.facts.derived_max_model_len
+        ctx.max_model_len_auto = mml == -1
+    else:
+        ctx.max_model_len = int(mml)
+    ctx.gpu_memory_utilization = float(a.get("gpu_memory_utilization", ctx.line.default_gpu_memory_utilization))
+    ctx.enable_chunked_prefill = bool(a.get("enable_chunked_prefill", True))
+    ctx.dtype = effective_dtype(str(a.get("dtype", "auto")).lower(), ctx.facts.torch_dtype, ctx.facts.model_type, ctx.gpu)
+    ctx.kv_cache_dtype = str(a.get("kv_cache_dtype", "auto")).lower()
+    ctx.block_size = int(a.get("block_size", 16))
+    # scheduler defaults and post-processing (vllm 0.33.0 vllm/engine/arg_utils.py:3151-3240)
+    tier = scheduler_defaults(ctx.gpu)
+    ctx.scheduler_tier = tier
+    user_mnbt, user_mns = a.get("max_num_batched_tokens"), a.get("max_num_seqs")
+    mns = int(user_mns) if user_mns is not None else tier.max_num_seqs
+    if user_mnbt is not None:
+        mnbt = int(user_mnbt)
+    else:
+        mnbt = tier.max_num_batched_tokens
+        if not ctx.enable_chunked_prefill:
+            mnbt = max(ctx.max_model_len, mnbt)
+        mnbt = min(mns * ctx.max_model_len, mnbt)
+    if user_mns is None:
+        mns = min(mns, mnbt)
+    ctx.max_num_seqs, ctx.max_num_batched_tokens = mns, mnbt

@@ -1,0 +1,105 @@
+"""The launch request: one schema for ``preflight check`` files and ``POST /v1/validate``.
+
+It is the case format of tests/cases/README.md without ``id``, ``source``, ``summary`` and ``expect``. Unknown
+fields are errors (``extra="forbid"``); ``engine_args`` keeps vLLM's own names (underscores) and is judged by the flag
+catalogue of the target version (service/domain/versions.py), so a removed flag becomes a finding, not a 422.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_GPUS_PER_NODE = 64
+MAX_NODES = 4096
+MAX_SEQ = 100_000_000
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Checkpoint(Strict):
+    """How the weights are laid out: ``merged`` (any TP can re-split them at load) or ``tp_sharded`` (saved per rank
+    by vLLM ``sharded_state`` for one TP × PP)."""
+
+    layout: Literal["merged", "tp_sharded"] = "merged"
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=1024)] | None = None
+    pipeline_parallel_size: Annotated[int, Field(ge=1, le=1024)] | None = None
+
+    @model_validator(mode="after")
+    def _sharded_needs_tp(self) -> "Checkpoint":
+        if self.layout == "tp_sharded" and self.tensor_parallel_size is None:
+            raise ValueError("checkpoint layout tp_sharded needs tensor_parallel_size (the TP it was saved at)")
+        return self
+
+
+class ModelSpec(Strict):
+    """The weights to serve: ``config`` is the config.json object (the CLI may give ``path``, a directory holding
+    config.json, quantization.txt, hf_quant_config.json and model.safetensors.index.json instead)."""
+
+    name: str | None = Field(default=None, max_length=512)
+    uri: str | None = Field(default=None, max_length=2048, description="Where the node loads the weights from.")
+    path: str | None = Field(default=None, max_length=4096, description="CLI only: a local model directory.")
+    config: dict[str, Any] | None = None
+    hf_quant_config: dict[str, Any] | None = None
+    quantization_txt: str | None = Field(default=None, max_length=65536)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    weights_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None = None
+
+
+class CustomGpu(Strict):
+    name: str = Field(max_length=256)
+    compute_capability: str | float | None = None
+    memory_bytes: Annotated[int, Field(ge=1 << 30, le=1 << 42)] | None = None
+
+
+class Hardware(Strict):
+    """``gpu``: catalogue id, nvidia-smi name, or ``{"name", "compute_capability", "memory_bytes"}``;
+    ``count``: GPUs per node; ``nodes``: number of nodes; ``interconnect``: ``nvlink``, ``pcie`` or null (unknown)."""
+
+    gpu: str | CustomGpu
+    count: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)] = 1
+    nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] = 1
+    interconnect: Literal["nvlink", "pcie"] | None = None
+
+
+class Workload(Strict):
+    """Expected traffic, in tokens (prompt + output per request)."""
+
+    avg_seq_len: Annotated[int, Field(ge=1, le=MAX_SEQ)] | None = None
+    p99_seq_len: Annotated[int, Field(ge=1, le=MAX_SEQ)] | None = None
+    shape: Literal["long_in_short_out", "short_in_long_out", "balanced"] | None = None
+    stage: Literal["initial", "production"] | None = None
+
+
+class LaunchRequest(Strict):
+    """A requested launch of ``vllm serve`` on some hardware."""
+
+    model: ModelSpec
+    hardware: Hardware
+    environment: Literal["production", "benchmark"] = "production"
+    workload: Workload | None = None
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables for the vLLM process (e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN).",
+    )
+    vllm_version: str | None = Field(default=None, max_length=32)
+    config_provenance: str | None = Field(
+        default=None, max_length=8192, description="Free text: where the config.json came from (kept, not judged)."
+    )
+
+    @model_validator(mode="after")
+    def _config_present(self) -> "LaunchRequest":
+        if self.model.config is None and self.model.path is None:
+            raise ValueError("model needs config (the config.json object) or path (a model directory)")
+        if len(self.engine_args) > 200:
+            raise ValueError("engine_args has more than 200 entries")
+        for key, value in self.env.items():
+            if not ENV_NAME.fullmatch(key) or len(value) > 4096 or "\x00" in value:
+                raise ValueError(f"env: {key!r} is not a valid environment variable name (A-Z, 0-9, _) or its value is too long")
+        return self

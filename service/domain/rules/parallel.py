@@ -1,0 +1,143 @@
+"""Parallelism rules: tensor/pipeline/expert parallel sizes against the model and the hardware
+(../shared/vllm-rules.md §1)."""
+
+from __future__ import annotations
+
+from ..context import LaunchContext
+from ..model_facts import divisors
+from . import error, rule, warning
+
+
+def valid_tp_sizes(ctx: LaunchContext, limit: int | None = None) -> list[int]:
+    """TP sizes up to ``limit`` (default: GPUs per node × nodes) that pass both head rules."""
+    top = limit or ctx.total_gpus
+    f = ctx.facts
+    return [t for t in range(1, top + 1) if f.num_attention_heads % t == 0 and kv_heads_ok(f.total_num_kv_heads, t, f.is_mla)]
+
+
+def kv_heads_ok(kv: int, tp: int, is_mla: bool) -> bool:
+    if is_mla:
+        return True
+    return kv % tp == 0 if tp <= kv else tp % kv == 0
+
+
+SRC_HEADS = "vllm 0.33.0 vllm/config/model.py:1557-1564"
+
+
+@rule("tp_heads_divisible", severity="error", source=SRC_HEADS)
+def tp_heads_divisible(ctx: LaunchContext):
+    """Attention heads of the text model must be divisible by tensor_parallel_size.
+
+    vLLM: "Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
+    """
+    heads, tp = ctx.facts.num_attention_heads, ctx.tp
+    if heads % tp == 0:
+        return []
+    valid = valid_tp_sizes(ctx)
+    return [error(
+        "tp_heads_divisible",
+        f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp}). "
+        f"Valid tensor_parallel_size on {ctx.total_gpus} GPU(s): {valid}.",
+        remedy={"tensor_parallel_size": valid},
+        source=SRC_HEADS,
+        field="engine_args.tensor_parallel_size",
+        num_attention_heads=heads,
+    )]
+
+
+SRC_KV = "vllm 0.33.0 vllm/model_executor/layers/linear.py:1065-1071; models/llama.py:145-155"
+
+
+@rule("tp_kv_heads", "tp_kv_replication", severity="error", source=SRC_KV)
+def tp_kv_heads(ctx: LaunchContext):
+    """KV heads must be divisible by TP (TP ≤ KV heads) or divide it (TP > KV heads, each KV head replicated).
+
+    The worker otherwise fails in QKVParallelLinear with a bare ``AssertionError``. When TP > KV heads the launch
+    works but KV heads are replicated, so the KV cache per GPU stops shrinking (``tp_kv_replication`` warning).
+    MLA models keep one latent KV head on every rank and are exempt.
+    """
+    f, tp = ctx.facts, ctx.tp
+    if f.is_mla:
+        return []
+    kv = f.total_num_kv_heads
+    if not kv_heads_ok(kv, tp, False):
+        valid = valid_tp_sizes(ctx)
+        relation = "divisible by" if tp <= kv else "a divisor of"
+        return [error(
+            "tp_kv_heads",
+            f"{kv} KV heads must be {relation} tensor_parallel_size {tp} "
+            f"({kv} % {tp} = {kv % tp}, {tp} % {kv} = {tp % kv}); the worker would fail with an AssertionError. "
+            f"Valid tensor_parallel_size on {ctx.total_gpus} GPU(s): {valid}.",
+            remedy={"tensor_parallel_size": valid},
+            source=SRC_KV,
+            field="engine_args.tensor_parallel_size",
+            num_key_value_heads=kv,
+        )]
+    if tp > kv:
+        return [warning(
+            "tp_kv_replication",
+            f"tensor_parallel_size {tp} > {kv} KV heads: each KV head is replicated {tp // kv}x, so KV cache per GPU "
+            f"no longer shrinks beyond TP={kv}.",
+            remedy={"tensor_parallel_size": [t for t in valid_tp_sizes(ctx) if t <= kv][-1:] or None},
+            source="vllm 0.33.0 vllm/config/model.py:1663-1683",
+            field="engine_args.tensor_parallel_size",
+            replicas=tp // kv,
+        )]
+    return []
+
+
+SRC_WORLD = "vllm 0.33.0 vllm/config/parallel.py:1054-1077; v1/worker/gpu_worker.py:486-489"
+
+
+@rule("world_size_exceeds_gpus", severity="error", source=SRC_WORLD)
+def world_size_exceeds_gpus(ctx: LaunchContext):
+    """World size (TP × PP) × data_parallel_size must fit the GPUs: per node when one node, across nodes when
+    several nodes are configured (Ray backend or ``--nnodes``)."""
+    a = ctx.args
+    world = a.world_size * a.data_parallel_size
+    if ctx.nodes > 1:
+        multi = a.get("distributed_executor_backend") in ("ray", "external_launcher") or int(a.get("nnodes", 1)) > 1
+        capacity = ctx.total_gpus if multi else ctx.gpus_per_node
+        where = f"{ctx.nodes} nodes × {ctx.gpus_per_node} GPUs" if multi else f"one node ({ctx.gpus_per_node} GPUs; "
+        if not multi:
+            where += "multi-node needs --distributed-executor-backend ray or --nnodes)"
+    else:
+        capacity, where = ctx.gpus_per_node, f"this node ({ctx.gpus_per_node} GPUs)"
+    if world <= capacity:
+        return []
+    valid = [t for t in valid_tp_sizes(ctx, capacity) if t * a.pipeline_parallel_size <= capacity]
+    return [error(
+        "world_size_exceeds_gpus",
+        f"World size ({world} = TP {a.tensor_parallel_size} × PP {a.pipeline_parallel_size} × DP "
+        f"{a.data_parallel_size}) is larger than the number of available GPUs ({capacity}) in {where}.",
+        remedy={"tensor_parallel_size": valid, "max_gpus": capacity},
+        source=SRC_WORLD,
+        field="engine_args.tensor_parallel_size",
+    )]
+
+
+SRC_SHARDED = "vllm 0.33.0 vllm/model_executor/model_loader/sharded_state_loader.py:190-252; GUIDE.md §2"
+
+
+@rule("ckpt_tp_mismatch", severity="error", source=SRC_SHARDED)
+def ckpt_tp_mismatch(ctx: LaunchContext):
+    """A pre-sharded checkpoint (saved per rank at one TP × PP) must be loaded at exactly that TP and PP.
+
+    vLLM has no explicit check: a larger TP fails on missing files, a smaller TP loads silently wrong weights.
+    """
+    ck = ctx.request.model.checkpoint
+    if ck.layout != "tp_sharded":
+        return []
+    saved_tp, saved_pp = ck.tensor_parallel_size or 1, ck.pipeline_parallel_size or 1
+    if (saved_tp, saved_pp) == (ctx.tp, ctx.pp):
+        return []
+    consequence = "ranks without shard files fail to load" if ctx.tp > saved_tp else (
+        "each rank would load a smaller tensor into a larger parameter: silently wrong weights")
+    return [error(
+        "ckpt_tp_mismatch",
+        f"Checkpoint is pre-sharded for tensor_parallel_size={saved_tp}, pipeline_parallel_size={saved_pp} but the "
+        f"launch asks for TP={ctx.tp}, PP={ctx.pp}: {consequence}. Launch at the checkpoint's TP/PP or re-merge it.",
+        remedy={"tensor_parallel_size": saved_tp, "pipeline_parallel_size": saved_pp},
+        source=SRC_SHARDED,
+        field="engine_args.tensor_parallel_size",
+    )]

@@ -1,0 +1,147 @@
+"""Quantization rules: the method named by ``--quantization``, the checkpoint's ``quantization_config`` (or
+``hf_quant_config.json``) and the weight's ``quantization.txt`` tag must agree the way vLLM 0.33 reconciles them
+(../shared/vllm-rules.md §2.1, §2.3, §2.4)."""
+
+from __future__ import annotations
+
+from ..context import LaunchContext
+from . import error, rule, warning
+
+AWQ_FAMILY = {"awq", "awq_marlin", "auto_awq", "marlin"}
+GPTQ_FAMILY = {"gptq", "gptq_marlin", "auto_gptq", "marlin"}
+PRE_QUANTIZED_ONLY = {
+    "awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq", "modelopt", "modelopt_fp4",
+    "modelopt_mxfp8", "modelopt_mixed", "compressed-tensors", "fbgemm_fp8", "fp_quant", "quark", "moe_wna16",
+    "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "inc", "torchao", "humming",
+}
+ONLINE = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token",
+          "mxfp8", "online", "experts_int8"}
+
+SRC_UNKNOWN = "vllm 0.33.0 vllm/config/model.py:1464-1469; quantization/__init__.py:15-55"
+SRC_MISMATCH = "vllm 0.33.0 vllm/config/model.py:1383-1462 (override table: auto_awq.py:263-286, auto_gptq.py:213-233, mxfp4.py:128-146)"
+SRC_NO_CONFIG = "vllm 0.33.0 vllm/model_executor/model_loader/weight_utils.py:375-380"
+SRC_FP8_ONLINE = "vllm 0.33.0 vllm/model_executor/model_loader/weight_utils.py:355-363"
+
+
+def canonical(method: str | None, ctx: LaunchContext) -> str | None:
+    """The method vLLM ends up with for a checkpoint method / user value pair (None = unquantized)."""
+    if method is None:
+        return None
+    if method in AWQ_FAMILY:
+        return "auto_awq"
+    if method in GPTQ_FAMILY:
+        return "auto_gptq"
+    if method in ("mxfp4", "gpt_oss_mxfp4") and ctx.facts.model_type == "gpt_oss":
+        return "gpt_oss_mxfp4"
+    return method
+
+
+def compatible(ckpt: str, value: str, ctx: LaunchContext) -> bool:
+    """Does ``value`` (a user flag or tag) agree with checkpoint method ``ckpt`` under 0.33's override table?"""
+    if value == ckpt:
+        return True
+    if ckpt == "awq" and value in AWQ_FAMILY:
+        return True
+    if ckpt == "gptq" and value in GPTQ_FAMILY:
+        return True
+    if ckpt in ("awq", "gptq") and value == "moe_wna16" and ctx.facts.is_moe:
+        return True
+    if ckpt == "mxfp4" and ctx.facts.model_type == "gpt_oss":
+        return True  # the override ignores the user's value (mxfp4.py:128-146)
+    if value == "humming" and ctx.facts.model_type != "gpt_oss":
+        return True
+    return False
+
+
+def effective_quantization(ctx: LaunchContext) -> str | None:
+    """The ``--quantization`` value to render: the tag's method when the weights carry a tag, else the request's;
+    online ``fp8`` on an unquantized checkpoint becomes ``fp8_per_tensor``; None lets vLLM read the checkpoint."""
+    value = ctx.tag.method if ctx.tag else ctx.requested_quantization
+    if value == "fp8" and ctx.checkpoint_quant is None:
+        return "fp8_per_tensor"
+    if value is not None and value not in ctx.line.quant_methods:
+        return None
+    return value
+
+
+@rule("quant_unknown", severity="error", source=SRC_UNKNOWN)
+def quant_unknown(ctx: LaunchContext):
+    """``--quantization`` must be one of the target version's methods; bitsandbytes and GGUF are plugins in 0.33.
+
+    vLLM: "Unknown quantization method: {q}. Must be one of {supported}."
+    """
+    out = []
+    for label, value in (("--quantization", ctx.requested_quantization), ("checkpoint quant_method", ctx.checkpoint_quant)):
+        if value is None or value in ctx.line.quant_methods:
+            continue
+        plugin = ctx.line.plugin_only.get(value)
+        extra = f" {value} left vLLM core in {plugin[0]}: it needs {plugin[1]}." if plugin else ""
+        out.append(error(
+            "quant_unknown",
+            f"Unknown quantization method: {value} ({label}). Must be one of {list(ctx.line.quant_methods)}.{extra}",
+            remedy={"quantization": list(ctx.line.quant_methods), "plugin": plugin[1] if plugin else None},
+            source=SRC_UNKNOWN,
+            field="engine_args.quantization" if label.startswith("--") else "model.config.quantization_config",
+        ))
+    return out
+
+
+@rule("quant_mismatch", "quant_no_config", "quant_fp8_online_deprecated", severity="error", source=SRC_MISMATCH)
+def quant_mismatch(ctx: LaunchContext):
+    """The tag, the checkpoint's quant_method and ``--quantization`` must agree after vLLM's override table.
+
+    awq ↔ {awq, awq_marlin, auto_awq, marlin}; gptq ↔ {gptq, gptq_marlin, auto_gptq, marlin}; AWQ/GPTQ MoE ↔
+    moe_wna16; gpt-oss mxfp4 ignores the flag; anything else must be equal. A pre-quantized method on an unquantized
+    checkpoint cannot load (``quant_no_config``); online ``fp8`` on one is deprecated (``fp8_per_tensor``).
+    """
+    ckpt, user = ctx.checkpoint_quant, ctx.requested_quantization
+    tag = ctx.tag.method if ctx.tag else None
+    out = []
+    if user is not None and user not in ctx.line.quant_methods:
+        # unknown method: quant_unknown reports it; still a mismatch when the checkpoint names another method
+        if ckpt is not None and user != ckpt:
+            out.append(error(
+                "quant_mismatch",
+                f"Quantization method specified in the model config ({ckpt}) does not match the quantization method "
+                f"specified in the `quantization` argument ({user}).",
+                remedy={"quantization": ckpt}, source=SRC_MISMATCH, field="engine_args.quantization",
+            ))
+        return out
+    if ckpt is not None:
+        for label, value, fld in (("quantization.txt", tag, "model.quantization_txt"),
+                                  ("`quantization` argument", user, "engine_args.quantization")):
+            if value is not None and not compatible(ckpt, value, ctx):
+                out.append(error(
+                    "quant_mismatch",
+                    f"Quantization method specified in the model config ({ckpt}, from {ctx.facts.quant.source}) "
+                    f"does not match the quantization method specified in the {label} ({value}).",
+                    remedy={"quantization": tag if (tag and compatible(ckpt, tag, ctx)) else ckpt},
+                    source=SRC_MISMATCH,
+                    field=fld,
+                ))
+        return out
+    # unquantized checkpoint
+    if tag is not None and user is not None and tag != user and not (tag == "fp8" and user == "fp8_per_tensor"):
+        out.append(error(
+            "quant_mismatch",
+            f"quantization.txt names {tag} but the `quantization` argument is {user}; the tag decides.",
+            remedy={"quantization": tag}, source=SRC_MISMATCH, field="engine_args.quantization",
+        ))
+    for value, fld in ((tag, "model.quantization_txt"), (user, "engine_args.quantization")):
+        if value in PRE_QUANTIZED_ONLY:
+            out.append(error(
+                "quant_no_config",
+                f"Cannot find the config file for {value}: the checkpoint's config.json has no quantization_config "
+                f"(and no hf_quant_config.json), so {value} weights cannot be loaded. Use the quantized checkpoint, or "
+                f"an online method such as fp8_per_tensor.",
+                remedy={"quantization": "fp8_per_tensor"}, source=SRC_NO_CONFIG, field=fld,
+            ))
+            break
+    if "fp8" in (tag, user):
+        out.append(warning(
+            "quant_fp8_online_deprecated",
+            "--quantization fp8 is deprecated for online quantization; use --quantization fp8_per_tensor instead "
+            "(Preflight renders fp8_per_tensor).",
+            remedy={"quantization": "fp8_per_tensor"}, source=SRC_FP8_ONLINE, field="engine_args.quantization",
+        ))
+    return out

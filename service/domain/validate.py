@@ -1,0 +1,92 @@
+"""The validator: a launch request in, a verdict with findings, the budget and the rendered command out.
+
+``validate(request)`` is the one entry point shared by ``preflight check``, ``POST /v1/validate`` and
+``POST /v1/plans``. It raises DomainError only for input that cannot be judged at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .context import LaunchContext, build_context
+from .findings import Finding, Severity, verdict_of
+from .render import render_argv, shell_command
+from .request import LaunchRequest
+from .rules import run_rules
+
+
+@dataclass
+class ValidationResult:
+    """``verdict``: accept | warn | reject. ``argv`` is rendered even for a rejection (what would have run)."""
+
+    verdict: str
+    findings: list[Finding]
+    argv: list[str]
+    command: str
+    vllm_version: str
+    effective: dict[str, Any]
+    budget: dict[str, Any] | None = None
+    context: LaunchContext | None = field(default=None, repr=False)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity is Severity.ERROR]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "findings": [f.as_dict() for f in self.findings],
+            "argv": self.argv,
+            "command": self.command,
+            "vllm_version": self.vllm_version,
+            "effective": self.effective,
+            "budget": self.budget,
+        }
+
+
+_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+def effective_values(ctx: LaunchContext) -> dict[str, Any]:
+    """The values vLLM would run with, defaults applied (vllm-rules.md rule 48)."""
+    return {
+        "tensor_parallel_size": ctx.tp,
+        "pipeline_parallel_size": ctx.pp,
+        "max_model_len": ctx.max_model_len,
+        "derived_max_model_len": ctx.facts.derived_max_model_len,
+        "gpu_memory_utilization": ctx.gpu_memory_utilization,
+        "max_num_seqs": ctx.max_num_seqs,
+        "max_num_batched_tokens": ctx.max_num_batched_tokens,
+        "enable_chunked_prefill": ctx.enable_chunked_prefill,
+        "dtype": ctx.dtype,
+        "kv_cache_dtype": ctx.kv_cache_dtype,
+        "block_size": ctx.block_size,
+        "gpu": ctx.gpu.as_dict(),
+    }
+
+
+def validate(request: LaunchRequest, *, model_ref: str | None = None) -> ValidationResult:
+    """Judge one launch request.
+
+    Raises DomainError (service.domain.errors) for input that cannot be judged (unknown GPU, unsupported
+    vllm_version, config.json without heads/layers/hidden size, unknown quantization.txt tag, ill-typed engine args).
+    """
+    ctx = build_context(request)
+    findings = run_rules(ctx, "config")
+    from . import memory  # local import: memory depends on rules' helpers
+
+    ctx.budget = memory.compute_budget(ctx)
+    findings += run_rules(ctx, "budget")
+    findings.sort(key=lambda f: _ORDER[f.severity])
+    argv = render_argv(ctx, model_ref)
+    return ValidationResult(
+        verdict=verdict_of(findings),
+        findings=findings,
+        argv=argv,
+        command=shell_command(argv, request.env),
+        vllm_version=ctx.version,
+        effective=effective_values(ctx),
+        budget=ctx.budget.as_dict() if ctx.budget is not None else None,
+        context=ctx,
+    )
