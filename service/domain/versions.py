@@ -6,9 +6,10 @@ longer accepts (with the release that removed them and what to do instead), its 
 vllm/engine/arg_utils.py; removals: PR #36216 for --swap-space in 0.18.0, recipes PR #856 for --rope-scaling /
 --rope-theta in 0.11.1, worker-vllm PR #332 for --override-attention-dtype / --calculate-kv-scales in 0.28.0).
 
-The 0.17 line is kept for fleets that have not upgraded: it differs in the flags it accepts (``--swap-space`` still
-exists, ``--override-attention-dtype`` and ``--calculate-kv-scales`` too) and in its quantization names
-(``bitsandbytes`` and ``gguf`` were still in core); every other rule is judged with 0.33 semantics.
+Older lines are kept for fleets that have not upgraded (and for the memory model, which follows the version that
+printed a KV figure): 0.18-0.32 and 0.6-0.17 (where ``--swap-space`` still existed). They differ in the flags they
+accept and in their quantization names (``bitsandbytes`` and ``gguf`` were still in core); every other rule is
+judged with 0.33 semantics — an approximation, stated in the README.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ class VersionLine:
     quant_methods: tuple[str, ...]
     plugin_only: dict[str, tuple[str, str]] = field(default_factory=dict)
     default_gpu_memory_utilization: float = 0.92
+    first: tuple[int, int] = (0, 33)
+    last: tuple[int, int] = (0, 33)
 
     def kind(self, name: str) -> Kind | None:
         return self.flags.get(name)
@@ -161,9 +164,24 @@ VERSION_LINES: dict[str, VersionLine] = {
         quant_methods=QUANT_METHODS_033,
         plugin_only=PLUGIN_ONLY_033,
         default_gpu_memory_utilization=0.92,
+        first=(0, 33),
+        last=(0, 33),
     ),
-    "0.17": VersionLine(
-        line="0.17",
+    # 0.18 .. 0.32: --swap-space gone; bitsandbytes left core in 0.28.0, gguf in 0.24.0
+    "0.18-0.32": VersionLine(
+        line="0.18-0.32",
+        newest="0.32.0",
+        flags={**_COMMON, "override_attention_dtype": Kind.STR, "calculate_kv_scales": Kind.BOOL},
+        removed={k: v for k, v in _REMOVED_033.items() if k not in ("override_attention_dtype", "calculate_kv_scales")},
+        quant_methods=QUANT_METHODS_033 + ("bitsandbytes", "gguf"),
+        plugin_only={},
+        default_gpu_memory_utilization=0.9,
+        first=(0, 18),
+        last=(0, 32),
+    ),
+    # 0.6 .. 0.17: the line where --swap-space still existed (removed in 0.18.0, vllm-project/vllm#36216)
+    "0.6-0.17": VersionLine(
+        line="0.6-0.17",
         newest="0.17.1",
         flags={
             **_COMMON,
@@ -171,30 +189,40 @@ VERSION_LINES: dict[str, VersionLine] = {
             "override_attention_dtype": Kind.STR,
             "calculate_kv_scales": Kind.BOOL,
         },
-        removed={k: v for k, v in _REMOVED_033.items() if k in ("rope_scaling", "rope_theta", "task", "model")},
+        removed={k: v for k, v in _REMOVED_033.items() if k in ("task", "model")},
         quant_methods=QUANT_METHODS_033 + ("bitsandbytes", "gguf"),
         plugin_only={},
         default_gpu_memory_utilization=0.9,
+        first=(0, 6),
+        last=(0, 17),
     ),
 }
 DEFAULT_VERSION = "0.33.0"
 
 
-def resolve_version(version: str | None) -> tuple[str, VersionLine]:
-    """Map ``0.33.0`` / ``0.33`` / ``v0.33.1`` to its line; None means the newest supported release.
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?", text.strip())
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
-    Raises DomainError (field ``vllm_version``) for a version outside the supported lines.
+
+def resolve_version(version: str | None) -> tuple[str, VersionLine]:
+    """Map ``0.33.0`` / ``0.33`` / ``v0.26.0`` / ``0.6.3.dev114+g4f95ffee`` to its line; None means the newest
+    supported release. Returns the full version string and the line.
+
+    Raises DomainError (field ``vllm_version``) for a version outside every supported line.
     """
-    text = (version or DEFAULT_VERSION).strip().lstrip("v")
-    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?", text)
-    if not m or f"{m.group(1)}.{m.group(2)}" not in VERSION_LINES:
-        raise DomainError(
-            "vllm_version",
-            f"vLLM version {version!r} is not supported; supported lines: "
-            + ", ".join(f"{k}.x" for k in VERSION_LINES),
-            rule="version_unsupported",
-            accepted=[v.newest for v in VERSION_LINES.values()],
-        )
-    line = VERSION_LINES[f"{m.group(1)}.{m.group(2)}"]
-    full = text if m.group(3) is not None else line.newest
-    return full, line
+    text = (version or DEFAULT_VERSION).strip()
+    parsed = parse_version(text)
+    for line in VERSION_LINES.values():
+        if parsed and line.first <= parsed[:2] <= line.last:
+            full = text.lstrip("v") if re.match(r"v?\d+\.\d+\.\d+", text) else "%d.%d.%d" % parsed
+            return full, line
+    raise DomainError(
+        "vllm_version",
+        f"vLLM version {version!r} is not supported; supported: "
+        + ", ".join(f"{'.'.join(map(str, l.first))}..{'.'.join(map(str, l.last))}.x" for l in VERSION_LINES.values()),
+        rule="version_unsupported",
+        accepted=[v.newest for v in VERSION_LINES.values()],
+    )
