@@ -1,0 +1,1 @@
+"""HTTP adapter (FastAPI): thin routers translating HTTP to the services and the domain core."""

@@ -1,0 +1,276 @@
+"""The FastAPI application: routes, authentication by role, and one problem+json error contract."""
+
+
+import hmac
+import logging
+from typing import Annotated, Any, Callable
+
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__, audit
+from ..db.models import AuditEvent
+from ..db.session import Database
+from ..domain.errors import DomainError
+from ..domain.request import LaunchRequest
+from ..domain.validate import validate
+from ..errors import ApiError, Forbidden, Unauthorized
+from ..services import manifests as manifest_service
+from ..services import nodes as node_service
+from ..services import plans as plan_service
+from ..services import tokens as token_service
+from ..settings import Settings
+from ..signing import KeyStore
+from .schemas import ManifestIn, NodeIn, PlanIn, ReportIn, TokenIn
+
+log = logging.getLogger("preflight")
+PROBLEM = "application/problem+json"
+
+
+def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+class BodyLimit:
+    """Refuse request bodies larger than ``limit`` bytes with 413 problem+json (declared or streamed)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        too_big = problem_response(413, {"type": "https://preflight.dev/problems/too-large", "title": "Payload too large",
+                                         "status": 413, "detail": f"request body exceeds {self.limit} bytes"})
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await too_big(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return msg
+
+        try:
+            return await self.app(scope, counted, send)
+        except _TooLarge:
+            return await too_big(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None) -> FastAPI:
+    db = db or Database(settings.resolved_database_url)
+    keys = keys or KeyStore(settings.key_dir, create=settings.env != "production")
+    app = FastAPI(title="Preflight", version=__version__,
+                  description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
+    app.state.db, app.state.keys, app.state.settings = db, keys, settings
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+
+    # -- errors -----------------------------------------------------------------------------------------------
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError):
+        return problem_response(exc.status, exc.problem())
+
+    @app.exception_handler(DomainError)
+    async def _domain_error(_: Request, exc: DomainError):
+        return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
+                                      "status": 422, "detail": exc.message, "errors": [exc.as_dict()]})
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError):
+        errors = [{"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body",
+                   "rule": e.get("type"), "message": e.get("msg")} for e in exc.errors()]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+        return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
+                                      "status": 422, "detail": detail, "errors": errors})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException):
+        return problem_response(exc.status_code, {"type": "about:blank", "title": str(exc.detail),
+                                                  "status": exc.status_code, "detail": str(exc.detail)},
+                                headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(DBAPIError)
+    async def _db_down(_: Request, exc: Exception):
+        log.error("database error: %s", exc.__class__.__name__)
+        return problem_response(503, {"type": "https://preflight.dev/problems/unavailable",
+                                      "title": "Service unavailable", "status": 503,
+                                      "detail": "the database is unreachable; retry later"},
+                                headers={"Retry-After": "5"})
+
+    # -- dependencies ---------------------------------------------------------------------------------------
+    def session_dep():
+        with db.transaction() as s:
+            yield s
+
+    SessionDep = Annotated[Session, Depends(session_dep)]
+
+    def principal_dep(session: SessionDep, authorization: Annotated[str | None, Header()] = None):
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise Unauthorized("missing bearer token", headers_hint="Authorization: Bearer <token>")
+        secret = authorization.split(" ", 1)[1].strip()
+        if settings.admin_token and hmac.compare_digest(secret.encode(), settings.admin_token.encode()):
+            return token_service.Principal(role="admin", name="admin")
+        p = token_service.authenticate(session, secret)
+        if p is None:
+            raise Unauthorized("unknown or revoked token")
+        return p
+
+    PrincipalDep = Annotated[token_service.Principal, Depends(principal_dep)]
+
+    def require(*roles: str) -> Callable:
+        def check(p: PrincipalDep) -> token_service.Principal:
+            if p.role not in roles:
+                raise Forbidden(f"role {p.role} may not do this (needs {' or '.join(roles)})")
+            return p
+        return check
+
+    def for_node(name: str, p: PrincipalDep) -> token_service.Principal:
+        if p.role == "admin" or (p.role == "agent" and p.node == name):
+            return p
+        raise Forbidden(f"this token may not act for node {name!r}")
+
+    Admin = Annotated[token_service.Principal, Depends(require("admin"))]
+    Deployer = Annotated[token_service.Principal, Depends(require("admin", "deployer"))]
+    Reader = Annotated[token_service.Principal, Depends(require("admin", "deployer", "auditor"))]
+    Auditor = Annotated[token_service.Principal, Depends(require("admin", "auditor"))]
+    NodeAgent = Annotated[token_service.Principal, Depends(for_node)]
+
+    # -- health and keys ---------------------------------------------------------------------------------------
+    @app.get("/healthz", operation_id="healthz", tags=["ops"])
+    def healthz():
+        return {"status": "ok"}
+
+    @app.get("/readyz", operation_id="readyz", tags=["ops"])
+    def readyz():
+        with db.sessions() as s:
+            s.execute(text("SELECT 1"))
+        return {"status": "ready", "database": "ok", "signing_key": keys.active_kid}
+
+    @app.get("/.well-known/jwks.json", operation_id="jwks", tags=["keys"])
+    def jwks():
+        return keys.jwks()
+
+    # -- inventory -------------------------------------------------------------------------------------------
+    @app.post("/v1/nodes", status_code=201, operation_id="registerNode", tags=["nodes"])
+    def register_node(body: NodeIn, session: SessionDep, p: Admin):
+        gpu = body.gpu if isinstance(body.gpu, str) else body.gpu.model_dump()
+        node, secret = node_service.register(session, actor=p.name, name=body.name, gpu=gpu,
+                                             gpu_count=body.gpu_count, interconnect=body.interconnect,
+                                             labels=body.labels)
+        return {**node_service.node_dict(node), "agent_token": secret}
+
+    @app.get("/v1/nodes", operation_id="listNodes", tags=["nodes"])
+    def list_nodes(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+                   after: str | None = None):
+        rows = node_service.list_nodes(session, limit=limit, after=after)
+        return {"items": [node_service.node_dict(n) for n in rows],
+                "next": rows[-1].name if len(rows) == limit else None}
+
+    @app.get("/v1/nodes/{name}", operation_id="getNode", tags=["nodes"])
+    def get_node(name: str, session: SessionDep, p: Reader):
+        return node_service.node_dict(node_service.get(session, name))
+
+    @app.post("/v1/nodes/{name}/token", operation_id="rotateNodeToken", tags=["nodes"])
+    def rotate_node_token(name: str, session: SessionDep, p: Admin):
+        return {"name": name, "agent_token": node_service.rotate_token(session, actor=p.name, name=name)}
+
+    # -- manifests --------------------------------------------------------------------------------------------
+    @app.post("/v1/manifests", status_code=201, operation_id="registerManifest", tags=["manifests"])
+    def register_manifest(body: ManifestIn, session: SessionDep, p: Deployer):
+        m = manifest_service.register(session, actor=p.name, body=body.model_dump(mode="json"))
+        return manifest_service.manifest_dict(m)
+
+    @app.get("/v1/manifests", operation_id="listManifests", tags=["manifests"])
+    def list_manifests(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+                       after: int | None = None):
+        rows = manifest_service.list_manifests(session, limit=limit, after=after)
+        return {"items": [manifest_service.manifest_dict(m) for m in rows],
+                "next": rows[-1].id if len(rows) == limit else None}
+
+    @app.get("/v1/manifests/{ref}", operation_id="getManifest", tags=["manifests"])
+    def get_manifest(ref: str, session: SessionDep, p: Reader):
+        m = manifest_service.resolve_ref(session, int(ref) if ref.isdigit() else ref)
+        return manifest_service.manifest_dict(m, full=True)
+
+    # -- validation and plans ------------------------------------------------------------------------------
+    @app.post("/v1/validate", operation_id="validateLaunch", tags=["plans"])
+    def validate_launch(body: LaunchRequest, p: Reader):
+        if body.model.path is not None:
+            raise DomainError("model.path", "model.path is for the CLI; send config (the config.json object)")
+        return validate(body).as_dict()
+
+    @app.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"])
+    def create_plan(body: PlanIn, session: SessionDep, p: Deployer):
+        return plan_service.create(session, actor=p.name, settings=settings, keys=keys,
+                                   body=body.model_dump(mode="json"))
+
+    @app.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
+    def get_plan(plan_id: str, session: SessionDep, p: Reader):
+        plan, assignments = plan_service.get(session, plan_id)
+        return plan_service.plan_dict(plan, assignments)
+
+    @app.post("/v1/plans/{plan_id}/revoke", operation_id="revokePlan", tags=["plans"])
+    def revoke_plan(plan_id: str, session: SessionDep, p: Deployer):
+        return plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id))
+
+    # -- agent ---------------------------------------------------------------------------------------------------
+    @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
+             responses={200: {"content": {"application/jose": {}}}, 304: {"description": "unchanged"}})
+    def fetch_node_plan(name: str, session: SessionDep, p: NodeAgent,
+                        if_none_match: Annotated[str | None, Header()] = None):
+        a = plan_service.current_assignment(session, name)
+        headers = {"ETag": a.etag, "Cache-Control": "no-cache", "X-Plan-Id": a.plan_id, "X-Plan-Seq": str(a.seq)}
+        if if_none_match and a.etag in [t.strip() for t in if_none_match.split(",")]:
+            return Response(status_code=304, headers=headers)
+        plan_service.record_fetch(session, actor=p.name, a=a)
+        return Response(a.signed, media_type="application/jose", headers=headers)
+
+    @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
+    def report(name: str, body: ReportIn, session: SessionDep, p: NodeAgent):
+        r = plan_service.report(session, actor=p.name, node=name, plan_id=body.plan_id, status=body.status,
+                                message=body.message, details=body.details)
+        return {"id": r.id, "plan_id": r.plan_id, "node": r.node_name, "status": r.status}
+
+    # -- audit -------------------------------------------------------------------------------------------------
+    @app.get("/v1/audit", operation_id="listAudit", tags=["audit"])
+    def list_audit(session: SessionDep, p: Auditor, node: str | None = None, plan: str | None = None,
+                   kind: str | None = None, after: Annotated[int, Query(ge=0)] = 0,
+                   limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+        q = select(AuditEvent).where(AuditEvent.id > after).order_by(AuditEvent.id).limit(limit)
+        if node:
+            q = q.where(AuditEvent.node == node)
+        if plan:
+            q = q.where(AuditEvent.plan_id == plan)
+        if kind:
+            q = q.where(AuditEvent.kind == kind)
+        rows = list(session.execute(q).scalars())
+        return {"items": [audit.event_dict(e) for e in rows], "next": rows[-1].id if len(rows) == limit else None}
+
+    @app.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"])
+    def verify_audit(session: SessionDep, p: Auditor):
+        return audit.verify_chain(session)
+
+    # -- tokens ------------------------------------------------------------------------------------------------
+    @app.post("/v1/tokens", status_code=201, operation_id="createToken", tags=["tokens"])
+    def create_token(body: TokenIn, session: SessionDep, p: Admin):
+        secret, row = token_service.create(session, role=body.role, label=body.label)
+        audit.append(session, actor=p.name, kind="token.created", subject=f"token:{row.id}",
+                     payload={"id": row.id, "role": row.role, "label": row.label})
+        return {"id": row.id, "role": row.role, "token": secret}
+
+    return app

@@ -1,0 +1,330 @@
+"""The ``preflight`` command line (Typer): serve, migrate, check, manifest push, agent run/verify, keys, audit."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shlex
+import sys
+import time
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="Preflight: validate, sign and audit vLLM launch configurations.", no_args_is_help=True)
+manifest_app = typer.Typer(help="Weight manifests.", no_args_is_help=True)
+agent_app = typer.Typer(help="The GPU node bootstrap agent.", no_args_is_help=True)
+keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True)
+audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
+app.add_typer(manifest_app, name="manifest")
+app.add_typer(agent_app, name="agent")
+app.add_typer(keys_app, name="keys")
+app.add_typer(audit_app, name="audit")
+
+
+def _settings():
+    from .settings import Settings
+
+    try:
+        return Settings()
+    except Exception as exc:  # pydantic ValidationError: say it plainly
+        typer.echo(f"preflight: invalid settings: {exc}", err=True)
+        raise typer.Exit(2)
+
+
+def bootstrap_admin_token(settings, db) -> tuple[str | None, bool]:
+    """The admin token to print: PREFLIGHT_ADMIN_TOKEN, or one generated on first start (kept in the data dir,
+    mode 0600, and stored hashed in the database). Returns (token, generated_now)."""
+    from .services import tokens
+
+    if settings.admin_token:
+        return None, False
+    path = settings.data_dir / "admin-token"
+    if path.exists():
+        return path.read_text().strip(), False
+    with db.transaction() as s:
+        secret, _ = tokens.create(s, role="admin", label="bootstrap admin token")
+        from . import audit
+
+        audit.append(s, actor="preflight", kind="token.created", subject="token:bootstrap-admin",
+                     payload={"role": "admin", "label": "bootstrap admin token"})
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret + "\n")
+    return secret, True
+
+
+@app.command()
+def migrate() -> None:
+    """Apply the database migrations (Alembic upgrade head)."""
+    from .db.migrate import upgrade
+
+    s = _settings()
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(s.resolved_database_url)
+    typer.echo(f"migrated {s.resolved_database_url.split('@')[-1]}")
+
+
+@app.command()
+def serve(host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+          port: int = typer.Option(8000, help="Port."),
+          workers: int = typer.Option(1, help="uvicorn worker processes."),
+          no_migrate: bool = typer.Option(False, "--no-migrate", help="Do not apply migrations first.")) -> None:
+    """Run the HTTP service (applies migrations, creates the signing key and admin token on first start)."""
+    import uvicorn
+
+    from .db.migrate import upgrade
+    from .db.session import Database
+    from .signing import KeyStore
+
+    s = _settings()
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    if not no_migrate:
+        upgrade(s.resolved_database_url)
+    keys = KeyStore(s.key_dir, create=s.env != "production")
+    db = Database(s.resolved_database_url)
+    token, generated = bootstrap_admin_token(s, db)
+    typer.echo(f"Preflight on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
+    typer.echo(f"database: {s.resolved_database_url.split('@')[-1]}; signing key: {keys.active_kid}")
+    if token:
+        typer.echo(f"admin token{' (new)' if generated else ''}: {token}")
+    else:
+        typer.echo("admin token: the value of PREFLIGHT_ADMIN_TOKEN")
+    uvicorn.run("service.api.main:app", host=host, port=port, workers=workers, log_level="info")
+
+
+def _load_request_file(path: pathlib.Path) -> dict:
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError("a launch request file must hold one JSON object")
+    model = data.get("model")
+    if isinstance(model, dict) and model.get("path") and model.get("config") is None:
+        d = pathlib.Path(model["path"])
+        if not d.is_absolute():
+            d = path.parent / d
+        model = {**model, **read_model_dir(d)}
+        model.pop("path", None)
+        data = {**data, "model": model}
+    return data
+
+
+def read_model_dir(d: pathlib.Path) -> dict:
+    """config.json (required), quantization.txt, hf_quant_config.json and the safetensors index's total_size."""
+    if not (d / "config.json").is_file():
+        raise ValueError(f"{d} has no config.json")
+    out: dict = {"config": json.loads((d / "config.json").read_text())}
+    if (d / "quantization.txt").is_file():
+        out["quantization_txt"] = (d / "quantization.txt").read_text()
+    if (d / "hf_quant_config.json").is_file():
+        out["hf_quant_config"] = json.loads((d / "hf_quant_config.json").read_text())
+    idx = d / "model.safetensors.index.json"
+    if idx.is_file():
+        total = (json.loads(idx.read_text()).get("metadata") or {}).get("total_size")
+        if isinstance(total, int):
+            out["weights_bytes"] = total
+    return out
+
+
+def _print_report(name: str, result) -> None:
+    r = result.as_dict()
+    typer.echo(f"== {name}: {r['verdict'].upper()}")
+    for f in r["findings"]:
+        typer.echo(f"  [{f['severity']}] {f['rule']}: {f['message']}")
+        if f.get("remedy"):
+            typer.echo(f"      remedy: {json.dumps(f['remedy'])}")
+    b = r.get("budget")
+    if b:
+        typer.echo(f"  budget per GPU: weights {b.get('weights_bytes_per_gpu', 0) / 2**30:.2f} GiB, "
+                   f"KV cache {b.get('kv_cache_bytes_per_gpu', 0) / 2**30:.2f} GiB")
+        if b.get("log_line"):
+            typer.echo(f"  {b['log_line']}")
+    typer.echo(f"  command: {r['command']}")
+
+
+@app.command()
+def check(files: list[pathlib.Path] = typer.Argument(..., help="Launch-request JSON files."),
+          as_json: bool = typer.Option(False, "--json", help="One JSON object per file, one per line.")) -> None:
+    """Validate launch-request files offline. Exit 0: nothing rejected; 1: a launch is rejected; 2: bad input."""
+    from pydantic import ValidationError
+
+    from .domain.errors import DomainError
+    from .domain.request import LaunchRequest
+    from .domain.validate import validate
+
+    rejected = bad = False
+    for path in files:
+        try:
+            req = LaunchRequest.model_validate(_load_request_file(path))
+            result = validate(req)
+        except (OSError, ValueError, ValidationError, DomainError) as exc:
+            bad = True
+            errors = ([{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
+                       for e in exc.errors()] if isinstance(exc, ValidationError)
+                      else [exc.as_dict()] if isinstance(exc, DomainError) else [{"message": str(exc)}])
+            if as_json:
+                typer.echo(json.dumps({"file": str(path), "verdict": "invalid", "errors": errors}))
+            else:
+                typer.echo(f"== {path}: INVALID INPUT", err=False)
+                for e in errors:
+                    typer.echo(f"  {e.get('field', '')}: {e.get('message')}")
+            continue
+        rejected |= result.verdict == "reject"
+        if as_json:
+            typer.echo(json.dumps(result.as_dict(), separators=(",", ":")))
+        else:
+            _print_report(str(path), result)
+    raise typer.Exit(2 if bad else 1 if rejected else 0)
+
+
+def _client(server: str, token: str):
+    import httpx
+
+    return httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def _fail_on_problem(r) -> None:
+    if r.status_code >= 400:
+        typer.echo(f"preflight: HTTP {r.status_code}: {r.text}", err=True)
+        raise typer.Exit(1)
+
+
+@manifest_app.command("push")
+def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model directory holding config.json."),
+                  server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                  token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+                  name: Optional[str] = typer.Option(None, help="Manifest name (default: the directory name)."),
+                  version: str = typer.Option("1", help="Manifest version."),
+                  uri: Optional[str] = typer.Option(None, help="Where nodes load the weights (default: the path)."),
+                  tp_sharded: Optional[int] = typer.Option(None, help="Checkpoint saved per rank at this TP.")) -> None:
+    """Register a model directory as a manifest."""
+    try:
+        body = read_model_dir(directory)
+    except (OSError, ValueError) as exc:
+        typer.echo(f"preflight: {exc}", err=True)
+        raise typer.Exit(2)
+    body.update(name=name or directory.name, version=version, uri=uri or str(directory.resolve()),
+                checkpoint={"layout": "tp_sharded", "tensor_parallel_size": tp_sharded} if tp_sharded
+                else {"layout": "merged"})
+    r = _client(server, token).post("/v1/manifests", json=body)
+    _fail_on_problem(r)
+    typer.echo(json.dumps(r.json(), indent=2))
+
+
+@agent_app.command("run")
+def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+              node: str = typer.Option(..., envvar="PREFLIGHT_NODE"),
+              token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+              state: Optional[pathlib.Path] = typer.Option(None, help="State file (default ~/.preflight/agent-NODE.json)."),
+              print_only: bool = typer.Option(True, "--print/--exec", help="Print the command, or exec it."),
+              wait: bool = typer.Option(False, "--wait", help="Poll until a new plan is published."),
+              poll_seconds: float = typer.Option(10.0, help="Poll interval with --wait.")) -> None:
+    """Fetch this node's plan, verify it offline against the JWKS, then print or exec exactly its argv."""
+    from .agent.client import AgentClient, AgentState
+    from .agent.verify import VerificationError, verify_plan
+
+    st = AgentState.load(state or pathlib.Path.home() / ".preflight" / f"agent-{node}.json")
+    client = AgentClient(server, node, token)
+    s = _settings()
+    while True:
+        r = client.fetch(st.etag)
+        if r.status_code == 304 or (r.status_code == 404 and wait):
+            if not wait:
+                typer.echo(f"plan unchanged (seq {st.last_seq}); nothing to do")
+                raise typer.Exit(0)
+            time.sleep(poll_seconds)
+            continue
+        break
+    if r.status_code != 200:
+        typer.echo(f"preflight agent: fetch failed: HTTP {r.status_code}: {r.text}", err=True)
+        raise typer.Exit(1)
+    plan_id = r.headers.get("X-Plan-Id", "")
+    try:
+        plan = verify_plan(r.text, client.jwks(), node=node, audience=s.audience, last_seq=st.last_seq)
+    except VerificationError as exc:
+        typer.echo(f"preflight agent: REFUSED plan {plan_id}: {exc}", err=True)
+        if plan_id:
+            client.report(plan_id, "failed", f"verification failed: {exc}", {"reason": exc.reason})
+        raise typer.Exit(3)
+    st.last_seq, st.etag, st.plan_id = plan.seq, r.headers.get("ETag"), plan.claims["jti"]
+    st.save()
+    env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.claims.get("env", {}).items()))
+    command = (env_line + " " if env_line else "") + shlex.join(plan.argv)
+    client.report(plan.claims["jti"], "fetched", f"verified seq {plan.seq} with key {plan.kid}")
+    if print_only:
+        typer.echo(command)
+        raise typer.Exit(0)
+    client.report(plan.claims["jti"], "started", command)
+    env = {**os.environ, **plan.claims.get("env", {})}
+    try:
+        os.execvpe(plan.argv[0], plan.argv, env)
+    except OSError as exc:
+        client.report(plan.claims["jti"], "failed", f"exec failed: {exc}")
+        typer.echo(f"preflight agent: exec failed: {exc}", err=True)
+        raise typer.Exit(4)
+
+
+@agent_app.command("verify")
+def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact JWS."),
+                 server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                 node: str = typer.Option(..., envvar="PREFLIGHT_NODE"),
+                 jwks_file: Optional[pathlib.Path] = typer.Option(None, "--jwks", help="Use this JWKS (offline)."),
+                 last_seq: int = typer.Option(0, help="Refuse plans at or below this seq.")) -> None:
+    """Verify a saved plan against the server's JWKS (or a saved JWKS file)."""
+    import httpx
+
+    from .agent.verify import VerificationError, verify_plan
+
+    jwks = json.loads(jwks_file.read_text()) if jwks_file else httpx.get(
+        server.rstrip("/") + "/.well-known/jwks.json", timeout=30).json()
+    try:
+        plan = verify_plan(file.read_text().strip(), jwks, node=node, audience=_settings().audience, last_seq=last_seq)
+    except VerificationError as exc:
+        typer.echo(f"INVALID: {exc}", err=True)
+        raise typer.Exit(3)
+    typer.echo(json.dumps(plan.claims, indent=2))
+
+
+@keys_app.command("rotate")
+def keys_rotate() -> None:
+    """Create a new active signing key; older keys stay published until retired."""
+    from .signing import KeyStore
+
+    typer.echo(KeyStore(_settings().key_dir).rotate())
+
+
+@keys_app.command("retire")
+def keys_retire(kid: str) -> None:
+    """Stop publishing a key (plans it signed stop verifying)."""
+    from .signing import KeyError_, KeyStore
+
+    try:
+        KeyStore(_settings().key_dir, create=False).retire(kid)
+    except KeyError_ as exc:
+        typer.echo(f"preflight: {exc}", err=True)
+        raise typer.Exit(2)
+    typer.echo(f"retired {kid}")
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """Print the published JWKS."""
+    from .signing import KeyStore
+
+    typer.echo(json.dumps(KeyStore(_settings().key_dir).jwks(), indent=2))
+
+
+@audit_app.command("verify")
+def audit_verify() -> None:
+    """Recompute the audit hash chain. Exit 0 intact, 1 broken."""
+    from . import audit
+    from .db.session import Database
+
+    with Database(_settings().resolved_database_url).transaction() as s:
+        result = audit.verify_chain(s)
+    typer.echo(json.dumps(result))
+    raise typer.Exit(0 if result["ok"] else 1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,145 @@
+"""SQLAlchemy 2 models. Every table is created by the Alembic migrations in migrations/versions/."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Node(Base):
+    """A GPU node of the hardware inventory."""
+
+    __tablename__ = "nodes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    gpu_id: Mapped[str] = mapped_column(String(64))
+    gpu: Mapped[dict[str, Any]] = mapped_column(JSON)  # resolved catalogue facts (or the inline description)
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    interconnect: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Token(Base):
+    """A bearer token, stored only as its SHA-256 hash."""
+
+    __tablename__ = "tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16))  # admin | deployer | agent | auditor
+    node_name: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    label: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Manifest(Base):
+    """A weight manifest: a model version's config.json facts, quantization tag, layout, size and location."""
+
+    __tablename__ = "manifests"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_manifests_name_version"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(256))
+    version: Mapped[str] = mapped_column(String(128))
+    uri: Mapped[str] = mapped_column(String(2048))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    quantization_txt: Mapped[str | None] = mapped_column(Text, nullable=True)
+    hf_quant_config: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    checkpoint: Mapped[dict[str, Any]] = mapped_column(JSON)
+    weights_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    digests: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    digest: Mapped[str] = mapped_column(String(80))  # sha256 over the canonical manifest
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Plan(Base):
+    """An accepted, signed launch plan (rejected requests are never stored)."""
+
+    __tablename__ = "plans"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    manifest_id: Mapped[int] = mapped_column(ForeignKey("manifests.id"))
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    verdict: Mapped[str] = mapped_column(String(8))
+    findings: Mapped[list[Any]] = mapped_column(JSON)
+    argv: Mapped[list[Any]] = mapped_column(JSON)
+    command: Mapped[str] = mapped_column(Text)
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    budget: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    vllm_version: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Assignment(Base):
+    """A plan assigned to one node, with that node's signed JWS and its per-node sequence number."""
+
+    __tablename__ = "assignments"
+    __table_args__ = (
+        UniqueConstraint("node_name", "seq", name="uq_assignments_node_seq"),
+        Index("ix_assignments_node_status", "node_name", "status"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id"), index=True)
+    node_name: Mapped[str] = mapped_column(String(128))
+    seq: Mapped[int] = mapped_column(Integer)
+    signed: Mapped[str] = mapped_column(Text)
+    etag: Mapped[str] = mapped_column(String(80))
+    status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked
+    last_report: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Report(Base):
+    """What a node agent reported about a plan."""
+
+    __tablename__ = "reports"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[str] = mapped_column(String(36), index=True)
+    node_name: Mapped[str] = mapped_column(String(128), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AuditEvent(Base):
+    """One link of the hash-chained audit log: ``hash = sha256(prev_hash || canonical(event))``."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        Index("ix_audit_events_node_id", "node", "id"),
+        Index("ix_audit_events_plan_id", "plan_id", "id"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    actor: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(48))
+    subject: Mapped[str] = mapped_column(String(256))
+    node: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    plan_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    payload_digest: Mapped[str] = mapped_column(String(64))
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64), unique=True)

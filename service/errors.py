@@ -1,0 +1,48 @@
+"""One exception root for the service; the HTTP adapter maps it to RFC 9457 ``application/problem+json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    status = 400
+    title = "Bad request"
+    type_suffix = "bad-request"
+
+    def __init__(self, detail: str, **extra: Any):
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+    def problem(self) -> dict[str, Any]:
+        return {"type": f"https://preflight.dev/problems/{self.type_suffix}", "title": self.title,
+                "status": self.status, "detail": self.detail, **self.extra}
+
+
+class NotFound(ApiError):
+    status, title, type_suffix = 404, "Not found", "not-found"
+
+
+class Conflict(ApiError):
+    status, title, type_suffix = 409, "Conflict", "conflict"
+
+
+class Unauthorized(ApiError):
+    status, title, type_suffix = 401, "Unauthorized", "unauthorized"
+
+
+class Forbidden(ApiError):
+    status, title, type_suffix = 403, "Forbidden", "forbidden"
+
+
+class Invalid(ApiError):
+    status, title, type_suffix = 422, "Invalid request", "invalid"
+
+
+class LaunchRejected(ApiError):
+    status, title, type_suffix = 422, "Launch rejected", "launch-rejected"
+
+
+class Unavailable(ApiError):
+    status, title, type_suffix = 503, "Service unavailable", "unavailable"

@@ -1,0 +1,73 @@
+"""Weight manifests: a model version's config.json, quantization tag, checkpoint layout, size and location."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .. import audit
+from ..db.models import Manifest
+from ..domain.model_facts import read_model_facts
+from ..domain.quant_tag import parse_quantization_txt
+from ..domain.versions import VERSION_LINES
+from ..errors import Conflict, NotFound
+
+
+def manifest_body(m: Manifest) -> dict[str, Any]:
+    return {"name": m.name, "version": m.version, "uri": m.uri, "config": m.config,
+            "quantization_txt": m.quantization_txt, "hf_quant_config": m.hf_quant_config,
+            "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "digests": m.digests}
+
+
+def manifest_dict(m: Manifest, *, full: bool = False) -> dict[str, Any]:
+    out = {"id": m.id, "name": m.name, "version": m.version, "uri": m.uri, "digest": m.digest,
+           "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "created_at": m.created_at.isoformat()}
+    if m.quantization_txt:
+        out["quantization"] = parse_quantization_txt(m.quantization_txt, VERSION_LINES["0.33"].quant_methods + ("bitsandbytes", "gguf")).method
+    if full:
+        out.update(manifest_body(m))
+    return out
+
+
+def register(session: Session, *, actor: str, body: dict[str, Any]) -> Manifest:
+    """Register a manifest after reading its config.json and tag the way the validator will (so a manifest that
+    could never be judged is refused now). Raises DomainError / Conflict."""
+    read_model_facts(body["config"], body.get("hf_quant_config"))
+    if body.get("quantization_txt"):
+        parse_quantization_txt(body["quantization_txt"], VERSION_LINES["0.33"].quant_methods + ("bitsandbytes", "gguf"))
+    if session.execute(select(Manifest.id).where(Manifest.name == body["name"],
+                                                 Manifest.version == body["version"])).first():
+        raise Conflict(f"manifest {body['name']}@{body['version']} already exists", field="version")
+    digest = "sha256:" + audit.sha256_hex(audit.canonical(body))
+    m = Manifest(digest=digest, **body)
+    session.add(m)
+    session.flush()
+    audit.append(session, actor=actor, kind="manifest.registered", subject=f"manifest:{m.name}@{m.version}",
+                 payload={"id": m.id, "name": m.name, "version": m.version, "digest": digest, "uri": m.uri})
+    return m
+
+
+def resolve_ref(session: Session, ref: str | int | dict) -> Manifest:
+    """A manifest by id, ``name@version``, ``{"name", "version"}``, or ``name`` (its newest version)."""
+    q = select(Manifest)
+    if isinstance(ref, int):
+        m = session.get(Manifest, ref)
+    elif isinstance(ref, dict):
+        m = session.execute(q.where(Manifest.name == ref.get("name"), Manifest.version == ref.get("version"))).scalar_one_or_none()
+    elif "@" in ref:
+        name, version = ref.rsplit("@", 1)
+        m = session.execute(q.where(Manifest.name == name, Manifest.version == version)).scalar_one_or_none()
+    else:
+        m = session.execute(q.where(Manifest.name == ref).order_by(Manifest.id.desc()).limit(1)).scalar_one_or_none()
+    if m is None:
+        raise NotFound(f"manifest {ref!r} is not registered", field="manifest")
+    return m
+
+
+def list_manifests(session: Session, *, limit: int, after: int | None) -> list[Manifest]:
+    q = select(Manifest).order_by(Manifest.id).limit(limit)
+    if after:
+        q = q.where(Manifest.id > after)
+    return list(session.execute(q).scalars())

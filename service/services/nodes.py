@@ -1,0 +1,64 @@
+"""Hardware inventory: register and read GPU nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from .. import audit
+from ..db.models import Node
+from ..domain.gpus import resolve
+from ..errors import Conflict, NotFound
+from . import tokens
+
+
+def node_dict(n: Node) -> dict[str, Any]:
+    return {"name": n.name, "gpu": n.gpu, "gpu_count": n.gpu_count, "interconnect": n.interconnect,
+            "labels": n.labels, "created_at": n.created_at.isoformat()}
+
+
+def register(session: Session, *, actor: str, name: str, gpu: str | dict, gpu_count: int, interconnect: str | None,
+             labels: dict[str, str]) -> tuple[Node, str]:
+    """Register a node and issue its agent token (returned once). Raises DomainError for an unknown GPU and
+    Conflict when the name is taken."""
+    resolved = resolve(gpu, "gpu")
+    if session.execute(select(Node.id).where(Node.name == name)).first():
+        raise Conflict(f"node {name!r} already exists", field="name")
+    node = Node(name=name, gpu_id=resolved.id, gpu=resolved.as_dict(), gpu_count=gpu_count,
+                interconnect=interconnect, labels=labels)
+    session.add(node)
+    try:
+        session.flush()
+    except IntegrityError:
+        raise Conflict(f"node {name!r} already exists", field="name") from None
+    secret, _ = tokens.create(session, role="agent", node=name, label=f"agent token of {name}")
+    audit.append(session, actor=actor, kind="node.registered", subject=f"node:{name}", node=name,
+                 payload=node_dict(node))
+    return node, secret
+
+
+def get(session: Session, name: str) -> Node:
+    node = session.execute(select(Node).where(Node.name == name)).scalar_one_or_none()
+    if node is None:
+        raise NotFound(f"node {name!r} is not registered", field="name")
+    return node
+
+
+def list_nodes(session: Session, *, limit: int, after: str | None) -> list[Node]:
+    q = select(Node).order_by(Node.name).limit(limit)
+    if after:
+        q = q.where(Node.name > after)
+    return list(session.execute(q).scalars())
+
+
+def rotate_token(session: Session, *, actor: str, name: str) -> str:
+    """Revoke the node's agent tokens and issue a new one, without re-registering the node."""
+    get(session, name)
+    revoked = tokens.revoke_node_tokens(session, name)
+    secret, row = tokens.create(session, role="agent", node=name, label=f"agent token of {name}")
+    audit.append(session, actor=actor, kind="token.rotated", subject=f"node:{name}", node=name,
+                 payload={"revoked": revoked, "token_id": row.id})
+    return secret

@@ -1,0 +1,155 @@
+"""Launch plans: validate a request against a manifest and nodes, sign one JWS per node, supersede the node's
+previous plan, serve it to the node's agent, take the agent's reports."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from .. import audit
+from ..db.models import Assignment, Manifest, Node, Plan, Report, utcnow
+from ..domain.request import LaunchRequest
+from ..domain.validate import validate
+from ..errors import Invalid, LaunchRejected, NotFound
+from ..settings import Settings
+from ..signing import KeyStore, plan_claims
+from . import manifests as manifest_service
+from . import nodes as node_service
+
+REPORT_STATUSES = ("fetched", "started", "running", "failed")
+
+
+def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) -> LaunchRequest:
+    """The launch request a plan body implies: the manifest's model, the nodes' hardware."""
+    first = nodes[0]
+    shapes = {(n.gpu_id, n.gpu["memory_bytes"], n.gpu["compute_capability"], n.gpu_count) for n in nodes}
+    if len(shapes) > 1:
+        raise Invalid("all nodes of one plan must have the same GPU model and count", field="nodes")
+    gpu: Any = first.gpu_id if first.gpu_id != "custom" else {
+        "name": first.gpu["name"], "compute_capability": first.gpu["compute_capability"],
+        "memory_bytes": first.gpu["memory_bytes"]}
+    interconnects = {n.interconnect for n in nodes}
+    return LaunchRequest.model_validate({
+        "model": {"name": manifest.name, "uri": manifest.uri, "config": manifest.config,
+                  "hf_quant_config": manifest.hf_quant_config, "quantization_txt": manifest.quantization_txt,
+                  "checkpoint": manifest.checkpoint, "weights_bytes": manifest.weights_bytes},
+        "hardware": {"gpu": gpu, "count": first.gpu_count, "nodes": len(nodes),
+                     "interconnect": interconnects.pop() if len(interconnects) == 1 else None},
+        "environment": body.get("environment") or "production",
+        "workload": body.get("workload"),
+        "engine_args": body.get("engine_args") or {},
+        "env": body.get("env") or {},
+        "vllm_version": body.get("vllm_version"),
+    })
+
+
+def plan_dict(plan: Plan, assignments: list[Assignment] | None = None) -> dict[str, Any]:
+    out = {"id": plan.id, "status": plan.status, "verdict": plan.verdict, "findings": plan.findings,
+           "argv": plan.argv, "command": plan.command, "env": plan.env, "budget": plan.budget,
+           "vllm_version": plan.vllm_version, "manifest_id": plan.manifest_id, "created_by": plan.created_by,
+           "created_at": plan.created_at.isoformat()}
+    if assignments is not None:
+        out["assignments"] = [{"node": a.node_name, "seq": a.seq, "status": a.status, "signed": a.signed,
+                               "last_report": a.last_report} for a in assignments]
+        if assignments:
+            out["signed"] = assignments[0].signed
+    return out
+
+
+def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any]) -> dict:
+    """Validate, sign and store a plan for every named node. Raises LaunchRejected (422, nothing stored) when the
+    verdict is reject; DomainError / NotFound / Invalid for bad input."""
+    manifest = manifest_service.resolve_ref(session, body["manifest"])
+    names = list(dict.fromkeys(body["nodes"]))
+    nodes = [node_service.get(session, n) for n in names]
+    request = launch_request(manifest, nodes, body)
+    result = validate(request, model_ref=manifest.uri)
+    findings = [f.as_dict() for f in result.findings]
+    if result.verdict == "reject":
+        raise LaunchRejected(
+            f"vLLM {result.vllm_version} would refuse this launch: "
+            + "; ".join(f"{f.rule}: {f.message}" for f in result.errors),
+            findings=findings, argv=result.argv, budget=result.budget,
+        )
+    plan = Plan(id=str(uuid.uuid4()), manifest_id=manifest.id, request=request.model_dump(mode="json"),
+                verdict=result.verdict, findings=findings, argv=result.argv, command=result.command,
+                env=dict(request.env), budget=result.budget, vllm_version=result.vllm_version, created_by=actor)
+    session.add(plan)
+    session.flush()
+    assignments = []
+    for node in nodes:
+        previous = session.execute(select(Assignment).where(Assignment.node_name == node.name,
+                                                            Assignment.status == "active")).scalars().all()
+        for prev in previous:
+            prev.status = "superseded"
+            audit.append(session, actor=actor, kind="plan.superseded", subject=f"plan:{prev.plan_id}",
+                         node=node.name, plan_id=prev.plan_id, payload={"superseded_by": plan.id, "seq": prev.seq})
+        seq = (session.execute(select(func.max(Assignment.seq)).where(Assignment.node_name == node.name)).scalar()
+               or 0) + 1
+        claims = plan_claims(issuer=settings.issuer, audience=settings.audience, node=node.name, plan_id=plan.id,
+                             seq=seq, ttl=settings.plan_ttl_seconds, manifest_digest=manifest.digest,
+                             vllm_version=result.vllm_version, argv=result.argv, env=dict(request.env),
+                             model_uri=manifest.uri)
+        signed = keys.sign(claims)
+        a = Assignment(plan_id=plan.id, node_name=node.name, seq=seq, signed=signed,
+                       etag='"' + audit.sha256_hex(signed.encode())[:32] + '"')
+        session.add(a)
+        assignments.append(a)
+    session.flush()
+    audit.append(session, actor=actor, kind="plan.created", subject=f"plan:{plan.id}", plan_id=plan.id,
+                 node=names[0] if len(names) == 1 else None,
+                 payload={"manifest": manifest.digest, "nodes": names, "seqs": [a.seq for a in assignments],
+                          "verdict": result.verdict, "argv": result.argv, "kid": keys.active_kid})
+    return plan_dict(plan, assignments)
+
+
+def get(session: Session, plan_id: str) -> tuple[Plan, list[Assignment]]:
+    plan = session.get(Plan, plan_id)
+    if plan is None:
+        raise NotFound(f"plan {plan_id!r} does not exist", field="plan_id")
+    rows = session.execute(select(Assignment).where(Assignment.plan_id == plan_id).order_by(Assignment.id)).scalars()
+    return plan, list(rows)
+
+
+def current_assignment(session: Session, node: str) -> Assignment:
+    node_service.get(session, node)
+    a = session.execute(select(Assignment).where(Assignment.node_name == node, Assignment.status == "active")
+                        .order_by(Assignment.seq.desc()).limit(1)).scalar_one_or_none()
+    if a is None:
+        raise NotFound(f"node {node!r} has no current plan", field="name")
+    return a
+
+
+def record_fetch(session: Session, *, actor: str, a: Assignment) -> None:
+    audit.append(session, actor=actor, kind="plan.fetched", subject=f"plan:{a.plan_id}", node=a.node_name,
+                 plan_id=a.plan_id, payload={"seq": a.seq, "etag": a.etag})
+
+
+def report(session: Session, *, actor: str, node: str, plan_id: str, status: str, message: str | None,
+           details: dict[str, Any]) -> Report:
+    """Record an agent report. The plan must have been assigned to this node."""
+    a = session.execute(select(Assignment).where(Assignment.node_name == node, Assignment.plan_id == plan_id)
+                        ).scalar_one_or_none()
+    if a is None:
+        raise NotFound(f"plan {plan_id!r} was never assigned to node {node!r}", field="plan_id")
+    r = Report(plan_id=plan_id, node_name=node, status=status, message=message, details=details)
+    session.add(r)
+    a.last_report = status
+    session.flush()
+    audit.append(session, actor=actor, kind=f"agent.{status}", subject=f"plan:{plan_id}", node=node,
+                 plan_id=plan_id, payload={"seq": a.seq, "status": status, "message": message, "details": details})
+    return r
+
+
+def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
+    plan, assignments = get(session, plan_id)
+    plan.status = "revoked"
+    for a in assignments:
+        if a.status == "active":
+            a.status = "revoked"
+    audit.append(session, actor=actor, kind="plan.revoked", subject=f"plan:{plan_id}", plan_id=plan_id,
+                 payload={"nodes": [a.node_name for a in assignments], "at": utcnow().isoformat()})
+    return plan

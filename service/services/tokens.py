@@ -1,0 +1,60 @@
+"""Bearer tokens: random 256-bit secrets, stored only as SHA-256 hashes, each with a role."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..db.models import Token, utcnow
+
+ROLES = ("admin", "deployer", "agent", "auditor")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_secret() -> str:
+    return "pf_" + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: role, and for agents the one node they speak for."""
+
+    role: str
+    name: str
+    node: str | None = None
+    token_id: int | None = None
+
+
+def create(session: Session, *, role: str, node: str | None = None, label: str | None = None) -> tuple[str, Token]:
+    """Create a token; returns the secret (shown once) and its row."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}")
+    secret = new_secret()
+    row = Token(token_hash=hash_token(secret), role=role, node_name=node, label=label)
+    session.add(row)
+    session.flush()
+    return secret, row
+
+
+def authenticate(session: Session, secret: str) -> Principal | None:
+    row = session.execute(
+        select(Token).where(Token.token_hash == hash_token(secret), Token.revoked_at.is_(None))
+    ).scalar_one_or_none()
+    if row is None:
+        return None
+    name = f"{row.role}:{row.node_name}" if row.node_name else f"{row.role}:token-{row.id}"
+    return Principal(role=row.role, name=name, node=row.node_name, token_id=row.id)
+
+
+def revoke_node_tokens(session: Session, node: str) -> int:
+    rows = session.execute(select(Token).where(Token.node_name == node, Token.revoked_at.is_(None))).scalars().all()
+    for r in rows:
+        r.revoked_at = utcnow()
+    return len(rows)

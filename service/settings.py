@@ -1,0 +1,66 @@
+"""Service settings, from the environment (prefix ``PREFLIGHT_``) via pydantic-settings.
+
+| variable | default | meaning |
+|---|---|---|
+| PREFLIGHT_DATA_DIR | ./var | signing keys and the embedded SQLite database |
+| PREFLIGHT_DATABASE_URL | sqlite:///<data dir>/preflight.db | SQLAlchemy URL; production: postgresql+psycopg://… |
+| PREFLIGHT_ADMIN_TOKEN | generated on first start, stored hashed, printed once | bootstrap admin bearer token |
+| PREFLIGHT_ENV | development | ``production`` refuses insecure defaults (no SQLite, an explicit admin token and key path) |
+| PREFLIGHT_SIGNING_KEY_DIR | <data dir>/keys | Ed25519 private keys (JWK files, mode 0600) |
+| PREFLIGHT_ISSUER | preflight | ``iss`` of signed plans |
+| PREFLIGHT_AUDIENCE | preflight-agent | ``aud`` of signed plans |
+| PREFLIGHT_PLAN_TTL_SECONDS | 86400 | lifetime of a signed plan (``exp - iat``) |
+| PREFLIGHT_MAX_BODY_BYTES | 2097152 | largest accepted request body |
+"""
+
+from __future__ import annotations
+
+import pathlib
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PREFLIGHT_", extra="ignore")
+
+    env: Literal["development", "production"] = "development"
+    data_dir: pathlib.Path = pathlib.Path("var")
+    database_url: str | None = None
+    admin_token: str | None = Field(default=None, min_length=16)
+    signing_key_dir: pathlib.Path | None = None
+    issuer: str = "preflight"
+    audience: str = "preflight-agent"
+    plan_ttl_seconds: int = Field(default=86400, ge=60, le=30 * 86400)
+    max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
+
+    @model_validator(mode="after")
+    def _production_is_explicit(self) -> "Settings":
+        if self.env == "production":
+            problems = []
+            if not self.database_url or self.database_url.startswith("sqlite"):
+                problems.append("PREFLIGHT_DATABASE_URL must name a PostgreSQL database")
+            if not self.admin_token:
+                problems.append("PREFLIGHT_ADMIN_TOKEN must be set (no generated token in production)")
+            if not self.signing_key_dir:
+                problems.append("PREFLIGHT_SIGNING_KEY_DIR must be set (no generated key in production)")
+            if problems:
+                raise ValueError("production mode refuses insecure defaults: " + "; ".join(problems))
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'preflight.db').resolve()}"
+
+    @property
+    def key_dir(self) -> pathlib.Path:
+        return self.signing_key_dir or (self.data_dir / "keys")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
