@@ -1,0 +1,39 @@
+# Two commands on a fresh machine: `make run` (the service on SQLite under ./var) and `make test` (the suite).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: run test install install-dev migrate openapi docs cases clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install install-dev: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(VENV)/bin/preflight serve --host $(HOST) --port $(PORT)
+
+migrate: $(VENV)/.installed
+	$(VENV)/bin/preflight migrate
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+# Regenerate the checked-in documents that tests keep in sync.
+openapi: $(VENV)/.installed
+	$(PY) -m service.api.openapi > openapi/openapi.json
+
+docs: $(VENV)/.installed
+	$(PY) -m service.domain.rules.catalogue > docs/rules.md
+
+# All handed launch cases through the CLI (needs ../shared).
+cases: $(VENV)/.installed
+	$(PYTHON) ../shared/tools/run_cases.py --cli $(VENV)/bin/preflight ../shared/cases/handed
+
+clean:
+	rm -rf $(VENV) var .pytest_cache
