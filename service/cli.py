@@ -101,9 +101,9 @@ def _load_request_file(path: pathlib.Path) -> dict:
     model = data.get("model")
     if isinstance(model, dict) and model.get("path") and model.get("config") is None:
         d = pathlib.Path(model["path"])
-        if not d.is_absolute():
-            d = path.parent / d
-        model = {**model, **read_model_dir(d)}
+        if not d.is_absolute() and not d.exists():
+            d = path.parent / d  # relative to the request file when not relative to the working directory
+        model = {"name": str(model["path"]), **model, **read_model_dir(d)}
         model.pop("path", None)
         data = {**data, "model": model}
     return data

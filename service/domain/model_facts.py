@@ -314,11 +314,13 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None) -> Model
     head_dim = _pos_int(text.get("head_dim"), prefix + "head_dim") or _pos_int(
         text.get("hidden_size_per_head"), prefix + "hidden_size_per_head"
     )
+    is_mla = model_type in MLA_MODEL_TYPES and bool(text.get("kv_lora_rank"))
+    if is_mla:  # MLA caches the latent: head size = kv_lora_rank + qk_rope_head_dim (convertor:92-98)
+        head_dim = int(text["kv_lora_rank"]) + int(text.get("qk_rope_head_dim") or 0)
     if not head_dim:
         head_dim = hidden // heads
     derived, key, mml = derive_max_model_len(text, model_type)
     rtype, factor, _ = _rope(text)
-    is_mla = model_type in MLA_MODEL_TYPES and bool(text.get("kv_lora_rank"))
     num_experts = _pos_int(_first(text, EXPERT_KEYS), prefix + "num_experts") or 0
     arch = config.get("architectures") or text.get("architectures") or []
     sw = text.get("sliding_window")

@@ -1,0 +1,137 @@
+"""Attacks the agent must refuse (fail closed): each one a test, on real signed plans."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+
+import pytest
+from joserfc import jws
+from joserfc.jwk import OKPKey
+
+from service.agent.verify import VerificationError, verify_plan
+from service.signing import ALG, PLAN_MEDIA_TYPE, KeyStore, plan_claims
+
+AUD = "preflight-agent"
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@pytest.fixture
+def store(tmp_path):
+    return KeyStore(tmp_path / "keys")
+
+
+def claims(**over):
+    base = plan_claims(issuer="preflight", audience=AUD, node="gpu-01", plan_id="p-1", seq=5, ttl=3600,
+                       manifest_digest="sha256:00", vllm_version="0.33.0",
+                       argv=["vllm", "serve", "s3://m", "--tensor-parallel-size", "8"], env={}, model_uri="s3://m")
+    base.update(over)
+    return base
+
+
+def refused(token, jwks, reason, **kw):
+    with pytest.raises(VerificationError) as exc:
+        verify_plan(token, jwks, node=kw.pop("node", "gpu-01"), audience=AUD, last_seq=kw.pop("last_seq", 0), **kw)
+    assert exc.value.reason == reason, exc.value
+
+
+def test_genuine_plan_verifies(store):
+    v = verify_plan(store.sign(claims()), store.jwks(), node="gpu-01", audience=AUD, last_seq=4)
+    assert v.seq == 5 and v.argv[:2] == ["vllm", "serve"]
+
+
+def test_tampered_payload(store):
+    h, p, s = store.sign(claims()).split(".")
+    evil = json.loads(base64.urlsafe_b64decode(p + "=="))
+    evil["argv"] = ["vllm", "serve", "s3://m", "--tensor-parallel-size", "1"]
+    refused(f"{h}.{b64(json.dumps(evil).encode())}.{s}", store.jwks(), "bad_signature")
+
+
+def test_tampered_header(store):
+    h, p, s = store.sign(claims()).split(".")
+    header = json.loads(base64.urlsafe_b64decode(h + "=="))
+    header["x-note"] = "changed"
+    refused(f"{b64(json.dumps(header).encode())}.{p}.{s}", store.jwks(), "bad_signature")
+
+
+def test_wrong_key(store):
+    """Signed by another Ed25519 key under the genuine key's kid."""
+    attacker = OKPKey.generate_key("Ed25519")
+    header = {"alg": ALG, "kid": store.active_kid, "typ": PLAN_MEDIA_TYPE}
+    forged = jws.serialize_compact(header, json.dumps(claims()).encode(), attacker, algorithms=[ALG])
+    refused(forged, store.jwks(), "bad_signature")
+
+
+def test_unknown_kid(store, tmp_path):
+    other = KeyStore(tmp_path / "other")
+    refused(other.sign(claims()), store.jwks(), "unknown_kid")
+
+
+def test_alg_none(store):
+    header = b64(json.dumps({"alg": "none", "kid": store.active_kid, "typ": PLAN_MEDIA_TYPE}).encode())
+    payload = b64(json.dumps(claims()).encode())
+    refused(f"{header}.{payload}.", store.jwks(), "alg_refused")
+
+
+def test_hs256_signed_with_the_public_key(store):
+    jwk = store.jwks()["keys"][0]
+    header = b64(json.dumps({"alg": "HS256", "kid": jwk["kid"], "typ": PLAN_MEDIA_TYPE}).encode())
+    payload = b64(json.dumps(claims()).encode())
+    secret = json.dumps(jwk).encode()  # the classic confusion: the public key used as an HMAC secret
+    sig = b64(hmac.new(secret, f"{header}.{payload}".encode(), hashlib.sha256).digest())
+    refused(f"{header}.{payload}.{sig}", store.jwks(), "alg_refused")
+    sig2 = b64(hmac.new(base64.urlsafe_b64decode(jwk["x"] + "="), f"{header}.{payload}".encode(),
+                        hashlib.sha256).digest())
+    refused(f"{header}.{payload}.{sig2}", store.jwks(), "alg_refused")
+
+
+def test_expired(store):
+    now = int(time.time())
+    refused(store.sign(claims(iat=now - 7200, nbf=now - 7200, exp=now - 3600)), store.jwks(), "expired")
+
+
+def test_not_yet_valid(store):
+    now = int(time.time())
+    refused(store.sign(claims(iat=now, nbf=now + 3600, exp=now + 7200)), store.jwks(), "not_yet_valid")
+
+
+def test_another_nodes_plan(store):
+    refused(store.sign(claims(sub="gpu-02")), store.jwks(), "wrong_node")
+
+
+def test_wrong_audience(store):
+    refused(store.sign(claims(aud="someone-else")), store.jwks(), "wrong_audience")
+
+
+def test_older_seq_replayed(store):
+    token = store.sign(claims(seq=3))
+    refused(token, store.jwks(), "replayed_seq", last_seq=5)
+    refused(token, store.jwks(), "replayed_seq", last_seq=3)  # the same seq again is a replay too
+
+
+def test_retired_key_no_longer_verifies_and_rotation_keeps_old_plans(store):
+    old = store.sign(claims())
+    old_kid = store.active_kid
+    store.rotate()
+    assert verify_plan(old, store.jwks(), node="gpu-01", audience=AUD).kid == old_kid  # still published
+    store.retire(old_kid)
+    refused(old, store.jwks(), "unknown_kid")
+
+
+def test_private_key_files_are_0600(store):
+    for f in store.dir.glob("*.jwk"):
+        assert f.stat().st_mode & 0o777 == 0o600
+    assert all("d" not in k for k in store.jwks()["keys"])
+
+
+def test_legacy_eddsa_name_accepted(store):
+    key = OKPKey.import_key(json.loads((store.dir / f"{store.active_kid}.jwk").read_text()))
+    token = jws.serialize_compact({"alg": "EdDSA", "kid": store.active_kid, "typ": PLAN_MEDIA_TYPE},
+                                  json.dumps(claims()).encode(), key, algorithms=["EdDSA"])
+    assert verify_plan(token, store.jwks(), node="gpu-01", audience=AUD).seq == 5

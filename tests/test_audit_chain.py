@@ -1,0 +1,71 @@
+"""The audit chain detects edits, deletions and reordering made directly in the database."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from service import audit
+from service.db.models import AuditEvent
+
+
+def seed(db, n=5):
+    with db.transaction() as s:
+        for i in range(n):
+            audit.append(s, actor="tester", kind="node.registered", subject=f"node:n{i}", node=f"n{i}",
+                         payload={"i": i})
+
+
+def verify(db):
+    with db.transaction() as s:
+        return audit.verify_chain(s)
+
+
+def test_intact_chain(db):
+    seed(db)
+    out = verify(db)
+    assert out["ok"] is True and out["events"] == 5 and len(out["head"]) == 64
+
+
+def test_edited_payload_is_named(db):
+    seed(db)
+    with db.engine.begin() as conn:
+        conn.execute(text("UPDATE audit_events SET payload = :p WHERE id = 3"), {"p": '{"i": 99}'})
+    out = verify(db)
+    assert out["ok"] is False and out["first_broken"]["id"] == 3 and "edited" in out["first_broken"]["reason"]
+
+
+def test_edited_actor_is_named(db):
+    seed(db)
+    with db.engine.begin() as conn:
+        conn.execute(text("UPDATE audit_events SET actor = 'mallory' WHERE id = 2"))
+    assert verify(db)["first_broken"]["id"] == 2
+
+
+def test_deleted_row_breaks_the_next_link(db):
+    seed(db)
+    with db.engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_events WHERE id = 2"))
+    out = verify(db)
+    assert out["ok"] is False and out["first_broken"]["id"] == 3
+
+
+def test_reordered_rows_are_detected(db):
+    seed(db)
+    with db.engine.begin() as conn:
+        rows = conn.execute(text("SELECT id, subject, node FROM audit_events WHERE id IN (2, 3) ORDER BY id")).all()
+        conn.execute(text("UPDATE audit_events SET subject = :s, node = :n WHERE id = :i"),
+                     [{"s": rows[1].subject, "n": rows[1].node, "i": 2}, {"s": rows[0].subject, "n": rows[0].node, "i": 3}])
+    assert verify(db)["first_broken"]["id"] == 2
+
+
+def test_failed_transaction_leaves_no_event(db):
+    seed(db, 2)
+    try:
+        with db.transaction() as s:
+            audit.append(s, actor="t", kind="plan.created", subject="plan:x", payload={})
+            raise RuntimeError("crash mid-transaction")
+    except RuntimeError:
+        pass
+    with db.transaction() as s:
+        assert s.query(AuditEvent).count() == 2
+    assert verify(db)["ok"] is True

@@ -1,0 +1,124 @@
+"""Bad input gets a 4xx application/problem+json naming the field, nothing half-written, never a 500."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support import model_config
+
+LLAMA = "meta-llama__Meta-Llama-3.1-70B"
+
+
+def assert_problem(r, status, field_part=None):
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["status"] == status and body["title"] and body["detail"]
+    if field_part:
+        fields = [e.get("field", "") for e in body.get("errors", [])] + [body.get("field", "")]
+        assert any(field_part in f for f in fields), body
+    return body
+
+
+def audit_count(client):
+    return len(client.get("/v1/audit", params={"limit": 1000}).json()["items"])
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"name": "n1", "gpu": "H900-imaginary", "gpu_count": 8}, "gpu"),
+    ({"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 0}, "gpu_count"),
+    ({"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 10**9}, "gpu_count"),
+    ({"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": "eight"}, "gpu_count"),
+    ({"name": "n 1/..", "gpu": "h100-sxm-80gb", "gpu_count": 8}, "name"),
+    ({"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8, "colour": "green"}, "colour"),
+    ({"name": "n1", "gpu": {"name": "Mystery GPU"}, "gpu_count": 1}, "gpu"),
+    ({"name": "n1", "gpu": {"name": "X", "compute_capability": "banana", "memory_bytes": 2**34}, "gpu_count": 1}, "compute_capability"),
+    ({"gpu": "h100-sxm-80gb", "gpu_count": 8}, "name"),
+])
+def test_bad_node(client, body, field):
+    before = audit_count(client)
+    assert_problem(client.post("/v1/nodes", json=body), 422, field)
+    assert audit_count(client) == before
+    assert client.get("/v1/nodes").json()["items"] == []
+
+
+def test_malformed_json(client):
+    r = client.post("/v1/nodes", content=b'{"name": "n1", "gpu": ', headers={"content-type": "application/json"})
+    assert_problem(r, 422)
+
+
+def test_oversized_body(client):
+    huge = {"name": "m", "version": "1", "uri": "s3://m", "config": {"pad": "x" * (3 * 1024 * 1024)}}
+    assert_problem(client.post("/v1/manifests", content=json.dumps(huge), headers={"content-type": "application/json"}), 413)
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda b: b.update(quantization_txt="turbo-quant-9000\n"), "quantization_txt"),
+    (lambda b: b.update(quantization_txt="# only a comment\n"), "quantization_txt"),
+    (lambda b: b["config"].pop("num_attention_heads"), "num_attention_heads"),
+    (lambda b: b["config"].update(num_hidden_layers=-3), "num_hidden_layers"),
+    (lambda b: b.update(config={}), "config"),
+    (lambda b: b.update(weights_bytes=-1), "weights_bytes"),
+    (lambda b: b.update(checkpoint={"layout": "tp_sharded"}), "checkpoint"),
+    (lambda b: b.update(version=""), "version"),
+])
+def test_bad_manifest(client, mutate, field):
+    body = {"name": "meta-llama/Llama-3.1-70B", "version": "1", "uri": "s3://w", "config": model_config(LLAMA)}
+    mutate(body)
+    before = audit_count(client)
+    assert_problem(client.post("/v1/manifests", json=body), 422, field)
+    assert audit_count(client) == before
+    assert client.get("/v1/manifests").json()["items"] == []
+
+
+def test_unknown_quantization_tag_names_the_accepted_ones(client):
+    body = {"name": "m", "version": "1", "uri": "s3://w", "config": model_config(LLAMA), "quantization_txt": "fp9"}
+    err = assert_problem(client.post("/v1/manifests", json=body), 422, "quantization_txt")["errors"][0]
+    assert "awq" in err["accepted"] and "gptq" in err["accepted"]
+
+
+@pytest.mark.parametrize("engine_args,field", [
+    ({"tensor_parallel_size": 0}, "tensor_parallel_size"),
+    ({"tensor_parallel_size": -8}, "tensor_parallel_size"),
+    ({"tensor_parallel_size": 10**12}, "tensor_parallel_size"),
+    ({"tensor_parallel_size": "eight"}, "tensor_parallel_size"),
+    ({"max_model_len": "lots"}, "max_model_len"),
+    ({"gpu_memory_utilization": "high"}, "gpu_memory_utilization"),
+    ({"gpu_memory_utilization": 1e300}, "gpu_memory_utilization"),
+    ({"max_num_seqs": 0}, "max_num_seqs"),
+    ({"hf_overrides": "{not json"}, "hf_overrides"),
+])
+def test_bad_engine_args_on_plan(client, engine_args, field):
+    client.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8})
+    client.post("/v1/manifests", json={"name": "m", "version": "1", "uri": "s3://w", "config": model_config(LLAMA)})
+    before = audit_count(client)
+    r = client.post("/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": engine_args})
+    assert_problem(r, 422, field)
+    assert audit_count(client) == before
+
+
+def test_unknown_manifest_and_node(client):
+    assert_problem(client.post("/v1/plans", json={"manifest": "nope@1", "nodes": ["n1"]}), 404, "manifest")
+    client.post("/v1/manifests", json={"name": "m", "version": "1", "uri": "s3://w", "config": model_config(LLAMA)})
+    assert_problem(client.post("/v1/plans", json={"manifest": "m", "nodes": ["ghost"]}), 404, "name")
+
+
+def test_unsupported_version_is_a_clear_error(client):
+    body = {"model": {"config": model_config(LLAMA)}, "hardware": {"gpu": "h100-sxm-80gb", "count": 8},
+            "vllm_version": "0.2.0"}
+    err = assert_problem(client.post("/v1/validate", json=body), 422, "vllm_version")["errors"][0]
+    assert "0.33.0" in err["accepted"]
+
+
+def test_duplicate_node_is_409_and_unknown_route_is_problem(client):
+    body = {"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8}
+    assert client.post("/v1/nodes", json=body).status_code == 201
+    assert_problem(client.post("/v1/nodes", json=body), 409)
+    assert_problem(client.get("/v1/nothing-here"), 404)
+
+
+def test_missing_token_is_401_problem(client):
+    assert_problem(client.get("/v1/nodes", headers={"Authorization": ""}), 401)
+    assert_problem(client.get("/v1/nodes", headers={"Authorization": "Bearer nope"}), 401)

@@ -1,0 +1,56 @@
+"""The CLI: `preflight check` exit codes and JSON lines, on real configs and cases."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from service.cli import app
+from tests.support import MODELS, case_files, case_request, load_case, model_config
+
+runner = CliRunner()
+
+
+def write(tmp_path, name, obj):
+    p = tmp_path / name
+    p.write_text(json.dumps(obj))
+    return p
+
+
+def test_check_json_one_line_per_file_in_order(tmp_path):
+    cases = [load_case(p) for p in case_files("handed")[:5]]
+    files = [write(tmp_path, f"{i}.json", case_request(c)) for i, c in enumerate(cases)]
+    r = runner.invoke(app, ["check", "--json", *map(str, files)])
+    lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    assert len(lines) == 5
+    assert all(l["verdict"] in ("accept", "warn", "reject") and l["argv"][:2] == ["vllm", "serve"] for l in lines)
+    assert r.exit_code == (1 if any(l["verdict"] == "reject" for l in lines) else 0)
+
+
+def test_check_reads_a_model_directory(tmp_path):
+    req = {"model": {"path": str(MODELS / "microsoft__Phi-3-medium-4k-instruct")},
+           "hardware": {"gpu": "a100-sxm4-80gb", "count": 4}, "engine_args": {"tensor_parallel_size": 2}}
+    r = runner.invoke(app, ["check", "--json", str(write(tmp_path, "ok.json", req))])
+    out = json.loads(r.stdout.splitlines()[0])
+    assert r.exit_code == 0 and out["verdict"] in ("accept", "warn")
+    assert out["argv"][out["argv"].index("--tensor-parallel-size") + 1] == "2"
+
+
+def test_check_reject_exit_1_and_readable_report(tmp_path):
+    req = {"model": {"config": model_config("microsoft__Phi-3-medium-4k-instruct")},
+           "hardware": {"gpu": "a100-sxm4-80gb", "count": 4}, "engine_args": {"tensor_parallel_size": 4}}
+    r = runner.invoke(app, ["check", str(write(tmp_path, "bad.json", req))])
+    assert r.exit_code == 1 and "REJECT" in r.stdout and "tp_kv_heads" in r.stdout
+
+
+def test_check_bad_input_exit_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    unknown = write(tmp_path, "u.json", {"model": {"config": model_config("01-ai__Yi-34B")},
+                                         "hardware": {"gpu": "no-such-gpu"}, "surprise": 1})
+    r = runner.invoke(app, ["check", "--json", str(bad), str(unknown)])
+    assert r.exit_code == 2
+    lines = [json.loads(l) for l in r.stdout.splitlines()]
+    assert [l["verdict"] for l in lines] == ["invalid", "invalid"]
+    assert any("surprise" in e["field"] for e in lines[1]["errors"])
