@@ -218,7 +218,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
               state: Optional[pathlib.Path] = typer.Option(None, help="State file (default ~/.preflight/agent-NODE.json)."),
               print_only: bool = typer.Option(True, "--print/--exec", help="Print the command, or exec it."),
               wait: bool = typer.Option(False, "--wait", help="Poll until a new plan is published."),
-              poll_seconds: float = typer.Option(10.0, help="Poll interval with --wait.")) -> None:
+              poll_seconds: float = typer.Option(60.0, help="Long-poll window per request with --wait.")) -> None:
     """Fetch this node's plan, verify it offline against the JWKS, then print or exec exactly its argv."""
     from .agent.client import AgentClient, AgentState
     from .agent.verify import VerificationError, verify_plan
@@ -227,12 +227,13 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     client = AgentClient(server, node, token)
     s = _settings()
     while True:
-        r = client.fetch(st.etag)
+        r = client.fetch(st.etag, wait=int(poll_seconds) if wait else 0)
         if r.status_code == 304 or (r.status_code == 404 and wait):
             if not wait:
                 typer.echo(f"plan unchanged (seq {st.last_seq}); nothing to do")
                 raise typer.Exit(0)
-            time.sleep(poll_seconds)
+            if r.status_code == 404:
+                time.sleep(min(poll_seconds, 30))
             continue
         break
     if r.status_code != 200:
@@ -291,6 +292,15 @@ def keys_rotate() -> None:
     from .signing import KeyStore
 
     typer.echo(KeyStore(_settings().key_dir).rotate())
+
+
+@keys_app.command("init")
+def keys_init() -> None:
+    """Create the first signing key if the key directory has none (the one explicit step production needs)."""
+    from .signing import KeyStore
+
+    ks = KeyStore(_settings().key_dir, create=True)
+    typer.echo(ks.active_kid)
 
 
 @keys_app.command("retire")

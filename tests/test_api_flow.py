@@ -159,3 +159,35 @@ def test_validate_endpoint_matches_cli_schema(client):
     out = r.json()
     assert out["verdict"] == "reject" and "tp_kv_heads" in {f["rule"] for f in out["findings"]}
     assert json.dumps(out)  # serialisable
+
+
+def test_long_poll_returns_304_after_wait_and_200_when_a_new_plan_lands(client):
+    node = register_node(client)
+    register_manifest(client)
+    client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
+                                   "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}})
+    agent = {"Authorization": f"Bearer {node['agent_token']}"}
+    first = client.get("/v1/nodes/gpu-01/plan", headers=agent)
+    r = client.get("/v1/nodes/gpu-01/plan", params={"wait": 1}, headers={**agent, "If-None-Match": first.headers["ETag"]})
+    assert r.status_code == 304
+    client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
+                                   "engine_args": {"tensor_parallel_size": 8, "max_model_len": 4096}})
+    r = client.get("/v1/nodes/gpu-01/plan", params={"wait": 5}, headers={**agent, "If-None-Match": first.headers["ETag"]})
+    assert r.status_code == 200 and r.headers["X-Plan-Seq"] == "2"
+
+
+def test_reissue_is_a_new_plan_with_a_new_seq(client, settings):
+    node = register_node(client)
+    register_manifest(client)
+    old = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
+                                         "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}}).json()
+    client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
+                                   "engine_args": {"tensor_parallel_size": 8, "max_model_len": 4096}})
+    back = client.post(f"/v1/plans/{old['id']}/reissue")
+    assert back.status_code == 201, back.text
+    new = back.json()
+    assert new["id"] != old["id"] and new["argv"] == old["argv"]
+    assert new["assignments"][0]["seq"] == 3 and new["signed"] != old["signed"]
+    token = client.get("/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node['agent_token']}"}).text
+    assert verify_plan(token, client.get("/.well-known/jwks.json").json(), node="gpu-01",
+                       audience=settings.audience, last_seq=2).claims["jti"] == new["id"]

@@ -46,9 +46,12 @@ class AgentClient:
         r.raise_for_status()
         return r.json()
 
-    def fetch(self, etag: str | None = None) -> httpx.Response:
+    def fetch(self, etag: str | None = None, wait: int = 0) -> httpx.Response:
+        """GET the node's plan; with ``wait`` the server holds the call until the plan changes (long poll)."""
         headers = {"If-None-Match": etag} if etag else {}
-        return self.http.get(f"/v1/nodes/{self.node}/plan", headers=headers)
+        params = {"wait": wait} if wait else {}
+        return self.http.get(f"/v1/nodes/{self.node}/plan", headers=headers, params=params,
+                             timeout=self.http.timeout.read + wait if wait else self.http.timeout)
 
     def report(self, plan_id: str, status: str, message: str | None = None, details: dict | None = None) -> None:
         try:

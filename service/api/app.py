@@ -1,8 +1,10 @@
 """The FastAPI application: routes, authentication by role, and one problem+json error contract."""
 
 
+import asyncio
 import hmac
 import logging
+import time
 from typing import Annotated, Any, Callable
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
@@ -11,6 +13,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__, audit
@@ -19,7 +22,7 @@ from ..db.session import Database
 from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
-from ..errors import ApiError, Forbidden, Unauthorized
+from ..errors import ApiError, Forbidden, NotFound, Unauthorized
 from ..services import manifests as manifest_service
 from ..services import nodes as node_service
 from ..services import plans as plan_service
@@ -119,13 +122,16 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     SessionDep = Annotated[Session, Depends(session_dep)]
 
-    def principal_dep(session: SessionDep, authorization: Annotated[str | None, Header()] = None):
+    def principal_dep(authorization: Annotated[str | None, Header()] = None) -> token_service.Principal:
+        """The caller, from ``Authorization: Bearer``; its own short transaction, so a long-poll holds no
+        database connection."""
         if not authorization or not authorization.lower().startswith("bearer "):
-            raise Unauthorized("missing bearer token", headers_hint="Authorization: Bearer <token>")
+            raise Unauthorized("missing bearer token: send Authorization: Bearer <token>")
         secret = authorization.split(" ", 1)[1].strip()
         if settings.admin_token and hmac.compare_digest(secret.encode(), settings.admin_token.encode()):
             return token_service.Principal(role="admin", name="admin")
-        p = token_service.authenticate(session, secret)
+        with db.transaction() as session:
+            p = token_service.authenticate(session, secret)
         if p is None:
             raise Unauthorized("unknown or revoked token")
         return p
@@ -228,17 +234,47 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     def revoke_plan(plan_id: str, session: SessionDep, p: Deployer):
         return plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id))
 
+    @app.post("/v1/plans/{plan_id}/reissue", status_code=201, operation_id="reissuePlan", tags=["plans"])
+    def reissue_plan(plan_id: str, session: SessionDep, p: Deployer):
+        """Rollback: re-validate an earlier plan's content and issue it as a new plan with a new seq per node
+        (an old JWS is never re-served)."""
+        return plan_service.reissue(session, actor=p.name, settings=settings, keys=keys, plan_id=plan_id)
+
     # -- agent ---------------------------------------------------------------------------------------------------
     @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
-             responses={200: {"content": {"application/jose": {}}}, 304: {"description": "unchanged"}})
-    def fetch_node_plan(name: str, session: SessionDep, p: NodeAgent,
-                        if_none_match: Annotated[str | None, Header()] = None):
-        a = plan_service.current_assignment(session, name)
+             responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan"},
+                        304: {"description": "unchanged (If-None-Match matched)"}})
+    async def fetch_node_plan(name: str, p: NodeAgent, if_none_match: Annotated[str | None, Header()] = None,
+                              wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
+        """The agent's fetch. With ``If-None-Match`` and ``wait`` > 0 the call holds until a different plan is
+        current (or ``wait`` seconds pass → 304)."""
+        deadline = time.monotonic() + wait
+        while True:
+            a = await run_in_threadpool(_current, name)
+            unchanged = if_none_match and a is not None and a.etag in [t.strip() for t in if_none_match.split(",")]
+            if (a is not None and not unchanged) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        if a is None:
+            raise NotFound(f"node {name!r} has no current plan", field="name")
         headers = {"ETag": a.etag, "Cache-Control": "no-cache", "X-Plan-Id": a.plan_id, "X-Plan-Seq": str(a.seq)}
-        if if_none_match and a.etag in [t.strip() for t in if_none_match.split(",")]:
+        if unchanged:
             return Response(status_code=304, headers=headers)
-        plan_service.record_fetch(session, actor=p.name, a=a)
+        await run_in_threadpool(_record_fetch, p.name, a)
         return Response(a.signed, media_type="application/jose", headers=headers)
+
+    def _current(name: str):
+        with db.transaction() as s:
+            try:
+                return plan_service.current_assignment(s, name)
+            except NotFound as exc:
+                if "not registered" in exc.detail:
+                    raise
+                return None
+
+    def _record_fetch(actor: str, a) -> None:
+        with db.transaction() as s:
+            plan_service.record_fetch(s, actor=actor, a=a)
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
     def report(name: str, body: ReportIn, session: SessionDep, p: NodeAgent):
@@ -271,6 +307,27 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         secret, row = token_service.create(session, role=body.role, label=body.label)
         audit.append(session, actor=p.name, kind="token.created", subject=f"token:{row.id}",
                      payload={"id": row.id, "role": row.role, "label": row.label})
-        return {"id": row.id, "role": row.role, "token": secret}
+        return {**token_service.token_dict(row), "token": secret}
+
+    @app.get("/v1/tokens", operation_id="listTokens", tags=["tokens"])
+    def list_tokens(session: SessionDep, p: Admin, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+                    after: int | None = None):
+        rows = token_service.list_tokens(session, limit=limit, after=after)
+        return {"items": [token_service.token_dict(t) for t in rows],
+                "next": rows[-1].id if len(rows) == limit else None}
+
+    @app.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"])
+    def revoke_token(token_id: int, session: SessionDep, p: Admin):
+        row = token_service.revoke(session, token_id)
+        audit.append(session, actor=p.name, kind="token.revoked", subject=f"token:{row.id}", node=row.node_name,
+                     payload={"id": row.id, "role": row.role})
+        return token_service.token_dict(row)
+
+    @app.post("/v1/tokens/{token_id}/rotate", operation_id="rotateToken", tags=["tokens"])
+    def rotate_token(token_id: int, session: SessionDep, p: Admin):
+        secret, row = token_service.rotate(session, token_id)
+        audit.append(session, actor=p.name, kind="token.rotated", subject=f"token:{token_id}", node=row.node_name,
+                     payload={"revoked": token_id, "id": row.id, "role": row.role})
+        return {**token_service.token_dict(row), "token": secret}
 
     return app

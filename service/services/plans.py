@@ -153,3 +153,18 @@ def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
     audit.append(session, actor=actor, kind="plan.revoked", subject=f"plan:{plan_id}", plan_id=plan_id,
                  payload={"nodes": [a.node_name for a in assignments], "at": utcnow().isoformat()})
     return plan
+
+
+def reissue(session: Session, *, actor: str, settings: Settings, keys: KeyStore, plan_id: str) -> dict:
+    """Rollback: the earlier plan's content (manifest, nodes, engine args, env, workload, version), re-validated
+    and signed as a new plan with a new per-node seq."""
+    old, assignments = get(session, plan_id)
+    req = old.request
+    body = {"manifest": old.manifest_id, "nodes": [a.node_name for a in assignments],
+            "engine_args": req.get("engine_args") or {}, "env": req.get("env") or {},
+            "environment": req.get("environment"), "workload": req.get("workload"),
+            "vllm_version": req.get("vllm_version")}
+    out = create(session, actor=actor, settings=settings, keys=keys, body=body)
+    audit.append(session, actor=actor, kind="plan.reissued", subject=f"plan:{out['id']}", plan_id=out["id"],
+                 payload={"from": plan_id})
+    return out

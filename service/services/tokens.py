@@ -58,3 +58,38 @@ def revoke_node_tokens(session: Session, node: str) -> int:
     for r in rows:
         r.revoked_at = utcnow()
     return len(rows)
+
+
+def token_dict(row: Token) -> dict:
+    return {"id": row.id, "role": row.role, "node": row.node_name, "label": row.label,
+            "created_at": row.created_at.isoformat(),
+            "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}
+
+
+def get(session: Session, token_id: int) -> Token:
+    from ..errors import NotFound
+
+    row = session.get(Token, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id} does not exist", field="token_id")
+    return row
+
+
+def list_tokens(session: Session, *, limit: int, after: int | None) -> list[Token]:
+    q = select(Token).order_by(Token.id).limit(limit)
+    if after:
+        q = q.where(Token.id > after)
+    return list(session.execute(q).scalars())
+
+
+def revoke(session: Session, token_id: int) -> Token:
+    row = get(session, token_id)
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+    return row
+
+
+def rotate(session: Session, token_id: int) -> tuple[str, Token]:
+    """Revoke a token and issue a new one with the same role, node and label."""
+    old = revoke(session, token_id)
+    return create(session, role=old.role, node=old.node_name, label=old.label)
