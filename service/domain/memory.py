@@ -293,6 +293,7 @@ def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: f
         first_dense = facts.first_k_dense_replace
         mlp_only = set(text.get("mlp_only_layers") or [])
         step = text.get("decoder_sparse_step") or text.get("moe_layer_freq") or 1
+        step = step if isinstance(step, int) and step > 0 else 1
     for i in range(L):
         norms = 2 * H * act_bytes
         if n_exp and i >= first_dense and i not in mlp_only and (i % step == 0 if step > 1 else True):
@@ -637,7 +638,10 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     seq_len = wl.avg_seq_len if wl and wl.avg_seq_len else mml
     if not (wl and wl.avg_seq_len):
         assumptions.append("no workload.avg_seq_len: max_num_seqs_bound uses max_model_len (worst case)")
-    bound = int(pool // (kv_per_token * seq_len)) if kv_per_token and seq_len else None
+    # blocks per request at that length (equals pool / (KV per token × length) for full attention, rounded to
+    # blocks; sliding-window layers count only their window)
+    bpr = blocks_per_request(seq_len) if seq_len else 0
+    bound = int(num_blocks // bpr) if bpr else None
 
     return Budget(
         gpu_memory_bytes=total,

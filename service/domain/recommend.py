@@ -1,0 +1,165 @@
+"""Recommendations: the launch values a careful operator would choose, following ../shared/GUIDE.md §9 (and §2-§7),
+for the engine arguments the request leaves out. Values the request sets are never changed.
+
+``recommend(request)`` returns ``(engine_args, explanations)``: the request's engine args with the filled values
+added, and one ``{"field", "value", "why"}`` per filled value. Choices (documented where the guide leaves room):
+
+- ``tensor_parallel_size`` (§2): the largest valid TP up to the GPUs of one node (heads, KV heads and padded vocab
+  divisible). On a PCIe node (``interconnect == "pcie"``) the smallest valid TP whose budget holds one
+  ``max_model_len`` request and at least 0.5 × the concurrency target instead (all-reduce over PCIe dominates).
+- ``max_model_len`` (§4): ``min(ceil(P99 × 1.2) rounded up to a multiple of 1024, the derived maximum)``; the
+  multiple of 1024 gives the guide's "peak ≈ 6k → 8192" (7200 → 8192). Without a P99: left to vLLM (derived max).
+- ``max_num_batched_tokens`` (§6): 4096 long-in/short-out, 8192 balanced (or unknown), 16384 short-in/long-out;
+  raised to max_model_len when chunked prefill is off.
+- ``enable_chunked_prefill`` (§6): on, unless the workload's P99 is below 512 tokens (all prompts short).
+- ``enforce_eager`` (§7): off.
+- ``gpu_memory_utilization`` and ``max_num_seqs`` (§3, §5, §9): stage ``initial`` (the default: the guide's
+  conservative start) → 0.85 and 0.5 × bound; ``production`` → 0.90 and 0.75 × bound, where
+  ``bound = KV pool / (KV bytes per token × avg_seq_len)`` (``max_model_len`` when the workload gives no average),
+  computed with the memory model (service/domain/memory.py) for the recommended values; capped at
+  max_num_batched_tokens (vLLM requires max_num_batched_tokens ≥ max_num_seqs).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .context import build_context
+from .errors import DomainError
+from .memory import Budget, compute_budget, format_gib
+from .request import LaunchRequest
+
+MNBT_BY_SHAPE = {"long_in_short_out": 4096, "balanced": 8192, "short_in_long_out": 16384}
+STAGES = {"initial": (0.85, 0.5), "production": (0.90, 0.75)}
+SHORT_PROMPTS = 512
+
+
+def _norm(args: dict[str, Any]) -> dict[str, Any]:
+    return {str(k).lstrip("-").replace("-", "_"): v for k, v in args.items()}
+
+
+def _budget_for(request: LaunchRequest, args: dict[str, Any]) -> Budget:
+    return compute_budget(build_context(request.model_copy(update={"engine_args": args})))
+
+
+def valid_tps(request: LaunchRequest, limit: int) -> list[int]:
+    """TPs up to ``limit`` that vLLM accepts for this model: heads divisible (§1.1), KV heads divisible or dividing
+    (§1.2; MLA exempt), padded vocabulary divisible (§1.7)."""
+    facts = build_context(request.model_copy(update={"engine_args": {}})).facts
+    out = []
+    for t in range(1, limit + 1):
+        if facts.num_attention_heads % t:
+            continue
+        kv = facts.total_num_kv_heads
+        if not facts.is_mla and not (kv % t == 0 or t % kv == 0):
+            continue
+        if facts.vocab_size and ((facts.vocab_size + 63) // 64 * 64) % t:
+            continue
+        out.append(t)
+    return out
+
+
+def recommended_max_model_len(p99: int, derived: int) -> int:
+    """``min(ceil(P99 × 1.2) rounded up to a multiple of 1024, derived)`` (GUIDE.md §4)."""
+    want = math.ceil(p99 * 1.2)
+    return min(int(math.ceil(want / 1024) * 1024), derived)
+
+
+def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Fill the engine arguments the request leaves out (GUIDE.md §9). Raises DomainError for input that cannot be
+    judged (as ``validate`` does)."""
+    given = _norm(request.engine_args)
+    args: dict[str, Any] = dict(given)
+    why: list[dict[str, Any]] = []
+    wl = request.workload
+    stage = (wl.stage if wl and wl.stage else "initial")
+    util_target, mns_fraction = STAGES[stage]
+    base_ctx = build_context(request)
+    derived = base_ctx.facts.derived_max_model_len
+
+    def explain(fld: str, value: Any, text: str) -> None:
+        args[fld] = value
+        why.append({"field": fld, "value": value, "why": text})
+
+    # max_model_len (§4) — decided before TP because the PCIe choice depends on it
+    if "max_model_len" not in given and wl and wl.p99_seq_len:
+        mml = recommended_max_model_len(wl.p99_seq_len, derived)
+        explain("max_model_len", mml,
+                f"P99 {wl.p99_seq_len} tokens × 1.2 = {math.ceil(wl.p99_seq_len * 1.2)}, rounded up to a multiple of "
+                f"1024, capped at the model's maximum {derived} (GUIDE.md §4: from the traffic, not the model card)")
+    # chunked prefill (§6)
+    if "enable_chunked_prefill" not in given:
+        short = bool(wl and wl.p99_seq_len and wl.p99_seq_len < SHORT_PROMPTS)
+        explain("enable_chunked_prefill", not short,
+                "every prompt is short (P99 < 512 tokens): chunking gains nothing (GUIDE.md §6)" if short else
+                "on: long prompts are cut into chunks so decodes keep running between them (GUIDE.md §6); "
+                "vLLM 0.33's default too")
+    # max_num_batched_tokens (§6)
+    if "max_num_batched_tokens" not in given:
+        shape = wl.shape if wl and wl.shape else None
+        mnbt = MNBT_BY_SHAPE.get(shape or "balanced", 8192)
+        reason = (f"workload shape {shape}: " if shape else "no workload shape: the guide's starting point ") + \
+            f"{mnbt} tokens per step (GUIDE.md §6: 4096 long-in/short-out, 8192 balanced, 16384 short-in/long-out)"
+        if not args.get("enable_chunked_prefill", True):
+            mml_now = int(args.get("max_model_len") or derived)
+            if mnbt < mml_now:
+                mnbt = mml_now
+                reason += f"; raised to max_model_len {mml_now} because chunked prefill is off (vLLM refuses less)"
+        explain("max_num_batched_tokens", mnbt, reason)
+    # enforce_eager (§7)
+    if "enforce_eager" not in given:
+        explain("enforce_eager", False, "CUDA graphs on: 10-20 % faster than eager; eager is for debugging only "
+                "(GUIDE.md §7)")
+    # gpu_memory_utilization (§3, §9)
+    if "gpu_memory_utilization" not in given:
+        explain("gpu_memory_utilization", util_target,
+                f"stage {stage}: {util_target} ({'conservative start' if stage == 'initial' else 'production cap'}; "
+                "GUIDE.md §3, §9 — vLLM's own default 0.92 is above the production cap)")
+    # tensor_parallel_size (§2)
+    if "tensor_parallel_size" not in given:
+        limit = request.hardware.count // int(args.get("pipeline_parallel_size", 1) or 1)
+        tps = valid_tps(request, max(1, limit))
+        pcie = request.hardware.interconnect == "pcie"
+        choice = tps[-1] if tps else 1
+        reason = (f"the largest TP up to the node's {request.hardware.count} GPUs that the model accepts "
+                  f"(valid: {tps}); spreading weights thin leaves each GPU more KV cache (GUIDE.md §2)")
+        if pcie:
+            for t in tps:
+                try:
+                    b = _budget_for(request, {**args, "tensor_parallel_size": t})
+                except DomainError:
+                    continue
+                if b.fits_max_model_len and (b.max_num_seqs_bound or 0) >= 1:
+                    choice = t
+                    reason = (f"PCIe node (no NVLink): the smallest valid TP ({t}, of {tps}) whose KV cache holds "
+                              "one max_model_len request; all-reduce over PCIe makes larger TP slower (GUIDE.md §2)")
+                    break
+        explain("tensor_parallel_size", choice, reason)
+    # max_num_seqs (§5, §9): from the bound with the values chosen so far (two passes: the sampler's profile
+    # memory depends on max_num_seqs)
+    if "max_num_seqs" not in given:
+        trial = dict(args)
+        trial["max_num_seqs"] = 256
+        mns = 1
+        b = None
+        for _ in range(2):
+            b = _budget_for(request, trial)
+            bound = b.max_num_seqs_bound or 0
+            mns = max(1, int(bound * mns_fraction))
+            cap = int(trial.get("max_num_batched_tokens") or b.profiled_tokens)
+            mns = min(mns, cap)
+            trial["max_num_seqs"] = mns
+        assert b is not None
+        seq = b.max_num_seqs_bound_seq_len
+        explain("max_num_seqs", mns,
+                f"bound = KV pool {format_gib(b.kv_cache_bytes_per_gpu)} GiB / ({b.kv_bytes_per_token_per_gpu:,} B/token "
+                f"× {seq} tokens{' average' if wl and wl.avg_seq_len else ' (max_model_len; no average given)'}) ≈ "
+                f"{b.max_num_seqs_bound}; stage {stage} takes {mns_fraction} × bound (GUIDE.md §5, §9)")
+    return args, why
+
+
+def recommended_budget(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, Any]], Budget]:
+    """``recommend`` plus the budget of the recommended launch."""
+    args, why = recommend(request)
+    return args, why, _budget_for(request, args)

@@ -1,0 +1,196 @@
+"""Budget rules: the per-GPU memory budget (service/domain/memory.py) against what vLLM 0.33 needs at start-up
+(../shared/vllm-rules.md §4 KV fit check, §6 memory accounting; GUIDE.md §5 max_num_seqs bound).
+
+These run in phase ``budget``, after ``ctx.budget`` is computed. GiB figures are printed as vLLM prints them,
+``round(b / 2**30, 2)``.
+"""
+
+from __future__ import annotations
+
+from ..context import LaunchContext, build_context
+from ..errors import DomainError
+from ..gpus import GIB
+from ..memory import Budget, compute_budget, format_gib
+from . import error, rule, warning
+
+SRC_NO_MEM = "vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:56-64"
+SRC_FIT = "vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:66-87, 1533-1557"
+SRC_FREE = "vllm 0.33.0 vllm/v1/worker/utils.py:716-772; gpu_worker.py:500-544 (vllm-rules.md correction 3)"
+SRC_BOUND = "GUIDE.md §5 (bound ≈ KV pool / (KV bytes per token × average sequence length))"
+DOCS = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
+
+NO_MEMORY_MSG = (
+    "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine "
+    "(this flag also controls CPU memory reservation on the CPU backend, despite its name). See "
+    f"{DOCS} for more details."
+)
+AUTO_FIT_MSG = ("Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. "
+                "Try increasing `gpu_memory_utilization`.")
+
+# Memory taken before vLLM's free-memory check at worker start (CUDA context + cuBLAS handle; NCCL communicators at
+# world size > 1). Estimates: a torch CUDA context is ~0.3-0.5 GiB on current GPUs, NCCL buffers a few hundred MiB.
+STARTUP_RESERVED_BYTES = int(0.5 * GIB)
+STARTUP_NCCL_BYTES = int(0.25 * GIB)
+
+
+def _budget(ctx: LaunchContext) -> Budget | None:
+    b = ctx.budget
+    return b if isinstance(b, Budget) else None
+
+
+def _valid_tp(ctx: LaunchContext, t: int) -> bool:
+    f = ctx.facts
+    if f.num_attention_heads % t:
+        return False
+    kv = f.total_num_kv_heads
+    if not f.is_mla and not (kv % t == 0 or t % kv == 0):
+        return False
+    if f.vocab_size and ((f.vocab_size + 63) // 64 * 64) % t:
+        return False
+    return True
+
+
+def smallest_fitting_tp(ctx: LaunchContext) -> int | None:
+    """The smallest TP above the requested one (within the GPUs of the instance, heads/KV/vocab divisible) whose
+    budget holds one ``max_model_len`` sequence."""
+    top = ctx.total_gpus // max(1, ctx.pp)
+    for t in range(ctx.tp + 1, top + 1):
+        if not _valid_tp(ctx, t):
+            continue
+        args = dict(ctx.request.engine_args)
+        for k in list(args):
+            if k.lstrip("-").replace("-", "_") == "tensor_parallel_size":
+                del args[k]
+        args["tensor_parallel_size"] = t
+        try:
+            other = build_context(ctx.request.model_copy(update={"engine_args": args}))
+            b = compute_budget(other)
+        except DomainError:
+            continue
+        if b.fits_max_model_len:
+            return t
+    return None
+
+
+@rule("weights_fit", severity="error", source=SRC_NO_MEM, phase="budget")
+def weights_fit(ctx: LaunchContext):
+    """Weights on one GPU (per TP rank and PP stage, after ``cpu_offload_gb``) must fit in
+    ``gpu_memory_utilization × total``; otherwise loading runs out of memory or vLLM finds no memory for the cache."""
+    b = _budget(ctx)
+    if b is None or ctx.args.get("kv_cache_memory_bytes") is not None:
+        return []
+    if b.weights_bytes_per_gpu < b.usable_bytes:
+        return []
+    msg = (f"Weights need {format_gib(b.weights_bytes_per_gpu)} GiB per GPU ({b.weights_source}) but "
+           f"gpu_memory_utilization {b.gpu_memory_utilization} × {format_gib(b.gpu_memory_bytes)} GiB allows "
+           f"{format_gib(b.usable_bytes)} GiB: loading fails with CUDA out of memory, or: {NO_MEMORY_MSG}")
+    remedy = {"tensor_parallel_size": smallest_tp_for_weights(ctx), "cpu_offload_gb": round(
+        (b.weights_bytes_per_gpu - b.usable_bytes + b.overhead_bytes) / GIB + 1, 1)}
+    return [error("weights_fit", msg, remedy=remedy, source=SRC_NO_MEM, field="engine_args.tensor_parallel_size",
+                  weights_gib=format_gib(b.weights_bytes_per_gpu), usable_gib=format_gib(b.usable_bytes))]
+
+
+def smallest_tp_for_weights(ctx: LaunchContext) -> int | None:
+    top = ctx.total_gpus // max(1, ctx.pp)
+    for t in range(ctx.tp + 1, top + 1):
+        if not _valid_tp(ctx, t):
+            continue
+        args = {k: v for k, v in ctx.request.engine_args.items()
+                if k.lstrip("-").replace("-", "_") != "tensor_parallel_size"}
+        args["tensor_parallel_size"] = t
+        try:
+            b = compute_budget(build_context(ctx.request.model_copy(update={"engine_args": args})))
+        except DomainError:
+            continue
+        if b.pool_raw_bytes > 0 and b.num_gpu_blocks > 0:
+            return t
+    return None
+
+
+@rule("kv_pool_empty", severity="error", source=SRC_NO_MEM, phase="budget")
+def kv_pool_empty(ctx: LaunchContext):
+    """After weights and overhead (activation peak, non-torch memory, CUDA graphs) nothing is left for even one KV
+    block: vLLM raises "No available memory for the cache blocks" (or cannot auto-fit max_model_len)."""
+    b = _budget(ctx)
+    if b is None or b.num_gpu_blocks > 0:
+        return []
+    msg = AUTO_FIT_MSG if ctx.max_model_len_auto else NO_MEMORY_MSG
+    detail = (f" Estimate per GPU: {format_gib(b.usable_bytes)} GiB usable − {format_gib(b.weights_bytes_per_gpu)} "
+              f"GiB weights − {format_gib(b.overhead_bytes)} GiB overhead = {format_gib(b.pool_raw_bytes)} GiB for "
+              f"the KV cache (one block is {b.bytes_per_block:,} bytes).")
+    remedy: dict = {}
+    t = smallest_tp_for_weights(ctx)
+    if t:
+        remedy["tensor_parallel_size"] = t
+    if b.gpu_memory_utilization < 0.9:
+        remedy["gpu_memory_utilization"] = 0.9
+    return [error("kv_pool_empty", msg + detail, remedy=remedy or None, source=SRC_NO_MEM,
+                  field="engine_args.gpu_memory_utilization", pool_gib=format_gib(b.pool_raw_bytes))]
+
+
+@rule("kv_cache_fits_max_len", severity="error", source=SRC_FIT, phase="budget")
+def kv_cache_fits_max_len(ctx: LaunchContext):
+    """The KV pool, less the null block, must hold one ``max_model_len`` request (``cdiv(max_model_len / DCP,
+    block_size)`` blocks). Remedy: the largest max_model_len that fits, and the smallest TP that fits the requested
+    one."""
+    b = _budget(ctx)
+    if b is None or b.num_gpu_blocks == 0 or b.fits_max_model_len or ctx.max_model_len_auto:
+        return []
+    available = max(0, b.kv_cache_bytes_per_gpu - b.bytes_per_block)
+    est = b.estimated_max_model_len
+    estimated_msg = f"Based on the available memory, the estimated maximum model length is {est}. " if est > 0 else ""
+    msg = (f"To serve at least one request with the model's max seq len ({ctx.max_model_len}), "
+           f"({format_gib(b.needed_bytes_max_model_len)} GiB KV cache is needed, which is larger than the available "
+           f"KV cache memory ({format_gib(available)} GiB). {estimated_msg}Try increasing `gpu_memory_utilization` "
+           "(which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the "
+           f"engine. See {DOCS} for more details.")
+    remedy: dict = {"max_model_len": est}
+    t = smallest_fitting_tp(ctx)
+    if t:
+        remedy["tensor_parallel_size"] = t
+    return [error("kv_cache_fits_max_len", msg, remedy=remedy, source=SRC_FIT, field="engine_args.max_model_len",
+                  needed_gib=format_gib(b.needed_bytes_max_model_len), available_gib=format_gib(available),
+                  estimated_max_model_len=est)]
+
+
+@rule("max_num_seqs_above_bound", severity="warning", source=SRC_BOUND, phase="budget")
+def max_num_seqs_above_bound(ctx: LaunchContext):
+    """``max_num_seqs`` above ``KV pool / (KV bytes per token × workload.avg_seq_len)``: that many sequences of the
+    average length cannot be resident at once, so preemption is certain. Needs ``workload.avg_seq_len``."""
+    b = _budget(ctx)
+    wl = ctx.request.workload
+    if b is None or not (wl and wl.avg_seq_len) or b.max_num_seqs_bound is None or b.num_gpu_blocks == 0:
+        return []
+    bound = b.max_num_seqs_bound
+    if ctx.max_num_seqs <= bound:
+        return []
+    msg = (f"max_num_seqs {ctx.max_num_seqs} is above what the KV pool holds at the average sequence length: "
+           f"{format_gib(b.kv_cache_bytes_per_gpu)} GiB / ({b.kv_bytes_per_token_per_gpu:,} B/token × "
+           f"{wl.avg_seq_len} tokens) ≈ {bound} sequences, so the scheduler will preempt. Production value: "
+           f"0.7-0.8 × bound ({int(0.75 * bound)}); load tests start at 0.5 × bound ({int(0.5 * bound)}).")
+    return [warning("max_num_seqs_above_bound", msg, remedy={"max_num_seqs": max(1, int(0.75 * bound))},
+                    source=SRC_BOUND, field="engine_args.max_num_seqs", bound=bound)]
+
+
+@rule("util_exceeds_free", severity="error", source=SRC_FREE, phase="budget")
+def util_exceeds_free(ctx: LaunchContext):
+    """At worker start vLLM requests ``ceil(total × gpu_memory_utilization)`` and compares it with the memory free
+    after the CUDA context, cuBLAS and NCCL are created; at 1.0 that always fails. The reserved part is an estimate
+    (0.5 GiB, + 0.25 GiB for NCCL at world size > 1)."""
+    b = _budget(ctx)
+    util = ctx.gpu_memory_utilization
+    if b is None or not (0 < util <= 1) or ctx.args.get("kv_cache_memory_bytes") is not None:
+        return []
+    total = b.gpu_memory_bytes
+    reserved = STARTUP_RESERVED_BYTES + (STARTUP_NCCL_BYTES if ctx.tp * ctx.pp > 1 else 0)
+    free = total - reserved
+    requested = b.usable_bytes
+    if requested <= free:
+        return []
+    msg = (f"Free memory on device cuda:0 ({format_gib(free)}/{format_gib(total)} GiB) on startup is less than "
+           f"desired GPU memory utilization ({util}, {format_gib(requested)} GiB). Decrease GPU memory utilization "
+           "or reduce GPU memory used by other processes.")
+    top = int(free / total * 100) / 100
+    return [error("util_exceeds_free", msg, remedy={"gpu_memory_utilization": min(top, 0.95)}, source=SRC_FREE,
+                  field="engine_args.gpu_memory_utilization", free_gib=format_gib(free),
+                  requested_gib=format_gib(requested))]
