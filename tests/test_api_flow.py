@@ -191,3 +191,23 @@ def test_reissue_is_a_new_plan_with_a_new_seq(client, settings):
     token = client.get("/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node['agent_token']}"}).text
     assert verify_plan(token, client.get("/.well-known/jwks.json").json(), node="gpu-01",
                        audience=settings.audience, last_seq=2).claims["jti"] == new["id"]
+
+
+def test_workload_fills_recommended_values_into_the_signed_plan(client):
+    """Llama-3.1-70B on 8 × H100, average 2000 tokens, P99 8000: every filled value explained, budget adds up."""
+    register_node(client)
+    register_manifest(client)
+    r = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
+                                       "workload": {"avg_seq_len": 2000, "p99_seq_len": 8000}})
+    assert r.status_code == 201, r.text
+    plan = r.json()
+    recs = {x["field"]: x for x in plan["recommendations"]}
+    assert recs["tensor_parallel_size"]["value"] == 8
+    assert recs["max_model_len"]["value"] == 10240  # 8000 × 1.2 = 9600 → next multiple of 1024
+    assert recs["gpu_memory_utilization"]["value"] == 0.85
+    assert all(x["why"] for x in plan["recommendations"])
+    argv = plan["argv"]
+    assert argv[argv.index("--max-model-len") + 1] == "10240"
+    assert argv[argv.index("--max-num-seqs") + 1] == str(recs["max_num_seqs"]["value"])
+    b = plan["budget"]
+    assert b["weights_bytes_per_gpu"] + b["overhead_bytes"] + b["kv_cache_bytes_per_gpu"] == b["usable_bytes"]

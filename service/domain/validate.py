@@ -27,6 +27,7 @@ class ValidationResult:
     vllm_version: str
     effective: dict[str, Any]
     budget: dict[str, Any] | None = None
+    recommendations: list[dict[str, Any]] = field(default_factory=list)
     context: LaunchContext | None = field(default=None, repr=False)
 
     @property
@@ -42,6 +43,7 @@ class ValidationResult:
             "vllm_version": self.vllm_version,
             "effective": self.effective,
             "budget": self.budget,
+            "recommendations": self.recommendations,
         }
 
 
@@ -66,12 +68,22 @@ def effective_values(ctx: LaunchContext) -> dict[str, Any]:
     }
 
 
-def validate(request: LaunchRequest, *, model_ref: str | None = None) -> ValidationResult:
+def validate(request: LaunchRequest, *, model_ref: str | None = None, fill: bool = True) -> ValidationResult:
     """Judge one launch request.
+
+    When the request carries a ``workload`` and ``fill`` is true, the engine arguments it leaves out are first filled
+    with the recommended values (service/domain/recommend.py, GUIDE.md §9); each filled value is listed in
+    ``recommendations`` with its reason, and the verdict judges the filled launch.
 
     Raises DomainError (service.domain.errors) for input that cannot be judged (unknown GPU, unsupported
     vllm_version, config.json without heads/layers/hidden size, unknown quantization.txt tag, ill-typed engine args).
     """
+    recommendations: list[dict[str, Any]] = []
+    if fill and request.workload is not None:
+        from .recommend import recommend
+
+        engine_args, recommendations = recommend(request)
+        request = request.model_copy(update={"engine_args": engine_args})
     ctx = build_context(request)
     findings = run_rules(ctx, "config")
     from . import memory  # local import: memory depends on rules' helpers
@@ -88,5 +100,6 @@ def validate(request: LaunchRequest, *, model_ref: str | None = None) -> Validat
         vllm_version=ctx.version,
         effective=effective_values(ctx),
         budget=ctx.budget.as_dict() if ctx.budget is not None else None,
+        recommendations=recommendations,
         context=ctx,
     )

@@ -74,7 +74,8 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
             + "; ".join(f"{f.rule}: {f.message}" for f in result.errors),
             findings=findings, argv=result.argv, budget=result.budget,
         )
-    plan = Plan(id=str(uuid.uuid4()), manifest_id=manifest.id, request=request.model_dump(mode="json"),
+    judged = result.context.request if result.context is not None else request  # with recommended values filled
+    plan = Plan(id=str(uuid.uuid4()), manifest_id=manifest.id, request=judged.model_dump(mode="json"),
                 verdict=result.verdict, findings=findings, argv=result.argv, command=result.command,
                 env=dict(request.env), budget=result.budget, vllm_version=result.vllm_version, created_by=actor)
     session.add(plan)
@@ -103,7 +104,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
                  node=names[0] if len(names) == 1 else None,
                  payload={"manifest": manifest.digest, "nodes": names, "seqs": [a.seq for a in assignments],
                           "verdict": result.verdict, "argv": result.argv, "kid": keys.active_kid})
-    return plan_dict(plan, assignments)
+    return {**plan_dict(plan, assignments), "recommendations": result.recommendations}
 
 
 def get(session: Session, plan_id: str) -> tuple[Plan, list[Assignment]]:
