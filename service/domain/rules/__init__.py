@@ -76,6 +76,8 @@ def _register_all() -> None:
     import pkgutil
 
     for mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        if mod == "catalogue":  # the docs generator, run as ``python -m``; it registers no rules
+            continue
         importlib.import_module(f"{__name__}.{mod}")
 
 

@@ -18,12 +18,15 @@ def _env_true(ctx: LaunchContext, name: str) -> bool:
 def max_len_vs_positions(ctx: LaunchContext):
     """``max_model_len`` must not exceed the derived maximum (smallest length key, ``model_max_length`` override,
     rope scaling only for scaling types; YaRN no longer rescales since PR #56446) unless
-    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` is set (then a warning). A value ≤ ``model_max_length`` is tolerated.
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` is set (then a warning). A value ≤ ``model_max_length`` is tolerated; a
+    config.json without any length key takes the user's value unchecked.
     """
     f = ctx.facts
     if "max_model_len" not in ctx.args.given or ctx.max_model_len_auto:
         return []
     mml, derived = ctx.max_model_len, f.derived_max_model_len
+    if f.max_len_key == "default":
+        return []  # no length key in config.json: vLLM uses the user's value as-is (model.py:2579-2596)
     if mml <= derived or (f.model_max_length and mml <= f.model_max_length):
         return []
     msg = (f"User-specified max_model_len ({mml}) is greater than the derived max_model_len "

@@ -93,7 +93,9 @@ def _block(ctx: LaunchContext) -> tuple[int, int] | None:
 def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int, int]]:
     """Dense and shared-expert layers whose per-rank dims are not multiples of the FP8 block at ``tp``:
     column-parallel output partitions % block_n, row-parallel input % block_k. Routed experts are exempt in 0.33
-    (the Triton MoE path refines the scale blocks, correction 1)."""
+    (the Triton MoE path refines the scale blocks, correction 1). The fused GQA ``qkv_proj`` is not judged: its
+    per-rank partitions follow head counts and replicated KV heads, and vllm-rules.md states no 0.33 failure for it
+    (MiMo-V2-Flash, head_dim 192, loads at TP=16)."""
     blk = _block(ctx)
     if blk is None:
         return []
@@ -103,6 +105,8 @@ def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int
     for lin in linear_layers(ctx, tp):
         if lin.moe or not lin.exact or lin.ranks == 1 or ignored(lin.name, ignore, "substring"):
             continue
+        if lin.name.endswith("qkv_proj"):
+            continue  # fused GQA QKV: per-head partitions, not judged (see block_misaligned docstring)
         if lin.kind == "row" and lin.in_rank % bk:
             bad.append((lin, "k", lin.in_rank, bk))
         elif lin.kind == "column":
