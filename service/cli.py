@@ -216,7 +216,9 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
               node: str = typer.Option(..., envvar="PREFLIGHT_NODE"),
               token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
               state: Optional[pathlib.Path] = typer.Option(None, help="State file (default ~/.preflight/agent-NODE.json)."),
-              print_only: bool = typer.Option(True, "--print/--exec", help="Print the command, or exec it."),
+              print_only: bool = typer.Option(True, "--print/--exec",
+                                              help="Print the command, or run it (the agent supervises it and "
+                                                   "reports started / running / failed)."),
               wait: bool = typer.Option(False, "--wait", help="Poll until a new plan is published."),
               poll_seconds: float = typer.Option(60.0, help="Long-poll window per request with --wait.")) -> None:
     """Fetch this node's plan, verify it offline against the JWKS, then print or exec exactly its argv."""
@@ -255,14 +257,12 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     if print_only:
         typer.echo(command)
         raise typer.Exit(0)
-    client.report(plan.claims["jti"], "started", command)
+    from .agent import runner
+
     env = {**os.environ, **plan.claims.get("env", {})}
-    try:
-        os.execvpe(plan.argv[0], plan.argv, env)
-    except OSError as exc:
-        client.report(plan.claims["jti"], "failed", f"exec failed: {exc}")
-        typer.echo(f"preflight agent: exec failed: {exc}", err=True)
-        raise typer.Exit(4)
+    code = runner.run(plan.argv, env, lambda status, msg, details: client.report(plan.claims["jti"], status, msg,
+                                                                                 details))
+    raise typer.Exit(code)
 
 
 @agent_app.command("verify")
@@ -286,12 +286,26 @@ def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact 
     typer.echo(json.dumps(plan.claims, indent=2))
 
 
+def _audit_key_event(kind: str, payload: dict) -> None:
+    """Record a key change in the audit log when the database is reachable (a key change must not depend on it)."""
+    from . import audit
+    from .db.session import Database
+
+    try:
+        with Database(_settings().resolved_database_url).transaction() as s:
+            audit.append(s, actor="cli", kind=kind, subject=f"key:{payload.get('kid')}", payload=payload)
+    except Exception as exc:  # the key change itself stands; say that the log missed it
+        typer.echo(f"preflight: warning: could not record {kind} in the audit log: {exc.__class__.__name__}", err=True)
+
+
 @keys_app.command("rotate")
 def keys_rotate() -> None:
     """Create a new active signing key; older keys stay published until retired."""
     from .signing import KeyStore
 
-    typer.echo(KeyStore(_settings().key_dir).rotate())
+    kid = KeyStore(_settings().key_dir).rotate()
+    _audit_key_event("key.rotated", {"kid": kid})
+    typer.echo(kid)
 
 
 @keys_app.command("init")
@@ -313,6 +327,7 @@ def keys_retire(kid: str) -> None:
     except KeyError_ as exc:
         typer.echo(f"preflight: {exc}", err=True)
         raise typer.Exit(2)
+    _audit_key_event("key.retired", {"kid": kid})
     typer.echo(f"retired {kid}")
 
 
@@ -334,6 +349,139 @@ def audit_verify() -> None:
         result = audit.verify_chain(s)
     typer.echo(json.dumps(result))
     raise typer.Exit(0 if result["ok"] else 1)
+
+
+@audit_app.command("export")
+def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),
+                     out: Optional[pathlib.Path] = typer.Option(None, help="File to write (default: stdout)."),
+                     node: Optional[str] = None, plan: Optional[str] = None, model: Optional[str] = None,
+                     kind: Optional[str] = None, since: Optional[str] = typer.Option(None, help="ISO 8601 time"),
+                     until: Optional[str] = typer.Option(None, help="ISO 8601 time")) -> None:
+    """Export the audit log (filtered) as JSON Lines or CSV, read from the database."""
+    import datetime as dt
+
+    from sqlalchemy import select
+
+    from .db.models import AuditEvent
+    from .db.session import Database
+    from .services.audit_export import stream
+
+    if fmt not in ("jsonl", "csv"):
+        typer.echo("preflight: --format must be jsonl or csv", err=True)
+        raise typer.Exit(2)
+    q = select(AuditEvent).order_by(AuditEvent.id)
+    for col, value in ((AuditEvent.node, node), (AuditEvent.plan_id, plan), (AuditEvent.model, model),
+                       (AuditEvent.kind, kind)):
+        if value:
+            q = q.where(col == value)
+    try:
+        if since:
+            q = q.where(AuditEvent.ts >= dt.datetime.fromisoformat(since))
+        if until:
+            q = q.where(AuditEvent.ts < dt.datetime.fromisoformat(until))
+    except ValueError as exc:
+        typer.echo(f"preflight: {exc}", err=True)
+        raise typer.Exit(2)
+    sink = out.open("w", newline="") if out else sys.stdout
+    try:
+        for chunk in stream(Database(_settings().resolved_database_url), q, fmt):
+            sink.write(chunk)
+    finally:
+        if out:
+            sink.close()
+
+
+@audit_app.command("checkpoint")
+def audit_checkpoint(out: pathlib.Path = typer.Option(..., help="Where to write the signed checkpoint (JWS).")) -> None:
+    """Sign the current chain head with the service key and save it."""
+    from . import audit
+    from .db.session import Database
+    from .signing import KeyStore
+
+    s_ = _settings()
+    with Database(s_.resolved_database_url).transaction() as s:
+        try:
+            claims = audit.checkpoint_claims(s, s_.issuer)
+        except ValueError as exc:
+            typer.echo(f"preflight: {exc}", err=True)
+            raise typer.Exit(1)
+    out.write_text(KeyStore(s_.key_dir, create=False).sign(claims, typ=audit.CHECKPOINT_TYPE) + "\n")
+    typer.echo(json.dumps(claims))
+
+
+@audit_app.command("check-checkpoint")
+def audit_check_checkpoint(file: pathlib.Path = typer.Argument(..., help="A saved checkpoint JWS."),
+                           jwks_file: Optional[pathlib.Path] = typer.Option(None, "--jwks",
+                                                                            help="JWKS file (default: local keys)."),
+                           server: Optional[str] = typer.Option(None, help="Fetch the JWKS from this server.")) -> None:
+    """Verify a checkpoint's signature, then recompute this database's chain up to it. Exit 0 match, 1 mismatch."""
+    from . import audit
+    from .agent.verify import VerificationError, verify_jws
+    from .db.session import Database
+
+    if jwks_file:
+        jwks = json.loads(jwks_file.read_text())
+    elif server:
+        import httpx
+
+        jwks = httpx.get(server.rstrip("/") + "/.well-known/jwks.json", timeout=30).json()
+    else:
+        from .signing import KeyStore
+
+        jwks = KeyStore(_settings().key_dir, create=False).jwks()
+    try:
+        claims, kid = verify_jws(file.read_text().strip(), jwks, typ=audit.CHECKPOINT_TYPE)
+    except VerificationError as exc:
+        typer.echo(json.dumps({"ok": False, "reason": str(exc)}))
+        raise typer.Exit(1)
+    with Database(_settings().resolved_database_url).transaction() as s:
+        result = audit.check_checkpoint(s, claims)
+    typer.echo(json.dumps({**result, "kid": kid}))
+    raise typer.Exit(0 if result["ok"] else 1)
+
+
+tokens_app = typer.Typer(help="Bearer tokens (admin).", no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
+
+
+@tokens_app.command("create")
+def tokens_create(role: str = typer.Argument(..., help="admin, deployer or auditor"),
+                  label: Optional[str] = None,
+                  server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                  token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN")) -> None:
+    """Create a token; the secret is printed once."""
+    r = _client(server, token).post("/v1/tokens", json={"role": role, "label": label})
+    _fail_on_problem(r)
+    typer.echo(json.dumps(r.json(), indent=2))
+
+
+@tokens_app.command("list")
+def tokens_list(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN")) -> None:
+    """List tokens (never their secrets)."""
+    r = _client(server, token).get("/v1/tokens", params={"limit": 500})
+    _fail_on_problem(r)
+    for t in r.json()["items"]:
+        typer.echo(f"{t['id']:>5}  {t['role']:<9} {t['node'] or '-':<20} {'revoked' if t['revoked_at'] else 'active':<8} "
+                   f"{t['label'] or ''}")
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: int, server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                  token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN")) -> None:
+    """Revoke a token."""
+    r = _client(server, token).post(f"/v1/tokens/{token_id}/revoke")
+    _fail_on_problem(r)
+    typer.echo(json.dumps(r.json()))
+
+
+@tokens_app.command("rotate")
+def tokens_rotate(token_id: int, server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                  token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN")) -> None:
+    """Revoke a token and print its replacement (same role, node, label)."""
+    r = _client(server, token).post(f"/v1/tokens/{token_id}/rotate")
+    _fail_on_problem(r)
+    typer.echo(json.dumps(r.json(), indent=2))
 
 
 if __name__ == "__main__":  # pragma: no cover

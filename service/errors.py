@@ -44,5 +44,9 @@ class LaunchRejected(ApiError):
     status, title, type_suffix = 422, "Launch rejected", "launch-rejected"
 
 
+class PreconditionFailed(ApiError):
+    status, title, type_suffix = 412, "Precondition failed", "precondition-failed"
+
+
 class Unavailable(ApiError):
     status, title, type_suffix = 503, "Service unavailable", "unavailable"

@@ -101,9 +101,10 @@ class KeyStore:
             {**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"} for k in self.published()
         ]}
 
-    def sign(self, claims: dict[str, Any]) -> str:
+    def sign(self, claims: dict[str, Any], typ: str = PLAN_MEDIA_TYPE) -> str:
+        """Compact JWS over the claims (sorted-key JSON) with the active key; ``typ`` names the media type."""
         kid = self.active_kid
-        header = {"alg": ALG, "kid": kid, "typ": PLAN_MEDIA_TYPE}
+        header = {"alg": ALG, "kid": kid, "typ": typ}
         payload = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
         return jws.serialize_compact(header, payload, self._keys[kid], algorithms=[ALG])
 

@@ -53,9 +53,9 @@ def _b64json(part: str) -> dict:
     return json.loads(base64.urlsafe_b64decode(part + pad))
 
 
-def verify_plan(token: str, jwks: dict, *, node: str, audience: str, last_seq: int = 0, issuer: str | None = None,
-                now: float | None = None) -> VerifiedPlan:
-    """Verify a compact JWS plan for ``node``. Raises VerificationError naming the first failed check."""
+def verify_jws(token: str, jwks: dict, *, typ: str) -> tuple[dict[str, Any], str]:
+    """Check header (pinned alg, ``typ``), ``kid`` and signature; return ``(claims, kid)``. Raises
+    VerificationError."""
     if not isinstance(token, str) or token.count(".") != 2:
         raise VerificationError("malformed", "not a compact JWS")
     try:
@@ -65,8 +65,8 @@ def verify_plan(token: str, jwks: dict, *, node: str, audience: str, last_seq: i
     alg = header.get("alg")
     if alg not in PINNED_ALGS:
         raise VerificationError("alg_refused", f"algorithm {alg!r} is not pinned ({', '.join(PINNED_ALGS)})")
-    if header.get("typ") != PLAN_MEDIA_TYPE:
-        raise VerificationError("typ", f"typ {header.get('typ')!r} is not {PLAN_MEDIA_TYPE}")
+    if header.get("typ") != typ:
+        raise VerificationError("typ", f"typ {header.get('typ')!r} is not {typ}")
     kid = header.get("kid")
     jwk = next((k for k in (jwks or {}).get("keys", []) if k.get("kid") == kid), None)
     if jwk is None:
@@ -82,6 +82,15 @@ def verify_plan(token: str, jwks: dict, *, node: str, audience: str, last_seq: i
         claims = json.loads(obj.payload)
     except ValueError:
         raise VerificationError("malformed", "payload is not JSON") from None
+    if not isinstance(claims, dict):
+        raise VerificationError("malformed", "payload is not a JSON object")
+    return claims, kid
+
+
+def verify_plan(token: str, jwks: dict, *, node: str, audience: str, last_seq: int = 0, issuer: str | None = None,
+                now: float | None = None) -> VerifiedPlan:
+    """Verify a compact JWS plan for ``node``. Raises VerificationError naming the first failed check."""
+    claims, kid = verify_jws(token, jwks, typ=PLAN_MEDIA_TYPE)
     t = time.time() if now is None else now
     checks = [
         (claims.get("sub") == node, "wrong_node", f"plan is for node {claims.get('sub')!r}, not {node!r}"),

@@ -2,6 +2,7 @@
 
 
 import asyncio
+import datetime as dt
 import hmac
 import logging
 import time
@@ -9,7 +10,7 @@ from typing import Annotated, Any, Callable
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
@@ -22,14 +23,15 @@ from ..db.session import Database
 from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
-from ..errors import ApiError, Forbidden, NotFound, Unauthorized
+from ..errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized
+from ..services import audit_export, calibration, history, idempotency
 from ..services import manifests as manifest_service
 from ..services import nodes as node_service
 from ..services import plans as plan_service
 from ..services import tokens as token_service
 from ..settings import Settings
 from ..signing import KeyStore
-from .schemas import ManifestIn, NodeIn, PlanIn, ReportIn, TokenIn
+from .schemas import ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
 log = logging.getLogger("preflight")
 PROBLEM = "application/problem+json"
@@ -189,7 +191,25 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/nodes/{name}", operation_id="getNode", tags=["nodes"])
     def get_node(name: str, session: SessionDep, p: Reader):
-        return node_service.node_dict(node_service.get(session, name))
+        node = node_service.get(session, name)
+        return JSONResponse(node_service.node_dict(node), headers={"ETag": node_service.etag(node)})
+
+    @app.patch("/v1/nodes/{name}", operation_id="updateNode", tags=["nodes"],
+               responses={412: {"description": "If-Match does not match the node's current ETag"}})
+    def update_node(name: str, body: NodeUpdate, session: SessionDep, p: Admin,
+                    if_match: Annotated[str | None, Header()] = None):
+        changes = body.model_dump(exclude_unset=True)
+        if "gpu_count" in changes and changes["gpu_count"] is None:
+            raise DomainError("gpu_count", "gpu_count cannot be null")
+        node = node_service.update(session, actor=p.name, name=name, if_match=if_match, changes=changes)
+        return JSONResponse(node_service.node_dict(node), headers={"ETag": node_service.etag(node)})
+
+    @app.get("/v1/nodes/{name}/history", operation_id="nodeHistory", tags=["audit"])
+    def node_history(name: str, session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+                     before_seq: Annotated[int | None, Query(ge=1)] = None):
+        """Plans assigned to the node, newest first: who approved them, what ran, when it was fetched, started,
+        running or failed."""
+        return history.node_history(session, name, limit=limit, before_seq=before_seq)
 
     @app.post("/v1/nodes/{name}/token", operation_id="rotateNodeToken", tags=["nodes"])
     def rotate_node_token(name: str, session: SessionDep, p: Admin):
@@ -197,9 +217,13 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     # -- manifests --------------------------------------------------------------------------------------------
     @app.post("/v1/manifests", status_code=201, operation_id="registerManifest", tags=["manifests"])
-    def register_manifest(body: ManifestIn, session: SessionDep, p: Deployer):
-        m = manifest_service.register(session, actor=p.name, body=body.model_dump(mode="json"))
-        return manifest_service.manifest_dict(m)
+    def register_manifest(body: ManifestIn, p: Deployer,
+                          idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
+        data = body.model_dump(mode="json")
+        status, out, replayed = idempotency.run(
+            db, route="POST /v1/manifests", key=idempotency_key, body=data, status_code=201,
+            action=lambda s: manifest_service.manifest_dict(manifest_service.register(s, actor=p.name, body=data)))
+        return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
     @app.get("/v1/manifests", operation_id="listManifests", tags=["manifests"])
     def list_manifests(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
@@ -221,14 +245,22 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return validate(body).as_dict()
 
     @app.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"])
-    def create_plan(body: PlanIn, session: SessionDep, p: Deployer):
-        return plan_service.create(session, actor=p.name, settings=settings, keys=keys,
-                                   body=body.model_dump(mode="json"))
+    def create_plan(body: PlanIn, p: Deployer,
+                    idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
+        data = body.model_dump(mode="json")
+        status, out, replayed = idempotency.run(
+            db, route="POST /v1/plans", key=idempotency_key, body=data, status_code=201,
+            action=lambda s: plan_service.create(s, actor=p.name, settings=settings, keys=keys, body=data))
+        return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
     @app.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
     def get_plan(plan_id: str, session: SessionDep, p: Reader):
         plan, assignments = plan_service.get(session, plan_id)
         return plan_service.plan_dict(plan, assignments)
+
+    @app.get("/v1/plans/{plan_id}/placements", operation_id="planPlacements", tags=["audit"])
+    def plan_placements(plan_id: str, session: SessionDep, p: Reader):
+        return history.plan_placements(session, plan_id)
 
     @app.post("/v1/plans/{plan_id}/revoke", operation_id="revokePlan", tags=["plans"])
     def revoke_plan(plan_id: str, session: SessionDep, p: Deployer):
@@ -283,23 +315,59 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return {"id": r.id, "plan_id": r.plan_id, "node": r.node_name, "status": r.status}
 
     # -- audit -------------------------------------------------------------------------------------------------
+    def audit_query(node, plan, model, kind, since, until):
+        q = select(AuditEvent).order_by(AuditEvent.id)
+        for col, value in ((AuditEvent.node, node), (AuditEvent.plan_id, plan), (AuditEvent.model, model),
+                           (AuditEvent.kind, kind)):
+            if value:
+                q = q.where(col == value)
+        if since:
+            q = q.where(AuditEvent.ts >= since)
+        if until:
+            q = q.where(AuditEvent.ts < until)
+        return q
+
     @app.get("/v1/audit", operation_id="listAudit", tags=["audit"])
     def list_audit(session: SessionDep, p: Auditor, node: str | None = None, plan: str | None = None,
-                   kind: str | None = None, after: Annotated[int, Query(ge=0)] = 0,
+                   model: str | None = None, kind: str | None = None, since: dt.datetime | None = None,
+                   until: dt.datetime | None = None, after: Annotated[int, Query(ge=0)] = 0,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100):
-        q = select(AuditEvent).where(AuditEvent.id > after).order_by(AuditEvent.id).limit(limit)
-        if node:
-            q = q.where(AuditEvent.node == node)
-        if plan:
-            q = q.where(AuditEvent.plan_id == plan)
-        if kind:
-            q = q.where(AuditEvent.kind == kind)
+        """Audit events in chain order, filtered; ``next`` is the cursor (pass it as ``after``)."""
+        q = audit_query(node, plan, model, kind, since, until).where(AuditEvent.id > after).limit(limit)
         rows = list(session.execute(q).scalars())
         return {"items": [audit.event_dict(e) for e in rows], "next": rows[-1].id if len(rows) == limit else None}
 
+    @app.get("/v1/audit/export", operation_id="exportAudit", tags=["audit"],
+             responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}})
+    def export_audit(p: Auditor, format: Annotated[str, Query(pattern="^(jsonl|csv)$")] = "jsonl",
+                     node: str | None = None, plan: str | None = None, model: str | None = None,
+                     kind: str | None = None, since: dt.datetime | None = None, until: dt.datetime | None = None):
+        """The filtered audit log as JSON Lines or CSV, streamed in chain order."""
+        q = audit_query(node, plan, model, kind, since, until)
+        media = "application/x-ndjson" if format == "jsonl" else "text/csv"
+        return StreamingResponse(audit_export.stream(db, q, format), media_type=media)
+
     @app.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"])
     def verify_audit(session: SessionDep, p: Auditor):
-        return audit.verify_chain(session)
+        out = audit.verify_chain(session)
+        out.pop("last_id", None)
+        return out
+
+    @app.post("/v1/audit/checkpoints", status_code=201, operation_id="createAuditCheckpoint", tags=["audit"])
+    def create_checkpoint(session: SessionDep, p: Auditor):
+        """The chain head signed with the service key (compact JWS, typ audit-checkpoint): keep it, and later
+        check any copy of the database against it (``preflight audit check-checkpoint``)."""
+        try:
+            claims = audit.checkpoint_claims(session, settings.issuer)
+        except ValueError as exc:
+            raise Conflict(str(exc)) from None
+        return {"checkpoint": keys.sign(claims, typ=audit.CHECKPOINT_TYPE), "claims": claims}
+
+    @app.get("/v1/calibration", operation_id="calibration", tags=["audit"])
+    def calibration_summary(session: SessionDep, p: Reader, model: str | None = None, gpu: str | None = None,
+                            limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+        """Predicted vs printed KV cache tokens over the fleet (agents send vLLM's start-up figures)."""
+        return calibration.summary(session, model=model, gpu=gpu, limit=limit)
 
     # -- tokens ------------------------------------------------------------------------------------------------
     @app.post("/v1/tokens", status_code=201, operation_id="createToken", tags=["tokens"])

@@ -55,3 +55,9 @@ class ReportIn(Strict):
 class TokenIn(Strict):
     role: Literal["admin", "deployer", "auditor"]
     label: str | None = Field(default=None, max_length=256)
+
+
+class NodeUpdate(Strict):
+    gpu_count: Annotated[int, Field(ge=1, le=64)] | None = None
+    interconnect: Literal["nvlink", "pcie"] | None = None
+    labels: dict[str, Annotated[str, Field(max_length=256)]] | None = Field(default=None, max_length=64)

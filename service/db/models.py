@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -131,6 +131,8 @@ class AuditEvent(Base):
     __table_args__ = (
         Index("ix_audit_events_node_id", "node", "id"),
         Index("ix_audit_events_plan_id", "plan_id", "id"),
+        Index("ix_audit_events_model_id", "model", "id"),
+        Index("ix_audit_events_ts", "ts"),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     ts: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -139,7 +141,40 @@ class AuditEvent(Base):
     subject: Mapped[str] = mapped_column(String(256))
     node: Mapped[str | None] = mapped_column(String(128), nullable=True)
     plan_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    model: Mapped[str | None] = mapped_column(String(256), nullable=True)  # manifest name, for "which config ran where"
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     payload_digest: Mapped[str] = mapped_column(String(64))
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64), unique=True)
+
+
+class IdempotencyKey(Base):
+    """A replayable response for ``Idempotency-Key`` on POST /v1/plans and /v1/manifests: the first request with a
+    key stores its body hash and response in the same transaction as the write it made."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (UniqueConstraint("route", "key", name="uq_idempotency_keys_route_key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    route: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(256))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int] = mapped_column(Integer)
+    response: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Calibration(Base):
+    """Predicted vs printed KV cache for one plan on one node (from the agent's report of vLLM's start-up log)."""
+
+    __tablename__ = "calibration"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[str] = mapped_column(String(36), index=True)
+    node_name: Mapped[str] = mapped_column(String(128))
+    gpu_id: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(256))
+    predicted_kv_tokens: Mapped[int] = mapped_column(BigInteger)
+    actual_kv_tokens: Mapped[int] = mapped_column(BigInteger)
+    predicted_kv_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    actual_kv_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    relative_error: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -41,11 +41,17 @@ def register(session: Session, *, actor: str, body: dict[str, Any]) -> Manifest:
                                                  Manifest.version == body["version"])).first():
         raise Conflict(f"manifest {body['name']}@{body['version']} already exists", field="version")
     digest = "sha256:" + audit.sha256_hex(audit.canonical(body))
+    previous = session.execute(select(Manifest).where(Manifest.name == body["name"]).order_by(Manifest.id.desc())
+                               .limit(1)).scalar_one_or_none()
     m = Manifest(digest=digest, **body)
     session.add(m)
     session.flush()
     audit.append(session, actor=actor, kind="manifest.registered", subject=f"manifest:{m.name}@{m.version}",
-                 payload={"id": m.id, "name": m.name, "version": m.version, "digest": digest, "uri": m.uri})
+                 model=m.name, payload={"id": m.id, "name": m.name, "version": m.version, "digest": digest, "uri": m.uri})
+    if previous is not None:
+        audit.append(session, actor=actor, kind="manifest.superseded",
+                     subject=f"manifest:{previous.name}@{previous.version}", model=m.name,
+                     payload={"id": previous.id, "superseded_by": f"{m.name}@{m.version}"})
     return m
 
 

@@ -62,3 +62,26 @@ def rotate_token(session: Session, *, actor: str, name: str) -> str:
     audit.append(session, actor=actor, kind="token.rotated", subject=f"node:{name}", node=name,
                  payload={"revoked": revoked, "token_id": row.id})
     return secret
+
+
+def etag(n: Node) -> str:
+    """Weak validator over the node's mutable fields."""
+    return '"' + audit.sha256_hex(audit.canonical({**node_dict(n), "updated_at": n.updated_at.isoformat()}))[:32] + '"'
+
+
+def update(session: Session, *, actor: str, name: str, if_match: str | None, changes: dict[str, Any]) -> Node:
+    """Update gpu_count / interconnect / labels. With ``If-Match`` the current ETag must match (else 412)."""
+    from ..db.models import utcnow
+    from ..errors import PreconditionFailed
+
+    node = get(session, name)
+    if if_match is not None and if_match.strip() not in ("*", etag(node)):
+        raise PreconditionFailed(f"node {name!r} changed since you read it (ETag {etag(node)})", field="If-Match")
+    before = node_dict(node)
+    for key, value in changes.items():
+        setattr(node, key, value)
+    node.updated_at = utcnow()
+    session.flush()
+    audit.append(session, actor=actor, kind="node.updated", subject=f"node:{name}", node=name,
+                 payload={"before": before, "after": node_dict(node)})
+    return node

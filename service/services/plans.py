@@ -16,6 +16,7 @@ from ..domain.validate import validate
 from ..errors import Invalid, LaunchRejected, NotFound
 from ..settings import Settings
 from ..signing import KeyStore, plan_claims
+from . import calibration
 from . import manifests as manifest_service
 from . import nodes as node_service
 
@@ -87,7 +88,8 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
         for prev in previous:
             prev.status = "superseded"
             audit.append(session, actor=actor, kind="plan.superseded", subject=f"plan:{prev.plan_id}",
-                         node=node.name, plan_id=prev.plan_id, payload={"superseded_by": plan.id, "seq": prev.seq})
+                         node=node.name, plan_id=prev.plan_id, model=manifest.name,
+                         payload={"superseded_by": plan.id, "seq": prev.seq})
         seq = (session.execute(select(func.max(Assignment.seq)).where(Assignment.node_name == node.name)).scalar()
                or 0) + 1
         claims = plan_claims(issuer=settings.issuer, audience=settings.audience, node=node.name, plan_id=plan.id,
@@ -101,7 +103,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
         assignments.append(a)
     session.flush()
     audit.append(session, actor=actor, kind="plan.created", subject=f"plan:{plan.id}", plan_id=plan.id,
-                 node=names[0] if len(names) == 1 else None,
+                 node=names[0] if len(names) == 1 else None, model=manifest.name,
                  payload={"manifest": manifest.digest, "nodes": names, "seqs": [a.seq for a in assignments],
                           "verdict": result.verdict, "argv": result.argv, "kid": keys.active_kid})
     return {**plan_dict(plan, assignments), "recommendations": result.recommendations}
@@ -124,9 +126,14 @@ def current_assignment(session: Session, node: str) -> Assignment:
     return a
 
 
+def model_of(session: Session, plan_id: str) -> str | None:
+    return session.execute(select(Manifest.name).join(Plan, Plan.manifest_id == Manifest.id)
+                           .where(Plan.id == plan_id)).scalar()
+
+
 def record_fetch(session: Session, *, actor: str, a: Assignment) -> None:
     audit.append(session, actor=actor, kind="plan.fetched", subject=f"plan:{a.plan_id}", node=a.node_name,
-                 plan_id=a.plan_id, payload={"seq": a.seq, "etag": a.etag})
+                 plan_id=a.plan_id, model=model_of(session, a.plan_id), payload={"seq": a.seq, "etag": a.etag})
 
 
 def report(session: Session, *, actor: str, node: str, plan_id: str, status: str, message: str | None,
@@ -140,8 +147,11 @@ def report(session: Session, *, actor: str, node: str, plan_id: str, status: str
     session.add(r)
     a.last_report = status
     session.flush()
+    plan = session.get(Plan, plan_id)
+    calibration.record(session, plan=plan, node=node, details=details)
     audit.append(session, actor=actor, kind=f"agent.{status}", subject=f"plan:{plan_id}", node=node,
-                 plan_id=plan_id, payload={"seq": a.seq, "status": status, "message": message, "details": details})
+                 plan_id=plan_id, model=model_of(session, plan_id),
+                 payload={"seq": a.seq, "status": status, "message": message, "details": details})
     return r
 
 
@@ -152,6 +162,7 @@ def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
         if a.status == "active":
             a.status = "revoked"
     audit.append(session, actor=actor, kind="plan.revoked", subject=f"plan:{plan_id}", plan_id=plan_id,
+                 model=model_of(session, plan_id),
                  payload={"nodes": [a.node_name for a in assignments], "at": utcnow().isoformat()})
     return plan
 
@@ -167,5 +178,6 @@ def reissue(session: Session, *, actor: str, settings: Settings, keys: KeyStore,
             "vllm_version": req.get("vllm_version")}
     out = create(session, actor=actor, settings=settings, keys=keys, body=body)
     audit.append(session, actor=actor, kind="plan.reissued", subject=f"plan:{out['id']}", plan_id=out["id"],
+                 model=model_of(session, out["id"]),
                  payload={"from": plan_id})
     return out

@@ -1,0 +1,60 @@
+"""audit by model and time, idempotency keys, KV calibration
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-30
+"""
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+TS = sa.DateTime(timezone=True)
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("audit_events") as batch:
+        batch.add_column(sa.Column("model", sa.String(256), nullable=True))
+    op.create_index("ix_audit_events_model_id", "audit_events", ["model", "id"])
+    op.create_index("ix_audit_events_ts", "audit_events", ["ts"])
+    op.create_table(
+        "idempotency_keys",
+        sa.Column("id", sa.Integer(), primary_key=True),
+        sa.Column("route", sa.String(64), nullable=False),
+        sa.Column("key", sa.String(256), nullable=False),
+        sa.Column("request_hash", sa.String(64), nullable=False),
+        sa.Column("status_code", sa.Integer(), nullable=False),
+        sa.Column("response", sa.JSON(), nullable=False),
+        sa.Column("created_at", TS, nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_idempotency_keys"),
+        sa.UniqueConstraint("route", "key", name="uq_idempotency_keys_route_key"),
+    )
+    op.create_table(
+        "calibration",
+        sa.Column("id", sa.Integer(), primary_key=True),
+        sa.Column("plan_id", sa.String(36), nullable=False),
+        sa.Column("node_name", sa.String(128), nullable=False),
+        sa.Column("gpu_id", sa.String(64), nullable=False),
+        sa.Column("model", sa.String(256), nullable=False),
+        sa.Column("predicted_kv_tokens", sa.BigInteger(), nullable=False),
+        sa.Column("actual_kv_tokens", sa.BigInteger(), nullable=False),
+        sa.Column("predicted_kv_bytes", sa.BigInteger(), nullable=True),
+        sa.Column("actual_kv_bytes", sa.BigInteger(), nullable=True),
+        sa.Column("relative_error", sa.Float(), nullable=False),
+        sa.Column("created_at", TS, nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_calibration"),
+    )
+    op.create_index("ix_calibration_plan_id", "calibration", ["plan_id"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_calibration_plan_id", "calibration")
+    op.drop_table("calibration")
+    op.drop_table("idempotency_keys")
+    op.drop_index("ix_audit_events_ts", "audit_events")
+    op.drop_index("ix_audit_events_model_id", "audit_events")
+    with op.batch_alter_table("audit_events") as batch:
+        batch.drop_column("model")
