@@ -17,6 +17,7 @@ import rfc8785
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
+from . import metrics
 from .db.models import AuditEvent, utcnow
 
 GENESIS = "0" * 64
@@ -70,6 +71,7 @@ def _append_locked(session, actor, kind, subject, payload, node, plan_id, model)
                     hash=event_hash(prev_hash, ts, actor, kind, subject, node, plan_id, model, digest))
     session.add(ev)
     session.flush()
+    metrics.AUDIT_APPENDS.labels(kind).inc()
     return ev
 
 

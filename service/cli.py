@@ -91,7 +91,8 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to bind."),
         typer.echo(f"admin token{' (new)' if generated else ''}: {token}")
     else:
         typer.echo("admin token: the value of PREFLIGHT_ADMIN_TOKEN")
-    uvicorn.run("service.api.main:app", host=host, port=port, workers=workers, log_level="info")
+    uvicorn.run("service.api.main:app", host=host, port=port, workers=workers, log_level="warning",
+                access_log=False)  # access lines come from the app, as JSON with a request id
 
 
 def _load_request_file(path: pathlib.Path) -> dict:

@@ -17,13 +17,13 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import __version__, audit
+from .. import __version__, audit, metrics
 from ..db.models import AuditEvent
 from ..db.session import Database
 from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
-from ..errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized
+from ..errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
 from ..services import audit_export, calibration, history, idempotency
 from ..services import manifests as manifest_service
 from ..services import nodes as node_service
@@ -31,6 +31,7 @@ from ..services import plans as plan_service
 from ..services import tokens as token_service
 from ..settings import Settings
 from ..signing import KeyStore
+from .observability import Observability
 from .schemas import ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
 log = logging.getLogger("preflight")
@@ -83,6 +84,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                   description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
     app.state.db, app.state.keys, app.state.settings = db, keys, settings
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(Observability)
 
     # -- errors -----------------------------------------------------------------------------------------------
     @app.exception_handler(ApiError)
@@ -165,9 +167,18 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/readyz", operation_id="readyz", tags=["ops"])
     def readyz():
+        """Ready when the database answers and a signing key is loaded (else 503 problem+json)."""
         with db.sessions() as s:
             s.execute(text("SELECT 1"))
+        if not keys.active_kid:
+            raise Unavailable("no signing key loaded")
         return {"status": "ready", "database": "ok", "signing_key": keys.active_kid}
+
+    @app.get("/metrics", operation_id="metrics", tags=["ops"], response_class=Response,
+             responses={200: {"content": {"text/plain": {}}}})
+    def metrics_endpoint():
+        body, ctype = metrics.exposition()
+        return Response(body, media_type=ctype)
 
     @app.get("/.well-known/jwks.json", operation_id="jwks", tags=["keys"])
     def jwks():
@@ -242,7 +253,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     def validate_launch(body: LaunchRequest, p: Reader):
         if body.model.path is not None:
             raise DomainError("model.path", "model.path is for the CLI; send config (the config.json object)")
-        return validate(body).as_dict()
+        out = validate(body).as_dict()
+        metrics.observe_result("validate", out["verdict"], out["findings"])
+        return out
 
     @app.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"])
     def create_plan(body: PlanIn, p: Deployer,
@@ -291,6 +304,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             raise NotFound(f"node {name!r} has no current plan", field="name")
         headers = {"ETag": a.etag, "Cache-Control": "no-cache", "X-Plan-Id": a.plan_id, "X-Plan-Seq": str(a.seq)}
         if unchanged:
+            metrics.AGENT_FETCHES.labels("not_modified").inc()
             return Response(status_code=304, headers=headers)
         await run_in_threadpool(_record_fetch, p.name, a)
         return Response(a.signed, media_type="application/jose", headers=headers)

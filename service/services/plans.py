@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from .. import audit
+from .. import audit, metrics
 from ..db.models import Assignment, Manifest, Node, Plan, Report, utcnow
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
@@ -69,6 +69,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     request = launch_request(manifest, nodes, body)
     result = validate(request, model_ref=manifest.uri)
     findings = [f.as_dict() for f in result.findings]
+    metrics.observe_result("plans", result.verdict, findings)
     if result.verdict == "reject":
         raise LaunchRejected(
             f"vLLM {result.vllm_version} would refuse this launch: "
@@ -132,6 +133,7 @@ def model_of(session: Session, plan_id: str) -> str | None:
 
 
 def record_fetch(session: Session, *, actor: str, a: Assignment) -> None:
+    metrics.AGENT_FETCHES.labels("served").inc()
     audit.append(session, actor=actor, kind="plan.fetched", subject=f"plan:{a.plan_id}", node=a.node_name,
                  plan_id=a.plan_id, model=model_of(session, a.plan_id), payload={"seq": a.seq, "etag": a.etag})
 
@@ -143,6 +145,7 @@ def report(session: Session, *, actor: str, node: str, plan_id: str, status: str
                         ).scalar_one_or_none()
     if a is None:
         raise NotFound(f"plan {plan_id!r} was never assigned to node {node!r}", field="plan_id")
+    metrics.AGENT_REPORTS.labels(status).inc()
     r = Report(plan_id=plan_id, node_name=node, status=status, message=message, details=details)
     session.add(r)
     a.last_report = status

@@ -1,0 +1,69 @@
+"""Request ids, JSON access logs and per-route metrics, as one pure ASGI middleware."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import uuid
+
+from .. import metrics
+
+log = logging.getLogger("preflight.access")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any ``extra`` fields."""
+
+    RESERVED = set(vars(logging.makeLogRecord({})))
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+               "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        out.update({k: v for k, v in vars(record).items() if k not in self.RESERVED and not k.startswith("_")})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("preflight")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+class Observability:
+    """Adds/propagates ``X-Request-ID``, logs one JSON access line per request, records route metrics."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        rid = headers.get(b"x-request-id", b"").decode("latin-1")[:128] or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+        status = {"code": 500}
+        start = time.perf_counter()
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                message.setdefault("headers", []).append((b"x-request-id", rid.encode("latin-1")))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            elapsed = time.perf_counter() - start
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            metrics.REQUESTS.labels(route, scope["method"], str(status["code"])).inc()
+            metrics.LATENCY.labels(route, scope["method"]).observe(elapsed)
+            log.info("request", extra={"request_id": rid, "method": scope["method"], "route": route,
+                                       "path": scope["path"], "status": status["code"],
+                                       "duration_ms": round(elapsed * 1000, 2)})

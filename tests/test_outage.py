@@ -1,0 +1,94 @@
+"""Database outage: requests get 503 problem+json with Retry-After, and the service recovers without a restart."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from urllib.parse import urlsplit
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.db.session import Database
+from tests.conftest import ADMIN
+
+
+class TcpProxy:
+    """A loopback TCP forwarder that can refuse connections (outage) and come back."""
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.up = True
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def outage(self):
+        self.up = False
+        for c in self.conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+                c.close()
+            except OSError:
+                pass
+        self.conns.clear()
+
+    def restore(self):
+        self.up = True
+
+
+def assert_503(r):
+    assert r.status_code == 503, r.text
+    assert r.headers["content-type"] == "application/problem+json" and r.headers["retry-after"]
+
+
+def test_postgres_outage_then_recovery(db_url, settings, keys):
+    if not db_url.startswith("postgresql"):
+        pytest.skip("needs PostgreSQL (CI sets PREFLIGHT_TEST_DATABASE_URL)")
+    u = urlsplit(db_url)
+    proxy = TcpProxy((u.hostname, u.port or 5432))
+    proxied = db_url.replace(f"{u.hostname}:{u.port or 5432}", f"127.0.0.1:{proxy.port}")
+    app = create_app(settings, db=Database(proxied), keys=keys)
+    with TestClient(app) as c:
+        c.headers["Authorization"] = f"Bearer {ADMIN}"
+        assert c.get("/readyz").status_code == 200
+        proxy.outage()
+        assert_503(c.get("/readyz"))
+        assert_503(c.get("/v1/nodes"))
+        assert_503(c.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8}))
+        proxy.restore()
+        assert c.get("/readyz").status_code == 200
+        assert c.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8}).status_code == 201
