@@ -1,20 +1,32 @@
 """The tamper-evident audit log: an append-only hash chain over canonical JSON (RFC 8785, via ``rfc8785``).
 
-Each event stores ``payload_digest = sha256(JCS(payload))`` and
-``hash = sha256(JCS({"prev_hash", "ts", "actor", "kind", "subject", "node", "plan_id", "payload_digest"}))``; the first
-event's ``prev_hash`` is 64 zeros. Appends serialize on the chain head (a transaction-scoped advisory lock on
-PostgreSQL, a process lock plus SQLite's single writer), so concurrent writers never fork the chain.
+Two steps, so that the chain never serializes the requests that write events:
+
+1. **append** — inside the caller's transaction, an event row is inserted with its ``payload_digest =
+   sha256(JCS(payload))`` and no chain position yet. It commits or rolls back with the state change it records
+   (no half-written rows, no lock held by the request).
+2. **seal** — a sealer takes the chain lock (``pg_advisory_xact_lock`` on PostgreSQL, which every replica and worker
+   shares; SQLite has a single writer), reads the chain head and gives every committed, unsealed event, in insertion
+   order, the next ``chain_seq``, ``prev_hash`` and ``hash = sha256(JCS({"seq", "prev_hash", "ts", "actor", "kind",
+   "subject", "node", "plan_id", "model", "payload_digest"}))``. The first event's ``prev_hash`` is 64 zeros.
+   Writers call ``seal_soon`` after commit (a non-blocking try: under load one sealer chains a whole batch), a
+   background thread seals whatever is left every ``SEAL_INTERVAL`` seconds, and readers that vouch for the chain
+   (verify, checkpoints) seal first.
+
+Verification recomputes every sealed event in ``chain_seq`` order; an edit, deletion or reordering breaks a link and
+is reported with the event's id. Events not yet sealed (normally for milliseconds) are counted as ``pending``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import threading
 from typing import Any
 
 import rfc8785
-from sqlalchemy import select, text
+from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.orm import Session
 
 from . import metrics
@@ -22,7 +34,9 @@ from .db.models import AuditEvent, utcnow
 
 GENESIS = "0" * 64
 _ADVISORY_KEY = 0x5052454654  # "PREFT"
-_sqlite_lock = threading.Lock()
+SEAL_BATCH = 2000
+SEAL_INTERVAL = 0.2
+log = logging.getLogger("preflight.audit")
 
 
 def canonical(obj: Any) -> bytes:
@@ -39,75 +53,155 @@ def _ts(value: dt.datetime) -> str:
     return value.astimezone(dt.timezone.utc).isoformat(timespec="microseconds")
 
 
-def event_hash(prev_hash: str, ts: dt.datetime, actor: str, kind: str, subject: str, node: str | None,
+def event_hash(seq: int, prev_hash: str, ts: dt.datetime, actor: str, kind: str, subject: str, node: str | None,
                plan_id: str | None, model: str | None, payload_digest: str) -> str:
     return sha256_hex(canonical({
-        "prev_hash": prev_hash, "ts": _ts(ts), "actor": actor, "kind": kind, "subject": subject,
+        "seq": seq, "prev_hash": prev_hash, "ts": _ts(ts), "actor": actor, "kind": kind, "subject": subject,
         "node": node, "plan_id": plan_id, "model": model, "payload_digest": payload_digest,
     }))
 
 
+def _hash_of(ev: AuditEvent, seq: int, prev_hash: str) -> str:
+    return event_hash(seq, prev_hash, ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model,
+                      ev.payload_digest)
+
+
 def append(session: Session, *, actor: str, kind: str, subject: str, payload: dict[str, Any],
            node: str | None = None, plan_id: str | None = None, model: str | None = None) -> AuditEvent:
-    """Append one event inside the caller's transaction (it commits or rolls back with the state change).
-
-    The chain head is read under a lock held to the end of the transaction: ``pg_advisory_xact_lock`` on
-    PostgreSQL (every replica and worker serializes here), a process lock plus SQLite's single writer otherwise.
-    """
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_KEY})
-        return _append_locked(session, actor, kind, subject, payload, node, plan_id, model)
-    with _sqlite_lock:
-        return _append_locked(session, actor, kind, subject, payload, node, plan_id, model)
-
-
-def _append_locked(session, actor, kind, subject, payload, node, plan_id, model) -> AuditEvent:
-    prev = session.execute(select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1)).scalar()
-    prev_hash = prev or GENESIS
-    ts = utcnow()
-    digest = sha256_hex(canonical(payload))
-    ev = AuditEvent(ts=ts, actor=actor, kind=kind, subject=subject, node=node, plan_id=plan_id, model=model,
-                    payload=payload, payload_digest=digest, prev_hash=prev_hash,
-                    hash=event_hash(prev_hash, ts, actor, kind, subject, node, plan_id, model, digest))
+    """Record one event inside the caller's transaction (sealed into the chain after it commits)."""
+    ev = AuditEvent(ts=utcnow(), actor=actor, kind=kind, subject=subject, node=node, plan_id=plan_id, model=model,
+                    payload=payload, payload_digest=sha256_hex(canonical(payload)))
     session.add(ev)
-    session.flush()
+    session.info["audit_appended"] = True
     metrics.AUDIT_APPENDS.labels(kind).inc()
     return ev
 
 
-def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None) -> dict[str, Any]:
-    """Recompute the chain in id order (up to event ``up_to`` when given). ``{"ok": True, "events": N, "head":
-    HASH, "last_id": ID}`` or ``{"ok": False, "events": N, "first_broken": {"id", "kind", "reason"}}``."""
-    prev_hash, count, last_id = GENESIS, 0, 0
+def _lock(session: Session, *, wait: bool) -> bool:
+    if session.get_bind().dialect.name != "postgresql":
+        return True  # SQLite: the transaction already holds the database's only write lock (BEGIN IMMEDIATE)
+    if wait:
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_KEY})
+        return True
+    return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _ADVISORY_KEY}).scalar())
+
+
+def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int:
+    """Chain the committed, unsealed events (in id order) under the chain lock; returns how many were sealed.
+    With ``wait=False`` it returns 0 at once when another sealer holds the lock."""
+    if not _lock(session, wait=wait):
+        return 0
+    head = session.execute(select(AuditEvent.chain_seq, AuditEvent.hash).where(AuditEvent.chain_seq.is_not(None))
+                           .order_by(AuditEvent.chain_seq.desc()).limit(1)).first()
+    seq, prev = (head[0], head[1]) if head else (0, GENESIS)
+    total = 0
     while True:
-        q = select(AuditEvent).where(AuditEvent.id > last_id).order_by(AuditEvent.id).limit(batch)
+        pending = session.execute(select(AuditEvent).where(AuditEvent.chain_seq.is_(None)).order_by(AuditEvent.id)
+                                  .limit(batch)).scalars().all()
+        if not pending:
+            return total
+        rows = []
+        for ev in pending:
+            seq += 1
+            h = _hash_of(ev, seq, prev)
+            rows.append({"_id": ev.id, "chain_seq": seq, "prev_hash": prev, "hash": h})
+            prev = h
+        table = AuditEvent.__table__
+        session.connection().execute(update(table).where(table.c.id == bindparam("_id"))
+                                     .values(chain_seq=bindparam("chain_seq"), prev_hash=bindparam("prev_hash"),
+                                             hash=bindparam("hash")), rows)
+        session.expunge_all()
+        total += len(rows)
+        if len(rows) < batch:
+            return total
+
+
+class Sealer:
+    """Per-process sealing: ``seal_soon()`` after a write commits (non-blocking), plus a background thread that
+    retries every ``SEAL_INTERVAL`` seconds while events are pending."""
+
+    def __init__(self, db):
+        self.db = db
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def seal_now(self, *, wait: bool = True) -> int:
+        with self.db.sessions() as s:
+            with s.begin():
+                return seal(s, wait=wait)
+
+    def seal_soon(self) -> None:
+        try:
+            if self.seal_now(wait=False) > 0:
+                return
+        except Exception as exc:  # never fail the request that already committed; the thread retries
+            log.warning("audit seal deferred: %s", exc.__class__.__name__)
+        # another sealer held the lock (it may have missed our events) or the seal failed: a later pass picks them up
+        self.start()
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="audit-sealer", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(SEAL_INTERVAL)
+            self._wake.clear()
+            try:
+                if self.seal_now(wait=True) == 0 and not self._wake.is_set():
+                    self._wake.wait(5.0)  # idle: check rarely
+            except Exception as exc:  # database down: keep trying
+                log.warning("audit sealer: %s", exc.__class__.__name__)
+
+
+def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None) -> dict[str, Any]:
+    """Recompute the sealed chain in ``chain_seq`` order (up to ``up_to`` when given).
+
+    ``{"ok": True, "events": N, "head": HASH, "last_seq": SEQ, "pending": P}`` or
+    ``{"ok": False, "events": N, "first_broken": {"id", "seq", "kind", "reason"}}``."""
+    prev_hash, count, last_seq, expected_seq = GENESIS, 0, 0, 1
+    while True:
+        q = (select(AuditEvent).where(AuditEvent.chain_seq.is_not(None), AuditEvent.chain_seq > last_seq)
+             .order_by(AuditEvent.chain_seq).limit(batch))
         if up_to is not None:
-            q = q.where(AuditEvent.id <= up_to)
+            q = q.where(AuditEvent.chain_seq <= up_to)
         rows = session.execute(q).scalars().all()
         if not rows:
             break
         for ev in rows:
             count += 1
             reason = None
-            if ev.prev_hash != prev_hash:
-                reason = "prev_hash does not link to the previous event (deleted or reordered)"
+            if ev.chain_seq != expected_seq or ev.prev_hash != prev_hash:
+                reason = "does not link to the previous event (an event was deleted or reordered)"
             elif sha256_hex(canonical(ev.payload)) != ev.payload_digest:
                 reason = "payload does not match payload_digest (edited)"
-            elif event_hash(ev.prev_hash, ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model,
-                            ev.payload_digest) != ev.hash:
+            elif _hash_of(ev, ev.chain_seq, ev.prev_hash) != ev.hash:
                 reason = "hash does not match the event's fields (edited)"
             if reason:
-                return {"ok": False, "events": count, "first_broken": {"id": ev.id, "kind": ev.kind, "reason": reason}}
-            prev_hash, last_id = ev.hash, ev.id
+                return {"ok": False, "events": count,
+                        "first_broken": {"id": ev.id, "seq": ev.chain_seq, "kind": ev.kind, "reason": reason}}
+            prev_hash, last_seq, expected_seq = ev.hash, ev.chain_seq, ev.chain_seq + 1
         session.expunge_all()
-    return {"ok": True, "events": count, "head": prev_hash, "last_id": last_id}
+    pending = session.execute(select(AuditEvent.id).where(AuditEvent.chain_seq.is_(None)).limit(1)).first()
+    out = {"ok": True, "events": count, "head": prev_hash, "last_seq": last_seq}
+    if up_to is None:
+        out["pending"] = 0 if pending is None else session.execute(
+            text("SELECT count(*) FROM audit_events WHERE chain_seq IS NULL")).scalar()
+    return out
 
 
 def event_dict(ev: AuditEvent) -> dict[str, Any]:
     return {
-        "id": ev.id, "ts": _ts(ev.ts), "actor": ev.actor, "kind": ev.kind, "subject": ev.subject, "node": ev.node,
-        "plan_id": ev.plan_id, "model": ev.model, "payload": ev.payload, "payload_digest": ev.payload_digest,
-        "prev_hash": ev.prev_hash, "hash": ev.hash,
+        "id": ev.id, "seq": ev.chain_seq, "ts": _ts(ev.ts), "actor": ev.actor, "kind": ev.kind,
+        "subject": ev.subject, "node": ev.node, "plan_id": ev.plan_id, "model": ev.model, "payload": ev.payload,
+        "payload_digest": ev.payload_digest, "prev_hash": ev.prev_hash, "hash": ev.hash,
     }
 
 
@@ -115,23 +209,23 @@ CHECKPOINT_TYPE = "application/vnd.preflight.audit-checkpoint+jwt"
 
 
 def checkpoint_claims(session: Session, issuer: str) -> dict[str, Any]:
-    """The chain head as of now, to be signed with the service key: ``{"iss", "iat", "events", "last_id",
-    "head"}``. Raises ValueError when the chain is broken (a checkpoint never vouches for a broken chain)."""
+    """The chain head as of now (seal first), to be signed with the service key: ``{"iss", "iat", "events",
+    "last_seq", "head"}``. Raises ValueError when the chain is broken (a checkpoint never vouches for one)."""
     out = verify_chain(session)
     if not out["ok"]:
         raise ValueError(f"audit chain broken at event {out['first_broken']['id']}: {out['first_broken']['reason']}")
-    return {"iss": issuer, "iat": int(utcnow().timestamp()), "events": out["events"], "last_id": out["last_id"],
+    return {"iss": issuer, "iat": int(utcnow().timestamp()), "events": out["events"], "last_seq": out["last_seq"],
             "head": out["head"], "typ": "audit-checkpoint"}
 
 
 def check_checkpoint(session: Session, claims: dict[str, Any]) -> dict[str, Any]:
-    """Recompute a (signature-verified) checkpoint against this database: the chain up to ``last_id`` must be
+    """Recompute a (signature-verified) checkpoint against this database: the chain up to ``last_seq`` must be
     intact, hold the same number of events and end in the same head hash."""
-    out = verify_chain(session, up_to=int(claims["last_id"]))
+    out = verify_chain(session, up_to=int(claims["last_seq"]))
     if not out["ok"]:
         return {"ok": False, "reason": "chain broken", "first_broken": out["first_broken"]}
     if out["events"] != claims["events"] or out["head"] != claims["head"]:
         return {"ok": False, "reason": "the chain up to the checkpoint differs (events deleted, inserted or edited)",
                 "expected": {"events": claims["events"], "head": claims["head"]},
                 "found": {"events": out["events"], "head": out["head"]}}
-    return {"ok": True, "events": out["events"], "head": out["head"], "last_id": out["last_id"]}
+    return {"ok": True, "events": out["events"], "head": out["head"], "last_seq": out["last_seq"]}

@@ -346,7 +346,9 @@ def audit_verify() -> None:
     from . import audit
     from .db.session import Database
 
-    with Database(_settings().resolved_database_url).transaction() as s:
+    db = Database(_settings().resolved_database_url)
+    db.sealer.seal_now()
+    with db.transaction() as s:
         result = audit.verify_chain(s)
     typer.echo(json.dumps(result))
     raise typer.Exit(0 if result["ok"] else 1)
@@ -384,8 +386,10 @@ def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or
         typer.echo(f"preflight: {exc}", err=True)
         raise typer.Exit(2)
     sink = out.open("w", newline="") if out else sys.stdout
+    db = Database(_settings().resolved_database_url)
+    db.sealer.seal_now()
     try:
-        for chunk in stream(Database(_settings().resolved_database_url), q, fmt):
+        for chunk in stream(db, q, fmt):
             sink.write(chunk)
     finally:
         if out:
@@ -400,7 +404,9 @@ def audit_checkpoint(out: pathlib.Path = typer.Option(..., help="Where to write 
     from .signing import KeyStore
 
     s_ = _settings()
-    with Database(s_.resolved_database_url).transaction() as s:
+    db = Database(s_.resolved_database_url)
+    db.sealer.seal_now()
+    with db.transaction() as s:
         try:
             claims = audit.checkpoint_claims(s, s_.issuer)
         except ValueError as exc:

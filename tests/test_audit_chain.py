@@ -69,3 +69,17 @@ def test_failed_transaction_leaves_no_event(db):
     with db.transaction() as s:
         assert s.query(AuditEvent).count() == 2
     assert verify(db)["ok"] is True
+
+
+def test_events_are_pending_until_sealed_then_chained_in_write_order(db):
+    with db.sessions() as s:  # a raw session: no seal after commit
+        with s.begin():
+            for i in range(3):
+                audit.append(s, actor="t", kind="node.registered", subject=f"node:p{i}", payload={"i": i})
+    with db.sessions() as s:
+        assert audit.verify_chain(s) == {"ok": True, "events": 0, "head": audit.GENESIS, "last_seq": 0, "pending": 3}
+    assert db.sealer.seal_now() == 3
+    with db.transaction() as s:
+        out = audit.verify_chain(s)
+        seqs = [e.chain_seq for e in s.query(AuditEvent).order_by(AuditEvent.id)]
+    assert out["ok"] and out["events"] == 3 and out["pending"] == 0 and seqs == [1, 2, 3]

@@ -1,4 +1,4 @@
-"""audit by model and time, idempotency keys, KV calibration
+"""audit by model and time, sealed after commit (chain_seq); idempotency keys; KV calibration
 
 Revision ID: 0002
 Revises: 0001
@@ -18,6 +18,10 @@ TS = sa.DateTime(timezone=True)
 def upgrade() -> None:
     with op.batch_alter_table("audit_events") as batch:
         batch.add_column(sa.Column("model", sa.String(256), nullable=True))
+        batch.add_column(sa.Column("chain_seq", sa.BigInteger(), nullable=True))
+        batch.alter_column("prev_hash", existing_type=sa.String(64), nullable=True)
+        batch.alter_column("hash", existing_type=sa.String(64), nullable=True)
+        batch.create_unique_constraint("uq_audit_events_chain_seq", ["chain_seq"])
     op.create_index("ix_audit_events_model_id", "audit_events", ["model", "id"])
     op.create_index("ix_audit_events_ts", "audit_events", ["ts"])
     op.create_table(
@@ -56,5 +60,10 @@ def downgrade() -> None:
     op.drop_table("idempotency_keys")
     op.drop_index("ix_audit_events_ts", "audit_events")
     op.drop_index("ix_audit_events_model_id", "audit_events")
+    op.execute("DELETE FROM audit_events WHERE chain_seq IS NULL")
     with op.batch_alter_table("audit_events") as batch:
+        batch.drop_constraint("uq_audit_events_chain_seq", type_="unique")
+        batch.alter_column("hash", existing_type=sa.String(64), nullable=False)
+        batch.alter_column("prev_hash", existing_type=sa.String(64), nullable=False)
+        batch.drop_column("chain_seq")
         batch.drop_column("model")

@@ -294,33 +294,34 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         """The agent's fetch. With ``If-None-Match`` and ``wait`` > 0 the call holds until a different plan is
         current (or ``wait`` seconds pass → 304)."""
         deadline = time.monotonic() + wait
+        tags = [t.strip() for t in if_none_match.split(",")] if if_none_match else []
         while True:
-            a = await run_in_threadpool(_current, name)
-            unchanged = if_none_match and a is not None and a.etag in [t.strip() for t in if_none_match.split(",")]
-            if (a is not None and not unchanged) or time.monotonic() >= deadline:
+            a, served = await run_in_threadpool(_fetch_once, name, tags, p.name)
+            if a is None or served or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         if a is None:
             raise NotFound(f"node {name!r} has no current plan", field="name")
         headers = {"ETag": a.etag, "Cache-Control": "no-cache", "X-Plan-Id": a.plan_id, "X-Plan-Seq": str(a.seq)}
-        if unchanged:
+        if not served:
             metrics.AGENT_FETCHES.labels("not_modified").inc()
             return Response(status_code=304, headers=headers)
-        await run_in_threadpool(_record_fetch, p.name, a)
         return Response(a.signed, media_type="application/jose", headers=headers)
 
-    def _current(name: str):
+    def _fetch_once(name: str, etags: list[str], actor: str):
+        """One transaction: the node's current assignment, and — unless the agent already has it — the audit
+        record of serving it. Returns (assignment or None, served)."""
         with db.transaction() as s:
             try:
-                return plan_service.current_assignment(s, name)
+                a = plan_service.current_assignment(s, name)
             except NotFound as exc:
                 if "not registered" in exc.detail:
                     raise
-                return None
-
-    def _record_fetch(actor: str, a) -> None:
-        with db.transaction() as s:
+                return None, False
+            if a.etag in etags:
+                return a, False
             plan_service.record_fetch(s, actor=actor, a=a)
+            return a, True
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
     def report(name: str, body: ReportIn, session: SessionDep, p: NodeAgent):
@@ -342,13 +343,16 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return q
 
     @app.get("/v1/audit", operation_id="listAudit", tags=["audit"])
-    def list_audit(session: SessionDep, p: Auditor, node: str | None = None, plan: str | None = None,
+    def list_audit(p: Auditor, node: str | None = None, plan: str | None = None,
                    model: str | None = None, kind: str | None = None, since: dt.datetime | None = None,
                    until: dt.datetime | None = None, after: Annotated[int, Query(ge=0)] = 0,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100):
-        """Audit events in chain order, filtered; ``next`` is the cursor (pass it as ``after``)."""
+        """Audit events in the order they were written, filtered; ``next`` is the cursor (pass it as ``after``).
+        Each event carries its chain position ``seq`` and ``hash`` (null for the moment before it is sealed)."""
+        db.sealer.seal_now()
         q = audit_query(node, plan, model, kind, since, until).where(AuditEvent.id > after).limit(limit)
-        rows = list(session.execute(q).scalars())
+        with db.transaction() as session:
+            rows = list(session.execute(q).scalars())
         return {"items": [audit.event_dict(e) for e in rows], "next": rows[-1].id if len(rows) == limit else None}
 
     @app.get("/v1/audit/export", operation_id="exportAudit", tags=["audit"],
@@ -357,22 +361,29 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                      node: str | None = None, plan: str | None = None, model: str | None = None,
                      kind: str | None = None, since: dt.datetime | None = None, until: dt.datetime | None = None):
         """The filtered audit log as JSON Lines or CSV, streamed in chain order."""
+        db.sealer.seal_now()
         q = audit_query(node, plan, model, kind, since, until)
         media = "application/x-ndjson" if format == "jsonl" else "text/csv"
         return StreamingResponse(audit_export.stream(db, q, format), media_type=media)
 
     @app.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"])
-    def verify_audit(session: SessionDep, p: Auditor):
-        out = audit.verify_chain(session)
-        out.pop("last_id", None)
+    def verify_audit(p: Auditor):
+        """Seal what is pending, then recompute the whole chain: ``{"ok", "events", "head"}`` or the first broken
+        event."""
+        db.sealer.seal_now()
+        with db.transaction() as session:
+            out = audit.verify_chain(session)
+        out.pop("last_seq", None)
         return out
 
     @app.post("/v1/audit/checkpoints", status_code=201, operation_id="createAuditCheckpoint", tags=["audit"])
-    def create_checkpoint(session: SessionDep, p: Auditor):
+    def create_checkpoint(p: Auditor):
         """The chain head signed with the service key (compact JWS, typ audit-checkpoint): keep it, and later
         check any copy of the database against it (``preflight audit check-checkpoint``)."""
+        db.sealer.seal_now()
         try:
-            claims = audit.checkpoint_claims(session, settings.issuer)
+            with db.transaction() as session:
+                claims = audit.checkpoint_claims(session, settings.issuer)
         except ValueError as exc:
             raise Conflict(str(exc)) from None
         return {"checkpoint": keys.sign(claims, typ=audit.CHECKPOINT_TYPE), "claims": claims}

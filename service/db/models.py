@@ -125,7 +125,8 @@ class Report(Base):
 
 
 class AuditEvent(Base):
-    """One link of the hash-chained audit log: ``hash = sha256(prev_hash || canonical(event))``."""
+    """One event of the hash-chained audit log (service/audit.py). ``chain_seq``, ``prev_hash`` and ``hash`` are
+    set when the event is sealed into the chain, moments after its transaction commits."""
 
     __tablename__ = "audit_events"
     __table_args__ = (
@@ -144,8 +145,9 @@ class AuditEvent(Base):
     model: Mapped[str | None] = mapped_column(String(256), nullable=True)  # manifest name, for "which config ran where"
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     payload_digest: Mapped[str] = mapped_column(String(64))
-    prev_hash: Mapped[str] = mapped_column(String(64))
-    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    chain_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True, unique=True)
+    prev_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    hash: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True)
 
 
 class IdempotencyKey(Base):

@@ -11,30 +11,53 @@ from sqlalchemy.orm import Session, sessionmaker
 
 
 def make_engine(url: str) -> Engine:
-    """An engine for SQLite (foreign keys on, a busy timeout for concurrent writers) or PostgreSQL (psycopg 3)."""
+    """An engine for SQLite or PostgreSQL (psycopg 3).
+
+    SQLite: WAL, foreign keys on, and every transaction starts with ``BEGIN IMMEDIATE`` (SQLAlchemy's documented
+    recipe), so concurrent writers — threads or processes — queue on the database's single write lock instead of
+    failing half-way. PostgreSQL: a pool as large as the worker's thread pool (40), checked before use so the
+    service recovers by itself after an outage.
+    """
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30,
+                                                  "isolation_level": None})
 
         @event.listens_for(engine, "connect")
         def _pragma(dbapi_conn, _):  # pragma: no cover - trivial
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
             cur.close()
 
+        @event.listens_for(engine, "begin")
+        def _begin(conn):  # pragma: no cover - trivial
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=20, pool_timeout=30)
 
 
 class Database:
     def __init__(self, url: str):
+        from ..audit import Sealer
+
         self.url = url
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.sealer = Sealer(self)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
-        """One unit of work: commits on success, rolls back on any exception (no half-written rows)."""
+        """One unit of work: commits on success, rolls back on any exception (no half-written rows). Audit events
+        it appended are sealed into the chain right after the commit."""
         with self.sessions() as session:
             with session.begin():
                 yield session
+            appended = session.info.pop("audit_appended", False)
+        if appended:
+            self.sealer.seal_soon()

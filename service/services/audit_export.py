@@ -13,7 +13,7 @@ from ..audit import event_dict
 from ..db.models import AuditEvent
 from ..db.session import Database
 
-CSV_FIELDS = ["id", "ts", "actor", "kind", "subject", "node", "plan_id", "model", "payload_digest", "prev_hash",
+CSV_FIELDS = ["id", "seq", "ts", "actor", "kind", "subject", "node", "plan_id", "model", "payload_digest", "prev_hash",
               "hash", "payload"]
 
 

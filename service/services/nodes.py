@@ -47,6 +47,12 @@ def get(session: Session, name: str) -> Node:
     return node
 
 
+def lock(session: Session, names: list[str]) -> None:
+    """Row-lock the nodes (PostgreSQL ``FOR UPDATE``, in name order to avoid deadlocks) until the transaction
+    ends; SQLite's single writer already serializes."""
+    session.execute(select(Node.id).where(Node.name.in_(names)).order_by(Node.name).with_for_update()).all()
+
+
 def list_nodes(session: Session, *, limit: int, after: str | None) -> list[Node]:
     q = select(Node).order_by(Node.name).limit(limit)
     if after:

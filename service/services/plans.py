@@ -66,6 +66,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     manifest = manifest_service.resolve_ref(session, body["manifest"])
     names = list(dict.fromkeys(body["nodes"]))
     nodes = [node_service.get(session, n) for n in names]
+    node_service.lock(session, sorted(names))  # per-node seq: concurrent plans for a node queue here
     request = launch_request(manifest, nodes, body)
     result = validate(request, model_ref=manifest.uri)
     findings = [f.as_dict() for f in result.findings]

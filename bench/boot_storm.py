@@ -1,0 +1,135 @@
+"""Boot storm: N simulated agents (default 10,000) each fetch their plan and post a ``fetched`` report, all at once.
+
+    python -m bench.boot_storm [--agents 10000] [--conc 512] [--cap 240] [--db pg|sqlite]
+
+``preflight serve --workers 2`` (uvicorn) on a scratch PostgreSQL database with a throw-away data dir.
+Setup, not timed: N 8×H100 nodes registered (concurrently), plans issued 100 nodes per plan (one JWS per node).
+Storm: one httpx AsyncClient (HTTP/1.1 keep-alive, at most ``--conc`` connections); every agent is a task that does
+``GET /v1/nodes/{name}/plan`` (its own agent token; expects 200 application/jose) then
+``POST /v1/nodes/{name}/reports {"plan_id": X-Plan-Id, "status": "fetched"}`` (expects 201). Reported: wall time
+until the last agent is done, per-request p50/p99, agents served, errors (non-expected status, transport errors,
+agents unfinished at ``--cap`` seconds), server RSS from /proc (sum of the uvicorn workers; peak sampled every
+0.5 s, and the supervisor apart), and the load generator's own CPU time (it shares the 2 cores with the server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import resource
+import time
+
+import httpx
+
+from .common import machine, pct, pg_database, preflight_server, seed_fleet, table
+
+
+async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server) -> dict:
+    limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
+    timeout = httpx.Timeout(cap, pool=cap)
+    lat_fetch, lat_report, errors = [], [], collections.Counter()
+    done, peak = 0, [0.0, 0.0]
+    sem = asyncio.Semaphore(conc)
+
+    async def agent(c: httpx.AsyncClient, name: str, token: str):
+        nonlocal done
+        h = {"Authorization": f"Bearer {token}"}
+        async with sem:
+            try:
+                s = time.perf_counter()
+                r = await c.get(f"/v1/nodes/{name}/plan", headers=h)
+                lat_fetch.append(time.perf_counter() - s)
+                if r.status_code != 200 or not r.headers.get("content-type", "").startswith("application/jose"):
+                    errors[f"fetch {r.status_code}"] += 1
+                    return
+                s = time.perf_counter()
+                r = await c.post(f"/v1/nodes/{name}/reports", headers=h,
+                                 json={"plan_id": r.headers["X-Plan-Id"], "status": "fetched"})
+                lat_report.append(time.perf_counter() - s)
+                if r.status_code != 201:
+                    errors[f"report {r.status_code}"] += 1
+                    return
+                done += 1
+            except httpx.HTTPError as exc:
+                errors[type(exc).__name__] += 1
+
+    async def sample_rss():
+        while True:
+            w, sup = server.rss_mib()
+            peak[0], peak[1] = max(peak[0], w), max(peak[1], sup)
+            await asyncio.sleep(0.5)
+
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as c:
+        sampler = asyncio.create_task(sample_rss())
+        t0 = time.perf_counter()
+        tasks = [asyncio.create_task(agent(c, n, v["token"])) for n, v in fleet.items()]
+        finished, pending = await asyncio.wait(tasks, timeout=cap)
+        wall = time.perf_counter() - t0
+        for t in pending:
+            t.cancel()
+        if pending:
+            errors[f"unfinished at {cap:.0f} s"] += len(pending)
+            await asyncio.gather(*pending, return_exceptions=True)
+        sampler.cancel()
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    w, sup = server.rss_mib()
+    lat_fetch.sort()
+    lat_report.sort()
+    return {"agents": len(fleet), "conc": conc, "wall": wall, "served": done, "errors": sum(errors.values()),
+            "error_kinds": dict(errors), "fetch_p50": pct(lat_fetch, 50) * 1000, "fetch_p99": pct(lat_fetch, 99) * 1000,
+            "report_p50": pct(lat_report, 50) * 1000, "report_p99": pct(lat_report, 99) * 1000,
+            "rss_peak": peak[0], "rss_after": w, "rss_supervisor": max(peak[1], sup),
+            "client_cpu": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--agents", type=int, default=10_000)
+    ap.add_argument("--conc", type=int, default=512, help="client connections (bounded pool)")
+    ap.add_argument("--cap", type=float, default=240, help="give up after this many seconds (counted as errors)")
+    ap.add_argument("--db", choices=["pg", "sqlite"], default="pg")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args(argv)
+    ctx = pg_database() if args.db == "pg" else _Const("sqlite")
+    with ctx as db, preflight_server(db, workers=args.workers) as srv:
+        t = time.perf_counter()
+        fleet = asyncio.run(seed_fleet(srv.url, args.agents, per_plan=100, concurrency=8))
+        setup = time.perf_counter() - t
+        w0, _ = srv.rss_mib()
+        print(f"setup (not counted): {len(fleet)} nodes + plans in {setup:.0f} s; worker RSS before storm "
+              f"{w0:.0f} MiB", flush=True)
+        r = asyncio.run(storm(srv.url, fleet, args.conc, args.cap, srv))
+    r.update(setup=setup, rss_before=w0)
+    print(f"\nboot storm: {args.agents:,} agents × (fetch + report), {args.conc} client connections, "
+          f"{'PostgreSQL' if args.db == 'pg' else 'SQLite'}, uvicorn --workers {args.workers} — {machine()}")
+    print(table(["metric", "value"], [
+        ["time until all served (s)", r["wall"]], ["agents served", r["served"]], ["errors", r["errors"]],
+        ["requests/s (fetch+report)", 2 * r["served"] / r["wall"]],
+        ["fetch p50 / p99 (ms)", f"{r['fetch_p50']:.0f} / {r['fetch_p99']:.0f}"],
+        ["report p50 / p99 (ms)", f"{r['report_p50']:.0f} / {r['report_p99']:.0f}"],
+        ["workers RSS before / peak / after (MiB)", f"{r['rss_before']:.0f} / {r['rss_peak']:.0f} / {r['rss_after']:.0f}"],
+        ["supervisor RSS (MiB)", f"{r['rss_supervisor']:.0f}"],
+        ["load generator CPU (s)", r["client_cpu"]],
+    ]))
+    if r["error_kinds"]:
+        print("errors by kind:", r["error_kinds"])
+    print(f"target ≤ 30 s with 0 errors: {'met' if r['wall'] <= 30 and not r['errors'] else 'MISSED'}; "
+          f"goal ≤ 20 s: {'met' if r['wall'] <= 20 and not r['errors'] else 'missed'}")
+    return r
+
+
+class _Const:
+    def __init__(self, v):
+        self.v = v
+
+    def __enter__(self):
+        return self.v
+
+    def __exit__(self, *a):
+        return False
+
+
+if __name__ == "__main__":
+    main()
