@@ -1,4 +1,5 @@
-"""audit by model and time, sealed after commit (chain_seq); idempotency keys; KV calibration
+"""audit by model and time, sealed after commit (chain_seq); fetch times on assignments; idempotency keys;
+KV calibration
 
 Revision ID: 0002
 Revises: 0001
@@ -22,6 +23,10 @@ def upgrade() -> None:
         batch.alter_column("prev_hash", existing_type=sa.String(64), nullable=True)
         batch.alter_column("hash", existing_type=sa.String(64), nullable=True)
         batch.create_unique_constraint("uq_audit_events_chain_seq", ["chain_seq"])
+    with op.batch_alter_table("assignments") as batch:
+        batch.add_column(sa.Column("first_fetched_at", TS, nullable=True))
+        batch.add_column(sa.Column("last_fetched_at", TS, nullable=True))
+        batch.add_column(sa.Column("fetch_count", sa.Integer(), nullable=False, server_default="0"))
     op.create_index("ix_audit_events_model_id", "audit_events", ["model", "id"])
     op.create_index("ix_audit_events_ts", "audit_events", ["ts"])
     op.create_table(
@@ -60,6 +65,10 @@ def downgrade() -> None:
     op.drop_table("idempotency_keys")
     op.drop_index("ix_audit_events_ts", "audit_events")
     op.drop_index("ix_audit_events_model_id", "audit_events")
+    with op.batch_alter_table("assignments") as batch:
+        batch.drop_column("fetch_count")
+        batch.drop_column("last_fetched_at")
+        batch.drop_column("first_fetched_at")
     op.execute("DELETE FROM audit_events WHERE chain_seq IS NULL")
     with op.batch_alter_table("audit_events") as batch:
         batch.drop_constraint("uq_audit_events_chain_seq", type_="unique")

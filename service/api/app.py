@@ -36,6 +36,8 @@ from .schemas import ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
 log = logging.getLogger("preflight")
 PROBLEM = "application/problem+json"
+PRINCIPAL_CACHE_SECONDS = 5.0
+PRINCIPAL_CACHE_SIZE = 100_000
 
 
 def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
@@ -126,6 +128,12 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     SessionDep = Annotated[Session, Depends(session_dep)]
 
+    # Positive look-ups are cached briefly per process (a fleet booting at once fetches and reports with the same
+    # token); a revocation takes effect at once in the process that made it and within PRINCIPAL_CACHE_SECONDS
+    # everywhere else.
+    principal_cache: dict[str, tuple[token_service.Principal, float]] = {}
+    app.state.principal_cache = principal_cache
+
     def principal_dep(authorization: Annotated[str | None, Header()] = None) -> token_service.Principal:
         """The caller, from ``Authorization: Bearer``; its own short transaction, so a long-poll holds no
         database connection."""
@@ -134,10 +142,18 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         secret = authorization.split(" ", 1)[1].strip()
         if settings.admin_token and hmac.compare_digest(secret.encode(), settings.admin_token.encode()):
             return token_service.Principal(role="admin", name="admin")
+        key = token_service.hash_token(secret)
+        hit = principal_cache.get(key)
+        now = time.monotonic()
+        if hit is not None and hit[1] > now:
+            return hit[0]
         with db.transaction() as session:
             p = token_service.authenticate(session, secret)
         if p is None:
             raise Unauthorized("unknown or revoked token")
+        if len(principal_cache) > PRINCIPAL_CACHE_SIZE:
+            principal_cache.clear()
+        principal_cache[key] = (p, now + PRINCIPAL_CACHE_SECONDS)
         return p
 
     PrincipalDep = Annotated[token_service.Principal, Depends(principal_dep)]
@@ -224,7 +240,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.post("/v1/nodes/{name}/token", operation_id="rotateNodeToken", tags=["nodes"])
     def rotate_node_token(name: str, session: SessionDep, p: Admin):
-        return {"name": name, "agent_token": node_service.rotate_token(session, actor=p.name, name=name)}
+        secret = node_service.rotate_token(session, actor=p.name, name=name)
+        principal_cache.clear()
+        return {"name": name, "agent_token": secret}
 
     # -- manifests --------------------------------------------------------------------------------------------
     @app.post("/v1/manifests", status_code=201, operation_id="registerManifest", tags=["manifests"])
@@ -321,7 +339,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             if a.etag in etags:
                 return a, False
             plan_service.record_fetch(s, actor=actor, a=a)
-            return a, True
+            return a, True  # served (recorded at most once a minute per assignment: plans.record_fetch)
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
     def report(name: str, body: ReportIn, session: SessionDep, p: NodeAgent):
@@ -412,6 +430,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"])
     def revoke_token(token_id: int, session: SessionDep, p: Admin):
         row = token_service.revoke(session, token_id)
+        principal_cache.clear()
         audit.append(session, actor=p.name, kind="token.revoked", subject=f"token:{row.id}", node=row.node_name,
                      payload={"id": row.id, "role": row.role})
         return token_service.token_dict(row)
@@ -419,6 +438,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.post("/v1/tokens/{token_id}/rotate", operation_id="rotateToken", tags=["tokens"])
     def rotate_token(token_id: int, session: SessionDep, p: Admin):
         secret, row = token_service.rotate(session, token_id)
+        principal_cache.clear()
         audit.append(session, actor=p.name, kind="token.rotated", subject=f"token:{token_id}", node=row.node_name,
                      payload={"revoked": token_id, "id": row.id, "role": row.role})
         return {**token_service.token_dict(row), "token": secret}

@@ -108,6 +108,9 @@ class Assignment(Base):
     etag: Mapped[str] = mapped_column(String(80))
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked
     last_report: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    first_fetched_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_fetched_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    fetch_count: Mapped[int] = mapped_column(Integer, default=0)  # fetches recorded (see plans.record_fetch)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -1,14 +1,14 @@
-"""Which config ran where: a node's plan history and a plan's placements, from assignments, reports and the
-audit events that record fetches."""
+"""Which config ran where: a node's plan history and a plan's placements, from assignments (with their recorded
+fetch times) and the agents' reports."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..db.models import Assignment, AuditEvent, Manifest, Plan, Report
+from ..db.models import Assignment, Manifest, Plan, Report
 from . import nodes as node_service
 
 
@@ -21,14 +21,6 @@ def _placement_rows(session: Session, assignments: list[Assignment]) -> list[dic
         return []
     keys = {(a.plan_id, a.node_name) for a in assignments}
     plan_ids = {a.plan_id for a in assignments}
-    fetch = {}
-    for plan_id, node, first, last, n in session.execute(
-        select(AuditEvent.plan_id, AuditEvent.node, func.min(AuditEvent.ts), func.max(AuditEvent.ts),
-               func.count(AuditEvent.id))
-        .where(AuditEvent.kind == "plan.fetched", AuditEvent.plan_id.in_(plan_ids))
-        .group_by(AuditEvent.plan_id, AuditEvent.node)
-    ):
-        fetch[(plan_id, node)] = (first, last, n)
     reports: dict[tuple[str, str], dict[str, Any]] = {}
     for r in session.execute(select(Report).where(Report.plan_id.in_(plan_ids)).order_by(Report.id)).scalars():
         if (r.plan_id, r.node_name) not in keys:
@@ -38,14 +30,13 @@ def _placement_rows(session: Session, assignments: list[Assignment]) -> list[dic
         d["_last"] = (r.status, r.created_at, r.message)
     out = []
     for a in assignments:
-        f = fetch.get((a.plan_id, a.node_name))
         rep = reports.get((a.plan_id, a.node_name), {})
         last = rep.get("_last")
         out.append({
             "plan_id": a.plan_id, "node": a.node_name, "seq": a.seq, "assignment_status": a.status,
             "assigned_at": _iso(a.created_at),
-            "first_fetched_at": _iso(f[0]) if f else None, "last_fetched_at": _iso(f[1]) if f else None,
-            "fetches": f[2] if f else 0,
+            "first_fetched_at": _iso(a.first_fetched_at), "last_fetched_at": _iso(a.last_fetched_at),
+            "fetches": a.fetch_count or 0,
             "started_at": _iso(rep.get("started")), "running_at": _iso(rep.get("running")),
             "failed_at": _iso(rep.get("failed")),
             "last_report": {"status": last[0], "at": _iso(last[1]), "message": last[2]} if last else None,

@@ -133,10 +133,28 @@ def model_of(session: Session, plan_id: str) -> str | None:
                            .where(Plan.id == plan_id)).scalar()
 
 
-def record_fetch(session: Session, *, actor: str, a: Assignment) -> None:
+REFETCH_RECORD_SECONDS = 60
+
+
+def record_fetch(session: Session, *, actor: str, a: Assignment) -> bool:
+    """Record that the node was served its plan: an audit event (``plan.fetched`` with the seq and ETag served)
+    for the first fetch of an assignment and for any re-fetch at least ``REFETCH_RECORD_SECONDS`` after the last
+    recorded one; repeats inside that window (a client retrying) write nothing. Returns whether it wrote."""
+    now = utcnow()
+    last = a.last_fetched_at
+    if last is not None and last.tzinfo is None:
+        last = last.replace(tzinfo=now.tzinfo)
+    if last is not None and (now - last).total_seconds() < REFETCH_RECORD_SECONDS:
+        metrics.AGENT_FETCHES.labels("served").inc()
+        return False
     metrics.AGENT_FETCHES.labels("served").inc()
+    a.first_fetched_at = a.first_fetched_at or now
+    a.last_fetched_at = now
+    a.fetch_count = (a.fetch_count or 0) + 1
     audit.append(session, actor=actor, kind="plan.fetched", subject=f"plan:{a.plan_id}", node=a.node_name,
-                 plan_id=a.plan_id, model=model_of(session, a.plan_id), payload={"seq": a.seq, "etag": a.etag})
+                 plan_id=a.plan_id, model=model_of(session, a.plan_id),
+                 payload={"seq": a.seq, "etag": a.etag, "refetch": a.fetch_count > 1})
+    return True
 
 
 def report(session: Session, *, actor: str, node: str, plan_id: str, status: str, message: str | None,
