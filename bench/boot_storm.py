@@ -20,39 +20,51 @@ import collections
 import resource
 import time
 
-import httpx
+import json
 
 from .common import machine, pct, pg_database, preflight_server, seed_fleet, table
+from .rawhttp import Conn
 
 
 async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server) -> dict:
-    limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
-    timeout = httpx.Timeout(cap, pool=cap)
+    """``conc`` keep-alive connections (bench/rawhttp.py: a full client would take the CPU the server needs) drain
+    a queue of agents; each agent fetches its plan, then reports ``fetched`` with the plan id it was served."""
+    host, port = url.split("//", 1)[1].split(":")
     lat_fetch, lat_report, errors = [], [], collections.Counter()
     done, peak = 0, [0.0, 0.0]
-    sem = asyncio.Semaphore(conc)
+    queue: asyncio.Queue = asyncio.Queue()
+    for n, v in fleet.items():
+        queue.put_nowait((n, v["token"]))
 
-    async def agent(c: httpx.AsyncClient, name: str, token: str):
+    async def worker():
         nonlocal done
-        h = {"Authorization": f"Bearer {token}"}
-        async with sem:
+        conn = Conn(host, int(port))
+        while True:
+            try:
+                name, token = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                conn.close()
+                return
+            h = {"Authorization": f"Bearer {token}"}
             try:
                 s = time.perf_counter()
-                r = await c.get(f"/v1/nodes/{name}/plan", headers=h)
+                status, hdrs, _ = await conn.request("GET", f"/v1/nodes/{name}/plan", h)
                 lat_fetch.append(time.perf_counter() - s)
-                if r.status_code != 200 or not r.headers.get("content-type", "").startswith("application/jose"):
-                    errors[f"fetch {r.status_code}"] += 1
-                    return
+                if status != 200 or not hdrs.get("content-type", "").startswith("application/jose"):
+                    errors[f"fetch {status}"] += 1
+                    continue
+                body = json.dumps({"plan_id": hdrs["x-plan-id"], "status": "fetched"}).encode()
                 s = time.perf_counter()
-                r = await c.post(f"/v1/nodes/{name}/reports", headers=h,
-                                 json={"plan_id": r.headers["X-Plan-Id"], "status": "fetched"})
+                status, _, _ = await conn.request("POST", f"/v1/nodes/{name}/reports",
+                                                  {**h, "Content-Type": "application/json"}, body)
                 lat_report.append(time.perf_counter() - s)
-                if r.status_code != 201:
-                    errors[f"report {r.status_code}"] += 1
-                    return
+                if status != 201:
+                    errors[f"report {status}"] += 1
+                    continue
                 done += 1
-            except httpx.HTTPError as exc:
+            except (OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
                 errors[type(exc).__name__] += 1
+                conn.close()
 
     async def sample_rss():
         while True:
@@ -61,18 +73,19 @@ async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server)
             await asyncio.sleep(0.5)
 
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as c:
-        sampler = asyncio.create_task(sample_rss())
-        t0 = time.perf_counter()
-        tasks = [asyncio.create_task(agent(c, n, v["token"])) for n, v in fleet.items()]
-        finished, pending = await asyncio.wait(tasks, timeout=cap)
-        wall = time.perf_counter() - t0
-        for t in pending:
-            t.cancel()
-        if pending:
-            errors[f"unfinished at {cap:.0f} s"] += len(pending)
-            await asyncio.gather(*pending, return_exceptions=True)
-        sampler.cancel()
+    srv0 = server.cpu_seconds()
+    sampler = asyncio.create_task(sample_rss())
+    t0 = time.perf_counter()
+    tasks = [asyncio.create_task(worker()) for _ in range(conc)]
+    finished, pending = await asyncio.wait(tasks, timeout=cap)
+    wall = time.perf_counter() - t0
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    unfinished = len(fleet) - done - sum(errors.values())
+    if unfinished > 0:
+        errors[f"unfinished at {cap:.0f} s"] += unfinished
+    sampler.cancel()
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     w, sup = server.rss_mib()
     lat_fetch.sort()
@@ -81,7 +94,8 @@ async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server)
             "error_kinds": dict(errors), "fetch_p50": pct(lat_fetch, 50) * 1000, "fetch_p99": pct(lat_fetch, 99) * 1000,
             "report_p50": pct(lat_report, 50) * 1000, "report_p99": pct(lat_report, 99) * 1000,
             "rss_peak": peak[0], "rss_after": w, "rss_supervisor": max(peak[1], sup),
-            "client_cpu": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)}
+            "client_cpu": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+            "server_cpu": server.cpu_seconds() - srv0}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -112,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
         ["workers RSS before / peak / after (MiB)", f"{r['rss_before']:.0f} / {r['rss_peak']:.0f} / {r['rss_after']:.0f}"],
         ["supervisor RSS (MiB)", f"{r['rss_supervisor']:.0f}"],
         ["load generator CPU (s)", r["client_cpu"]],
+        ["server CPU (s), per agent (ms)", f"{r['server_cpu']:.1f}, {r['server_cpu'] / max(1, r['served']) * 1000:.2f}"],
     ]))
     if r["error_kinds"]:
         print("errors by kind:", r["error_kinds"])

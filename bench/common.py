@@ -116,6 +116,17 @@ class Server:
                 out.append(pid)
         return out
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds used so far by the workers and the supervisor (from /proc/<pid>/stat)."""
+        total = 0.0
+        for pid in [self.proc.pid, *self.workers()]:
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, IndexError, ValueError):
+                pass
+        return total
+
     def rss_mib(self) -> tuple[float, float]:
         """(sum of the workers' RSS, supervisor's RSS) in MiB."""
         return sum(_rss_kib(p) for p in self.workers()) / 1024, _rss_kib(self.proc.pid) / 1024

@@ -9,9 +9,8 @@ Two steps, so that the chain never serializes the requests that write events:
    shares; SQLite has a single writer), reads the chain head and gives every committed, unsealed event, in insertion
    order, the next ``chain_seq``, ``prev_hash`` and ``hash = sha256(JCS({"seq", "prev_hash", "ts", "actor", "kind",
    "subject", "node", "plan_id", "model", "payload_digest"}))``. The first event's ``prev_hash`` is 64 zeros.
-   Writers call ``seal_soon`` after commit (a non-blocking try: under load one sealer chains a whole batch), a
-   background thread seals whatever is left every ``SEAL_INTERVAL`` seconds, and readers that vouch for the chain
-   (verify, checkpoints) seal first.
+   In the service a background thread per process seals a burst of writes as one batch moments after they commit
+   (``Sealer``); the CLI seals at once; readers that vouch for the chain (verify, checkpoints, listings) seal first.
 
 Verification recomputes every sealed event in ``chain_seq`` order; an edit, deletion or reordering breaks a link and
 is reported with the event's id. Events not yet sealed (normally for milliseconds) are counted as ``pending``.
@@ -26,7 +25,7 @@ import threading
 from typing import Any
 
 import rfc8785
-from sqlalchemy import bindparam, select, text, update
+from sqlalchemy import bindparam, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from . import metrics
@@ -35,7 +34,8 @@ from .db.models import AuditEvent, utcnow
 GENESIS = "0" * 64
 _ADVISORY_KEY = 0x5052454654  # "PREFT"
 SEAL_BATCH = 2000
-SEAL_INTERVAL = 0.2
+SEAL_INTERVAL = 0.05  # how long a woken sealer lets writes gather before sealing them
+SWEEP_INTERVAL = 2.0  # how often an idle sealer looks for events other processes left unsealed
 log = logging.getLogger("preflight.audit")
 
 
@@ -67,14 +67,14 @@ def _hash_of(ev: AuditEvent, seq: int, prev_hash: str) -> str:
 
 
 def append(session: Session, *, actor: str, kind: str, subject: str, payload: dict[str, Any],
-           node: str | None = None, plan_id: str | None = None, model: str | None = None) -> AuditEvent:
-    """Record one event inside the caller's transaction (sealed into the chain after it commits)."""
-    ev = AuditEvent(ts=utcnow(), actor=actor, kind=kind, subject=subject, node=node, plan_id=plan_id, model=model,
-                    payload=payload, payload_digest=sha256_hex(canonical(payload)))
-    session.add(ev)
+           node: str | None = None, plan_id: str | None = None, model: str | None = None) -> None:
+    """Record one event inside the caller's transaction (sealed into the chain after it commits). A plain INSERT:
+    no lock, no read of the chain head."""
+    session.execute(insert(AuditEvent.__table__).values(
+        ts=utcnow(), actor=actor, kind=kind, subject=subject, node=node, plan_id=plan_id, model=model,
+        payload=payload, payload_digest=sha256_hex(canonical(payload))))
     session.info["audit_appended"] = True
     metrics.AUDIT_APPENDS.labels(kind).inc()
-    return ev
 
 
 def _lock(session: Session, *, wait: bool) -> bool:
@@ -117,11 +117,14 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
 
 
 class Sealer:
-    """Per-process sealing: ``seal_soon()`` after a write commits (non-blocking), plus a background thread that
-    retries every ``SEAL_INTERVAL`` seconds while events are pending."""
+    """Per-process sealing. In a service process (``background = True``) writers only signal a background thread,
+    which seals what is pending at most ``SEAL_INTERVAL`` seconds later — one lock and one transaction per batch,
+    none in the request path. Elsewhere (CLI, tests) ``seal_soon`` seals at once. The thread also sweeps every few
+    seconds for events written by other processes that exited before sealing."""
 
     def __init__(self, db):
         self.db = db
+        self.background = False
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -132,33 +135,42 @@ class Sealer:
                 return seal(s, wait=wait)
 
     def seal_soon(self) -> None:
+        if self.background:
+            self._wake.set()
+            return
         try:
-            if self.seal_now(wait=False) > 0:
-                return
-        except Exception as exc:  # never fail the request that already committed; the thread retries
+            self.seal_now(wait=True)
+        except Exception as exc:  # never fail the write that already committed; the next seal picks it up
             log.warning("audit seal deferred: %s", exc.__class__.__name__)
-        # another sealer held the lock (it may have missed our events) or the seal failed: a later pass picks them up
-        self.start()
-        self._wake.set()
 
     def start(self) -> None:
-        if self._thread is None:
+        self.background = True
+        self._stop.clear()
+        if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="audit-sealer", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread after a last seal (nothing committed stays unsealed because of a shutdown)."""
+        self.background = False
         self._stop.set()
         self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(SEAL_INTERVAL)
+        while True:
+            woken = self._wake.wait(SWEEP_INTERVAL)
+            if woken and not self._stop.is_set():
+                self._stop.wait(SEAL_INTERVAL)  # let a burst of writes gather into one batch
             self._wake.clear()
             try:
-                if self.seal_now(wait=True) == 0 and not self._wake.is_set():
-                    self._wake.wait(5.0)  # idle: check rarely
+                self.seal_now(wait=True)
             except Exception as exc:  # database down: keep trying
                 log.warning("audit sealer: %s", exc.__class__.__name__)
+            if self._stop.is_set():
+                return
 
 
 def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None) -> dict[str, Any]:

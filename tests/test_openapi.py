@@ -17,3 +17,35 @@ def test_operation_ids_are_stable_and_unique():
     ids = [op["operationId"] for path in doc["paths"].values() for op in path.values()]
     assert len(ids) == len(set(ids))
     assert {"createPlan", "fetchNodePlan", "registerNode", "registerManifest", "validateLaunch", "jwks"} <= set(ids)
+
+
+def test_every_operation_documents_its_errors_as_problem_json():
+    doc = json.loads(DOC.read_text())
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            codes = set(op["responses"])
+            assert "503" in codes, (path, method)
+            if op["operationId"] not in {"healthz", "readyz", "jwks", "metrics"}:
+                assert {"401", "403"} <= codes, (path, method)
+            if method in ("post", "patch"):
+                assert {"413", "422"} <= codes, (path, method)
+            for code, resp in op["responses"].items():
+                if code.startswith(("4", "5")):
+                    assert "application/problem+json" in resp["content"], (path, method, code)
+
+
+def test_request_examples_come_from_a_real_config():
+    doc = json.loads(DOC.read_text())
+    ex = doc["paths"]["/v1/validate"]["post"]["requestBody"]["content"]["application/json"]["examples"]
+    assert ex["phi3-tp4-rejected"]["value"]["model"]["config"]["num_key_value_heads"] == 10
+
+
+def test_request_examples_reach_the_verdicts_their_summaries_claim():
+    from service.api.openapi_doc import request_examples
+    from service.domain.request import LaunchRequest
+    from service.domain.validate import validate
+
+    ex = request_examples()["validateLaunch"]
+    assert validate(LaunchRequest.model_validate(ex["phi3-tp4-rejected"]["value"])).verdict == "reject"
+    ok = validate(LaunchRequest.model_validate(ex["phi3-tp2"]["value"]))
+    assert ok.verdict != "reject" and ok.recommendations

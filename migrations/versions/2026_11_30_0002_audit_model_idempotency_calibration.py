@@ -29,6 +29,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("fetch_count", sa.Integer(), nullable=False, server_default="0"))
     op.create_index("ix_audit_events_model_id", "audit_events", ["model", "id"])
     op.create_index("ix_audit_events_ts", "audit_events", ["ts"])
+    op.create_index("ix_audit_events_pending", "audit_events", ["id"], postgresql_where=sa.text("chain_seq IS NULL"),
+                    sqlite_where=sa.text("chain_seq IS NULL"))
     op.create_table(
         "idempotency_keys",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -63,6 +65,7 @@ def downgrade() -> None:
     op.drop_index("ix_calibration_plan_id", "calibration")
     op.drop_table("calibration")
     op.drop_table("idempotency_keys")
+    op.drop_index("ix_audit_events_pending", "audit_events")
     op.drop_index("ix_audit_events_ts", "audit_events")
     op.drop_index("ix_audit_events_model_id", "audit_events")
     with op.batch_alter_table("assignments") as batch:

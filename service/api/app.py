@@ -2,6 +2,7 @@
 
 
 import asyncio
+import contextlib
 import datetime as dt
 import hmac
 import logging
@@ -19,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__, audit, metrics
 from ..db.models import AuditEvent
-from ..db.session import Database
+from ..db.session import THREADS, Database
 from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
@@ -31,6 +32,7 @@ from ..services import plans as plan_service
 from ..services import tokens as token_service
 from ..settings import Settings
 from ..signing import KeyStore
+from . import openapi_doc
 from .observability import Observability
 from .schemas import ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
@@ -82,7 +84,18 @@ class _TooLarge(Exception):
 def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None) -> FastAPI:
     db = db or Database(settings.resolved_database_url)
     keys = keys or KeyStore(settings.key_dir, create=settings.env != "production")
-    app = FastAPI(title="Preflight", version=__version__,
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        import anyio.to_thread
+
+        anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS  # = the database pool's size
+        db.sealer.start()  # audit events are sealed into the chain by a background thread per process
+        try:
+            yield
+        finally:
+            db.sealer.stop()
+
+    app = FastAPI(title="Preflight", version=__version__, lifespan=lifespan,
                   description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
     app.state.db, app.state.keys, app.state.settings = db, keys, settings
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
@@ -134,41 +147,54 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     principal_cache: dict[str, tuple[token_service.Principal, float]] = {}
     app.state.principal_cache = principal_cache
 
-    def principal_dep(authorization: Annotated[str | None, Header()] = None) -> token_service.Principal:
-        """The caller, from ``Authorization: Bearer``; its own short transaction, so a long-poll holds no
-        database connection."""
+    def bearer_secret(authorization: str | None) -> str:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise Unauthorized("missing bearer token: send Authorization: Bearer <token>")
-        secret = authorization.split(" ", 1)[1].strip()
+        return authorization.split(" ", 1)[1].strip()
+
+    def cached_principal(secret: str) -> token_service.Principal | None:
+        """The admin token, or a cached look-up still fresh; None when the database must be asked."""
         if settings.admin_token and hmac.compare_digest(secret.encode(), settings.admin_token.encode()):
             return token_service.Principal(role="admin", name="admin")
-        key = token_service.hash_token(secret)
-        hit = principal_cache.get(key)
-        now = time.monotonic()
-        if hit is not None and hit[1] > now:
-            return hit[0]
-        with db.transaction() as session:
-            p = token_service.authenticate(session, secret)
+        hit = principal_cache.get(token_service.hash_token(secret))
+        return hit[0] if hit is not None and hit[1] > time.monotonic() else None
+
+    def authenticate_in(session: Session, secret: str) -> token_service.Principal:
+        """Look the token up in the caller's transaction and cache it. Raises Unauthorized."""
+        p = token_service.authenticate(session, secret)
         if p is None:
             raise Unauthorized("unknown or revoked token")
         if len(principal_cache) > PRINCIPAL_CACHE_SIZE:
             principal_cache.clear()
-        principal_cache[key] = (p, now + PRINCIPAL_CACHE_SECONDS)
+        principal_cache[token_service.hash_token(secret)] = (p, time.monotonic() + PRINCIPAL_CACHE_SECONDS)
         return p
+
+    def lookup_principal(secret: str) -> token_service.Principal:
+        with db.transaction() as session:
+            return authenticate_in(session, secret)
+
+    async def principal_dep(authorization: Annotated[str | None, Header()] = None) -> token_service.Principal:
+        """The caller, from ``Authorization: Bearer``. Async (no thread hop) when the look-up is cached; a miss runs
+        one short transaction in the thread pool, so a long-poll holds no database connection."""
+        secret = bearer_secret(authorization)
+        return cached_principal(secret) or await run_in_threadpool(lookup_principal, secret)
 
     PrincipalDep = Annotated[token_service.Principal, Depends(principal_dep)]
 
     def require(*roles: str) -> Callable:
-        def check(p: PrincipalDep) -> token_service.Principal:
+        async def check(p: PrincipalDep) -> token_service.Principal:
             if p.role not in roles:
                 raise Forbidden(f"role {p.role} may not do this (needs {' or '.join(roles)})")
             return p
         return check
 
-    def for_node(name: str, p: PrincipalDep) -> token_service.Principal:
+    def authorize_node(name: str, p: token_service.Principal) -> token_service.Principal:
         if p.role == "admin" or (p.role == "agent" and p.node == name):
             return p
         raise Forbidden(f"this token may not act for node {name!r}")
+
+    async def for_node(name: str, p: PrincipalDep) -> token_service.Principal:
+        return authorize_node(name, p)
 
     Admin = Annotated[token_service.Principal, Depends(require("admin"))]
     Deployer = Annotated[token_service.Principal, Depends(require("admin", "deployer"))]
@@ -307,45 +333,49 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
              responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan"},
                         304: {"description": "unchanged (If-None-Match matched)"}})
-    async def fetch_node_plan(name: str, p: NodeAgent, if_none_match: Annotated[str | None, Header()] = None,
+    async def fetch_node_plan(name: str, authorization: Annotated[str | None, Header()] = None,
+                              if_none_match: Annotated[str | None, Header()] = None,
                               wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
-        """The agent's fetch. With ``If-None-Match`` and ``wait`` > 0 the call holds until a different plan is
-        current (or ``wait`` seconds pass → 304)."""
+        """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
+        the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
+        call authenticates and fetches in one transaction."""
+        secret = bearer_secret(authorization)
+        principal = cached_principal(secret)
         deadline = time.monotonic() + wait
         tags = [t.strip() for t in if_none_match.split(",")] if if_none_match else []
         while True:
-            a, served = await run_in_threadpool(_fetch_once, name, tags, p.name)
+            principal, a, served = await run_in_threadpool(_fetch_once, name, tags, secret, principal)
             if a is None or served or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         if a is None:
             raise NotFound(f"node {name!r} has no current plan", field="name")
-        headers = {"ETag": a.etag, "Cache-Control": "no-cache", "X-Plan-Id": a.plan_id, "X-Plan-Seq": str(a.seq)}
+        headers = {"ETag": a["etag"], "Cache-Control": "no-cache", "X-Plan-Id": a["plan_id"],
+                   "X-Plan-Seq": str(a["seq"])}
         if not served:
             metrics.AGENT_FETCHES.labels("not_modified").inc()
             return Response(status_code=304, headers=headers)
-        return Response(a.signed, media_type="application/jose", headers=headers)
+        return Response(a["signed"], media_type="application/jose", headers=headers)
 
-    def _fetch_once(name: str, etags: list[str], actor: str):
-        """One transaction: the node's current assignment, and — unless the agent already has it — the audit
-        record of serving it. Returns (assignment or None, served)."""
+    def _fetch_once(name: str, etags: list[str], secret: str, principal):
+        """One transaction: authenticate (unless cached), authorize for this node, then the node's current
+        assignment and — unless the agent already has it — the record of serving it (plans.serve_to_agent).
+        Returns (principal, assignment dict or None, served)."""
         with db.transaction() as s:
-            try:
-                a = plan_service.current_assignment(s, name)
-            except NotFound as exc:
-                if "not registered" in exc.detail:
-                    raise
-                return None, False
-            if a.etag in etags:
-                return a, False
-            plan_service.record_fetch(s, actor=actor, a=a)
-            return a, True  # served (recorded at most once a minute per assignment: plans.record_fetch)
+            if principal is None:
+                principal = authenticate_in(s, secret)
+            authorize_node(name, principal)
+            a, served = plan_service.serve_to_agent(s, actor=principal.name, node=name, etags=etags)
+            return principal, a, served
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
-    def report(name: str, body: ReportIn, session: SessionDep, p: NodeAgent):
-        r = plan_service.report(session, actor=p.name, node=name, plan_id=body.plan_id, status=body.status,
-                                message=body.message, details=body.details)
-        return {"id": r.id, "plan_id": r.plan_id, "node": r.node_name, "status": r.status}
+    async def report(name: str, body: ReportIn, p: NodeAgent):
+        def record():
+            with db.transaction() as session:
+                return plan_service.report(session, actor=p.name, node=name, plan_id=body.plan_id,
+                                           status=body.status, message=body.message, details=body.details)
+
+        return JSONResponse(await run_in_threadpool(record), status_code=201)
 
     # -- audit -------------------------------------------------------------------------------------------------
     def audit_query(node, plan, model, kind, since, until):
@@ -443,4 +473,5 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                      payload={"revoked": token_id, "id": row.id, "role": row.role})
         return {**token_service.token_dict(row), "token": secret}
 
+    openapi_doc.install(app)
     return app

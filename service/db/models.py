@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import JSON, text, BigInteger, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -110,7 +110,7 @@ class Assignment(Base):
     last_report: Mapped[str | None] = mapped_column(String(16), nullable=True)
     first_fetched_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     last_fetched_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    fetch_count: Mapped[int] = mapped_column(Integer, default=0)  # fetches recorded (see plans.record_fetch)
+    fetch_count: Mapped[int] = mapped_column(Integer, default=0)  # fetches recorded (see plans._record_fetch)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -137,6 +137,9 @@ class AuditEvent(Base):
         Index("ix_audit_events_plan_id", "plan_id", "id"),
         Index("ix_audit_events_model_id", "model", "id"),
         Index("ix_audit_events_ts", "ts"),
+        # the sealer's work list: only unsealed events are in it, so finding them never scans the chain
+        Index("ix_audit_events_pending", "id", postgresql_where=text("chain_seq IS NULL"),
+              sqlite_where=text("chain_seq IS NULL")),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     ts: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -9,14 +9,15 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+THREADS = 8  # worker threads per service process for blocking work (service/api/app.py sets anyio's limiter)
+
 
 def make_engine(url: str) -> Engine:
     """An engine for SQLite or PostgreSQL (psycopg 3).
 
     SQLite: WAL, foreign keys on, and every transaction starts with ``BEGIN IMMEDIATE`` (SQLAlchemy's documented
     recipe), so concurrent writers — threads or processes — queue on the database's single write lock instead of
-    failing half-way. PostgreSQL: a pool as large as the worker's thread pool (40), checked before use so the
-    service recovers by itself after an outage.
+    failing half-way. PostgreSQL: a fixed pool as large as the worker's thread pool.
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30,
@@ -35,7 +36,11 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=20, pool_timeout=30)
+    # No pre-ping (a round trip per checkout): a connection that fails with a disconnect invalidates the whole
+    # pool, so after an outage the next checkout opens fresh connections (see tests/test_outage.py).
+    # The pool holds as many connections as the worker has threads (THREADS): an overflow connection would be
+    # opened and closed per request under load, which costs far more than the query.
+    return create_engine(url, pool_size=THREADS + 2, max_overflow=0, pool_timeout=30)
 
 
 class Database:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from .. import audit, metrics
@@ -21,6 +21,8 @@ from . import manifests as manifest_service
 from . import nodes as node_service
 
 REPORT_STATUSES = ("fetched", "started", "running", "failed")
+ASSIGNMENTS = Assignment.__table__
+REPORTS = Report.__table__
 
 
 def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) -> LaunchRequest:
@@ -120,61 +122,88 @@ def get(session: Session, plan_id: str) -> tuple[Plan, list[Assignment]]:
 
 
 def current_assignment(session: Session, node: str) -> Assignment:
-    node_service.get(session, node)
+    """The node's active assignment. Raises NotFound: "not registered" for an unknown node, "no current plan"
+    otherwise (the node is only looked up when there is no assignment: one query on the agents' hot path)."""
     a = session.execute(select(Assignment).where(Assignment.node_name == node, Assignment.status == "active")
                         .order_by(Assignment.seq.desc()).limit(1)).scalar_one_or_none()
     if a is None:
+        node_service.get(session, node)
         raise NotFound(f"node {node!r} has no current plan", field="name")
     return a
 
 
+_MODEL_OF: dict[str, str | None] = {}
+
+
 def model_of(session: Session, plan_id: str) -> str | None:
-    return session.execute(select(Manifest.name).join(Plan, Plan.manifest_id == Manifest.id)
-                           .where(Plan.id == plan_id)).scalar()
+    """The manifest name of a plan (immutable, so memoised per process)."""
+    if plan_id not in _MODEL_OF:
+        if len(_MODEL_OF) > 100_000:
+            _MODEL_OF.clear()
+        _MODEL_OF[plan_id] = session.execute(select(Manifest.name).join(Plan, Plan.manifest_id == Manifest.id)
+                                             .where(Plan.id == plan_id)).scalar()
+    return _MODEL_OF[plan_id]
 
 
 REFETCH_RECORD_SECONDS = 60
 
 
-def record_fetch(session: Session, *, actor: str, a: Assignment) -> bool:
-    """Record that the node was served its plan: an audit event (``plan.fetched`` with the seq and ETag served)
-    for the first fetch of an assignment and for any re-fetch at least ``REFETCH_RECORD_SECONDS`` after the last
-    recorded one; repeats inside that window (a client retrying) write nothing. Returns whether it wrote."""
-    now = utcnow()
-    last = a.last_fetched_at
-    if last is not None and last.tzinfo is None:
-        last = last.replace(tzinfo=now.tzinfo)
-    if last is not None and (now - last).total_seconds() < REFETCH_RECORD_SECONDS:
-        metrics.AGENT_FETCHES.labels("served").inc()
-        return False
+def _record_fetch(session: Session, *, actor: str, assignment_id: int, plan_id: str, node: str, seq: int, etag: str,
+                  last_fetched_at, fetch_count: int | None) -> bool:
+    """An audit event (``plan.fetched`` with the seq and ETag served) for the first fetch of an assignment and for
+    any re-fetch at least ``REFETCH_RECORD_SECONDS`` after the last recorded one; repeats inside that window (a
+    client retrying) write nothing. Returns whether it wrote."""
     metrics.AGENT_FETCHES.labels("served").inc()
-    a.first_fetched_at = a.first_fetched_at or now
-    a.last_fetched_at = now
-    a.fetch_count = (a.fetch_count or 0) + 1
-    audit.append(session, actor=actor, kind="plan.fetched", subject=f"plan:{a.plan_id}", node=a.node_name,
-                 plan_id=a.plan_id, model=model_of(session, a.plan_id),
-                 payload={"seq": a.seq, "etag": a.etag, "refetch": a.fetch_count > 1})
+    now = utcnow()
+    if last_fetched_at is not None and last_fetched_at.tzinfo is None:
+        last_fetched_at = last_fetched_at.replace(tzinfo=now.tzinfo)
+    if last_fetched_at is not None and (now - last_fetched_at).total_seconds() < REFETCH_RECORD_SECONDS:
+        return False
+    count = (fetch_count or 0) + 1
+    session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.id == assignment_id).values(
+        first_fetched_at=func.coalesce(ASSIGNMENTS.c.first_fetched_at, now), last_fetched_at=now, fetch_count=count))
+    audit.append(session, actor=actor, kind="plan.fetched", subject=f"plan:{plan_id}", node=node, plan_id=plan_id,
+                 model=model_of(session, plan_id), payload={"seq": seq, "etag": etag, "refetch": count > 1})
     return True
 
 
+def serve_to_agent(session: Session, *, actor: str, node: str, etags: list[str]) -> tuple[dict | None, bool]:
+    """The agents' hot path, in Core SQL (one query when nothing changed): the node's active assignment as a dict
+    (``plan_id``, ``seq``, ``etag``, ``signed``), and whether it is served (False when the agent's ETag matches).
+    Raises NotFound for an unregistered node; returns (None, False) when it has no current plan."""
+    row = session.execute(
+        select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.etag, ASSIGNMENTS.c.signed,
+               ASSIGNMENTS.c.last_fetched_at, ASSIGNMENTS.c.fetch_count)
+        .where(ASSIGNMENTS.c.node_name == node, ASSIGNMENTS.c.status == "active")
+        .order_by(ASSIGNMENTS.c.seq.desc()).limit(1)).mappings().first()
+    if row is None:
+        node_service.get(session, node)
+        return None, False
+    if row["etag"] in etags:
+        return dict(row), False
+    _record_fetch(session, actor=actor, assignment_id=row["id"], plan_id=row["plan_id"], node=node, seq=row["seq"],
+                  etag=row["etag"], last_fetched_at=row["last_fetched_at"], fetch_count=row["fetch_count"])
+    return dict(row), True
+
+
 def report(session: Session, *, actor: str, node: str, plan_id: str, status: str, message: str | None,
-           details: dict[str, Any]) -> Report:
-    """Record an agent report. The plan must have been assigned to this node."""
-    a = session.execute(select(Assignment).where(Assignment.node_name == node, Assignment.plan_id == plan_id)
-                        ).scalar_one_or_none()
+           details: dict[str, Any]) -> dict[str, Any]:
+    """Record an agent report (Core SQL: the agents' hot path). The plan must have been assigned to this node.
+    Raises NotFound otherwise."""
+    a = session.execute(select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.seq)
+                        .where(ASSIGNMENTS.c.node_name == node, ASSIGNMENTS.c.plan_id == plan_id)).first()
     if a is None:
         raise NotFound(f"plan {plan_id!r} was never assigned to node {node!r}", field="plan_id")
     metrics.AGENT_REPORTS.labels(status).inc()
-    r = Report(plan_id=plan_id, node_name=node, status=status, message=message, details=details)
-    session.add(r)
-    a.last_report = status
-    session.flush()
-    plan = session.get(Plan, plan_id)
-    calibration.record(session, plan=plan, node=node, details=details)
+    rid = session.execute(insert(REPORTS).values(plan_id=plan_id, node_name=node, status=status, message=message,
+                                                 details=details, created_at=utcnow()).returning(REPORTS.c.id)).scalar()
+    session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.id == a.id).values(last_report=status))
+    if isinstance(details.get("vllm"), dict):  # vLLM's start-up figures: compare with the prediction
+        calibration.record(session, plan=session.get(Plan, plan_id), node=node, details=details)
     audit.append(session, actor=actor, kind=f"agent.{status}", subject=f"plan:{plan_id}", node=node,
                  plan_id=plan_id, model=model_of(session, plan_id),
                  payload={"seq": a.seq, "status": status, "message": message, "details": details})
-    return r
+    return {"id": rid, "plan_id": plan_id, "node": node, "status": status}
 
 
 def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:

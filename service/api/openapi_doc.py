@@ -1,0 +1,117 @@
+"""The OpenAPI document: FastAPI's, plus the error contract on every operation (RFC 9457 problem+json) and
+request examples built from a real config.json (service/data/examples)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+PROBLEM_SCHEMA = {
+    "type": "object",
+    "description": "RFC 9457 problem details. `errors` names each offending field and rule; `findings` carries a "
+                   "rejected launch's rule findings (with remedies).",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "errors": {"type": "array", "items": {"type": "object", "properties": {
+            "field": {"type": "string"}, "rule": {"type": "string"}, "message": {"type": "string"},
+            "accepted": {"type": "array", "items": {"type": "string"}}}}},
+        "findings": {"type": "array", "items": {"type": "object"}},
+        "field": {"type": "string"},
+    },
+}
+PUBLIC = {"healthz", "readyz", "jwks", "metrics"}
+CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint"}
+DESCRIPTIONS = {
+    "401": "missing, unknown or revoked bearer token",
+    "403": "the token's role (or node) may not do this",
+    "404": "the named node, manifest, plan or token does not exist",
+    "409": "already exists / conflicts with the current state",
+    "412": "If-Match does not match the current ETag",
+    "413": "request body larger than PREFLIGHT_MAX_BODY_BYTES",
+    "422": "invalid input (field and rule named), or a launch vLLM would refuse (findings with remedies)",
+    "503": "the database is unreachable (Retry-After)",
+}
+
+
+@lru_cache(maxsize=1)
+def example_config() -> dict:
+    return json.loads(resources.files("service").joinpath("data/examples/phi-3-medium-4k-instruct.config.json")
+                      .read_text())
+
+
+def request_examples() -> dict[str, dict]:
+    cfg = example_config()
+    return {
+        "validateLaunch": {
+            "phi3-tp4-rejected": {"summary": "Phi-3-medium at TP=4: 10 KV heads do not split 4 ways",
+                                  "value": {"model": {"name": "microsoft/Phi-3-medium-4k-instruct", "config": cfg},
+                                            "hardware": {"gpu": "a100-sxm4-80gb", "count": 4, "interconnect": "nvlink"},
+                                            "engine_args": {"tensor_parallel_size": 4}}},
+            "phi3-tp2": {"summary": "the same model at TP=2 with a workload (values filled and explained)",
+                         "value": {"model": {"name": "microsoft/Phi-3-medium-4k-instruct", "config": cfg},
+                                   "hardware": {"gpu": "a100-sxm4-80gb", "count": 4, "interconnect": "nvlink"},
+                                   "workload": {"avg_seq_len": 1500, "p99_seq_len": 3500, "shape": "balanced"},
+                                   "engine_args": {"tensor_parallel_size": 2}}},
+        },
+        "registerManifest": {
+            "phi3": {"summary": "a merged bf16 checkpoint", "value": {
+                "name": "microsoft/Phi-3-medium-4k-instruct", "version": "1", "uri": "s3://weights/phi-3-medium",
+                "config": cfg, "checkpoint": {"layout": "merged"}, "weights_bytes": 27920000000}},
+        },
+        "createPlan": {
+            "phi3-on-a100": {"summary": "plan for one node", "value": {
+                "manifest": "microsoft/Phi-3-medium-4k-instruct@1", "nodes": ["gpu-01"],
+                "engine_args": {"tensor_parallel_size": 2, "max_model_len": 4096, "gpu_memory_utilization": 0.9}}},
+        },
+        "registerNode": {
+            "h100": {"summary": "8 × H100 SXM by the name nvidia-smi prints", "value": {
+                "name": "gpu-01", "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "interconnect": "nvlink"}},
+        },
+    }
+
+
+def install(app: FastAPI) -> None:
+    """Replace ``app.openapi`` with the documented version (built once)."""
+
+    def openapi():
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        examples = request_examples()
+        for path, ops in schema["paths"].items():
+            for method, op in ops.items():
+                oid = op.get("operationId")
+                codes = ["503"]
+                if oid not in PUBLIC:
+                    codes += ["401", "403"]
+                if "{" in path:
+                    codes.append("404")
+                if method in ("post", "patch", "put"):
+                    codes += ["413", "422"]
+                elif op.get("parameters"):
+                    codes.append("422")
+                if oid in CONFLICT:
+                    codes.append("409")
+                if oid == "updateNode":
+                    codes.append("412")
+                if oid == "createPlan":
+                    codes += ["404", "409"]  # unknown manifest/node; Idempotency-Key reused for another body
+                for code in sorted(set(codes)):
+                    op["responses"][code] = {"description": DESCRIPTIONS[code], "content": problem}
+                body = op.get("requestBody", {}).get("content", {}).get("application/json")
+                if body is not None and oid in examples:
+                    body["examples"] = examples[oid]
+        schema["components"]["schemas"].pop("HTTPValidationError", None)
+        schema["components"]["schemas"].pop("ValidationError", None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
