@@ -40,6 +40,7 @@ log = logging.getLogger("preflight")
 PROBLEM = "application/problem+json"
 PRINCIPAL_CACHE_SECONDS = 5.0
 PRINCIPAL_CACHE_SIZE = 100_000
+PLAN_CACHE_SECONDS = 1.0
 
 
 def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
@@ -146,6 +147,11 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # everywhere else.
     principal_cache: dict[str, tuple[token_service.Principal, float]] = {}
     app.state.principal_cache = principal_cache
+    # node -> (current assignment row, expiry): repeated fetches inside PLAN_CACHE_SECONDS are answered from memory
+    # (a plan created, revoked or reissued elsewhere reaches a polling agent at most that much later; in this
+    # process at once); a fetch that must be recorded (the first of an assignment, or a minute after the last
+    # record) always goes to the database.
+    plan_cache: dict[str, tuple[dict, float]] = {}
 
     def bearer_secret(authorization: str | None) -> str:
         if not authorization or not authorization.lower().startswith("bearer "):
@@ -308,6 +314,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         status, out, replayed = idempotency.run(
             db, route="POST /v1/plans", key=idempotency_key, body=data, status_code=201,
             action=lambda s: plan_service.create(s, actor=p.name, settings=settings, keys=keys, body=data))
+        plan_cache.clear()
         return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
     @app.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
@@ -321,13 +328,17 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.post("/v1/plans/{plan_id}/revoke", operation_id="revokePlan", tags=["plans"])
     def revoke_plan(plan_id: str, session: SessionDep, p: Deployer):
-        return plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id))
+        out = plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id))
+        plan_cache.clear()
+        return out
 
     @app.post("/v1/plans/{plan_id}/reissue", status_code=201, operation_id="reissuePlan", tags=["plans"])
     def reissue_plan(plan_id: str, session: SessionDep, p: Deployer):
         """Rollback: re-validate an earlier plan's content and issue it as a new plan with a new seq per node
         (an old JWS is never re-served)."""
-        return plan_service.reissue(session, actor=p.name, settings=settings, keys=keys, plan_id=plan_id)
+        out = plan_service.reissue(session, actor=p.name, settings=settings, keys=keys, plan_id=plan_id)
+        plan_cache.clear()
+        return out
 
     # -- agent ---------------------------------------------------------------------------------------------------
     @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
@@ -344,7 +355,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         deadline = time.monotonic() + wait
         tags = [t.strip() for t in if_none_match.split(",")] if if_none_match else []
         while True:
-            principal, a, served = await run_in_threadpool(_fetch_once, name, tags, secret, principal)
+            a, served = from_plan_cache(name, principal, tags)
+            if a is None:
+                principal, a, served = await run_in_threadpool(_fetch_once, name, tags, secret, principal)
             if a is None or served or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
@@ -357,6 +370,19 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             return Response(status_code=304, headers=headers)
         return Response(a["signed"], media_type="application/jose", headers=headers)
 
+    def from_plan_cache(name: str, principal, etags: list[str]) -> tuple[dict | None, bool]:
+        entry = plan_cache.get(name) if principal is not None else None
+        if entry is None or entry[1] <= time.monotonic():
+            return None, False
+        authorize_node(name, principal)
+        a = entry[0]
+        if a["etag"] in etags:
+            return a, False
+        if not plan_service.fetch_recorded_recently(a):
+            return None, False
+        metrics.AGENT_FETCHES.labels("served").inc()
+        return a, True
+
     def _fetch_once(name: str, etags: list[str], secret: str, principal):
         """One transaction: authenticate (unless cached), authorize for this node, then the node's current
         assignment and — unless the agent already has it — the record of serving it (plans.serve_to_agent).
@@ -366,7 +392,11 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                 principal = authenticate_in(s, secret)
             authorize_node(name, principal)
             a, served = plan_service.serve_to_agent(s, actor=principal.name, node=name, etags=etags)
-            return principal, a, served
+        if a is not None:
+            if len(plan_cache) > PRINCIPAL_CACHE_SIZE:
+                plan_cache.clear()
+            plan_cache[name] = (a, time.monotonic() + PLAN_CACHE_SECONDS)
+        return principal, a, served
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
     async def report(name: str, body: ReportIn, p: NodeAgent):

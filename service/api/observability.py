@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import json
 import logging
+import logging.handlers
+import os
+import queue
 import sys
 import time
-import uuid
 
 from .. import metrics
 
@@ -28,12 +32,27 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    """JSON lines on stderr, written by a background thread (logging.handlers.QueueListener) so a request never
+    waits on the terminal or the log collector."""
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(JsonFormatter())
+    q: queue.SimpleQueue = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(q, stream, respect_handler_level=False)
+    listener.start()
+    atexit.register(listener.stop)
     root = logging.getLogger("preflight")
-    root.handlers[:] = [handler]
+    root.handlers[:] = [logging.handlers.QueueHandler(q)]
     root.setLevel(level)
     root.propagate = False
+
+
+_ids = itertools.count(1)
+_PREFIX = os.urandom(6).hex()
+
+
+def new_request_id() -> str:
+    """Unique per process start and request, without a system call per request."""
+    return f"{_PREFIX}{next(_ids):010x}"
 
 
 class Observability:
@@ -46,7 +65,7 @@ class Observability:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
-        rid = headers.get(b"x-request-id", b"").decode("latin-1")[:128] or uuid.uuid4().hex
+        rid = headers.get(b"x-request-id", b"").decode("latin-1")[:128] or new_request_id()
         scope.setdefault("state", {})["request_id"] = rid
         status = {"code": 500}
         start = time.perf_counter()

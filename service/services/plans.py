@@ -179,11 +179,25 @@ def serve_to_agent(session: Session, *, actor: str, node: str, etags: list[str])
     if row is None:
         node_service.get(session, node)
         return None, False
+    out = dict(row)
     if row["etag"] in etags:
-        return dict(row), False
-    _record_fetch(session, actor=actor, assignment_id=row["id"], plan_id=row["plan_id"], node=node, seq=row["seq"],
-                  etag=row["etag"], last_fetched_at=row["last_fetched_at"], fetch_count=row["fetch_count"])
-    return dict(row), True
+        return out, False
+    if _record_fetch(session, actor=actor, assignment_id=row["id"], plan_id=row["plan_id"], node=node,
+                     seq=row["seq"], etag=row["etag"], last_fetched_at=row["last_fetched_at"],
+                     fetch_count=row["fetch_count"]):
+        out["last_fetched_at"] = utcnow()
+    return out, True
+
+
+def fetch_recorded_recently(row: dict) -> bool:
+    """True when serving this assignment again needs no new record (see ``_record_fetch``)."""
+    last = row.get("last_fetched_at")
+    if last is None:
+        return False
+    now = utcnow()
+    if last.tzinfo is None:
+        last = last.replace(tzinfo=now.tzinfo)
+    return (now - last).total_seconds() < REFETCH_RECORD_SECONDS
 
 
 def report(session: Session, *, actor: str, node: str, plan_id: str, status: str, message: str | None,
