@@ -122,9 +122,10 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):
-        return problem_response(exc.status_code, {"type": "about:blank", "title": str(exc.detail),
-                                                  "status": exc.status_code, "detail": str(exc.detail)},
-                                headers=getattr(exc, "headers", None))
+        body = {"type": "about:blank", "title": str(exc.detail), "status": exc.status_code, "detail": str(exc.detail)}
+        if exc.status_code == 400:
+            body["errors"] = [{"field": "body", "rule": "unparseable", "message": str(exc.detail)}]
+        return problem_response(exc.status_code, body, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(DBAPIError)
@@ -408,7 +409,20 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return JSONResponse(await run_in_threadpool(record), status_code=201)
 
     # -- audit -------------------------------------------------------------------------------------------------
+    ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:\d{2})?$"
+    TimeQuery = Annotated[str | None, Query(pattern=ISO_TIME, description="ISO 8601 time (UTC unless an offset is given)")]
+
+    def parse_time(field: str, value: str | None) -> dt.datetime | None:
+        if value is None:
+            return None
+        try:
+            t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise DomainError(field, f"{field} {value!r} is not an ISO 8601 time") from None
+        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
     def audit_query(node, plan, model, kind, since, until):
+        since, until = parse_time("since", since), parse_time("until", until)
         q = select(AuditEvent).order_by(AuditEvent.id)
         for col, value in ((AuditEvent.node, node), (AuditEvent.plan_id, plan), (AuditEvent.model, model),
                            (AuditEvent.kind, kind)):
@@ -422,8 +436,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/audit", operation_id="listAudit", tags=["audit"])
     def list_audit(p: Auditor, node: str | None = None, plan: str | None = None,
-                   model: str | None = None, kind: str | None = None, since: dt.datetime | None = None,
-                   until: dt.datetime | None = None, after: Annotated[int, Query(ge=0)] = 0,
+                   model: str | None = None, kind: str | None = None, since: TimeQuery = None,
+                   until: TimeQuery = None, after: Annotated[int, Query(ge=0)] = 0,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100):
         """Audit events in the order they were written, filtered; ``next`` is the cursor (pass it as ``after``).
         Each event carries its chain position ``seq`` and ``hash`` (null for the moment before it is sealed)."""
@@ -437,7 +451,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
              responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}})
     def export_audit(p: Auditor, format: Annotated[str, Query(pattern="^(jsonl|csv)$")] = "jsonl",
                      node: str | None = None, plan: str | None = None, model: str | None = None,
-                     kind: str | None = None, since: dt.datetime | None = None, until: dt.datetime | None = None):
+                     kind: str | None = None, since: TimeQuery = None, until: TimeQuery = None):
         """The filtered audit log as JSON Lines or CSV, streamed in chain order."""
         db.sealer.seal_now()
         q = audit_query(node, plan, model, kind, since, until)

@@ -28,6 +28,7 @@ PROBLEM_SCHEMA = {
 PUBLIC = {"healthz", "readyz", "jwks", "metrics"}
 CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint"}
 DESCRIPTIONS = {
+    "400": "the body is not parseable (not UTF-8 / not JSON)",
     "401": "missing, unknown or revoked bearer token",
     "403": "the token's role (or node) may not do this",
     "404": "the named node, manifest, plan or token does not exist",
@@ -95,7 +96,7 @@ def install(app: FastAPI) -> None:
                 if "{" in path:
                     codes.append("404")
                 if method in ("post", "patch", "put"):
-                    codes += ["413", "422"]
+                    codes += ["400", "413", "422"]
                 elif op.get("parameters"):
                     codes.append("422")
                 if oid in CONFLICT:
