@@ -14,6 +14,8 @@ assignment lookup and one ``plan.fetched`` audit append (hash chain).
 
 from __future__ import annotations
 
+import contextlib
+
 import argparse
 import asyncio
 import json
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     cells, size = [], None
     try:
         for db in args.db:
-            ctx = pg_database() if db == "pg" else _null("sqlite")
+            ctx = pg_database() if db == "pg" else contextlib.nullcontext("sqlite")
             with ctx as url_db, preflight_server(url_db, workers=args.workers) as srv:
                 fleet = asyncio.run(seed_fleet(srv.url, args.nodes, per_plan=1, concurrency=8))
                 write_script(script, fleet)
@@ -117,15 +119,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return cells
 
 
-class _null:
-    def __init__(self, v):
-        self.v = v
-
-    def __enter__(self):
-        return self.v
-
-    def __exit__(self, *a):
-        return False
 
 
 if __name__ == "__main__":

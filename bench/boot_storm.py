@@ -14,6 +14,8 @@ agents unfinished at ``--cap`` seconds), server RSS from /proc (sum of the uvico
 
 from __future__ import annotations
 
+import contextlib
+
 import argparse
 import asyncio
 import collections
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--db", choices=["pg", "sqlite"], default="pg")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    ctx = pg_database() if args.db == "pg" else _Const("sqlite")
+    ctx = pg_database() if args.db == "pg" else contextlib.nullcontext("sqlite")
     with ctx as db, preflight_server(db, workers=args.workers) as srv:
         t = time.perf_counter()
         fleet = asyncio.run(seed_fleet(srv.url, args.agents, per_plan=100, concurrency=8))
@@ -135,15 +137,6 @@ def main(argv: list[str] | None = None) -> dict:
     return r
 
 
-class _Const:
-    def __init__(self, v):
-        self.v = v
-
-    def __enter__(self):
-        return self.v
-
-    def __exit__(self, *a):
-        return False
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ Needs py-spy (pip) and permission to ptrace the workers (root, or ptrace_scope 0
 
 from __future__ import annotations
 
+import contextlib
+
 import argparse
 import asyncio
 import collections
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="preflight-prof-"))
     try:
-        ctx = pg_database() if args.db == "pg" else _Const("sqlite")
+        ctx = pg_database() if args.db == "pg" else contextlib.nullcontext("sqlite")
         with ctx as db, preflight_server(db) as srv:
             fleet = asyncio.run(seed_fleet(srv.url, args.nodes, concurrency=8))
             write_script(tmp / "fetch.lua", fleet)
@@ -91,15 +93,6 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-class _Const:
-    def __init__(self, v):
-        self.v = v
-
-    def __enter__(self):
-        return self.v
-
-    def __exit__(self, *a):
-        return False
 
 
 if __name__ == "__main__":

@@ -211,3 +211,15 @@ def test_workload_fills_recommended_values_into_the_signed_plan(client):
     assert argv[argv.index("--max-num-seqs") + 1] == str(recs["max_num_seqs"]["value"])
     b = plan["budget"]
     assert b["weights_bytes_per_gpu"] + b["overhead_bytes"] + b["kv_cache_bytes_per_gpu"] == b["usable_bytes"]
+
+
+def test_rejection_lists_the_nearest_launches_that_pass(client):
+    register_node(client, name="a100-node", gpu="a100-sxm4-80gb", count=4)
+    register_manifest(client, fixture="microsoft__Phi-3-medium-4k-instruct", name="phi3")
+    r = client.post("/v1/plans", json={"manifest": "phi3", "nodes": ["a100-node"],
+                                       "engine_args": {"tensor_parallel_size": 4}})
+    assert r.status_code == 422
+    alts = r.json()["alternatives"]
+    assert alts and alts[0] == {"tensor_parallel_size": 2}
+    ok = client.post("/v1/plans", json={"manifest": "phi3", "nodes": ["a100-node"], "engine_args": alts[0]})
+    assert ok.status_code == 201

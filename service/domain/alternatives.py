@@ -112,7 +112,7 @@ def nearest_alternatives(request: LaunchRequest, result) -> list[dict[str, Any]]
         budget[0] -= 1
         req = request.model_copy(update={"engine_args": _apply(base_args, patch)})
         try:
-            return validate(req)
+            return validate(req, alternatives=False)
         except DomainError:
             return None
 

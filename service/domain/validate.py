@@ -28,6 +28,7 @@ class ValidationResult:
     effective: dict[str, Any]
     budget: dict[str, Any] | None = None
     recommendations: list[dict[str, Any]] = field(default_factory=list)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
     context: LaunchContext | None = field(default=None, repr=False)
 
     @property
@@ -44,6 +45,7 @@ class ValidationResult:
             "effective": self.effective,
             "budget": self.budget,
             "recommendations": self.recommendations,
+            "alternatives": self.alternatives,
         }
 
 
@@ -68,16 +70,20 @@ def effective_values(ctx: LaunchContext) -> dict[str, Any]:
     }
 
 
-def validate(request: LaunchRequest, *, model_ref: str | None = None, fill: bool = True) -> ValidationResult:
+def validate(request: LaunchRequest, *, model_ref: str | None = None, fill: bool = True,
+             alternatives: bool = True) -> ValidationResult:
     """Judge one launch request.
 
     When the request carries a ``workload`` and ``fill`` is true, the engine arguments it leaves out are first filled
     with the recommended values (service/domain/recommend.py, GUIDE.md §9); each filled value is listed in
-    ``recommendations`` with its reason, and the verdict judges the filled launch.
+    ``recommendations`` with its reason, and the verdict judges the filled launch. A rejected launch also lists
+    ``alternatives``: up to three ``engine_args`` patches, nearest first, that would pass (service/domain/
+    alternatives.py; each one re-validated).
 
     Raises DomainError (service.domain.errors) for input that cannot be judged (unknown GPU, unsupported
     vllm_version, config.json without heads/layers/hidden size, unknown quantization.txt tag, ill-typed engine args).
     """
+    original = request
     recommendations: list[dict[str, Any]] = []
     if fill and request.workload is not None:
         from .recommend import recommend
@@ -92,7 +98,7 @@ def validate(request: LaunchRequest, *, model_ref: str | None = None, fill: bool
     findings += run_rules(ctx, "budget")
     findings.sort(key=lambda f: _ORDER[f.severity])
     argv = render_argv(ctx, model_ref)
-    return ValidationResult(
+    result = ValidationResult(
         verdict=verdict_of(findings),
         findings=findings,
         argv=argv,
@@ -103,3 +109,8 @@ def validate(request: LaunchRequest, *, model_ref: str | None = None, fill: bool
         recommendations=recommendations,
         context=ctx,
     )
+    if alternatives and result.verdict == "reject":
+        from .alternatives import nearest_alternatives
+
+        result.alternatives = nearest_alternatives(original, result)
+    return result

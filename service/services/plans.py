@@ -77,7 +77,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
         raise LaunchRejected(
             f"vLLM {result.vllm_version} would refuse this launch: "
             + "; ".join(f"{f.rule}: {f.message}" for f in result.errors),
-            findings=findings, argv=result.argv, budget=result.budget,
+            findings=findings, argv=result.argv, budget=result.budget, alternatives=result.alternatives,
         )
     judged = result.context.request if result.context is not None else request  # with recommended values filled
     plan = Plan(id=str(uuid.uuid4()), manifest_id=manifest.id, request=judged.model_dump(mode="json"),
