@@ -441,7 +441,6 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100):
         """Audit events in the order they were written, filtered; ``next`` is the cursor (pass it as ``after``).
         Each event carries its chain position ``seq`` and ``hash`` (null for the moment before it is sealed)."""
-        db.sealer.seal_now()
         q = audit_query(node, plan, model, kind, since, until).where(AuditEvent.id > after).limit(limit)
         with db.transaction() as session:
             rows = list(session.execute(q).scalars())
