@@ -27,14 +27,29 @@ class KeyError_(RuntimeError):
 class KeyStore:
     def __init__(self, directory: pathlib.Path, *, create: bool = True):
         self.dir = pathlib.Path(directory)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._keys: dict[str, OKPKey] = {}
         self._state: dict[str, Any] = {"active": None, "retired": []}
+        self._loaded_stamp = 0
         self.load(create=create)
 
     # -- storage -------------------------------------------------------------------------------------------
     def _state_path(self) -> pathlib.Path:
         return self.dir / "keys.json"
+
+    def _stamp(self) -> int:
+        try:
+            return self._state_path().stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    def refresh(self) -> None:
+        """Reload when ``preflight keys rotate/retire`` changed the key directory (one stat per call), so a
+        running service signs with the new key and publishes the new JWKS without a restart."""
+        if self._stamp() != self._loaded_stamp:
+            with self._lock:
+                if self._stamp() != self._loaded_stamp:
+                    self.load(create=False)
 
     def load(self, *, create: bool) -> None:
         if not self.dir.exists():
@@ -53,6 +68,7 @@ class KeyStore:
             if not create:
                 raise KeyError_(f"no active signing key in {self.dir}")
             self.rotate()
+        self._loaded_stamp = self._stamp()
 
     def _write_private(self, kid: str, key: OKPKey) -> None:
         path = self.dir / f"{kid}.jwk"
@@ -76,6 +92,7 @@ class KeyStore:
             self._keys[kid] = OKPKey.import_key({**key.as_dict(private=True), "kid": kid})
             self._state["active"] = kid
             self._save_state()
+            self._loaded_stamp = self._stamp()
             return kid
 
     def retire(self, kid: str) -> None:
@@ -88,6 +105,7 @@ class KeyStore:
             if kid not in self._state["retired"]:
                 self._state["retired"].append(kid)
             self._save_state()
+            self._loaded_stamp = self._stamp()
 
     @property
     def active_kid(self) -> str:
@@ -97,12 +115,14 @@ class KeyStore:
         return [k for k in self._keys if k not in self._state.get("retired", [])]
 
     def jwks(self) -> dict[str, Any]:
+        self.refresh()
         return {"keys": [
             {**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"} for k in self.published()
         ]}
 
     def sign(self, claims: dict[str, Any], typ: str = PLAN_MEDIA_TYPE) -> str:
         """Compact JWS over the claims (sorted-key JSON) with the active key; ``typ`` names the media type."""
+        self.refresh()
         kid = self.active_kid
         header = {"alg": ALG, "kid": kid, "typ": typ}
         payload = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()

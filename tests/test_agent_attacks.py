@@ -135,3 +135,16 @@ def test_legacy_eddsa_name_accepted(store):
     token = jws.serialize_compact({"alg": "EdDSA", "kid": store.active_kid, "typ": PLAN_MEDIA_TYPE},
                                   json.dumps(claims()).encode(), key, algorithms=["EdDSA"])
     assert verify_plan(token, store.jwks(), node="gpu-01", audience=AUD).seq == 5
+
+
+def test_a_running_service_picks_up_a_rotation_made_by_the_cli(store, tmp_path):
+    """`preflight keys rotate` writes the key directory; another KeyStore (the service) signs with the new key."""
+    service = KeyStore(store.dir)
+    old = service.active_kid
+    cli = KeyStore(store.dir)
+    new = cli.rotate()
+    token = service.sign(claims())
+    assert new != old and json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))["kid"] == new
+    assert {k["kid"] for k in service.jwks()["keys"]} == {old, new}
+    cli.retire(old)
+    assert {k["kid"] for k in service.jwks()["keys"]} == {new}

@@ -123,7 +123,7 @@ def test_new_plan_supersedes_and_seq_increases(client, settings):
     v = verify_plan(token, jwks, node="gpu-01", audience=settings.audience, last_seq=1)
     assert v.seq == 2 and v.claims["jti"] == ids[1]
     first = client.get(f"/v1/plans/{ids[0]}").json()
-    assert first["status"] == "active" and first["assignments"][0]["status"] == "superseded"
+    assert first["status"] == "superseded" and first["assignments"][0]["status"] == "superseded"
     revoked = client.post(f"/v1/plans/{ids[1]}/revoke")
     assert revoked.status_code == 200
     assert client.get("/v1/nodes/gpu-01/plan", headers=agent).status_code == 404

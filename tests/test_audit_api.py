@@ -162,8 +162,11 @@ def test_if_match_on_node_update(client):
     stale = client.patch("/v1/nodes/gpu-17", json={"gpu_count": 4}, headers={"If-Match": etag})
     assert stale.status_code == 412 and stale.headers["content-type"] == "application/problem+json"
     assert client.get("/v1/nodes/gpu-17").json()["gpu_count"] == 8
+    assert client.get("/v1/nodes/gpu-17").headers["ETag"] == ok.headers["ETag"]  # the PATCH's ETag is current
+    again = client.patch("/v1/nodes/gpu-17", json={"gpu_count": 4}, headers={"If-Match": ok.headers["ETag"]})
+    assert again.status_code == 200 and again.json()["gpu_count"] == 4
     kinds = [e["kind"] for e in client.get("/v1/audit", params={"node": "gpu-17"}).json()["items"]]
-    assert kinds.count("node.updated") == 1
+    assert kinds.count("node.updated") == 2
 
 
 def test_manifest_new_version_supersedes(client):

@@ -9,11 +9,11 @@ import logging
 import time
 from typing import Annotated, Any, Callable
 
-from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy import select, text
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -114,7 +114,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):
-        errors = [{"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body",
+        errors = [{"field": "body" if e.get("type") == "json_invalid" else
+                   ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body",
                    "rule": e.get("type"), "message": e.get("msg")} for e in exc.errors()]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
         return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
@@ -127,14 +128,34 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             body["errors"] = [{"field": "body", "rule": "unparseable", "message": str(exc.detail)}]
         return problem_response(exc.status_code, body, headers=getattr(exc, "headers", None))
 
+    @app.exception_handler(DataError)
+    async def _data_error(_: Request, exc: Exception):
+        return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
+                                      "status": 422, "detail": "a value cannot be stored (out of range or not "
+                                      "representable)", "errors": [{"field": "body", "rule": "unstorable",
+                                                                    "message": str(exc.orig)[:300]}]})
+
+    @app.exception_handler(IntegrityError)
+    async def _conflict(_: Request, exc: Exception):
+        return problem_response(409, {"type": "https://preflight.dev/problems/conflict", "title": "Conflict",
+                                      "status": 409, "detail": "the change conflicts with one made at the same time; "
+                                      "read the current state and retry"})
+
     @app.exception_handler(OperationalError)
-    @app.exception_handler(DBAPIError)
+    @app.exception_handler(InterfaceError)
     async def _db_down(_: Request, exc: Exception):
         log.error("database error: %s", exc.__class__.__name__)
         return problem_response(503, {"type": "https://preflight.dev/problems/unavailable",
                                       "title": "Service unavailable", "status": 503,
                                       "detail": "the database is unreachable; retry later"},
                                 headers={"Retry-After": "5"})
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error", extra={"request_id": request.scope.get("state", {}).get("request_id"),
+                                                 "path": request.url.path})
+        return problem_response(500, {"type": "https://preflight.dev/problems/internal", "title": "Internal error",
+                                      "status": 500, "detail": "an unexpected error; it has been logged"})
 
     # -- dependencies ---------------------------------------------------------------------------------------
     def session_dep():
@@ -289,14 +310,15 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/manifests", operation_id="listManifests", tags=["manifests"])
     def list_manifests(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
-                       after: int | None = None):
+                       after: Annotated[int | None, Query(ge=0, le=2**62)] = None):
         rows = manifest_service.list_manifests(session, limit=limit, after=after)
         return {"items": [manifest_service.manifest_dict(m) for m in rows],
                 "next": rows[-1].id if len(rows) == limit else None}
 
-    @app.get("/v1/manifests/{ref}", operation_id="getManifest", tags=["manifests"])
+    @app.get("/v1/manifests/{ref:path}", operation_id="getManifest", tags=["manifests"])
     def get_manifest(ref: str, session: SessionDep, p: Reader):
-        m = manifest_service.resolve_ref(session, int(ref) if ref.isdigit() else ref)
+        """A manifest by id, ``name@version`` or ``name`` (its newest version); names may contain ``/``."""
+        m = manifest_service.resolve_ref(session, int(ref) if ref.isdigit() and len(ref) < 19 else ref)
         return manifest_service.manifest_dict(m, full=True)
 
     # -- validation and plans ------------------------------------------------------------------------------
@@ -437,7 +459,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/audit", operation_id="listAudit", tags=["audit"])
     def list_audit(p: Auditor, node: str | None = None, plan: str | None = None,
                    model: str | None = None, kind: str | None = None, since: TimeQuery = None,
-                   until: TimeQuery = None, after: Annotated[int, Query(ge=0)] = 0,
+                   until: TimeQuery = None, after: Annotated[int, Query(ge=0, le=2**62)] = 0,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100):
         """Audit events in the order they were written, filtered; ``next`` is the cursor (pass it as ``after``).
         Each event carries its chain position ``seq`` and ``hash`` (null for the moment before it is sealed)."""
@@ -495,13 +517,13 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/tokens", operation_id="listTokens", tags=["tokens"])
     def list_tokens(session: SessionDep, p: Admin, limit: Annotated[int, Query(ge=1, le=500)] = 100,
-                    after: int | None = None):
+                    after: Annotated[int | None, Query(ge=0, le=2**62)] = None):
         rows = token_service.list_tokens(session, limit=limit, after=after)
         return {"items": [token_service.token_dict(t) for t in rows],
                 "next": rows[-1].id if len(rows) == limit else None}
 
     @app.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"])
-    def revoke_token(token_id: int, session: SessionDep, p: Admin):
+    def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
         row = token_service.revoke(session, token_id)
         principal_cache.clear()
         audit.append(session, actor=p.name, kind="token.revoked", subject=f"token:{row.id}", node=row.node_name,
@@ -509,7 +531,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return token_service.token_dict(row)
 
     @app.post("/v1/tokens/{token_id}/rotate", operation_id="rotateToken", tags=["tokens"])
-    def rotate_token(token_id: int, session: SessionDep, p: Admin):
+    def rotate_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
         secret, row = token_service.rotate(session, token_id)
         principal_cache.clear()
         audit.append(session, actor=p.name, kind="token.rotated", subject=f"token:{token_id}", node=row.node_name,

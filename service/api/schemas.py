@@ -4,15 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..domain.request import Checkpoint, CustomGpu, Workload
+from ..domain.jsoncheck import check_json
+from ..domain.request import ENV_NAME, Checkpoint, CustomGpu, Workload
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 class Strict(BaseModel):
+    """Unknown fields refused; every value plain JSON (finite numbers, integers within ±2^53, no NUL)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_json(cls, data: Any) -> Any:
+        check_json(data)
+        return data
 
 
 class NodeIn(Strict):
@@ -36,13 +45,24 @@ class ManifestIn(Strict):
 
 
 class PlanIn(Strict):
-    manifest: str | int | dict[str, str] = Field(description="Manifest id, name@version, or name (newest).")
+    manifest: str | Annotated[int, Field(ge=1, le=2**62)] | dict[str, str] = Field(
+        description="Manifest id, name@version, or name (newest).")
     nodes: list[Annotated[str, Field(pattern=NAME)]] = Field(min_length=1, max_length=256)
     engine_args: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for vLLM (A-Z, 0-9, _).")
     environment: Literal["production", "benchmark"] = "production"
     workload: Workload | None = None
     vllm_version: str | None = Field(default=None, max_length=32)
+
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for key, value in env.items():
+            if not ENV_NAME.fullmatch(key) or len(value) > 4096:
+                raise ValueError(f"env: {key!r} is not a valid environment variable name (A-Z, 0-9, _) "
+                                 "or its value is longer than 4096")
+        return env
 
 
 class ReportIn(Strict):

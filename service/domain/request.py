@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .jsoncheck import check_json
+
 MAX_GPUS_PER_NODE = 64
 MAX_NODES = 4096
 MAX_SEQ = 100_000_000
@@ -92,6 +94,12 @@ class LaunchRequest(Strict):
     config_provenance: str | None = Field(
         default=None, max_length=8192, description="Free text: where the config.json came from (kept, not judged)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_json(cls, data: Any) -> Any:
+        check_json(data)  # finite numbers, safe integers, no NUL characters (see jsoncheck.py)
+        return data
 
     @model_validator(mode="after")
     def _config_present(self) -> "LaunchRequest":

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..db.models import Calibration, Manifest, Node, Plan
+from ..db.models import Calibration, Manifest, Node, Plan, iso
 
 GIB = 1 << 30
 
@@ -17,6 +17,9 @@ GIB = 1 << 30
 def record(session: Session, *, plan: Plan, node: str, details: dict[str, Any]) -> Calibration | None:
     """Store predicted vs actual when the report carries ``vllm.kv_cache_tokens`` (and optionally
     ``vllm.available_kv_cache_gib``) and the plan has a budget. Returns the row, or None when nothing to compare."""
+    if session.execute(select(Calibration.id).where(Calibration.plan_id == plan.id, Calibration.node_name == node)
+                       ).first():
+        return None  # one comparison per plan and node (the "running" report; a later "failed" repeats it)
     printed = details.get("vllm") if isinstance(details.get("vllm"), dict) else {}
     actual = printed.get("kv_cache_tokens")
     predicted = (plan.budget or {}).get("kv_cache_tokens")
@@ -54,5 +57,5 @@ def summary(session: Session, *, model: str | None = None, gpu: str | None = Non
         "within_10pct": sum(e <= 0.10 for e in errs) / n if n else None,
         "items": [{"plan_id": r.plan_id, "node": r.node_name, "gpu": r.gpu_id, "model": r.model,
                    "predicted_kv_tokens": r.predicted_kv_tokens, "actual_kv_tokens": r.actual_kv_tokens,
-                   "relative_error": round(r.relative_error, 4), "at": r.created_at.isoformat()} for r in rows[:limit]],
+                   "relative_error": round(r.relative_error, 4), "at": iso(r.created_at)} for r in rows[:limit]],
     }

@@ -8,12 +8,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..db.models import Assignment, Manifest, Plan, Report
+from ..db.models import Assignment, Manifest, Plan, Report, iso
 from . import nodes as node_service
-
-
-def _iso(v):
-    return v.isoformat() if v is not None else None
 
 
 def _placement_rows(session: Session, assignments: list[Assignment]) -> list[dict[str, Any]]:
@@ -34,12 +30,12 @@ def _placement_rows(session: Session, assignments: list[Assignment]) -> list[dic
         last = rep.get("_last")
         out.append({
             "plan_id": a.plan_id, "node": a.node_name, "seq": a.seq, "assignment_status": a.status,
-            "assigned_at": _iso(a.created_at),
-            "first_fetched_at": _iso(a.first_fetched_at), "last_fetched_at": _iso(a.last_fetched_at),
+            "assigned_at": iso(a.created_at),
+            "first_fetched_at": iso(a.first_fetched_at), "last_fetched_at": iso(a.last_fetched_at),
             "fetches": a.fetch_count or 0,
-            "started_at": _iso(rep.get("started")), "running_at": _iso(rep.get("running")),
-            "failed_at": _iso(rep.get("failed")),
-            "last_report": {"status": last[0], "at": _iso(last[1]), "message": last[2]} if last else None,
+            "started_at": iso(rep.get("started")), "running_at": iso(rep.get("running")),
+            "failed_at": iso(rep.get("failed")),
+            "last_report": {"status": last[0], "at": iso(last[1]), "message": last[2]} if last else None,
         })
     return out
 
@@ -67,4 +63,4 @@ def plan_placements(session: Session, plan_id: str) -> dict[str, Any]:
 
     plan, assignments = plan_service.get(session, plan_id)
     return {"plan_id": plan.id, "plan_status": plan.status, "approved_by": plan.created_by,
-            "created_at": _iso(plan.created_at), "placements": _placement_rows(session, assignments)}
+            "created_at": iso(plan.created_at), "placements": _placement_rows(session, assignments)}

@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import audit
-from ..db.models import Manifest
+from ..db.models import Manifest, iso
 from ..domain.model_facts import read_model_facts
 from ..domain.quant_tag import parse_quantization_txt
 from ..domain.versions import VERSION_LINES
@@ -23,7 +23,7 @@ def manifest_body(m: Manifest) -> dict[str, Any]:
 
 def manifest_dict(m: Manifest, *, full: bool = False) -> dict[str, Any]:
     out = {"id": m.id, "name": m.name, "version": m.version, "uri": m.uri, "digest": m.digest,
-           "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "created_at": m.created_at.isoformat()}
+           "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "created_at": iso(m.created_at)}
     if m.quantization_txt:
         out["quantization"] = parse_quantization_txt(m.quantization_txt, VERSION_LINES["0.33"].quant_methods + ("bitsandbytes", "gguf")).method
     if full:

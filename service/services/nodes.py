@@ -9,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .. import audit
-from ..db.models import Node
+from ..db.models import Node, iso
 from ..domain.gpus import resolve
 from ..errors import Conflict, NotFound
 from . import tokens
@@ -17,7 +17,7 @@ from . import tokens
 
 def node_dict(n: Node) -> dict[str, Any]:
     return {"name": n.name, "gpu": n.gpu, "gpu_count": n.gpu_count, "interconnect": n.interconnect,
-            "labels": n.labels, "created_at": n.created_at.isoformat()}
+            "labels": n.labels, "created_at": iso(n.created_at)}
 
 
 def register(session: Session, *, actor: str, name: str, gpu: str | dict, gpu_count: int, interconnect: str | None,
@@ -72,7 +72,7 @@ def rotate_token(session: Session, *, actor: str, name: str) -> str:
 
 def etag(n: Node) -> str:
     """Weak validator over the node's mutable fields."""
-    return '"' + audit.sha256_hex(audit.canonical({**node_dict(n), "updated_at": n.updated_at.isoformat()}))[:32] + '"'
+    return '"' + audit.sha256_hex(audit.canonical({**node_dict(n), "updated_at": iso(n.updated_at)}))[:32] + '"'
 
 
 def update(session: Session, *, actor: str, name: str, if_match: str | None, changes: dict[str, Any]) -> Node:

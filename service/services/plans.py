@@ -6,11 +6,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from .. import audit, metrics
-from ..db.models import Assignment, Manifest, Node, Plan, Report, utcnow
+from ..db.models import Assignment, Manifest, Node, Plan, Report, iso, utcnow
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import Invalid, LaunchRejected, NotFound
@@ -25,6 +26,15 @@ ASSIGNMENTS = Assignment.__table__
 REPORTS = Report.__table__
 
 
+def _retire_plan_if_done(session: Session, plan_id: str, *, exclude: int) -> None:
+    """A plan whose every assignment has been superseded is itself superseded."""
+    still = session.execute(select(Assignment.id).where(Assignment.plan_id == plan_id, Assignment.status == "active",
+                                                        Assignment.id != exclude)).first()
+    plan = session.get(Plan, plan_id)
+    if still is None and plan is not None and plan.status == "active":
+        plan.status = "superseded"
+
+
 def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) -> LaunchRequest:
     """The launch request a plan body implies: the manifest's model, the nodes' hardware."""
     first = nodes[0]
@@ -35,6 +45,16 @@ def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) 
         "name": first.gpu["name"], "compute_capability": first.gpu["compute_capability"],
         "memory_bytes": first.gpu["memory_bytes"]}
     interconnects = {n.interconnect for n in nodes}
+    try:
+        return _launch_request(manifest, first, gpu, interconnects, nodes, body)
+    except ValidationError as exc:
+        raise Invalid("the plan does not make a valid launch request: " + "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]),
+            errors=[{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
+                    for e in exc.errors()]) from None
+
+
+def _launch_request(manifest, first, gpu, interconnects, nodes, body) -> LaunchRequest:
     return LaunchRequest.model_validate({
         "model": {"name": manifest.name, "uri": manifest.uri, "config": manifest.config,
                   "hf_quant_config": manifest.hf_quant_config, "quantization_txt": manifest.quantization_txt,
@@ -53,7 +73,7 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None) -> dict[s
     out = {"id": plan.id, "status": plan.status, "verdict": plan.verdict, "findings": plan.findings,
            "argv": plan.argv, "command": plan.command, "env": plan.env, "budget": plan.budget,
            "vllm_version": plan.vllm_version, "manifest_id": plan.manifest_id, "created_by": plan.created_by,
-           "created_at": plan.created_at.isoformat()}
+           "created_at": iso(plan.created_at)}
     if assignments is not None:
         out["assignments"] = [{"node": a.node_name, "seq": a.seq, "status": a.status, "signed": a.signed,
                                "last_report": a.last_report} for a in assignments]
@@ -91,6 +111,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
                                                             Assignment.status == "active")).scalars().all()
         for prev in previous:
             prev.status = "superseded"
+            _retire_plan_if_done(session, prev.plan_id, exclude=prev.id)
             audit.append(session, actor=actor, kind="plan.superseded", subject=f"plan:{prev.plan_id}",
                          node=node.name, plan_id=prev.plan_id, model=manifest.name,
                          payload={"superseded_by": plan.id, "seq": prev.seq})

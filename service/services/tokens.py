@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..db.models import Token, utcnow
+from ..db.models import Token, iso, utcnow
 
 ROLES = ("admin", "deployer", "agent", "auditor")
 
@@ -62,8 +62,8 @@ def revoke_node_tokens(session: Session, node: str) -> int:
 
 def token_dict(row: Token) -> dict:
     return {"id": row.id, "role": row.role, "node": row.node_name, "label": row.label,
-            "created_at": row.created_at.isoformat(),
-            "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}
+            "created_at": iso(row.created_at),
+            "revoked_at": iso(row.revoked_at)}
 
 
 def get(session: Session, token_id: int) -> Token:

@@ -13,11 +13,17 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-@rule("flag_unsupported", "flag_unknown", severity="error", source="vllm 0.33.0 vllm/engine/arg_utils.py; vllm-rules.md §8")
+# argparse ``choices`` of flags whose value vLLM checks before anything else (vllm 0.33.0 vllm/config/model.py:100)
+CHOICES = {"dtype": ("auto", "half", "float16", "bfloat16", "float", "float32")}
+
+
+@rule("flag_unsupported", severity="error", source="vllm 0.33.0 vllm/engine/arg_utils.py; vllm-rules.md §8")
 def flag_unsupported(ctx: LaunchContext):
-    """Flags removed or renamed in the target version are errors (``vllm: error: unrecognized arguments``); a
-    boolean flag given a value (``--enforce-eager False``) is an argparse error; a flag outside Preflight's catalogue
-    is passed through with a ``flag_unknown`` warning."""
+    """Every engine argument must be a flag the target version accepts, with a valid value: flags removed or
+    renamed are errors (``vllm: error: unrecognized arguments``), and so is any flag outside Preflight's catalogue of
+    the version (vLLM exits on an unknown argument; a real flag missing from the catalogue is added there); a boolean
+    flag given a value (``--enforce-eager False``) and a value outside argparse's choices (``--dtype fp16``) fail
+    the same way."""
     out = []
     for name, value in ctx.args.unsupported.items():
         removed = ctx.line.removed.get(name)
@@ -29,11 +35,20 @@ def flag_unsupported(ctx: LaunchContext):
                 remedy={"drop": [name]}, source=removed.source, field=f"engine_args.{name}",
             ))
         else:
-            out.append(warning(
-                "flag_unknown",
-                f"{flag(name)} is not in Preflight's flag catalogue for vLLM {ctx.line.line}.x; it is rendered as given "
-                f"and not verified.",
-                remedy=None, source="service/domain/versions.py", field=f"engine_args.{name}",
+            out.append(error(
+                "flag_unsupported",
+                f"{flag(name)} is not a `vllm serve` flag Preflight knows for vLLM {ctx.line.line}.x; vLLM exits with "
+                f"'unrecognized arguments' on an unknown flag. Drop it (if it is a real flag of this version, it "
+                f"belongs in service/domain/versions.py).",
+                remedy={"drop": [name]}, source="service/domain/versions.py", field=f"engine_args.{name}",
+            ))
+    for name, choices in CHOICES.items():
+        value = ctx.args.values.get(name)
+        if value is not None and str(value) not in choices:
+            out.append(error(
+                "flag_unsupported",
+                f"argument {flag(name)}: invalid choice: {value!r} (choose from {', '.join(map(repr, choices))}).",
+                remedy={name: list(choices)}, source="vllm 0.33.0 vllm/config/model.py:100", field=f"engine_args.{name}",
             ))
     for name, value in ctx.args.bool_with_value.items():
         out.append(error(

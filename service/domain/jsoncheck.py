@@ -1,0 +1,37 @@
+"""Checks on JSON values before they are judged, stored or hashed: finite numbers only, integers within ±2^53
+(what JSON parsers agree on, and what RFC 8785 canonical JSON can encode), no NUL characters (PostgreSQL text cannot
+hold them), bounded nesting."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MAX_SAFE_INT = 2**53 - 1
+MAX_DEPTH = 64
+
+
+def check_json(value: Any, path: str = "", depth: int = 0) -> None:
+    """Raise ValueError naming the first offending path (e.g. ``config.hidden_size``)."""
+    where = path or "value"
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, int):
+        if abs(value) > MAX_SAFE_INT:
+            raise ValueError(f"{where}: integer {value} is outside ±2^53")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: {value} is not a finite number")
+    elif isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(f"{where}: contains a NUL character")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str) or "\x00" in k:
+                raise ValueError(f"{where}: key {k!r} is not a plain string")
+            check_json(v, f"{path}.{k}" if path else k, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_json(v, f"{where}[{i}]", depth + 1)
