@@ -172,7 +172,7 @@ def check(files: list[pathlib.Path] = typer.Argument(..., help="Launch-request J
             continue
         rejected |= result.verdict == "reject"
         if as_json:
-            typer.echo(json.dumps(result.as_dict(), separators=(",", ":")))
+            typer.echo(json.dumps({"file": str(path), **result.as_dict()}, separators=(",", ":")))
         else:
             _print_report(str(path), result)
     raise typer.Exit(2 if bad else 1 if rejected else 0)
