@@ -122,3 +122,72 @@ def test_duplicate_node_is_409_and_unknown_route_is_problem(client):
 def test_missing_token_is_401_problem(client):
     assert_problem(client.get("/v1/nodes", headers={"Authorization": ""}), 401)
     assert_problem(client.get("/v1/nodes", headers={"Authorization": "Bearer nope"}), 401)
+
+
+# Found by trying to break the service (each once a 500, a 503 or a silent acceptance)
+def _fleet(client):
+    client.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8})
+    r = client.post("/v1/manifests", json={"name": "meta-llama/Llama-3.1-8B", "version": "1", "uri": "s3://w",
+                                           "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
+    assert r.status_code == 201
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", "/v1/manifests/99999999999999999999999", None),
+    ("GET", "/v1/audit?after=99999999999999999999999", None),
+    ("POST", "/v1/tokens/99999999999999999999999/revoke", None),
+    ("POST", "/v1/plans", {"manifest": 999999999999999999999999, "nodes": ["n1"]}),
+    ("POST", "/v1/plans", {"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"], "env": {"A=B": "x"}}),
+    ("POST", "/v1/plans", {"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"], "env": {"X": "a\x00b"}}),
+    ("POST", "/v1/manifests", {"name": "big", "version": "1", "uri": "s3://x",
+                               "config": {**model_config("meta-llama__Meta-Llama-3.1-8B"), "hidden_size": 10**30}}),
+    ("POST", "/v1/manifests", {"name": "nul\x00name", "version": "1", "uri": "s3://x",
+                               "config": model_config("meta-llama__Meta-Llama-3.1-8B")}),
+    ("POST", "/v1/tokens", {"role": "auditor", "label": "x\x00"}),
+])
+def test_no_5xx_for_out_of_range_or_unstorable_values(client, method, path, body):
+    _fleet(client)
+    before = audit_count(client)
+    r = client.request(method, path, json=body)
+    assert 400 <= r.status_code < 500 and r.status_code != 413, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert audit_count(client) == before
+
+
+@pytest.mark.parametrize("raw", [b'"max_model_len": 1e309', b'"gpu_memory_utilization": NaN',
+                                 b'"gpu_memory_utilization": Infinity'])
+def test_non_finite_numbers_are_refused_not_replaced_by_defaults(client, raw):
+    _fleet(client)
+    body = b'{"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"], "engine_args": {' + raw + b"}}"
+    r = client.post("/v1/plans", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert client.get("/v1/nodes/n1/history").json()["items"] == []
+
+
+def test_invalid_dtype_and_unknown_flag_are_rejected_not_signed(client):
+    _fleet(client)
+    for args, rule in (({"dtype": "float128"}, "flag_unsupported"), ({"no_such_flag": True}, "flag_unsupported")):
+        r = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"],
+                                           "engine_args": {"max_model_len": 8192, **args}})
+        assert r.status_code == 422 and rule in {f["rule"] for f in r.json()["findings"]}
+
+
+def test_agent_report_with_huge_numbers_is_refused(client):
+    _fleet(client)
+    token = client.post("/v1/nodes/n1/token").json()["agent_token"]
+    plan = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"],
+                                          "engine_args": {"max_model_len": 8192}}).json()
+    r = client.post("/v1/nodes/n1/reports", headers={"Authorization": f"Bearer {token}"},
+                    json={"plan_id": plan["id"], "status": "running", "details": {"x": 10**30}})
+    assert r.status_code == 422 and "details.x" in r.text
+
+
+def test_manifest_by_hugging_face_name(client):
+    _fleet(client)
+    r = client.get("/v1/manifests/meta-llama/Llama-3.1-8B@1")
+    assert r.status_code == 200 and r.json()["name"] == "meta-llama/Llama-3.1-8B"
+
+
+def test_malformed_json_names_the_body(client):
+    r = client.post("/v1/nodes", content=b'{"name": "x1", "gpu": ', headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body"
