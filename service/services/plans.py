@@ -21,7 +21,6 @@ from . import calibration
 from . import manifests as manifest_service
 from . import nodes as node_service
 
-REPORT_STATUSES = ("fetched", "started", "running", "failed")
 ASSIGNMENTS = Assignment.__table__
 REPORTS = Report.__table__
 
@@ -140,17 +139,6 @@ def get(session: Session, plan_id: str) -> tuple[Plan, list[Assignment]]:
         raise NotFound(f"plan {plan_id!r} does not exist", field="plan_id")
     rows = session.execute(select(Assignment).where(Assignment.plan_id == plan_id).order_by(Assignment.id)).scalars()
     return plan, list(rows)
-
-
-def current_assignment(session: Session, node: str) -> Assignment:
-    """The node's active assignment. Raises NotFound: "not registered" for an unknown node, "no current plan"
-    otherwise (the node is only looked up when there is no assignment: one query on the agents' hot path)."""
-    a = session.execute(select(Assignment).where(Assignment.node_name == node, Assignment.status == "active")
-                        .order_by(Assignment.seq.desc()).limit(1)).scalar_one_or_none()
-    if a is None:
-        node_service.get(session, node)
-        raise NotFound(f"node {node!r} has no current plan", field="name")
-    return a
 
 
 _MODEL_OF: dict[str, str | None] = {}
