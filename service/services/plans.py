@@ -213,14 +213,13 @@ def report(session: Session, *, actor: str, node: str, plan_id: str, status: str
            details: dict[str, Any]) -> dict[str, Any]:
     """Record an agent report (Core SQL: the agents' hot path). The plan must have been assigned to this node.
     Raises NotFound otherwise."""
-    a = session.execute(select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.seq)
-                        .where(ASSIGNMENTS.c.node_name == node, ASSIGNMENTS.c.plan_id == plan_id)).first()
+    a = session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.node_name == node, ASSIGNMENTS.c.plan_id == plan_id)
+                        .values(last_report=status).returning(ASSIGNMENTS.c.id, ASSIGNMENTS.c.seq)).first()
     if a is None:
         raise NotFound(f"plan {plan_id!r} was never assigned to node {node!r}", field="plan_id")
     metrics.AGENT_REPORTS.labels(status).inc()
     rid = session.execute(insert(REPORTS).values(plan_id=plan_id, node_name=node, status=status, message=message,
                                                  details=details, created_at=utcnow()).returning(REPORTS.c.id)).scalar()
-    session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.id == a.id).values(last_report=status))
     if isinstance(details.get("vllm"), dict):  # vLLM's start-up figures: compare with the prediction
         calibration.record(session, plan=session.get(Plan, plan_id), node=node, details=details)
     audit.append(session, actor=actor, kind=f"agent.{status}", subject=f"plan:{plan_id}", node=node,
