@@ -76,13 +76,18 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to bind."),
 
     from .db.migrate import upgrade
     from .db.session import Database
-    from .signing import KeyStore
+    from .signing import KeyError_, KeyStore
 
     s = _settings()
     s.data_dir.mkdir(parents=True, exist_ok=True)
     if not no_migrate:
         upgrade(s.resolved_database_url)
-    keys = KeyStore(s.key_dir, create=s.env != "production")
+    try:
+        keys = KeyStore(s.key_dir, create=s.env != "production")
+    except KeyError_ as exc:
+        typer.echo(f"preflight: refusing to start: {exc} (production never generates a key: run `preflight keys "
+                   f"init` once, or mount the keys at PREFLIGHT_SIGNING_KEY_DIR)", err=True)
+        raise typer.Exit(2)
     db = Database(s.resolved_database_url)
     token, generated = bootstrap_admin_token(s, db)
     typer.echo(f"Preflight on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")

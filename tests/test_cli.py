@@ -54,3 +54,14 @@ def test_check_bad_input_exit_2(tmp_path):
     lines = [json.loads(l) for l in r.stdout.splitlines()]
     assert [l["verdict"] for l in lines] == ["invalid", "invalid"]
     assert any("surprise" in e["field"] for e in lines[1]["errors"])
+
+
+def test_production_refuses_insecure_defaults_and_a_missing_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("PREFLIGHT_ENV", "production")
+    r = runner.invoke(app, ["serve", "--no-migrate"])
+    assert r.exit_code == 2 and "production mode refuses insecure defaults" in r.output
+    monkeypatch.setenv("PREFLIGHT_DATABASE_URL", "postgresql+psycopg://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("PREFLIGHT_ADMIN_TOKEN", "a-production-admin-token-0123456789")
+    monkeypatch.setenv("PREFLIGHT_SIGNING_KEY_DIR", str(tmp_path / "no-keys"))
+    r = runner.invoke(app, ["serve", "--no-migrate"])
+    assert r.exit_code == 2 and "refusing to start" in r.output and "keys init" in r.output
