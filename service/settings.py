@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import pathlib
-from functools import lru_cache
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -59,8 +58,3 @@ class Settings(BaseSettings):
     @property
     def key_dir(self) -> pathlib.Path:
         return self.signing_key_dir or (self.data_dir / "keys")
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    return Settings()

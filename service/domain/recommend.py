@@ -28,7 +28,9 @@ from typing import Any
 from .context import build_context
 from .errors import DomainError
 from .memory import Budget, compute_budget, format_gib
+from .model_facts import round_up
 from .request import LaunchRequest
+from .rules.parallel import valid_tp_sizes
 
 MNBT_BY_SHAPE = {"long_in_short_out": 4096, "balanced": 8192, "short_in_long_out": 16384}
 STAGES = {"initial": (0.85, 0.5), "production": (0.90, 0.75)}
@@ -44,20 +46,11 @@ def _budget_for(request: LaunchRequest, args: dict[str, Any]) -> Budget:
 
 
 def valid_tps(request: LaunchRequest, limit: int) -> list[int]:
-    """TPs up to ``limit`` that vLLM accepts for this model: heads divisible (§1.1), KV heads divisible or dividing
-    (§1.2; MLA exempt), padded vocabulary divisible (§1.7)."""
-    facts = build_context(request.model_copy(update={"engine_args": {}})).facts
-    out = []
-    for t in range(1, limit + 1):
-        if facts.num_attention_heads % t:
-            continue
-        kv = facts.total_num_kv_heads
-        if not facts.is_mla and not (kv % t == 0 or t % kv == 0):
-            continue
-        if facts.vocab_size and ((facts.vocab_size + 63) // 64 * 64) % t:
-            continue
-        out.append(t)
-    return out
+    """TPs up to ``limit`` that vLLM accepts for this model: the head rules (rules/parallel.py: heads divisible, KV
+    heads divisible or dividing, MLA exempt) and the padded vocabulary divisible (§1.7)."""
+    ctx = build_context(request.model_copy(update={"engine_args": {}}))
+    vocab = ctx.facts.vocab_size
+    return [t for t in valid_tp_sizes(ctx, limit) if not vocab or round_up(vocab, 64) % t == 0]
 
 
 def recommended_max_model_len(p99: int, derived: int) -> int:

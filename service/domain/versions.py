@@ -198,6 +198,8 @@ VERSION_LINES: dict[str, VersionLine] = {
     ),
 }
 DEFAULT_VERSION = "0.33.0"
+# every quantization method name of any supported line: what a manifest's quantization.txt may name
+ALL_QUANT_METHODS = tuple(dict.fromkeys(m for line in VERSION_LINES.values() for m in line.quant_methods))
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:

@@ -11,7 +11,7 @@ from .. import audit
 from ..db.models import Manifest, iso
 from ..domain.model_facts import read_model_facts
 from ..domain.quant_tag import parse_quantization_txt
-from ..domain.versions import VERSION_LINES
+from ..domain.versions import ALL_QUANT_METHODS
 from ..errors import Conflict, NotFound
 
 
@@ -25,7 +25,7 @@ def manifest_dict(m: Manifest, *, full: bool = False) -> dict[str, Any]:
     out = {"id": m.id, "name": m.name, "version": m.version, "uri": m.uri, "digest": m.digest,
            "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "created_at": iso(m.created_at)}
     if m.quantization_txt:
-        out["quantization"] = parse_quantization_txt(m.quantization_txt, VERSION_LINES["0.33"].quant_methods + ("bitsandbytes", "gguf")).method
+        out["quantization"] = parse_quantization_txt(m.quantization_txt, ALL_QUANT_METHODS).method
     if full:
         out.update(manifest_body(m))
     return out
@@ -36,7 +36,7 @@ def register(session: Session, *, actor: str, body: dict[str, Any]) -> Manifest:
     could never be judged is refused now). Raises DomainError / Conflict."""
     read_model_facts(body["config"], body.get("hf_quant_config"))
     if body.get("quantization_txt"):
-        parse_quantization_txt(body["quantization_txt"], VERSION_LINES["0.33"].quant_methods + ("bitsandbytes", "gguf"))
+        parse_quantization_txt(body["quantization_txt"], ALL_QUANT_METHODS)
     if session.execute(select(Manifest.id).where(Manifest.name == body["name"],
                                                  Manifest.version == body["version"])).first():
         raise Conflict(f"manifest {body['name']}@{body['version']} already exists", field="version")

@@ -45,27 +45,23 @@ def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) 
         "memory_bytes": first.gpu["memory_bytes"]}
     interconnects = {n.interconnect for n in nodes}
     try:
-        return _launch_request(manifest, first, gpu, interconnects, nodes, body)
+        return LaunchRequest.model_validate({
+            "model": {"name": manifest.name, "uri": manifest.uri, "config": manifest.config,
+                      "hf_quant_config": manifest.hf_quant_config, "quantization_txt": manifest.quantization_txt,
+                      "checkpoint": manifest.checkpoint, "weights_bytes": manifest.weights_bytes},
+            "hardware": {"gpu": gpu, "count": first.gpu_count, "nodes": len(nodes),
+                         "interconnect": interconnects.pop() if len(interconnects) == 1 else None},
+            "environment": body.get("environment") or "production",
+            "workload": body.get("workload"),
+            "engine_args": body.get("engine_args") or {},
+            "env": body.get("env") or {},
+            "vllm_version": body.get("vllm_version"),
+        })
     except ValidationError as exc:
         raise Invalid("the plan does not make a valid launch request: " + "; ".join(
             f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]),
             errors=[{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
                     for e in exc.errors()]) from None
-
-
-def _launch_request(manifest, first, gpu, interconnects, nodes, body) -> LaunchRequest:
-    return LaunchRequest.model_validate({
-        "model": {"name": manifest.name, "uri": manifest.uri, "config": manifest.config,
-                  "hf_quant_config": manifest.hf_quant_config, "quantization_txt": manifest.quantization_txt,
-                  "checkpoint": manifest.checkpoint, "weights_bytes": manifest.weights_bytes},
-        "hardware": {"gpu": gpu, "count": first.gpu_count, "nodes": len(nodes),
-                     "interconnect": interconnects.pop() if len(interconnects) == 1 else None},
-        "environment": body.get("environment") or "production",
-        "workload": body.get("workload"),
-        "engine_args": body.get("engine_args") or {},
-        "env": body.get("env") or {},
-        "vllm_version": body.get("vllm_version"),
-    })
 
 
 def plan_dict(plan: Plan, assignments: list[Assignment] | None = None) -> dict[str, Any]:
