@@ -70,11 +70,22 @@ def append(session: Session, *, actor: str, kind: str, subject: str, payload: di
            node: str | None = None, plan_id: str | None = None, model: str | None = None) -> None:
     """Record one event inside the caller's transaction (sealed into the chain after it commits). A plain INSERT:
     no lock, no read of the chain head."""
-    session.execute(insert(AuditEvent.__table__).values(
-        ts=utcnow(), actor=actor, kind=kind, subject=subject, node=node, plan_id=plan_id, model=model,
-        payload=payload, payload_digest=sha256_hex(canonical(payload))))
+    append_many(session, [dict(actor=actor, kind=kind, subject=subject, payload=payload, node=node, plan_id=plan_id,
+                               model=model)])
+
+
+def append_many(session: Session, events: list[dict[str, Any]]) -> None:
+    """Record several events (dicts with ``append``'s keyword arguments) in one INSERT, in list order — the agents'
+    batched writes (services/agent_writes.py)."""
+    if not events:
+        return
+    now = utcnow()
+    rows = [{"ts": now, "node": None, "plan_id": None, "model": None, **ev,
+             "payload_digest": sha256_hex(canonical(ev["payload"]))} for ev in events]
+    session.execute(insert(AuditEvent.__table__), rows)
     session.info["audit_appended"] = True
-    metrics.AUDIT_APPENDS.labels(kind).inc()
+    for ev in events:
+        metrics.AUDIT_APPENDS.labels(ev["kind"]).inc()
 
 
 def _lock(session: Session, *, wait: bool) -> bool:

@@ -26,6 +26,7 @@ from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
 from ..services import audit_export, calibration, history, idempotency
+from ..services.agent_writes import AgentWrites, Fetch, Report
 from ..services import manifests as manifest_service
 from ..services import nodes as node_service
 from ..services import plans as plan_service
@@ -85,6 +86,7 @@ class _TooLarge(Exception):
 def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None) -> FastAPI:
     db = db or Database(settings.resolved_database_url)
     keys = keys or KeyStore(settings.key_dir, create=settings.env != "production")
+    writes = AgentWrites(db)  # the agents' fetches and reports, group-committed (services/agent_writes.py)
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         import anyio.to_thread
@@ -94,6 +96,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         try:
             yield
         finally:
+            writes.stop()  # answer what is queued before the last seal
             db.sealer.stop()
 
     app = FastAPI(title="Preflight", version=__version__, lifespan=lifespan,
@@ -192,10 +195,13 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         p = token_service.authenticate(session, secret)
         if p is None:
             raise Unauthorized("unknown or revoked token")
+        cache_principal(secret, p)
+        return p
+
+    def cache_principal(secret: str, p: token_service.Principal) -> None:
         if len(principal_cache) > PRINCIPAL_CACHE_SIZE:
             principal_cache.clear()
         principal_cache[token_service.hash_token(secret)] = (p, time.monotonic() + PRINCIPAL_CACHE_SECONDS)
-        return p
 
     def lookup_principal(secret: str) -> token_service.Principal:
         with db.transaction() as session:
@@ -216,10 +222,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             return p
         return check
 
-    def authorize_node(name: str, p: token_service.Principal) -> token_service.Principal:
-        if p.role == "admin" or (p.role == "agent" and p.node == name):
-            return p
-        raise Forbidden(f"this token may not act for node {name!r}")
+    authorize_node = token_service.authorize_node
 
     async def for_node(name: str, p: PrincipalDep) -> token_service.Principal:
         return authorize_node(name, p)
@@ -372,7 +375,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                               wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
         """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
         the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
-        call authenticates and fetches in one transaction."""
+        call authenticates and fetches in one transaction, group-committed with other agents' (services/agent_writes.py)."""
         secret = bearer_secret(authorization)
         principal = cached_principal(secret)
         deadline = time.monotonic() + wait
@@ -380,7 +383,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         while True:
             a, served = from_plan_cache(name, principal, tags)
             if a is None:
-                principal, a, served = await run_in_threadpool(_fetch_once, name, tags, secret, principal)
+                principal, a, served = await writes.fetch(Fetch(secret, principal, name, tuple(tags)))
+                remember(secret, principal, name, a)
             if a is None or served or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
@@ -406,29 +410,18 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         metrics.AGENT_FETCHES.labels("served").inc()
         return a, True
 
-    def _fetch_once(name: str, etags: list[str], secret: str, principal):
-        """One transaction: authenticate (unless cached), authorize for this node, then the node's current
-        assignment and — unless the agent already has it — the record of serving it (plans.serve_to_agent).
-        Returns (principal, assignment dict or None, served)."""
-        with db.transaction() as s:
-            if principal is None:
-                principal = authenticate_in(s, secret)
-            authorize_node(name, principal)
-            a, served = plan_service.serve_to_agent(s, actor=principal.name, node=name, etags=etags)
+    def remember(secret: str, principal: token_service.Principal, name: str, a: dict | None) -> None:
+        """Cache what a database fetch learnt: the token's principal and the node's current assignment."""
+        cache_principal(secret, principal)
         if a is not None:
             if len(plan_cache) > PRINCIPAL_CACHE_SIZE:
                 plan_cache.clear()
             plan_cache[name] = (a, time.monotonic() + PLAN_CACHE_SECONDS)
-        return principal, a, served
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
     async def report(name: str, body: ReportIn, p: NodeAgent):
-        def record():
-            with db.transaction() as session:
-                return plan_service.report(session, actor=p.name, node=name, plan_id=body.plan_id,
-                                           status=body.status, message=body.message, details=body.details)
-
-        return JSONResponse(await run_in_threadpool(record), status_code=201)
+        out = await writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))
+        return JSONResponse(out, status_code=201)
 
     # -- audit -------------------------------------------------------------------------------------------------
     ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:\d{2})?$"

@@ -4,17 +4,18 @@ previous plan, serve it to the node's agent, take the agent's reports."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from .. import audit, metrics
 from ..db.models import Assignment, Manifest, Node, Plan, Report, iso, utcnow
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
-from ..errors import Invalid, LaunchRejected, NotFound
+from ..errors import ApiError, Invalid, LaunchRejected, NotFound
 from ..settings import Settings
 from ..signing import KeyStore, plan_claims
 from . import calibration
@@ -142,60 +143,99 @@ _MODEL_OF: dict[str, str | None] = {}
 
 def model_of(session: Session, plan_id: str) -> str | None:
     """The manifest name of a plan (immutable, so memoised per process)."""
-    if plan_id not in _MODEL_OF:
+    return models_of(session, [plan_id])[plan_id]
+
+
+def models_of(session: Session, plan_ids: list[str]) -> dict[str, str | None]:
+    """``model_of`` for several plans, one query for those not yet memoised."""
+    missing = [p for p in set(plan_ids) if p not in _MODEL_OF]
+    if missing:
         if len(_MODEL_OF) > 100_000:
             _MODEL_OF.clear()
-        _MODEL_OF[plan_id] = session.execute(select(Manifest.name).join(Plan, Plan.manifest_id == Manifest.id)
-                                             .where(Plan.id == plan_id)).scalar()
-    return _MODEL_OF[plan_id]
+        found = dict(session.execute(select(Plan.id, Manifest.name).join(Manifest, Plan.manifest_id == Manifest.id)
+                                     .where(Plan.id.in_(missing))).all())
+        _MODEL_OF.update({p: found.get(p) for p in missing})
+    return {p: _MODEL_OF.get(p) for p in plan_ids}
 
 
 REFETCH_RECORD_SECONDS = 60
 
 
-def _record_fetch(session: Session, *, actor: str, assignment_id: int, plan_id: str, node: str, seq: int, etag: str,
-                  last_fetched_at, fetch_count: int | None) -> bool:
-    """An audit event (``plan.fetched`` with the seq and ETag served) for the first fetch of an assignment and for
-    any re-fetch at least ``REFETCH_RECORD_SECONDS`` after the last recorded one; repeats inside that window (a
-    client retrying) write nothing. Returns whether it wrote."""
-    metrics.AGENT_FETCHES.labels("served").inc()
-    now = utcnow()
-    if last_fetched_at is not None and last_fetched_at.tzinfo is None:
-        last_fetched_at = last_fetched_at.replace(tzinfo=now.tzinfo)
-    if last_fetched_at is not None and (now - last_fetched_at).total_seconds() < REFETCH_RECORD_SECONDS:
-        return False
-    count = (fetch_count or 0) + 1
-    session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.id == assignment_id).values(
-        first_fetched_at=func.coalesce(ASSIGNMENTS.c.first_fetched_at, now), last_fetched_at=now, fetch_count=count))
-    audit.append(session, actor=actor, kind="plan.fetched", subject=f"plan:{plan_id}", node=node, plan_id=plan_id,
-                 model=model_of(session, plan_id), payload={"seq": seq, "etag": etag, "refetch": count > 1})
-    return True
+@dataclass(frozen=True)
+class AgentFetch:
+    """One agent fetch: who (``actor``), for which node, and the ETags the agent already has."""
+
+    actor: str
+    node: str
+    etags: tuple[str, ...] = ()
 
 
-def serve_to_agent(session: Session, *, actor: str, node: str, etags: list[str]) -> tuple[dict | None, bool]:
-    """The agents' hot path, in Core SQL (one query when nothing changed): the node's active assignment as a dict
-    (``plan_id``, ``seq``, ``etag``, ``signed``), and whether it is served (False when the agent's ETag matches).
-    Raises NotFound for an unregistered node; returns (None, False) when it has no current plan."""
-    row = session.execute(
-        select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.etag, ASSIGNMENTS.c.signed,
-               ASSIGNMENTS.c.last_fetched_at, ASSIGNMENTS.c.fetch_count)
-        .where(ASSIGNMENTS.c.node_name == node, ASSIGNMENTS.c.status == "active")
-        .order_by(ASSIGNMENTS.c.seq.desc()).limit(1)).mappings().first()
-    if row is None:
-        node_service.get(session, node)
-        return None, False
-    out = dict(row)
-    if row["etag"] in etags:
-        return out, False
-    if _record_fetch(session, actor=actor, assignment_id=row["id"], plan_id=row["plan_id"], node=node,
-                     seq=row["seq"], etag=row["etag"], last_fetched_at=row["last_fetched_at"],
-                     fetch_count=row["fetch_count"]):
-        out["last_fetched_at"] = utcnow()
-    return out, True
+@dataclass(frozen=True)
+class AgentReport:
+    """One agent report (``POST /v1/nodes/{node}/reports``)."""
+
+    actor: str
+    node: str
+    plan_id: str
+    status: str
+    message: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[dict | None, bool] | ApiError]:
+    """The agents' fetches, in bulk (one query for the nodes' active assignments, one UPDATE and one audit INSERT for
+    the fetches to record). Per fetch, in order: (assignment dict — ``id``, ``plan_id``, ``seq``, ``etag``,
+    ``signed``, ``last_fetched_at``, ``fetch_count``, ``node_name`` —, served), with served False when the agent's
+    ETag matches; (None, False) for a node with no current plan; NotFound for an unregistered node.
+
+    A served fetch is recorded (``plan.fetched`` with the seq and ETag, and the assignment's fetch counters) the
+    first time and again at least ``REFETCH_RECORD_SECONDS`` after the last record; repeats inside that window (a
+    client retrying) write nothing."""
+    nodes = sorted({f.node for f in fetches})
+    current: dict[str, dict] = {}
+    for row in session.execute(
+            select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.etag,
+                   ASSIGNMENTS.c.signed, ASSIGNMENTS.c.last_fetched_at, ASSIGNMENTS.c.fetch_count,
+                   ASSIGNMENTS.c.node_name)
+            .where(ASSIGNMENTS.c.node_name.in_(nodes), ASSIGNMENTS.c.status == "active")).mappings():
+        if row["node_name"] not in current or row["seq"] > current[row["node_name"]]["seq"]:
+            current[row["node_name"]] = dict(row)
+    unplanned = [n for n in nodes if n not in current]
+    registered = set(session.scalars(select(Node.name).where(Node.name.in_(unplanned)))) if unplanned else set()
+    out: list[tuple[dict | None, bool] | ApiError] = []
+    record: dict[int, tuple[AgentFetch, dict]] = {}
+    for f in fetches:
+        row = current.get(f.node)
+        if row is None:
+            out.append((None, False) if f.node in registered else
+                       NotFound(f"node {f.node!r} is not registered", field="name"))
+        elif row["etag"] in f.etags:
+            out.append((row, False))
+        else:
+            metrics.AGENT_FETCHES.labels("served").inc()
+            if not fetch_recorded_recently(row) and row["id"] not in record:
+                record[row["id"]] = (f, row)
+            out.append((row, True))
+    if record:
+        now = utcnow()
+        session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.id == bindparam("_id")).values(
+            first_fetched_at=func.coalesce(ASSIGNMENTS.c.first_fetched_at, bindparam("_now")),
+            last_fetched_at=bindparam("_now"), fetch_count=bindparam("_count")),
+            [{"_id": aid, "_now": now, "_count": (row["fetch_count"] or 0) + 1} for aid, (_, row) in record.items()])
+        models = models_of(session, [row["plan_id"] for _, row in record.values()])
+        audit.append_many(session, [dict(
+            actor=f.actor, kind="plan.fetched", subject=f"plan:{row['plan_id']}", node=f.node,
+            plan_id=row["plan_id"], model=models[row["plan_id"]],
+            payload={"seq": row["seq"], "etag": row["etag"], "refetch": bool(row["fetch_count"])})
+            for f, row in record.values()])
+        for _, row in record.values():
+            row["fetch_count"] = (row["fetch_count"] or 0) + 1
+            row["last_fetched_at"] = now
+    return out
 
 
 def fetch_recorded_recently(row: dict) -> bool:
-    """True when serving this assignment again needs no new record (see ``_record_fetch``)."""
+    """True when serving this assignment again needs no new record (see ``serve_to_agents``)."""
     last = row.get("last_fetched_at")
     if last is None:
         return False
@@ -205,23 +245,41 @@ def fetch_recorded_recently(row: dict) -> bool:
     return (now - last).total_seconds() < REFETCH_RECORD_SECONDS
 
 
-def report(session: Session, *, actor: str, node: str, plan_id: str, status: str, message: str | None,
-           details: dict[str, Any]) -> dict[str, Any]:
-    """Record an agent report (Core SQL: the agents' hot path). The plan must have been assigned to this node.
-    Raises NotFound otherwise."""
-    a = session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.node_name == node, ASSIGNMENTS.c.plan_id == plan_id)
-                        .values(last_report=status).returning(ASSIGNMENTS.c.id, ASSIGNMENTS.c.seq)).first()
-    if a is None:
-        raise NotFound(f"plan {plan_id!r} was never assigned to node {node!r}", field="plan_id")
-    metrics.AGENT_REPORTS.labels(status).inc()
-    rid = session.execute(insert(REPORTS).values(plan_id=plan_id, node_name=node, status=status, message=message,
-                                                 details=details, created_at=utcnow()).returning(REPORTS.c.id)).scalar()
-    if isinstance(details.get("vllm"), dict):  # vLLM's start-up figures: compare with the prediction
-        calibration.record(session, plan=session.get(Plan, plan_id), node=node, details=details)
-    audit.append(session, actor=actor, kind=f"agent.{status}", subject=f"plan:{plan_id}", node=node,
-                 plan_id=plan_id, model=model_of(session, plan_id),
-                 payload={"seq": a.seq, "status": status, "message": message, "details": details})
-    return {"id": rid, "plan_id": plan_id, "node": node, "status": status}
+def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, Any] | ApiError]:
+    """Agent reports, in bulk and in order (one read of the assignments, one UPDATE, one INSERT of the reports, one
+    audit INSERT). Each report's plan must have been assigned to its node, else that report is NotFound and writes
+    nothing. A report whose details carry vLLM's start-up figures (``details.vllm``) also stores the calibration
+    comparison (services/calibration.py). Returns per report ``{"id", "plan_id", "node", "status"}`` or the error."""
+    pairs = sorted({(r.node, r.plan_id) for r in reports})
+    seqs: dict[tuple[str, str], int] = {}
+    for node, plan_id, seq in session.execute(
+            select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq)
+            .where(tuple_(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id).in_(pairs))):
+        seqs[(node, plan_id)] = max(seq, seqs.get((node, plan_id), seq))
+    ok = [r for r in reports if (r.node, r.plan_id) in seqs]
+    ids: dict[int, int] = {}
+    if ok:
+        session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.node_name == bindparam("_node"),
+                                                  ASSIGNMENTS.c.plan_id == bindparam("_plan"))
+                        .values(last_report=bindparam("_status")),
+                        [{"_node": r.node, "_plan": r.plan_id, "_status": r.status} for r in ok])
+        now = utcnow()
+        new_ids = session.execute(
+            insert(REPORTS).returning(REPORTS.c.id, sort_by_parameter_order=True),
+            [{"plan_id": r.plan_id, "node_name": r.node, "status": r.status, "message": r.message,
+              "details": r.details, "created_at": now} for r in ok]).scalars().all()
+        ids = {id(r): rid for r, rid in zip(ok, new_ids)}
+        for r in ok:
+            metrics.AGENT_REPORTS.labels(r.status).inc()
+            if isinstance(r.details.get("vllm"), dict):  # vLLM's start-up figures: compare with the prediction
+                calibration.record(session, plan=session.get(Plan, r.plan_id), node=r.node, details=r.details)
+        models = models_of(session, [r.plan_id for r in ok])
+        audit.append_many(session, [dict(
+            actor=r.actor, kind=f"agent.{r.status}", subject=f"plan:{r.plan_id}", node=r.node, plan_id=r.plan_id,
+            model=models[r.plan_id], payload={"seq": seqs[(r.node, r.plan_id)], "status": r.status,
+                                              "message": r.message, "details": r.details}) for r in ok])
+    return [{"id": ids[id(r)], "plan_id": r.plan_id, "node": r.node, "status": r.status} if id(r) in ids else
+            NotFound(f"plan {r.plan_id!r} was never assigned to node {r.node!r}", field="plan_id") for r in reports]
 
 
 def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:

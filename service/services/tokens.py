@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.models import Token, iso, utcnow
+from ..errors import Forbidden
 
 ROLES = ("admin", "deployer", "agent", "auditor")
 
@@ -32,6 +33,13 @@ class Principal:
     token_id: int | None = None
 
 
+def authorize_node(node: str, p: Principal) -> Principal:
+    """An admin, or the node's own agent, may act for a node. Raises Forbidden otherwise."""
+    if p.role == "admin" or (p.role == "agent" and p.node == node):
+        return p
+    raise Forbidden(f"this token may not act for node {node!r}")
+
+
 def create(session: Session, *, role: str, node: str | None = None, label: str | None = None) -> tuple[str, Token]:
     """Create a token; returns the secret (shown once) and its row."""
     if role not in ROLES:
@@ -44,13 +52,19 @@ def create(session: Session, *, role: str, node: str | None = None, label: str |
 
 
 def authenticate(session: Session, secret: str) -> Principal | None:
-    row = session.execute(
-        select(Token).where(Token.token_hash == hash_token(secret), Token.revoked_at.is_(None))
-    ).scalar_one_or_none()
-    if row is None:
-        return None
-    name = f"{row.role}:{row.node_name}" if row.node_name else f"{row.role}:token-{row.id}"
-    return Principal(role=row.role, name=name, node=row.node_name, token_id=row.id)
+    """The principal of a live (unrevoked) token, or None."""
+    return authenticate_many(session, [secret])[secret]
+
+
+def authenticate_many(session: Session, secrets_: list[str]) -> dict[str, Principal | None]:
+    """``authenticate`` for several secrets in one query (the agents' batched first fetches)."""
+    by_hash = {hash_token(s): s for s in secrets_}
+    out: dict[str, Principal | None] = dict.fromkeys(secrets_)
+    for row in session.execute(select(Token).where(Token.token_hash.in_(list(by_hash)), Token.revoked_at.is_(None))
+                               ).scalars():
+        name = f"{row.role}:{row.node_name}" if row.node_name else f"{row.role}:token-{row.id}"
+        out[by_hash[row.token_hash]] = Principal(role=row.role, name=name, node=row.node_name, token_id=row.id)
+    return out
 
 
 def revoke_node_tokens(session: Session, node: str) -> int:

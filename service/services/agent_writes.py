@@ -1,0 +1,162 @@
+"""Group commit for the agents' hot path: fetches that must touch the database and reports, from many concurrent
+requests, run as one transaction per batch.
+
+A fleet booting at once sends each of its agents' first fetch (authenticate, read the node's assignment, record the
+fetch) and report (record it) at the same moment. One transaction per request costs a commit, a connection checkout
+and a handful of statements each; here the requests of one process queue up while the previous batch commits, and
+the next batch runs them together: one token query, one assignment query, one UPDATE, one audit INSERT, one commit
+(services/plans.py ``serve_to_agents`` / ``report_many``). A quiet service does not wait to fill a batch: a lone
+request runs at once as a batch of one.
+
+Each request gets its own outcome: a request that fails its own checks (unknown token, another node's token, an
+unregistered node, a plan never assigned to the node) gets its error and writes nothing, without failing the others.
+A request is answered only after its batch has committed, so an acknowledged fetch record or report is durable.
+When a batch fails in the database for a reason that could be one request's data (an integrity or data error), its
+requests are retried one per transaction so only the offending one fails; a connection failure fails the batch
+(503, the agents retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from ..errors import ApiError, Unauthorized
+from . import plans as plan_service
+from . import tokens as token_service
+
+log = logging.getLogger("preflight.agent_writes")
+MAX_BATCH = 256  # requests per transaction
+THREADS = 2  # batches in flight per process (one preparing while another commits)
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """A fetch the plan cache could not answer: ``principal`` is None when the token must be looked up."""
+
+    secret: str
+    principal: token_service.Principal | None
+    node: str
+    etags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    principal: token_service.Principal
+    node: str
+    plan_id: str
+    status: str
+    message: str | None
+    details: dict[str, Any]
+
+
+class AgentWrites:
+    """The per-process batcher. ``fetch`` and ``report`` are awaited from the event loop; ``THREADS`` daemon threads
+    (started on first use) run the batches with the service's ``Database``."""
+
+    def __init__(self, db, *, threads: int = THREADS, max_batch: int = MAX_BATCH):
+        self.db, self.threads, self.max_batch = db, threads, max_batch
+        self._queue: collections.deque[tuple[Fetch | Report, concurrent.futures.Future]] = collections.deque()
+        self._cv = threading.Condition()
+        self._workers: list[threading.Thread] = []
+        self._stopping = False
+
+    async def fetch(self, item: Fetch) -> tuple[token_service.Principal, dict | None, bool]:
+        """(principal, the node's current assignment dict or None, served). Raises Unauthorized, Forbidden,
+        NotFound (unregistered node), or the database's error."""
+        return await self._submit(item)
+
+    async def report(self, item: Report) -> dict[str, Any]:
+        """The stored report ``{"id", "plan_id", "node", "status"}``. Raises NotFound or the database's error."""
+        return await self._submit(item)
+
+    async def _submit(self, item: Fetch | Report):
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cv:
+            if not self._workers or self._stopping:
+                self._start()
+            self._queue.append((item, fut))
+            self._cv.notify()
+        return await asyncio.wrap_future(fut)
+
+    def _start(self) -> None:
+        self._stopping = False
+        self._workers = [w for w in self._workers if w.is_alive()]
+        while len(self._workers) < self.threads:
+            w = threading.Thread(target=self._run, name=f"agent-writes-{len(self._workers)}", daemon=True)
+            w.start()
+            self._workers.append(w)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Finish what is queued, then stop the threads (service shutdown)."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        for w in self._workers:
+            w.join(timeout)
+        self._workers = []
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._stopping:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+            self._settle(batch)
+
+    def _settle(self, batch: list[tuple[Fetch | Report, concurrent.futures.Future]]) -> None:
+        try:
+            with self.db.transaction() as session:
+                outcomes = run_batch(session, [item for item, _ in batch])
+        except (OperationalError, InterfaceError) as exc:  # the database is unreachable: every request gets 503
+            outcomes = [exc] * len(batch)
+        except Exception as exc:  # noqa: BLE001 - one request's data may have failed the batch: retry one by one
+            if len(batch) > 1:
+                for one in batch:
+                    self._settle([one])
+                return
+            outcomes = [exc]
+        for (_, fut), outcome in zip(batch, outcomes):
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
+
+
+def run_batch(session, items: list[Fetch | Report]) -> list[Any]:
+    """Run a batch in the caller's transaction; per item its result or its error (an exception instance)."""
+    outcomes: list[Any] = [None] * len(items)
+    lookups = [it.secret for it in items if isinstance(it, Fetch) and it.principal is None]
+    principals = token_service.authenticate_many(session, lookups) if lookups else {}
+    fetches: list[tuple[int, token_service.Principal, Fetch]] = []
+    reports: list[tuple[int, plan_service.AgentReport]] = []
+    for i, it in enumerate(items):
+        if isinstance(it, Report):
+            reports.append((i, plan_service.AgentReport(actor=it.principal.name, node=it.node, plan_id=it.plan_id,
+                                                        status=it.status, message=it.message, details=it.details)))
+            continue
+        p = it.principal or principals.get(it.secret)
+        try:
+            if p is None:
+                raise Unauthorized("unknown or revoked token")
+            fetches.append((i, token_service.authorize_node(it.node, p), it))
+        except ApiError as exc:
+            outcomes[i] = exc
+    if fetches:
+        served = plan_service.serve_to_agents(session, [plan_service.AgentFetch(p.name, f.node, f.etags)
+                                                        for _, p, f in fetches])
+        for (i, p, _), out in zip(fetches, served):
+            outcomes[i] = out if isinstance(out, ApiError) else (p, *out)
+    if reports:
+        for (i, _), out in zip(reports, plan_service.report_many(session, [r for _, r in reports])):
+            outcomes[i] = out
+    return outcomes
