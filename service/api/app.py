@@ -27,6 +27,7 @@ from ..domain.validate import validate
 from ..errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
 from ..services import audit_export, calibration, history, idempotency
 from ..services.agent_writes import AgentWrites, Fetch, Report
+from ..services.epochs import EpochCache, EpochWatcher
 from ..services import manifests as manifest_service
 from ..services import nodes as node_service
 from ..services import plans as plan_service
@@ -39,9 +40,8 @@ from .schemas import ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
 log = logging.getLogger("preflight")
 PROBLEM = "application/problem+json"
-PRINCIPAL_CACHE_SECONDS = 5.0
-PRINCIPAL_CACHE_SIZE = 100_000
-PLAN_CACHE_SECONDS = 1.0
+PRINCIPAL_CACHE_SECONDS = 60.0  # TTLs bound an entry's life; coherence comes from services/epochs.py
+PLAN_CACHE_SECONDS = 30.0
 
 
 def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
@@ -87,15 +87,18 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     db = db or Database(settings.resolved_database_url)
     keys = keys or KeyStore(settings.key_dir, create=settings.env != "production")
     writes = AgentWrites(db)  # the agents' fetches and reports, group-committed (services/agent_writes.py)
+    watcher = EpochWatcher(db)  # keeps the agents' caches coherent across processes (services/epochs.py)
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         import anyio.to_thread
 
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS  # = the database pool's size
         db.sealer.start()  # audit events are sealed into the chain by a background thread per process
+        watcher.start()  # until it has polled once, the agents' caches stay unused
         try:
             yield
         finally:
+            watcher.stop()
             writes.stop()  # answer what is queued before the last seal
             db.sealer.stop()
 
@@ -167,16 +170,13 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     SessionDep = Annotated[Session, Depends(session_dep)]
 
-    # Positive look-ups are cached briefly per process (a fleet booting at once fetches and reports with the same
-    # token); a revocation takes effect at once in the process that made it and within PRINCIPAL_CACHE_SECONDS
-    # everywhere else.
-    principal_cache: dict[str, tuple[token_service.Principal, float]] = {}
-    app.state.principal_cache = principal_cache
-    # node -> (current assignment row, expiry): repeated fetches inside PLAN_CACHE_SECONDS are answered from memory
-    # (a plan created, revoked or reissued elsewhere reaches a polling agent at most that much later; in this
-    # process at once); a fetch that must be recorded (the first of an assignment, or a minute after the last
-    # record) always goes to the database.
-    plan_cache: dict[str, tuple[dict, float]] = {}
+    # Per-process caches for the agents' hot path, coherent across processes (services/epochs.py): a token's
+    # principal (a fleet booting at once fetches and reports with the same token) and a node's current assignment
+    # (repeated fetches are answered from memory; a fetch that must be recorded — the first of an assignment, or a
+    # minute after the last record — always goes to the database). A plan or token change made in any process
+    # reaches every cache within epochs.POLL_SECONDS; in the process that made it, at once.
+    principal_cache = EpochCache(watcher, "tokens", PRINCIPAL_CACHE_SECONDS)
+    plan_cache = EpochCache(watcher, "plans", PLAN_CACHE_SECONDS)
 
     def bearer_secret(authorization: str | None) -> str:
         if not authorization or not authorization.lower().startswith("bearer "):
@@ -187,25 +187,17 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         """The admin token, or a cached look-up still fresh; None when the database must be asked."""
         if settings.admin_token and hmac.compare_digest(secret.encode(), settings.admin_token.encode()):
             return token_service.Principal(role="admin", name="admin")
-        hit = principal_cache.get(token_service.hash_token(secret))
-        return hit[0] if hit is not None and hit[1] > time.monotonic() else None
-
-    def authenticate_in(session: Session, secret: str) -> token_service.Principal:
-        """Look the token up in the caller's transaction and cache it. Raises Unauthorized."""
-        p = token_service.authenticate(session, secret)
-        if p is None:
-            raise Unauthorized("unknown or revoked token")
-        cache_principal(secret, p)
-        return p
-
-    def cache_principal(secret: str, p: token_service.Principal) -> None:
-        if len(principal_cache) > PRINCIPAL_CACHE_SIZE:
-            principal_cache.clear()
-        principal_cache[token_service.hash_token(secret)] = (p, time.monotonic() + PRINCIPAL_CACHE_SECONDS)
+        return principal_cache.get(token_service.hash_token(secret))
 
     def lookup_principal(secret: str) -> token_service.Principal:
+        """Look the token up in the database and cache it. Raises Unauthorized."""
+        tag = principal_cache.tag()
         with db.transaction() as session:
-            return authenticate_in(session, secret)
+            p = token_service.authenticate(session, secret)
+        if p is None:
+            raise Unauthorized("unknown or revoked token")
+        principal_cache.put(token_service.hash_token(secret), p, tag)
+        return p
 
     async def principal_dep(authorization: Annotated[str | None, Header()] = None) -> token_service.Principal:
         """The caller, from ``Authorization: Bearer``. Async (no thread hop) when the look-up is cached; a miss runs
@@ -383,8 +375,11 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         while True:
             a, served = from_plan_cache(name, principal, tags)
             if a is None:
+                tags_seen = principal_cache.tag(), plan_cache.tag()  # before the read (services/epochs.py)
                 principal, a, served = await writes.fetch(Fetch(secret, principal, name, tuple(tags)))
-                remember(secret, principal, name, a)
+                principal_cache.put(token_service.hash_token(secret), principal, tags_seen[0])
+                if a is not None:
+                    plan_cache.put(name, a, tags_seen[1])
             if a is None or served or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
@@ -398,25 +393,16 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return Response(a["signed"], media_type="application/jose", headers=headers)
 
     def from_plan_cache(name: str, principal, etags: list[str]) -> tuple[dict | None, bool]:
-        entry = plan_cache.get(name) if principal is not None else None
-        if entry is None or entry[1] <= time.monotonic():
+        a = plan_cache.get(name) if principal is not None else None
+        if a is None:
             return None, False
         authorize_node(name, principal)
-        a = entry[0]
         if a["etag"] in etags:
             return a, False
         if not plan_service.fetch_recorded_recently(a):
             return None, False
         metrics.AGENT_FETCHES.labels("served").inc()
         return a, True
-
-    def remember(secret: str, principal: token_service.Principal, name: str, a: dict | None) -> None:
-        """Cache what a database fetch learnt: the token's principal and the node's current assignment."""
-        cache_principal(secret, principal)
-        if a is not None:
-            if len(plan_cache) > PRINCIPAL_CACHE_SIZE:
-                plan_cache.clear()
-            plan_cache[name] = (a, time.monotonic() + PLAN_CACHE_SECONDS)
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
     async def report(name: str, body: ReportIn, p: NodeAgent):

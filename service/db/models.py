@@ -195,3 +195,12 @@ class Calibration(Base):
     actual_kv_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     relative_error: Mapped[float] = mapped_column(Float)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CacheEpoch(Base):
+    """A counter per kind of cached state (``plans``, ``tokens``), bumped in every transaction that changes it; each
+    service process polls the counters and drops what it cached under an older value (services/epochs.py)."""
+
+    __tablename__ = "cache_epochs"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)

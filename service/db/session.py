@@ -38,9 +38,10 @@ def make_engine(url: str) -> Engine:
         return engine
     # No pre-ping (a round trip per checkout): a connection that fails with a disconnect invalidates the whole
     # pool, so after an outage the next checkout opens fresh connections (see tests/test_outage.py).
-    # The pool holds as many connections as the worker has threads (THREADS): an overflow connection would be
+    # The pool holds a connection for each of the worker's threads (THREADS, plus the audit sealer, the cache-epoch
+    # poller and the agent-writes threads): an overflow connection would be
     # opened and closed per request under load, which costs far more than the query.
-    return create_engine(url, pool_size=THREADS + 2, max_overflow=0, pool_timeout=30)
+    return create_engine(url, pool_size=THREADS + 4, max_overflow=0, pool_timeout=30)
 
 
 class Database:

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models import Token, iso, utcnow
 from ..errors import Forbidden
+from . import epochs
 
 ROLES = ("admin", "deployer", "agent", "auditor")
 
@@ -71,6 +72,9 @@ def revoke_node_tokens(session: Session, node: str) -> int:
     rows = session.execute(select(Token).where(Token.node_name == node, Token.revoked_at.is_(None))).scalars().all()
     for r in rows:
         r.revoked_at = utcnow()
+    if rows:
+        session.flush()
+        epochs.bump(session, "tokens")  # other processes' principal caches drop these tokens
     return len(rows)
 
 
@@ -100,6 +104,8 @@ def revoke(session: Session, token_id: int) -> Token:
     row = get(session, token_id)
     if row.revoked_at is None:
         row.revoked_at = utcnow()
+        session.flush()
+        epochs.bump(session, "tokens")
     return row
 
 

@@ -1,0 +1,120 @@
+"""Cache coherence across service processes: one counter per kind of cached state, bumped in the transaction that
+changes the state, polled by every process.
+
+The agents' hot path answers most fetches from two per-process caches (a token's principal, a node's current
+assignment; service/api/app.py). Each entry is stored with the epoch its process had seen when it read the database,
+and is used only while that is still the current epoch and the poll is fresh. So a plan created, revoked or
+reissued — or a token revoked or rotated — in any process reaches every other process's cache within one poll
+interval (``POLL_SECONDS``), not after a TTL; and when the poll cannot reach the database for ``STALE_AFTER``
+seconds, the caches are not used at all (requests go to the database, which answers or fails with 503).
+
+Kinds: ``plans`` (assignments: plan create, revoke, reissue) and ``tokens`` (revoke, rotate, node token rotation).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.orm import Session
+
+from ..db.models import CacheEpoch
+
+POLL_SECONDS = 0.25
+STALE_AFTER = 1.0
+KINDS = ("plans", "tokens")
+log = logging.getLogger("preflight.epochs")
+
+
+def bump(session: Session, kind: str) -> None:
+    """Advance ``kind``'s epoch inside the caller's transaction (visible to the pollers when it commits). Call it
+    last before the commit: on PostgreSQL the row stays locked until then."""
+    done = session.execute(update(CacheEpoch).where(CacheEpoch.name == kind)
+                           .values(epoch=CacheEpoch.epoch + 1)).rowcount
+    if not done:
+        session.execute(insert(CacheEpoch).values(name=kind, epoch=1))
+
+
+def read(session: Session) -> dict[str, int]:
+    return dict(session.execute(select(CacheEpoch.name, CacheEpoch.epoch)).all())
+
+
+class EpochWatcher:
+    """Polls the epochs every ``POLL_SECONDS`` in a daemon thread. ``current(kind)`` is the epoch to tag a cache
+    entry with when it is read from the database; ``valid(kind, tag)`` says whether such an entry may be used."""
+
+    def __init__(self, db, poll_seconds: float = POLL_SECONDS, stale_after: float = STALE_AFTER):
+        self.db, self.poll_seconds, self.stale_after = db, poll_seconds, stale_after
+        self._epochs: dict[str, int] = {}
+        self._last_ok = float("-inf")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def current(self, kind: str) -> int | None:
+        """The epoch last seen, or None while the poll is not fresh (then nothing should be cached)."""
+        if time.monotonic() - self._last_ok > self.stale_after:
+            return None
+        return self._epochs.get(kind, 0)
+
+    def valid(self, kind: str, tag: int | None) -> bool:
+        return tag is not None and tag == self.current(kind)
+
+    def poll(self) -> None:
+        with self.db.sessions() as s:
+            epochs = read(s)
+            s.rollback()
+        self._epochs, self._last_ok = epochs, time.monotonic()
+
+    def start(self) -> None:
+        self._stop.clear()
+        try:
+            self.poll()
+        except Exception as exc:  # noqa: BLE001 - the database may be down at start: the thread keeps trying
+            log.warning("cache epochs: %s", exc.__class__.__name__)
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="cache-epochs", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._last_ok = float("-inf")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                self.poll()
+            except Exception as exc:  # noqa: BLE001 - database down: caches go unused until a poll succeeds
+                log.debug("cache epochs: %s", exc.__class__.__name__)
+
+
+class EpochCache:
+    """A per-process cache whose entries carry the epoch of ``kind`` seen before their database read and a TTL; an
+    entry is used only while both hold (see the module docstring). ``tag()`` before the read, ``put`` after it."""
+
+    def __init__(self, watcher: EpochWatcher, kind: str, ttl: float, size: int = 100_000):
+        self.watcher, self.kind, self.ttl, self.size = watcher, kind, ttl, size
+        self._entries: dict = {}
+
+    def tag(self) -> int | None:
+        return self.watcher.current(self.kind)
+
+    def get(self, key):
+        entry = self._entries.get(key)
+        if entry is None or entry[1] <= time.monotonic() or not self.watcher.valid(self.kind, entry[2]):
+            return None
+        return entry[0]
+
+    def put(self, key, value, tag: int | None) -> None:
+        if tag is None:
+            return
+        if len(self._entries) >= self.size:
+            self._entries.clear()
+        self._entries[key] = (value, time.monotonic() + self.ttl, tag)
+
+    def clear(self) -> None:
+        self._entries.clear()
