@@ -6,7 +6,9 @@ import contextlib
 import datetime as dt
 import hmac
 import logging
+import re
 import time
+import types
 from typing import Annotated, Any, Callable
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
@@ -57,11 +59,15 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        too_big = problem_response(413, {"type": "https://preflight.dev/problems/too-large", "title": "Payload too large",
-                                         "status": 413, "detail": f"request body exceeds {self.limit} bytes"})
+        declared = next((v for k, v in scope.get("headers") or () if k == b"content-length"), None)
+
+        def too_big():
+            return problem_response(413, {"type": "https://preflight.dev/problems/too-large",
+                                          "title": "Payload too large", "status": 413,
+                                          "detail": f"request body exceeds {self.limit} bytes"})
+
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await too_big(scope, receive, send)
+            return await too_big()(scope, receive, send)
         seen = 0
 
         async def counted():
@@ -76,11 +82,41 @@ class BodyLimit:
         try:
             return await self.app(scope, counted, send)
         except _TooLarge:
-            return await too_big(scope, receive, send)
+            return await too_big()(scope, receive, send)
 
 
 class _TooLarge(Exception):
     pass
+
+
+class CachedPlanFetch:
+    """ASGI fast path for an agent's repeated ``GET /v1/nodes/{name}/plan`` (no query string): when the per-process
+    caches hold the answer — token and assignment cached under the current epochs, nothing to record — ``answer``
+    builds the very response the route would, and it is sent without FastAPI's routing and parameter handling.
+    Anything else (a miss, a fetch to record, a long-poll, any error) goes to the route."""
+
+    PATH = re.compile(r"/v1/nodes/([^/]+)/plan")
+    ROUTE = types.SimpleNamespace(path="/v1/nodes/{name}/plan")  # the route label Observability records
+
+    def __init__(self, app, answer: Callable[[str, str | None, str | None], Response | None]):
+        self.app, self.answer = app, answer
+
+    async def __call__(self, scope, receive, send):
+        if (scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string")
+                and not scope.get("root_path")):
+            m = self.PATH.fullmatch(scope["path"])
+            if m is not None:
+                auth = inm = None
+                for k, v in scope.get("headers") or ():
+                    if k == b"authorization":
+                        auth = v.decode("latin-1")
+                    elif k == b"if-none-match":
+                        inm = v.decode("latin-1")
+                response = self.answer(m.group(1), auth, inm)
+                if response is not None:
+                    scope["route"] = self.ROUTE
+                    return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
 
 
 def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None) -> FastAPI:
@@ -105,8 +141,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     app = FastAPI(title="Preflight", version=__version__, lifespan=lifespan,
                   description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
     app.state.db, app.state.keys, app.state.settings = db, keys, settings
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    app.add_middleware(Observability)
+    app.state.epochs = watcher
 
     # -- errors -----------------------------------------------------------------------------------------------
     @app.exception_handler(ApiError)
@@ -224,6 +259,73 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     Reader = Annotated[token_service.Principal, Depends(require("admin", "deployer", "auditor"))]
     Auditor = Annotated[token_service.Principal, Depends(require("admin", "auditor"))]
     NodeAgent = Annotated[token_service.Principal, Depends(for_node)]
+
+    # -- agent (registered first: the fleet's hot path is matched before any other route) -----------------------------
+    @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
+             responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan"},
+                        304: {"description": "unchanged (If-None-Match matched)"}})
+    async def fetch_node_plan(name: str, authorization: Annotated[str | None, Header()] = None,
+                              if_none_match: Annotated[str | None, Header()] = None,
+                              wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
+        """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
+        the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
+        call authenticates and fetches in one transaction, group-committed with other agents' fetches and reports
+        (services/agent_writes.py)."""
+        secret = bearer_secret(authorization)
+        principal = cached_principal(secret)
+        deadline = time.monotonic() + wait
+        tags = etag_list(if_none_match)
+        while True:
+            a, served = from_plan_cache(name, principal, tags)
+            if a is None:
+                tags_seen = principal_cache.tag(), plan_cache.tag()  # before the read (services/epochs.py)
+                principal, a, served = await writes.fetch(Fetch(secret, principal, name, tuple(tags)))
+                principal_cache.put(token_service.hash_token(secret), principal, tags_seen[0])
+                if a is not None:
+                    plan_cache.put(name, a, tags_seen[1])
+            if a is None or served or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        if a is None:
+            raise NotFound(f"node {name!r} has no current plan", field="name")
+        return plan_response(a, served)
+
+    def plan_response(a: dict, served: bool) -> Response:
+        headers = {"ETag": a["etag"], "Cache-Control": "no-cache", "X-Plan-Id": a["plan_id"],
+                   "X-Plan-Seq": str(a["seq"])}
+        if not served:
+            metrics.AGENT_FETCHES.labels("not_modified").inc()
+            return Response(status_code=304, headers=headers)
+        return Response(a["signed"], media_type="application/jose", headers=headers)
+
+    def from_plan_cache(name: str, principal, etags: list[str]) -> tuple[dict | None, bool]:
+        a = plan_cache.get(name) if principal is not None else None
+        if a is None:
+            return None, False
+        authorize_node(name, principal)
+        if a["etag"] in etags:
+            return a, False
+        if not plan_service.fetch_recorded_recently(a):
+            return None, False
+        metrics.AGENT_FETCHES.labels("served").inc()
+        return a, True
+
+    def etag_list(if_none_match: str | None) -> list[str]:
+        return [t.strip() for t in if_none_match.split(",")] if if_none_match else []
+
+    def cached_answer(name: str, authorization: str | None, if_none_match: str | None) -> Response | None:
+        """The route's answer when the caches hold it (no database, nothing to record), else None."""
+        try:
+            principal = cached_principal(bearer_secret(authorization))
+            a, served = from_plan_cache(name, principal, etag_list(if_none_match))
+        except ApiError:  # the route answers errors
+            return None
+        return plan_response(a, served) if a is not None else None
+
+    @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
+    async def report(name: str, body: ReportIn, p: NodeAgent):
+        out = await writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))
+        return JSONResponse(out, status_code=201)
 
     # -- health and keys ---------------------------------------------------------------------------------------
     @app.get("/healthz", operation_id="healthz", tags=["ops"])
@@ -358,57 +460,6 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         plan_cache.clear()
         return out
 
-    # -- agent ---------------------------------------------------------------------------------------------------
-    @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
-             responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan"},
-                        304: {"description": "unchanged (If-None-Match matched)"}})
-    async def fetch_node_plan(name: str, authorization: Annotated[str | None, Header()] = None,
-                              if_none_match: Annotated[str | None, Header()] = None,
-                              wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
-        """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
-        the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
-        call authenticates and fetches in one transaction, group-committed with other agents' (services/agent_writes.py)."""
-        secret = bearer_secret(authorization)
-        principal = cached_principal(secret)
-        deadline = time.monotonic() + wait
-        tags = [t.strip() for t in if_none_match.split(",")] if if_none_match else []
-        while True:
-            a, served = from_plan_cache(name, principal, tags)
-            if a is None:
-                tags_seen = principal_cache.tag(), plan_cache.tag()  # before the read (services/epochs.py)
-                principal, a, served = await writes.fetch(Fetch(secret, principal, name, tuple(tags)))
-                principal_cache.put(token_service.hash_token(secret), principal, tags_seen[0])
-                if a is not None:
-                    plan_cache.put(name, a, tags_seen[1])
-            if a is None or served or time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
-        if a is None:
-            raise NotFound(f"node {name!r} has no current plan", field="name")
-        headers = {"ETag": a["etag"], "Cache-Control": "no-cache", "X-Plan-Id": a["plan_id"],
-                   "X-Plan-Seq": str(a["seq"])}
-        if not served:
-            metrics.AGENT_FETCHES.labels("not_modified").inc()
-            return Response(status_code=304, headers=headers)
-        return Response(a["signed"], media_type="application/jose", headers=headers)
-
-    def from_plan_cache(name: str, principal, etags: list[str]) -> tuple[dict | None, bool]:
-        a = plan_cache.get(name) if principal is not None else None
-        if a is None:
-            return None, False
-        authorize_node(name, principal)
-        if a["etag"] in etags:
-            return a, False
-        if not plan_service.fetch_recorded_recently(a):
-            return None, False
-        metrics.AGENT_FETCHES.labels("served").inc()
-        return a, True
-
-    @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
-    async def report(name: str, body: ReportIn, p: NodeAgent):
-        out = await writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))
-        return JSONResponse(out, status_code=201)
-
     # -- audit -------------------------------------------------------------------------------------------------
     ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:\d{2})?$"
     TimeQuery = Annotated[str | None, Query(pattern=ISO_TIME, description="ISO 8601 time (UTC unless an offset is given)")]
@@ -518,4 +569,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return {**token_service.token_dict(row), "token": secret}
 
     openapi_doc.install(app)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(CachedPlanFetch, answer=cached_answer)  # inside Observability: logged and counted alike
+    app.add_middleware(Observability)
     return app

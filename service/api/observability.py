@@ -31,6 +31,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class _LocalQueueHandler(logging.handlers.QueueHandler):
+    """Hands each record as it is to the listener thread, which formats it. (The stdlib's ``prepare`` formats and
+    copies every record in the calling thread, which a queue inside one process does not need.)"""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
 def configure_logging(level: str = "INFO") -> None:
     """JSON lines on stderr, written by a background thread (logging.handlers.QueueListener) so a request never
     waits on the terminal or the log collector."""
@@ -41,7 +49,7 @@ def configure_logging(level: str = "INFO") -> None:
     listener.start()
     atexit.register(listener.stop)
     root = logging.getLogger("preflight")
-    root.handlers[:] = [logging.handlers.QueueHandler(q)]
+    root.handlers[:] = [_LocalQueueHandler(q)]
     root.setLevel(level)
     root.propagate = False
 

@@ -1,0 +1,222 @@
+"""The agents' hot path: the ASGI fast path answers exactly as the route does; caches stay coherent across service
+processes (services/epochs.py); group-committed writes give each request its own outcome (services/agent_writes.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.db.session import Database
+from service.errors import Forbidden, NotFound, Unauthorized
+from service.services import agent_writes, epochs
+from service.services import tokens as token_service
+from tests.conftest import ADMIN
+from tests.test_api_flow import register_manifest, register_node
+
+PLAN = {"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}}
+
+
+def setup_fleet(client, names=("gpu-01", "gpu-02")) -> dict[str, dict]:
+    """Nodes with a plan each; returns name -> {"token", "plan"}."""
+    register_manifest(client)
+    out = {}
+    for n in names:
+        token = register_node(client, name=n)["agent_token"]
+        r = client.post("/v1/plans", json={**PLAN, "nodes": [n]})
+        assert r.status_code == 201, r.text
+        out[n] = {"token": token, "plan": r.json()}
+    return out
+
+
+def fetch(client, node, token, **headers):
+    return client.get(f"/v1/nodes/{node}/plan", headers={"Authorization": f"Bearer {token}", **headers})
+
+
+def comparable(r) -> tuple:
+    headers = {k: v for k, v in r.headers.items() if k not in ("x-request-id", "date")}
+    return r.status_code, headers, r.content
+
+
+def count_route_calls(monkeypatch, app) -> list:
+    """Record every request that reaches FastAPI's router (the fast path answers before it)."""
+    calls = []
+    router_type = type(app.router)
+    original = router_type.__call__
+
+    async def counting(self, scope, receive, send):
+        if self is app.router:
+            calls.append(scope["path"])
+        return await original(self, scope, receive, send)
+
+    monkeypatch.setattr(router_type, "__call__", counting)
+    return calls
+
+
+def warm(client, monkeypatch, node, token) -> list:
+    """Fetch until the fast path answers (an entry read just before the poll saw the plan's creation is dropped at
+    that poll, so the first cached answer may take one more fetch). Returns the route-call log."""
+    calls = count_route_calls(monkeypatch, client.app)
+    assert eventually(lambda: (n := len(calls), fetch(client, node, token).status_code == 200 and len(calls) == n)[1])
+    return calls
+
+
+def test_fast_path_answers_byte_for_byte_as_the_route(client, monkeypatch):
+    fleet = setup_fleet(client, ["gpu-01"])
+    token = fleet["gpu-01"]["token"]
+    first = fetch(client, "gpu-01", token)  # a miss: the route, which records the fetch and fills the caches
+    assert first.status_code == 200
+    etag = first.headers["etag"]
+    calls = warm(client, monkeypatch, "gpu-01", token)
+    again = fetch(client, "gpu-01", token)
+    cond = fetch(client, "gpu-01", token, **{"If-None-Match": etag})
+    assert calls == []  # both answered by the fast path
+    assert comparable(again) == comparable(first)
+    assert cond.status_code == 304 and cond.content == b""
+    # the same conditional request through the route (a query string skips the fast path) answers the same
+    routed = client.get("/v1/nodes/gpu-01/plan?wait=0", headers={"Authorization": f"Bearer {token}",
+                                                                 "If-None-Match": etag})
+    assert calls == ["/v1/nodes/gpu-01/plan"]
+    assert comparable(routed) == comparable(cond)
+    assert cond.headers["x-request-id"]  # still logged and counted by Observability
+    metrics = client.get("/metrics").text
+    assert 'route="/v1/nodes/{name}/plan"' in metrics and 'preflight_agent_fetches_total{outcome="not_modified"}' \
+        in metrics
+
+
+def test_fast_path_leaves_errors_to_the_route(client, monkeypatch):
+    fleet = setup_fleet(client)
+    calls = warm(client, monkeypatch, "gpu-01", fleet["gpu-01"]["token"])
+    calls.clear()
+    other = fetch(client, "gpu-02", fleet["gpu-01"]["token"])  # cached principal, another node's plan
+    assert other.status_code == 403 and other.headers["content-type"] == "application/problem+json"
+    assert client.get("/v1/nodes/gpu-01/plan", headers={"Authorization": "Basic eDp5"}).status_code == 401
+    assert fetch(client, "gpu-01", "pf_not-a-token").status_code == 401
+    assert len(calls) == 3
+
+
+@pytest.fixture
+def second_process(settings, keys):
+    """A second service process over the same database (its own caches, watcher and writer)."""
+    db2 = Database(settings.resolved_database_url)
+    with TestClient(create_app(settings, db=db2, keys=keys)) as c:
+        c.headers["Authorization"] = f"Bearer {ADMIN}"
+        yield c
+    db2.engine.dispose()
+
+
+def eventually(check, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.05)
+
+
+def test_revocation_in_another_process_reaches_the_cache_within_a_poll(client, second_process, monkeypatch):
+    fleet = setup_fleet(client, ["gpu-01"])
+    token, plan = fleet["gpu-01"]["token"], fleet["gpu-01"]["plan"]
+    warm(client, monkeypatch, "gpu-01", token)  # answered from process 1's memory
+    t0 = time.monotonic()
+    assert second_process.post(f"/v1/plans/{plan['id']}/revoke").status_code == 200
+    assert eventually(lambda: fetch(client, "gpu-01", token).status_code == 404)
+    assert time.monotonic() - t0 < 5 * epochs.POLL_SECONDS + 1  # not the 30 s TTL
+
+
+def test_new_plan_from_another_process_is_served_at_once_after_a_poll(client, second_process, monkeypatch):
+    fleet = setup_fleet(client, ["gpu-01"])
+    token = fleet["gpu-01"]["token"]
+    warm(client, monkeypatch, "gpu-01", token)
+    old = fetch(client, "gpu-01", token)
+    r = second_process.post("/v1/plans", json={**PLAN, "nodes": ["gpu-01"]})
+    assert r.status_code == 201
+    new_seq = str(r.json()["assignments"][0]["seq"])
+    assert eventually(lambda: fetch(client, "gpu-01", token).headers.get("x-plan-seq") == new_seq)
+    assert new_seq != old.headers["x-plan-seq"]
+
+
+def test_token_revoked_in_another_process_is_refused_within_a_poll(client, second_process, monkeypatch):
+    fleet = setup_fleet(client, ["gpu-01"])
+    token = fleet["gpu-01"]["token"]
+    warm(client, monkeypatch, "gpu-01", token)
+    assert second_process.post("/v1/nodes/gpu-01/token").status_code == 200  # rotation revokes the old token
+    assert eventually(lambda: fetch(client, "gpu-01", token).status_code == 401)
+
+
+def test_caches_unused_while_the_epoch_poll_is_stale(client, monkeypatch):
+    fleet = setup_fleet(client, ["gpu-01"])
+    token = fleet["gpu-01"]["token"]
+    calls = warm(client, monkeypatch, "gpu-01", token)
+    client.app.state.epochs.stop()  # no poll: after STALE_AFTER nothing may be answered from memory
+    calls.clear()
+    assert fetch(client, "gpu-01", token).status_code == 200
+    assert calls == ["/v1/nodes/gpu-01/plan"]
+
+
+def test_epoch_cache_entry_read_under_an_older_epoch_is_not_used(db):
+    watcher = epochs.EpochWatcher(db)
+    watcher.poll()
+    cache = epochs.EpochCache(watcher, "plans", ttl=60)
+    tag = cache.tag()  # taken before a database read ...
+    with db.transaction() as s:
+        epochs.bump(s, "plans")  # ... that a concurrent change overtakes
+    watcher.poll()
+    cache.put("gpu-01", {"seq": 1}, tag)
+    assert cache.get("gpu-01") is None
+    cache.put("gpu-01", {"seq": 2}, cache.tag())
+    assert cache.get("gpu-01") == {"seq": 2}
+
+
+# -- group commit ------------------------------------------------------------------------------------------------
+
+def test_batch_gives_each_request_its_own_outcome(client, db):
+    fleet = setup_fleet(client)
+    t1, t2 = fleet["gpu-01"]["token"], fleet["gpu-02"]["token"]
+    p1 = fleet["gpu-01"]["plan"]["id"]
+    agent1 = token_service.Principal(role="agent", name="agent:gpu-01", node="gpu-01")
+    items = [
+        agent_writes.Fetch(t1, None, "gpu-01", ()),                         # fine: served and recorded
+        agent_writes.Fetch("pf_unknown", None, "gpu-01", ()),               # unknown token
+        agent_writes.Fetch(t2, None, "gpu-01", ()),                         # another node's token
+        agent_writes.Fetch(ADMIN, token_service.Principal(role="admin", name="admin"), "gpu-99", ()),
+        agent_writes.Report(agent1, "gpu-01", p1, "running", None, {}),     # fine
+        agent_writes.Report(agent1, "gpu-01", "no-such-plan", "running", None, {}),
+        agent_writes.Fetch(t1, None, "gpu-01", ()),                         # same node again: recorded once
+    ]
+    with db.transaction() as s:
+        out = agent_writes.run_batch(s, items)
+    principal, assignment, served = out[0]
+    assert principal.node == "gpu-01" and served and assignment["plan_id"] == p1
+    assert isinstance(out[1], Unauthorized) and isinstance(out[2], Forbidden)
+    assert isinstance(out[3], NotFound) and out[3].extra["field"] == "name"
+    assert out[4]["status"] == "running" and out[4]["id"] > 0
+    assert isinstance(out[5], NotFound) and out[5].extra["field"] == "plan_id"
+    assert out[6][2] is True
+    events = client.get("/v1/audit", params={"node": "gpu-01"}).json()["items"]
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("plan.fetched") == 1 and kinds.count("agent.running") == 1
+    assert client.get("/v1/audit/verify").json()["ok"] is True
+
+
+def test_a_batch_failing_in_the_database_is_retried_one_by_one(db, monkeypatch):
+    real = agent_writes.run_batch
+
+    def poisoned(session, items):
+        if any(getattr(it, "message", None) == "poison" for it in items):
+            raise ValueError("one request's data broke the batch")
+        return [f"ok:{it.node}" for it in items]
+
+    monkeypatch.setattr(agent_writes, "run_batch", poisoned)
+    writes = agent_writes.AgentWrites(db)
+    p = token_service.Principal(role="admin", name="admin")
+    import concurrent.futures
+
+    batch = [(agent_writes.Report(p, f"n{i}", "x", "running", "poison" if i == 1 else None, {}),
+              concurrent.futures.Future()) for i in range(3)]
+    writes._settle(batch)
+    assert [f.result() if not f.exception() else type(f.exception()) for _, f in batch] == \
+        ["ok:n0", ValueError, "ok:n2"]
+    assert real is not poisoned
