@@ -100,6 +100,29 @@ async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server)
             "server_cpu": server.cpu_seconds() - srv0}
 
 
+def check_records(url: str) -> dict:
+    """After the storm (workers still up, so their sealers have run): what the database holds — one
+    ``plan.fetched`` event per agent and one ``fetched`` report per agent — and a full verification of the chain."""
+    from sqlalchemy import create_engine, func, select
+
+    from service.audit import seal, verify_chain
+    from service.db.models import AuditEvent, Report
+    from sqlalchemy.orm import Session
+
+    engine = create_engine(url)
+    try:
+        with Session(engine) as s:
+            with s.begin():
+                seal(s)  # anything a worker has not sealed yet
+            fetched = s.scalar(select(func.count()).select_from(AuditEvent).where(AuditEvent.kind == "plan.fetched"))
+            reports = s.scalar(select(func.count()).select_from(Report).where(Report.status == "fetched"))
+            v = verify_chain(s)
+    finally:
+        engine.dispose()
+    return {"fetched_events": fetched, "report_rows": reports, "chain_ok": v["ok"], "chain_events": v["events"],
+            "chain_pending": v.get("pending", 0)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--agents", type=int, default=10_000)
@@ -117,6 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"setup (not counted): {len(fleet)} nodes + plans in {setup:.0f} s; worker RSS before storm "
               f"{w0:.0f} MiB", flush=True)
         r = asyncio.run(storm(srv.url, fleet, args.conc, args.cap, srv))
+        r.update(check_records(db if db != "sqlite" else f"sqlite:///{srv.data_dir / 'preflight.db'}"))
     r.update(setup=setup, rss_before=w0)
     print(f"\nboot storm: {args.agents:,} agents × (fetch + report), {args.conc} client connections, "
           f"{'PostgreSQL' if args.db == 'pg' else 'SQLite'}, uvicorn --workers {args.workers} — {machine()}")
@@ -130,6 +154,8 @@ def main(argv: list[str] | None = None) -> dict:
         ["load generator CPU (s)", r["client_cpu"]],
         ["server CPU (s), per agent (ms)", f"{r['server_cpu']:.1f}, {r['server_cpu'] / max(1, r['served']) * 1000:.2f}"],
     ]))
+    print(f"recorded: {r['fetched_events']:,} plan.fetched events, {r['report_rows']:,} reports; audit chain "
+          f"{'verified' if r['chain_ok'] else 'BROKEN'} ({r['chain_events']:,} events, {r['chain_pending']} pending)")
     if r["error_kinds"]:
         print("errors by kind:", r["error_kinds"])
     print(f"target ≤ 30 s with 0 errors: {'met' if r['wall'] <= 30 and not r['errors'] else 'MISSED'}; "

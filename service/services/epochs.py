@@ -16,29 +16,42 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from ..db.models import CacheEpoch
 
+SHARDS = 16
 POLL_SECONDS = 0.25
 STALE_AFTER = 1.0
 KINDS = ("plans", "tokens")
 log = logging.getLogger("preflight.epochs")
 
 
-def bump(session: Session, kind: str) -> None:
-    """Advance ``kind``'s epoch inside the caller's transaction (visible to the pollers when it commits). Call it
-    last before the commit: on PostgreSQL the row stays locked until then."""
-    done = session.execute(update(CacheEpoch).where(CacheEpoch.name == kind)
-                           .values(epoch=CacheEpoch.epoch + 1)).rowcount
-    if not done:
-        session.execute(insert(CacheEpoch).values(name=kind, epoch=1))
+def bump(session: Session, kind: str, key: str = "") -> None:
+    """Advance ``kind``'s epoch inside the caller's transaction (visible to the pollers when it commits).
+
+    The counter is spread over ``SHARDS`` rows (``kind:0`` … ``kind:15``, the one ``key`` hashes to, created on first
+    use by an upsert) and a kind's epoch is their sum: every committed bump raises the sum, while concurrent
+    transactions — plans for different nodes — seldom wait on the same row lock."""
+    name = f"{kind}:{zlib.crc32(key.encode()) % SHARDS}"
+    dialect = session.get_bind().dialect.name
+    upsert = (pg_insert if dialect == "postgresql" else sqlite_insert)(CacheEpoch).values(name=name, epoch=1)
+    session.execute(upsert.on_conflict_do_update(index_elements=[CacheEpoch.name],
+                                                 set_={"epoch": CacheEpoch.epoch + 1}))
 
 
 def read(session: Session) -> dict[str, int]:
-    return dict(session.execute(select(CacheEpoch.name, CacheEpoch.epoch)).all())
+    """Each kind's epoch: the sum of its shards."""
+    out: dict[str, int] = {}
+    for name, epoch in session.execute(select(CacheEpoch.name, CacheEpoch.epoch)).all():
+        kind = name.split(":", 1)[0]
+        out[kind] = out.get(kind, 0) + epoch
+    return out
 
 
 class EpochWatcher:

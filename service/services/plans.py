@@ -127,7 +127,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
                  node=names[0] if len(names) == 1 else None, model=manifest.name,
                  payload={"manifest": manifest.digest, "nodes": names, "seqs": [a.seq for a in assignments],
                           "verdict": result.verdict, "argv": result.argv, "kid": keys.active_kid})
-    epochs.bump(session, "plans")  # other processes' plan caches drop the superseded assignments
+    epochs.bump(session, "plans", plan.id)  # other processes' plan caches drop the superseded assignments
     return {**plan_dict(plan, assignments), "recommendations": result.recommendations}
 
 
@@ -292,7 +292,7 @@ def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
     audit.append(session, actor=actor, kind="plan.revoked", subject=f"plan:{plan_id}", plan_id=plan_id,
                  model=model_of(session, plan_id),
                  payload={"nodes": [a.node_name for a in assignments], "at": utcnow().isoformat()})
-    epochs.bump(session, "plans")
+    epochs.bump(session, "plans", plan_id)
     return plan
 
 

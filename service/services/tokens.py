@@ -74,7 +74,7 @@ def revoke_node_tokens(session: Session, node: str) -> int:
         r.revoked_at = utcnow()
     if rows:
         session.flush()
-        epochs.bump(session, "tokens")  # other processes' principal caches drop these tokens
+        epochs.bump(session, "tokens", node)  # other processes' principal caches drop these tokens
     return len(rows)
 
 
@@ -105,7 +105,7 @@ def revoke(session: Session, token_id: int) -> Token:
     if row.revoked_at is None:
         row.revoked_at = utcnow()
         session.flush()
-        epochs.bump(session, "tokens")
+        epochs.bump(session, "tokens", str(row.id))
     return row
 
 
