@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -11,7 +12,9 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.db.session import Database
+from service.services import epochs
 from tests.conftest import ADMIN
+from tests.test_api_flow import register_manifest, register_node
 
 
 class TcpProxy:
@@ -85,10 +88,24 @@ def test_postgres_outage_then_recovery(db_url, settings, keys):
     with TestClient(app) as c:
         c.headers["Authorization"] = f"Bearer {ADMIN}"
         assert c.get("/readyz").status_code == 200
+        # an agent whose plan and token are cached in this process
+        register_manifest(c)
+        agent = {"Authorization": "Bearer " + register_node(c, name="gpu-01")["agent_token"]}
+        plan = c.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
+                                         "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}}).json()
+        assert c.get("/v1/nodes/gpu-01/plan", headers=agent).status_code == 200
         proxy.outage()
         assert_503(c.get("/readyz"))
         assert_503(c.get("/v1/nodes"))
         assert_503(c.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8}))
+        # the agents' paths: group-committed writes fail with 503, and once the cache-epoch poll has failed for
+        # STALE_AFTER nothing is answered from memory either
+        assert_503(c.post("/v1/nodes/gpu-01/reports", headers=agent, json={"plan_id": plan["id"], "status": "fetched"}))
+        time.sleep(epochs.STALE_AFTER + 2 * epochs.POLL_SECONDS)
+        assert_503(c.get("/v1/nodes/gpu-01/plan", headers=agent))
         proxy.restore()
         assert c.get("/readyz").status_code == 200
         assert c.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8}).status_code == 201
+        assert c.get("/v1/nodes/gpu-01/plan", headers=agent).status_code == 200
+        assert c.post("/v1/nodes/gpu-01/reports", headers=agent,
+                      json={"plan_id": plan["id"], "status": "fetched"}).status_code == 201
