@@ -220,3 +220,26 @@ def test_a_batch_failing_in_the_database_is_retried_one_by_one(db, monkeypatch):
     assert [f.result() if not f.exception() else type(f.exception()) for _, f in batch] == \
         ["ok:n0", ValueError, "ok:n2"]
     assert real is not poisoned
+
+
+def test_a_cancelled_request_is_dropped_and_the_writer_keeps_running(client, db):
+    import asyncio
+    import concurrent.futures
+
+    fleet = setup_fleet(client, ["gpu-01"])
+    writes = agent_writes.AgentWrites(db, threads=1)
+    item = agent_writes.Fetch(fleet["gpu-01"]["token"], None, "gpu-01", ())
+    gone: concurrent.futures.Future = concurrent.futures.Future()
+    gone.cancel()  # the client disconnected before its batch ran
+    with writes._cv:
+        writes._queue.append((item, gone))
+    writes._start()
+
+    async def fetch():
+        return await asyncio.wait_for(writes.fetch(item), timeout=10)
+
+    principal, assignment, served = asyncio.run(fetch())  # answered by the same, still running, thread
+    assert served and principal.node == "gpu-01" and assignment["node_name"] == "gpu-01"
+    assert all(w.is_alive() for w in writes._workers)
+    writes.stop()
+    assert writes._workers == []

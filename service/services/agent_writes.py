@@ -80,7 +80,7 @@ class AgentWrites:
     async def _submit(self, item: Fetch | Report):
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._cv:
-            if not self._workers or self._stopping:
+            if self._stopping or len(self._workers) < self.threads or not all(w.is_alive() for w in self._workers):
                 self._start()
             self._queue.append((item, fut))
             self._cv.notify()
@@ -111,7 +111,16 @@ class AgentWrites:
                 if not self._queue:
                     return
                 batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
-            self._settle(batch)
+            # a request whose client went away (its future cancelled) is dropped; the rest can no longer be cancelled
+            batch = [(item, fut) for item, fut in batch if fut.set_running_or_notify_cancel()]
+            try:
+                if batch:
+                    self._settle(batch)
+            except BaseException as exc:  # noqa: BLE001 - never leave a request waiting, never lose the thread
+                log.exception("agent writes: batch failed")
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
 
     def _settle(self, batch: list[tuple[Fetch | Report, concurrent.futures.Future]]) -> None:
         try:
