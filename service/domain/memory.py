@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .context import LaunchContext
@@ -442,7 +442,8 @@ class Budget:
                 f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
 
     def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}  # flat values: no deep copy needed
+        d["accounting"], d["assumptions"] = dict(self.accounting), list(self.assumptions)
         d["overhead_bytes"] = self.overhead_bytes
         d["overhead"] = {
             "activation_peak_bytes": self.activation_peak_bytes,
@@ -577,6 +578,7 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     start = sum(parts[:biggest])
     stage_kinds = kinds[start:start + parts[biggest]] + ["full"] * n_draft
     n_layers = len(stage_kinds)
+    n_sliding = stage_kinds.count("sliding")
     kv_per_token = per_layer * n_layers
     block = _block_size(ctx)
     bytes_per_block = block * kv_per_token
@@ -600,14 +602,9 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
         full_blocks = cdiv(cdiv(length, dcp), block)
         if not acct.hybrid_sliding_window:
             return full_blocks
-        tot = 0.0
         win = f.sliding_window or length
-        for k in stage_kinds:
-            if k == "sliding":
-                tot += min(cdiv(min(win - 1 + tokens, length), block) + 1, full_blocks)
-            else:
-                tot += full_blocks
-        return tot / max(1, n_layers)
+        sliding = min(cdiv(min(win - 1 + tokens, length), block) + 1, full_blocks) if n_sliding else 0
+        return float(n_sliding * sliding + (n_layers - n_sliding) * full_blocks) / max(1, n_layers)
 
     per_req_blocks = blocks_per_request(mml)
     concurrency = num_blocks / per_req_blocks if per_req_blocks else 0.0
