@@ -243,3 +243,97 @@ def test_a_cancelled_request_is_dropped_and_the_writer_keeps_running(client, db)
     assert all(w.is_alive() for w in writes._workers)
     writes.stop()
     assert writes._workers == []
+
+
+# -- found by a break-it pass ----------------------------------------------------------------------------------
+
+def test_a_long_poll_stops_when_its_token_is_revoked(client):
+    import threading
+
+    fleet = setup_fleet(client, ["gpu-01"])
+    token = fleet["gpu-01"]["token"]
+    etag = fetch(client, "gpu-01", token).headers["etag"]
+    result = {}
+
+    def long_poll():
+        result["r"] = client.get("/v1/nodes/gpu-01/plan?wait=10",
+                                 headers={"Authorization": f"Bearer {token}", "If-None-Match": etag})
+
+    t = threading.Thread(target=long_poll)
+    t.start()
+    time.sleep(1.0)
+    assert client.post("/v1/nodes/gpu-01/token").status_code == 200  # revokes the token the poll holds
+    assert client.post("/v1/plans", json={**PLAN, "nodes": ["gpu-01"]}).status_code == 201
+    t.join(15)
+    assert result["r"].status_code == 401, result["r"].text  # not the new plan
+
+
+def test_duplicate_headers_get_the_same_answer_on_both_paths(client, monkeypatch):
+    fleet = setup_fleet(client)
+    own, other = fleet["gpu-01"]["token"], fleet["gpu-02"]["token"]
+    warm(client, monkeypatch, "gpu-01", own)
+    etag = fetch(client, "gpu-01", own).headers["etag"]
+    two_tokens = [("Authorization", f"Bearer {other}"), ("Authorization", f"Bearer {own}")]
+    for url in ("/v1/nodes/gpu-01/plan", "/v1/nodes/gpu-01/plan?wait=0"):  # fast path, then the route
+        r = client.get(url, headers=two_tokens)
+        assert r.status_code == 401 and "exactly one" in r.json()["detail"]
+        tags = [("Authorization", f"Bearer {own}"), ("If-None-Match", etag), ("If-None-Match", '"zzz"')]
+        assert client.get(url, headers=tags).status_code == 304
+
+
+def test_if_none_match_star_and_weak_tags_match(client, monkeypatch):
+    fleet = setup_fleet(client, ["gpu-01"])
+    token = fleet["gpu-01"]["token"]
+    etag = fetch(client, "gpu-01", token).headers["etag"]
+    for url in ("/v1/nodes/gpu-01/plan?wait=0", "/v1/nodes/gpu-01/plan"):
+        for tag in ("*", f"W/{etag}", f'"other", W/{etag}'):
+            assert client.get(url, headers={"Authorization": f"Bearer {token}",
+                                            "If-None-Match": tag}).status_code == 304, (url, tag)
+        assert client.get(url, headers={"Authorization": f"Bearer {token}",
+                                        "If-None-Match": 'W/"other"'}).status_code == 200
+
+
+def test_an_admin_reading_a_plan_is_not_the_agents_delivery(client):
+    fleet = setup_fleet(client, ["gpu-01"])
+    plan_id = fleet["gpu-01"]["plan"]["id"]
+    assert client.get("/v1/nodes/gpu-01/plan").status_code == 200  # the admin token
+    fetched = [e for e in client.get("/v1/audit", params={"plan": plan_id}).json()["items"]
+               if e["kind"] == "plan.fetched"]
+    assert fetched == []
+    assert fetch(client, "gpu-01", fleet["gpu-01"]["token"]).status_code == 200
+    fetched = [e for e in client.get("/v1/audit", params={"plan": plan_id}).json()["items"]
+               if e["kind"] == "plan.fetched"]
+    assert [e["actor"] for e in fetched] == ["agent:gpu-01"]
+    placement = client.get(f"/v1/plans/{plan_id}/placements").json()["placements"][0]
+    assert placement["fetches"] == 1
+
+
+@pytest.mark.parametrize("figures, field", [
+    ({"kv_cache_tokens": 1000, "available_kv_cache_gib": 1e300}, "details.vllm.available_kv_cache_gib"),
+    ({"kv_cache_tokens": 1000, "available_kv_cache_gib": 1e10}, "details.vllm.available_kv_cache_gib"),
+    ({"kv_cache_tokens": 0}, "details.vllm.kv_cache_tokens"),
+    ({"kv_cache_tokens": 2**41}, "details.vllm.kv_cache_tokens"),
+    ({"kv_cache_tokens": "1000"}, "details.vllm.kv_cache_tokens"),
+])
+def test_out_of_range_vllm_figures_are_refused_naming_the_field(client, figures, field):
+    fleet = setup_fleet(client, ["gpu-01"])
+    r = client.post("/v1/nodes/gpu-01/reports", headers={"Authorization": f"Bearer {fleet['gpu-01']['token']}"},
+                    json={"plan_id": fleet["gpu-01"]["plan"]["id"], "status": "running", "details": {"vllm": figures}})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == field, r.text
+    assert client.get("/v1/calibration").json()["count"] == 0
+
+
+def test_bad_values_deep_in_a_body_are_named_by_path(client):
+    fleet = setup_fleet(client, ["gpu-01"])
+    body = {"plan_id": fleet["gpu-01"]["plan"]["id"], "status": "running"}
+    for details, field in (({"x": [1, "a\x00"]}, "details.x[1]"), ({"x": {"y": 2**60}}, "details.x.y")):
+        r = client.post("/v1/nodes/gpu-01/reports", json={**body, "details": details})
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == field, r.text
+
+
+def test_node_names_are_checked_alike_on_every_database(client):
+    setup_fleet(client, ["gpu-01"])
+    r = client.get("/v1/nodes/gpu%00/plan")
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "path.name"
+    r = client.post("/v1/nodes/gpu-99/reports", json={"plan_id": "x", "status": "running"})
+    assert r.status_code == 404 and r.json()["field"] == "name" and "not registered" in r.json()["detail"]

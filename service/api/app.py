@@ -38,12 +38,23 @@ from ..settings import Settings
 from ..signing import KeyStore
 from . import openapi_doc
 from .observability import Observability
-from .schemas import ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
+from .schemas import NAME, ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
 log = logging.getLogger("preflight")
 PROBLEM = "application/problem+json"
+NodeName = Annotated[str, Path(pattern=NAME, description="Node name (hostname-like).")]
 PRINCIPAL_CACHE_SECONDS = 60.0  # TTLs bound an entry's life; coherence comes from services/epochs.py
 PLAN_CACHE_SECONDS = 30.0
+
+
+def error_field(e: dict[str, Any]) -> str:
+    """The field a validation error names: its location without the ``body`` prefix, extended by the path inside
+    the value when a JSON check (domain/jsoncheck.py) or a nested validator said which part was wrong."""
+    if e.get("type") == "json_invalid":
+        return "body"
+    loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
+    inner = getattr((e.get("ctx") or {}).get("error"), "path", "")
+    return ".".join(p for p in (loc, inner) if p) or "body"
 
 
 def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
@@ -95,7 +106,7 @@ class CachedPlanFetch:
     builds the very response the route would, and it is sent without FastAPI's routing and parameter handling.
     Anything else (a miss, a fetch to record, a long-poll, any error) goes to the route."""
 
-    PATH = re.compile(r"/v1/nodes/([^/]+)/plan")
+    PATH = re.compile(r"/v1/nodes/([A-Za-z0-9][A-Za-z0-9._-]{0,127})/plan")  # names as NodeIn allows
     ROUTE = types.SimpleNamespace(path="/v1/nodes/{name}/plan")  # the route label Observability records
 
     def __init__(self, app, answer: Callable[[str, str | None, str | None], Response | None]):
@@ -106,13 +117,15 @@ class CachedPlanFetch:
                 and not scope.get("root_path")):
             m = self.PATH.fullmatch(scope["path"])
             if m is not None:
-                auth = inm = None
+                auth: list[str] = []
+                inm: list[str] = []
                 for k, v in scope.get("headers") or ():
                     if k == b"authorization":
-                        auth = v.decode("latin-1")
+                        auth.append(v.decode("latin-1"))
                     elif k == b"if-none-match":
-                        inm = v.decode("latin-1")
-                response = self.answer(m.group(1), auth, inm)
+                        inm.append(v.decode("latin-1"))
+                # exactly one Authorization field, or the route refuses it; repeated If-None-Match fields form one list
+                response = self.answer(m.group(1), auth[0], ", ".join(inm)) if len(auth) == 1 else None
                 if response is not None:
                     scope["route"] = self.ROUTE
                     return await response(scope, receive, send)
@@ -155,9 +168,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):
-        errors = [{"field": "body" if e.get("type") == "json_invalid" else
-                   ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body",
-                   "rule": e.get("type"), "message": e.get("msg")} for e in exc.errors()]
+        errors = [{"field": error_field(e), "rule": e.get("type"), "message": e.get("msg")} for e in exc.errors()]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
         return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
                                       "status": 422, "detail": detail, "errors": errors})
@@ -213,7 +224,11 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     principal_cache = EpochCache(watcher, "tokens", PRINCIPAL_CACHE_SECONDS)
     plan_cache = EpochCache(watcher, "plans", PLAN_CACHE_SECONDS)
 
-    def bearer_secret(authorization: str | None) -> str:
+    def bearer_secret(authorization: str | None, copies: int = 1) -> str:
+        """The token of ``Authorization: Bearer <token>``. Raises Unauthorized when it is missing, not a bearer
+        token, or sent more than once (``copies``: how many Authorization fields the request carried)."""
+        if copies > 1:
+            raise Unauthorized("several Authorization headers: send exactly one")
         if not authorization or not authorization.lower().startswith("bearer "):
             raise Unauthorized("missing bearer token: send Authorization: Bearer <token>")
         return authorization.split(" ", 1)[1].strip()
@@ -234,10 +249,11 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         principal_cache.put(token_service.hash_token(secret), p, tag)
         return p
 
-    async def principal_dep(authorization: Annotated[str | None, Header()] = None) -> token_service.Principal:
+    async def principal_dep(request: Request,
+                            authorization: Annotated[str | None, Header()] = None) -> token_service.Principal:
         """The caller, from ``Authorization: Bearer``. Async (no thread hop) when the look-up is cached; a miss runs
         one short transaction in the thread pool, so a long-poll holds no database connection."""
-        secret = bearer_secret(authorization)
+        secret = bearer_secret(authorization, len(request.headers.getlist("authorization")))
         return cached_principal(secret) or await run_in_threadpool(lookup_principal, secret)
 
     PrincipalDep = Annotated[token_service.Principal, Depends(principal_dep)]
@@ -251,7 +267,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     authorize_node = token_service.authorize_node
 
-    async def for_node(name: str, p: PrincipalDep) -> token_service.Principal:
+    async def for_node(name: NodeName, p: PrincipalDep) -> token_service.Principal:
         return authorize_node(name, p)
 
     Admin = Annotated[token_service.Principal, Depends(require("admin"))]
@@ -264,18 +280,18 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
              responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan"},
                         304: {"description": "unchanged (If-None-Match matched)"}})
-    async def fetch_node_plan(name: str, authorization: Annotated[str | None, Header()] = None,
+    async def fetch_node_plan(request: Request, name: NodeName, authorization: Annotated[str | None, Header()] = None,
                               if_none_match: Annotated[str | None, Header()] = None,
                               wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
         """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
         the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
         call authenticates and fetches in one transaction, group-committed with other agents' fetches and reports
         (services/agent_writes.py)."""
-        secret = bearer_secret(authorization)
-        principal = cached_principal(secret)
+        secret = bearer_secret(authorization, len(request.headers.getlist("authorization")))
         deadline = time.monotonic() + wait
-        tags = etag_list(if_none_match)
+        tags = etag_list(", ".join(request.headers.getlist("if-none-match")))  # repeated fields form one list
         while True:
+            principal = cached_principal(secret)  # each round: a token revoked during a long-poll stops it
             a, served = from_plan_cache(name, principal, tags)
             if a is None:
                 tags_seen = principal_cache.tag(), plan_cache.tag()  # before the read (services/epochs.py)
@@ -303,15 +319,15 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         if a is None:
             return None, False
         authorize_node(name, principal)
-        if a["etag"] in etags:
+        if plan_service.etag_matches(a["etag"], etags):
             return a, False
-        if not plan_service.fetch_recorded_recently(a):
-            return None, False
+        if principal.role == "agent" and not plan_service.fetch_recorded_recently(a):
+            return None, False  # a delivery to record: the database
         metrics.AGENT_FETCHES.labels("served").inc()
         return a, True
 
     def etag_list(if_none_match: str | None) -> list[str]:
-        return [t.strip() for t in if_none_match.split(",")] if if_none_match else []
+        return [t.strip() for t in if_none_match.split(",") if t.strip()] if if_none_match else []
 
     def cached_answer(name: str, authorization: str | None, if_none_match: str | None) -> Response | None:
         """The route's answer when the caches hold it (no database, nothing to record), else None."""
@@ -323,7 +339,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return plan_response(a, served) if a is not None else None
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
-    async def report(name: str, body: ReportIn, p: NodeAgent):
+    async def report(name: NodeName, body: ReportIn, p: NodeAgent):
         out = await writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))
         return JSONResponse(out, status_code=201)
 
@@ -368,13 +384,13 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                 "next": rows[-1].name if len(rows) == limit else None}
 
     @app.get("/v1/nodes/{name}", operation_id="getNode", tags=["nodes"])
-    def get_node(name: str, session: SessionDep, p: Reader):
+    def get_node(name: NodeName, session: SessionDep, p: Reader):
         node = node_service.get(session, name)
         return JSONResponse(node_service.node_dict(node), headers={"ETag": node_service.etag(node)})
 
     @app.patch("/v1/nodes/{name}", operation_id="updateNode", tags=["nodes"],
                responses={412: {"description": "If-Match does not match the node's current ETag"}})
-    def update_node(name: str, body: NodeUpdate, session: SessionDep, p: Admin,
+    def update_node(name: NodeName, body: NodeUpdate, session: SessionDep, p: Admin,
                     if_match: Annotated[str | None, Header()] = None):
         changes = body.model_dump(exclude_unset=True)
         if "gpu_count" in changes and changes["gpu_count"] is None:
@@ -383,14 +399,14 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return JSONResponse(node_service.node_dict(node), headers={"ETag": node_service.etag(node)})
 
     @app.get("/v1/nodes/{name}/history", operation_id="nodeHistory", tags=["audit"])
-    def node_history(name: str, session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    def node_history(name: NodeName, session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                      before_seq: Annotated[int | None, Query(ge=1)] = None):
         """Plans assigned to the node, newest first: who approved them, what ran, when it was fetched, started,
         running or failed."""
         return history.node_history(session, name, limit=limit, before_seq=before_seq)
 
     @app.post("/v1/nodes/{name}/token", operation_id="rotateNodeToken", tags=["nodes"])
-    def rotate_node_token(name: str, session: SessionDep, p: Admin):
+    def rotate_node_token(name: NodeName, session: SessionDep, p: Admin):
         secret = node_service.rotate_token(session, actor=p.name, name=name)
         principal_cache.clear()
         return {"name": name, "agent_token": secret}

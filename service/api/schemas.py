@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..domain.jsoncheck import check_json
+from ..domain.jsoncheck import JsonValueError, check_json
 from ..domain.request import ENV_NAME, Checkpoint, CustomGpu, Workload
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -65,11 +65,36 @@ class PlanIn(Strict):
         return env
 
 
+MAX_KV_TOKENS = 2**40  # far above any GPU pool; keeps the calibration columns (BIGINT) and arithmetic in range
+MAX_KV_GIB = 2.0**20  # 1 PiB
+
+
 class ReportIn(Strict):
     plan_id: str = Field(min_length=1, max_length=36)
     status: Literal["fetched", "started", "running", "failed"]
     message: str | None = Field(default=None, max_length=65536)
-    details: dict[str, Any] = Field(default_factory=dict)
+    details: dict[str, Any] = Field(default_factory=dict, description=(
+        "Free-form; ``details.vllm`` carries what vLLM printed at start-up for the calibration loop: "
+        f"``kv_cache_tokens`` (integer, 1..2^40) and ``available_kv_cache_gib`` (number, 0..{MAX_KV_GIB:.0f})."))
+
+    @field_validator("details")
+    @classmethod
+    def _vllm_figures(cls, details: dict[str, Any]) -> dict[str, Any]:
+        """The figures the calibration loop stores must be numbers in range (services/calibration.py)."""
+        vllm = details.get("vllm")
+        if vllm is None:
+            return details
+        if not isinstance(vllm, dict):
+            raise JsonValueError("vllm", "must be an object of vLLM's start-up figures")
+        tokens = vllm.get("kv_cache_tokens")
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                                   or not 1 <= tokens <= MAX_KV_TOKENS):
+            raise JsonValueError("vllm.kv_cache_tokens", "must be an integer from 1 to 2^40")
+        gib = vllm.get("available_kv_cache_gib")
+        if gib is not None and (isinstance(gib, bool) or not isinstance(gib, (int, float))
+                                or not 0 <= gib <= MAX_KV_GIB):
+            raise JsonValueError("vllm.available_kv_cache_gib", f"must be a number from 0 to {MAX_KV_GIB:.0f}")
+        return details
 
 
 class TokenIn(Strict):

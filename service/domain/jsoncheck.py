@@ -11,26 +11,34 @@ MAX_SAFE_INT = 2**53 - 1
 MAX_DEPTH = 64
 
 
+class JsonValueError(ValueError):
+    """A value JSON cannot carry safely; ``path`` names it (``details.x[1]``), relative to the checked value."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path or 'value'}: {problem}")
+        self.path = path
+
+
 def check_json(value: Any, path: str = "", depth: int = 0) -> None:
-    """Raise ValueError naming the first offending path (e.g. ``config.hidden_size``)."""
-    where = path or "value"
+    """Raise JsonValueError (a ValueError) naming the first offending path (e.g. ``config.hidden_size``)."""
+    where = path
     if depth > MAX_DEPTH:
-        raise ValueError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        raise JsonValueError(where, f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, bool) or value is None:
         return
     if isinstance(value, int):
         if abs(value) > MAX_SAFE_INT:
-            raise ValueError(f"{where}: integer {value} is outside ±2^53")
+            raise JsonValueError(where, f"integer {value} is outside ±2^53")
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"{where}: {value} is not a finite number")
+            raise JsonValueError(where, f"{value} is not a finite number")
     elif isinstance(value, str):
         if "\x00" in value:
-            raise ValueError(f"{where}: contains a NUL character")
+            raise JsonValueError(where, "contains a NUL character")
     elif isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str) or "\x00" in k:
-                raise ValueError(f"{where}: key {k!r} is not a plain string")
+                raise JsonValueError(where, f"key {k!r} is not a plain string")
             check_json(v, f"{path}.{k}" if path else k, depth + 1)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):

@@ -161,7 +161,8 @@ def run_batch(session, items: list[Fetch | Report]) -> list[Any]:
         except ApiError as exc:
             outcomes[i] = exc
     if fetches:
-        served = plan_service.serve_to_agents(session, [plan_service.AgentFetch(p.name, f.node, f.etags)
+        served = plan_service.serve_to_agents(session, [plan_service.AgentFetch(p.name, f.node, f.etags,
+                                                                                record=p.role == "agent")
                                                         for _, p, f in fetches])
         for (i, p, _), out in zip(fetches, served):
             outcomes[i] = out if isinstance(out, ApiError) else (p, *out)

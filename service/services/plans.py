@@ -164,11 +164,20 @@ REFETCH_RECORD_SECONDS = 60
 
 @dataclass(frozen=True)
 class AgentFetch:
-    """One agent fetch: who (``actor``), for which node, and the ETags the agent already has."""
+    """One fetch: who (``actor``), for which node, the ``If-None-Match`` tags sent, and whether it is the node's own
+    agent taking delivery (``record``; an admin reading a node's plan is not a delivery and writes nothing)."""
 
     actor: str
     node: str
     etags: tuple[str, ...] = ()
+    record: bool = True
+
+
+def etag_matches(etag: str, tags) -> bool:
+    """``If-None-Match`` with weak comparison (RFC 9110 §13.1.2, §13.2.1): ``*`` matches any current plan, and
+    ``W/`` prefixes are ignored on both sides."""
+    strong = etag[2:] if etag.startswith("W/") else etag
+    return any(t == "*" or (t[2:] if t.startswith("W/") else t) == strong for t in tags)
 
 
 @dataclass(frozen=True)
@@ -191,7 +200,7 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
 
     A served fetch is recorded (``plan.fetched`` with the seq and ETag, and the assignment's fetch counters) the
     first time and again at least ``REFETCH_RECORD_SECONDS`` after the last record; repeats inside that window (a
-    client retrying) write nothing."""
+    client retrying) and fetches that are not deliveries (``record`` False: an admin) write nothing."""
     nodes = sorted({f.node for f in fetches})
     current: dict[str, dict] = {}
     for row in session.execute(
@@ -210,11 +219,11 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
         if row is None:
             out.append((None, False) if f.node in registered else
                        NotFound(f"node {f.node!r} is not registered", field="name"))
-        elif row["etag"] in f.etags:
+        elif etag_matches(row["etag"], f.etags):
             out.append((row, False))
         else:
             metrics.AGENT_FETCHES.labels("served").inc()
-            if not fetch_recorded_recently(row) and row["id"] not in record:
+            if f.record and not fetch_recorded_recently(row) and row["id"] not in record:
                 record[row["id"]] = (f, row)
             out.append((row, True))
     if record:
@@ -279,8 +288,12 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
             actor=r.actor, kind=f"agent.{r.status}", subject=f"plan:{r.plan_id}", node=r.node, plan_id=r.plan_id,
             model=models[r.plan_id], payload={"seq": seqs[(r.node, r.plan_id)], "status": r.status,
                                               "message": r.message, "details": r.details}) for r in ok])
+    missing = {r.node for r in reports if id(r) not in ids}
+    registered = set(session.scalars(select(Node.name).where(Node.name.in_(missing)))) if missing else set()
     return [{"id": ids[id(r)], "plan_id": r.plan_id, "node": r.node, "status": r.status} if id(r) in ids else
-            NotFound(f"plan {r.plan_id!r} was never assigned to node {r.node!r}", field="plan_id") for r in reports]
+            NotFound(f"plan {r.plan_id!r} was never assigned to node {r.node!r}", field="plan_id")
+            if r.node in registered else NotFound(f"node {r.node!r} is not registered", field="name")
+            for r in reports]
 
 
 def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
