@@ -234,12 +234,17 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     st = AgentState.load(state or pathlib.Path.home() / ".preflight" / f"agent-{node}.json")
     client = AgentClient(server, node, token)
     s = _settings()
+    said = None
     while True:
         r = client.fetch(st.etag, wait=int(poll_seconds) if wait else 0)
         if r.status_code == 304 or (r.status_code == 404 and wait):
             if not wait:
                 typer.echo(f"plan unchanged (seq {st.last_seq}); nothing to do")
                 raise typer.Exit(0)
+            if said != r.status_code:  # say once what it is waiting for
+                typer.echo(f"preflight agent: {node} has no plan yet; waiting" if r.status_code == 404 else
+                           f"preflight agent: plan unchanged (seq {st.last_seq}); waiting for a newer one", err=True)
+                said = r.status_code
             if r.status_code == 404:
                 time.sleep(min(poll_seconds, 30))
             continue
