@@ -337,3 +337,19 @@ def test_node_names_are_checked_alike_on_every_database(client):
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "path.name"
     r = client.post("/v1/nodes/gpu-99/reports", json={"plan_id": "x", "status": "running"})
     assert r.status_code == 404 and r.json()["field"] == "name" and "not registered" in r.json()["detail"]
+
+
+def test_the_epoch_poll_takes_no_write_lock_on_sqlite(db):
+    """SQLite writers queue on one lock (BEGIN IMMEDIATE); the poller, four times a second per process, must not."""
+    import threading
+
+    if db.dialect != "sqlite":
+        pytest.skip("SQLite's write lock")
+    watcher = epochs.EpochWatcher(db)
+    with db.transaction() as writer:  # holds the write lock until the block ends
+        epochs.bump(writer, "plans")
+        done = threading.Event()
+        threading.Thread(target=lambda: (watcher.poll(), done.set()), daemon=True).start()
+        assert done.wait(5), "the poll waited for the writer's lock"
+    watcher.poll()
+    assert watcher.current("plans") == 1

@@ -9,6 +9,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+READ_ONLY = "preflight_read_only"  # execution option: SQLite begins a deferred (read) transaction
 THREADS = 8  # worker threads per service process for blocking work (service/api/app.py sets anyio's limiter)
 
 
@@ -33,7 +34,8 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _begin(conn):  # pragma: no cover - trivial
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # a connection marked read_only (the cache-epoch poller) takes no write lock
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
     # No pre-ping (a round trip per checkout): a connection that fails with a disconnect invalidates the whole

@@ -24,6 +24,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from ..db.models import CacheEpoch
+from ..db.session import READ_ONLY
 
 SHARDS = 16
 POLL_SECONDS = 0.25
@@ -75,9 +76,10 @@ class EpochWatcher:
         return tag is not None and tag == self.current(kind)
 
     def poll(self) -> None:
-        with self.db.sessions() as s:
-            epochs = read(s)
-            s.rollback()
+        with self.db.engine.connect() as conn:  # a read: on SQLite no write lock (db/session.py READ_ONLY)
+            conn = conn.execution_options(**{READ_ONLY: True})
+            epochs = read(Session(bind=conn))
+            conn.rollback()
         self._epochs, self._last_ok = epochs, time.monotonic()
 
     def start(self) -> None:
