@@ -353,3 +353,41 @@ def test_the_epoch_poll_takes_no_write_lock_on_sqlite(db):
         assert done.wait(5), "the poll waited for the writer's lock"
     watcher.poll()
     assert watcher.current("plans") == 1
+
+
+def test_changes_are_committed_before_the_response_starts(settings, db, keys):
+    """An acknowledgement must be durable: when the response to a revoke, a token rotation or a node registration
+    starts, another connection already sees the change (a worker killed right after answering loses nothing)."""
+    from sqlalchemy import create_engine, text
+
+    seen = []
+    reader = create_engine(settings.resolved_database_url)
+
+    def state() -> tuple:
+        with reader.connect() as c:
+            return (c.execute(text("SELECT status FROM plans ORDER BY created_at DESC LIMIT 1")).scalar(),
+                    c.execute(text("SELECT count(*) FROM tokens WHERE revoked_at IS NOT NULL")).scalar(),
+                    c.execute(text("SELECT count(*) FROM nodes")).scalar())
+
+    class AtResponseStart:
+        def __init__(self, app):
+            self.app = app
+
+        async def __call__(self, scope, receive, send):
+            async def watch(message):
+                if message["type"] == "http.response.start" and scope["method"] == "POST":
+                    seen.append((scope["path"], state()))
+                await send(message)
+            return await self.app(scope, receive, watch if scope["type"] == "http" else send)
+
+    app = create_app(settings, db=db, keys=keys)
+    app.add_middleware(AtResponseStart)
+    with TestClient(app) as c:
+        c.headers["Authorization"] = f"Bearer {ADMIN}"
+        plan = setup_fleet(c, ["gpu-01"])["gpu-01"]["plan"]
+        assert seen[-1][1][2] == 1  # the node registration was visible when its 201 started
+        assert c.post(f"/v1/plans/{plan['id']}/revoke").status_code == 200
+        assert seen[-1] == (f"/v1/plans/{plan['id']}/revoke", ("revoked", 0, 1))
+        assert c.post("/v1/nodes/gpu-01/token").status_code == 200
+        assert seen[-1][1][1] == 1  # the old agent token is revoked
+    reader.dispose()

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__, audit, metrics
 from ..db.models import AuditEvent
-from ..db.session import THREADS, Database
+from ..db.session import THREADS, Database, after_commit
 from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
@@ -214,7 +214,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         with db.transaction() as s:
             yield s
 
-    SessionDep = Annotated[Session, Depends(session_dep)]
+    # scope="function": the transaction commits when the route returns, before the response is sent (FastAPI's default
+    # for a yield dependency would commit after it, so a client could act on an acknowledgement not yet durable)
+    SessionDep = Annotated[Session, Depends(session_dep, scope="function")]
 
     # Per-process caches for the agents' hot path, coherent across processes (services/epochs.py): a token's
     # principal (a fleet booting at once fetches and reports with the same token) and a node's current assignment
@@ -408,7 +410,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.post("/v1/nodes/{name}/token", operation_id="rotateNodeToken", tags=["nodes"])
     def rotate_node_token(name: NodeName, session: SessionDep, p: Admin):
         secret = node_service.rotate_token(session, actor=p.name, name=name)
-        principal_cache.clear()
+        after_commit(session, principal_cache.clear)
         return {"name": name, "agent_token": secret}
 
     # -- manifests --------------------------------------------------------------------------------------------
@@ -465,7 +467,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.post("/v1/plans/{plan_id}/revoke", operation_id="revokePlan", tags=["plans"])
     def revoke_plan(plan_id: str, session: SessionDep, p: Deployer):
         out = plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id))
-        plan_cache.clear()
+        after_commit(session, plan_cache.clear)
         return out
 
     @app.post("/v1/plans/{plan_id}/reissue", status_code=201, operation_id="reissuePlan", tags=["plans"])
@@ -473,7 +475,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         """Rollback: re-validate an earlier plan's content and issue it as a new plan with a new seq per node
         (an old JWS is never re-served)."""
         out = plan_service.reissue(session, actor=p.name, settings=settings, keys=keys, plan_id=plan_id)
-        plan_cache.clear()
+        after_commit(session, plan_cache.clear)
         return out
 
     # -- audit -------------------------------------------------------------------------------------------------
@@ -571,7 +573,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"])
     def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
         row = token_service.revoke(session, token_id)
-        principal_cache.clear()
+        after_commit(session, principal_cache.clear)
         audit.append(session, actor=p.name, kind="token.revoked", subject=f"token:{row.id}", node=row.node_name,
                      payload={"id": row.id, "role": row.role})
         return token_service.token_dict(row)
@@ -579,7 +581,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.post("/v1/tokens/{token_id}/rotate", operation_id="rotateToken", tags=["tokens"])
     def rotate_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
         secret, row = token_service.rotate(session, token_id)
-        principal_cache.clear()
+        after_commit(session, principal_cache.clear)
         audit.append(session, actor=p.name, kind="token.rotated", subject=f"token:{token_id}", node=row.node_name,
                      payload={"revoked": token_id, "id": row.id, "role": row.role})
         return {**token_service.token_dict(row), "token": secret}

@@ -46,6 +46,12 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_size=THREADS + 4, max_overflow=0, pool_timeout=30)
 
 
+def after_commit(session: Session, callback) -> None:
+    """Run ``callback()`` once the transaction of ``Database.transaction`` has committed (not on rollback): e.g. drop
+    a cache entry only when other readers can already see the change."""
+    session.info.setdefault("after_commit", []).append(callback)
+
+
 class Database:
     def __init__(self, url: str):
         from ..audit import Sealer
@@ -62,10 +68,13 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """One unit of work: commits on success, rolls back on any exception (no half-written rows). Audit events
-        it appended are sealed into the chain right after the commit."""
+        it appended are sealed into the chain right after the commit; ``after_commit`` callbacks run then."""
         with self.sessions() as session:
             with session.begin():
                 yield session
             appended = session.info.pop("audit_appended", False)
+            callbacks = session.info.pop("after_commit", [])
         if appended:
             self.sealer.seal_soon()
+        for callback in callbacks:
+            callback()
