@@ -21,25 +21,24 @@ class JsonValueError(ValueError):
 
 def check_json(value: Any, path: str = "", depth: int = 0) -> None:
     """Raise JsonValueError (a ValueError) naming the first offending path (e.g. ``config.hidden_size``)."""
-    where = path
     if depth > MAX_DEPTH:
-        raise JsonValueError(where, f"nested deeper than {MAX_DEPTH} levels")
+        raise JsonValueError(path, f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, bool) or value is None:
         return
     if isinstance(value, int):
         if abs(value) > MAX_SAFE_INT:
-            raise JsonValueError(where, f"integer {value} is outside ±2^53")
+            raise JsonValueError(path, f"integer {value} is outside ±2^53")
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise JsonValueError(where, f"{value} is not a finite number")
+            raise JsonValueError(path, f"{value} is not a finite number")
     elif isinstance(value, str):
         if "\x00" in value:
-            raise JsonValueError(where, "contains a NUL character")
+            raise JsonValueError(path, "contains a NUL character")
     elif isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str) or "\x00" in k:
-                raise JsonValueError(where, f"key {k!r} is not a plain string")
+                raise JsonValueError(path, f"key {k!r} is not a plain string")
             check_json(v, f"{path}.{k}" if path else k, depth + 1)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            check_json(v, f"{where}[{i}]", depth + 1)
+            check_json(v, f"{path or 'value'}[{i}]", depth + 1)

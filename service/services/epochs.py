@@ -29,7 +29,6 @@ from ..db.session import READ_ONLY
 SHARDS = 16
 POLL_SECONDS = 0.25
 STALE_AFTER = 1.0
-KINDS = ("plans", "tokens")
 log = logging.getLogger("preflight.epochs")
 
 

@@ -266,8 +266,9 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
             select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq)
             .where(tuple_(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id).in_(pairs))):
         seqs[(node, plan_id)] = max(seq, seqs.get((node, plan_id), seq))
-    ok = [r for r in reports if (r.node, r.plan_id) in seqs]
-    ids: dict[int, int] = {}
+    assigned = [i for i, r in enumerate(reports) if (r.node, r.plan_id) in seqs]
+    ok = [reports[i] for i in assigned]
+    ids: dict[int, int] = {}  # index in ``reports`` -> new report id
     if ok:
         session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.node_name == bindparam("_node"),
                                                   ASSIGNMENTS.c.plan_id == bindparam("_plan"))
@@ -278,7 +279,7 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
             insert(REPORTS).returning(REPORTS.c.id, sort_by_parameter_order=True),
             [{"plan_id": r.plan_id, "node_name": r.node, "status": r.status, "message": r.message,
               "details": r.details, "created_at": now} for r in ok]).scalars().all()
-        ids = {id(r): rid for r, rid in zip(ok, new_ids)}
+        ids = dict(zip(assigned, new_ids))
         for r in ok:
             metrics.AGENT_REPORTS.labels(r.status).inc()
             if isinstance(r.details.get("vllm"), dict):  # vLLM's start-up figures: compare with the prediction
@@ -288,12 +289,12 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
             actor=r.actor, kind=f"agent.{r.status}", subject=f"plan:{r.plan_id}", node=r.node, plan_id=r.plan_id,
             model=models[r.plan_id], payload={"seq": seqs[(r.node, r.plan_id)], "status": r.status,
                                               "message": r.message, "details": r.details}) for r in ok])
-    missing = {r.node for r in reports if id(r) not in ids}
+    missing = {r.node for i, r in enumerate(reports) if i not in ids}
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(missing)))) if missing else set()
-    return [{"id": ids[id(r)], "plan_id": r.plan_id, "node": r.node, "status": r.status} if id(r) in ids else
+    return [{"id": ids[i], "plan_id": r.plan_id, "node": r.node, "status": r.status} if i in ids else
             NotFound(f"plan {r.plan_id!r} was never assigned to node {r.node!r}", field="plan_id")
             if r.node in registered else NotFound(f"node {r.node!r} is not registered", field="name")
-            for r in reports]
+            for i, r in enumerate(reports)]
 
 
 def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:

@@ -73,7 +73,6 @@ def revoke_node_tokens(session: Session, node: str) -> int:
     for r in rows:
         r.revoked_at = utcnow()
     if rows:
-        session.flush()
         epochs.bump(session, "tokens", node)  # other processes' principal caches drop these tokens
     return len(rows)
 
@@ -104,7 +103,6 @@ def revoke(session: Session, token_id: int) -> Token:
     row = get(session, token_id)
     if row.revoked_at is None:
         row.revoked_at = utcnow()
-        session.flush()
         epochs.bump(session, "tokens", str(row.id))
     return row
 

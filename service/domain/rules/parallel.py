@@ -15,6 +15,12 @@ def valid_tp_sizes(ctx: LaunchContext, limit: int | None = None) -> list[int]:
     return [t for t in range(1, top + 1) if f.num_attention_heads % t == 0 and kv_heads_ok(f.total_num_kv_heads, t, f.is_mla)]
 
 
+def tp_candidates(ctx: LaunchContext) -> list[int]:
+    """The TP sizes a remedy may offer: those passing both head rules, up to the hardware's GPUs (or the requested
+    TP, when a request asks for more than it has)."""
+    return valid_tp_sizes(ctx, max(ctx.total_gpus, ctx.tp))
+
+
 def kv_heads_ok(kv: int, tp: int, is_mla: bool) -> bool:
     if is_mla:
         return True

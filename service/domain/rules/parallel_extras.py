@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..context import LaunchContext
 from ..model_facts import round_up
 from . import error, info, rule
-from .parallel import valid_tp_sizes
+from .parallel import tp_candidates
 from .shapes import dense_mlp_present, moe_ranks, shared_expert_size
 
 SRC_MLP = "vllm 0.33.0 vllm/model_executor/layers/linear.py:497, 502, 1708; fused_moe/config.py:1352"
@@ -46,7 +46,7 @@ def tp_mlp_divisible(ctx: LaunchContext):
     if not bad:
         return []
     what, size, ranks = bad[0]
-    ok = [t for t in valid_tp_sizes(ctx, max(ctx.total_gpus, ctx.tp)) if not mlp_splits(ctx, t)]
+    ok = [t for t in tp_candidates(ctx) if not mlp_splits(ctx, t)]
     remedy: dict = {"tensor_parallel_size": ok}
     hint = ""
     if what == "moe_intermediate_size":
@@ -71,7 +71,7 @@ def tp_vocab_divisible(ctx: LaunchContext):
     padded = round_up(vocab, VOCAB_PADDING)
     if padded % tp == 0:
         return []
-    ok = [t for t in valid_tp_sizes(ctx, max(ctx.total_gpus, tp)) if padded % t == 0]
+    ok = [t for t in tp_candidates(ctx) if padded % t == 0]
     return [error(
         "tp_vocab_divisible",
         f"{padded} is not divisible by {tp}: the vocabulary ({vocab}, padded to {padded}) cannot be split over "
@@ -93,7 +93,7 @@ def vision_heads_divisible(ctx: LaunchContext):
     heads = vis.num_attention_heads
     if heads % tp == 0:
         return []
-    ok = [t for t in valid_tp_sizes(ctx, max(ctx.total_gpus, tp)) if heads % t == 0]
+    ok = [t for t in tp_candidates(ctx) if heads % t == 0]
     return [error(
         "tp_heads_divisible",
         f"{heads} is not divisible by {tp}: the vision tower ({vis.model_type or 'vision_config'}) has {heads} "

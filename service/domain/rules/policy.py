@@ -84,7 +84,7 @@ def pcie_tp(ctx: LaunchContext):
     smaller TP (with data-parallel replicas) often serves more. Confirm NVLink before sharding across the node."""
     if not production(ctx) or ctx.tp <= 1 or not pcie_only(ctx):
         return []
-    smaller = [t for t in valid_tp_sizes(ctx, ctx.tp - 1)]
+    smaller = valid_tp_sizes(ctx, ctx.tp - 1)
     return [warning(
         "pcie_tp",
         f"tensor_parallel_size={ctx.tp} over PCIe ({ctx.gpu.name}, no NVLink): every layer all-reduces across the "

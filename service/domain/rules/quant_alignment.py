@@ -5,18 +5,13 @@ from __future__ import annotations
 
 from ..context import LaunchContext
 from . import error, rule
+from .parallel import tp_candidates
 from .quant_checks import resolved_method
 from .shapes import Linear, ignored, linear_layers
 
 SRC_GROUP = ("vllm 0.33.0 vllm/model_executor/layers/quantization/auto_awq.py:819-832; utils/marlin_utils.py:306-325; "
              "vllm/distributed/utils.py:137-152; kernels/linear/mixed_precision/marlin.py:57-66")
 SRC_BLOCK = "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/fp8_utils.py:1296-1344"
-
-
-def _tp_candidates(ctx: LaunchContext) -> list[int]:
-    from .parallel import valid_tp_sizes
-
-    return valid_tp_sizes(ctx, max(ctx.total_gpus, ctx.tp))
 
 
 def _group_info(ctx: LaunchContext) -> tuple[int, list[str] | None, str] | None:
@@ -66,7 +61,7 @@ def quant_group_alignment(ctx: LaunchContext):
     bad = group_misaligned(ctx, ctx.tp)
     if not bad:
         return []
-    ok = [t for t in _tp_candidates(ctx) if not group_misaligned(ctx, t)]
+    ok = [t for t in tp_candidates(ctx) if not group_misaligned(ctx, t)]
     lin, g = bad[0]
     method = resolved_method(ctx)
     vllm_text = ("The input size is not aligned with the quantized weight shape. This can be caused by too large "
@@ -127,7 +122,7 @@ def fp8_block_alignment(ctx: LaunchContext):
     bad = block_misaligned(ctx, ctx.tp)
     if not bad:
         return []
-    ok = [t for t in _tp_candidates(ctx) if not block_misaligned(ctx, t)]
+    ok = [t for t in tp_candidates(ctx) if not block_misaligned(ctx, t)]
     lin, axis, size, block = bad[0]
     if axis == "k":
         text = (f"Weight input_size_per_partition = {size} is not divisible by weight quantization block_k = "
