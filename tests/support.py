@@ -56,3 +56,10 @@ def request(model: str, gpu: str = "h100-sxm-80gb", count: int = 8, nodes: int =
         "environment": environment,
         "engine_args": engine_args,
     }
+
+
+def audit_events(client, **params) -> list[tuple[str, str]]:
+    """The audit events a listing holds, as (id, kind): what was recorded, not the sealing columns (`seq`, `hash`)
+    that the background sealer fills in after commit, so two listings compare equal whenever nothing was written."""
+    items = client.get("/v1/audit", params={"limit": 1000, **params}).json()["items"]
+    return [(e["id"], e["kind"]) for e in items]

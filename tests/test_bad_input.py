@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.support import model_config
+from tests.support import audit_events, model_config
 
 LLAMA = "meta-llama__Meta-Llama-3.1-70B"
 
@@ -22,10 +22,6 @@ def assert_problem(r, status, field_part=None):
     return body
 
 
-def audit_count(client):
-    return len(client.get("/v1/audit", params={"limit": 1000}).json()["items"])
-
-
 @pytest.mark.parametrize("body,field", [
     ({"name": "n1", "gpu": "H900-imaginary", "gpu_count": 8}, "gpu"),
     ({"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 0}, "gpu_count"),
@@ -38,9 +34,9 @@ def audit_count(client):
     ({"gpu": "h100-sxm-80gb", "gpu_count": 8}, "name"),
 ])
 def test_bad_node(client, body, field):
-    before = audit_count(client)
+    before = audit_events(client)
     assert_problem(client.post("/v1/nodes", json=body), 422, field)
-    assert audit_count(client) == before
+    assert audit_events(client) == before
     assert client.get("/v1/nodes").json()["items"] == []
 
 
@@ -67,9 +63,9 @@ def test_oversized_body(client):
 def test_bad_manifest(client, mutate, field):
     body = {"name": "meta-llama/Llama-3.1-70B", "version": "1", "uri": "s3://w", "config": model_config(LLAMA)}
     mutate(body)
-    before = audit_count(client)
+    before = audit_events(client)
     assert_problem(client.post("/v1/manifests", json=body), 422, field)
-    assert audit_count(client) == before
+    assert audit_events(client) == before
     assert client.get("/v1/manifests").json()["items"] == []
 
 
@@ -93,10 +89,10 @@ def test_unknown_quantization_tag_names_the_accepted_ones(client):
 def test_bad_engine_args_on_plan(client, engine_args, field):
     client.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8})
     client.post("/v1/manifests", json={"name": "m", "version": "1", "uri": "s3://w", "config": model_config(LLAMA)})
-    before = audit_count(client)
+    before = audit_events(client)
     r = client.post("/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": engine_args})
     assert_problem(r, 422, field)
-    assert audit_count(client) == before
+    assert audit_events(client) == before
 
 
 def test_unknown_manifest_and_node(client):
@@ -147,11 +143,11 @@ def _fleet(client):
 ])
 def test_no_5xx_for_out_of_range_or_unstorable_values(client, method, path, body):
     _fleet(client)
-    before = audit_count(client)
+    before = audit_events(client)
     r = client.request(method, path, json=body)
     assert 400 <= r.status_code < 500 and r.status_code != 413, r.text
     assert r.headers["content-type"] == "application/problem+json"
-    assert audit_count(client) == before
+    assert audit_events(client) == before
 
 
 @pytest.mark.parametrize("raw", [b'"max_model_len": 1e309', b'"gpu_memory_utilization": NaN',
