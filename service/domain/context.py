@@ -119,16 +119,39 @@ class LaunchContext:
         return q.lower() if isinstance(q, str) else None
 
 
+def apply_hf_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """config.json as vLLM sees it with ``--hf-overrides`` (a JSON object): each key replaces the config's value,
+    except that an object given for a nested config (``text_config``, ``vision_config``: a PretrainedConfig in
+    Transformers) updates it key by key (vllm 0.33.0 vllm/config/model.py:555-570 ``_apply_dict_overrides``).
+    Dict-valued attributes such as ``rope_scaling`` or ``quantization_config`` are replaced whole."""
+
+    def merge(base: dict[str, Any], update: dict[str, Any], depth: int = 0) -> dict[str, Any]:
+        out = dict(base)
+        for key, value in update.items():
+            nested = key.endswith("_config") and key != "quantization_config"
+            if nested and isinstance(value, dict) and isinstance(out.get(key), dict) and depth < 8:
+                out[key] = merge(out[key], value, depth + 1)
+            else:
+                out[key] = value
+        return out
+
+    return merge(config, overrides)
+
+
 def build_context(req: LaunchRequest) -> LaunchContext:
     """Resolve a request. Raises DomainError for input that cannot be judged (unknown GPU, unsupported version,
     malformed config.json, bad quantization.txt, wrong engine-argument types)."""
     version, line = resolve_version(req.vllm_version)
     if req.model.config is None:
         raise DomainError("model.config", "model.config is required (the CLI reads it from model.path)")
-    facts = read_model_facts(req.model.config, req.model.hf_quant_config)
+    args = parse_engine_args(req.engine_args, line)
+    config = req.model.config
+    overrides = args.values.get("hf_overrides")
+    if isinstance(overrides, dict) and overrides:
+        config = apply_hf_overrides(config, overrides)
+    facts = read_model_facts(config, req.model.hf_quant_config)
     gpu = resolve(req.hardware.gpu if isinstance(req.hardware.gpu, str) else req.hardware.gpu.model_dump())
     tag = parse_quantization_txt(req.model.quantization_txt, line.quant_methods) if req.model.quantization_txt else None
-    args = parse_engine_args(req.engine_args, line)
     ctx = LaunchContext(
         request=req,
         facts=facts,

@@ -1,23 +1,33 @@
-"""Engine arguments: the request's ``engine_args`` (vLLM names) parsed against the target version's flag catalogue.
+"""Engine arguments: the request's ``engine_args`` (vLLM names) parsed against the target release's own option
+catalogue (service/domain/versions.py, generated from vLLM's parser), judged the way that parser judges a value.
 
-Values are checked for type and range (a wrong type or an absurd number is bad input → DomainError, a 422);
-flags the version does not accept are kept aside for the ``flag_unsupported`` rule. Human-readable sizes follow
-vLLM's parser (vllm 0.33.0 vllm/utils/argparse_utils.py:30-94): ``k/m/g`` powers of 10, ``K/M/G`` powers of 2,
-``-1``/``auto`` for max_model_len auto-fit.
+- Keys are dest names (``max_model_len``), dashed names (``max-model-len``) or any spelling the release accepts
+  (``--max-model-len``, ``-tp``); options the release does not have are kept aside for ``flag_unsupported``.
+- Values follow the option's kind: ``int``/``float`` as Python's ``int()``/``float()`` read them, human-readable
+  sizes as ``human_readable_int`` (vllm 0.33.0 vllm/utils/argparse_utils.py:30-94: ``k/m/g`` powers of 10,
+  ``K/M/G`` powers of 2, ``-1``/``auto`` for max_model_len), JSON options as objects (or their JSON text), list
+  options (``nargs='+'``, append) as lists, booleans as JSON true/false.
+- A value outside the option's ``choices`` is kept aside for ``flag_unsupported`` (with the allowed values); a value
+  of the wrong type, or one that vLLM's parser would read as another option (it begins with ``-``), is bad input
+  (DomainError → 422 naming ``engine_args.<name>``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import DomainError
-from .versions import Kind, VersionLine
+from .versions import Kind, Option, VersionLine
 
 _SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 MAX_INT = 1 << 53
+MAX_TEXT = 4096
+MAX_LIST = 64
+MAX_JSON_BYTES = 65536
 
 # Range checks that mirror pydantic constraints in vLLM's config classes (ge=1 etc.); gpu_memory_utilization's
 # (0, 1] range is a *rule* (util_range), not bad input, so it is checked there.
@@ -40,10 +50,13 @@ _MIN = {
 }
 _MAX = {"tensor_parallel_size": 4096, "pipeline_parallel_size": 1024, "data_parallel_size": 4096, "port": 65535,
         "master_port": 65535, "block_size": 4096, "nnodes": 4096}
+# Options whose value is the model or where it comes from: set by Preflight from the manifest, never by a request.
+RESERVED = {"model": "the model comes from the manifest (its uri), rendered as vllm serve's positional argument"}
 
 
-def parse_size(value: Any, name: str) -> int:
-    """Parse an int or a human-readable size (``32k`` = 32000, ``32K`` = 32768, ``25.6k``)."""
+def parse_size(value: Any, name: str, auto: bool = False) -> int:
+    """Parse an int or a human-readable size (``32k`` = 32000, ``32K`` = 32768, ``25.6k``; ``auto`` = -1 where
+    the option accepts it)."""
     if isinstance(value, bool):
         raise DomainError(f"engine_args.{name}", f"{name} must be an integer, got {value!r}", rule="type")
     if isinstance(value, int):
@@ -52,9 +65,11 @@ def parse_size(value: Any, name: str) -> int:
         return int(value)
     if isinstance(value, str):
         text = value.strip()
-        if re.fullmatch(r"-?\d+", text):
+        if auto and text.lower() == "auto":
+            return -1
+        if re.fullmatch(r"-?\d{1,18}", text):
             return int(text)
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", text)
+        m = re.fullmatch(r"(\d{1,15}(?:\.\d{1,15})?)([kmgtKMGT])", text)
         if m and ("." not in m.group(1) or m.group(2).islower()):
             return int(float(m.group(1)) * _SUFFIX[m.group(2)])
     raise DomainError(f"engine_args.{name}", f"{name} must be an integer or a size like 32k / 32K, got {value!r}", rule="type")
@@ -64,12 +79,14 @@ def parse_size(value: Any, name: str) -> int:
 class EngineArgs:
     """The launch's engine arguments after parsing. ``given`` names what the request set explicitly;
     ``unsupported`` maps flags the target version does not accept to their raw values; ``bool_with_value`` lists
-    boolean flags given a non-boolean value (``"False"``)."""
+    boolean flags given a non-boolean value (``"False"``); ``bad_choice`` maps options given a value outside their
+    ``choices`` to (value, choices)."""
 
     values: dict[str, Any] = field(default_factory=dict)
     given: set[str] = field(default_factory=set)
     unsupported: dict[str, Any] = field(default_factory=dict)
     bool_with_value: dict[str, Any] = field(default_factory=dict)
+    bad_choice: dict[str, tuple[Any, tuple]] = field(default_factory=dict)
 
     def get(self, name: str, default: Any = None) -> Any:
         v = self.values.get(name)
@@ -110,79 +127,161 @@ class EngineArgs:
         return bool(self.get("trust_remote_code", False))
 
 
-def _coerce(name: str, kind: Kind, value: Any) -> Any:
+def _text(name: str, value: Any, what: str = "a string") -> str:
     fld = f"engine_args.{name}"
-    if value is None:
-        return None
-    if kind is Kind.BOOL:
-        return value  # non-bools are judged by flag_unsupported (bool_with_value)
-    if kind is Kind.INT:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise DomainError(fld, f"{name} must be {what}, got {value!r}", rule="type")
+    text = value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
+    if len(text) > MAX_TEXT or "\x00" in text or any(ord(c) < 32 and c not in "\t" for c in text):
+        raise DomainError(fld, f"{name} is too long ({len(text)} > {MAX_TEXT}) or contains control characters", rule="range")
+    if text.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", text):
+        raise DomainError(
+            fld, f"{name} = {text!r} begins with '-': vLLM's parser would read it as an option, not as the value of "
+            f"{_flag(name)}", rule="argv_injection")
+    return text
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _number(name: str, value: Any, integer: bool) -> int | float:
+    fld = f"engine_args.{name}"
+    what = "an integer" if integer else "a number"
+    if isinstance(value, bool):
+        raise DomainError(fld, f"{name} must be {what}, got {value!r}", rule="type")
+    if isinstance(value, str):
+        text = value.strip()
+        if not re.fullmatch(r"[+-]?\d{1,18}" if integer else r"[+-]?(\d{1,18}(\.\d{0,18})?|\.\d{1,18})([eE][+-]?\d{1,3})?", text):
+            raise DomainError(fld, f"{name} must be {what}, got {value!r}", rule="type")
+        value = int(text) if integer else float(text)
+    if not isinstance(value, (int, float)):
+        raise DomainError(fld, f"{name} must be {what}, got {value!r}", rule="type")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DomainError(fld, f"{name} must be a finite number", rule="type")
+    if integer:
+        if isinstance(value, float) and not value.is_integer():
             raise DomainError(fld, f"{name} must be an integer, got {value!r}", rule="type")
-        try:
-            f = float(value)
-        except ValueError:
-            raise DomainError(fld, f"{name} must be an integer, got {value!r}", rule="type") from None
-        if not f.is_integer():
-            raise DomainError(fld, f"{name} must be an integer, got {value!r}", rule="type")
-        out = int(f)
-    elif kind is Kind.SIZE:
-        out = parse_size(value, name)
-        if name == "max_model_len" and out == -1:
-            return -1
-    elif kind is Kind.FLOAT:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DomainError(fld, f"{name} must be a number, got {value!r}", rule="type")
-        out = float(value)
-        if out != out or out in (float("inf"), float("-inf")):
-            raise DomainError(fld, f"{name} must be a finite number", rule="type")
-        if abs(out) > 1e6:
-            raise DomainError(fld, f"{name} = {value!r} is absurd", rule="range")
-        return out
-    elif kind is Kind.STR:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise DomainError(fld, f"{name} must be a string, got {value!r}", rule="type")
-        text = str(value)
-        if len(text) > 4096 or "\x00" in text:
-            raise DomainError(fld, f"{name} is too long or contains NUL", rule="range")
-        return text
-    elif kind is Kind.STR_LIST:
-        items = value if isinstance(value, list) else [value]
-        if not all(isinstance(i, str) and 0 < len(i) <= 512 for i in items) or len(items) > 32:
-            raise DomainError(fld, f"{name} must be a string or a list of strings", rule="type")
-        return items
-    elif kind is Kind.JSON:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                raise DomainError(fld, f"{name} must be a JSON object", rule="type") from None
-        if not isinstance(value, dict):
-            raise DomainError(fld, f"{name} must be a JSON object", rule="type")
-        return value
-    else:  # pragma: no cover - exhaustive
-        raise AssertionError(kind)
-    lo, hi = _MIN.get(name), _MAX.get(name, MAX_INT)
-    if (lo is not None and out < lo) or out > hi or out < -1:
-        bound = f">= {lo}" if lo is not None else "non-negative"
-        raise DomainError(fld, f"{name} = {value!r} is out of range (must be {bound} and <= {hi})", rule="range")
+        return int(value)
+    out = float(value)
+    if abs(out) > 1e6:
+        raise DomainError(fld, f"{name} = {value!r} is absurd", rule="range")
     return out
 
 
+def _json(name: str, value: Any) -> Any:
+    fld = f"engine_args.{name}"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            raise DomainError(fld, f"{name} must be JSON (an object), got {value[:80]!r}", rule="type") from None
+    if not isinstance(value, (dict, list)):
+        raise DomainError(fld, f"{name} must be a JSON object, got {value!r}", rule="type")
+    if len(json.dumps(value)) > MAX_JSON_BYTES:
+        raise DomainError(fld, f"{name} is larger than {MAX_JSON_BYTES} bytes of JSON", rule="range")
+    return value
+
+
+def _scalar(name: str, opt: Option, value: Any) -> Any:
+    kind = opt.kind
+    if kind is Kind.INT:
+        out = _number(name, value, integer=True)
+    elif kind in (Kind.SIZE, Kind.SIZE_OR_AUTO):
+        out = parse_size(value, name, auto=kind is Kind.SIZE_OR_AUTO)
+        if kind is Kind.SIZE_OR_AUTO and out == -1:
+            return -1
+    elif kind is Kind.FLOAT:
+        return _number(name, value, integer=False)
+    elif kind is Kind.STR:
+        return _text(name, value)
+    elif kind is Kind.JSON:
+        return _json(name, value)
+    elif kind is Kind.JSON_OR_STR:
+        if isinstance(value, (dict, list)):
+            return _json(name, value)
+        text = _text(name, value, "a JSON object or a string")
+        # union_dict_and_str: text that looks like an object is parsed as JSON (vllm/engine/arg_utils.py:182-185)
+        # a string that opens an object but is no JSON object fails vLLM's config validation as well
+        return _json(name, text) if text.lstrip().startswith("{") else text
+    else:  # pragma: no cover - BOOL/FLAG are handled by the caller
+        raise AssertionError(kind)
+    lo, hi = _MIN.get(name), _MAX.get(name, MAX_INT)
+    if (lo is not None and out < lo) or out > hi or out < -1 or (out == -1 and lo is not None):
+        bound = f">= {lo}" if lo is not None else "non-negative"
+        raise DomainError(f"engine_args.{name}", f"{name} = {value!r} is out of range (must be {bound} and <= {hi})", rule="range")
+    return out
+
+
+def coerce(name: str, opt: Option, value: Any) -> Any:
+    """One value as vLLM's parser would hold it after reading the rendered argv."""
+    if opt.is_list:
+        items = value if isinstance(value, list) else [value]
+        if opt.kind is Kind.JSON and isinstance(value, list) and not opt.appends and opt.nargs is None:
+            items = [value]
+        if not items and opt.nargs == "+":
+            raise DomainError(f"engine_args.{name}", f"{name} needs at least one value", rule="type")
+        if len(items) > MAX_LIST:
+            raise DomainError(f"engine_args.{name}", f"{name} has more than {MAX_LIST} values", rule="range")
+        return [_scalar(name, opt, v) for v in items]
+    return _scalar(name, opt, value)
+
+
+def resolve_name(key: Any, line: VersionLine) -> str:
+    """The dest an ``engine_args`` key names: ``max_model_len``, ``max-model-len``, ``--max-model-len``, ``-tp``."""
+    raw = str(key).strip()
+    if raw.startswith("-") and raw in line.spellings:
+        return line.spellings[raw]
+    name = raw.lstrip("-").replace("-", "_")
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,80}", name):
+        raise DomainError(f"engine_args.{key}", f"{key!r} is not an engine argument name", rule="flag_name")
+    spelled = "--" + name.replace("_", "-")
+    if name not in line.options and spelled in line.spellings:
+        return line.spellings[spelled]  # e.g. --no-enforce-eager given as a key
+    return name
+
+
 def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
-    """Parse ``engine_args`` for one version line. Dashes in keys are accepted as underscores (as vLLM does)."""
+    """Parse ``engine_args`` for one version line."""
     out = EngineArgs()
     for key, value in raw.items():
-        name = str(key).strip().lstrip("-").replace("-", "_")
-        if not re.fullmatch(r"[a-z][a-z0-9_]{0,80}", name):
-            raise DomainError(f"engine_args.{key}", f"{key!r} is not an engine argument name", rule="flag_name")
-        kind = line.kind(name)
-        if kind is None:
+        name = resolve_name(key, line)
+        if name in RESERVED:
+            raise DomainError(f"engine_args.{key}", f"{key!r} cannot be set in engine_args: {RESERVED[name]}", rule="flag_reserved")
+        if name in out.given or name in out.unsupported or name in out.bool_with_value:
+            raise DomainError(f"engine_args.{key}", f"{name} is given twice (as {key!r} and another spelling)", rule="flag_name")
+        opt = line.options.get(name)
+        if opt is None:
             out.unsupported[name] = value
             continue
-        if kind is Kind.BOOL and value is not None and not isinstance(value, bool):
-            out.bool_with_value[name] = value
+        if value is None:
+            out.given.add(name)
+            out.values[name] = None
             continue
-        out.values[name] = _coerce(name, kind, value)
+        if opt.kind is Kind.STR and opt.nargs == "?" and opt.const is True and isinstance(value, bool):
+            if value:  # an optional-valued flag: the bare flag means True (vllm/engine/arg_utils.py:379-383)
+                out.values[name] = True
+                out.given.add(name)
+            else:
+                out.bool_with_value[name] = value
+            continue
+        if opt.kind in (Kind.BOOL, Kind.FLAG, Kind.BOOL_VALUE):
+            if not isinstance(value, bool):
+                out.bool_with_value[name] = value
+                continue
+            spelled = "--" + str(key).strip().lstrip("-").replace("_", "-")
+            if spelled in opt.negative:  # {"no_enforce_eager": true} means --no-enforce-eager
+                value = not value
+            out.values[name] = value
+            out.given.add(name)
+            continue
+        parsed = coerce(name, opt, value)
+        if opt.choices is not None:
+            wrong = [v for v in (parsed if isinstance(parsed, list) else [parsed]) if v not in opt.choices
+                     and str(v) not in {str(c) for c in opt.choices}]
+            if wrong:
+                out.bad_choice[name] = (value, opt.choices)
+                continue
+        out.values[name] = parsed
         out.given.add(name)
     return out

@@ -1,212 +1,279 @@
-"""Supported vLLM version lines and their `vllm serve` flag catalogues.
+"""Supported vLLM version lines, each described by data generated from that vLLM release itself.
 
-Each line lists the engine arguments it accepts (vLLM's names, underscores) with their kind, the flags it no
-longer accepts (with the release that removed them and what to do instead), its quantization method names and its
-`gpu_memory_utilization` default. Sources: ../shared/vllm-rules.md §2.1, §6, §8 (vllm 0.33.0
-vllm/engine/arg_utils.py; removals: PR #36216 for --swap-space in 0.18.0, recipes PR #856 for --rope-scaling /
---rope-theta in 0.11.1, worker-vllm PR #332 for --override-attention-dtype / --calculate-kv-scales in 0.28.0).
+``service/data/vllm/<release>.json`` is written by scripts/gen_vllm_catalogue.py from the release's wheel: every
+``vllm serve`` option (dest, every spelling, action, value kind, nargs, choices, default), the model registry
+(architectures and what their classes declare: SupportsPP, multimodal, hybrid, attention-free, pooling), the
+architectures the release names as removed or moved to a plugin, quantization methods, KV-cache dtypes and the
+defaults Preflight mirrors (gpu_memory_utilization, scheduler defaults by GPU). Nothing here is a hand-copied list
+of vLLM facts: which flags or quantization methods a release removed follows from comparing the data of two lines.
+Only the *advice* for a removal (what to use instead) is written by hand, in ``ADVICE``.
 
-Older lines are kept for fleets that have not upgraded (and for the memory model, which follows the version that
-printed a KV figure): 0.18-0.32 and 0.6-0.17 (where ``--swap-space`` still existed). They differ in the flags they
-accept and in their quantization names (``bitsandbytes`` and ``gguf`` were still in core); every other rule is
-judged with 0.33 semantics — an approximation, stated in the README.
+A requested version maps to the newest generated release whose major.minor is not newer (0.31.2 → the 0.30 line
+when 0.31 is not generated); a version newer than every generated release, or older than the oldest, is refused
+(``version_unsupported``). To add a line: ``python scripts/gen_vllm_catalogue.py X.Y.Z`` and commit the JSON.
 """
 
 from __future__ import annotations
 
+import json
+import pathlib
 import re
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
+from typing import Any
 
 from .errors import DomainError
 
+DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data" / "vllm"
+
 
 class Kind(str, Enum):
+    """How vLLM's parser reads an option's value (scripts/vllm_catalogue_inside.py ``value_kind``)."""
+
+    BOOL = "bool"  # BooleanOptionalAction / EnableDisableAction: --x / --no-x (or --enable-x / --disable-x)
+    FLAG = "flag"  # store_true / store_const: the bare flag
+    BOOL_VALUE = "bool_value"  # <= 0.7 StoreBoolean: --x true / --x false
     INT = "int"
     FLOAT = "float"
-    BOOL = "bool"
     STR = "str"
-    JSON = "json"  # rendered as one JSON argument
-    SIZE = "size"  # int or human-readable '8k' / '8K' (argparse_utils.py:30-94)
-    STR_LIST = "str_list"
+    JSON = "json"  # json.loads or a config dataclass parsed from JSON
+    JSON_OR_STR = "json_or_str"  # a JSON object, or a plain string (union_dict_and_str)
+    SIZE = "size"  # human_readable_int: 8k / 8K / 8192
+    SIZE_OR_AUTO = "size_or_auto"  # human_readable_int_or_auto: also -1 / auto
 
 
-_COMMON: dict[str, Kind] = {
-    # parallelism (arg_utils.py:1167-1215)
-    "tensor_parallel_size": Kind.INT,
-    "pipeline_parallel_size": Kind.INT,
-    "data_parallel_size": Kind.INT,
-    "data_parallel_size_local": Kind.INT,
-    "data_parallel_rank": Kind.INT,
-    "data_parallel_address": Kind.STR,
-    "data_parallel_rpc_port": Kind.INT,
-    "data_parallel_backend": Kind.STR,
-    "data_parallel_external_lb": Kind.BOOL,
-    "decode_context_parallel_size": Kind.INT,
-    "enable_expert_parallel": Kind.BOOL,
-    "enable_eplb": Kind.BOOL,
-    "distributed_executor_backend": Kind.STR,
-    "nnodes": Kind.INT,
-    "node_rank": Kind.INT,
-    "master_addr": Kind.STR,
-    "master_port": Kind.INT,
-    # memory and scheduler
-    "gpu_memory_utilization": Kind.FLOAT,
-    "kv_cache_memory_bytes": Kind.SIZE,
-    "cpu_offload_gb": Kind.FLOAT,
-    "max_model_len": Kind.SIZE,
-    "max_num_seqs": Kind.INT,
-    "max_num_batched_tokens": Kind.SIZE,
-    "enable_chunked_prefill": Kind.BOOL,
-    "enable_prefix_caching": Kind.BOOL,
-    "block_size": Kind.INT,
-    "num_gpu_blocks_override": Kind.INT,
-    "max_cudagraph_capture_size": Kind.INT,
-    "enforce_eager": Kind.BOOL,
-    "async_scheduling": Kind.BOOL,
-    "long_prefill_token_threshold": Kind.INT,
-    "max_num_partial_prefills": Kind.INT,
-    "performance_mode": Kind.STR,
-    # model and weights
-    "dtype": Kind.STR,
-    "quantization": Kind.STR,
-    "kv_cache_dtype": Kind.STR,
-    "load_format": Kind.STR,
-    "trust_remote_code": Kind.BOOL,
-    "revision": Kind.STR,
-    "tokenizer": Kind.STR,
-    "tokenizer_mode": Kind.STR,
-    "hf_overrides": Kind.JSON,
-    "model_loader_extra_config": Kind.JSON,
-    "speculative_config": Kind.JSON,
-    "compilation_config": Kind.JSON,
-    "quantization_config": Kind.JSON,
-    "limit_mm_per_prompt": Kind.JSON,
-    "mm_processor_kwargs": Kind.JSON,
-    "disable_sliding_window": Kind.BOOL,
-    "seed": Kind.INT,
-    "attention_backend": Kind.STR,
-    "allow_deprecated_quantization": Kind.BOOL,
-    "generation_config": Kind.STR,
-    "max_logprobs": Kind.INT,
-    # serving front end
-    "served_model_name": Kind.STR_LIST,
-    "host": Kind.STR,
-    "port": Kind.INT,
-    "api_key": Kind.STR,
-    "chat_template": Kind.STR,
-    "enable_auto_tool_choice": Kind.BOOL,
-    "tool_call_parser": Kind.STR,
-    "reasoning_parser": Kind.STR,
-    "enable_lora": Kind.BOOL,
-    "max_lora_rank": Kind.INT,
-    "max_loras": Kind.INT,
-}
+@dataclass(frozen=True)
+class Option:
+    """One ``vllm serve`` option as the release's parser defines it."""
 
-# Quantization method names vLLM 0.33.0 accepts (vllm/model_executor/layers/quantization/__init__.py:15-49,
-# vllm/config/quantization.py:195-234).
-QUANT_METHODS_033 = (
-    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
-    "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors",
-    "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "online",
-    "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
-)
-# Methods that left core for plugins: name -> (release, plugin)
-PLUGIN_ONLY_033 = {
-    "bitsandbytes": ("0.28.0", "vllm-bnb-plugin (vllm-project/vllm#43529)"),
-    "gguf": ("0.24.0", "vllm-gguf-plugin (vllm-project/vllm#39612)"),
-}
+    dest: str
+    spellings: tuple[str, ...]
+    negative: tuple[str, ...]
+    kind: Kind
+    nargs: Any
+    choices: tuple | None
+    default: Any
+    const: Any
+    optional: bool  # '' and 'None' parse to None
+    action: str
+    deprecated: bool
+    help: str
+
+    @property
+    def flag(self) -> str:
+        """The spelling Preflight renders: the first long positive spelling."""
+        positives = [s for s in self.spellings if s not in self.negative]
+        longs = [s for s in positives if s.startswith("--")]
+        return (longs or positives or ["--" + self.dest.replace("_", "-")])[0]
+
+    @property
+    def negative_flag(self) -> str | None:
+        if not self.negative:
+            return None
+        plain = [s for s in self.negative if not s.startswith("--no-")]
+        return (plain or list(self.negative))[0]
+
+    @property
+    def is_list(self) -> bool:
+        """Takes several values: ``nargs`` '+' / '*' or an int, or an append action (repeated flag)."""
+        return self.nargs in ("+", "*") or (isinstance(self.nargs, int) and self.nargs > 1) or self.appends
+
+    @property
+    def appends(self) -> bool:
+        return self.action in ("_AppendAction",)
 
 
 @dataclass(frozen=True)
 class RemovedFlag:
+    """A flag an older generated line has and this one lacks: ``last_seen`` is the newest line that has it,
+    ``removed_in`` the first generated line without it (the removal happened in between)."""
+
     removed_in: str
     advice: str
     source: str
+    last_seen: str = ""
+
+    @property
+    def when(self) -> str:
+        return f"after vLLM {self.last_seen} (gone by {self.removed_in})" if self.last_seen else f"in vLLM {self.removed_in}"
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    supports_pp: bool | None  # None: the class could not be read from the source; never a reason to refuse
+    multimodal: bool
+    hybrid: bool
+    attention_free: bool
+    pooling_only: bool
+    generate: bool
 
 
 @dataclass(frozen=True)
 class VersionLine:
-    """One supported vLLM release line (``0.33`` covers 0.33.x)."""
+    """One supported vLLM release line (``0.33`` covers 0.33.x), from the release ``newest``'s generated data."""
 
     line: str
     newest: str
-    flags: dict[str, Kind]
-    removed: dict[str, RemovedFlag]
+    options: dict[str, Option]
+    spellings: dict[str, str]  # every accepted option string (--x-y, --no-x-y, -tp, ...) -> dest
     quant_methods: tuple[str, ...]
+    deprecated_quant: tuple[str, ...]
+    kv_cache_dtypes: tuple[str, ...]
+    architectures: dict[str, Architecture]
+    previously_supported: dict[str, str]
+    out_of_tree: dict[str, str]
+    scheduler_by_gpu: dict[str, dict] | None
+    default_gpu_memory_utilization: float
+    source: dict[str, str]
+    removed: dict[str, RemovedFlag] = field(default_factory=dict)
     plugin_only: dict[str, tuple[str, str]] = field(default_factory=dict)
-    default_gpu_memory_utilization: float = 0.92
-    first: tuple[int, int] = (0, 33)
-    last: tuple[int, int] = (0, 33)
+
+    @property
+    def release(self) -> tuple[int, int, int]:
+        return parse_version(self.newest) or (0, 0, 0)
+
+    @property
+    def flags(self) -> dict[str, Option]:
+        return self.options
 
     def kind(self, name: str) -> Kind | None:
-        return self.flags.get(name)
+        opt = self.options.get(name)
+        return opt.kind if opt else None
+
+    def option(self, name: str) -> Option | None:
+        return self.options.get(name)
 
 
-_REMOVED_033 = {
-    "swap_space": RemovedFlag("0.18.0", "drop it: the V1 engine has no CPU swap space", "vllm-project/vllm#36216"),
-    "rope_scaling": RemovedFlag(
-        "0.11.1", 'use --hf-overrides \'{"rope_parameters": {...}}\'', "vllm-project/recipes#856"
-    ),
-    "rope_theta": RemovedFlag("0.11.1", 'use --hf-overrides \'{"rope_parameters": {...}}\'', "vllm-project/recipes#856"),
-    "override_attention_dtype": RemovedFlag("0.28.0", "drop it", "runpod-workers/worker-vllm#332"),
-    "calculate_kv_scales": RemovedFlag("0.28.0", "drop it", "runpod-workers/worker-vllm#332"),
-    "task": RemovedFlag("0.11.0", "use --runner / --convert; vllm serve has no --task", "vllm/utils/argparse_utils.py:182-195"),
-    "model": RemovedFlag("0.33.0", "give the model as the positional argument of vllm serve", "argparse_utils.py:324-355"),
+# Hand-written advice for what a removal means (the removal itself follows from the data). Keyed by dest.
+ADVICE: dict[str, tuple[str, str]] = {
+    "swap_space": ("drop it: the V1 engine has no CPU swap space", "vllm-project/vllm#36216"),
+    "rope_scaling": ('use --hf-overrides \'{"rope_parameters": {...}}\'', "vllm-project/recipes#856"),
+    "rope_theta": ('use --hf-overrides \'{"rope_parameters": {...}}\'', "vllm-project/recipes#856"),
+    "override_attention_dtype": ("drop it", "runpod-workers/worker-vllm#332"),
+    "calculate_kv_scales": ("drop it", "runpod-workers/worker-vllm#332"),
+    "task": ("use --runner / --convert; vllm serve has no --task", "vllm/utils/argparse_utils.py (FlexibleArgumentParser.error)"),
+    "disable_log_requests": ("use --enable-log-requests / --no-enable-log-requests", "vllm/engine/arg_utils.py"),
+    "use_v2_block_manager": ("drop it: the only block manager since 0.6", "vllm/engine/arg_utils.py"),
 }
-
-VERSION_LINES: dict[str, VersionLine] = {
-    "0.33": VersionLine(
-        line="0.33",
-        newest="0.33.0",
-        flags=dict(_COMMON),
-        removed=_REMOVED_033,
-        quant_methods=QUANT_METHODS_033,
-        plugin_only=PLUGIN_ONLY_033,
-        default_gpu_memory_utilization=0.92,
-        first=(0, 33),
-        last=(0, 33),
-    ),
-    # 0.18 .. 0.32: --swap-space gone; bitsandbytes left core in 0.28.0, gguf in 0.24.0
-    "0.18-0.32": VersionLine(
-        line="0.18-0.32",
-        newest="0.32.0",
-        flags={**_COMMON, "override_attention_dtype": Kind.STR, "calculate_kv_scales": Kind.BOOL},
-        removed={k: v for k, v in _REMOVED_033.items() if k not in ("override_attention_dtype", "calculate_kv_scales")},
-        quant_methods=QUANT_METHODS_033 + ("bitsandbytes", "gguf"),
-        plugin_only={},
-        default_gpu_memory_utilization=0.9,
-        first=(0, 18),
-        last=(0, 32),
-    ),
-    # 0.6 .. 0.17: the line where --swap-space still existed (removed in 0.18.0, vllm-project/vllm#36216)
-    "0.6-0.17": VersionLine(
-        line="0.6-0.17",
-        newest="0.17.1",
-        flags={
-            **_COMMON,
-            "swap_space": Kind.FLOAT,
-            "override_attention_dtype": Kind.STR,
-            "calculate_kv_scales": Kind.BOOL,
-        },
-        removed={k: v for k, v in _REMOVED_033.items() if k in ("task", "model")},
-        quant_methods=QUANT_METHODS_033 + ("bitsandbytes", "gguf"),
-        plugin_only={},
-        default_gpu_memory_utilization=0.9,
-        first=(0, 6),
-        last=(0, 17),
-    ),
+# Quantization methods that left vLLM core for a plugin (advice text; which line dropped them follows from the data)
+QUANT_PLUGINS: dict[str, str] = {
+    "bitsandbytes": "vllm-bnb-plugin (vllm-project/vllm#43529)",
+    "gguf": "vllm-gguf-plugin (vllm-project/vllm#39612)",
 }
-DEFAULT_VERSION = "0.33.0"
-# every quantization method name of any supported line: what a manifest's quantization.txt may name
-ALL_QUANT_METHODS = tuple(dict.fromkeys(m for line in VERSION_LINES.values() for m in line.quant_methods))
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?", text.strip())
+    m = re.fullmatch(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,6}))?(?:[.+-].*)?", text.strip())
     if not m:
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def _option(raw: dict) -> Option:
+    choices = raw.get("choices")
+    return Option(
+        dest=raw["dest"],
+        spellings=tuple(raw["option_strings"]),
+        negative=tuple(raw.get("negative_option_strings") or ()),
+        kind=Kind(raw["kind"]),
+        nargs=raw.get("nargs"),
+        choices=tuple(c for c in choices if c is not None) if choices else None,
+        default=raw.get("default"),
+        const=raw.get("const"),
+        optional=bool(raw.get("optional")),
+        action=raw.get("action", ""),
+        deprecated=bool(raw.get("deprecated")),
+        help=raw.get("help", ""),
+    )
+
+
+def _load(path: pathlib.Path) -> VersionLine:
+    data = json.loads(path.read_text())
+    options = {o["dest"]: _option(o) for o in data["options"]}
+    spellings = {s: o.dest for o in options.values() for s in o.spellings}
+    reg = data["registry"]
+    archs = {
+        name: Architecture(name, a.get("supports_pp"), bool(a.get("multimodal")), bool(a.get("hybrid")),
+                           bool(a.get("attention_free")), bool(a.get("pooling_only")), bool(a.get("generate")))
+        for name, a in reg["architectures"].items()
+    }
+    version = data["vllm_version"]
+    major, minor, _ = parse_version(version) or (0, 0, 0)
+    gmu = options.get("gpu_memory_utilization")
+    kv = data.get("kv_cache_dtypes") or []
+    if not kv and options.get("kv_cache_dtype") and options["kv_cache_dtype"].choices:
+        kv = list(options["kv_cache_dtype"].choices)
+    return VersionLine(
+        line=f"{major}.{minor}",
+        newest=version,
+        options=options,
+        spellings=spellings,
+        quant_methods=tuple(data["quantization"]["methods"]),
+        deprecated_quant=tuple(data["quantization"].get("deprecated") or ()),
+        kv_cache_dtypes=tuple(kv),
+        architectures=archs,
+        previously_supported=dict(reg.get("previously_supported") or {}),
+        out_of_tree=dict(reg.get("out_of_tree") or {}),
+        scheduler_by_gpu=(data.get("defaults") or {}).get("scheduler_by_gpu"),
+        default_gpu_memory_utilization=float(gmu.default) if gmu and isinstance(gmu.default, (int, float)) else 0.9,
+        source={"vllm_version": version, **data.get("source", {})},
+    )
+
+
+@lru_cache(maxsize=None)
+def _lines() -> tuple[VersionLine, ...]:
+    """Every generated line, oldest first, with the removals each one made relative to the older lines."""
+    loaded = sorted((_load(p) for p in DATA_DIR.glob("*.json")), key=lambda l: l.release)
+    out: list[VersionLine] = []
+    seen_flags: dict[str, str] = {}  # dest -> newest older line that had it
+    seen_quant: dict[str, str] = {}
+    for line in loaded:
+        removed = {}
+        for dest, last in seen_flags.items():
+            if dest not in line.options:
+                advice, source = ADVICE.get(dest, ("drop it", f"service/data/vllm/{last}.json vs {line.newest}.json"))
+                removed[dest] = RemovedFlag(_first_without(loaded, dest, last), advice, source, last)
+        plugin_only = {}
+        for method, last in seen_quant.items():
+            if method not in line.quant_methods:
+                plugin_only[method] = (_first_without_quant(loaded, method, last),
+                                       QUANT_PLUGINS.get(method, f"vLLM {last} or older (the newest generated line "
+                                                                 f"that still has it)"))
+        out.append(VersionLine(**{**line.__dict__, "removed": removed, "plugin_only": plugin_only}))
+        for dest in line.options:
+            seen_flags[dest] = line.newest
+        for m in line.quant_methods:
+            seen_quant[m] = line.newest
+    return tuple(out)
+
+
+def _first_without(lines: list[VersionLine], dest: str, last_with: str) -> str:
+    after = [l for l in lines if l.release > (parse_version(last_with) or (0, 0, 0))]
+    return next((l.newest for l in after if dest not in l.options), after[0].newest if after else last_with)
+
+
+def _first_without_quant(lines: list[VersionLine], method: str, last_with: str) -> str:
+    after = [l for l in lines if l.release > (parse_version(last_with) or (0, 0, 0))]
+    return next((l.newest for l in after if method not in l.quant_methods), after[0].newest if after else last_with)
+
+
+def version_lines() -> tuple[VersionLine, ...]:
+    return _lines()
+
+
+def newest_line() -> VersionLine:
+    return _lines()[-1]
+
+
+DEFAULT_VERSION = "0.33.0"
+
+
+@lru_cache(maxsize=None)
+def all_quant_methods() -> tuple[str, ...]:
+    """Every quantization method name of any supported line: what a manifest's quantization.txt may name."""
+    return tuple(dict.fromkeys(m for line in _lines() for m in line.quant_methods))
 
 
 def resolve_version(version: str | None) -> tuple[str, VersionLine]:
@@ -217,14 +284,26 @@ def resolve_version(version: str | None) -> tuple[str, VersionLine]:
     """
     text = (version or DEFAULT_VERSION).strip()
     parsed = parse_version(text)
-    for line in VERSION_LINES.values():
-        if parsed and line.first <= parsed[:2] <= line.last:
+    lines = _lines()
+    if parsed is not None:
+        candidates = [l for l in lines if l.release[:2] <= parsed[:2]]
+        oldest_major_minor = lines[0].release[:2]
+        if candidates and parsed[:2] <= lines[-1].release[:2] and parsed[:2] >= oldest_major_minor:
             full = text.lstrip("v") if re.match(r"v?\d+\.\d+\.\d+", text) else "%d.%d.%d" % parsed
-            return full, line
+            return full, candidates[-1]
     raise DomainError(
         "vllm_version",
-        f"vLLM version {version!r} is not supported; supported: "
-        + ", ".join(f"{'.'.join(map(str, l.first))}..{'.'.join(map(str, l.last))}.x" for l in VERSION_LINES.values()),
+        f"vLLM version {version!r} is not supported; supported: {lines[0].line}.x … {lines[-1].line}.x "
+        f"(catalogues generated from releases {', '.join(l.newest for l in lines)})",
         rule="version_unsupported",
-        accepted=[v.newest for v in VERSION_LINES.values()],
+        accepted=[l.newest for l in lines],
     )
+
+
+# Backwards-compatible names
+def __getattr__(name: str):
+    if name == "ALL_QUANT_METHODS":
+        return all_quant_methods()
+    if name == "VERSION_LINES":
+        return {l.line: l for l in _lines()}
+    raise AttributeError(name)

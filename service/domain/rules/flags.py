@@ -13,48 +13,55 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-# argparse ``choices`` of flags whose value vLLM checks before anything else (vllm 0.33.0 vllm/config/model.py:100)
-CHOICES = {"dtype": ("auto", "half", "float16", "bfloat16", "float", "float32")}
+def nearest(name: str, line, n: int = 3) -> list[str]:
+    """The release's option names nearest to ``name`` (did you mean ...?)."""
+    import difflib
+
+    return difflib.get_close_matches(name, list(line.options), n=n, cutoff=0.6)
 
 
-@rule("flag_unsupported", severity="error", source="vllm 0.33.0 vllm/engine/arg_utils.py; vllm-rules.md §8")
+@rule("flag_unsupported", severity="error", source="service/data/vllm/<release>.json (generated from vLLM's parser)")
 def flag_unsupported(ctx: LaunchContext):
-    """Every engine argument must be a flag the target version accepts, with a valid value: flags removed or
-    renamed are errors (``vllm: error: unrecognized arguments``), and so is any flag outside Preflight's catalogue of
-    the version (vLLM exits on an unknown argument; a real flag missing from the catalogue is added there); a boolean
-    flag given a value (``--enforce-eager False``) and a value outside argparse's choices (``--dtype fp16``) fail
-    the same way."""
+    """Every engine argument must be an option of the target release's ``vllm serve`` (its parser, generated into
+    service/data/vllm), with a valid value: flags removed or renamed are errors with the release that removed them
+    (``vllm: error: unrecognized arguments``), an unknown flag names the nearest real ones; a boolean flag given a
+    value (``--enforce-eager False``) and a value outside the option's ``choices`` (``--dtype fp16``) fail the same
+    way."""
     out = []
     for name, value in ctx.args.unsupported.items():
         removed = ctx.line.removed.get(name)
         if removed:
             out.append(error(
                 "flag_unsupported",
-                f"{flag(name)} was removed in vLLM {removed.removed_in}; vLLM {ctx.version} exits with "
+                f"{flag(name)} was removed {removed.when}; vLLM {ctx.version} exits with "
                 f"'vllm: error: unrecognized arguments: {flag(name)} {value}'. {removed.advice[0].upper()}{removed.advice[1:]}.",
                 remedy={"drop": [name]}, source=removed.source, field=f"engine_args.{name}",
             ))
         else:
+            close = nearest(name, ctx.line)
+            hint = f" Did you mean {', '.join(flag(c) for c in close)}?" if close else ""
             out.append(error(
                 "flag_unsupported",
-                f"{flag(name)} is not a `vllm serve` flag Preflight knows for vLLM {ctx.line.line}.x; vLLM exits with "
-                f"'unrecognized arguments' on an unknown flag. Drop it (if it is a real flag of this version, it "
-                f"belongs in service/domain/versions.py).",
-                remedy={"drop": [name]}, source="service/domain/versions.py", field=f"engine_args.{name}",
+                f"{flag(name)} is not an option of vllm serve {ctx.line.newest} (the {ctx.line.line}.x line); vLLM exits "
+                f"with 'vllm: error: unrecognized arguments: {flag(name)}'.{hint}",
+                remedy={"drop": [name], **({"did_you_mean": close} if close else {})},
+                source=f"service/data/vllm/{ctx.line.newest}.json", field=f"engine_args.{name}",
             ))
-    for name, choices in CHOICES.items():
-        value = ctx.args.values.get(name)
-        if value is not None and str(value) not in choices:
-            out.append(error(
-                "flag_unsupported",
-                f"argument {flag(name)}: invalid choice: {value!r} (choose from {', '.join(map(repr, choices))}).",
-                remedy={name: list(choices)}, source="vllm 0.33.0 vllm/config/model.py:100", field=f"engine_args.{name}",
-            ))
-    for name, value in ctx.args.bool_with_value.items():
+    for name, (value, choices) in ctx.args.bad_choice.items():
         out.append(error(
             "flag_unsupported",
-            f"{flag(name)} is a boolean flag and takes no value: '{flag(name)} {value}' fails with 'unrecognized "
-            f"arguments: {value}'. Give true or false; Preflight renders {flag(name)} / --no-{name.replace('_', '-')}.",
+            f"argument {flag(name)}: invalid choice: {value!r} (choose from {', '.join(map(repr, choices))}).",
+            remedy={name: list(choices)}, source=f"service/data/vllm/{ctx.line.newest}.json",
+            field=f"engine_args.{name}",
+        ))
+    for name, value in ctx.args.bool_with_value.items():
+        opt = ctx.line.options[name]
+        neg = opt.negative_flag
+        out.append(error(
+            "flag_unsupported",
+            f"{opt.flag} is a boolean flag and takes no value: '{opt.flag} {value}' fails with 'unrecognized "
+            f"arguments: {value}'. Give true or false; Preflight renders {opt.flag}"
+            + (f" / {neg}." if neg else "."),
             remedy={name: [True, False]}, source=SRC_BOOL, field=f"engine_args.{name}",
         ))
     return out

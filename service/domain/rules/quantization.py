@@ -75,7 +75,8 @@ def quant_unknown(ctx: LaunchContext):
         if value is None or value in ctx.line.quant_methods:
             continue
         plugin = ctx.line.plugin_only.get(value)
-        extra = f" {value} left vLLM core in {plugin[0]}: it needs {plugin[1]}." if plugin else ""
+        extra = (f" {value} is not in vLLM core since the {plugin[0]} line (generated catalogues): it needs "
+                 f"{plugin[1]}." if plugin else "")
         out.append(error(
             "quant_unknown",
             f"Unknown quantization method: {value} ({label}). Must be one of {list(ctx.line.quant_methods)}.{extra}",

@@ -1,0 +1,123 @@
+"""Generate Preflight's catalogue of a vLLM release from the release itself.
+
+    python scripts/gen_vllm_catalogue.py 0.33.0 0.28.0 0.13.0 0.10.2      # or no arguments: every line we ship
+
+For each version: download the vLLM wheel from the package index (``pip download --no-deps``), unpack it into a
+throw-away directory, and run scripts/vllm_catalogue_inside.py with it first on the path inside a throw-away
+virtual environment that holds vLLM's pure-Python dependencies and a CPU torch. That script builds the parser of
+``vllm serve`` (no GPU: modules it does not need are mocked as vLLM's own docs build does) and reads the model
+registry, quantization methods and KV-cache dtypes from the release's source. The result is written to
+``service/data/vllm/<version>.json`` with the wheel's file name and SHA-256. vLLM is never a runtime dependency.
+
+The work directory (default /tmp/preflight-vllm-gen) is kept so that a second run reuses the environment and the
+wheels. ``--torch`` names the torch requirement (default ``torch==2.13.0``; any CPU build works).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DATA = ROOT / "service" / "data" / "vllm"
+INSIDE = pathlib.Path(__file__).resolve().parent / "vllm_catalogue_inside.py"
+# What the parser imports for real (the rest is mocked): pure-Python packages and a CPU torch.
+SUPPORT = ["pydantic", "packaging", "regex", "huggingface_hub", "cachetools", "psutil", "numpy", "msgspec", "pyyaml",
+           "cloudpickle", "requests", "tqdm", "filelock", "transformers", "safetensors", "tokenizers", "pyzmq",
+           "blake3", "optree", "typing_extensions"]
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def ensure_env(work: pathlib.Path, torch_spec: str) -> pathlib.Path:
+    env = work / "env"
+    py = env / "bin" / "python"
+    marker = env / ".ready"
+    if not marker.exists():
+        run([sys.executable, "-m", "venv", str(env)])
+        run([str(py), "-m", "pip", "install", "--quiet", torch_spec, *SUPPORT])
+        marker.write_text(torch_spec)
+    return py
+
+
+def wheel_for(version: str, work: pathlib.Path) -> pathlib.Path:
+    wheels = work / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+    if not found:
+        run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(wheels), f"vllm=={version}"])
+        found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+    if not found:
+        raise SystemExit(f"no wheel for vllm=={version}")
+    return found[0]
+
+
+def sha256(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def generate(version: str, py: pathlib.Path, work: pathlib.Path) -> dict:
+    wheel = wheel_for(version, work)
+    target = work / "releases" / version
+    if not (target / "vllm").exists():
+        run([str(py), "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)])
+    env = {**os.environ, "PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([str(py), str(INSIDE)], check=True, capture_output=True, text=True, env=env, cwd=work)
+    data = json.loads(out.stdout)
+    if data["vllm_version"] != version:
+        raise SystemExit(f"asked for {version}, the wheel says {data['vllm_version']}")
+    data["source"] = {"wheel": wheel.name, "sha256": sha256(wheel),
+                      "generator": "scripts/gen_vllm_catalogue.py + scripts/vllm_catalogue_inside.py"}
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("versions", nargs="*", help="vLLM releases (default: those in service/data/vllm)")
+    ap.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/preflight-vllm-gen"))
+    ap.add_argument("--torch", default="torch==2.13.0", help="torch requirement for the environment (CPU build)")
+    ap.add_argument("--out", type=pathlib.Path, default=DATA)
+    ap.add_argument("--check", action="store_true", help="compare with the checked-in files instead of writing")
+    args = ap.parse_args(argv)
+    versions = args.versions or sorted(p.stem for p in args.out.glob("*.json"))
+    args.work.mkdir(parents=True, exist_ok=True)
+    py = ensure_env(args.work, args.torch)
+    status = 0
+    for version in versions:
+        t0 = time.monotonic()
+        try:
+            data = generate(version, py, args.work)
+        except subprocess.CalledProcessError as e:
+            tail = (e.stderr or "").strip().splitlines()[-3:] if isinstance(e.stderr, str) else []
+            print(f"{version}: FAILED ({' | '.join(tail)})", file=sys.stderr)
+            status = 1
+            continue
+        text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+        path = args.out / f"{version}.json"
+        if args.check:
+            same = path.exists() and json.loads(path.read_text()) == json.loads(text)
+            print(f"{version}: {'same' if same else 'DIFFERS'} ({time.monotonic() - t0:.1f} s)")
+            status |= 0 if same else 1
+        else:
+            args.out.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"{version}: {len(data['options'])} options, {len(data['registry']['architectures'])} "
+                  f"architectures, {len(data['quantization']['methods'])} quantization methods -> "
+                  f"{path.relative_to(ROOT)} ({time.monotonic() - t0:.1f} s)")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""The signed argv must mean what was validated: rendered, parsed back with the release parser's semantics, and
+compared (service/domain/render.py); options that change what is loaded are judged or refused, never passed through
+unjudged."""
+
+from __future__ import annotations
+
+from ..context import LaunchContext
+from . import error, rule
+
+SRC_RT = "vllm 0.33.0 vllm/utils/argparse_utils.py:313-514 (FlexibleArgumentParser.parse_args); argparse"
+SRC_LOAD = "vllm 0.33.0 vllm/engine/arg_utils.py (--config, --model-loader-extra-config, --hf-overrides, --tokenizer)"
+
+# Options whose value changes what is loaded, and what Preflight does with them.
+UNJUDGED = {
+    "config": "reads further vllm serve arguments from a YAML file on the node, which Preflight never sees",
+    "model_loader_extra_config": "passes loader-specific settings (files, URIs, shard patterns) that Preflight "
+                                 "cannot judge",
+    "hf_config_path": "loads another config.json than the manifest's, which Preflight never sees",
+}
+
+
+@rule("argv_roundtrip", "model_reference", severity="error", source=SRC_RT, phase="budget")
+def argv_roundtrip(ctx: LaunchContext):
+    """The rendered ``vllm serve`` argv, parsed back with the target release's option catalogue and parser
+    semantics (``--model`` anywhere is moved to the front, ``--config`` pulls in a file, a value that begins with
+    ``-`` is an option, ``nargs='+'`` reads up to the next option), must give exactly the engine arguments that were
+    validated; the model reference must be a repository id, an absolute path or an object-store URI."""
+    from ..render import render_argv, roundtrip_findings
+
+    return roundtrip_findings(ctx, render_argv(ctx))
+
+
+@rule("flag_unjudged", severity="error", source=SRC_LOAD)
+def flag_unjudged(ctx: LaunchContext):
+    """Options that change what is loaded must be judged: ``--hf-overrides`` as a JSON object is applied to the
+    config.json before every rule (a function name is refused); ``--tokenizer`` must be a repository id, an absolute
+    path or a URI; ``--config``, ``--model-loader-extra-config`` and ``--hf-config-path`` carry what Preflight cannot
+    see and are refused."""
+    from ..render import model_reference_problem
+
+    out = []
+    for name, why in UNJUDGED.items():
+        value = ctx.args.values.get(name)
+        if value in (None, {}, ""):
+            continue
+        out.append(error(
+            "flag_unjudged",
+            f"--{name.replace('_', '-')} {why}; Preflight refuses to sign a launch whose meaning it has not judged. "
+            f"Put the settings in engine_args (or the manifest) instead.",
+            remedy={"drop": [name]}, source=SRC_LOAD, field=f"engine_args.{name}",
+        ))
+    hf = ctx.args.values.get("hf_overrides")
+    if isinstance(hf, str) and hf:
+        out.append(error(
+            "flag_unjudged",
+            f"--hf-overrides {hf!r} names a function that rewrites the config at load time; only a JSON object can be "
+            f"judged (it is applied to config.json before the rules).",
+            remedy={"hf_overrides": "a JSON object"}, source=SRC_LOAD, field="engine_args.hf_overrides",
+        ))
+    for name in ("tokenizer",):
+        value = ctx.args.values.get(name)
+        if isinstance(value, str):
+            problem = model_reference_problem(value)
+            if problem:
+                out.append(error("flag_unjudged", f"--{name}: {problem}.", remedy={"drop": [name]}, source=SRC_LOAD,
+                                 field=f"engine_args.{name}"))
+    return out
