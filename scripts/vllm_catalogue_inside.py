@@ -547,6 +547,32 @@ def batch_defaults() -> dict | None:
     return out
 
 
+LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+               "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def transformers_length_defaults() -> dict:
+    """The length keys a Transformers config class sets by default, per model_type: vLLM reads config.json through
+    these classes, so a key missing from the file still has its class default (FalconConfig:
+    max_position_embeddings=2048). From the Transformers installed next to vLLM here."""
+    try:
+        import transformers
+        from transformers import CONFIG_MAPPING
+    except Exception:  # pragma: no cover
+        return {}
+    out = {}
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        try:
+            cfg = CONFIG_MAPPING[model_type]()
+        except Exception:
+            continue
+        found = {k: getattr(cfg, k) for k in LENGTH_KEYS
+                 if isinstance(getattr(cfg, k, None), int) and not isinstance(getattr(cfg, k), bool)}
+        if found:
+            out[model_type] = found
+    return {"transformers_version": transformers.__version__, "by_model_type": out}
+
+
 def dataclass_missing():
     import dataclasses
     return dataclasses.MISSING
@@ -564,6 +590,7 @@ def main() -> None:
         "registry": registry(root),
         "quantization": quantization(root),
         "kv_cache_dtypes": cache_dtypes(root),
+        "transformers_length_defaults": transformers_length_defaults(),
         "defaults": {**defaults(root), "scheduler_by_gpu": batch_defaults()},
         "mocked_modules": sorted(set(MOCKED)),
     }, sys.stdout, indent=1, sort_keys=True)

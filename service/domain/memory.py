@@ -294,9 +294,28 @@ def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: f
         mlp_only = set(text.get("mlp_only_layers") or [])
         step = text.get("decoder_sparse_step") or text.get("moe_layer_freq") or 1
         step = step if isinstance(step, int) and step > 0 else 1
+        # Llama 4: layer i is MoE iff (i + 1) % interleave_moe_layer_step == 0; its dense layers use
+        # intermediate_size_mlp and every MoE layer has one shared expert of intermediate_size
+        # (vllm 0.33.0 vllm/model_executor/models/llama4.py:100-113, 340-353)
+        interleave = text.get("interleave_moe_layer_step")
+        interleave = interleave if isinstance(interleave, int) and not isinstance(interleave, bool) else None
+        if interleave is not None:
+            mlp_i = text.get("intermediate_size_mlp")
+            if isinstance(mlp_i, int) and not isinstance(mlp_i, bool) and mlp_i > 0:
+                dense_params = 3 * H * mlp_i
+            if not facts.shared_expert_intermediate_size and not facts.n_shared_experts:
+                shared_params = 3 * H * moe_i
+
+    def is_moe(i: int) -> bool:
+        if not n_exp:
+            return False
+        if interleave is not None:
+            return interleave > 0 and (i + 1) % interleave == 0
+        return i >= first_dense and i not in mlp_only and (i % step == 0 if step > 1 else True)
+
     for i in range(L):
         norms = 2 * H * act_bytes
-        if n_exp and i >= first_dense and i not in mlp_only and (i % step == 0 if step > 1 else True):
+        if is_moe(i):
             moe_layers += 1
             mlp_rank = (experts_params * qb.experts / (tp * dp) + shared_params * qb.dense_mlp / tp
                         + router * act_bytes)

@@ -289,7 +289,8 @@ def _vision(config: dict) -> VisionTower | None:
     )
 
 
-def read_model_facts(config: dict, hf_quant_config: dict | None = None) -> ModelFacts:
+def read_model_facts(config: dict, hf_quant_config: dict | None = None,
+                     length_defaults: dict | None = None) -> ModelFacts:
     """Read a config.json dict into ModelFacts.
 
     Raises DomainError naming the ``model.config.<key>`` that is missing or invalid (attention heads, layers and
@@ -319,7 +320,13 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None) -> Model
         head_dim = int(text["kv_lora_rank"]) + int(text.get("qk_rope_head_dim") or 0)
     if not head_dim:
         head_dim = hidden // heads
-    derived, key, mml = derive_max_model_len(text, model_type)
+    # ``length_defaults``: the length keys the Transformers config class of this model_type sets when config.json
+    # omits them (FalconConfig: max_position_embeddings=2048), from the target release's generated catalogue
+    defaults = (length_defaults or {}).get(model_type) if isinstance(model_type, str) else None
+    if defaults and not any(k in text for k in LENGTH_KEYS):
+        derived, key, mml = derive_max_model_len({**text, **defaults}, model_type)
+    else:
+        derived, key, mml = derive_max_model_len(text, model_type)
     rtype, factor, _ = _rope(text)
     num_experts = _pos_int(_first(text, EXPERT_KEYS), prefix + "num_experts") or 0
     arch = config.get("architectures") or text.get("architectures") or []

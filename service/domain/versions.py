@@ -127,6 +127,7 @@ class VersionLine:
     scheduler_by_gpu: dict[str, dict] | None
     default_gpu_memory_utilization: float
     source: dict[str, str]
+    length_defaults: dict[str, dict[str, int]] = field(default_factory=dict)
     removed: dict[str, RemovedFlag] = field(default_factory=dict)
     plugin_only: dict[str, tuple[str, str]] = field(default_factory=dict)
 
@@ -219,6 +220,7 @@ def _load(path: pathlib.Path) -> VersionLine:
         scheduler_by_gpu=(data.get("defaults") or {}).get("scheduler_by_gpu"),
         default_gpu_memory_utilization=float(gmu.default) if gmu and isinstance(gmu.default, (int, float)) else 0.9,
         source={"vllm_version": version, **data.get("source", {})},
+        length_defaults=(data.get("transformers_length_defaults") or {}).get("by_model_type") or {},
     )
 
 

@@ -6,27 +6,10 @@ from __future__ import annotations
 from ..context import LaunchContext
 from . import error, rule, warning
 
-SRC_ARCH = "vllm 0.33.0 vllm/model_executor/models/registry.py:841-903, 1225-1252"
+SRC_ARCH = "vllm 0.33.0 vllm/model_executor/models/registry.py:841-903, 1225-1252 (service/data/vllm/<release>.json registry)"
 SRC_TRUST = "vllm 0.33.0 vllm/transformers_utils/config.py:452-464"
 SRC_PP = "vllm 0.33.0 vllm/config/model.py:1569-1576; vllm/engine/arg_utils.py:2920-2937; vllm/config/vllm.py:1665-1679"
 
-# Architecture -> last vLLM version that supported it (registry.py:841-895, as listed in vllm-rules.md §10)
-REMOVED_ARCHS = {
-    "MPTForCausalLM": "0.28.0",
-    "ArcticForCausalLM": "0.28.0",
-    "GritLM": "0.28.0",
-    "QWenLMHeadModel": "0.23.0",
-    "BaichuanForCausalLM": "0.23.0",
-    "MiniMaxText01ForCausalLM": "0.23.0",
-    "InternLMForCausalLM": "0.23.0",
-    "MllamaForConditionalGeneration": "0.10.2",
-}
-# Moved to an out-of-tree plugin (registry.py:897-903)
-PLUGIN_ARCHS = {
-    "BartForConditionalGeneration": "https://github.com/vllm-project/bart-plugin",
-    "MBartForConditionalGeneration": "https://github.com/vllm-project/bart-plugin",
-    "Florence2ForConditionalGeneration": "https://github.com/vllm-project/bart-plugin",
-}
 # Model types Transformers (or vLLM's own config registry) loads without remote code; the families of the test
 # fixtures and the common serving families. A config with ``auto_map`` and a model_type outside this set most
 # likely needs the repository's configuration code.
@@ -41,27 +24,46 @@ BUILTIN_MODEL_TYPES = {
 }
 
 
+def _archs(ctx: LaunchContext) -> tuple[str, ...]:
+    return ctx.facts.architectures or tuple(str(a) for a in (ctx.request.model.config or {}).get("architectures") or ())
+
+
 @rule("arch_unsupported", severity="error", source=SRC_ARCH)
 def arch_unsupported(ctx: LaunchContext):
-    """The checkpoint's ``architectures`` must still exist in vLLM 0.33: architectures removed from the registry
-    (Baichuan, Qwen v1, Mllama, MPT, Arctic, GritLM, MiniMaxText01, InternLM v1) fail with "was supported in vLLM
-    until v{X}"; Bart / MBart / Florence2 need the bart plugin.
-    """
+    """The checkpoint's ``architectures`` must exist in the target release's model registry (generated from its
+    registry.py): an architecture the release lists as removed fails with "was supported in vLLM until v{X}", one
+    moved to an out-of-tree plugin needs that plugin. An architecture the registry does not name at all is a
+    warning: vLLM then tries its Transformers backend, which works only if Transformers has the model."""
     out = []
-    for arch in ctx.facts.architectures or tuple(ctx.request.model.config.get("architectures") or ()):
-        if arch in REMOVED_ARCHS:
-            until = REMOVED_ARCHS[arch]
+    line = ctx.line
+    archs = _archs(ctx)
+    for arch in archs:
+        if arch in line.architectures:
+            continue
+        if arch in line.previously_supported:
+            until = line.previously_supported[arch]
             out.append(error(
                 "arch_unsupported",
-                f"Model architecture {arch} was supported in vLLM until v{until}, and is not supported anymore. "
-                f"Serve it with vLLM ≤ {until} or use a successor checkpoint with a supported architecture.",
+                f"Model architecture {arch} was supported in vLLM until v{until}, and is not supported anymore "
+                f"(vLLM {ctx.version}). Serve it with vLLM ≤ {until} or use a successor checkpoint with a supported "
+                f"architecture.",
                 remedy={"vllm_version": until}, source=SRC_ARCH, field="model.config.architectures",
             ))
-        elif arch in PLUGIN_ARCHS:
+        elif arch in line.out_of_tree:
             out.append(error(
                 "arch_unsupported",
-                f"Model architecture {arch} moved out of vLLM core; install the plugin {PLUGIN_ARCHS[arch]}.",
-                remedy={"plugin": PLUGIN_ARCHS[arch]}, source=SRC_ARCH, field="model.config.architectures",
+                f"Model architecture {arch} is not supported in-tree anymore (vLLM {ctx.version}); install the plugin "
+                f"{line.out_of_tree[arch]}.",
+                remedy={"plugin": line.out_of_tree[arch]}, source=SRC_ARCH, field="model.config.architectures",
+            ))
+        elif not any(a in line.architectures for a in archs):
+            out.append(warning(
+                "arch_unsupported",
+                f"Model architecture {arch} is not in vLLM {line.newest}'s model registry; vLLM falls back to its "
+                f"Transformers backend, which loads it only if the installed Transformers has the model (or with "
+                f"--trust-remote-code and the repository's code). Otherwise it fails with 'Model architectures "
+                f"{list(archs)} are not supported for now'.",
+                remedy=None, source=SRC_ARCH, field="model.config.architectures",
             ))
     return out
 
@@ -92,12 +94,20 @@ def trust_remote_code(ctx: LaunchContext):
 
 @rule("pp_supported", severity="error", source=SRC_PP)
 def pp_supported(ctx: LaunchContext):
-    """Pipeline parallel needs the ``mp``, ``ray`` or ``external_launcher`` executor (``uni`` is refused) and is
-    incompatible with an explicit ``--async-scheduling``. (Per-architecture ``SupportsPP`` is not catalogued here;
-    removed architectures are reported by arch_unsupported.)"""
+    """Pipeline parallel needs an architecture whose class implements ``SupportsPP`` (from the release's registry;
+    an architecture whose class could not be read is not refused), the ``mp``, ``ray`` or ``external_launcher``
+    executor (``uni`` is refused), and no explicit ``--async-scheduling``."""
     if ctx.pp <= 1:
         return []
     out = []
+    known = [ctx.line.architectures[a] for a in _archs(ctx) if a in ctx.line.architectures]
+    if known and all(a.supports_pp is False for a in known):
+        out.append(error(
+            "pp_supported",
+            f"Pipeline parallelism is not supported for this model ({known[0].name}). Supported models implement the "
+            f"`SupportsPP` interface. (pipeline_parallel_size={ctx.pp}; vLLM {ctx.line.newest}'s registry)",
+            remedy={"pipeline_parallel_size": 1}, source=SRC_PP, field="engine_args.pipeline_parallel_size",
+        ))
     backend = ctx.args.get("distributed_executor_backend")
     if backend is not None and backend not in ("mp", "ray", "external_launcher"):
         feature = ("Pipeline Parallelism without Ray distributed executor or multiprocessing executor or external "
