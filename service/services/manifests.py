@@ -9,6 +9,9 @@ from sqlalchemy.orm import Session
 
 from .. import audit
 from ..db.models import Manifest, iso
+from ..domain.errors import DomainError
+from ..domain.manifest_checks import check_manifest
+from ..domain.render import model_reference_problem
 from ..domain.model_facts import read_model_facts
 from ..domain.quant_tag import parse_quantization_txt
 from ..domain.versions import ALL_QUANT_METHODS
@@ -37,6 +40,10 @@ def register(session: Session, *, actor: str, body: dict[str, Any]) -> Manifest:
     read_model_facts(body["config"], body.get("hf_quant_config"))
     if body.get("quantization_txt"):
         parse_quantization_txt(body["quantization_txt"], ALL_QUANT_METHODS)
+    check_manifest(body["config"], body.get("hf_quant_config"), body.get("quantization_txt"))
+    problem = model_reference_problem(body["uri"]) if body.get("uri") else None
+    if problem:  # the uri becomes vllm serve's positional model argument on every node
+        raise DomainError("uri", problem, rule="model_reference")
     if session.execute(select(Manifest.id).where(Manifest.name == body["name"],
                                                  Manifest.version == body["version"])).first():
         raise Conflict(f"manifest {body['name']}@{body['version']} already exists", field="version")

@@ -1,0 +1,47 @@
+"""Registration applies the plan's rules: a manifest whose quantization sources disagree, or whose uri vLLM would
+read as an option, is refused with 422 and nothing is stored."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import audit_events, hf_quant_config, model_config
+
+FP8 = "nvidia__Llama-3.1-70B-Instruct-FP8"
+
+
+def body(fixture, **extra):
+    return {"name": "m", "version": "1", "uri": "s3://weights/m", "config": model_config(fixture),
+            "hf_quant_config": hf_quant_config(fixture), **extra}
+
+
+@pytest.mark.parametrize("fixture,tag,rule", [
+    (FP8, "awq", "quant_mismatch"),  # ModelOpt FP8 weights tagged AWQ
+    ("Qwen__Qwen3-235B-A22B-FP8", "gptq", "quant_mismatch"),  # fp8 config.json, tag gptq
+    ("meta-llama__Meta-Llama-3.1-70B", "awq", "quant_no_config"),  # unquantized weights tagged awq
+])
+def test_tag_that_disagrees_with_the_checkpoint_is_refused(client, fixture, tag, rule):
+    before = audit_events(client)
+    r = client.post("/v1/manifests", json=body(fixture, quantization_txt=tag))
+    assert r.status_code == 422, r.text
+    assert rule in r.text
+    assert client.get("/v1/manifests").json()["items"] == [] and audit_events(client) == before
+
+
+def test_config_and_hf_quant_config_that_disagree_are_refused(client):
+    b = body("Qwen__Qwen3-235B-A22B-FP8", hf_quant_config=hf_quant_config(FP8))  # fp8 config.json + ModelOpt file
+    r = client.post("/v1/manifests", json=b)
+    assert r.status_code == 422 and "hf_quant_config.json says modelopt" in r.text
+
+
+def test_matching_tags_register(client):
+    assert client.post("/v1/manifests", json=body(FP8, quantization_txt="modelopt")).status_code == 201
+    b = body("meta-llama__Meta-Llama-3.1-70B", name="plain", quantization_txt="none")
+    b["name"] = "plain"
+    assert client.post("/v1/manifests", json=b).status_code == 201
+
+
+@pytest.mark.parametrize("uri", ["--model=/tmp/other", "-x", "weights dir/with space", "../../etc"])
+def test_uri_vllm_would_misread_is_refused(client, uri):
+    r = client.post("/v1/manifests", json=body("meta-llama__Meta-Llama-3.1-8B", uri=uri))
+    assert r.status_code == 422 and "model_reference" in r.text, r.text
