@@ -34,6 +34,7 @@ from ..services import manifests as manifest_service
 from ..services import nodes as node_service
 from ..services import plans as plan_service
 from ..services import tokens as token_service
+from ..services import upgrade as upgrade_service
 from ..settings import Settings
 from ..signing import KeyStore
 from . import openapi_doc
@@ -444,6 +445,13 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         out = validate(body).as_dict()
         metrics.observe_result("validate", out["verdict"], out["findings"])
         return out
+
+    @app.get("/v1/upgrade-impact", operation_id="upgradeImpact", tags=["plans"])
+    def upgrade_impact(session: SessionDep, p: Reader,
+                       vllm_version: Annotated[str, Query(min_length=1, max_length=32)]):
+        """Every active plan and every manifest's newest plan re-validated against ``vllm_version``: what would
+        break on upgrade (or downgrade), with findings and remedies. Breaking plans first."""
+        return upgrade_service.upgrade_impact(session, vllm_version)
 
     @app.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"])
     def create_plan(body: PlanIn, p: Deployer,
