@@ -457,6 +457,20 @@ def cache_dtypes(root: pathlib.Path) -> list[str]:
 # ------------------------------------------------------------------------------------------------------ the parser
 
 
+def serve_parser_modules() -> list[str]:
+    """Where ``vllm serve`` takes make_arg_parser from in this release (read from vllm/entrypoints/cli/serve.py:
+    the module moved between releases)."""
+    spec = importlib.util.find_spec("vllm")
+    path = pathlib.Path(spec.origin).parent / "entrypoints" / "cli" / "serve.py"
+    if not path.exists():
+        return []
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and any(a.name == "make_arg_parser" for a in node.names):
+            out.append(node.module)
+    return out
+
+
 def build_serve_parser():
     """The parser of ``vllm serve``: FlexibleArgumentParser + the serve subcommand's make_arg_parser, with the
     positional model tag the subcommand adds (vllm/entrypoints/cli/main.py, cli/serve.py)."""
@@ -481,7 +495,7 @@ def build_serve_parser():
             continue
     else:
         raise ImportError("FlexibleArgumentParser not found")
-    for mod in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.openai.cli_args"):
+    for mod in (*serve_parser_modules(), "vllm.entrypoints.common.cli_args", "vllm.entrypoints.openai.cli_args"):
         try:
             make = auto_import(mod, "make_arg_parser")
             break
