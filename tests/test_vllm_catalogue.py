@@ -237,3 +237,19 @@ def test_every_line_carries_its_source():
     assert [l.newest for l in lines][-1] == "0.33.0" and len(lines) >= 3
     for l in lines:
         assert l.source["wheel"].startswith(f"vllm-{l.newest}-") and len(l.source["sha256"]) == 64
+
+
+def test_quantization_facts_come_from_the_release():
+    from service.domain.rules.quant_checks import ACT_DTYPES, CAPABILITY_OVERRIDES, MIN_CAPABILITY, TORCH_NAMES
+
+    details = LINE.quant_details
+    assert details["fp8"]["min_capability"] == 75 and details["fp_quant"]["min_capability"] == 100
+    assert set(LINE.deprecated_quant) == {"fbgemm_fp8", "fp_quant"}
+    # the hand-kept fallbacks never contradict a constant the release declares (GPTQ's Marlin override aside)
+    for method, need in MIN_CAPABILITY.items():
+        declared = details.get(method, {}).get("min_capability")
+        assert declared in (None, need) or method in CAPABILITY_OVERRIDES, method
+    for method, dtypes in ACT_DTYPES.items():
+        declared = details.get(method, {}).get("act_dtypes")
+        if declared:
+            assert set(TORCH_NAMES.get(n, n) for n in declared) >= set(dtypes), method

@@ -128,6 +128,9 @@ class VersionLine:
     default_gpu_memory_utilization: float
     source: dict[str, str]
     length_defaults: dict[str, dict[str, int]] = field(default_factory=dict)
+    # per quantization method, what its config class returns as constants: min_capability (e.g. 75) and
+    # act_dtypes (torch dtype names); absent where the class computes them at run time
+    quant_details: dict[str, dict[str, Any]] = field(default_factory=dict)
     removed: dict[str, RemovedFlag] = field(default_factory=dict)
     plugin_only: dict[str, tuple[str, str]] = field(default_factory=dict)
 
@@ -221,6 +224,8 @@ def _load(path: pathlib.Path) -> VersionLine:
         default_gpu_memory_utilization=float(gmu.default) if gmu and isinstance(gmu.default, (int, float)) else 0.9,
         source={"vllm_version": version, **data.get("source", {})},
         length_defaults=(data.get("transformers_length_defaults") or {}).get("by_model_type") or {},
+        quant_details={m: {k: v for k, v in d.items() if k in ("min_capability", "act_dtypes") and v is not None}
+                       for m, d in (data["quantization"].get("details") or {}).items()},
     )
 
 

@@ -10,12 +10,16 @@ from .quantization import canonical
 
 ONLINE_SHORTHANDS = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only",
                      "nvfp4_per_token", "online"}
-# get_min_capability per resolved method (vllm-rules.md §2.2 table; GPTQ effectively 75 because Marlin is verified)
+# The release's own get_min_capability / get_supported_act_dtypes constants come from the generated catalogue
+# (VersionLine.quant_details). These tables cover only what the catalogue cannot read as a constant (methods whose
+# class computes it at run time, online shorthands, the checkpoint mxfp8 alias) and one deliberate override:
+# GPTQ is effectively 75 because vLLM verifies the Marlin kernel (vllm-rules.md §2.2; marlin_utils.py:66-67).
+CAPABILITY_OVERRIDES = {"auto_gptq": 75, "gptq": 75, "gptq_marlin": 75}
 MIN_CAPABILITY = {
     "auto_awq": 75, "auto_gptq": 75, "fp8": 75, "modelopt": 80, "modelopt_fp4": 75, "modelopt_mxfp8": 80,
     "mxfp8_ckpt": 80, "modelopt_mixed": 75, "mxfp4": 80, "gpt_oss_mxfp4": 80, "fbgemm_fp8": 80, "fp_quant": 100,
     "experts_int8": 80, "moe_wna16": 70, "torchao": 75, "quark": 70, "inc": 60, "humming": 75,
-    **{m: 75 for m in ONLINE_SHORTHANDS | {"mxfp8"}},
+    **{m: 75 for m in ONLINE_SHORTHANDS},  # online mxfp8: 80, from the catalogue
 }
 BF16_FP16 = ("bfloat16", "float16")
 ACT_DTYPES = {
@@ -26,7 +30,20 @@ ACT_DTYPES = {
     "quark": BF16_FP16, "inc": BF16_FP16, "humming": BF16_FP16,
     **{m: BF16_FP16 for m in ONLINE_SHORTHANDS | {"mxfp8"}},
 }
-DEPRECATED = {"fbgemm_fp8", "fp_quant"}
+TORCH_NAMES = {"half": "float16", "float": "float32", "float8_e4m3fn": "float8_e4m3fn"}
+
+
+def min_capability(method: str, ctx: LaunchContext) -> int | None:
+    if method in CAPABILITY_OVERRIDES:
+        return CAPABILITY_OVERRIDES[method]
+    return ctx.line.quant_details.get(method, {}).get("min_capability", MIN_CAPABILITY.get(method))
+
+
+def act_dtypes(method: str, ctx: LaunchContext) -> tuple[str, ...] | None:
+    names = ctx.line.quant_details.get(method, {}).get("act_dtypes")
+    if names:
+        return tuple(dict.fromkeys(TORCH_NAMES.get(n, n) for n in names))
+    return ACT_DTYPES.get(method)
 FP8_METHODS = {"fp8", "fbgemm_fp8", "modelopt", "fp8_per_tensor", "fp8_per_block"}
 MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
 
@@ -112,7 +129,7 @@ def quant_gpu_capability(ctx: LaunchContext):
             f"{cc}. (compressed-tensors {scheme} on {ctx.gpu.name})",
             remedy={"min_compute_capability": need}, source=SRC_CAP, field="hardware.gpu",
         )]
-    need = MIN_CAPABILITY.get(method)
+    need = min_capability(method, ctx)
     if need is None or cc >= need:
         return []
     shown = "mxfp8" if method == "mxfp8_ckpt" else method
@@ -132,7 +149,7 @@ def quant_dtype(ctx: LaunchContext):
     vLLM: "{dtype} is not supported for quantization method {q}. Supported dtypes: [...]"
     """
     method = resolved_method(ctx)
-    allowed = ACT_DTYPES.get(method or "")
+    allowed = act_dtypes(method, ctx) if method else None
     if not allowed or ctx.dtype in allowed:
         return []
     shown = "mxfp8" if method == "mxfp8_ckpt" else method
@@ -146,13 +163,14 @@ def quant_dtype(ctx: LaunchContext):
 
 @rule("quant_deprecated", severity="error", source=SRC_DEPRECATED)
 def quant_deprecated(ctx: LaunchContext):
-    """Deprecated methods (fbgemm_fp8, fp_quant) — whether named by ``--quantization`` or read from the
+    """Methods the release marks deprecated (DEPRECATED_QUANTIZATION_METHODS in its catalogue; 0.33: fbgemm_fp8,
+    fp_quant) — whether named by ``--quantization`` or read from the
     checkpoint's config (correction 7: Meta's Llama-3.1-405B-Instruct-FP8) — need ``--allow-deprecated-quantization``.
     """
     if ctx.args.get("allow_deprecated_quantization"):
         return []
     method = ctx.checkpoint_quant or (ctx.tag.method if ctx.tag else ctx.requested_quantization)
-    if method not in DEPRECATED:
+    if method not in ctx.line.deprecated_quant:
         return []
     return [error(
         "quant_deprecated",
