@@ -28,7 +28,7 @@ ACT_DTYPES = {
     "modelopt_mixed": BF16_FP16, "mxfp4": ("bfloat16",), "gpt_oss_mxfp4": ("bfloat16",), "fbgemm_fp8": BF16_FP16,
     "fp_quant": ("bfloat16",), "experts_int8": BF16_FP16, "moe_wna16": BF16_FP16, "torchao": ("float32", *BF16_FP16),
     "quark": BF16_FP16, "inc": BF16_FP16, "humming": BF16_FP16,
-    **{m: BF16_FP16 for m in ONLINE_SHORTHANDS | {"mxfp8"}},
+    **{m: BF16_FP16 for m in ONLINE_SHORTHANDS},  # online mxfp8: bfloat16 only, from the catalogue
 }
 TORCH_NAMES = {"half": "float16", "float": "float32", "float8_e4m3fn": "float8_e4m3fn"}
 
