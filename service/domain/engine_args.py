@@ -183,7 +183,8 @@ def _json(name: str, value: Any) -> Any:
     return value
 
 
-def _scalar(name: str, opt: Option, value: Any) -> Any:
+def scalar(name: str, opt: Option, value: Any) -> Any:
+    """One value (not a list) of the option's kind, as the parser's ``type`` callable reads it."""
     kind = opt.kind
     if kind is Kind.INT:
         out = _number(name, value, integer=True)
@@ -223,8 +224,8 @@ def coerce(name: str, opt: Option, value: Any) -> Any:
             raise DomainError(f"engine_args.{name}", f"{name} needs at least one value", rule="type")
         if len(items) > MAX_LIST:
             raise DomainError(f"engine_args.{name}", f"{name} has more than {MAX_LIST} values", rule="range")
-        return [_scalar(name, opt, v) for v in items]
-    return _scalar(name, opt, value)
+        return [scalar(name, opt, v) for v in items]
+    return scalar(name, opt, value)
 
 
 def resolve_name(key: Any, line: VersionLine) -> str:

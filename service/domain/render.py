@@ -25,7 +25,7 @@ import shlex
 from typing import Any
 
 from .context import LaunchContext
-from .engine_args import coerce
+from .engine_args import scalar
 from .findings import Finding, Severity
 from .rules.quantization import effective_quantization
 from .versions import Kind, Option, VersionLine
@@ -149,7 +149,7 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 def _looks_like_option(arg: str) -> bool:
     # argparse: a string that begins with '-' is an option unless it looks like a negative number (and the parser
     # has no option that looks like one — vLLM's has none)
-    return arg.startswith("-") and not _NEGATIVE_NUMBER.match(arg) and arg != "-"
+    return arg[:1] == "-" and arg != "-" and not _NEGATIVE_NUMBER.match(arg)
 
 
 def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]:
@@ -161,9 +161,11 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
         raise ArgvError("the argv must start with 'vllm serve MODEL'")
     rest = argv[2:]
     for arg in rest:
-        if re.match(r"^--model(=.+|$)", arg):
+        if arg[:1] != "-":
+            continue
+        if arg == "--model" or arg.startswith("--model="):
             raise ArgvError(f"{arg!r}: vLLM moves any '--model' element to the front and loads that model")
-        if re.match(r"^--config(=.+|$)", arg):
+        if arg == "--config" or arg.startswith("--config="):
             raise ArgvError(f"{arg!r}: vLLM reads further arguments from a config file")
         if arg.startswith("-O"):
             raise ArgvError(f"{arg!r}: vLLM rewrites '-O…' to --optimization-level")
@@ -231,8 +233,7 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
 def _read_scalar(dest: str, opt: Option, text: str) -> Any:
     if opt.kind is Kind.JSON:
         return json.loads(text)
-    single = Option(**{**opt.__dict__, "nargs": None, "action": "_StoreAction"})
-    return coerce(dest, single, text)
+    return scalar(dest, opt, text)
 
 
 def roundtrip_findings(ctx: LaunchContext, argv: list[str]) -> list[Finding]:

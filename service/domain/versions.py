@@ -20,7 +20,7 @@ import pathlib
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from .errors import DomainError
@@ -60,21 +60,21 @@ class Option:
     deprecated: bool
     help: str
 
-    @property
+    @cached_property
     def flag(self) -> str:
         """The spelling Preflight renders: the first long positive spelling."""
         positives = [s for s in self.spellings if s not in self.negative]
         longs = [s for s in positives if s.startswith("--")]
         return (longs or positives or ["--" + self.dest.replace("_", "-")])[0]
 
-    @property
+    @cached_property
     def negative_flag(self) -> str | None:
         if not self.negative:
             return None
         plain = [s for s in self.negative if not s.startswith("--no-")]
         return (plain or list(self.negative))[0]
 
-    @property
+    @cached_property
     def is_list(self) -> bool:
         """Takes several values: ``nargs`` '+' / '*' or an int, or an append action (repeated flag)."""
         return self.nargs in ("+", "*") or (isinstance(self.nargs, int) and self.nargs > 1) or self.appends
@@ -134,7 +134,7 @@ class VersionLine:
     removed: dict[str, RemovedFlag] = field(default_factory=dict)
     plugin_only: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def release(self) -> tuple[int, int, int]:
         return parse_version(self.newest) or (0, 0, 0)
 
@@ -248,7 +248,8 @@ def _lines() -> tuple[VersionLine, ...]:
                 plugin_only[method] = (_first_without_quant(loaded, method, last),
                                        QUANT_PLUGINS.get(method, f"vLLM {last} or older (the newest generated line "
                                                                  f"that still has it)"))
-        out.append(VersionLine(**{**line.__dict__, "removed": removed, "plugin_only": plugin_only}))
+        fields = {k: v for k, v in line.__dict__.items() if k in VersionLine.__dataclass_fields__}
+        out.append(VersionLine(**{**fields, "removed": removed, "plugin_only": plugin_only}))
         for dest in line.options:
             seen_flags[dest] = line.newest
         for m in line.quant_methods:
@@ -283,6 +284,7 @@ def all_quant_methods() -> tuple[str, ...]:
     return tuple(dict.fromkeys(m for line in _lines() for m in line.quant_methods))
 
 
+@lru_cache(maxsize=256)
 def resolve_version(version: str | None) -> tuple[str, VersionLine]:
     """Map ``0.33.0`` / ``0.33`` / ``v0.26.0`` / ``0.6.3.dev114+g4f95ffee`` to its line; None means the newest
     supported release. Returns the full version string and the line.

@@ -27,7 +27,9 @@ def argv_roundtrip(ctx: LaunchContext):
     validated; the model reference must be a repository id, an absolute path or an object-store URI."""
     from ..render import render_argv, roundtrip_findings
 
-    return roundtrip_findings(ctx, render_argv(ctx))
+    argv = render_argv(ctx)
+    ctx.notes["argv"] = argv  # the validator signs this same argv (validate.py)
+    return roundtrip_findings(ctx, argv)
 
 
 @rule("flag_unjudged", severity="error", source=SRC_LOAD)
