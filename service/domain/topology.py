@@ -1,0 +1,124 @@
+"""Multi-node topology: which nodes form one vLLM instance, each node's rank and role, and the argv each node runs.
+
+The world size is TP × PP × DP (``data_parallel_size``). If it fits one node's GPUs, every node runs its own
+replica (the same argv). If it spans k nodes (k = ⌈world ÷ GPUs per node⌉), the nodes are taken in the order given
+in groups of k, each group one instance; the world must divide evenly over the k nodes and the node count must be a
+multiple of k (vllm 0.33.0 vllm/engine/arg_utils.py:2399-2420: "`--nnodes` must evenly divide the total world size").
+
+Per-node commands follow vLLM's multiprocessing form (docs/serving/parallelism_scaling.md, data_parallel_deployment):
+every node of a group runs the same ``vllm serve`` with ``--nnodes k --node-rank r --master-addr HEAD --master-port
+P``; workers (rank > 0) add ``--headless``. Releases without ``--nnodes`` (before 0.11) use the data-parallel form
+when only DP spans nodes (``--data-parallel-size-local``, ``--data-parallel-start-rank``, ``--data-parallel-address``,
+``--data-parallel-rpc-port``, ``--headless`` on followers) and are refused otherwise: TP or PP across nodes there
+needs a Ray cluster started outside ``vllm serve``, which Preflight does not render.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import DomainError
+from .render import render_option
+from .versions import VersionLine
+
+DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port default (service/data/vllm/0.33.0.json)
+DEFAULT_DP_RPC_PORT = 29550  # vLLM's data_parallel_rpc_port default
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One node's place in a plan: its group (instance), rank inside it and role."""
+
+    node: str
+    group: int
+    rank: int
+    role: str  # "replica" (its own instance) | "head" | "worker"
+    nnodes: int
+    head: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "rank": self.rank, "role": self.role, "nnodes": self.nnodes, "head": self.head}
+
+
+@dataclass(frozen=True)
+class Topology:
+    form: str  # "replicas" | "nnodes" | "data_parallel"
+    nodes_per_instance: int
+    groups: tuple[tuple[str, ...], ...]
+    placements: dict[str, Placement]
+    local_world: int  # GPUs each node uses
+
+
+def plan_topology(nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: int, line: VersionLine,
+                  backend: str | None = None) -> Topology:
+    """Group ``nodes`` into instances. Raises DomainError (field ``nodes`` or ``engine_args.*``) with the numbers."""
+    world = tp * pp * dp
+    if world <= gpus_per_node:
+        placements = {n: Placement(n, i, 0, "replica", 1, n) for i, n in enumerate(nodes)}
+        return Topology("replicas", 1, tuple((n,) for n in nodes), placements, world)
+    k = -(-world // gpus_per_node)
+    if world % k:
+        raise DomainError(
+            "engine_args.tensor_parallel_size",
+            f"World size {world} (TP {tp} × PP {pp} × DP {dp}) does not divide evenly over the {k} nodes of "
+            f"{gpus_per_node} GPUs it needs: vLLM requires `--nnodes {k}` to evenly divide the total world size.",
+            rule="nnodes")
+    if len(nodes) % k:
+        raise DomainError(
+            "nodes",
+            f"World size {world} (TP {tp} × PP {pp} × DP {dp}) spans {k} nodes of {gpus_per_node} GPUs, so the nodes "
+            f"form instances of {k}; {len(nodes)} node(s) is not a multiple of {k} (give {k * max(1, len(nodes) // k)} "
+            f"or {k * (len(nodes) // k + 1)} nodes).",
+            rule="nnodes")
+    if backend == "ray":
+        raise DomainError(
+            "engine_args.distributed_executor_backend",
+            "A multi-node plan with --distributed-executor-backend ray needs a Ray cluster started outside vllm serve "
+            "(ray start on every node), which Preflight does not render or supervise. Leave the backend unset (or mp): "
+            "Preflight renders vLLM's multiprocessing form (--nnodes/--node-rank/--master-addr, --headless workers).",
+            rule="nnodes")
+    if "nnodes" in line.options:
+        form = "nnodes"
+    elif tp * pp <= gpus_per_node and dp > 1 and "data_parallel_start_rank" in line.options:
+        form = "data_parallel"
+    else:
+        raise DomainError(
+            "vllm_version",
+            f"vLLM {line.newest} has no --nnodes: TP × PP = {tp * pp} across nodes needs a Ray cluster, which Preflight "
+            f"does not render. Use vLLM 0.11 or newer for the multiprocessing multi-node form.",
+            rule="nnodes")
+    groups = tuple(tuple(nodes[i:i + k]) for i in range(0, len(nodes), k))
+    placements = {}
+    for g, members in enumerate(groups):
+        for r, n in enumerate(members):
+            placements[n] = Placement(n, g, r, "head" if r == 0 else "worker", k, members[0])
+    return Topology(form, k, groups, placements, world // k)
+
+
+def node_arguments(topo: Topology, placement: Placement, line: VersionLine, *, head_address: str,
+                   tp: int, pp: int, dp: int, master_port: int = DEFAULT_MASTER_PORT,
+                   rpc_port: int = DEFAULT_DP_RPC_PORT) -> dict[str, Any]:
+    """The per-node engine arguments (by dest) a node adds to the group's argv."""
+    if placement.role == "replica":
+        return {}
+    if topo.form == "nnodes":
+        out: dict[str, Any] = {"nnodes": placement.nnodes, "node_rank": placement.rank, "master_addr": head_address,
+                               "master_port": master_port}
+    else:  # data-parallel form: DP ranks spread over nodes, each node dp_local ranks
+        dp_local = topo.local_world // (tp * pp)
+        out = {"data_parallel_size_local": dp_local, "data_parallel_start_rank": placement.rank * dp_local,
+               "data_parallel_address": head_address, "data_parallel_rpc_port": rpc_port}
+    if placement.rank > 0:
+        out["headless"] = True
+    return {k: v for k, v in out.items() if k in line.options}
+
+
+def node_argv(group_argv: list[str], extra: dict[str, Any], line: VersionLine) -> list[str]:
+    """The group's argv with this node's arguments appended (in a fixed order)."""
+    argv = list(group_argv)
+    for name in ("nnodes", "node_rank", "master_addr", "master_port", "data_parallel_size_local",
+                 "data_parallel_start_rank", "data_parallel_address", "data_parallel_rpc_port", "headless"):
+        if name in extra:
+            argv += render_option(line.options[name], extra[name])
+    return argv
