@@ -37,6 +37,8 @@ def valid_value(opt):
     """A value of the option's kind that vLLM's parser accepts."""
     if opt.choices:
         return opt.choices[0] if not opt.is_list else [opt.choices[0]]
+    if opt.action == "LoRAParserAction":
+        return ["adapter=/loras/adapter"]
     value = {
         Kind.BOOL: True, Kind.FLAG: True, Kind.BOOL_VALUE: True, Kind.INT: 2, Kind.FLOAT: 0.5, Kind.STR: "x",
         Kind.JSON: {}, Kind.JSON_OR_STR: {}, Kind.SIZE: "4k", Kind.SIZE_OR_AUTO: "4k",

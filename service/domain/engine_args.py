@@ -214,8 +214,37 @@ def scalar(name: str, opt: Option, value: Any) -> Any:
     return out
 
 
+def _lora_module(name: str, item: Any) -> str:
+    """One --lora-modules item as vLLM's LoRAParserAction reads it: ``name=path`` (with no comma) or a JSON object
+    with ``name`` and ``path`` (and optionally ``base_model_name``) (vllm 0.33.0
+    vllm/entrypoints/common/cli_args.py:38-69: anything else is "Invalid JSON format for --lora-modules")."""
+    fld = f"engine_args.{name}"
+    if isinstance(item, dict):
+        allowed = {"name", "path", "base_model_name", "is_3d_lora_weight"}
+        if not {"name", "path"} <= set(item) or set(item) - allowed or not all(
+                isinstance(item[k], str) for k in ("name", "path")):
+            raise DomainError(fld, f"a {name} object needs string 'name' and 'path' (and optionally "
+                                   f"'base_model_name'), got {item!r}", rule="type")
+        return json.dumps(item, separators=(",", ":"), sort_keys=True)
+    text = _text(name, item)
+    if "=" in text and "," not in text:
+        lora, _, path = text.partition("=")
+        if lora and path:
+            return text
+    elif text.lstrip().startswith("{"):
+        _lora_module(name, _json(name, text))
+        return text
+    raise DomainError(fld, f"{name} items are 'name=path' or a JSON object with name and path; vLLM refuses "
+                           f"{text!r} ('Invalid JSON format for --lora-modules')", rule="type")
+
+
 def coerce(name: str, opt: Option, value: Any) -> Any:
     """One value as vLLM's parser would hold it after reading the rendered argv."""
+    if opt.action == "LoRAParserAction":
+        items = value if isinstance(value, list) else [value]
+        if len(items) > MAX_LIST:
+            raise DomainError(f"engine_args.{name}", f"{name} has more than {MAX_LIST} values", rule="range")
+        return [_lora_module(name, v) for v in items]
     if opt.is_list:
         items = value if isinstance(value, list) else [value]
         if opt.kind is Kind.JSON and isinstance(value, list) and not opt.appends and opt.nargs is None:

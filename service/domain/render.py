@@ -25,7 +25,7 @@ import shlex
 from typing import Any
 
 from .context import LaunchContext
-from .engine_args import scalar
+from .engine_args import coerce, scalar
 from .findings import Finding, Severity
 from .rules.quantization import effective_quantization
 from .versions import Kind, Option, VersionLine
@@ -221,7 +221,9 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
                 taken.append(rest[i + 1])
                 i += 2
         try:
-            if opt.is_list:
+            if opt.action == "LoRAParserAction":
+                values[dest] = coerce(dest, opt, taken)
+            elif opt.is_list:
                 values[dest] = [_read_scalar(dest, opt, t) for t in taken]
             else:
                 values[dest] = _read_scalar(dest, opt, taken[0])

@@ -64,8 +64,11 @@ class Option:
     def flag(self) -> str:
         """The spelling Preflight renders: the first long positive spelling."""
         positives = [s for s in self.spellings if s not in self.negative]
+        own = "--" + self.dest.replace("_", "-")
+        if own in positives:  # --gpu-memory-utilization, not its alias --device-memory-utilization
+            return own
         longs = [s for s in positives if s.startswith("--")]
-        return (longs or positives or ["--" + self.dest.replace("_", "-")])[0]
+        return (longs or positives or [own])[0]
 
     @cached_property
     def negative_flag(self) -> str | None:

@@ -1,0 +1,67 @@
+"""Every signed argv the catalogue tests produce, parsed by vLLM 0.33's own parser (scripts/check_argv_with_vllm.py):
+runs where a vLLM release is available — set PREFLIGHT_VLLM_PYTHON (an interpreter with vLLM's dependencies, e.g.
+/tmp/preflight-vllm-gen/env/bin/python after scripts/gen_vllm_catalogue.py) and PREFLIGHT_VLLM_PYTHONPATH (the
+unpacked release, e.g. /tmp/preflight-vllm-gen/releases/0.33.0); skipped otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+from service.domain.request import LaunchRequest
+from service.domain.render import validated_arguments
+from service.domain.topology import node_argv, node_arguments, plan_topology
+from service.domain.validate import validate
+from tests.support import request
+from tests.test_recipes import RECIPES
+from tests.test_vllm_catalogue import JUDGED_ELSEWHERE, LINE, OPTIONS, valid_value
+
+PYTHON = os.environ.get("PREFLIGHT_VLLM_PYTHON")
+RELEASE = os.environ.get("PREFLIGHT_VLLM_PYTHONPATH")
+SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "check_argv_with_vllm.py"
+
+
+def cases():
+    out = []
+
+    def add(req):
+        r = validate(LaunchRequest.model_validate(req), alternatives=False)
+        assert not [f for f in r.errors if f.rule in ("argv_roundtrip", "model_reference", "flag_unsupported")]
+        out.append((r, validated_arguments(r.context)))
+
+    for name in OPTIONS:
+        if name not in JUDGED_ELSEWHERE:
+            req = request("meta-llama__Meta-Llama-3.1-8B", count=1)
+            req["engine_args"] = {name: valid_value(LINE.options[name])}
+            req["model"]["uri"] = "meta-llama/Llama-3.1-8B"
+            add(req)
+    for _, model, hw, nodes, args in RECIPES:
+        req = request(model, gpu=hw[0], count=hw[1], nodes=nodes, environment="benchmark")
+        req["engine_args"], req["model"]["uri"] = args, "org/" + model.split("__", 1)[1]
+        add(req)
+    lines = [{"argv": r.argv, "expected": exp, "model": r.argv[2]} for r, exp in out]
+    r, exp = out[-1]
+    topo = plan_topology(["a", "b"], 1, 2, 1, 1, LINE)  # a two-node instance of the last recipe's command
+    for n in ("a", "b"):
+        extra = node_arguments(topo, topo.placements[n], LINE, head_address="10.1.2.3", tp=2, pp=1, dp=1)
+        lines.append({"argv": node_argv(r.argv, extra, LINE), "expected": {**exp, **extra}, "model": r.argv[2]})
+    return lines
+
+
+@pytest.mark.skipif(not (PYTHON and RELEASE), reason="no vLLM release configured (PREFLIGHT_VLLM_PYTHON / "
+                                                     "PREFLIGHT_VLLM_PYTHONPATH)")
+def test_vllms_own_parser_reads_every_signed_argv_as_validated(tmp_path):  # pragma: no cover - needs vLLM
+    path = tmp_path / "argvs.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in cases()))
+    res = subprocess.run([PYTHON, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": RELEASE})
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert res.stdout.strip().endswith("0 mismatches")
+
+
+def test_the_cases_are_built_without_vllm():
+    assert len(cases()) > 300
