@@ -37,14 +37,16 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, check=True, **kw)
 
 
-def ensure_env(work: pathlib.Path, torch_spec: str) -> pathlib.Path:
-    env = work / "env"
+def ensure_env(work: pathlib.Path, torch_spec: str, transformers_spec: str | None = None) -> pathlib.Path:
+    env = work / ("env" if not transformers_spec else "env-" + hashlib.sha256(transformers_spec.encode()).hexdigest()[:8])
     py = env / "bin" / "python"
     marker = env / ".ready"
     if not marker.exists():
         run([sys.executable, "-m", "venv", str(env)])
-        run([str(py), "-m", "pip", "install", "--quiet", torch_spec, *SUPPORT])
-        marker.write_text(torch_spec)
+        support = [p for p in SUPPORT if not (transformers_spec and p == "transformers")]
+        run([str(py), "-m", "pip", "install", "--quiet", torch_spec, *support,
+             *([transformers_spec] if transformers_spec else [])])
+        marker.write_text(f"{torch_spec} {transformers_spec or ''}")
     return py
 
 
@@ -68,7 +70,7 @@ def sha256(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
-def generate(version: str, py: pathlib.Path, work: pathlib.Path) -> dict:
+def generate(version: str, py: pathlib.Path, work: pathlib.Path, transformers_spec: str | None = None) -> dict:
     wheel = wheel_for(version, work)
     target = work / "releases" / version
     if not (target / "vllm").exists():
@@ -80,6 +82,8 @@ def generate(version: str, py: pathlib.Path, work: pathlib.Path) -> dict:
         raise SystemExit(f"asked for {version}, the wheel says {data['vllm_version']}")
     data["source"] = {"wheel": wheel.name, "sha256": sha256(wheel),
                       "generator": "scripts/gen_vllm_catalogue.py + scripts/vllm_catalogue_inside.py"}
+    if transformers_spec:
+        data["source"]["transformers_requirement"] = transformers_spec
     return data
 
 
@@ -88,17 +92,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("versions", nargs="*", help="vLLM releases (default: those in service/data/vllm)")
     ap.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/preflight-vllm-gen"))
     ap.add_argument("--torch", default="torch==2.13.0", help="torch requirement for the environment (CPU build)")
+    ap.add_argument("--transformers", default=None,
+                    help="a Transformers requirement for releases that do not build with the newest one "
+                         "(0.8/0.9: 'transformers<4.54')")
     ap.add_argument("--out", type=pathlib.Path, default=DATA)
     ap.add_argument("--check", action="store_true", help="compare with the checked-in files instead of writing")
     args = ap.parse_args(argv)
     versions = args.versions or sorted(p.stem for p in args.out.glob("*.json"))
     args.work.mkdir(parents=True, exist_ok=True)
-    py = ensure_env(args.work, args.torch)
     status = 0
     for version in versions:
         t0 = time.monotonic()
+        spec = args.transformers
+        existing = args.out / f"{version}.json"
+        if spec is None and existing.exists():  # regenerate a line in the environment it was made in
+            spec = json.loads(existing.read_text()).get("source", {}).get("transformers_requirement")
+        py = ensure_env(args.work, args.torch, spec)
         try:
-            data = generate(version, py, args.work)
+            data = generate(version, py, args.work, spec)
         except subprocess.CalledProcessError as e:
             tail = (e.stderr or "").strip().splitlines()[-3:] if isinstance(e.stderr, str) else []
             print(f"{version}: FAILED ({' | '.join(tail)})", file=sys.stderr)
@@ -115,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text)
             print(f"{version}: {len(data['options'])} options, {len(data['registry']['architectures'])} "
                   f"architectures, {len(data['quantization']['methods'])} quantization methods -> "
-                  f"{path.relative_to(ROOT)} ({time.monotonic() - t0:.1f} s)")
+                  f"{path} ({time.monotonic() - t0:.1f} s)")
     return status
 
 
