@@ -187,3 +187,49 @@ def test_manifest_by_hugging_face_name(client):
 def test_malformed_json_names_the_body(client):
     r = client.post("/v1/nodes", content=b'{"name": "x1", "gpu": ', headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body"
+
+
+# Issue 14, "nonsense accepted": each was stored or judged instead of refused
+@pytest.mark.parametrize("gpu_count", ["8", True, 8.0])
+def test_gpu_count_must_be_a_json_integer(client, gpu_count):
+    assert_problem(client.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": gpu_count}),
+                   422, "gpu_count")
+    client.post("/v1/nodes", json={"name": "n2", "gpu": "h100-sxm-80gb", "gpu_count": 8})
+    assert_problem(client.patch("/v1/nodes/n2", json={"gpu_count": gpu_count}), 422, "gpu_count")
+    body = {"model": {"config": model_config(LLAMA)}, "hardware": {"gpu": "h100-sxm-80gb", "count": gpu_count}}
+    assert_problem(client.post("/v1/validate", json=body), 422, "count")
+
+
+def test_empty_quantization_txt_is_refused_not_ignored(client):
+    body = {"name": "m", "version": "1", "uri": "s3://w", "config": model_config(LLAMA), "quantization_txt": ""}
+    assert_problem(client.post("/v1/manifests", json=body), 422, "quantization_txt")
+    req = {"model": {"config": model_config(LLAMA), "quantization_txt": ""}, "hardware": {"gpu": "h100-sxm-80gb"}}
+    assert_problem(client.post("/v1/validate", json=req), 422, "quantization_txt")
+
+
+@pytest.mark.parametrize("change,key", [({"num_key_value_heads": 128}, "num_key_value_heads"),
+                                        ({"max_position_embeddings": -5}, "max_position_embeddings")])
+def test_impossible_config_values_are_refused(client, change, key):
+    body = {"name": "m", "version": "1", "uri": "s3://w", "config": {**model_config(LLAMA), **change}}
+    assert_problem(client.post("/v1/manifests", json=body), 422, key)
+    req = {"model": {"config": body["config"]}, "hardware": {"gpu": "h100-sxm-80gb"}}
+    assert_problem(client.post("/v1/validate", json=req), 422, key)
+
+
+def test_report_on_a_superseded_plan_is_409_and_writes_nothing(client):
+    _fleet(client)
+    token = client.post("/v1/nodes/n1/token").json()["agent_token"]
+    agent = {"Authorization": f"Bearer {token}"}
+    first = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"],
+                                           "engine_args": {"max_model_len": 8192}}).json()
+    second = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"],
+                                            "engine_args": {"max_model_len": 4096}}).json()
+    before = audit_events(client)
+    r = client.post("/v1/nodes/n1/reports", headers=agent, json={"plan_id": first["id"], "status": "running"})
+    assert_problem(r, 409, "plan_id")
+    assert audit_events(client) == before
+    assert client.post("/v1/nodes/n1/reports", headers=agent,
+                       json={"plan_id": second["id"], "status": "running"}).status_code == 201
+    client.post(f"/v1/plans/{second['id']}/revoke")
+    assert_problem(client.post("/v1/nodes/n1/reports", headers=agent,
+                               json={"plan_id": second["id"], "status": "running"}), 409, "plan_id")

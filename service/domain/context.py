@@ -127,7 +127,7 @@ def build_context(req: LaunchRequest) -> LaunchContext:
         raise DomainError("model.config", "model.config is required (the CLI reads it from model.path)")
     facts = read_model_facts(req.model.config, req.model.hf_quant_config)
     gpu = resolve(req.hardware.gpu if isinstance(req.hardware.gpu, str) else req.hardware.gpu.model_dump())
-    tag = parse_quantization_txt(req.model.quantization_txt, line.quant_methods) if req.model.quantization_txt else None
+    tag = parse_quantization_txt(req.model.quantization_txt, line.quant_methods) if req.model.quantization_txt is not None else None
     args = parse_engine_args(req.engine_args, line)
     ctx = LaunchContext(
         request=req,
