@@ -35,14 +35,18 @@ def _settings():
 
 def bootstrap_admin_token(settings, db) -> tuple[str | None, bool]:
     """The admin token to print: PREFLIGHT_ADMIN_TOKEN, or one generated on first start (kept in the data dir,
-    mode 0600, and stored hashed in the database). Returns (token, generated_now)."""
+    mode 0600, and stored hashed in the database). Returns (token, generated_now); the token is None when the one
+    kept in the data dir has been revoked (a dead token is never printed)."""
     from .services import tokens
 
     if settings.admin_token:
         return None, False
     path = settings.data_dir / "admin-token"
     if path.exists():
-        return path.read_text().strip(), False
+        kept = path.read_text().strip()
+        with db.transaction() as s:
+            live = tokens.is_live(s, kept)
+        return (kept if live else None), False
     with db.transaction() as s:
         secret, _ = tokens.create(s, role="admin", label="bootstrap admin token")
         from . import audit
@@ -94,8 +98,11 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     typer.echo(f"database: {s.resolved_database_url.split('@')[-1]}; signing key: {keys.active_kid}")
     if token:
         typer.echo(f"admin token{' (new)' if generated else ''}: {token}")
-    else:
+    elif s.admin_token:
         typer.echo("admin token: the value of PREFLIGHT_ADMIN_TOKEN")
+    else:
+        typer.echo(f"admin token: the one in {s.data_dir / 'admin-token'} has been revoked (not printed); use another "
+                   "admin token, or set PREFLIGHT_ADMIN_TOKEN")
     uvicorn.run("service.api.main:app", host=host, port=port, workers=workers, log_level="warning",
                 access_log=False)  # access lines come from the app, as JSON with a request id
 

@@ -572,7 +572,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"])
     def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
-        row = token_service.revoke(session, token_id)
+        # the env admin token (PREFLIGHT_ADMIN_TOKEN) keeps the service administrable; without it, the last active
+        # admin token in the database cannot be revoked (409)
+        row = token_service.revoke(session, token_id, keep_an_admin=not settings.admin_token)
         after_commit(session, principal_cache.clear)
         audit.append(session, actor=p.name, kind="token.revoked", subject=f"token:{row.id}", node=row.node_name,
                      payload={"id": row.id, "role": row.role})
