@@ -77,27 +77,36 @@ class BodyLimit:
                                           "title": "Payload too large", "status": 413,
                                           "detail": f"request body exceeds {self.limit} bytes"})
 
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await too_big()(scope, receive, send)
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.limit:
+                return await too_big()(scope, receive, send)
+            return await self.app(scope, receive, send)  # the server holds the client to its Content-Length
+        # no Content-Length (chunked): read the body here, at most ``limit`` bytes, and hand the app a replay — an
+        # error raised while the app reads it would be turned into a 400 by the body parser
+        chunks: list[bytes] = []
         seen = 0
-
-        async def counted():
-            nonlocal seen
+        while True:
             msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge()
-            return msg
+            if msg["type"] != "http.request":
+                return  # the client went away
+            chunk = msg.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                return await too_big()(scope, receive, send)
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
 
-        try:
-            return await self.app(scope, counted, send)
-        except _TooLarge:
-            return await too_big()(scope, receive, send)
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
 
-
-class _TooLarge(Exception):
-    pass
+        return await self.app(scope, replay, send)
 
 
 class CachedPlanFetch:
@@ -180,23 +189,32 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             body["errors"] = [{"field": "body", "rule": "unparseable", "message": str(exc.detail)}]
         return problem_response(exc.status_code, body, headers=getattr(exc, "headers", None))
 
+    def request_id(request: Request) -> str | None:
+        return request.scope.get("state", {}).get("request_id")
+
     @app.exception_handler(DataError)
-    async def _data_error(_: Request, exc: Exception):
+    async def _data_error(request: Request, exc: Exception):
+        # the database's own text stays in the log (with the request id), never in the response
+        log.warning("value refused by the database: %s", str(getattr(exc, "orig", exc))[:300],
+                    extra={"request_id": request_id(request), "path": request.url.path})
         return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
                                       "status": 422, "detail": "a value cannot be stored (out of range or not "
                                       "representable)", "errors": [{"field": "body", "rule": "unstorable",
-                                                                    "message": str(exc.orig)[:300]}]})
+                                                                    "message": "a value cannot be stored"}]})
 
     @app.exception_handler(IntegrityError)
-    async def _conflict(_: Request, exc: Exception):
+    async def _conflict(request: Request, exc: Exception):
+        log.warning("integrity conflict: %s", str(getattr(exc, "orig", exc))[:300],
+                    extra={"request_id": request_id(request), "path": request.url.path})
         return problem_response(409, {"type": "https://preflight.dev/problems/conflict", "title": "Conflict",
                                       "status": 409, "detail": "the change conflicts with one made at the same time; "
                                       "read the current state and retry"})
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
-    async def _db_down(_: Request, exc: Exception):
-        log.error("database error: %s", exc.__class__.__name__)
+    async def _db_down(request: Request, exc: Exception):
+        log.error("database error: %s", exc.__class__.__name__,
+                  extra={"request_id": request_id(request), "path": request.url.path})
         return problem_response(503, {"type": "https://preflight.dev/problems/unavailable",
                                       "title": "Service unavailable", "status": 503,
                                       "detail": "the database is unreachable; retry later"},
@@ -204,8 +222,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        log.exception("unhandled error", extra={"request_id": request.scope.get("state", {}).get("request_id"),
-                                                 "path": request.url.path})
+        log.exception("unhandled error", extra={"request_id": request_id(request), "path": request.url.path})
         return problem_response(500, {"type": "https://preflight.dev/problems/internal", "title": "Internal error",
                                       "status": 500, "detail": "an unexpected error; it has been logged"})
 
@@ -402,7 +419,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/nodes/{name}/history", operation_id="nodeHistory", tags=["audit"])
     def node_history(name: NodeName, session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
-                     before_seq: Annotated[int | None, Query(ge=1)] = None):
+                     before_seq: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None):
         """Plans assigned to the node, newest first: who approved them, what ran, when it was fetched, started,
         running or failed."""
         return history.node_history(session, name, limit=limit, before_seq=before_seq)
@@ -419,7 +436,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                           idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
         data = body.model_dump(mode="json")
         status, out, replayed = idempotency.run(
-            db, route="POST /v1/manifests", key=idempotency_key, body=data, status_code=201,
+            db, route="POST /v1/manifests", principal=p.name, key=idempotency_key, body=data, status_code=201,
             action=lambda s: manifest_service.manifest_dict(manifest_service.register(s, actor=p.name, body=data)))
         return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
@@ -450,7 +467,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                     idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
         data = body.model_dump(mode="json")
         status, out, replayed = idempotency.run(
-            db, route="POST /v1/plans", key=idempotency_key, body=data, status_code=201,
+            db, route="POST /v1/plans", principal=p.name, key=idempotency_key, body=data, status_code=201,
             action=lambda s: plan_service.create(s, actor=p.name, settings=settings, keys=keys, body=data))
         plan_cache.clear()
         return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
@@ -458,7 +475,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
     def get_plan(plan_id: str, session: SessionDep, p: Reader):
         plan, assignments = plan_service.get(session, plan_id)
-        return plan_service.plan_dict(plan, assignments)
+        # env values may be secrets: only admins and deployers see them (and the signed JWS, which carries them)
+        return plan_service.plan_dict(plan, assignments, secrets=p.role in ("admin", "deployer"))
 
     @app.get("/v1/plans/{plan_id}/placements", operation_id="planPlacements", tags=["audit"])
     def plan_placements(plan_id: str, session: SessionDep, p: Reader):

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from .. import audit, metrics
 from ..db.models import Assignment, Manifest, Node, Plan, Report, iso, utcnow
+from ..domain.render import shell_command
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import ApiError, Conflict, Invalid, LaunchRejected, NotFound
@@ -65,16 +66,24 @@ def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) 
                     for e in exc.errors()]) from None
 
 
-def plan_dict(plan: Plan, assignments: list[Assignment] | None = None) -> dict[str, Any]:
+REDACTED = "<redacted>"
+
+
+def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secrets: bool = True) -> dict[str, Any]:
+    """A plan as the API shows it. Without ``secrets`` (an auditor) env values are redacted (names kept) and the
+    signed JWS, which carries them, is left out."""
+    env = plan.env if secrets else {k: REDACTED for k in plan.env or {}}
+    command = plan.command if secrets or not plan.env else shell_command(plan.argv, env)
     out = {"id": plan.id, "status": plan.status, "verdict": plan.verdict, "findings": plan.findings,
-           "argv": plan.argv, "command": plan.command, "env": plan.env, "budget": plan.budget,
+           "argv": plan.argv, "command": command, "env": env, "budget": plan.budget,
            "vllm_version": plan.vllm_version, "manifest_id": plan.manifest_id, "created_by": plan.created_by,
            "created_at": iso(plan.created_at)}
     if assignments is not None:
-        out["assignments"] = [{"node": a.node_name, "seq": a.seq, "status": a.status, "signed": a.signed,
-                               "last_report": a.last_report} for a in assignments]
+        out["assignments"] = [{"node": a.node_name, "seq": a.seq, "status": a.status,
+                               "signed": a.signed if secrets else None, "last_report": a.last_report}
+                              for a in assignments]
         if assignments:
-            out["signed"] = assignments[0].signed
+            out["signed"] = assignments[0].signed if secrets else None
     return out
 
 
