@@ -79,6 +79,9 @@ ROUTES = [
     ("exportAudit", "GET", "/v1/audit/export", None, {"admin", "auditor"}, 200),
     ("createAuditCheckpoint", "POST", "/v1/audit/checkpoints", None, {"admin", "auditor"}, 201),
     ("verifyAudit", "GET", "/v1/audit/verify", None, {"admin", "auditor"}, 200),
+    ("latestAuditCheckpoint", "GET",  # (verify first: it waits for the sealer, which makes the first checkpoint)
+     lambda c, w: c.get("/v1/audit/verify") and "/v1/audit/checkpoints/latest", None,
+     {"admin", "deployer", "auditor", "agent_own", "agent_other"}, 200),
     ("createToken", "POST", "/v1/tokens", lambda c, w: {"role": "auditor"}, {"admin"}, 201),
     ("listTokens", "GET", "/v1/tokens", None, {"admin"}, 200),
     ("revokeToken", "POST", lambda c, w: f"/v1/tokens/{scratch_token(c)}/revoke", None, {"admin"}, 200),

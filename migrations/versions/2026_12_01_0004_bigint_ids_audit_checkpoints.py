@@ -5,6 +5,7 @@
   SQLite's INTEGER PRIMARY KEY is already a 64-bit rowid and stays as it is;
 - audit_events.actor 128 → 256 ("agent:" + a 128-character node name) and subject 256 → 512
   ("manifest:" + name (≤ 256) + "@" + version (≤ 128)), so every name the API accepts is stored on both databases;
+- audit_events.mac: the per-event MAC the service writes (a row without a valid one is never sealed);
 - audit_checkpoints: the signed checkpoints the sealer makes (service/audit.py).
 
 Revision ID: 0004
@@ -40,6 +41,8 @@ def upgrade() -> None:
         with op.batch_alter_table("audit_events") as batch:
             batch.alter_column("actor", type_=sa.String(256), existing_type=sa.String(128), existing_nullable=False)
             batch.alter_column("subject", type_=sa.String(512), existing_type=sa.String(256), existing_nullable=False)
+    with op.batch_alter_table("audit_events") as batch:
+        batch.add_column(sa.Column("mac", sa.String(96), nullable=True))
     op.create_table(
         "audit_checkpoints",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
@@ -57,6 +60,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("audit_checkpoints")
+    with op.batch_alter_table("audit_events") as batch:
+        batch.drop_column("mac")
     pg = op.get_bind().dialect.name == "postgresql"
     if pg:
         op.alter_column("audit_events", "subject", type_=sa.String(256), existing_type=sa.String(512),

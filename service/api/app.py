@@ -144,6 +144,11 @@ class CachedPlanFetch:
 def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None) -> FastAPI:
     db = db or Database(settings.resolved_database_url)
     keys = keys or KeyStore(settings.key_dir, create=settings.env != "production")
+    if db.audit_keys is None:  # every audit event this process writes carries a MAC the sealer checks
+        db.audit_keys = audit.AuditKeys(keys)
+    db.sealer.checkpointer = audit.Checkpointer(
+        keys, settings.issuer, settings.checkpoint_file, every_events=settings.audit_checkpoint_events,
+        every_seconds=settings.audit_checkpoint_seconds)
     writes = AgentWrites(db)  # the agents' fetches and reports, group-committed (services/agent_writes.py)
     watcher = EpochWatcher(db)  # keeps the agents' caches coherent across processes (services/epochs.py)
     @contextlib.asynccontextmanager
@@ -540,32 +545,62 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                      node: str | None = None, plan: str | None = None, model: str | None = None,
                      kind: str | None = None, since: TimeQuery = None, until: TimeQuery = None):
         """The filtered audit log as JSON Lines or CSV, streamed in chain order."""
-        db.sealer.seal_now()
+        db.sealer.flush()
         q = audit_query(node, plan, model, kind, since, until)
         media = "application/x-ndjson" if format == "jsonl" else "text/csv"
         return StreamingResponse(audit_export.stream(db, q, format), media_type=media)
 
     @app.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"])
     def verify_audit(p: Auditor):
-        """Seal what is pending, then recompute the whole chain: ``{"ok", "events", "head"}`` or the first broken
-        event."""
-        db.sealer.seal_now()
+        """Recompute the whole chain, read-only (verify never seals): every link, hash and MAC, rows not in the chain
+        (``pending``; ``forged`` for rows the service did not write), and the chain against the newest signed
+        checkpoint (stored, and the data-dir copy): ``{"ok", "events", "head", "pending", "checkpoint"}``, or
+        ``ok`` false with ``first_broken``, ``forged`` or ``checkpoint.reason`` (a cut tail, an emptied table,
+        swapped ids). Waits up to 2 s for this process's sealer to chain what was just written."""
+        db.sealer.flush()
         with db.transaction() as session:
-            out = audit.verify_chain(session)
+            found, problems = audit.known_checkpoints(session, keys.jwks(), [settings.checkpoint_file])
+            out = audit.verify_chain(session, checkpoints=found)
+        if problems:
+            out["warnings"] = problems
         out.pop("last_seq", None)
         return out
 
+    def checkpoint_body(row) -> dict:
+        from ..agent.verify import VerificationError, verify_jws
+
+        try:
+            claims, _ = verify_jws(row.signed, keys.jwks(), typ=audit.CHECKPOINT_TYPE)
+        except VerificationError:  # signed with a key retired since: still served, the caller judges it
+            claims = None
+        return {"checkpoint": row.signed, "claims": claims}
+
     @app.post("/v1/audit/checkpoints", status_code=201, operation_id="createAuditCheckpoint", tags=["audit"])
     def create_checkpoint(p: Auditor):
-        """The chain head signed with the service key (compact JWS, typ audit-checkpoint): keep it, and later
-        check any copy of the database against it (``preflight audit check-checkpoint``)."""
-        db.sealer.seal_now()
+        """A signed checkpoint of the chain now (compact JWS, typ audit-checkpoint: its length, head hash and id
+        digest), stored and written to the data dir like the automatic ones: keep it, and later check any copy of
+        the database against it (``preflight audit verify --checkpoint FILE``)."""
+        db.sealer.flush()
         try:
             with db.transaction() as session:
-                claims = audit.checkpoint_claims(session, settings.issuer)
+                audit._lock(session, wait=True)
+                row = db.sealer.checkpointer.make(session) or db.sealer.checkpointer.newest_row(session)
+                if row is None:
+                    raise Conflict("the audit chain is empty: nothing to checkpoint")
+                body = checkpoint_body(row)
         except ValueError as exc:
             raise Conflict(str(exc)) from None
-        return {"checkpoint": keys.sign(claims, typ=audit.CHECKPOINT_TYPE), "claims": claims}
+        db.sealer.checkpointer.publish(row)
+        return body
+
+    @app.get("/v1/audit/checkpoints/latest", operation_id="latestAuditCheckpoint", tags=["audit"])
+    def latest_checkpoint(p: PrincipalDep, session: SessionDep):
+        """The newest signed checkpoint (any token: agents and auditors keep copies, so that a later cut of the
+        chain shows against them)."""
+        row = db.sealer.checkpointer.newest_row(session)
+        if row is None:
+            raise NotFound("no audit checkpoint yet", field="checkpoint")
+        return checkpoint_body(row)
 
     @app.get("/v1/calibration", operation_id="calibration", tags=["audit"])
     def calibration_summary(session: SessionDep, p: Reader, model: str | None = None, gpu: str | None = None,

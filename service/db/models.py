@@ -165,6 +165,9 @@ class AuditEvent(Base):
     model: Mapped[str | None] = mapped_column(String(256), nullable=True)  # manifest name, for "which config ran where"
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     payload_digest: Mapped[str] = mapped_column(String(64))
+    # "<kid>.<hex HMAC-SHA256>" over the event's fields with a secret bound to the signing keys: set when the
+    # service writes the event, so a row inserted by anyone else is never sealed and is reported by verify
+    mac: Mapped[str | None] = mapped_column(String(96), nullable=True)
     chain_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True, unique=True)
     prev_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     hash: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True)
