@@ -91,21 +91,34 @@ class AuditKeys:
     def __init__(self, keystore):
         self.keystore = keystore
 
-    def mac(self, fields: bytes) -> str:
+    def signer(self):
+        """``fields -> mac`` with the active key (the key directory is looked at once per call of ``signer``)."""
+        secrets = self.keystore.derived_secrets(self.LABEL)
         kid = self.keystore.active_kid
-        secret = self.keystore.derived_secrets(self.LABEL)[kid]
-        return f"{kid}.{hmac.new(secret, fields, hashlib.sha256).hexdigest()}"
+        secret = secrets[kid]
+        return lambda fields: f"{kid}.{hmac.new(secret, fields, hashlib.sha256).hexdigest()}"
 
-    def valid(self, mac: str | None, fields: bytes) -> bool:
-        if not mac or "." not in mac:
-            return False
-        kid, _, digest = mac.rpartition(".")
-        secret = self.keystore.derived_secrets(self.LABEL).get(kid)
-        return secret is not None and hmac.compare_digest(digest, hmac.new(secret, fields, hashlib.sha256).hexdigest())
+    def mac(self, fields: bytes) -> str:
+        return self.signer()(fields)
+
+    def checker(self):
+        """``event -> bool``: does the event carry a valid MAC (any key of the directory)."""
+        secrets = self.keystore.derived_secrets(self.LABEL)
+
+        def check(ev: AuditEvent) -> bool:
+            mac = ev.mac
+            if not mac or "." not in mac:
+                return False
+            kid, _, digest = mac.rpartition(".")
+            secret = secrets.get(kid)
+            fields = _mac_fields(ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model,
+                                 ev.payload_digest)
+            return secret is not None and hmac.compare_digest(digest,
+                                                              hmac.new(secret, fields, hashlib.sha256).hexdigest())
+        return check
 
     def event_valid(self, ev: AuditEvent) -> bool:
-        return self.valid(ev.mac, _mac_fields(ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model,
-                                              ev.payload_digest))
+        return self.checker()(ev)
 
 
 def audit_keys(session: Session) -> AuditKeys | None:
@@ -131,9 +144,10 @@ def append_many(session: Session, events: list[dict[str, Any]]) -> None:
     rows = [{"ts": now, "node": None, "plan_id": None, "model": None, **ev,
              "payload_digest": sha256_hex(canonical(ev["payload"]))} for ev in events]
     keys = audit_keys(session)
+    sign = keys.signer() if keys is not None else None
     for row in rows:
-        row["mac"] = keys.mac(_mac_fields(row["ts"], row["actor"], row["kind"], row["subject"], row["node"],
-                                          row["plan_id"], row["model"], row["payload_digest"])) if keys else None
+        row["mac"] = sign(_mac_fields(row["ts"], row["actor"], row["kind"], row["subject"], row["node"],
+                                      row["plan_id"], row["model"], row["payload_digest"])) if sign else None
     session.execute(insert(AuditEvent.__table__), rows)
     session.info["audit_appended"] = True
     for ev in events:
@@ -156,6 +170,7 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
     if not _lock(session, wait=wait):
         return 0
     keys = audit_keys(session)
+    valid = keys.checker() if keys is not None else None
     head = session.execute(select(AuditEvent.chain_seq, AuditEvent.hash).where(AuditEvent.chain_seq.is_not(None))
                            .order_by(AuditEvent.chain_seq.desc()).limit(1)).first()
     seq, prev = (head[0], head[1]) if head else (0, GENESIS)
@@ -170,7 +185,7 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
         full = len(pending) == batch
         rows = []
         for ev in pending:
-            if keys is not None and not keys.event_valid(ev):
+            if valid is not None and not valid(ev):
                 log.error("audit: event %s has no valid MAC (not written by the service): left unsealed", ev.id)
                 continue
             seq += 1
@@ -291,6 +306,7 @@ def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
     "unchecked"}`` or ``{"ok": False, ...}`` with ``first_broken`` (``{"id", "seq", "kind", "reason"}``), ``forged``
     (unsealed rows the service did not write) or ``checkpoint`` (the checkpoint the chain no longer matches)."""
     keys = audit_keys(session)
+    valid = keys.checker() if keys is not None else None
     want = {int(c["last_seq"]): c for c in checkpoints or []}
     seen_at: dict[int, tuple[str, str]] = {}
     prev_hash, count, last_seq, expected_seq, ids = GENESIS, 0, 0, 1, GENESIS
@@ -312,7 +328,7 @@ def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
                 reason = "payload does not match payload_digest (edited)"
             elif _hash_of(ev, ev.chain_seq, ev.prev_hash) != ev.hash:
                 reason = "hash does not match the event's fields (edited)"
-            elif keys is not None and (ev.mac is not None or mac_seen) and not keys.event_valid(ev):
+            elif valid is not None and (ev.mac is not None or mac_seen) and not valid(ev):
                 reason = "its MAC does not match: the service did not write this event (forged or edited)"
             if reason:
                 return {"ok": False, "events": count,
@@ -359,7 +375,8 @@ def unsealed(session: Session, keys: AuditKeys | None, limit: int = 1000) -> dic
     if total and keys is not None:
         rows = session.execute(select(AuditEvent).where(AuditEvent.chain_seq.is_(None)).order_by(AuditEvent.id)
                                .limit(limit)).scalars().all()
-        forged = [ev.id for ev in rows if not keys.event_valid(ev)]
+        valid = keys.checker()
+        forged = [ev.id for ev in rows if not valid(ev)]
         if forged:
             out["forged"] = forged
             out["pending"] -= len(forged)
