@@ -255,3 +255,37 @@ def test_property_random_config_values_never_crash_preflight_check(tmp_path_fact
     assert r.exception is None or isinstance(r.exception, SystemExit), (mutations, r.exception)
     assert r.exit_code in (0, 1, 2), (mutations, r.stdout)
     assert json.loads(r.stdout.splitlines()[0])["verdict"] in ("accept", "warn", "reject", "invalid")
+
+
+HTTP_GUARD = r'''
+import json, sys
+from fastapi.testclient import TestClient
+from service.api.app import create_app
+from service.settings import Settings
+settings = Settings(data_dir=sys.argv[1], database_url=sys.argv[2], admin_token="test-admin-token-0123456789")
+requests = json.loads(sys.stdin.read())
+out = []
+with TestClient(create_app(settings)) as c:
+    c.headers["Authorization"] = "Bearer test-admin-token-0123456789"
+    for method, path, body in requests:
+        out.append(c.request(method, path, json=body).status_code)
+    out.append(c.get("/healthz").status_code)
+print(json.dumps(out))
+'''
+
+
+def test_hostile_http_requests_finish_in_a_subprocess_with_a_deadline(settings, tmp_path):
+    """The break-it pass's requests against the service (its database), one process with a deadline: every answer
+    is a 4xx or a verdict, and /healthz still answers after them."""
+    reqs = [["POST", "/v1/validate", req] for req in HOSTILE_FILES]
+    reqs += [["POST", "/v1/manifests", {"name": f"m{i}", "version": "1", "uri": "s3://m", "config": cfg}]
+             for i, (cfg, _) in enumerate(JUNK_CONFIGS)]
+    try:
+        out = subprocess.run([sys.executable, "-c", HTTP_GUARD, str(tmp_path / "var"), settings.resolved_database_url],
+                             cwd=ROOT.parent, input=json.dumps(reqs), capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a hostile request hung the service")
+    assert out.returncode == 0, out.stderr[-3000:]
+    codes = json.loads(out.stdout.splitlines()[-1])
+    assert codes[-1] == 200 and all(c in (200, 422) for c in codes[:len(HOSTILE_FILES)]), codes
+    assert all(c == 422 for c in codes[len(HOSTILE_FILES):-1]), codes
