@@ -367,19 +367,31 @@ def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
     return out
 
 
+STALE_UNSEALED_SECONDS = 60.0
+
+
 def unsealed(session: Session, keys: AuditKeys | None, limit: int = 1000) -> dict[str, Any]:
     """Rows not in the chain: ``pending`` (written by the service, about to be sealed) and ``forged`` (the ids of
-    rows without a valid MAC — never sealed; up to ``limit`` examined)."""
+    rows without a valid MAC — never sealed; up to ``limit`` examined). Without the keys (a CLI away from the key
+    directory) MACs cannot be checked: rows unsealed for over ``STALE_UNSEALED_SECONDS`` are reported as ``forged``
+    instead (the service seals within seconds; only a service that has been down since would leave them)."""
     total = session.execute(select(func.count()).select_from(AuditEvent).where(AuditEvent.chain_seq.is_(None))).scalar()
     out: dict[str, Any] = {"pending": int(total or 0)}
-    if total and keys is not None:
-        rows = session.execute(select(AuditEvent).where(AuditEvent.chain_seq.is_(None)).order_by(AuditEvent.id)
-                               .limit(limit)).scalars().all()
+    if not total:
+        return out
+    rows = session.execute(select(AuditEvent).where(AuditEvent.chain_seq.is_(None)).order_by(AuditEvent.id)
+                           .limit(limit)).scalars().all()
+    if keys is not None:
         valid = keys.checker()
         forged = [ev.id for ev in rows if not valid(ev)]
-        if forged:
-            out["forged"] = forged
-            out["pending"] -= len(forged)
+    else:
+        now = utcnow()
+        forged = [ev.id for ev in rows
+                  if (now - (ev.ts if ev.ts.tzinfo else ev.ts.replace(tzinfo=dt.timezone.utc))).total_seconds()
+                  > STALE_UNSEALED_SECONDS]
+    if forged:
+        out["forged"] = forged
+        out["pending"] -= len(forged)
     return out
 
 

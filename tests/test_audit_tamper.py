@@ -194,3 +194,13 @@ def test_cli_verify_against_a_checkpoint_an_auditor_kept(make_client, settings, 
     h, p, s = kept.read_text().strip().split(".")
     forged.write_text(f"{h}.{p}.{s[:-4]}AAAA")
     assert runner.invoke(cli, ["audit", "verify", "--checkpoint", str(forged)]).exit_code == 1
+
+
+def test_without_the_keys_a_long_unsealed_row_is_reported(db, settings):
+    """A verifier away from the key directory cannot check MACs: a row unsealed for minutes is reported."""
+    sql(settings, "INSERT INTO audit_events (ts, actor, kind, subject, payload, payload_digest) VALUES "
+                  "(:ts, 'admin', 'plan.revoked', 'plan:x', '{}', :d)",
+        {"ts": "2026-01-01 00:00:00", "d": audit.sha256_hex(audit.canonical({}))})
+    with db.sessions() as s:
+        out = audit.verify_chain(s)
+    assert out["ok"] is False and out["forged"] == [1] and out["macs"] == "unchecked"
