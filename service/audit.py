@@ -163,6 +163,9 @@ def _lock(session: Session, *, wait: bool) -> bool:
     return bool(session.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _ADVISORY_KEY}).scalar())
 
 
+_REFUSED: set[int] = set()  # ids of rows the sealer refused (no valid MAC), to log each once
+
+
 def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int:
     """Chain the committed, unsealed events (in id order) under the chain lock; returns how many were sealed.
     With ``wait=False`` it returns 0 at once when another sealer holds the lock. When the database has the service's
@@ -186,7 +189,11 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
         rows = []
         for ev in pending:
             if valid is not None and not valid(ev):
-                log.error("audit: event %s has no valid MAC (not written by the service): left unsealed", ev.id)
+                if ev.id not in _REFUSED:  # logged once per process, not on every pass
+                    if len(_REFUSED) > 10_000:
+                        _REFUSED.clear()
+                    _REFUSED.add(ev.id)
+                    log.error("audit: event %s has no valid MAC (not written by the service): left unsealed", ev.id)
                 continue
             seq += 1
             h = _hash_of(ev, seq, prev)
@@ -497,7 +504,11 @@ class Checkpointer:
     def publish(self, row: AuditCheckpoint) -> None:
         """Write the checkpoint to the data-dir file (atomically; only ever replaced by a longer chain's)."""
         try:
-            current = read_checkpoint_file(self.path, self.keys.jwks())
+            try:
+                current = read_checkpoint_file(self.path, self.keys.jwks())
+            except ValueError as exc:  # a file that does not verify (edited, or its key retired): replaced
+                log.warning("audit checkpoint file replaced: %s", exc)
+                current = None
             if current is not None and int(current["last_seq"]) >= row.last_seq:
                 return
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -204,3 +204,15 @@ def test_without_the_keys_a_long_unsealed_row_is_reported(db, settings):
     with db.sessions() as s:
         out = audit.verify_chain(s)
     assert out["ok"] is False and out["forged"] == [1] and out["macs"] == "unchecked"
+
+
+def test_a_data_dir_checkpoint_that_does_not_verify_is_reported_then_replaced(make_client, settings):
+    client = make_client(audit_checkpoint_events=1)
+    register(client, 1)
+    verify(client)
+    settings.checkpoint_file.write_text("not.a.jws\n")
+    out = verify(client)
+    assert out["ok"] is True and any("does not verify" in w for w in out["warnings"]), out
+    register(client, 1, start=1)  # the next checkpoint replaces the bad file
+    out = verify(client)
+    assert "warnings" not in out and out["checkpoint"]["ok"] is True, out
