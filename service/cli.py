@@ -186,8 +186,10 @@ def check(files: list[pathlib.Path] = typer.Argument(..., help="Launch-request J
         try:
             req = LaunchRequest.model_validate(_load_request_file(path))
             result = validate(req)
-        except (OSError, ValueError, ValidationError, DomainError) as exc:
+        except (OSError, ValueError, ValidationError, DomainError, RecursionError) as exc:
             bad = True
+            if isinstance(exc, RecursionError):  # JSON nested deeper than the parser can go
+                exc = ValueError("the file's JSON is nested too deeply")
             errors = ([{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
                        for e in exc.errors()] if isinstance(exc, ValidationError)
                       else [exc.as_dict()] if isinstance(exc, DomainError) else [{"message": str(exc)}])

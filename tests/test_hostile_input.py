@@ -289,3 +289,10 @@ def test_hostile_http_requests_finish_in_a_subprocess_with_a_deadline(settings, 
     codes = json.loads(out.stdout.splitlines()[-1])
     assert codes[-1] == 200 and all(c in (200, 422) for c in codes[:len(HOSTILE_FILES)]), codes
     assert all(c == 422 for c in codes[len(HOSTILE_FILES):-1]), codes
+
+
+def test_check_reports_too_deeply_nested_json_as_bad_input(tmp_path):
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 200_000 + "]" * 200_000)
+    r = runner.invoke(cli, ["check", "--json", str(p)])
+    assert r.exit_code == 2 and json.loads(r.stdout.splitlines()[0])["verdict"] == "invalid", r.stdout
