@@ -81,10 +81,18 @@ def _mac_fields(ts: dt.datetime, actor: str, kind: str, subject: str, node: str 
                       "plan_id": plan_id, "model": model, "payload_digest": payload_digest})
 
 
+def _sealed_fields(ev: AuditEvent, seq: int, prev_hash: str | None, h: str | None) -> bytes:
+    return canonical({"ts": _ts(ev.ts), "actor": ev.actor, "kind": ev.kind, "subject": ev.subject, "node": ev.node,
+                      "plan_id": ev.plan_id, "model": ev.model, "payload_digest": ev.payload_digest, "id": ev.id,
+                      "seq": seq, "prev_hash": prev_hash, "hash": h})
+
+
 class AuditKeys:
-    """Per-event MACs: ``"<kid>.<hex HMAC-SHA256(secret, JCS(fields))>"`` with a secret derived from the signing key
-    ``kid`` (``KeyStore.derived_secrets``), so only a holder of the service's keys writes a row the sealer accepts.
-    Any key in the key directory (retired ones too) verifies; the active one signs."""
+    """Per-event MACs with a secret derived from the signing key ``kid`` (``KeyStore.derived_secrets``), so only a
+    holder of the service's keys writes a row the sealer accepts. Any key in the key directory (retired ones too)
+    verifies; the active one signs. Two forms: written at append, ``"<kid>.<hex HMAC(JCS(fields))>"``; replaced at
+    seal by ``"s1.<kid>.<hex HMAC(JCS(fields + id, seq, prev_hash, hash))>"``, which binds the row's id and chain
+    position (a swap of ids, or a row moved, no longer matches)."""
 
     LABEL = b"preflight audit event mac v1"
 
@@ -101,18 +109,35 @@ class AuditKeys:
     def mac(self, fields: bytes) -> str:
         return self.signer()(fields)
 
+    def seal_signer(self):
+        """``(event, seq, prev_hash, hash) -> sealed-form MAC`` with the active key."""
+        secrets = self.keystore.derived_secrets(self.LABEL)
+        kid = self.keystore.active_kid
+        secret = secrets[kid]
+
+        def sign(ev: AuditEvent, seq: int, prev_hash: str, h: str) -> str:
+            return f"s1.{kid}.{hmac.new(secret, _sealed_fields(ev, seq, prev_hash, h), hashlib.sha256).hexdigest()}"
+        return sign
+
     def checker(self):
-        """``event -> bool``: does the event carry a valid MAC (any key of the directory)."""
+        """``event -> bool``: does the event carry a valid MAC (any key of the directory) — the sealed form when it
+        is in the chain, the append form when it is not yet."""
         secrets = self.keystore.derived_secrets(self.LABEL)
 
         def check(ev: AuditEvent) -> bool:
             mac = ev.mac
             if not mac or "." not in mac:
                 return False
-            kid, _, digest = mac.rpartition(".")
-            secret = secrets.get(kid)
-            fields = _mac_fields(ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model,
-                                 ev.payload_digest)
+            head, _, digest = mac.rpartition(".")
+            if ev.chain_seq is not None:
+                if not head.startswith("s1."):
+                    return False
+                secret = secrets.get(head[3:])
+                fields = _sealed_fields(ev, ev.chain_seq, ev.prev_hash, ev.hash)
+            else:
+                secret = secrets.get(head)
+                fields = _mac_fields(ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model,
+                                     ev.payload_digest)
             return secret is not None and hmac.compare_digest(digest,
                                                               hmac.new(secret, fields, hashlib.sha256).hexdigest())
         return check
@@ -174,6 +199,7 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
         return 0
     keys = audit_keys(session)
     valid = keys.checker() if keys is not None else None
+    seal_mac = keys.seal_signer() if keys is not None else None
     head = session.execute(select(AuditEvent.chain_seq, AuditEvent.hash).where(AuditEvent.chain_seq.is_not(None))
                            .order_by(AuditEvent.chain_seq.desc()).limit(1)).first()
     seq, prev = (head[0], head[1]) if head else (0, GENESIS)
@@ -197,13 +223,14 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
                 continue
             seq += 1
             h = _hash_of(ev, seq, prev)
-            rows.append({"_id": ev.id, "chain_seq": seq, "prev_hash": prev, "hash": h})
+            rows.append({"_id": ev.id, "chain_seq": seq, "prev_hash": prev, "hash": h,
+                         "mac": seal_mac(ev, seq, prev, h) if seal_mac is not None else ev.mac})
             prev = h
         table = AuditEvent.__table__
         if rows:
             session.connection().execute(update(table).where(table.c.id == bindparam("_id"))
                                          .values(chain_seq=bindparam("chain_seq"), prev_hash=bindparam("prev_hash"),
-                                                 hash=bindparam("hash")), rows)
+                                                 hash=bindparam("hash"), mac=bindparam("mac")), rows)
         session.expunge_all()
         total += len(rows)
         if not full:

@@ -148,7 +148,7 @@ def test_forged_row_chained_by_hand_is_detected(make_client, settings):
     assert out["ok"] is False and "MAC" in out["first_broken"]["reason"], out
 
 
-def test_swapped_ids_are_detected(make_client, settings):
+def test_swapped_ids_are_detected(make_client, settings, keys):
     client = make_client()
     register(client, 3)
     checkpoint(client)
@@ -156,8 +156,19 @@ def test_swapped_ids_are_detected(make_client, settings):
     sql(settings, "UPDATE audit_events SET id = -1 WHERE id = :a", {"a": a})
     sql(settings, "UPDATE audit_events SET id = :a WHERE id = :b", {"a": a, "b": b})
     sql(settings, "UPDATE audit_events SET id = :b WHERE id = -1", {"b": b})
-    out = verify(client)
-    assert out["ok"] is False and "ids" in out["checkpoint"]["reason"], out
+    out = verify(client)  # the sealed MACs bind the ids
+    assert out["ok"] is False and out["first_broken"]["id"] == b and "MAC" in out["first_broken"]["reason"], out
+    # a verifier without the MAC keys (only the public JWKS) still sees it: the checkpoint's id digest differs
+    from service.db.session import Database
+
+    public = Database(settings.resolved_database_url)
+    try:
+        with public.sessions() as s:
+            found, _ = audit.known_checkpoints(s, keys.jwks(), [settings.checkpoint_file])
+            out = audit.verify_chain(s, checkpoints=found)
+    finally:
+        public.engine.dispose()
+    assert out["ok"] is False and out["macs"] == "unchecked" and "ids" in out["checkpoint"]["reason"], out
 
 
 def test_verify_never_seals(db):
@@ -216,3 +227,16 @@ def test_a_data_dir_checkpoint_that_does_not_verify_is_reported_then_replaced(ma
     register(client, 1, start=1)  # the next checkpoint replaces the bad file
     out = verify(client)
     assert "warnings" not in out and out["checkpoint"]["ok"] is True, out
+
+
+def test_swapped_ids_after_the_newest_checkpoint_break_the_sealed_macs(make_client, settings):
+    """The sealer's MAC binds each row's id and chain position: a swap shows without any checkpoint covering it."""
+    client = make_client(audit_checkpoint_events=1000, audit_checkpoint_seconds=3600)
+    register(client, 5)
+    verify(client)
+    a, b = [r[0] for r in sql(settings, "SELECT id FROM audit_events ORDER BY chain_seq DESC LIMIT 2")]
+    sql(settings, "UPDATE audit_events SET id = -1 WHERE id = :a", {"a": a})
+    sql(settings, "UPDATE audit_events SET id = :a WHERE id = :b", {"a": a, "b": b})
+    sql(settings, "UPDATE audit_events SET id = :b WHERE id = -1", {"b": b})
+    out = verify(client)
+    assert out["ok"] is False and "MAC" in out["first_broken"]["reason"], out
