@@ -203,6 +203,7 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
     head = session.execute(select(AuditEvent.chain_seq, AuditEvent.hash).where(AuditEvent.chain_seq.is_not(None))
                            .order_by(AuditEvent.chain_seq.desc()).limit(1)).first()
     seq, prev = (head[0], head[1]) if head else (0, GENESIS)
+    session.info["chain_head_seq"] = seq
     total = 0
     cursor = 0
     while True:
@@ -233,6 +234,7 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
                                                  hash=bindparam("hash"), mac=bindparam("mac")), rows)
         session.expunge_all()
         total += len(rows)
+        session.info["chain_head_seq"] = seq
         if not full:
             return total
 
@@ -251,6 +253,7 @@ class Sealer:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.high_water = 0  # the longest chain this process has sealed onto: a shorter one later means a cut tail
         self._passes = 0
         self._running = False  # a pass is between its read of the pending rows and its commit
         self._passed = threading.Condition()
@@ -262,6 +265,7 @@ class Sealer:
                 n = seal(s, wait=wait)
                 if self.checkpointer is not None:
                     made = self.checkpointer.maybe(s)
+            self.high_water = max(self.high_water, s.info.get("chain_head_seq", 0))
         if made is not None:
             self.checkpointer.publish(made)  # the file outside the database, once the checkpoint is committed
         return n

@@ -240,3 +240,14 @@ def test_swapped_ids_after_the_newest_checkpoint_break_the_sealed_macs(make_clie
     sql(settings, "UPDATE audit_events SET id = :b WHERE id = -1", {"b": b})
     out = verify(client)
     assert out["ok"] is False and "MAC" in out["first_broken"]["reason"], out
+
+
+def test_a_tail_cut_after_the_newest_checkpoint_shows_to_the_running_service(make_client, settings):
+    client = make_client(audit_checkpoint_events=1000, audit_checkpoint_seconds=3600)
+    register(client, 1)
+    verify(client)  # the first checkpoint covers the first event only
+    register(client, 4, start=1)
+    assert verify(client)["ok"] is True
+    sql(settings, "DELETE FROM audit_events WHERE chain_seq > 3")
+    out = verify(client)
+    assert out["ok"] is False and out["checkpoint"]["ok"] is True and "deleted" in out["cut"]["reason"], out

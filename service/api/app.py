@@ -561,6 +561,11 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         with db.transaction() as session:
             found, problems = audit.known_checkpoints(session, keys.jwks(), [settings.checkpoint_file])
             out = audit.verify_chain(session, checkpoints=found)
+        seen = db.sealer.high_water
+        if out["ok"] and out["last_seq"] < seen:  # after the newest checkpoint, before this process restarted
+            out["ok"] = False
+            out["cut"] = {"seen_seq": seen, "reason": f"this service sealed the chain up to seq {seen}, it now ends "
+                                                      f"at {out['last_seq']}: events were deleted"}
         if problems:
             out["warnings"] = problems
         out.pop("last_seq", None)
