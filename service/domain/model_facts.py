@@ -71,17 +71,6 @@ MAX_VOCAB = 1 << 26
 MAX_LENGTH = 1 << 40  # tokens: position embeddings, sliding windows, derived lengths
 MAX_ROPE_FACTOR = 1e6
 MAX_BITS = 64
-BOUNDS: dict[str, tuple[int, int]] = {
-    "num_hidden_layers": (1, MAX_LAYERS),
-    "num_attention_heads": (1, MAX_HEADS),
-    "hidden_size": (1, MAX_HIDDEN),
-    "num_key_value_heads": (1, MAX_HEADS),
-    "head_dim": (0, MAX_HEAD_DIM),
-    "intermediate_size": (0, MAX_WIDTH),
-    "num_experts": (0, MAX_EXPERTS),
-    "vocab_size": (0, MAX_VOCAB),
-    "max_position_embeddings": (0, MAX_LENGTH),
-}
 # keys other modules read from the raw text config (memory.py, rules/shapes.py): checked here, once
 RAW_INT_KEYS: dict[str, tuple[int, int]] = {
     "num_experts_per_tok": (0, MAX_EXPERTS),
