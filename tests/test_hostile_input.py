@@ -296,3 +296,8 @@ def test_check_reports_too_deeply_nested_json_as_bad_input(tmp_path):
     p.write_text("[" * 200_000 + "]" * 200_000)
     r = runner.invoke(cli, ["check", "--json", str(p)])
     assert r.exit_code == 2 and json.loads(r.stdout.splitlines()[0])["verdict"] == "invalid", r.stdout
+
+
+def test_explicit_null_block_size_is_the_default_not_a_500(client):
+    r = client.post("/v1/validate", json=request(LLAMA, block_size=None, tensor_parallel_size=8))
+    assert r.status_code == 200 and r.json()["budget"]["block_size"] == 16, r.text

@@ -569,8 +569,9 @@ def activation_peak(ctx: LaunchContext, tokens: int, num_seqs: int, act_bytes: i
 def _block_size(ctx: LaunchContext) -> int:
     """16 unless the user sets it or the MLA backend needs another: FlashInfer-MLA on SM100 → 32 (first MLA
     choice there); FlashAttn-MLA on SM90 stays 16 (vllm-rules.md §7.2)."""
-    if "block_size" in ctx.args.given:
-        return int(ctx.args.get("block_size"))
+    given = ctx.args.get("block_size") if "block_size" in ctx.args.given else None
+    if given is not None:  # an explicit null is vLLM's default (chosen by the backend)
+        return int(given)
     cc = ctx.gpu.compute_capability
     if ctx.facts.is_mla and cc is not None and cc >= (10, 0):
         return 32
