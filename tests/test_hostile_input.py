@@ -301,3 +301,19 @@ def test_check_reports_too_deeply_nested_json_as_bad_input(tmp_path):
 def test_explicit_null_block_size_is_the_default_not_a_500(client):
     r = client.post("/v1/validate", json=request(LLAMA, block_size=None, tensor_parallel_size=8))
     assert r.status_code == 200 and r.json()["budget"]["block_size"] == 16, r.text
+
+
+ENGINE_KEYS = ["tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "nnodes", "node_rank",
+               "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks_override",
+               "cpu_offload_gb", "kv_cache_memory_bytes", "speculative_config", "gpu_memory_utilization",
+               "decode_context_parallel_size", "enable_expert_parallel", "kv_cache_dtype", "dtype", "quantization"]
+SPECULATIVE = st.dictionaries(st.sampled_from(["method", "num_speculative_tokens", "draft_num_layers", "model"]),
+                              EXTREME, max_size=3)
+
+
+@PROPERTY
+@given(base=st.sampled_from(BASES), nodes=st.sampled_from([1, 4096]),
+       args=st.dictionaries(st.sampled_from(ENGINE_KEYS), st.one_of(EXTREME, SPECULATIVE), max_size=4))
+def test_property_random_engine_args_never_500(client, base, nodes, args):
+    r = client.post("/v1/validate", json=request(base, count=64, nodes=nodes, **args))
+    assert r.status_code in (200, 422), (args, r.text)
