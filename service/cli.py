@@ -33,16 +33,35 @@ def _settings():
         raise typer.Exit(2)
 
 
+def _database(settings=None):
+    """The database of the settings, with the service's audit MAC keys when the key directory is at hand (events
+    the CLI writes are then accepted by the sealer, and verify checks every MAC); never creates a key."""
+    from .audit import AuditKeys
+    from .db.session import Database
+    from .signing import KeyError_, KeyStore
+
+    settings = settings or _settings()
+    try:
+        keys = AuditKeys(KeyStore(settings.key_dir, create=False))
+    except (KeyError_, OSError, ValueError):
+        keys = None
+    return Database(settings.resolved_database_url, audit_keys=keys)
+
+
 def bootstrap_admin_token(settings, db) -> tuple[str | None, bool]:
     """The admin token to print: PREFLIGHT_ADMIN_TOKEN, or one generated on first start (kept in the data dir,
-    mode 0600, and stored hashed in the database). Returns (token, generated_now)."""
+    mode 0600, and stored hashed in the database). Returns (token, generated_now); the token is None when the one
+    kept in the data dir has been revoked (a dead token is never printed)."""
     from .services import tokens
 
     if settings.admin_token:
         return None, False
     path = settings.data_dir / "admin-token"
     if path.exists():
-        return path.read_text().strip(), False
+        kept = path.read_text().strip()
+        with db.transaction() as s:
+            live = tokens.is_live(s, kept)
+        return (kept if live else None), False
     with db.transaction() as s:
         secret, _ = tokens.create(s, role="admin", label="bootstrap admin token")
         from . import audit
@@ -74,6 +93,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     """Run the HTTP service (applies migrations, creates the signing key and admin token on first start)."""
     import uvicorn
 
+    from .audit import AuditKeys
     from .db.migrate import upgrade
     from .db.session import Database
     from .signing import KeyError_, KeyStore
@@ -88,14 +108,17 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to bind."),
         typer.echo(f"preflight: refusing to start: {exc} (production never generates a key: run `preflight keys "
                    f"init` once, or mount the keys at PREFLIGHT_SIGNING_KEY_DIR)", err=True)
         raise typer.Exit(2)
-    db = Database(s.resolved_database_url)
+    db = Database(s.resolved_database_url, audit_keys=AuditKeys(keys))
     token, generated = bootstrap_admin_token(s, db)
     typer.echo(f"Preflight on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
     typer.echo(f"database: {s.resolved_database_url.split('@')[-1]}; signing key: {keys.active_kid}")
     if token:
         typer.echo(f"admin token{' (new)' if generated else ''}: {token}")
-    else:
+    elif s.admin_token:
         typer.echo("admin token: the value of PREFLIGHT_ADMIN_TOKEN")
+    else:
+        typer.echo(f"admin token: the one in {s.data_dir / 'admin-token'} has been revoked (not printed); use another "
+                   "admin token, or set PREFLIGHT_ADMIN_TOKEN")
     uvicorn.run("service.api.main:app", host=host, port=port, workers=workers, log_level="warning",
                 access_log=False)  # access lines come from the app, as JSON with a request id
 
@@ -163,8 +186,10 @@ def check(files: list[pathlib.Path] = typer.Argument(..., help="Launch-request J
         try:
             req = LaunchRequest.model_validate(_load_request_file(path))
             result = validate(req)
-        except (OSError, ValueError, ValidationError, DomainError) as exc:
+        except (OSError, ValueError, ValidationError, DomainError, RecursionError) as exc:
             bad = True
+            if isinstance(exc, RecursionError):  # JSON nested deeper than the parser can go
+                exc = ValueError("the file's JSON is nested too deeply")
             errors = ([{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
                        for e in exc.errors()] if isinstance(exc, ValidationError)
                       else [exc.as_dict()] if isinstance(exc, DomainError) else [{"message": str(exc)}])
@@ -300,10 +325,9 @@ def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact 
 def _audit_key_event(kind: str, payload: dict) -> None:
     """Record a key change in the audit log when the database is reachable (a key change must not depend on it)."""
     from . import audit
-    from .db.session import Database
 
     try:
-        with Database(_settings().resolved_database_url).transaction() as s:
+        with _database().transaction() as s:
             audit.append(s, actor="cli", kind=kind, subject=f"key:{payload.get('kid')}", payload=payload)
     except Exception as exc:  # the key change itself stands; say that the log missed it
         typer.echo(f"preflight: warning: could not record {kind} in the audit log: {exc.__class__.__name__}", err=True)
@@ -350,16 +374,50 @@ def keys_list() -> None:
     typer.echo(json.dumps(KeyStore(_settings().key_dir).jwks(), indent=2))
 
 
-@audit_app.command("verify")
-def audit_verify() -> None:
-    """Recompute the audit hash chain. Exit 0 intact, 1 broken."""
-    from . import audit
-    from .db.session import Database
+def _jwks(jwks_file: Optional[pathlib.Path], server: Optional[str]) -> dict:
+    if jwks_file:
+        return json.loads(jwks_file.read_text())
+    if server:
+        import httpx
 
-    db = Database(_settings().resolved_database_url)
-    db.sealer.seal_now()
-    with db.transaction() as s:
-        result = audit.verify_chain(s)
+        return httpx.get(server.rstrip("/") + "/.well-known/jwks.json", timeout=30).json()
+    from .signing import KeyError_, KeyStore
+
+    try:
+        return KeyStore(_settings().key_dir, create=False).jwks()
+    except KeyError_:
+        return {"keys": []}
+
+
+@audit_app.command("verify")
+def audit_verify(checkpoint: Optional[pathlib.Path] = typer.Option(
+                     None, "--checkpoint", help="A checkpoint (JWS) saved earlier: the chain must still match it."),
+                 jwks_file: Optional[pathlib.Path] = typer.Option(None, "--jwks", help="JWKS file (default: local keys)."),
+                 server: Optional[str] = typer.Option(None, help="Fetch the JWKS from this server.")) -> None:
+    """Recompute the audit chain from the database, read-only (never seals): links, hashes, MACs (with the local
+    keys), unsealed or forged rows, and the chain against the newest signed checkpoint found (stored, the data-dir
+    file, and --checkpoint FILE). Exit 0 intact, 1 broken or cut."""
+    from . import audit
+
+    s_ = _settings()
+    jwks = _jwks(jwks_file, server)
+    files = [s_.checkpoint_file]
+    if checkpoint is not None:
+        try:
+            claims = audit.read_checkpoint_file(checkpoint, jwks)
+        except ValueError as exc:
+            typer.echo(json.dumps({"ok": False, "reason": str(exc)}))
+            raise typer.Exit(1)
+        if claims is None:
+            typer.echo(f"preflight: {checkpoint} does not exist", err=True)
+            raise typer.Exit(2)
+    with _database(s_).transaction() as s:
+        found, problems = audit.known_checkpoints(s, jwks, files)
+        if checkpoint is not None:
+            found.append({**claims, "source": str(checkpoint)})
+        result = audit.verify_chain(s, checkpoints=found)
+    if problems:
+        result["warnings"] = problems
     typer.echo(json.dumps(result))
     raise typer.Exit(0 if result["ok"] else 1)
 
@@ -396,8 +454,7 @@ def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or
         typer.echo(f"preflight: {exc}", err=True)
         raise typer.Exit(2)
     sink = out.open("w", newline="") if out else sys.stdout
-    db = Database(_settings().resolved_database_url)
-    db.sealer.seal_now()
+    db = Database(_settings().resolved_database_url)  # read-only: unsealed events are exported with seq null
     try:
         for chunk in stream(db, q, fmt):
             sink.write(chunk)
@@ -408,21 +465,29 @@ def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or
 
 @audit_app.command("checkpoint")
 def audit_checkpoint(out: pathlib.Path = typer.Option(..., help="Where to write the signed checkpoint (JWS).")) -> None:
-    """Sign the current chain head with the service key and save it."""
+    """Sign the current chain head with the service key: stored, written to the data dir, and saved to --out."""
     from . import audit
-    from .db.session import Database
+    from .agent.verify import verify_jws
     from .signing import KeyStore
 
     s_ = _settings()
-    db = Database(s_.resolved_database_url)
-    db.sealer.seal_now()
+    keys = KeyStore(s_.key_dir, create=False)
+    checkpointer = audit.Checkpointer(keys, s_.issuer, s_.checkpoint_file, every_events=s_.audit_checkpoint_events,
+                                      every_seconds=s_.audit_checkpoint_seconds)
+    db = _database(s_)
     with db.transaction() as s:
+        audit._lock(s, wait=True)
         try:
-            claims = audit.checkpoint_claims(s, s_.issuer)
+            row = checkpointer.make(s) or checkpointer.newest_row(s)
         except ValueError as exc:
             typer.echo(f"preflight: {exc}", err=True)
             raise typer.Exit(1)
-    out.write_text(KeyStore(s_.key_dir, create=False).sign(claims, typ=audit.CHECKPOINT_TYPE) + "\n")
+        if row is None:
+            typer.echo("preflight: the audit chain is empty: nothing to checkpoint", err=True)
+            raise typer.Exit(1)
+    checkpointer.publish(row)
+    out.write_text(row.signed + "\n")
+    claims, _ = verify_jws(row.signed, keys.jwks(), typ=audit.CHECKPOINT_TYPE)
     typer.echo(json.dumps(claims))
 
 
@@ -451,7 +516,7 @@ def audit_check_checkpoint(file: pathlib.Path = typer.Argument(..., help="A save
     except VerificationError as exc:
         typer.echo(json.dumps({"ok": False, "reason": str(exc)}))
         raise typer.Exit(1)
-    with Database(_settings().resolved_database_url).transaction() as s:
+    with _database().transaction() as s:
         result = audit.check_checkpoint(s, claims)
     typer.echo(json.dumps({**result, "kid": kid}))
     raise typer.Exit(0 if result["ok"] else 1)

@@ -11,6 +11,8 @@
 | PREFLIGHT_AUDIENCE | preflight-agent | ``aud`` of signed plans |
 | PREFLIGHT_PLAN_TTL_SECONDS | 86400 | lifetime of a signed plan (``exp - iat``) |
 | PREFLIGHT_MAX_BODY_BYTES | 2097152 | largest accepted request body |
+| PREFLIGHT_AUDIT_CHECKPOINT_EVENTS | 1000 | a signed audit checkpoint at least every N events |
+| PREFLIGHT_AUDIT_CHECKPOINT_SECONDS | 60 | ... and at most T seconds after the chain last grew |
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class Settings(BaseSettings):
     audience: str = "preflight-agent"
     plan_ttl_seconds: int = Field(default=86400, ge=60, le=30 * 86400)
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
+    audit_checkpoint_events: int = Field(default=1000, ge=1, le=10_000_000)
+    audit_checkpoint_seconds: float = Field(default=60.0, ge=0.1, le=86400)
 
     @model_validator(mode="after")
     def _production_is_explicit(self) -> "Settings":
@@ -54,6 +58,11 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'preflight.db').resolve()}"
+
+    @property
+    def checkpoint_file(self) -> pathlib.Path:
+        """The newest signed audit checkpoint, kept outside the database (service/audit.py)."""
+        return self.data_dir / "audit-checkpoint.jws"
 
     @property
     def key_dir(self) -> pathlib.Path:

@@ -120,6 +120,24 @@ class KeyStore:
             {**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"} for k in self.published()
         ]}
 
+    def derived_secrets(self, label: bytes) -> dict[str, bytes]:
+        """Per key (retired ones too), ``sha256(label || 0x00 || private key)``: secrets bound to the signing keys
+        for other uses (the audit log's per-event MACs, service/audit.py), cached until the directory changes."""
+        self.refresh()
+        cache = self.__dict__.setdefault("_derived", {})
+        hit = cache.get(label)
+        if hit is None or hit[0] != self._loaded_stamp or set(hit[1]) != set(self._keys):
+            import base64
+            import hashlib
+
+            out = {}
+            for kid, key in self._keys.items():
+                d = key.as_dict(private=True)["d"]
+                raw = base64.urlsafe_b64decode(d + "=" * (-len(d) % 4))
+                out[kid] = hashlib.sha256(label + b"\x00" + raw).digest()
+            hit = cache[label] = (self._loaded_stamp, out)
+        return hit[1]
+
     def sign(self, claims: dict[str, Any], typ: str = PLAN_MEDIA_TYPE) -> str:
         """Compact JWS over the claims (sorted-key JSON) with the active key; ``typ`` names the media type."""
         self.refresh()

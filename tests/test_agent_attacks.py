@@ -148,3 +148,19 @@ def test_a_running_service_picks_up_a_rotation_made_by_the_cli(store, tmp_path):
     assert {k["kid"] for k in service.jwks()["keys"]} == {old, new}
     cli.retire(old)
     assert {k["kid"] for k in service.jwks()["keys"]} == {new}
+
+
+def test_boolean_seq_claim_is_refused(tmp_path):
+    """``seq: true`` is an int to Python; the agent must not take it for a sequence number."""
+    from service.agent.verify import VerificationError, verify_plan
+    from service.signing import KeyStore, plan_claims
+
+    keys = KeyStore(tmp_path / "keys")
+    claims = plan_claims(issuer="preflight", audience="preflight-agent", node="n1", plan_id="p", seq=1, ttl=600,
+                         manifest_digest="sha256:x", vllm_version="0.33.0", argv=["vllm", "serve", "m"], env={},
+                         model_uri="s3://m")
+    claims["seq"] = True
+    token = keys.sign(claims)
+    with pytest.raises(VerificationError) as e:
+        verify_plan(token, keys.jwks(), node="n1", audience="preflight-agent", last_seq=0)
+    assert e.value.reason == "replayed_seq"

@@ -118,6 +118,8 @@ def test_signed_checkpoint_checks_a_fresh_copy(client, settings, monkeypatch, tm
 def test_audit_verify_cli_exit_codes(client, settings, monkeypatch):
     fleet(client)
     monkeypatch.setenv("PREFLIGHT_DATABASE_URL", settings.resolved_database_url)
+    monkeypatch.setenv("PREFLIGHT_DATA_DIR", str(settings.data_dir))
+    assert client.get("/v1/audit/verify").json()["ok"] is True  # (waits for the sealer)
     assert runner.invoke(cli, ["audit", "verify"]).exit_code == 0
     from sqlalchemy import create_engine, text
 

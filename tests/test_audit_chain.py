@@ -77,7 +77,9 @@ def test_events_are_pending_until_sealed_then_chained_in_write_order(db):
             for i in range(3):
                 audit.append(s, actor="t", kind="node.registered", subject=f"node:p{i}", payload={"i": i})
     with db.sessions() as s:
-        assert audit.verify_chain(s) == {"ok": True, "events": 0, "head": audit.GENESIS, "last_seq": 0, "pending": 3}
+        out = audit.verify_chain(s)
+        assert {k: out[k] for k in ("ok", "events", "head", "last_seq", "pending")} == {
+            "ok": True, "events": 0, "head": audit.GENESIS, "last_seq": 0, "pending": 3}
     assert db.sealer.seal_now() == 3
     with db.transaction() as s:
         out = audit.verify_chain(s)

@@ -80,6 +80,9 @@ ROUTES = [
     ("exportAudit", "GET", "/v1/audit/export", None, {"admin", "auditor"}, 200),
     ("createAuditCheckpoint", "POST", "/v1/audit/checkpoints", None, {"admin", "auditor"}, 201),
     ("verifyAudit", "GET", "/v1/audit/verify", None, {"admin", "auditor"}, 200),
+    ("latestAuditCheckpoint", "GET",  # (verify first: it waits for the sealer, which makes the first checkpoint)
+     lambda c, w: c.get("/v1/audit/verify") and "/v1/audit/checkpoints/latest", None,
+     {"admin", "deployer", "auditor", "agent_own", "agent_other"}, 200),
     ("createToken", "POST", "/v1/tokens", lambda c, w: {"role": "auditor"}, {"admin"}, 201),
     ("listTokens", "GET", "/v1/tokens", None, {"admin"}, 200),
     ("revokeToken", "POST", lambda c, w: f"/v1/tokens/{scratch_token(c)}/revoke", None, {"admin"}, 200),
@@ -111,3 +114,81 @@ def test_matrix(client, world, route):
 def test_every_route_is_in_the_matrix(client):
     ops = {op["operationId"] for path in client.app.openapi()["paths"].values() for op in path.values()}
     assert ops == {r[0] for r in ROUTES} | {"readyz", "metrics"}
+
+
+# Issue 14: lock-out and resurrection
+def _settings_without_env_admin(settings):
+    return settings.model_copy(update={"admin_token": None})
+
+
+def test_last_active_admin_token_cannot_be_revoked_and_a_revoked_token_cannot_be_rotated(settings, db, keys):
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from service.services import tokens as token_service
+
+    with db.transaction() as s:
+        first, row = token_service.create(s, role="admin", label="bootstrap")
+    app = create_app(_settings_without_env_admin(settings), db=db, keys=keys)
+    with TestClient(app) as c:
+        c.headers["Authorization"] = f"Bearer {first}"
+        r = c.post(f"/v1/tokens/{row.id}/revoke")
+        assert r.status_code == 409 and "last active admin" in r.json()["detail"], r.text
+        second = c.post("/v1/tokens", json={"role": "admin", "label": "second"}).json()
+        assert c.post(f"/v1/tokens/{row.id}/revoke").status_code == 200  # another admin exists now
+        c.headers["Authorization"] = f"Bearer {second['token']}"
+        assert c.post(f"/v1/tokens/{second['id']}/revoke").status_code == 409  # now the last one
+        r = c.post(f"/v1/tokens/{row.id}/rotate")
+        assert r.status_code == 409, r.text  # no resurrection of a revoked token
+        assert [t["id"] for t in c.get("/v1/tokens").json()["items"] if t["revoked_at"] is None] == [second["id"]]
+        rotated = c.post(f"/v1/tokens/{second['id']}/rotate")  # rotating the last admin keeps one admin
+        assert rotated.status_code == 200, rotated.text
+        c.headers["Authorization"] = f"Bearer {rotated.json()['token']}"
+        assert c.get("/v1/tokens").status_code == 200
+
+
+def test_serve_never_prints_a_revoked_bootstrap_token(settings, db):
+    from service.cli import bootstrap_admin_token
+    from service.services import tokens as token_service
+
+    s = _settings_without_env_admin(settings)
+    s.data_dir.mkdir(parents=True, exist_ok=True)
+    token, generated = bootstrap_admin_token(s, db)
+    assert generated and token
+    assert bootstrap_admin_token(s, db) == (token, False)
+    with db.transaction() as session:
+        token_service.create(session, role="admin", label="another")
+        row = token_service.authenticate(session, token)
+        token_service.revoke(session, row.token_id)
+    assert bootstrap_admin_token(s, db) == (None, False)
+
+
+def test_concurrent_conditional_patches_let_exactly_one_through(client, monkeypatch):
+    """10 PATCHes with one If-Match at once: the row is read FOR UPDATE, so one matches and 9 get 412 (PostgreSQL
+    let up to 9 through when it read the row without a lock). The read-to-write window is widened (a pause where
+    the update copies the old state) so that, without the lock, the requests would all read the same row."""
+    import concurrent.futures
+    import time
+
+    from service.services import nodes as node_service
+
+    real = node_service.node_dict
+
+    def slow_node_dict(n):
+        time.sleep(0.05)
+        return real(n)
+
+    client.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8})
+    etag = client.get("/v1/nodes/n1").headers["ETag"]
+    monkeypatch.setattr(node_service, "node_dict", slow_node_dict)
+    barrier = __import__("threading").Barrier(10)
+
+    def patch(i):
+        barrier.wait()
+        return client.patch("/v1/nodes/n1", json={"labels": {"writer": str(i)}}, headers={"If-Match": etag}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        codes = sorted(pool.map(patch, range(10)))
+    assert codes == [200] + [412] * 9, codes
+    updates = [e for e in client.get("/v1/audit", params={"kind": "node.updated"}).json()["items"]]
+    assert len(updates) == 1

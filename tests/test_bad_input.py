@@ -187,3 +187,145 @@ def test_manifest_by_hugging_face_name(client):
 def test_malformed_json_names_the_body(client):
     r = client.post("/v1/nodes", content=b'{"name": "x1", "gpu": ', headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body"
+
+
+# Issue 14, "nonsense accepted": each was stored or judged instead of refused
+@pytest.mark.parametrize("gpu_count", ["8", True, 8.0])
+def test_gpu_count_must_be_a_json_integer(client, gpu_count):
+    assert_problem(client.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": gpu_count}),
+                   422, "gpu_count")
+    client.post("/v1/nodes", json={"name": "n2", "gpu": "h100-sxm-80gb", "gpu_count": 8})
+    assert_problem(client.patch("/v1/nodes/n2", json={"gpu_count": gpu_count}), 422, "gpu_count")
+    body = {"model": {"config": model_config(LLAMA)}, "hardware": {"gpu": "h100-sxm-80gb", "count": gpu_count}}
+    assert_problem(client.post("/v1/validate", json=body), 422, "count")
+
+
+def test_empty_quantization_txt_is_refused_not_ignored(client):
+    body = {"name": "m", "version": "1", "uri": "s3://w", "config": model_config(LLAMA), "quantization_txt": ""}
+    assert_problem(client.post("/v1/manifests", json=body), 422, "quantization_txt")
+    req = {"model": {"config": model_config(LLAMA), "quantization_txt": ""}, "hardware": {"gpu": "h100-sxm-80gb"}}
+    assert_problem(client.post("/v1/validate", json=req), 422, "quantization_txt")
+
+
+@pytest.mark.parametrize("change,key", [({"num_key_value_heads": 128}, "num_key_value_heads"),
+                                        ({"max_position_embeddings": -5}, "max_position_embeddings")])
+def test_impossible_config_values_are_refused(client, change, key):
+    body = {"name": "m", "version": "1", "uri": "s3://w", "config": {**model_config(LLAMA), **change}}
+    assert_problem(client.post("/v1/manifests", json=body), 422, key)
+    req = {"model": {"config": body["config"]}, "hardware": {"gpu": "h100-sxm-80gb"}}
+    assert_problem(client.post("/v1/validate", json=req), 422, key)
+
+
+def test_report_on_a_superseded_plan_is_409_and_writes_nothing(client):
+    _fleet(client)
+    token = client.post("/v1/nodes/n1/token").json()["agent_token"]
+    agent = {"Authorization": f"Bearer {token}"}
+    first = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"],
+                                           "engine_args": {"max_model_len": 8192}}).json()
+    second = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"],
+                                            "engine_args": {"max_model_len": 4096}}).json()
+    before = audit_events(client)
+    r = client.post("/v1/nodes/n1/reports", headers=agent, json={"plan_id": first["id"], "status": "running"})
+    assert_problem(r, 409, "plan_id")
+    assert audit_events(client) == before
+    assert client.post("/v1/nodes/n1/reports", headers=agent,
+                       json={"plan_id": second["id"], "status": "running"}).status_code == 201
+    client.post(f"/v1/plans/{second['id']}/revoke")
+    assert_problem(client.post("/v1/nodes/n1/reports", headers=agent,
+                               json={"plan_id": second["id"], "status": "running"}), 409, "plan_id")
+
+
+# Issue 14: one behaviour on both databases
+def test_longest_manifest_name_and_version_are_stored_on_both_databases(client):
+    body = {"name": "n" * 256, "version": "v" * 128, "uri": "s3://w", "config": model_config(LLAMA)}
+    r = client.post("/v1/manifests", json=body)
+    assert r.status_code == 201, r.text
+    assert client.get(f"/v1/manifests/{r.json()['id']}").json()["name"] == "n" * 256
+
+
+def test_agent_of_a_128_character_node_name_is_audited(client):
+    name = "n" * 128
+    token = client.post("/v1/nodes", json={"name": name, "gpu": "h100-sxm-80gb", "gpu_count": 8}).json()["agent_token"]
+    client.post("/v1/manifests", json={"name": "m", "version": "1", "uri": "s3://w",
+                                       "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
+    plan = client.post("/v1/plans", json={"manifest": "m@1", "nodes": [name]}).json()
+    agent = {"Authorization": f"Bearer {token}"}
+    assert client.get(f"/v1/nodes/{name}/plan", headers=agent).status_code == 200
+    assert client.post(f"/v1/nodes/{name}/reports", headers=agent,
+                       json={"plan_id": plan["id"], "status": "running"}).status_code == 201
+    assert {"plan.fetched", "agent.running"} <= {k for _, k in audit_events(client, node=name)}
+
+
+@pytest.mark.parametrize("path,status", [
+    ("/v1/tokens?after=4611686018427387903", 200),
+    ("/v1/manifests?after=4611686018427387903", 200),
+    ("/v1/audit?after=4611686018427387903", 200),
+    ("/v1/tokens/4611686018427387903/revoke", 404),
+    ("/v1/manifests/999999999999999999", 404),
+    ("/v1/nodes/n1/history?before_seq=4611686018427387903", 422),
+])
+def test_large_ids_answer_alike_on_both_databases(client, path, status):
+    _fleet(client)
+    r = client.post(path) if path.endswith("/revoke") else client.get(path)
+    assert r.status_code == status, r.text
+
+
+def test_database_error_text_never_reaches_the_client(client, monkeypatch):
+    from sqlalchemy.exc import DataError
+
+    from service.services import manifests as manifest_service
+
+    def broken(*_a, **_k):
+        raise DataError("SELECT secret_column FROM manifests", {}, Exception('value "9" is out of range for int4'))
+
+    monkeypatch.setattr(manifest_service, "list_manifests", broken)
+    r = assert_problem(client.get("/v1/manifests"), 422)
+    assert "int4" not in json.dumps(r) and "secret_column" not in json.dumps(r)
+
+
+# Issue 14, "other"
+def test_streamed_oversized_body_without_content_length_is_413(client):
+    chunk = b" " * 65536
+
+    def body():
+        yield b'{"name": "m", "version": "1", "uri": "s3://m", "config": {"pad": "'
+        for _ in range(40):  # 2.5 MiB > the 2 MiB default
+            yield chunk
+        yield b'"}}'
+
+    r = client.post("/v1/manifests", content=body(), headers={"content-type": "application/json"})
+    assert_problem(r, 413)
+
+    def small():
+        yield json.dumps({"name": "m", "version": "1", "uri": "s3://m", "config": model_config(LLAMA)}).encode()
+
+    assert client.post("/v1/manifests", content=small(), headers={"content-type": "application/json"}).status_code == 201
+
+
+def test_idempotency_keys_are_scoped_per_caller(client):
+    _fleet(client)
+    deployer = client.post("/v1/tokens", json={"role": "deployer"}).json()["token"]
+    body = {"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"], "engine_args": {"max_model_len": 8192}}
+    mine = client.post("/v1/plans", json=body, headers={"Idempotency-Key": "shared", "Authorization": f"Bearer {deployer}"})
+    assert mine.status_code == 201
+    theirs = client.post("/v1/plans", json=body, headers={"Idempotency-Key": "shared"})  # the admin, same key
+    assert theirs.status_code == 201 and "Idempotent-Replayed" not in theirs.headers
+    assert theirs.json()["id"] != mine.json()["id"]
+    again = client.post("/v1/plans", json=body, headers={"Idempotency-Key": "shared", "Authorization": f"Bearer {deployer}"})
+    assert again.headers.get("Idempotent-Replayed") == "true" and again.json()["id"] == mine.json()["id"]
+
+
+def test_plan_env_values_are_shown_only_to_admins_and_deployers(client):
+    _fleet(client)
+    plan = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["n1"],
+                                          "env": {"HF_TOKEN": "hf_supersecret"}}).json()
+    assert plan["env"] == {"HF_TOKEN": "hf_supersecret"}
+    auditor = client.post("/v1/tokens", json={"role": "auditor"}).json()["token"]
+    deployer = client.post("/v1/tokens", json={"role": "deployer"}).json()["token"]
+    seen = client.get(f"/v1/plans/{plan['id']}", headers={"Authorization": f"Bearer {auditor}"})
+    assert seen.status_code == 200 and "hf_supersecret" not in seen.text, seen.text
+    assert seen.json()["env"] == {"HF_TOKEN": "<redacted>"} and seen.json()["signed"] is None
+    full = client.get(f"/v1/plans/{plan['id']}", headers={"Authorization": f"Bearer {deployer}"}).json()
+    assert full["env"] == {"HF_TOKEN": "hf_supersecret"} and full["signed"]
+    for path in (f"/v1/plans/{plan['id']}/placements", "/v1/nodes/n1/history", "/v1/audit"):
+        assert "hf_supersecret" not in client.get(path, headers={"Authorization": f"Bearer {auditor}"}).text, path

@@ -76,3 +76,11 @@ def test_falcon_max_model_len_beyond_the_class_default_is_refused():
 def test_length_defaults_come_from_transformers_config_classes():
     assert LINE.length_defaults["falcon"] == {"max_position_embeddings": 2048}
     assert LINE.length_defaults["llama"]["max_position_embeddings"] == 2048
+
+
+@pytest.mark.parametrize("fixture,interleave", [("meta-llama__Llama-4-Maverick-17B-128E-Instruct", 2),
+                                                ("meta-llama__Llama-4-Scout-17B-16E-Instruct", 1)])
+def test_llama4_moe_layers_per_pipeline_stage_follow_the_interleave(fixture, interleave):
+    est = estimate_weights(read_model_facts(model_config(fixture)), 8, 1, False, 2, None)
+    for lo, hi in ((0, 48), (0, 24), (24, 48), (0, 1), (1, 2), (5, 17), (47, 48)):
+        assert est.moe_in(lo, hi) == sum(1 for i in range(lo, hi) if (i + 1) % interleave == 0), (lo, hi)

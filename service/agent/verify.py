@@ -87,6 +87,11 @@ def verify_jws(token: str, jwks: dict, *, typ: str) -> tuple[dict[str, Any], str
     return claims, kid
 
 
+def _number(value) -> bool:
+    """A JSON number (``true`` is not one, although Python's bool is an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def verify_plan(token: str, jwks: dict, *, node: str, audience: str, last_seq: int = 0, issuer: str | None = None,
                 now: float | None = None) -> VerifiedPlan:
     """Verify a compact JWS plan for ``node``. Raises VerificationError naming the first failed check."""
@@ -96,10 +101,10 @@ def verify_plan(token: str, jwks: dict, *, node: str, audience: str, last_seq: i
         (claims.get("sub") == node, "wrong_node", f"plan is for node {claims.get('sub')!r}, not {node!r}"),
         (claims.get("aud") == audience, "wrong_audience", f"aud {claims.get('aud')!r} is not {audience!r}"),
         (issuer is None or claims.get("iss") == issuer, "wrong_issuer", f"iss {claims.get('iss')!r} is not {issuer!r}"),
-        (isinstance(claims.get("exp"), (int, float)) and t < claims["exp"] + LEEWAY, "expired", "plan has expired"),
-        (isinstance(claims.get("nbf"), (int, float)) and claims["nbf"] - LEEWAY <= t, "not_yet_valid",
+        (_number(claims.get("exp")) and t < claims["exp"] + LEEWAY, "expired", "plan has expired"),
+        (_number(claims.get("nbf")) and claims["nbf"] - LEEWAY <= t, "not_yet_valid",
          "plan is not valid yet"),
-        (isinstance(claims.get("seq"), int) and claims["seq"] > last_seq, "replayed_seq",
+        (type(claims.get("seq")) is int and claims["seq"] > last_seq, "replayed_seq",  # a JSON true is no seq
          f"seq {claims.get('seq')} is not greater than the last accepted seq {last_seq}"),
         (isinstance(claims.get("argv"), list) and all(isinstance(a, str) for a in claims.get("argv", [None]))
          and claims["argv"][:2] == ["vllm", "serve"], "bad_argv", "argv is not a vllm serve command"),

@@ -78,27 +78,36 @@ class BodyLimit:
                                           "title": "Payload too large", "status": 413,
                                           "detail": f"request body exceeds {self.limit} bytes"})
 
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await too_big()(scope, receive, send)
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.limit:
+                return await too_big()(scope, receive, send)
+            return await self.app(scope, receive, send)  # the server holds the client to its Content-Length
+        # no Content-Length (chunked): read the body here, at most ``limit`` bytes, and hand the app a replay — an
+        # error raised while the app reads it would be turned into a 400 by the body parser
+        chunks: list[bytes] = []
         seen = 0
-
-        async def counted():
-            nonlocal seen
+        while True:
             msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge()
-            return msg
+            if msg["type"] != "http.request":
+                return  # the client went away
+            chunk = msg.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                return await too_big()(scope, receive, send)
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
 
-        try:
-            return await self.app(scope, counted, send)
-        except _TooLarge:
-            return await too_big()(scope, receive, send)
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
 
-
-class _TooLarge(Exception):
-    pass
+        return await self.app(scope, replay, send)
 
 
 class CachedPlanFetch:
@@ -136,6 +145,11 @@ class CachedPlanFetch:
 def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None) -> FastAPI:
     db = db or Database(settings.resolved_database_url)
     keys = keys or KeyStore(settings.key_dir, create=settings.env != "production")
+    if db.audit_keys is None:  # every audit event this process writes carries a MAC the sealer checks
+        db.audit_keys = audit.AuditKeys(keys)
+    db.sealer.checkpointer = audit.Checkpointer(
+        keys, settings.issuer, settings.checkpoint_file, every_events=settings.audit_checkpoint_events,
+        every_seconds=settings.audit_checkpoint_seconds)
     writes = AgentWrites(db)  # the agents' fetches and reports, group-committed (services/agent_writes.py)
     watcher = EpochWatcher(db)  # keeps the agents' caches coherent across processes (services/epochs.py)
     @contextlib.asynccontextmanager
@@ -181,23 +195,32 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             body["errors"] = [{"field": "body", "rule": "unparseable", "message": str(exc.detail)}]
         return problem_response(exc.status_code, body, headers=getattr(exc, "headers", None))
 
+    def request_id(request: Request) -> str | None:
+        return request.scope.get("state", {}).get("request_id")
+
     @app.exception_handler(DataError)
-    async def _data_error(_: Request, exc: Exception):
+    async def _data_error(request: Request, exc: Exception):
+        # the database's own text stays in the log (with the request id), never in the response
+        log.warning("value refused by the database: %s", str(getattr(exc, "orig", exc))[:300],
+                    extra={"request_id": request_id(request), "path": request.url.path})
         return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
                                       "status": 422, "detail": "a value cannot be stored (out of range or not "
                                       "representable)", "errors": [{"field": "body", "rule": "unstorable",
-                                                                    "message": str(exc.orig)[:300]}]})
+                                                                    "message": "a value cannot be stored"}]})
 
     @app.exception_handler(IntegrityError)
-    async def _conflict(_: Request, exc: Exception):
+    async def _conflict(request: Request, exc: Exception):
+        log.warning("integrity conflict: %s", str(getattr(exc, "orig", exc))[:300],
+                    extra={"request_id": request_id(request), "path": request.url.path})
         return problem_response(409, {"type": "https://preflight.dev/problems/conflict", "title": "Conflict",
                                       "status": 409, "detail": "the change conflicts with one made at the same time; "
                                       "read the current state and retry"})
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
-    async def _db_down(_: Request, exc: Exception):
-        log.error("database error: %s", exc.__class__.__name__)
+    async def _db_down(request: Request, exc: Exception):
+        log.error("database error: %s", exc.__class__.__name__,
+                  extra={"request_id": request_id(request), "path": request.url.path})
         return problem_response(503, {"type": "https://preflight.dev/problems/unavailable",
                                       "title": "Service unavailable", "status": 503,
                                       "detail": "the database is unreachable; retry later"},
@@ -205,8 +228,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        log.exception("unhandled error", extra={"request_id": request.scope.get("state", {}).get("request_id"),
-                                                 "path": request.url.path})
+        log.exception("unhandled error", extra={"request_id": request_id(request), "path": request.url.path})
         return problem_response(500, {"type": "https://preflight.dev/problems/internal", "title": "Internal error",
                                       "status": 500, "detail": "an unexpected error; it has been logged"})
 
@@ -403,7 +425,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/nodes/{name}/history", operation_id="nodeHistory", tags=["audit"])
     def node_history(name: NodeName, session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
-                     before_seq: Annotated[int | None, Query(ge=1)] = None):
+                     before_seq: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None):
         """Plans assigned to the node, newest first: who approved them, what ran, when it was fetched, started,
         running or failed."""
         return history.node_history(session, name, limit=limit, before_seq=before_seq)
@@ -420,7 +442,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                           idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
         data = body.model_dump(mode="json")
         status, out, replayed = idempotency.run(
-            db, route="POST /v1/manifests", key=idempotency_key, body=data, status_code=201,
+            db, route="POST /v1/manifests", principal=p.name, key=idempotency_key, body=data, status_code=201,
             action=lambda s: manifest_service.manifest_dict(manifest_service.register(s, actor=p.name, body=data)))
         return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
@@ -458,7 +480,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                     idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
         data = body.model_dump(mode="json")
         status, out, replayed = idempotency.run(
-            db, route="POST /v1/plans", key=idempotency_key, body=data, status_code=201,
+            db, route="POST /v1/plans", principal=p.name, key=idempotency_key, body=data, status_code=201,
             action=lambda s: plan_service.create(s, actor=p.name, settings=settings, keys=keys, body=data))
         plan_cache.clear()
         return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
@@ -466,7 +488,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
     def get_plan(plan_id: str, session: SessionDep, p: Reader):
         plan, assignments = plan_service.get(session, plan_id)
-        return plan_service.plan_dict(plan, assignments)
+        # env values may be secrets: only admins and deployers see them (and the signed JWS, which carries them)
+        return plan_service.plan_dict(plan, assignments, secrets=p.role in ("admin", "deployer"))
 
     @app.get("/v1/plans/{plan_id}/placements", operation_id="planPlacements", tags=["audit"])
     def plan_placements(plan_id: str, session: SessionDep, p: Reader):
@@ -530,32 +553,67 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                      node: str | None = None, plan: str | None = None, model: str | None = None,
                      kind: str | None = None, since: TimeQuery = None, until: TimeQuery = None):
         """The filtered audit log as JSON Lines or CSV, streamed in chain order."""
-        db.sealer.seal_now()
+        db.sealer.flush()
         q = audit_query(node, plan, model, kind, since, until)
         media = "application/x-ndjson" if format == "jsonl" else "text/csv"
         return StreamingResponse(audit_export.stream(db, q, format), media_type=media)
 
     @app.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"])
     def verify_audit(p: Auditor):
-        """Seal what is pending, then recompute the whole chain: ``{"ok", "events", "head"}`` or the first broken
-        event."""
-        db.sealer.seal_now()
+        """Recompute the whole chain, read-only (verify never seals): every link, hash and MAC, rows not in the chain
+        (``pending``; ``forged`` for rows the service did not write), and the chain against the newest signed
+        checkpoint (stored, and the data-dir copy): ``{"ok", "events", "head", "pending", "checkpoint"}``, or
+        ``ok`` false with ``first_broken``, ``forged`` or ``checkpoint.reason`` (a cut tail, an emptied table,
+        swapped ids). Waits up to 2 s for this process's sealer to chain what was just written."""
+        db.sealer.flush()
         with db.transaction() as session:
-            out = audit.verify_chain(session)
+            found, problems = audit.known_checkpoints(session, keys.jwks(), [settings.checkpoint_file])
+            out = audit.verify_chain(session, checkpoints=found)
+        seen = db.sealer.high_water
+        if out["ok"] and out["last_seq"] < seen:  # after the newest checkpoint, before this process restarted
+            out["ok"] = False
+            out["cut"] = {"seen_seq": seen, "reason": f"this service sealed the chain up to seq {seen}, it now ends "
+                                                      f"at {out['last_seq']}: events were deleted"}
+        if problems:
+            out["warnings"] = problems
         out.pop("last_seq", None)
         return out
 
+    def checkpoint_body(row) -> dict:
+        from ..agent.verify import VerificationError, verify_jws
+
+        try:
+            claims, _ = verify_jws(row.signed, keys.jwks(), typ=audit.CHECKPOINT_TYPE)
+        except VerificationError:  # signed with a key retired since: still served, the caller judges it
+            claims = None
+        return {"checkpoint": row.signed, "claims": claims}
+
     @app.post("/v1/audit/checkpoints", status_code=201, operation_id="createAuditCheckpoint", tags=["audit"])
     def create_checkpoint(p: Auditor):
-        """The chain head signed with the service key (compact JWS, typ audit-checkpoint): keep it, and later
-        check any copy of the database against it (``preflight audit check-checkpoint``)."""
-        db.sealer.seal_now()
+        """A signed checkpoint of the chain now (compact JWS, typ audit-checkpoint: its length, head hash and id
+        digest), stored and written to the data dir like the automatic ones: keep it, and later check any copy of
+        the database against it (``preflight audit verify --checkpoint FILE``)."""
+        db.sealer.flush()
         try:
             with db.transaction() as session:
-                claims = audit.checkpoint_claims(session, settings.issuer)
+                audit._lock(session, wait=True)
+                row = db.sealer.checkpointer.make(session) or db.sealer.checkpointer.newest_row(session)
+                if row is None:
+                    raise Conflict("the audit chain is empty: nothing to checkpoint")
+                body = checkpoint_body(row)
         except ValueError as exc:
             raise Conflict(str(exc)) from None
-        return {"checkpoint": keys.sign(claims, typ=audit.CHECKPOINT_TYPE), "claims": claims}
+        db.sealer.checkpointer.publish(row)
+        return body
+
+    @app.get("/v1/audit/checkpoints/latest", operation_id="latestAuditCheckpoint", tags=["audit"])
+    def latest_checkpoint(p: PrincipalDep, session: SessionDep):
+        """The newest signed checkpoint (any token: agents and auditors keep copies, so that a later cut of the
+        chain shows against them)."""
+        row = db.sealer.checkpointer.newest_row(session)
+        if row is None:
+            raise NotFound("no audit checkpoint yet", field="checkpoint")
+        return checkpoint_body(row)
 
     @app.get("/v1/calibration", operation_id="calibration", tags=["audit"])
     def calibration_summary(session: SessionDep, p: Reader, model: str | None = None, gpu: str | None = None,
@@ -580,7 +638,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"])
     def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
-        row = token_service.revoke(session, token_id)
+        # the env admin token (PREFLIGHT_ADMIN_TOKEN) keeps the service administrable; without it, the last active
+        # admin token in the database cannot be revoked (409)
+        row = token_service.revoke(session, token_id, keep_an_admin=not settings.admin_token)
         after_commit(session, principal_cache.clear)
         audit.append(session, actor=p.name, kind="token.revoked", subject=f"token:{row.id}", node=row.node_name,
                      payload={"id": row.id, "role": row.role})

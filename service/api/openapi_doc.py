@@ -26,7 +26,8 @@ PROBLEM_SCHEMA = {
     },
 }
 PUBLIC = {"healthz", "readyz", "jwks", "metrics"}
-CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint"}
+CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint", "revokeToken", "rotateToken",
+            "reportNodeStatus"}
 DESCRIPTIONS = {
     "400": "the body is not parseable (not UTF-8 / not JSON)",
     "401": "missing, unknown or revoked bearer token",
@@ -101,6 +102,8 @@ def install(app: FastAPI) -> None:
                     codes.append("422")
                 if oid in CONFLICT:
                     codes.append("409")
+                if oid == "latestAuditCheckpoint":
+                    codes.append("404")  # no checkpoint yet
                 if oid == "updateNode":
                     codes.append("412")
                 if oid == "createPlan":

@@ -27,7 +27,7 @@ class Strict(BaseModel):
 class NodeIn(Strict):
     name: str = Field(pattern=NAME, description="Node name (hostname-like).")
     gpu: str | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
-    gpu_count: Annotated[int, Field(ge=1, le=64)]
+    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)]
     interconnect: Literal["nvlink", "pcie"] | None = None
     labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=64)
 
@@ -40,7 +40,7 @@ class ManifestIn(Strict):
     quantization_txt: str | None = Field(default=None, max_length=65536)
     hf_quant_config: dict[str, Any] | None = None
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
-    weights_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None = None
+    weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = None
     digests: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=4096)
 
 
@@ -103,6 +103,6 @@ class TokenIn(Strict):
 
 
 class NodeUpdate(Strict):
-    gpu_count: Annotated[int, Field(ge=1, le=64)] | None = None
+    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = None
     interconnect: Literal["nvlink", "pcie"] | None = None
     labels: dict[str, Annotated[str, Field(max_length=256)]] | None = Field(default=None, max_length=64)

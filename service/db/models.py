@@ -30,6 +30,11 @@ def iso(value: dt.datetime | None) -> str | None:
     return value.astimezone(dt.timezone.utc).isoformat()
 
 
+# Surrogate keys are 64-bit (the API accepts ids up to 2^62). SQLite's INTEGER PRIMARY KEY is already a 64-bit rowid
+# (and only that exact type name autoincrements), PostgreSQL gets BIGINT with a bigint sequence (migration 0004).
+ID = BigInteger().with_variant(Integer, "sqlite")
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
@@ -39,7 +44,7 @@ class Node(Base):
     """A GPU node of the hardware inventory."""
 
     __tablename__ = "nodes"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     gpu_id: Mapped[str] = mapped_column(String(64))
     gpu: Mapped[dict[str, Any]] = mapped_column(JSON)  # resolved catalogue facts (or the inline description)
@@ -54,7 +59,7 @@ class Token(Base):
     """A bearer token, stored only as its SHA-256 hash."""
 
     __tablename__ = "tokens"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     role: Mapped[str] = mapped_column(String(16))  # admin | deployer | agent | auditor
     node_name: Mapped[str | None] = mapped_column(String(128), nullable=True)
@@ -68,7 +73,7 @@ class Manifest(Base):
 
     __tablename__ = "manifests"
     __table_args__ = (UniqueConstraint("name", "version", name="uq_manifests_name_version"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     name: Mapped[str] = mapped_column(String(256))
     version: Mapped[str] = mapped_column(String(128))
     uri: Mapped[str] = mapped_column(String(2048))
@@ -87,7 +92,7 @@ class Plan(Base):
 
     __tablename__ = "plans"
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    manifest_id: Mapped[int] = mapped_column(ForeignKey("manifests.id"))
+    manifest_id: Mapped[int] = mapped_column(ID, ForeignKey("manifests.id"))
     request: Mapped[dict[str, Any]] = mapped_column(JSON)
     verdict: Mapped[str] = mapped_column(String(8))
     findings: Mapped[list[Any]] = mapped_column(JSON)
@@ -109,7 +114,7 @@ class Assignment(Base):
         UniqueConstraint("node_name", "seq", name="uq_assignments_node_seq"),
         Index("ix_assignments_node_status", "node_name", "status"),
     )
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id"), index=True)
     node_name: Mapped[str] = mapped_column(String(128))
     seq: Mapped[int] = mapped_column(Integer)
@@ -127,7 +132,7 @@ class Report(Base):
     """What a node agent reported about a plan."""
 
     __tablename__ = "reports"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     plan_id: Mapped[str] = mapped_column(String(36), index=True)
     node_name: Mapped[str] = mapped_column(String(128), index=True)
     status: Mapped[str] = mapped_column(String(16))
@@ -150,19 +155,38 @@ class AuditEvent(Base):
         Index("ix_audit_events_pending", "id", postgresql_where=text("chain_seq IS NULL"),
               sqlite_where=text("chain_seq IS NULL")),
     )
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
     ts: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    actor: Mapped[str] = mapped_column(String(128))
+    actor: Mapped[str] = mapped_column(String(256))  # "agent:<node name of up to 128 characters>" fits
     kind: Mapped[str] = mapped_column(String(48))
-    subject: Mapped[str] = mapped_column(String(256))
+    subject: Mapped[str] = mapped_column(String(512))  # "manifest:<name ≤ 256>@<version ≤ 128>" fits
     node: Mapped[str | None] = mapped_column(String(128), nullable=True)
     plan_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     model: Mapped[str | None] = mapped_column(String(256), nullable=True)  # manifest name, for "which config ran where"
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     payload_digest: Mapped[str] = mapped_column(String(64))
+    # "<kid>.<hex HMAC-SHA256>" over the event's fields with a secret bound to the signing keys: set when the
+    # service writes the event, so a row inserted by anyone else is never sealed and is reported by verify
+    mac: Mapped[str | None] = mapped_column(String(96), nullable=True)
     chain_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True, unique=True)
     prev_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     hash: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True)
+
+
+class AuditCheckpoint(Base):
+    """A signed checkpoint of the audit chain (RFC 6962's signed tree head): its length, head hash and a digest of
+    the event ids in chain order, signed with the service key. Made automatically by the sealer (service/audit.py)
+    and also written to a file in the data dir, so that a cut of the chain's tail shows against either copy."""
+
+    __tablename__ = "audit_checkpoints"
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    last_seq: Mapped[int] = mapped_column(BigInteger, unique=True)
+    events: Mapped[int] = mapped_column(BigInteger)
+    head: Mapped[str] = mapped_column(String(64))
+    ids_digest: Mapped[str] = mapped_column(String(64))
+    kid: Mapped[str] = mapped_column(String(128))
+    signed: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class IdempotencyKey(Base):
@@ -171,7 +195,7 @@ class IdempotencyKey(Base):
 
     __tablename__ = "idempotency_keys"
     __table_args__ = (UniqueConstraint("route", "key", name="uq_idempotency_keys_route_key"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     route: Mapped[str] = mapped_column(String(64))
     key: Mapped[str] = mapped_column(String(256))
     request_hash: Mapped[str] = mapped_column(String(64))
@@ -184,7 +208,7 @@ class Calibration(Base):
     """Predicted vs printed KV cache for one plan on one node (from the agent's report of vLLM's start-up log)."""
 
     __tablename__ = "calibration"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
     plan_id: Mapped[str] = mapped_column(String(36), index=True)
     node_name: Mapped[str] = mapped_column(String(128))
     gpu_id: Mapped[str] = mapped_column(String(64))

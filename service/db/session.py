@@ -53,12 +53,14 @@ def after_commit(session: Session, callback) -> None:
 
 
 class Database:
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, audit_keys=None):
         from ..audit import Sealer
 
         self.url = url
         self.engine = make_engine(url)
-        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # the audit log finds the MAC keys through the session (service/audit.py ``audit_keys``)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False, info={"database": self})
+        self.audit_keys = audit_keys  # service/audit.py AuditKeys: set by the service and the CLI (key dir at hand)
         self.sealer = Sealer(self)
 
     @property

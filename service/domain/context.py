@@ -151,7 +151,7 @@ def build_context(req: LaunchRequest) -> LaunchContext:
         config = apply_hf_overrides(config, overrides)
     facts = read_model_facts(config, req.model.hf_quant_config, line.length_defaults)
     gpu = resolve(req.hardware.gpu if isinstance(req.hardware.gpu, str) else req.hardware.gpu.model_dump())
-    tag = parse_quantization_txt(req.model.quantization_txt, line.quant_methods) if req.model.quantization_txt else None
+    tag = parse_quantization_txt(req.model.quantization_txt, line.quant_methods) if req.model.quantization_txt is not None else None
     ctx = LaunchContext(
         request=req,
         facts=facts,

@@ -1,6 +1,7 @@
 """Checks on JSON values before they are judged, stored or hashed: finite numbers only, integers within ±2^53
 (what JSON parsers agree on, and what RFC 8785 canonical JSON can encode), no NUL characters (PostgreSQL text cannot
-hold them), bounded nesting."""
+hold them), no lone surrogates (``"\\udc00"`` parses as JSON but is not Unicode text: UTF-8 cannot encode it),
+bounded nesting."""
 
 from __future__ import annotations
 
@@ -19,6 +20,24 @@ class JsonValueError(ValueError):
         self.path = path
 
 
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "contains a lone surrogate (not valid Unicode text)"
+    return None
+
+
+def check_text(text: str, path: str = "") -> None:
+    """A string that can be stored and hashed as UTF-8: no NUL, no lone surrogate. Raises JsonValueError."""
+    problem = _text_problem(text)
+    if problem:
+        raise JsonValueError(path, problem)
+
+
 def check_json(value: Any, path: str = "", depth: int = 0) -> None:
     """Raise JsonValueError (a ValueError) naming the first offending path (e.g. ``config.hidden_size``)."""
     if depth > MAX_DEPTH:
@@ -32,11 +51,12 @@ def check_json(value: Any, path: str = "", depth: int = 0) -> None:
         if not math.isfinite(value):
             raise JsonValueError(path, f"{value} is not a finite number")
     elif isinstance(value, str):
-        if "\x00" in value:
-            raise JsonValueError(path, "contains a NUL character")
+        problem = _text_problem(value)
+        if problem:
+            raise JsonValueError(path, problem)
     elif isinstance(value, dict):
         for k, v in value.items():
-            if not isinstance(k, str) or "\x00" in k:
+            if not isinstance(k, str) or _text_problem(k):
                 raise JsonValueError(path, f"key {k!r} is not a plain string")
             check_json(v, f"{path}.{k}" if path else k, depth + 1)
     elif isinstance(value, (list, tuple)):

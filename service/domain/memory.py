@@ -24,6 +24,7 @@ Where accounting differed by version the model follows ``ctx.version`` (see ``Ac
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field, fields
@@ -31,7 +32,7 @@ from typing import Any
 
 from .context import LaunchContext
 from .gpus import GIB, MIB
-from .model_facts import ModelFacts, round_up
+from .model_facts import MAX_LAYERS, ModelFacts, config_int, round_up
 from .versions import parse_version
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -206,7 +207,8 @@ def _topk(text: dict) -> int:
 
 def pp_partition(layers: int, pp: int) -> list[int]:
     """vLLM's layer split over PP stages: ``L // pp`` each, the remainder added to stages -2, -3, ... (never the last)
-    (vllm 0.33.0 vllm/distributed/utils.py:198-241; vllm-rules.md §1.3)."""
+    (vllm 0.33.0 vllm/distributed/utils.py:198-241; vllm-rules.md §1.3). Builds a list of ``pp`` entries: for
+    reports only; the budget uses ``stage_layers`` / ``biggest_stage`` (O(1))."""
     base, rem = divmod(layers, pp)
     parts = [base] * pp
     for i in range(rem):
@@ -214,30 +216,88 @@ def pp_partition(layers: int, pp: int) -> list[int]:
     return parts
 
 
+def stage_layers(layers: int, pp: int, s: int) -> tuple[int, int]:
+    """``(first layer, layer count)`` of stage ``s`` under ``pp_partition`` — a closed form: the ``rem`` stages
+    ``pp-1-rem … pp-2`` hold ``base + 1`` layers, the others ``base``."""
+    base, rem = divmod(layers, pp)
+    if pp == 1:
+        return 0, layers
+    first_big = pp - 1 - rem
+    start = s * base + max(0, min(s, pp - 1) - first_big)
+    return start, base + (1 if first_big <= s < pp - 1 else 0)
+
+
+def biggest_stage(layers: int, pp: int) -> int:
+    """The first stage holding the most layers (``max(range(pp), key=parts)`` without building ``parts``)."""
+    rem = layers % pp
+    return pp - 1 - rem if rem and pp > 1 else 0
+
+
+def _multiples(lo: int, hi: int, step: int) -> int:
+    """How many ``i`` in ``[lo, hi)`` are multiples of ``step`` (lo, hi ≥ 0)."""
+    if hi <= lo:
+        return 0
+    return (hi + step - 1) // step - (lo + step - 1) // step
+
+
 @dataclass(frozen=True)
 class WeightEstimate:
-    """Parameters and bytes. ``per_layer_rank`` etc. are one TP rank's share."""
+    """Parameters and bytes. ``dense_layer_rank`` / ``moe_layer_rank`` are one TP rank's bytes of a decoder layer of
+    each kind; which layers are MoE is given by ``first_dense`` (layers before it are dense), ``moe_step`` (every
+    step-th layer) and ``mlp_only`` (sorted MoE-pattern layers forced dense) — per-kind counts, never a per-layer
+    list, so the work does not grow with the layer count."""
 
     total_params: int
     total_bytes: int
     embed_rank: int
     lm_head_rank: int
-    layer_rank: list[int]
+    num_layers: int
+    dense_layer_rank: int
+    moe_layer_rank: int
     quant: str
     moe_layers: int
+    first_dense: int = 0
+    moe_step: int = 1
+    mlp_only: tuple[int, ...] = ()
+    moe_offset: int = 0  # MoE layers are i ≡ moe_offset (mod moe_step): Llama 4 interleaving puts them at step-1
+    has_experts: bool = False
 
-    def stage_bytes(self, pp: int) -> list[int]:
-        parts = pp_partition(len(self.layer_rank), pp)
-        out, i = [], 0
-        for s, n in enumerate(parts):
-            b = sum(self.layer_rank[i:i + n])
-            i += n
-            if s == 0:
-                b += self.embed_rank
-            if s == pp - 1 and (pp > 1 or self.lm_head_rank):
-                b += self.lm_head_rank
-            out.append(b)
-        return out
+    def moe_in(self, lo: int, hi: int) -> int:
+        """MoE layers among layers ``[lo, hi)``."""
+        if not self.has_experts:
+            return 0
+        lo, hi = max(lo, self.first_dense), min(hi, self.num_layers)
+        return max(0, _multiples(lo - self.moe_offset, hi - self.moe_offset, self.moe_step)
+                   - (bisect.bisect_left(self.mlp_only, hi)
+                                                             - bisect.bisect_left(self.mlp_only, lo)))
+
+    def range_bytes(self, lo: int, n: int) -> int:
+        moe = self.moe_in(lo, lo + n)
+        return moe * self.moe_layer_rank + (n - moe) * self.dense_layer_rank
+
+    @property
+    def max_layer_rank(self) -> int:
+        return max(self.moe_layer_rank if self.moe_layers else 0,
+                   self.dense_layer_rank if self.moe_layers < self.num_layers else 0)
+
+    def stage_weight(self, pp: int, s: int) -> int:
+        start, n = stage_layers(self.num_layers, pp, s)
+        b = self.range_bytes(start, n)
+        if s == 0:
+            b += self.embed_rank
+        if s == pp - 1 and (pp > 1 or self.lm_head_rank):
+            b += self.lm_head_rank
+        return b
+
+    def max_stage_bytes(self, pp: int) -> int:
+        """The heaviest PP stage. Uniform layers: one of three stages (the first, the last, the first of the
+        bigger ones); otherwise every stage holding layers — at most ``min(pp, L)`` of them, each counted in O(log)."""
+        L = self.num_layers
+        base, rem = divmod(L, pp)
+        candidates = {0, pp - 1, biggest_stage(L, pp)}
+        if 0 < self.moe_layers < L:
+            candidates.update(range(pp) if base else range(pp - 1 - rem, pp - 1))
+        return max(self.stage_weight(pp, s) for s in candidates)
 
 
 def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: float,
@@ -247,7 +307,8 @@ def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: f
     Mirrors how vLLM shards the model (vllm-rules.md §1): vocabulary padded to 64 and split over TP
     (vocab_parallel_embedding.py), Q/O split over TP, K/V heads ``max(1, kv // tp)`` per rank (replicated when
     TP > KV heads), dense MLP split over TP, MoE experts split over TP×DP (EP or flattened TP, fused_moe/config.py),
-    routers and MLA down-projections (``q_a_proj``, ``kv_a_proj_with_mqa``) replicated on every rank.
+    routers and MLA down-projections (``q_a_proj``, ``kv_a_proj_with_mqa``) replicated on every rank. Layers are
+    counted per kind (dense / MoE), in closed form.
     """
     text = facts.raw_text_config
     H = facts.hidden_size
@@ -277,13 +338,16 @@ def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: f
         k_v = 2 * H * kv * hd
         attn_params = q_o + k_v
         attn_rank = q_o * qb.attention / tp + 2 * H * kv_rank * hd * qb.attention
-    # MLP
+    norms = 2 * H * act_bytes
+    # MLP of a dense layer
     inter = facts.intermediate_size or 4 * H
     dense_params = 3 * H * inter
-    moe_layers = 0
-    layer_rank: list[int] = []
-    layer_params_total = 0
+    dense_rank = int(attn_rank + dense_params * qb.dense_mlp / tp + norms)
+    dense_bytes = attn_params * qb.attention + dense_params * qb.dense_mlp + norms
     n_exp = facts.num_experts
+    moe_rank, moe_params, moe_bytes = 0, 0, 0.0
+    first_dense, step, mlp_only, offset = 0, 1, (), 0
+    moe_layers = 0
     if n_exp:
         moe_i = facts.moe_intermediate_size or inter
         shared_i = facts.shared_expert_intermediate_size or (facts.n_shared_experts * moe_i)
@@ -291,52 +355,49 @@ def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: f
         shared_params = 3 * H * shared_i
         router = H * n_exp
         first_dense = facts.first_k_dense_replace
-        mlp_only = set(text.get("mlp_only_layers") or [])
         step = text.get("decoder_sparse_step") or text.get("moe_layer_freq") or 1
         step = step if isinstance(step, int) and step > 0 else 1
-        # Llama 4: layer i is MoE iff (i + 1) % interleave_moe_layer_step == 0; its dense layers use
-        # intermediate_size_mlp and every MoE layer has one shared expert of intermediate_size
+        # Llama 4: layer i is MoE iff (i + 1) % interleave_moe_layer_step == 0 (i = step-1, 2·step-1, …); its dense
+        # layers use intermediate_size_mlp and every MoE layer has one shared expert of intermediate_size
         # (vllm 0.33.0 vllm/model_executor/models/llama4.py:100-113, 340-353)
         interleave = text.get("interleave_moe_layer_step")
-        interleave = interleave if isinstance(interleave, int) and not isinstance(interleave, bool) else None
-        if interleave is not None:
+        if isinstance(interleave, int) and not isinstance(interleave, bool) and interleave > 0:
+            step, offset, first_dense = interleave, interleave - 1, interleave - 1
             mlp_i = text.get("intermediate_size_mlp")
-            if isinstance(mlp_i, int) and not isinstance(mlp_i, bool) and mlp_i > 0:
+            if isinstance(mlp_i, int) and not isinstance(mlp_i, bool) and 0 < mlp_i <= 1 << 22:
                 dense_params = 3 * H * mlp_i
+                dense_rank = int(attn_rank + dense_params * qb.dense_mlp / tp + norms)
+                dense_bytes = attn_params * qb.attention + dense_params * qb.dense_mlp + norms
             if not facts.shared_expert_intermediate_size and not facts.n_shared_experts:
                 shared_params = 3 * H * moe_i
-
-    def is_moe(i: int) -> bool:
-        if not n_exp:
-            return False
-        if interleave is not None:
-            return interleave > 0 and (i + 1) % interleave == 0
-        return i >= first_dense and i not in mlp_only and (i % step == 0 if step > 1 else True)
-
-    for i in range(L):
-        norms = 2 * H * act_bytes
-        if is_moe(i):
-            moe_layers += 1
-            mlp_rank = (experts_params * qb.experts / (tp * dp) + shared_params * qb.dense_mlp / tp
-                        + router * act_bytes)
-            mlp_params = experts_params + shared_params + router
-            mlp_bytes = experts_params * qb.experts + shared_params * qb.dense_mlp + router * act_bytes
-        else:
-            mlp_rank = dense_params * qb.dense_mlp / tp
-            mlp_params = dense_params
-            mlp_bytes = dense_params * qb.dense_mlp
-        layer_rank.append(int(attn_rank + mlp_rank + norms))
-        layer_params_total += attn_params + mlp_params + 2 * H
-        total_bytes += attn_params * qb.attention + mlp_bytes + norms
-    total_params += layer_params_total
+        # layers of the MoE pattern that mlp_only_layers forces dense (model_facts checks the list: ints in range)
+        mlp_only = tuple(sorted({int(i) for i in (text.get("mlp_only_layers") or [])
+                                 if first_dense <= i < L and (i - offset) % step == 0}))
+        moe_layers = max(0, _multiples(first_dense - offset, L - offset, step) - len(mlp_only))
+        moe_rank = int(attn_rank + experts_params * qb.experts / (tp * dp) + shared_params * qb.dense_mlp / tp
+                       + router * act_bytes + norms)
+        moe_params = experts_params + shared_params + router
+        moe_bytes = (attn_params * qb.attention + experts_params * qb.experts + shared_params * qb.dense_mlp
+                     + router * act_bytes + norms)
+    dense_layers = L - moe_layers
+    total_params += (dense_layers * (attn_params + dense_params + 2 * H)
+                     + moe_layers * (attn_params + moe_params + 2 * H))
+    total_bytes += dense_layers * dense_bytes + moe_layers * moe_bytes
     return WeightEstimate(
         total_params=int(total_params),
         total_bytes=int(total_bytes),
         embed_rank=int(embed_rank_b),
         lm_head_rank=int(lm_head_rank_b),
-        layer_rank=layer_rank,
+        num_layers=L,
+        dense_layer_rank=dense_rank,
+        moe_layer_rank=moe_rank,
         quant=qb.label,
         moe_layers=moe_layers,
+        first_dense=first_dense,
+        moe_step=step,
+        moe_offset=offset,
+        mlp_only=mlp_only,
+        has_experts=bool(n_exp),
     )
 
 
@@ -356,24 +417,28 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     return DTYPE_BYTES.get(model_dtype, 2)
 
 
-def layer_kinds(facts: ModelFacts) -> list[str]:
-    """``full`` / ``sliding`` per decoder layer: ``layer_types`` when config.json gives it; Gemma-2 alternates
-    (even layers sliding); Gemma-3 ``sliding_window_pattern`` (5 of 6 sliding); otherwise every layer is sliding when
-    ``sliding_window`` is set and not switched off (``use_sliding_window: false``), else full."""
+def sliding_layers(facts: ModelFacts, start: int, n: int) -> int:
+    """How many of the decoder layers ``[start, start + n)`` are sliding-window layers: ``layer_types`` when
+    config.json gives it (one entry per layer); Gemma-2 alternates (even layers sliding); Gemma-3
+    ``sliding_window_pattern`` (5 of 6 sliding); otherwise every layer is sliding when ``sliding_window`` is set and
+    not switched off (``use_sliding_window: false``), else none. Closed forms: no work per layer."""
     text = facts.raw_text_config
     L = facts.num_hidden_layers
+    stop = min(start + n, L)
+    if stop <= start:
+        return 0
     lt = text.get("layer_types")
     if isinstance(lt, list) and len(lt) == L:
-        return ["sliding" if "sliding" in str(t) else "full" for t in lt]
+        return sum(1 for t in lt[start:stop] if "sliding" in str(t))
     if not facts.sliding_window or text.get("use_sliding_window") is False:
-        return ["full"] * L
+        return 0
     mt = facts.model_type or ""
     if mt == "gemma2":
-        return ["sliding" if i % 2 == 0 else "full" for i in range(L)]
+        return _multiples(start, stop, 2)
     if mt.startswith("gemma3"):
         pat = int(text.get("sliding_window_pattern") or 6)
-        return ["full" if (i + 1) % pat == 0 else "sliding" for i in range(L)]
-    return ["sliding"] * L
+        return (stop - start) - _multiples(start + 1, stop + 1, pat)
+    return stop - start
 
 
 def kv_bytes_per_token_layer(facts: ModelFacts, tp: int, dtype_bytes: int, kv_cache_dtype: str,
@@ -409,8 +474,9 @@ def draft_layers(ctx: LaunchContext) -> tuple[int, str]:
         return int(n), method
     if method.startswith("eagle"):
         return 1, method
-    n = spec.get("draft_num_layers") or spec.get("num_hidden_layers") or 1
-    return int(n), method or "draft_model"
+    key = "draft_num_layers" if spec.get("draft_num_layers") is not None else "num_hidden_layers"
+    n = config_int(spec.get(key), f"engine_args.speculative_config.{key}", 0, MAX_LAYERS) or 1
+    return n, method or "draft_model"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -519,8 +585,9 @@ def activation_peak(ctx: LaunchContext, tokens: int, num_seqs: int, act_bytes: i
 def _block_size(ctx: LaunchContext) -> int:
     """16 unless the user sets it or the MLA backend needs another: FlashInfer-MLA on SM100 → 32 (first MLA
     choice there); FlashAttn-MLA on SM90 stays 16 (vllm-rules.md §7.2)."""
-    if "block_size" in ctx.args.given:
-        return int(ctx.args.get("block_size"))
+    given = ctx.args.get("block_size") if "block_size" in ctx.args.given else None
+    if given is not None:  # an explicit null is vLLM's default (chosen by the backend)
+        return int(given)
     cc = ctx.gpu.compute_capability
     if ctx.facts.is_mla and cc is not None and cc >= (10, 0):
         return 32
@@ -545,8 +612,7 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
 
     # --- weights ---
     est = estimate_weights(f, tp, dp, a.enable_expert_parallel, act_bytes, ctx.requested_quantization)
-    stages = est.stage_bytes(pp)
-    weights = max(stages)
+    weights = est.max_stage_bytes(pp)
     source = f"estimated from config.json ({est.quant})"
     if ctx.request.model.weights_bytes:
         scale = ctx.request.model.weights_bytes / max(1, est.total_bytes)
@@ -554,7 +620,7 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
         source = "manifest weights_bytes, split like the estimate"
     n_draft, draft_method = draft_layers(ctx)
     if n_draft and draft_method not in ("ngram", "suffix"):
-        weights += int(n_draft * max(est.layer_rank))
+        weights += int(n_draft * est.max_layer_rank)
         assumptions.append(f"speculative decoding ({draft_method}) adds {n_draft} draft layer(s) of weights and KV")
     offload = int(float(a.get("cpu_offload_gb", 0)) * GIB)
     if offload:
@@ -578,7 +644,8 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     non_torch = CALIBRATION["non_torch_tp1_bytes"] if tp * pp == 1 else CALIBRATION["non_torch_tp_gt1_bytes"]
     if ctx.gpu.compute_capability is None:  # AMD
         non_torch += CALIBRATION["rocm_hipblaslt_bytes"]
-    L_rank = max(pp_partition(f.num_hidden_layers, pp))
+    biggest = biggest_stage(f.num_hidden_layers, pp)
+    start, L_rank = stage_layers(f.num_hidden_layers, pp, biggest)
     moe_frac = est.moe_layers / max(1, f.num_hidden_layers)
     graph = 0
     if not a.enforce_eager:
@@ -590,14 +657,10 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     # --- KV per token on this GPU ---
     dbytes = kv_dtype_bytes(ctx.kv_cache_dtype, ctx.dtype)
     per_layer = kv_bytes_per_token_layer(f, tp, dbytes, ctx.kv_cache_dtype, acct)
-    kinds = layer_kinds(f)
-    # layers on the PP stage with the most layers (the pool is the minimum over the GPUs of the instance)
-    parts = pp_partition(f.num_hidden_layers, pp)
-    biggest = max(range(pp), key=lambda s: parts[s])
-    start = sum(parts[:biggest])
-    stage_kinds = kinds[start:start + parts[biggest]] + ["full"] * n_draft
-    n_layers = len(stage_kinds)
-    n_sliding = stage_kinds.count("sliding")
+    # layers on the PP stage with the most layers (the pool is the minimum over the GPUs of the instance), plus the
+    # draft's (full attention)
+    n_layers = L_rank + n_draft
+    n_sliding = sliding_layers(f, start, L_rank)
     kv_per_token = per_layer * n_layers
     block = _block_size(ctx)
     bytes_per_block = block * kv_per_token

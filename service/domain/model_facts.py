@@ -56,6 +56,32 @@ MLA_MODEL_TYPES = {
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
 DEFAULT_MAX_LEN = 2048  # model.py:2579-2596: assumed when config.json has no length key
 
+# ---------------------------------------------------------------------------------------------------------------
+# Documented ranges of the config.json values read here (README "Input bounds"). Generous — far above any real model
+# (the largest known: ~200 layers, hidden 2^14-2^15, 256k vocabulary, 512 experts, 10M context) — so no real config
+# is refused; they exist so that no arithmetic on an input number overflows or runs for long.
+# ---------------------------------------------------------------------------------------------------------------
+MAX_LAYERS = 10_000
+MAX_HEADS = 1 << 16
+MAX_HIDDEN = 1 << 20
+MAX_WIDTH = 1 << 24  # intermediate (MLP) widths
+MAX_HEAD_DIM = 1 << 16
+MAX_EXPERTS = 1 << 16
+MAX_VOCAB = 1 << 26
+MAX_LENGTH = 1 << 40  # tokens: position embeddings, sliding windows, derived lengths
+MAX_ROPE_FACTOR = 1e6
+MAX_BITS = 64
+# keys other modules read from the raw text config (memory.py, rules/shapes.py): checked here, once
+RAW_INT_KEYS: dict[str, tuple[int, int]] = {
+    "num_experts_per_tok": (0, MAX_EXPERTS),
+    "experts_per_token": (0, MAX_EXPERTS),
+    "moe_topk": (0, MAX_EXPERTS),
+    "num_experts_per_token": (0, MAX_EXPERTS),
+    "decoder_sparse_step": (0, MAX_LAYERS),
+    "sliding_window_pattern": (0, MAX_LAYERS),
+    "num_nextn_predict_layers": (0, MAX_LAYERS),
+}
+
 
 def _first(cfg: dict, keys: tuple[str, ...]) -> Any:
     for k in keys:
@@ -65,12 +91,57 @@ def _first(cfg: dict, keys: tuple[str, ...]) -> Any:
     return None
 
 
-def _pos_int(value: Any, field: str) -> int | None:
+def _first_key(cfg: dict, keys: tuple[str, ...]) -> tuple[str, Any]:
+    """The first of ``keys`` with a value, and that value (``(keys[0], None)`` when none has one)."""
+    for k in keys:
+        v = cfg.get(k)
+        if v is not None:
+            return k, v
+    return keys[0], None
+
+
+def config_int(value: Any, field: str, lo: int = 0, hi: int = MAX_LENGTH) -> int | None:
+    """The one check every config.json integer goes through: None stays None; anything but an integral number
+    (booleans, strings, lists, 1.5) or a number outside ``[lo, hi]`` is a DomainError (422) naming ``field``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
-        raise DomainError(field, f"{field} must be a non-negative integer, got {value!r}", rule="config_invalid")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DomainError(field, f"{field} must be an integer, got {type(value).__name__} {_short(value)}",
+                          rule="config_invalid")
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise DomainError(field, f"{field} must be an integer, got {_short(value)}", rule="config_invalid")
+    if not lo <= value <= hi:
+        raise DomainError(field, f"{field} must be between {lo} and {hi}, got {_short(value)}",
+                          rule="config_out_of_range")
     return int(value)
+
+
+def config_number(value: Any, field: str, lo: float, hi: float) -> float | None:
+    """A config.json number (int or float) within ``[lo, hi]``, or None; else a DomainError naming ``field``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DomainError(field, f"{field} must be a number, got {type(value).__name__} {_short(value)}",
+                          rule="config_invalid")
+    if not (lo <= value <= hi):  # also refuses NaN
+        raise DomainError(field, f"{field} must be between {lo:g} and {hi:g}, got {_short(value)}",
+                          rule="config_out_of_range")
+    return float(value)
+
+
+def config_dict(value: Any, field: str) -> dict | None:
+    if value is None or isinstance(value, dict):
+        return value
+    raise DomainError(field, f"{field} must be an object, got {type(value).__name__}", rule="config_invalid")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _pos_int(value: Any, field: str, hi: int = MAX_LENGTH) -> int | None:
+    return config_int(value, field, 0, hi)
 
 
 @dataclass(frozen=True)
@@ -166,45 +237,60 @@ def _normalise_dtype(value: Any) -> str | None:
     return {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(text, text)
 
 
-def _rope(text: dict) -> tuple[str | None, float | None, dict | None]:
-    rope = text.get("rope_scaling") or text.get("rope_parameters")
-    if not isinstance(rope, dict):
+def _rope(text: dict, prefix: str = "model.config.") -> tuple[str | None, float | None, dict | None]:
+    key = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
+    rope = text.get(key)
+    if not rope:
         return None, None, None
+    if not isinstance(rope, dict):
+        raise DomainError(prefix + key, f"{prefix + key} must be an object, got {type(rope).__name__}",
+                          rule="config_invalid")
+    field = prefix + key
     # Transformers v5 nests per-layer-type parameters; take the first dict that names a type
     if "rope_type" not in rope and "type" not in rope:
-        nested = [v for v in rope.values() if isinstance(v, dict)]
-        rope = nested[0] if nested else rope
+        nested = [(k, v) for k, v in rope.items() if isinstance(v, dict)]
+        if nested:
+            field, rope = f"{field}.{nested[0][0]}", nested[0][1]
     rtype = rope.get("rope_type") or rope.get("type")
-    factor = rope.get("factor")
-    return (str(rtype) if rtype else None), (float(factor) if isinstance(factor, (int, float)) else None), rope
+    if rtype is not None and not isinstance(rtype, str):
+        raise DomainError(field + ".rope_type", f"{field}.rope_type must be a string", rule="config_invalid")
+    factor = config_number(rope.get("factor"), field + ".factor", 0, MAX_ROPE_FACTOR)
+    config_int(rope.get("original_max_position_embeddings"), field + ".original_max_position_embeddings", 0,
+               MAX_LENGTH)
+    return (rtype or None), factor, rope
 
 
-def derive_max_model_len(text: dict, model_type: str | None) -> tuple[int, str, int | None]:
+def derive_max_model_len(text: dict, model_type: str | None,
+                         prefix: str = "model.config.") -> tuple[int, str, int | None]:
     """The maximum length vLLM 0.33 derives: ``(length, key, model_max_length)``.
 
     Smallest present length key; a truthy ``model_max_length`` overrides it; rope ``factor`` multiplies it only for
     scaling types (linear, dynamic, …), never for su/longrope/llama3/yarn/deepseek_yarn or gemma3; LongRoPE uses
     ``original_max_position_embeddings``. Mirrors vllm 0.33.0 model_arch_config_convertor.py:374-407 and
-    vllm/config/model.py:2579-2650 (YaRN rule after PR #56446). No key → 2048.
+    vllm/config/model.py:2579-2650 (YaRN rule after PR #56446). No key → 2048. A length key that is not an integer
+    in [0, 2^40] (or a scaled length beyond 2^40) is a DomainError naming it.
     """
     found: list[tuple[int, str]] = []
     for k in LENGTH_KEYS:
-        v = text.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-            found.append((int(v), k))
-    mml = text.get("model_max_length")
-    mml = int(mml) if isinstance(mml, (int, float)) and not isinstance(mml, bool) and mml > 0 else None
+        v = config_int(text.get(k), prefix + k, 0, MAX_LENGTH)
+        if v:
+            found.append((v, k))
+    mml = config_int(text.get("model_max_length"), prefix + "model_max_length", 0, MAX_LENGTH) or None
     if not found:
         return DEFAULT_MAX_LEN, "default", mml
     length, key = min(found)
     if mml:
         length, key = mml, "model_max_length"
-    rtype, factor, rope = _rope(text)
+    rtype, factor, rope = _rope(text, prefix)
     if rope is not None and rtype and not (model_type or "").startswith("gemma3"):
         if rtype == "longrope" and rope.get("original_max_position_embeddings"):
             length = int(rope["original_max_position_embeddings"])
         elif rtype not in NON_SCALING_ROPE_TYPES and factor:
-            length = int(length * factor)
+            scaled = length * factor
+            if scaled > MAX_LENGTH:
+                raise DomainError(prefix + "rope_scaling.factor", f"rope scaling factor {factor:g} × {key} {length} "
+                                  f"exceeds {MAX_LENGTH} tokens", rule="config_out_of_range")
+            length = int(scaled)
     return length, key, mml
 
 
@@ -241,37 +327,63 @@ def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig
             )
         kvq = q.get("kv_cache_quant_algo")
         return QuantConfig(method=table[algo], raw=raw, source=source, kv_cache_quant=str(kvq).lower() if kvq else None)
-    method = str(raw.get("quant_method") or "").lower().replace("compressed_tensors", "compressed-tensors")
+    method = raw.get("quant_method") or ""
+    if not isinstance(method, str):
+        raise DomainError("model.config.quantization_config.quant_method", "quant_method must be a string",
+                          rule="config_invalid")
+    method = method.lower().replace("compressed_tensors", "compressed-tensors")
     if not method:
         return None
+    qf = "model.config.quantization_config." if source == "config.json" else "model.hf_quant_config."
+    for key in ("ignore", "modules_to_not_convert", "exclude_modules", "ignored_layers"):
+        names = raw.get(key)
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise DomainError(qf + key, f"{qf + key} must be a list of module names (strings)", rule="config_invalid")
     bits = raw.get("bits", raw.get("w_bit", raw.get("num_bits")))
     group = raw.get("group_size", raw.get("q_group_size"))
     sym = raw.get("sym")
     if method == "awq":
         sym = not raw.get("zero_point", True)
     block = raw.get("weight_block_size")
+    if block is not None and not (isinstance(block, (list, tuple)) and len(block) == 2):
+        raise DomainError(qf + "weight_block_size", "weight_block_size must be a list of two integers",
+                          rule="config_invalid")
+    block_field = qf + "weight_block_size"
     if method == "compressed-tensors":
         weights = None
-        for grp in (raw.get("config_groups") or {}).values():
-            if isinstance(grp, dict) and isinstance(grp.get("weights"), dict):
+        groups = config_dict(raw.get("config_groups"), qf + "config_groups") or {}
+        for name, grp in groups.items():
+            config_dict(grp, f"{qf}config_groups.{name}")
+            if isinstance(grp, dict):
+                for part in ("weights", "input_activations", "output_activations"):
+                    config_dict(grp.get(part), f"{qf}config_groups.{name}.{part}")
+            if isinstance(grp, dict) and isinstance(grp.get("weights"), dict) and weights is None:
                 weights = grp["weights"]
-                break
+                wf = f"{qf}config_groups.{name}.weights."
         if weights:
-            bits = weights.get("num_bits", bits)
-            group = weights.get("group_size", group)
+            bits = config_int(weights.get("num_bits", bits), wf + "num_bits", 0, MAX_BITS)
+            group = config_int(weights.get("group_size", group), wf + "group_size", -1, MAX_WIDTH)
             sym = weights.get("symmetric", sym)
-            if weights.get("type") == "float" and weights.get("block_structure"):
-                block = weights.get("block_structure")
+            structure = weights.get("block_structure")
+            if weights.get("type") == "float" and isinstance(structure, list) and len(structure) == 2:
+                block, block_field = structure, wf + "block_structure"
+    bits = config_int(bits, qf + "bits", 0, MAX_BITS)
+    group = config_int(group, qf + "group_size", -1, MAX_WIDTH)
+    if block is not None:
+        block = (config_int(block[0], block_field + "[0]", 1, MAX_WIDTH),
+                 config_int(block[1], block_field + "[1]", 1, MAX_WIDTH))
+        if None in block:
+            raise DomainError(block_field, f"{block_field} must be a list of two integers", rule="config_invalid")
     kv_scheme = raw.get("kv_cache_scheme")
     return QuantConfig(
         method=method,
         raw=raw,
         source=source,
-        bits=int(bits) if isinstance(bits, (int, float)) and not isinstance(bits, bool) else None,
-        group_size=int(group) if isinstance(group, (int, float)) and not isinstance(group, bool) else None,
+        bits=bits,
+        group_size=group,
         sym=bool(sym) if sym is not None else None,
         desc_act=bool(raw["desc_act"]) if raw.get("desc_act") is not None else None,
-        weight_block_size=(int(block[0]), int(block[1])) if isinstance(block, (list, tuple)) and len(block) == 2 else None,
+        weight_block_size=block,
         kv_cache_quant="fp8" if isinstance(kv_scheme, dict) and kv_scheme.get("type") == "float" else None,
     )
 
@@ -280,12 +392,16 @@ def _vision(config: dict) -> VisionTower | None:
     vis = config.get("vision_config")
     if not isinstance(vis, dict):
         return None
-    heads = _first(vis, ("num_attention_heads", "num_heads", "n_head", "attention_heads"))
+    f = "model.config.vision_config."
+    hk, heads = _first_key(vis, ("num_attention_heads", "num_heads", "n_head", "attention_heads"))
+    sk, hidden = _first_key(vis, ("hidden_size", "embed_dim", "width"))
+    lk, layers = _first_key(vis, ("num_hidden_layers", "depth", "num_layers"))
+    mt = vis.get("model_type")
     return VisionTower(
-        model_type=vis.get("model_type"),
-        num_attention_heads=int(heads) if isinstance(heads, int) else None,
-        hidden_size=_first(vis, ("hidden_size", "embed_dim", "width")),
-        num_hidden_layers=_first(vis, ("num_hidden_layers", "depth", "num_layers")),
+        model_type=mt if isinstance(mt, str) else None,
+        num_attention_heads=config_int(heads, f + hk, 0, MAX_HEADS),
+        hidden_size=config_int(hidden, f + sk, 0, MAX_HIDDEN),
+        num_hidden_layers=config_int(layers, f + lk, 0, MAX_LAYERS),
     )
 
 
@@ -300,53 +416,84 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None,
         raise DomainError("model.config", "config.json must be a non-empty JSON object", rule="config_invalid")
     text = text_config_of(config)
     model_type = text.get("model_type") or config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise DomainError("model.config.model_type", "model_type must be a string", rule="config_invalid")
     prefix = "model.config." + ("text_config." if text is not config else "")
-    heads = _pos_int(_first(text, HEAD_KEYS), prefix + "num_attention_heads")
-    layers = _pos_int(_first(text, LAYER_KEYS), prefix + "num_hidden_layers")
-    hidden = _pos_int(_first(text, HIDDEN_KEYS), prefix + "hidden_size")
+
+    def read(keys: tuple[str, ...], name: str, lo: int = 0, hi: int = MAX_LENGTH) -> int | None:
+        key, value = _first_key(text, keys)
+        return config_int(value, prefix + (key if value is not None else name), lo, hi)
+
+    heads = read(HEAD_KEYS, "num_attention_heads", 1, MAX_HEADS)
+    layers = read(LAYER_KEYS, "num_hidden_layers", 1, MAX_LAYERS)
+    hidden = read(HIDDEN_KEYS, "hidden_size", 1, MAX_HIDDEN)
     for name, value in (("num_attention_heads", heads), ("num_hidden_layers", layers), ("hidden_size", hidden)):
         if not value:
             raise DomainError(prefix + name, f"config.json has no usable {name} (needed to build the model)",
                               rule="config_missing_key")
+    kv_given = read(KV_HEAD_KEYS, "num_key_value_heads", 0, MAX_HEADS)
+    if kv_given and kv_given > heads:
+        raise DomainError(prefix + _first_key(text, KV_HEAD_KEYS)[0],
+                          f"{kv_given} key/value heads but only {heads} attention heads (each KV head serves a group "
+                          f"of query heads: there cannot be more)", rule="config_out_of_range")
     if model_type in FALCON_TYPES and not text.get("new_decoder_architecture") and text.get("multi_query"):
         kv = 1
     else:
-        kv = _pos_int(_first(text, KV_HEAD_KEYS), prefix + "num_key_value_heads") or heads
-    head_dim = _pos_int(text.get("head_dim"), prefix + "head_dim") or _pos_int(
-        text.get("hidden_size_per_head"), prefix + "hidden_size_per_head"
+        kv = kv_given or heads
+    head_dim = _pos_int(text.get("head_dim"), prefix + "head_dim", MAX_HEAD_DIM) or _pos_int(
+        text.get("hidden_size_per_head"), prefix + "hidden_size_per_head", MAX_HEAD_DIM
     )
-    is_mla = model_type in MLA_MODEL_TYPES and bool(text.get("kv_lora_rank"))
+    mla: dict[str, int | None] = {}
+    if model_type in MLA_MODEL_TYPES:
+        for k, hi in (("kv_lora_rank", MAX_HIDDEN), ("q_lora_rank", MAX_HIDDEN), ("qk_rope_head_dim", MAX_HEAD_DIM),
+                      ("qk_nope_head_dim", MAX_HEAD_DIM), ("v_head_dim", MAX_HEAD_DIM)):
+            mla[k] = _pos_int(text.get(k), prefix + k, hi)
+    is_mla = bool(mla.get("kv_lora_rank"))
     if is_mla:  # MLA caches the latent: head size = kv_lora_rank + qk_rope_head_dim (convertor:92-98)
-        head_dim = int(text["kv_lora_rank"]) + int(text.get("qk_rope_head_dim") or 0)
+        head_dim = mla["kv_lora_rank"] + (mla["qk_rope_head_dim"] or 0)
     if not head_dim:
         head_dim = hidden // heads
+    for k, (lo, hi) in RAW_INT_KEYS.items():
+        config_int(text.get(k), prefix + k, lo, hi)
+    _layer_lists(text, prefix)
     # ``length_defaults``: the length keys the Transformers config class of this model_type sets when config.json
     # omits them (FalconConfig: max_position_embeddings=2048), from the target release's generated catalogue
     defaults = (length_defaults or {}).get(model_type) if isinstance(model_type, str) else None
     if defaults and not any(k in text for k in LENGTH_KEYS):
-        derived, key, mml = derive_max_model_len({**text, **defaults}, model_type)
+        derived, key, mml = derive_max_model_len({**text, **defaults}, model_type, prefix)
     else:
-        derived, key, mml = derive_max_model_len(text, model_type)
-    rtype, factor, _ = _rope(text)
-    num_experts = _pos_int(_first(text, EXPERT_KEYS), prefix + "num_experts") or 0
+        derived, key, mml = derive_max_model_len(text, model_type, prefix)
+    rtype, factor, _ = _rope(text, prefix)
+    num_experts = read(EXPERT_KEYS, "num_experts", 0, MAX_EXPERTS) or 0
     arch = config.get("architectures") or text.get("architectures") or []
+    if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
+        raise DomainError("model.config.architectures", "architectures must be a list of class names (strings)",
+                          rule="config_invalid")
     sw = text.get("sliding_window")
+    sw = None if sw is None or isinstance(sw, bool) else config_int(sw, prefix + "sliding_window", 0, MAX_LENGTH)
+    vocab_key = "vocab_size" if text.get("vocab_size") else None
+    vocab = config_int(text.get("vocab_size") or config.get("vocab_size"),
+                       prefix + "vocab_size" if vocab_key or text is config else "model.config.vocab_size",
+                       0, MAX_VOCAB)
     return ModelFacts(
         model_type=model_type,
-        architectures=tuple(str(a) for a in arch) if isinstance(arch, list) else (),
+        architectures=tuple(arch),
         num_attention_heads=heads,
         total_num_kv_heads=kv,
         head_dim=head_dim,
         num_hidden_layers=layers,
         hidden_size=hidden,
-        intermediate_size=_pos_int(_first(text, INTERMEDIATE_KEYS), prefix + "intermediate_size"),
-        moe_intermediate_size=_pos_int(text.get("moe_intermediate_size"), prefix + "moe_intermediate_size")
-        or (_pos_int(text.get("intermediate_size"), prefix + "intermediate_size") if num_experts and model_type in ("mixtral", "gpt_oss") else None),
-        shared_expert_intermediate_size=_pos_int(text.get("shared_expert_intermediate_size"), prefix + "shared_expert_intermediate_size"),
+        intermediate_size=read(INTERMEDIATE_KEYS, "intermediate_size", 0, MAX_WIDTH),
+        moe_intermediate_size=_pos_int(text.get("moe_intermediate_size"), prefix + "moe_intermediate_size", MAX_WIDTH)
+        or (_pos_int(text.get("intermediate_size"), prefix + "intermediate_size", MAX_WIDTH)
+            if num_experts and model_type in ("mixtral", "gpt_oss") else None),
+        shared_expert_intermediate_size=_pos_int(text.get("shared_expert_intermediate_size"),
+                                                 prefix + "shared_expert_intermediate_size", MAX_WIDTH),
         num_experts=num_experts,
-        n_shared_experts=_pos_int(text.get("n_shared_experts"), prefix + "n_shared_experts") or 0,
-        first_k_dense_replace=_pos_int(text.get("first_k_dense_replace"), prefix + "first_k_dense_replace") or 0,
-        vocab_size=_pos_int(text.get("vocab_size") or config.get("vocab_size"), prefix + "vocab_size"),
+        n_shared_experts=_pos_int(text.get("n_shared_experts"), prefix + "n_shared_experts", MAX_EXPERTS) or 0,
+        first_k_dense_replace=_pos_int(text.get("first_k_dense_replace"), prefix + "first_k_dense_replace",
+                                       MAX_LAYERS) or 0,
+        vocab_size=vocab,
         tie_word_embeddings=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
         torch_dtype=_normalise_dtype(
             config.get("dtype") or config.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype")
@@ -356,13 +503,13 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None,
         model_max_length=mml,
         rope_type=rtype,
         rope_factor=factor,
-        sliding_window=sw if isinstance(sw, int) and sw > 0 else None,
+        sliding_window=sw or None,
         is_mla=is_mla,
-        kv_lora_rank=text.get("kv_lora_rank") if is_mla else None,
-        qk_rope_head_dim=text.get("qk_rope_head_dim") if is_mla else None,
-        qk_nope_head_dim=text.get("qk_nope_head_dim") if is_mla else None,
-        v_head_dim=text.get("v_head_dim") if is_mla else None,
-        q_lora_rank=text.get("q_lora_rank") if is_mla else None,
+        kv_lora_rank=mla["kv_lora_rank"] if is_mla else None,
+        qk_rope_head_dim=mla["qk_rope_head_dim"] if is_mla else None,
+        qk_nope_head_dim=mla["qk_nope_head_dim"] if is_mla else None,
+        v_head_dim=mla["v_head_dim"] if is_mla else None,
+        q_lora_rank=mla["q_lora_rank"] if is_mla else None,
         quant=read_quant_config(config, hf_quant_config),
         vision=_vision(config),
         has_auto_map=bool(config.get("auto_map") or text.get("auto_map")),
@@ -371,10 +518,37 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None,
     )
 
 
+def _layer_lists(text: dict, prefix: str) -> None:
+    """Per-layer lists other modules read (``mlp_only_layers``, ``layer_types``, a ``moe_layer_freq`` list): lists of
+    at most MAX_LAYERS entries, layer indices integers in range."""
+    for key in ("mlp_only_layers", "layer_types", "moe_layer_freq"):
+        value = text.get(key)
+        if value is None or (key == "moe_layer_freq" and not isinstance(value, list)):
+            if key == "moe_layer_freq":
+                config_int(value, prefix + key, 0, MAX_LAYERS)
+            continue
+        if not isinstance(value, list) or len(value) > MAX_LAYERS:
+            raise DomainError(prefix + key, f"{prefix + key} must be a list of at most {MAX_LAYERS} entries",
+                              rule="config_invalid")
+        if key == "mlp_only_layers":
+            for i, v in enumerate(value):
+                config_int(v, f"{prefix}{key}[{i}]", 0, MAX_LAYERS)
+
+
 def divisors(n: int, limit: int | None = None) -> list[int]:
-    """Positive divisors of ``n`` up to ``limit`` (inclusive), ascending."""
+    """Positive divisors of ``n`` up to ``limit`` (inclusive), ascending — O(sqrt(n)) whatever ``limit`` is."""
+    if n <= 0:
+        return []
     top = n if limit is None else min(n, limit)
-    return [d for d in range(1, top + 1) if n % d == 0]
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+        d += 1
+    return [x for x in small + large[::-1] if x <= top]
 
 
 def round_up(x: int, multiple: int) -> int:

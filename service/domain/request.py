@@ -29,8 +29,8 @@ class Checkpoint(Strict):
     by vLLM ``sharded_state`` for one TP × PP)."""
 
     layout: Literal["merged", "tp_sharded"] = "merged"
-    tensor_parallel_size: Annotated[int, Field(ge=1, le=1024)] | None = None
-    pipeline_parallel_size: Annotated[int, Field(ge=1, le=1024)] | None = None
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=1024, strict=True)] | None = None
+    pipeline_parallel_size: Annotated[int, Field(ge=1, le=1024, strict=True)] | None = None
 
     @model_validator(mode="after")
     def _sharded_needs_tp(self) -> "Checkpoint":
@@ -50,13 +50,13 @@ class ModelSpec(Strict):
     hf_quant_config: dict[str, Any] | None = None
     quantization_txt: str | None = Field(default=None, max_length=65536)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
-    weights_bytes: Annotated[int, Field(ge=0, le=1 << 50)] | None = None
+    weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = None
 
 
 class CustomGpu(Strict):
     name: str = Field(max_length=256)
     compute_capability: str | float | None = None
-    memory_bytes: Annotated[int, Field(ge=1 << 30, le=1 << 42)] | None = None
+    memory_bytes: Annotated[int, Field(ge=1 << 30, le=1 << 42, strict=True)] | None = None
 
 
 class Hardware(Strict):
@@ -64,16 +64,16 @@ class Hardware(Strict):
     ``count``: GPUs per node; ``nodes``: number of nodes; ``interconnect``: ``nvlink``, ``pcie`` or null (unknown)."""
 
     gpu: str | CustomGpu
-    count: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)] = 1
-    nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] = 1
+    count: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE, strict=True)] = 1
+    nodes: Annotated[int, Field(ge=1, le=MAX_NODES, strict=True)] = 1
     interconnect: Literal["nvlink", "pcie"] | None = None
 
 
 class Workload(Strict):
     """Expected traffic, in tokens (prompt + output per request)."""
 
-    avg_seq_len: Annotated[int, Field(ge=1, le=MAX_SEQ)] | None = None
-    p99_seq_len: Annotated[int, Field(ge=1, le=MAX_SEQ)] | None = None
+    avg_seq_len: Annotated[int, Field(ge=1, le=MAX_SEQ, strict=True)] | None = None
+    p99_seq_len: Annotated[int, Field(ge=1, le=MAX_SEQ, strict=True)] | None = None
     shape: Literal["long_in_short_out", "short_in_long_out", "balanced"] | None = None
     stage: Literal["initial", "production"] | None = None
 

@@ -15,9 +15,16 @@ from ..db.session import Database
 from ..errors import Invalid
 
 
-def run(db: Database, *, route: str, key: str | None, body: dict[str, Any], status_code: int,
+def scope(route: str, principal: str) -> str:
+    """Keys are scoped per caller: the same key from two principals names two requests (one caller never receives
+    another's response). Stored in the ``route`` column: the route and a digest of the principal's name."""
+    return f"{route} {audit.sha256_hex(principal.encode())[:24]}"
+
+
+def run(db: Database, *, route: str, principal: str, key: str | None, body: dict[str, Any], status_code: int,
         action: Callable[[Any], dict[str, Any]]) -> tuple[int, dict[str, Any], bool]:
-    """Run ``action(session)`` once per (route, key). Returns (status, response, replayed)."""
+    """Run ``action(session)`` once per (route, principal, key). Returns (status, response, replayed)."""
+    route = scope(route, principal)
     if not key:
         with db.transaction() as s:
             return status_code, action(s), False

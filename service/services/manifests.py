@@ -27,7 +27,7 @@ def manifest_body(m: Manifest) -> dict[str, Any]:
 def manifest_dict(m: Manifest, *, full: bool = False) -> dict[str, Any]:
     out = {"id": m.id, "name": m.name, "version": m.version, "uri": m.uri, "digest": m.digest,
            "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "created_at": iso(m.created_at)}
-    if m.quantization_txt:
+    if m.quantization_txt is not None:
         out["quantization"] = parse_quantization_txt(m.quantization_txt, ALL_QUANT_METHODS).method
     if full:
         out.update(manifest_body(m))
@@ -38,7 +38,7 @@ def register(session: Session, *, actor: str, body: dict[str, Any]) -> Manifest:
     """Register a manifest after reading its config.json and tag the way the validator will (so a manifest that
     could never be judged is refused now). Raises DomainError / Conflict."""
     read_model_facts(body["config"], body.get("hf_quant_config"))
-    if body.get("quantization_txt"):
+    if body.get("quantization_txt") is not None:  # an empty tag file is refused, not ignored
         parse_quantization_txt(body["quantization_txt"], ALL_QUANT_METHODS)
     check_manifest(body["config"], body.get("hf_quant_config"), body.get("quantization_txt"))
     problem = model_reference_problem(body["uri"]) if body.get("uri") else None

@@ -40,8 +40,12 @@ def register(session: Session, *, actor: str, name: str, gpu: str | dict, gpu_co
     return node, secret
 
 
-def get(session: Session, name: str) -> Node:
-    node = session.execute(select(Node).where(Node.name == name)).scalar_one_or_none()
+def get(session: Session, name: str, *, for_update: bool = False) -> Node:
+    """The node by name (row-locked until the transaction ends with ``for_update``). Raises NotFound."""
+    q = select(Node).where(Node.name == name)
+    if for_update:  # PostgreSQL FOR UPDATE; SQLite's BEGIN IMMEDIATE already holds the single write lock
+        q = q.with_for_update()
+    node = session.execute(q).scalar_one_or_none()
     if node is None:
         raise NotFound(f"node {name!r} is not registered", field="name")
     return node
@@ -76,11 +80,13 @@ def etag(n: Node) -> str:
 
 
 def update(session: Session, *, actor: str, name: str, if_match: str | None, changes: dict[str, Any]) -> Node:
-    """Update gpu_count / interconnect / labels. With ``If-Match`` the current ETag must match (else 412)."""
+    """Update gpu_count / interconnect / labels. With ``If-Match`` the current ETag must match (else 412). The row
+    is read locked (``FOR UPDATE``), so concurrent conditional updates with one ETag serialize and only the first
+    matches: a compare-and-set on both databases."""
     from ..db.models import utcnow
     from ..errors import PreconditionFailed
 
-    node = get(session, name)
+    node = get(session, name, for_update=True)
     if if_match is not None and if_match.strip() not in ("*", etag(node)):
         raise PreconditionFailed(f"node {name!r} changed since you read it (ETag {etag(node)})", field="If-Match")
     before = node_dict(node)

@@ -13,9 +13,10 @@ from sqlalchemy.orm import Session
 
 from .. import audit, metrics
 from ..db.models import Assignment, Manifest, Node, Plan, Report, iso, utcnow
+from ..domain.render import shell_command
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
-from ..errors import ApiError, Invalid, LaunchRejected, NotFound
+from ..errors import ApiError, Conflict, Invalid, LaunchRejected, NotFound
 from ..settings import Settings
 from ..signing import KeyStore, plan_claims
 from . import calibration, epochs
@@ -65,16 +66,24 @@ def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) 
                     for e in exc.errors()]) from None
 
 
-def plan_dict(plan: Plan, assignments: list[Assignment] | None = None) -> dict[str, Any]:
+REDACTED = "<redacted>"
+
+
+def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secrets: bool = True) -> dict[str, Any]:
+    """A plan as the API shows it. Without ``secrets`` (an auditor) env values are redacted (names kept) and the
+    signed JWS, which carries them, is left out."""
+    env = plan.env if secrets else {k: REDACTED for k in plan.env or {}}
+    command = plan.command if secrets or not plan.env else shell_command(plan.argv, env)
     out = {"id": plan.id, "status": plan.status, "verdict": plan.verdict, "findings": plan.findings,
-           "argv": plan.argv, "command": plan.command, "env": plan.env, "budget": plan.budget,
+           "argv": plan.argv, "command": command, "env": env, "budget": plan.budget,
            "vllm_version": plan.vllm_version, "manifest_id": plan.manifest_id, "created_by": plan.created_by,
            "created_at": iso(plan.created_at)}
     if assignments is not None:
-        out["assignments"] = [{"node": a.node_name, "seq": a.seq, "status": a.status, "signed": a.signed,
-                               "last_report": a.last_report} for a in assignments]
+        out["assignments"] = [{"node": a.node_name, "seq": a.seq, "status": a.status,
+                               "signed": a.signed if secrets else None, "last_report": a.last_report}
+                              for a in assignments]
         if assignments:
-            out["signed"] = assignments[0].signed
+            out["signed"] = assignments[0].signed if secrets else None
     return out
 
 
@@ -259,12 +268,17 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
     """Agent reports, in bulk and in order (one read of the assignments, one UPDATE, one INSERT of the reports, one
     audit INSERT). Each report's plan must have been assigned to its node, else that report is NotFound and writes
     nothing. A report whose details carry vLLM's start-up figures (``details.vllm``) also stores the calibration
-    comparison (services/calibration.py). Returns per report ``{"id", "plan_id", "node", "status"}`` or the error."""
+    comparison (services/calibration.py). A report on a plan the node no longer runs (superseded or revoked) is a
+    Conflict and writes nothing. Returns per report ``{"id", "plan_id", "node", "status"}`` or the error."""
     pairs = sorted({(r.node, r.plan_id) for r in reports})
     seqs: dict[tuple[str, str], int] = {}
-    for node, plan_id, seq in session.execute(
-            select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq)
+    stale: dict[tuple[str, str], str] = {}  # assigned once, but superseded or revoked since
+    for node, plan_id, seq, status in session.execute(
+            select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.status)
             .where(tuple_(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id).in_(pairs))):
+        if status != "active":
+            stale.setdefault((node, plan_id), status)
+            continue
         seqs[(node, plan_id)] = max(seq, seqs.get((node, plan_id), seq))
     assigned = [i for i, r in enumerate(reports) if (r.node, r.plan_id) in seqs]
     ok = [reports[i] for i in assigned]
@@ -292,6 +306,9 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
     missing = {r.node for i, r in enumerate(reports) if i not in ids}
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(missing)))) if missing else set()
     return [{"id": ids[i], "plan_id": r.plan_id, "node": r.node, "status": r.status} if i in ids else
+            Conflict(f"plan {r.plan_id!r} is no longer current on node {r.node!r} (it was "
+                     f"{stale[(r.node, r.plan_id)]}): report on the node's current plan", field="plan_id")
+            if (r.node, r.plan_id) in stale else
             NotFound(f"plan {r.plan_id!r} was never assigned to node {r.node!r}", field="plan_id")
             if r.node in registered else NotFound(f"node {r.node!r} is not registered", field="name")
             for i, r in enumerate(reports)]

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..db.models import Token, iso, utcnow
-from ..errors import Forbidden
+from ..errors import Conflict, Forbidden
 from . import epochs
 
 ROLES = ("admin", "deployer", "agent", "auditor")
@@ -99,15 +99,34 @@ def list_tokens(session: Session, *, limit: int, after: int | None) -> list[Toke
     return list(session.execute(q).scalars())
 
 
-def revoke(session: Session, token_id: int) -> Token:
+def revoke(session: Session, token_id: int, *, keep_an_admin: bool = True) -> Token:
+    """Revoke a token (idempotent). The last active admin token is never revoked (Conflict) while
+    ``keep_an_admin`` — the service would have no administrator left (pass False when another admin exists outside
+    the database, e.g. PREFLIGHT_ADMIN_TOKEN). Active admin rows are read locked, so two concurrent revocations of
+    the last two admins cannot both succeed."""
     row = get(session, token_id)
     if row.revoked_at is None:
+        if row.role == "admin" and keep_an_admin:
+            admins = session.execute(select(Token.id).where(Token.role == "admin", Token.revoked_at.is_(None))
+                                     .order_by(Token.id).with_for_update()).scalars().all()
+            if admins == [row.id]:
+                raise Conflict("this is the last active admin token: create another admin token before revoking it "
+                               "(the service would have no administrator left)", field="token_id")
         row.revoked_at = utcnow()
         epochs.bump(session, "tokens", str(row.id))
     return row
 
 
 def rotate(session: Session, token_id: int) -> tuple[str, Token]:
-    """Revoke a token and issue a new one with the same role, node and label."""
-    old = revoke(session, token_id)
-    return create(session, role=old.role, node=old.node_name, label=old.label)
+    """Revoke a live token and issue a new one with the same role, node and label. A revoked token cannot be
+    rotated (Conflict): that would bring a withdrawn credential back to life."""
+    old = get(session, token_id)
+    if old.revoked_at is not None:
+        raise Conflict(f"token {token_id} is revoked: create a new token instead", field="token_id")
+    secret, new = create(session, role=old.role, node=old.node_name, label=old.label)
+    revoke(session, token_id, keep_an_admin=False)  # its replacement is an admin already
+    return secret, new
+
+
+def is_live(session: Session, secret: str) -> bool:
+    return authenticate(session, secret) is not None

@@ -11,6 +11,7 @@ from ..context import LaunchContext, build_context
 from ..errors import DomainError
 from ..gpus import GIB
 from ..memory import Budget, compute_budget, format_gib
+from ..model_facts import divisors
 from . import error, rule, warning
 
 SRC_NO_MEM = "vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:56-64"
@@ -54,7 +55,7 @@ def smallest_fitting_tp(ctx: LaunchContext) -> int | None:
     """The smallest TP above the requested one (within the GPUs of the instance, heads/KV/vocab divisible) whose
     budget holds one ``max_model_len`` sequence."""
     top = ctx.total_gpus // max(1, ctx.pp)
-    for t in range(ctx.tp + 1, top + 1):
+    for t in (d for d in divisors(ctx.facts.num_attention_heads, top) if d > ctx.tp):  # a valid TP divides the heads
         if not _valid_tp(ctx, t):
             continue
         args = dict(ctx.request.engine_args)
@@ -92,7 +93,7 @@ def weights_fit(ctx: LaunchContext):
 
 def smallest_tp_for_weights(ctx: LaunchContext) -> int | None:
     top = ctx.total_gpus // max(1, ctx.pp)
-    for t in range(ctx.tp + 1, top + 1):
+    for t in (d for d in divisors(ctx.facts.num_attention_heads, top) if d > ctx.tp):  # a valid TP divides the heads
         if not _valid_tp(ctx, t):
             continue
         args = {k: v for k, v in ctx.request.engine_args.items()

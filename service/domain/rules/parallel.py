@@ -12,7 +12,8 @@ def valid_tp_sizes(ctx: LaunchContext, limit: int | None = None) -> list[int]:
     """TP sizes up to ``limit`` (default: GPUs per node × nodes) that pass both head rules."""
     top = limit or ctx.total_gpus
     f = ctx.facts
-    return [t for t in range(1, top + 1) if f.num_attention_heads % t == 0 and kv_heads_ok(f.total_num_kv_heads, t, f.is_mla)]
+    # a valid TP divides the head count: its divisors (O(sqrt(heads))), not every size up to ``top``
+    return [t for t in divisors(f.num_attention_heads, top) if kv_heads_ok(f.total_num_kv_heads, t, f.is_mla)]
 
 
 def tp_candidates(ctx: LaunchContext) -> list[int]:

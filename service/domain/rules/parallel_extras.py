@@ -120,19 +120,21 @@ def pp_layers(ctx: LaunchContext):
     if pp <= 1:
         return []
     env = ctx.request.env.get("VLLM_PP_LAYER_PARTITION")
+    # the default split as a remedy (one entry per stage: only when every stage gets a layer, so pp <= layers)
+    default = ",".join(map(str, pp_partition(layers, pp))) if pp <= layers else None
     if env:
         try:
-            parts = [int(x) for x in env.split(",")]
+            parts = [int(x) for x in env.split(",")]  # the env value is at most 4096 characters
         except ValueError:
             return [error("pp_layers", f"Invalid partition string: {env}", remedy={"env": {"VLLM_PP_LAYER_PARTITION": None}},
                           source=SRC_PP_LAYERS, field="env.VLLM_PP_LAYER_PARTITION")]
         if len(parts) != pp:
             return [error("pp_layers", f"len(partitions)={len(parts)} does not match pp_size={pp}.",
-                          remedy={"env": {"VLLM_PP_LAYER_PARTITION": ",".join(map(str, pp_partition(layers, pp)))}},
+                          remedy={"env": {"VLLM_PP_LAYER_PARTITION": default}},
                           source=SRC_PP_LAYERS, field="env.VLLM_PP_LAYER_PARTITION")]
         if sum(parts) != layers:
             return [error("pp_layers", f"sum(partitions)={sum(parts)} does not match num_hidden_layers={layers}.",
-                          remedy={"env": {"VLLM_PP_LAYER_PARTITION": ",".join(map(str, pp_partition(layers, pp)))}},
+                          remedy={"env": {"VLLM_PP_LAYER_PARTITION": default}},
                           source=SRC_PP_LAYERS, field="env.VLLM_PP_LAYER_PARTITION")]
         return []
     if pp > layers:
@@ -213,12 +215,13 @@ def nnodes(ctx: LaunchContext):
     if world % n:
         out.append(error("nnodes", f"`--nnodes {n}` must evenly divide the total world size ({world} = DP "
                          f"{a.data_parallel_size} × PP {a.pipeline_parallel_size} × TP {a.tensor_parallel_size}).",
-                         remedy={"nnodes": [d for d in range(1, world + 1) if world % d == 0 and d <= ctx.nodes]},
+                         remedy={"nnodes": [d for d in range(1, min(world, ctx.nodes) + 1) if world % d == 0]},
                          source=SRC_NNODES, field="engine_args.nnodes"))
     rank = a.get("node_rank")
     if rank is not None and not 0 <= int(rank) < n:
         out.append(error("nnodes", f"`--node-rank` must be between 0 and {n - 1} (got {rank}).",
-                         remedy={"node_rank": list(range(n))}, source=SRC_NNODES, field="engine_args.node_rank"))
+                         remedy={"node_rank": list(range(min(n, ctx.nodes)))}, source=SRC_NNODES,
+                         field="engine_args.node_rank"))
     if n > ctx.nodes:
         out.append(error("nnodes", f"--nnodes {n} but the hardware has {ctx.nodes} node(s).",
                          remedy={"nnodes": ctx.nodes}, source=SRC_NNODES, field="engine_args.nnodes"))
