@@ -28,7 +28,7 @@ def store(tmp_path):
 
 
 def claims(**over):
-    base = plan_claims(issuer="preflight", audience=AUD, node="gpu-01", plan_id="p-1", seq=5, ttl=3600,
+    base = plan_claims(issuer="preflight", audience=AUD, node="gpu-01", plan_id="p-1", seq=5,
                        manifest_digest="sha256:00", vllm_version="0.33.0",
                        argv=["vllm", "serve", "s3://m", "--tensor-parallel-size", "8"], env={}, model_uri="s3://m")
     base.update(over)
