@@ -73,7 +73,7 @@ def verify_jws(token: str, jwks: dict, *, typ: str) -> tuple[dict[str, Any], str
     kid = header.get("kid")
     jwk = next((k for k in (jwks or {}).get("keys", []) if k.get("kid") == kid), None)
     if jwk is None:
-        raise VerificationError("unknown_kid", f"key id {kid!r} is not in the published JWKS")
+        raise VerificationError("unknown_kid", f"key id {kid!r} is not a key this node trusts")
     if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519" or "d" in jwk:
         raise VerificationError("bad_key", f"key {kid!r} is not a public Ed25519 OKP key")
     try:
