@@ -45,7 +45,15 @@ PROBLEM = "application/problem+json"
 NodeName = Annotated[str, Path(pattern=NAME, description="Node name (hostname-like).")]
 PRINCIPAL_CACHE_SECONDS = 60.0  # TTLs bound an entry's life; coherence comes from services/epochs.py
 PLAN_CACHE_SECONDS = 30.0
-FRESHNESS_CACHE_SECONDS = 60.0  # a freshness statement is re-signed per assignment at most this often
+FRESHNESS_CACHE_SECONDS = 60.0
+PLAN_HEADERS = {
+    "ETag": {"description": "the plan's entity tag (send it as If-None-Match)", "schema": {"type": "string"}},
+    "X-Plan-Id": {"description": "the plan id", "schema": {"type": "string"}},
+    "X-Plan-Seq": {"description": "the node's seq of this plan", "schema": {"type": "integer"}},
+    "X-Plan-Freshness": {"description": "compact JWS (typ application/vnd.preflight.freshness+jwt) signed at fetch "
+                         "time over the plan's digest, node and seq: the plan is the node's current one until its "
+                         "exp (PREFLIGHT_FRESHNESS_TTL_SECONDS)", "schema": {"type": "string"}},
+}  # a freshness statement is re-signed per assignment at most this often
 
 
 def error_field(e: dict[str, Any]) -> str:
@@ -294,8 +302,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     # -- agent (registered first: the fleet's hot path is matched before any other route) -----------------------------
     @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
-             responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan"},
-                        304: {"description": "unchanged (If-None-Match matched)"}})
+             responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan",
+                              "headers": PLAN_HEADERS},
+                        304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS}})
     async def fetch_node_plan(request: Request, name: NodeName, authorization: Annotated[str | None, Header()] = None,
                               if_none_match: Annotated[str | None, Header()] = None,
                               wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
