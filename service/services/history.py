@@ -34,7 +34,8 @@ def _placement_rows(session: Session, assignments: list[Assignment]) -> list[dic
             "first_fetched_at": iso(a.first_fetched_at), "last_fetched_at": iso(a.last_fetched_at),
             "fetches": a.fetch_count or 0,
             "started_at": iso(rep.get("started")), "running_at": iso(rep.get("running")),
-            "failed_at": iso(rep.get("failed")),
+            "failed_at": iso(rep.get("failed")), "stopped_at": iso(rep.get("stopped")),
+            "exited_at": iso(rep.get("exited")), "refused_at": iso(rep.get("refused")),
             "last_report": {"status": last[0], "at": iso(last[1]), "message": last[2]} if last else None,
         })
     return out
