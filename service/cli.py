@@ -227,12 +227,14 @@ class Reporter:
     Reports the service cannot take yet are queued (kept in the state file at exit) and sent, in order, as soon as
     it answers again — at the next report or heartbeat."""
 
-    def __init__(self, client, state, *, plan_id: str | None, seq: int | None, offline: dict | None = None):
+    def __init__(self, client, state, *, plan_id: str | None, seq: int | None, offline: dict | None = None,
+                 send_pending: bool = False):
         import uuid
 
         self.client, self.state, self.plan_id, self.seq, self.offline = client, state, plan_id, seq, offline
         self.run_id = str(uuid.uuid4())
-        self.queue: list[dict] = [q for q in state.pending if isinstance(q, dict)][-200:]
+        # reports queued by an earlier (offline) boot go only to a service that has just proved itself genuine
+        self.queue: list[dict] = [q for q in state.pending if isinstance(q, dict)][-200:] if send_pending else []
 
     def __call__(self, status: str, message: str | None = None, details: dict | None = None) -> None:
         body_details = {**(details or {}), "run_id": self.run_id, "at": round(time.time(), 3)}
@@ -263,14 +265,24 @@ class Reporter:
             self.queue.pop(0)
         return True
 
-    def heartbeat(self) -> None:
-        """Heartbeats are not queued: only the latest matters."""
-        if self.flush():
-            self.client.report(self.plan_id, "heartbeat", None, {"run_id": self.run_id})
+    def heartbeat(self) -> bool | None:
+        """Heartbeats are not queued: only the latest matters. Returns the service's ``current`` (False: the plan
+        was superseded or revoked), None without an answer."""
+        import httpx
+
+        if not self.flush():
+            return None
+        try:
+            r = self.client.post_report({"plan_id": self.plan_id, "status": "heartbeat", "message": None,
+                                         "details": {"run_id": self.run_id}})
+            body = r.json() if r.status_code == 201 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return False if isinstance(body, dict) and body.get("current") is False else None
 
     def keep_undelivered(self) -> None:
         """Save what could not be sent in the state file (the next boot sends it)."""
-        pending = [q for q in self.queue if q.get("status") != "heartbeat"]
+        pending = [q for q in self.queue if q.get("status") != "heartbeat"][-200:]
         if pending != self.state.pending:
             self.state.pending = pending
             self.state.save()
@@ -362,7 +374,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
             typer.echo(f"preflight agent: trust root updated to key set version {applied[-1]}", err=True)
     except VerificationError as exc:
         refuse(None, exc, "key set")
-    except (httpx.HTTPError, ValueError):
+    except httpx.HTTPError:
         reachable = False
     if lost:
         Reporter(client, st, plan_id=None, seq=None)("reset", "agent state reset: " + lost,
@@ -435,7 +447,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         st.save()
     else:
         new = False
-    report = Reporter(client, st, plan_id=plan.claims["jti"], seq=plan.seq, offline=offline)
+    report = Reporter(client, st, plan_id=plan.claims["jti"], seq=plan.seq, offline=offline, send_pending=True)
     if new:
         report("fetched", f"verified seq {plan.seq} with key {plan.kid}")
     env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.claims["env"].items()))
@@ -454,6 +466,10 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     finally:
         report.flush()
         report.keep_undelivered()
+    if code == runner.SUPERSEDED:  # a new plan (or none): boot again, the same way a restart would
+        typer.echo("preflight agent: the plan is no longer current; booting again", err=True)
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "service.cli", *sys.argv[1:]])
     raise typer.Exit(code)
 
 

@@ -392,3 +392,28 @@ def test_trust_remote_code_in_production_needs_the_manifest_to_allow_it(fleet):
                                       "allow_remote_code": True})
     assert m.status_code == 201 and m.json()["allow_remote_code"] is True
     assert c.post("/v1/plans", json={**body, "manifest": "meta-llama/Llama-3.1-8B@2"}).status_code == 201
+
+
+def test_a_new_plan_reaches_a_running_node_through_its_heartbeat(fleet):
+    url, c, node = fleet
+    a = c.post("/v1/plans", json=PLAN).json()
+    proc = subprocess.Popen(node.args(None, "--heartbeat-seconds", "0.3"), env=node.env(FAKE_VLLM_MODE="serve"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def runs():
+            return c.get("/v1/nodes/gpu-01/runs").json()["items"]
+
+        deadline = time.time() + 30
+        while time.time() < deadline and not (runs() and runs()[0]["running_at"]):
+            time.sleep(0.2)
+        b = c.post("/v1/plans", json={**PLAN, "engine_args": {"max_model_len": 4096}}).json()
+        while time.time() < deadline and not (len(runs()) == 2 and runs()[1]["running_at"]):
+            time.sleep(0.2)
+        items = runs()
+        assert [(r["plan_id"], r["end"]) for r in items] == [(a["id"], "stopped"), (b["id"], None)]
+        stopped = c.get("/v1/audit", params={"node": "gpu-01", "kind": "agent.stopped"}).json()["items"]
+        assert stopped[0]["payload"]["details"]["reason"] == "superseded"
+        assert [line.split("--max-model-len ")[1].split()[0] for line in node.launches()] == ["8192", "4096"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0

@@ -91,8 +91,13 @@ class AgentClient:
     def keysets(self, after: int) -> list:
         """The key-set statements above version ``after`` (to be verified by the caller: never trusted as sent)."""
         r = self.http.get("/v1/keysets", params={"after": after})
-        r.raise_for_status()
-        body = r.json()
+        if r.status_code == 404:
+            return []  # a service without a key-set chain: nothing to apply
+        r.raise_for_status()  # 5xx: treated as unreachable by the caller
+        try:
+            body = r.json()
+        except ValueError:
+            return None  # refused by Trust.apply_chain as malformed
         return body.get("keysets") if isinstance(body, dict) else None
 
     def fetch(self, etag: str | None = None, wait: int = 0) -> httpx.Response:

@@ -5,7 +5,9 @@ deploy/preflight-agent.service). Reports, each carrying the run's id: ``started`
 ``running`` once vLLM logs that the server is up — with the KV cache figures it printed and its
 ``--kv-cache-memory-bytes`` suggestion, for the calibration loop —, ``heartbeat`` every ``heartbeat_seconds`` while
 it runs, then ``stopped`` (the agent was asked to stop: SIGTERM/SIGINT, forwarded to the child) or ``exited``
-(vLLM ended by itself: its status and last lines).
+(vLLM ended by itself: its status and last lines). When a heartbeat's answer says the plan is no longer the node's
+current one (superseded or revoked), the child is stopped (SIGTERM), ``stopped`` is reported with reason
+``superseded``, and ``run`` returns ``SUPERSEDED``: the agent then boots again, which runs the new plan.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ KV_MEMORY = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 KV_BYTES_HINT = re.compile(r"--kv-cache-memory-bytes[= ](\d+)")
 READY = ("Application startup complete", "Starting vLLM API server")
 TAIL_LINES = 20
+SUPERSEDED = -1  # run()'s answer when the plan stopped being current: boot again
 
 Report = Callable[[str, "str | None", "dict | None"], None]
 
@@ -54,9 +57,10 @@ def exit_status(code: int) -> int:
 
 
 def run(argv: list[str], env: dict[str, str], report: Report, *, heartbeat_seconds: float = 60.0,
-        heartbeat: Callable[[], None] | None = None) -> int:
+        heartbeat: Callable[[], "bool | None"] | None = None) -> int:
     """Run to completion; returns the agent's exit status (0 after a requested stop, the child's status when it
-    ended by itself, 127 when it could not start)."""
+    ended by itself, 127 when it could not start), or SUPERSEDED. ``heartbeat`` returns False when the service says
+    the plan is no longer current (None: no answer)."""
     try:
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 bufsize=1, errors="replace")
@@ -75,10 +79,19 @@ def run(argv: list[str], env: dict[str, str], report: Report, *, heartbeat_secon
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     done = threading.Event()
+    superseded = threading.Event()
 
     def beat():
         while not done.wait(heartbeat_seconds):
-            (heartbeat or (lambda: report("heartbeat", None, {"pid": proc.pid})))()
+            if heartbeat is None:
+                report("heartbeat", None, {"pid": proc.pid})
+            elif heartbeat() is False and not done.is_set():
+                superseded.set()
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                return
 
     beater = threading.Thread(target=beat, name="preflight-heartbeat", daemon=True)
     beater.start()
@@ -101,6 +114,10 @@ def run(argv: list[str], env: dict[str, str], report: Report, *, heartbeat_secon
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     details = {"status": code, "tail": list(tail), "vllm": dict(figures)}
+    if superseded.is_set() and not asked:
+        report("stopped", f"stopped: the plan is no longer the node's current one (vLLM exit status {code})",
+               {**details, "signal": "SIGTERM", "reason": "superseded"})
+        return SUPERSEDED
     if asked:
         name = signal.Signals(asked[0]).name
         report("stopped", f"stopped on {name} (vLLM exit status {code})", {**details, "signal": name})

@@ -283,17 +283,21 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
     """Agent reports, in bulk and in order (one read of the assignments, one UPDATE, one INSERT of the reports, one
     audit INSERT). Each report's plan must have been assigned to its node, else that report is NotFound and writes
     nothing; ``refused`` and ``reset`` may name no plan (an audit event for the node only). A ``heartbeat`` only
-    stamps the assignment's ``last_heartbeat_at`` (no report row, no audit event: cheap at fleet scale). A report
+    stamps the assignment's ``last_heartbeat_at`` (no report row, no audit event: cheap at fleet scale) and answers
+    ``current``: whether the plan is still the node's current one (false once superseded or revoked). A report
     whose details carry vLLM's start-up figures (``details.vllm``) also stores the calibration comparison
     (services/calibration.py). Returns per report ``{"id", "plan_id", "node", "status"}`` (``id`` null for a
     heartbeat and a planless report) or the error."""
     pairs = sorted({(r.node, r.plan_id) for r in reports if r.plan_id is not None})
     seqs: dict[tuple[str, str], int] = {}
+    current: set[tuple[str, str]] = set()
     if pairs:
-        for node, plan_id, seq in session.execute(
-                select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq)
+        for node, plan_id, seq, status in session.execute(
+                select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.status)
                 .where(tuple_(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id).in_(pairs))):
             seqs[(node, plan_id)] = max(seq, seqs.get((node, plan_id), seq))
+            if status == "active":
+                current.add((node, plan_id))
     planless_nodes = {r.node for r in reports if r.plan_id is None}
     known = set(session.scalars(select(Node.name).where(Node.name.in_(planless_nodes)))) if planless_nodes else set()
     assigned = [i for i, r in enumerate(reports) if (r.node, r.plan_id) in seqs]
@@ -341,7 +345,8 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
         audit.append_many(session, events)
     missing = {r.node for i, r in enumerate(reports) if i not in done}
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(missing)))) if missing else set()
-    return [{"id": done[i], "plan_id": r.plan_id, "node": r.node, "status": r.status} if i in done else
+    return [{"id": done[i], "plan_id": r.plan_id, "node": r.node, "status": r.status,
+             **({"current": (r.node, r.plan_id) in current} if r.status == "heartbeat" else {})} if i in done else
             NotFound(f"plan {r.plan_id!r} was never assigned to node {r.node!r}", field="plan_id")
             if r.node in registered else NotFound(f"node {r.node!r} is not registered", field="name")
             for i, r in enumerate(reports)]
