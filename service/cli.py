@@ -367,15 +367,19 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
 
     # 1. the trust root: apply the key sets the service publishes above the pinned version, each signed by a key
     #    trusted at that point; a key set that does not chain is refused and the trust file stays as it was
-    reachable = True
-    try:
-        applied = tr.apply_chain(client.keysets(tr.version))
-        if applied:
-            typer.echo(f"preflight agent: trust root updated to key set version {applied[-1]}", err=True)
-    except VerificationError as exc:
-        refuse(None, exc, "key set")
-    except httpx.HTTPError:
-        reachable = False
+    def update_trust() -> bool:
+        """False when the service cannot be reached."""
+        try:
+            applied = tr.apply_chain(client.keysets(tr.version))
+            if applied:
+                typer.echo(f"preflight agent: trust root updated to key set version {applied[-1]}", err=True)
+        except VerificationError as exc:
+            refuse(None, exc, "key set")
+        except httpx.HTTPError:
+            return False
+        return True
+
+    reachable = update_trust()
     if lost:
         Reporter(client, st, plan_id=None, seq=None)("reset", "agent state reset: " + lost,
                                                      {"reason": "state_corrupt"})
@@ -397,7 +401,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
             break
         # the service cannot be reached (or fails): the last verified plan, if recent enough
         age = boot - st.verified_at if st.verified_at else None
-        if st.plan and not lost and offline_max_age > 0 and age is not None and age <= offline_max_age:
+        if st.plan and not lost and offline_max_age > 0 and age is not None and -300 <= age <= offline_max_age:
             break
         why = ("no verified plan is saved" if not st.plan else "offline boot is disabled (--offline-max-age 0)"
                if offline_max_age <= 0 else f"the saved plan was last confirmed {int(age or 0)} s ago, more than "
@@ -410,7 +414,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
             typer.echo(f"preflight agent: the service is unreachable and {why}; waiting", err=True)
             said = "offline"
         time.sleep(poll_seconds)
-        reachable = True
+        reachable = update_trust()
 
     offline = None
     if r is None or r.status_code >= 500 or r.status_code == 429:

@@ -417,3 +417,54 @@ def test_a_new_plan_reaches_a_running_node_through_its_heartbeat(fleet):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+@pytest.mark.parametrize("keysets, plan, status", [
+    (b'{"keysets": "x"}', b"not a jws", 200),
+    (b"[]", b"eyJhbGciOiJub25lIn0.e30.", 200),
+    (b"\xff\xfe", b'{"oops": true}', 200),
+    (b'{"keysets": []}', b"", 304),
+])
+def test_hostile_server_answers_are_refused_without_a_traceback(tmp_path, keysets, plan, status):
+    """A server that answers anything: the agent refuses, runs nothing, and leaves its state and trust as they were."""
+    import http.server
+    import threading
+
+    class Hostile(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = keysets if self.path.startswith("/v1/keysets") else plan
+            code = 200 if self.path.startswith("/v1/keysets") else status
+            self.send_response(code)
+            self.send_header("X-Plan-Id", "x" * 5000)
+            self.send_header("X-Plan-Freshness", "a.b.c")
+            self.send_header("Content-Length", str(len(body) if code != 304 else 0))
+            self.end_headers()
+            if code != 304:
+                self.wfile.write(body)
+
+        def do_POST(self):
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        node = Node.__new__(Node)
+        node.name, node.token, node.dir = "gpu-01", "t" * 43, tmp_path / "node"
+        (node.dir / "bin").mkdir(parents=True)
+        (node.dir / "bin" / "vllm").write_text(FAKE_VLLM.format(py=PY))
+        (node.dir / "bin" / "vllm").chmod(0o755)
+        node.log, node.state, node.trust = node.dir / "vllm.log", node.dir / "state.json", node.dir / "trust.json"
+        node.trust.write_text(json.dumps(KeyStore(tmp_path / "genuine").jwks()))
+        node.state.write_text(json.dumps({"last_seq": 3, "plan_id": "p", "plan": None, "etag": '"e"'}))
+        before = node.state.read_bytes(), node.trust.read_bytes()
+        run = node.run(url=f"http://127.0.0.1:{srv.server_address[1]}")
+    finally:
+        srv.shutdown()
+    assert run.returncode in (1, 3), run.stderr
+    assert "Traceback" not in run.stderr and node.launches() == []
+    assert (node.state.read_bytes(), node.trust.read_bytes()) == before
