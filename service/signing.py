@@ -51,6 +51,7 @@ class KeyStore:
         self._state: dict[str, Any] = {"active": None, "retired": []}
         self._chain: list[str] = []
         self._loaded_stamp = 0
+        self._next_check = 0.0
         self.load(create=create)
 
     # -- storage -------------------------------------------------------------------------------------------
@@ -70,6 +71,14 @@ class KeyStore:
             with self._lock:
                 if self._stamp() != self._loaded_stamp:
                     self.load(create=False)
+
+    def refresh_soon(self, every: float = 1.0) -> None:
+        """``refresh`` at most once per ``every`` seconds (the agents' hot path: a retired key stops being used
+        within a second, for the cost of one stat per second)."""
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + every
+            self.refresh()
 
     def load(self, *, create: bool) -> None:
         if not self.dir.exists():

@@ -339,6 +339,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         ``freshness_window`` per assignment and process — a small fraction of its lifetime —, so a fleet fetching
         at once costs a dictionary look-up, not a signature, per request."""
         now = time.time()
+        keys.refresh_soon()  # a rotation or retirement made by the CLI reaches the cache within a second
         kid = keys.active_kid
         hit = freshness_cache.get(a["id"])
         if hit is not None and hit[0] > now and hit[1] == kid:
