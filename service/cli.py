@@ -426,7 +426,8 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     elif r.status_code == 304 and st.plan:
         plan_token, header_id = st.plan, st.plan_id
     elif r.status_code == 200:
-        plan_token, header_id = r.text, r.headers.get("X-Plan-Id")
+        header_id = r.headers.get("X-Plan-Id") or None
+        plan_token, header_id = r.text, header_id if header_id and len(header_id) <= 36 else None  # unverified
     else:
         typer.echo(f"preflight agent: fetch failed: HTTP {r.status_code}: {r.text[:500]}", err=True)
         raise typer.Exit(1)

@@ -79,7 +79,7 @@ def test_agent_verify_needs_only_the_trust_file_and_keys_export_writes_one(tmp_p
     token = store.sign(plan_claims(issuer="preflight", audience="preflight-agent", node="gpu-01", plan_id="p-1",
                                    seq=4, manifest_digest="sha256:00", vllm_version="0.33.0",
                                    argv=["vllm", "serve", "s3://m"], env={}, model_uri="s3://m"))
-    plan = write(tmp_path, "plan.jws", {}).with_name("plan.jws")
+    plan = tmp_path / "plan.jws"
     plan.write_text(token)
     fresh = tmp_path / "fresh.jws"
     fresh.write_text(store.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node="gpu-01",
