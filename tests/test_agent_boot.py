@@ -295,6 +295,7 @@ def test_offline_boot_within_and_past_the_maximum_age(fleet, servers):
     runs = c.get("/v1/nodes/gpu-01/runs").json()["items"]
     assert [bool(r["offline_boot"]) for r in runs] == [False, True, False]
     assert runs[1]["offline_boot"]["age_seconds"] >= 0
+    assert runs[1]["started_at"] < runs[2]["started_at"]
 
 
 def test_report_sequence_and_runs_across_two_plans_with_stop_and_heartbeat(fleet):

@@ -3,7 +3,10 @@ every fetch, the key-set chain, lifecycle reports (heartbeats cheap, planless re
 
 from __future__ import annotations
 
+import datetime as dt
 import time
+
+import pytest
 
 from sqlalchemy import select
 
@@ -111,3 +114,22 @@ def test_runs_answers_which_plan_ran_when(client):
     assert client.get("/v1/nodes/nope/runs").status_code == 404
     bad = client.get("/v1/nodes/gpu-01/runs", params={"since": "2026-01-02T00:00:00Z", "until": "2026-01-01"})
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "until"
+
+
+def test_reports_delivered_late_keep_the_agents_time(client):
+    fleet = setup_fleet(client, ["gpu-01"])
+    auth = {"Authorization": f"Bearer {fleet['gpu-01']['token']}"}
+    plan = fleet["gpu-01"]["plan"]["id"]
+    then = time.time() - 600  # an offline boot ten minutes ago, reported now
+    for kind, at in (("started", then), ("exited", then + 5)):
+        r = client.post("/v1/nodes/gpu-01/reports", headers=auth, json={
+            "plan_id": plan, "status": kind, "details": {"run_id": "r1", "at": at, "status": 0,
+                                                        "offline_boot": {"age_seconds": 3600}}})
+        assert r.status_code == 201
+    client.post("/v1/nodes/gpu-01/reports", headers=auth, json={  # a clock far off is not believed
+        "plan_id": plan, "status": "started", "details": {"run_id": "r2", "at": time.time() - 90 * 86400}})
+    runs = client.get("/v1/nodes/gpu-01/runs").json()["items"]
+    started = [dt.datetime.fromisoformat(r["started_at"]).timestamp() for r in runs]
+    assert abs(started[0] - then) < 0.01 and abs(started[1] - time.time()) < 60
+    assert dt.datetime.fromisoformat(runs[0]["ended_at"]).timestamp() - started[0] == pytest.approx(5, abs=0.01)
+    assert runs[0]["offline_boot"] == {"age_seconds": 3600}

@@ -78,12 +78,32 @@ def _utc(t):
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
+LATE_SECONDS = 30
+
+
+def _when(received, agent_at):
+    """When a report's event happened: the service's receipt time, unless the report was delivered late (queued by
+    an agent that could not reach the service, e.g. during an offline boot) — then the agent's own ``at``, when it
+    lies between 30 days before receipt and receipt."""
+    import datetime as dt
+
+    received = _utc(received)
+    if isinstance(agent_at, (int, float)) and not isinstance(agent_at, bool):
+        try:
+            t = dt.datetime.fromtimestamp(agent_at, dt.timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return received
+        if received - dt.timedelta(days=30) <= t <= received - dt.timedelta(seconds=LATE_SECONDS):
+            return t
+    return received
+
+
 def node_runs(session: Session, name: str, *, since=None, until=None, limit: int = 1000) -> dict[str, Any]:
     """Which plan ran on a node, and when: one item per run of vLLM (the agent's ``started`` report, tied to its
     later reports by ``details.run_id``), oldest first, overlapping ``[since, until)``. A run ends with ``stopped``
     (asked to stop) or ``exited`` (ended by itself); one with no end report ends at the node's next start
     (``end: "interrupted"``: the node lost power or the agent was killed) or is still open (``ended_at`` null, with
-    the last heartbeat). Times are the service's receipt times."""
+    the last heartbeat). Times are the service's receipt times, except for reports delivered late (``_when``)."""
     node_service.get(session, name)
     q = (select(Report).where(Report.node_name == name, Report.status.in_(RUN_STATUSES)).order_by(Report.id))
     if until is not None:
@@ -93,7 +113,7 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
     for r in session.execute(q).scalars():
         details = r.details if isinstance(r.details, dict) else {}
         run_id = details.get("run_id") or f"plan:{r.plan_id}"
-        at = _utc(r.created_at)
+        at = _when(r.created_at, details.get("at"))
         if r.status == "started":
             for other in runs:  # one vLLM per node: a new start ends every run still open
                 if other["ended_at"] is None:
