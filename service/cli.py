@@ -8,6 +8,7 @@ import pathlib
 import shlex
 import sys
 import time
+import types
 from typing import Optional
 
 import typer
@@ -332,7 +333,10 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                                                          "verified plan if the service confirmed it current at most "
                                                          "this many seconds ago (0: never)."),
               heartbeat_seconds: float = typer.Option(60.0, envvar="PREFLIGHT_HEARTBEAT_SECONDS",
-                                                      help="Seconds between heartbeat reports while vLLM runs.")) -> None:
+                                                      help="Seconds between heartbeat reports while vLLM runs."),
+              issuer: str = typer.Option("preflight", envvar="PREFLIGHT_ISSUER", help="The iss plans must carry."),
+              audience: str = typer.Option("preflight-agent", envvar="PREFLIGHT_AUDIENCE",
+                                           help="The aud plans must carry.")) -> None:
     """Boot this node's current plan: fetch it with a fresh freshness statement, verify both against the pinned
     trust root, save it, then print or run exactly its argv with the node's vllm. Every start runs the current plan
     again (after a reboot, a crash or a restart); a plan older than the last one accepted never runs."""
@@ -344,7 +348,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     from .agent.verify import VerificationError, verify_freshness, verify_plan
 
     boot = time.time()
-    s = _settings()
+    s = types.SimpleNamespace(issuer=issuer, audience=audience)
     tr = _load_trust(trust)
     vllm_path = None if print_only else _resolve_vllm(vllm)
     client = AgentClient(server, node, token)
@@ -485,12 +489,15 @@ def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact 
                                                     help="The node's trust file (a JWKS)."),
                  freshness: Optional[pathlib.Path] = typer.Option(None, help="Also check this saved freshness "
                                                                   "statement (the X-Plan-Freshness header)."),
-                 last_seq: int = typer.Option(0, help="Refuse plans below this seq.")) -> None:
+                 last_seq: int = typer.Option(0, help="Refuse plans below this seq."),
+                 issuer: str = typer.Option("preflight", envvar="PREFLIGHT_ISSUER", help="The iss plans must carry."),
+                 audience: str = typer.Option("preflight-agent", envvar="PREFLIGHT_AUDIENCE",
+                                              help="The aud plans must carry.")) -> None:
     """Verify a saved plan offline against the node's trust file (no server is asked anything)."""
     from .agent.verify import VerificationError, verify_freshness, verify_plan
 
     tr = _load_trust(trust)
-    s = _settings()
+    s = types.SimpleNamespace(issuer=issuer, audience=audience)
     try:
         token = file.read_text().strip()
         plan = verify_plan(token, tr.jwks, node=node, audience=s.audience, issuer=s.issuer, last_seq=last_seq)
