@@ -134,8 +134,11 @@ class KeyStore:
     def _chain_keys(self) -> list[dict] | None:
         if not self._chain:
             return None
-        part = self._chain[-1].split(".")[1]
-        return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))["keys"]
+        try:
+            part = self._chain[-1].split(".")[1]
+            return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))["keys"]
+        except (IndexError, ValueError, KeyError, TypeError):
+            return None  # an unreadable last entry: the published set is appended after it
 
     def _append_keyset(self, signer: str) -> None:
         claims = {"iss": "preflight-keys", "version": len(self._chain) + 1, "keys": self.public_keys()}

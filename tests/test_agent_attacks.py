@@ -204,3 +204,19 @@ def test_a_running_service_picks_up_a_rotation_made_by_the_cli(store, tmp_path):
     assert {k["kid"] for k in service.jwks()["keys"]} == {old, new}
     cli.retire(old)
     assert {k["kid"] for k in service.jwks()["keys"]} == {new}
+
+
+def test_key_set_chain_starts_for_an_existing_key_directory_and_survives_a_read_only_one(store, tmp_path):
+    (store.dir / "keysets.json").unlink()  # a key directory from before the chain
+    again = KeyStore(store.dir)
+    assert again.keyset_version == 1 and (store.dir / "keysets.json").exists()
+    assert json.loads((store.dir / "keysets.json").read_text())["keysets"] == again.keysets()
+    (store.dir / "keysets.json").unlink()
+    store.dir.chmod(0o500)
+    try:
+        ro = KeyStore(store.dir, create=False)  # unwritable (unless root): the same statement, deterministic bytes
+        assert ro.keysets() == again.keysets()
+    finally:
+        store.dir.chmod(0o700)
+    (store.dir / "keysets.json").write_text('{"keysets": ["garbage"]}')
+    assert KeyStore(store.dir).keyset_version == 2  # the published set follows an unreadable entry
