@@ -13,7 +13,7 @@ from sqlalchemy import select
 from service.agent.trust import Trust
 from service.agent.verify import verify_freshness, verify_plan
 from service.db.models import AuditEvent, Report
-from service.signing import plan_digest
+from service.signing import KeyStore, plan_digest
 from tests.test_agent_hot_path import PLAN, eventually, fetch, setup_fleet
 
 AUD = "preflight-agent"
@@ -49,6 +49,9 @@ def test_keyset_chain_endpoint_follows_rotation_and_retirement(client, keys, tmp
     assert trust.apply_chain(body["keysets"]) == [2, 3]
     assert [k["kid"] for k in Trust.load(trust_file).keys] == [new]
     assert client.get("/v1/keysets", params={"after": -1}).status_code == 422
+    KeyStore(keys.dir).rotate()  # by the CLI (another process): seen on the next request, version included
+    body = client.get("/v1/keysets", params={"after": 3}).json()
+    assert body["version"] == 4 and len(body["keysets"]) == 1
 
 
 def test_heartbeats_store_nothing_but_the_time_and_say_when_the_plan_is_superseded(client, db):

@@ -421,7 +421,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         """The key-set chain above version ``after``, oldest first: each statement (compact JWS, typ keyset+jwt)
         is version N of the published keys, signed by a key of version N-1. A node applies them in order to its
         trust file (service/agent/trust.py), so rotation and retirement reach it without re-provisioning."""
-        return {"version": keys.keyset_version, "keysets": keys.keysets(after)}
+        chain = keys.keysets(after)  # refreshes first: a rotation made by the CLI is seen at once
+        return {"version": keys.keyset_version, "keysets": chain}
 
     # -- inventory -------------------------------------------------------------------------------------------
     @app.post("/v1/nodes", status_code=201, operation_id="registerNode", tags=["nodes"])
