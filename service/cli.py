@@ -226,45 +226,79 @@ STALE_NO_STATE_SECONDS = 120  # without state, only a freshness statement signed
 class Reporter:
     """The agent's reports about one plan (or none): each carries the run id and, after an offline boot, says so.
     Reports the service cannot take yet are queued (kept in the state file at exit) and sent, in order, as soon as
-    it answers again — at the next report or heartbeat."""
+    it answers again. Calling it sends at once; ``enqueue`` (used while vLLM runs) hands the report to a sender
+    thread, so reading vLLM's output never waits on the network (a full pipe would stall vLLM)."""
 
     def __init__(self, client, state, *, plan_id: str | None, seq: int | None, offline: dict | None = None,
                  send_pending: bool = False):
+        import threading
         import uuid
 
         self.client, self.state, self.plan_id, self.seq, self.offline = client, state, plan_id, seq, offline
         self.run_id = str(uuid.uuid4())
+        self.send_lock = threading.Lock()  # one sender at a time: reports stay in order
+        self.cv = threading.Condition()
+        self.sender: threading.Thread | None = None
+        self.closing = False
         # reports queued by an earlier (offline) boot go only to a service that has just proved itself genuine
         self.queue: list[dict] = [q for q in state.pending if isinstance(q, dict)][-200:] if send_pending else []
 
-    def __call__(self, status: str, message: str | None = None, details: dict | None = None) -> None:
+    def _body(self, status: str, message: str | None, details: dict | None) -> dict:
         body_details = {**(details or {}), "run_id": self.run_id, "at": round(time.time(), 3)}
         if self.seq is not None:
             body_details["seq"] = self.seq
         if self.offline:
             body_details["offline_boot"] = self.offline
-        body = {"plan_id": self.plan_id, "status": status, "message": message, "details": body_details}
-        if status == "heartbeat":
-            body = {**body, "message": None, "details": {"run_id": self.run_id}}
-        self.queue.append(body)
+        return {"plan_id": self.plan_id, "status": status, "message": message, "details": body_details}
+
+    def __call__(self, status: str, message: str | None = None, details: dict | None = None) -> None:
+        with self.cv:
+            self.queue.append(self._body(status, message, details))
         self.flush()
 
+    def enqueue(self, status: str, message: str | None = None, details: dict | None = None) -> None:
+        import threading
+
+        with self.cv:
+            self.queue.append(self._body(status, message, details))
+            if self.sender is None:
+                self.sender = threading.Thread(target=self._send_loop, name="preflight-reports", daemon=True)
+                self.sender.start()
+            self.cv.notify()
+
+    def _send_loop(self) -> None:
+        while True:
+            with self.cv:
+                while not self.queue and not self.closing:
+                    self.cv.wait()
+                if self.closing:
+                    return
+            if not self.flush():
+                with self.cv:
+                    if not self.closing:
+                        self.cv.wait(5.0)  # the service is away: try again later (or at the next report)
+
     def flush(self) -> bool:
+        """Send what is queued, in order. False when the service cannot take it now."""
         import httpx
 
-        while self.queue:
-            body = self.queue[0]
-            try:
-                r = self.client.post_report(body)
-            except httpx.HTTPError:
-                return False
-            if r.status_code >= 500 or r.status_code == 429:
-                return False
-            if r.status_code >= 400:
-                typer.echo(f"preflight agent: the service refused a {body['status']} report: HTTP {r.status_code}",
-                           err=True)
-            self.queue.pop(0)
-        return True
+        with self.send_lock:
+            while True:
+                with self.cv:
+                    if not self.queue:
+                        return True
+                    body = self.queue[0]
+                try:
+                    r = self.client.post_report(body)
+                except httpx.HTTPError:
+                    return False
+                if r.status_code >= 500 or r.status_code == 429:
+                    return False
+                if r.status_code >= 400:
+                    typer.echo(f"preflight agent: the service refused a {body['status']} report: "
+                               f"HTTP {r.status_code}", err=True)
+                with self.cv:
+                    self.queue.pop(0)
 
     def heartbeat(self) -> bool | None:
         """Heartbeats are not queued: only the latest matters. Returns the service's ``current`` (False: the plan
@@ -281,9 +315,20 @@ class Reporter:
             return None
         return False if isinstance(body, dict) and body.get("current") is False else None
 
+    def close(self) -> None:
+        """Stop the sender, try once more, and keep what could not be sent in the state file (the next boot sends
+        it)."""
+        with self.cv:
+            self.closing = True
+            self.cv.notify_all()
+        if self.sender is not None:
+            self.sender.join(60)
+        self.flush()
+        self.keep_undelivered()
+
     def keep_undelivered(self) -> None:
-        """Save what could not be sent in the state file (the next boot sends it)."""
-        pending = [q for q in self.queue if q.get("status") != "heartbeat"][-200:]
+        with self.cv:
+            pending = list(self.queue)[-200:]
         if pending != self.state.pending:
             self.state.pending = pending
             self.state.save()
@@ -471,10 +516,10 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     typer.echo(f"preflight agent: running plan {plan.claims['jti']} (seq {plan.seq}) with {vllm_path}", err=True)
     env = {**os.environ, **plan.claims["env"]}
     try:
-        code = runner.run(argv, env, report, heartbeat_seconds=heartbeat_seconds, heartbeat=report.heartbeat)
+        code = runner.run(argv, env, report.enqueue, heartbeat_seconds=heartbeat_seconds,
+                          heartbeat=report.heartbeat)
     finally:
-        report.flush()
-        report.keep_undelivered()
+        report.close()
     if code == runner.SUPERSEDED:  # a new plan (or none): boot again, the same way a restart would
         typer.echo("preflight agent: the plan is no longer current; booting again", err=True)
         sys.stdout.flush()
