@@ -469,3 +469,49 @@ def test_hostile_server_answers_are_refused_without_a_traceback(tmp_path, keyset
     assert run.returncode in (1, 3), run.stderr
     assert "Traceback" not in run.stderr and node.launches() == []
     assert (node.state.read_bytes(), node.trust.read_bytes()) == before
+
+
+def test_a_captured_response_for_an_older_plan_is_refused(fleet):
+    """A network attacker replays a genuine response (plan and freshness statement, still within its lifetime) for
+    the node's previous plan: refused by seq, nothing runs, the state is untouched."""
+    import http.server
+    import threading
+
+    url, c, node = fleet
+    c.post("/v1/plans", json=PLAN)
+    captured = httpx.get(f"{url}/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node.token}"})
+    assert captured.status_code == 200 and captured.headers["x-plan-freshness"]
+    keysets = httpx.get(f"{url}/v1/keysets").content
+    c.post("/v1/plans", json={**PLAN, "engine_args": {"max_model_len": 4096}})
+    assert node.run().returncode == 0  # the node runs the newer plan (seq 2)
+    before = node.state.read_bytes()
+
+    class Replay(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            replay = not self.path.startswith("/v1/keysets")
+            body = captured.content if replay else keysets
+            self.send_response(200)
+            if replay:
+                for name in ("ETag", "X-Plan-Id", "X-Plan-Seq", "X-Plan-Freshness"):
+                    self.send_header(name, captured.headers[name])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            self.send_response(201)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Replay)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        run = node.run(url=f"http://127.0.0.1:{srv.server_address[1]}")
+    finally:
+        srv.shutdown()
+    assert run.returncode == 3 and "replayed_seq" in run.stderr, run.stderr
+    assert node.state.read_bytes() == before and len(node.launches()) == 1
