@@ -389,7 +389,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
 
     import httpx
 
-    from .agent.client import AgentClient, AgentState, StateCorrupt
+    from .agent.client import AgentClient, AgentState, ResponseTooLarge, StateCorrupt
     from .agent.verify import VerificationError, verify_freshness, verify_plan
 
     boot = time.time()
@@ -419,7 +419,11 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     def update_trust() -> bool:
         """False when the service cannot be reached."""
         try:
-            applied = tr.apply_chain(client.keysets(tr.version))
+            try:
+                statements = client.keysets(tr.version)
+            except ResponseTooLarge as exc:
+                raise VerificationError("keyset_too_large", str(exc)) from None
+            applied = tr.apply_chain(statements)
             if applied:
                 typer.echo(f"preflight agent: trust root updated to key set version {applied[-1]}", err=True)
         except VerificationError as exc:
@@ -440,6 +444,9 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
             r = client.fetch(st.etag if st.plan else None) if reachable or wait else None
         except httpx.HTTPError:
             r = None
+        except ResponseTooLarge as exc:
+            refuse(None, VerificationError("too_large", str(exc)), "plan")
+            raise typer.Exit(EXIT_REFUSED)
         if r is not None and r.status_code < 500 and r.status_code != 429:
             if r.status_code == 404 and wait and "has no current plan" in r.text:
                 if said != 404:

@@ -420,13 +420,15 @@ def test_a_new_plan_reaches_a_running_node_through_its_heartbeat(fleet):
         assert proc.wait(30) == 0
 
 
-@pytest.mark.parametrize("keysets, plan, status", [
-    (b'{"keysets": "x"}', b"not a jws", 200),
-    (b"[]", b"eyJhbGciOiJub25lIn0.e30.", 200),
-    (b"\xff\xfe", b'{"oops": true}', 200),
-    (b'{"keysets": []}', b"", 304),
+@pytest.mark.parametrize("keysets, plan, status, said", [
+    (b'{"keysets": "x"}', b"not a jws", 200, ["keyset_malformed", "malformed: not a compact JWS"]),
+    (b"[]", b"eyJhbGciOiJub25lIn0.e30.", 200, ["keyset_malformed", "alg_refused"]),
+    (b"\xff\xfe", b'{"oops": true}', 200, ["keyset_malformed", "malformed"]),
+    (b'{"keysets": []}', b"", 304, ["fetch failed: HTTP 304"]),
+    (b'{"keysets": []}', b"A" * (2 << 20), 200, ["too_large"]),  # a 2 MiB "plan": read no further than 1 MiB
+    (b'{"keysets": ["' + b"A" * (2 << 20) + b'"]}', b"x", 200, ["keyset_too_large", "malformed"]),
 ])
-def test_hostile_server_answers_are_refused_without_a_traceback(tmp_path, keysets, plan, status):
+def test_hostile_server_answers_are_refused_without_a_traceback(tmp_path, keysets, plan, status, said):
     """A server that answers anything: the agent refuses, runs nothing, and leaves its state and trust as they were."""
     import http.server
     import threading
@@ -468,6 +470,7 @@ def test_hostile_server_answers_are_refused_without_a_traceback(tmp_path, keyset
         srv.shutdown()
     assert run.returncode in (1, 3), run.stderr
     assert "Traceback" not in run.stderr and node.launches() == []
+    assert all(reason in run.stderr for reason in said), run.stderr
     assert (node.state.read_bytes(), node.trust.read_bytes()) == before
 
 

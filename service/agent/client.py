@@ -80,6 +80,13 @@ class AgentState:
         return dest
 
 
+MAX_RESPONSE_BYTES = 1 << 20  # a plan is a few kB, the key-set chain a few kB per version
+
+
+class ResponseTooLarge(ValueError):
+    """The server sent more than MAX_RESPONSE_BYTES (read no further)."""
+
+
 class AgentClient:
     def __init__(self, server: str, node: str, token: str, *, transport: httpx.BaseTransport | None = None,
                  timeout: float = 30.0):
@@ -88,9 +95,19 @@ class AgentClient:
                                  timeout=timeout, transport=transport)
         self._lock = threading.Lock()
 
+    def _get(self, url: str, **kw) -> httpx.Response:
+        """GET reading at most MAX_RESPONSE_BYTES of body (a hostile server cannot exhaust the node's memory)."""
+        with self.http.stream("GET", url, **kw) as r:
+            body = bytearray()
+            for chunk in r.iter_bytes():
+                body += chunk
+                if len(body) > MAX_RESPONSE_BYTES:
+                    raise ResponseTooLarge(f"{url}: the response exceeds {MAX_RESPONSE_BYTES} bytes")
+            return httpx.Response(r.status_code, headers=r.headers, content=bytes(body), request=r.request)
+
     def keysets(self, after: int) -> list:
         """The key-set statements above version ``after`` (to be verified by the caller: never trusted as sent)."""
-        r = self.http.get("/v1/keysets", params={"after": after})
+        r = self._get("/v1/keysets", params={"after": after})
         if r.status_code == 404:
             return []  # a service without a key-set chain: nothing to apply
         r.raise_for_status()  # 5xx: treated as unreachable by the caller
@@ -104,8 +121,8 @@ class AgentClient:
         """GET the node's plan; with ``wait`` the server holds the call until the plan changes (long poll)."""
         headers = {"If-None-Match": etag} if etag else {}
         params = {"wait": wait} if wait else {}
-        return self.http.get(f"/v1/nodes/{self.node}/plan", headers=headers, params=params,
-                             timeout=self.http.timeout.read + wait if wait else self.http.timeout)
+        return self._get(f"/v1/nodes/{self.node}/plan", headers=headers, params=params,
+                         timeout=self.http.timeout.read + wait if wait else self.http.timeout)
 
     def post_report(self, body: dict) -> httpx.Response:
         return self.http.post(f"/v1/nodes/{self.node}/reports", json=body)
