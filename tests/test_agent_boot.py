@@ -4,6 +4,7 @@ env policy, offline boot, the lifecycle record, and a corrupt state file."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import os
@@ -19,7 +20,7 @@ from sqlalchemy import create_engine, text
 from service import audit as audit_mod
 from service.agent.trust import Trust
 from service.agent.verify import VerificationError
-from service.signing import KeyStore, plan_claims
+from service.signing import KeyStore
 from tests.conftest import ADMIN
 from tests.test_live import PREFLIGHT, PY, admin, free_port, servers, setup_fleet, start_server  # noqa: F401
 
@@ -141,8 +142,6 @@ def rewrite_assignment(db_url, data_dir, node, **claim_changes):
         row = conn.execute(text("SELECT id, signed FROM assignments WHERE node_name = :n AND status = 'active'"),
                            {"n": node}).one()
         part = row.signed.split(".")[1]
-        import base64
-
         claims = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
         claims.update(claim_changes)
         signed = KeyStore(data_dir / "keys", create=False).sign(claims)
@@ -159,7 +158,7 @@ def test_a_plan_issued_40_days_ago_still_boots(fleet, db_url, tmp_path):
     rewrite_assignment(db_url, tmp_path / "var", "gpu-01", iat=long_ago, nbf=long_ago - 60)
     time.sleep(0.5)  # the service's caches see the change within 0.25 s
     r = httpx.get(f"{url}/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {ADMIN}"})
-    assert json.loads(__import__("base64").urlsafe_b64decode(r.text.split(".")[1] + "=="))["iat"] == long_ago
+    assert json.loads(base64.urlsafe_b64decode(r.text.split(".")[1] + "=="))["iat"] == long_ago
     run = node.run()
     assert run.returncode == 0, run.stderr
     assert len(node.launches()) == 1
