@@ -80,7 +80,7 @@ def _run(args, raw: dict, keys: KeyStore) -> dict:
 
     def sign(res=result):
         claims = plan_claims(issuer="preflight", audience="preflight-agent", node="gpu-00001",
-                             plan_id="00000000-0000-0000-0000-000000000000", seq=1, ttl=86400,
+                             plan_id="00000000-0000-0000-0000-000000000000", seq=1,
                              manifest_digest="sha256:" + "0" * 64, vllm_version=res.vllm_version, argv=res.argv,
                              env={}, model_uri=URI)
         return keys.sign(claims)

@@ -8,6 +8,7 @@ import pathlib
 import shlex
 import sys
 import time
+import types
 from typing import Optional
 
 import typer
@@ -242,84 +243,380 @@ def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model dire
     typer.echo(json.dumps(r.json(), indent=2))
 
 
+EXIT_REFUSED = 3  # a check failed: nothing ran, the state is unchanged
+EXIT_UNAVAILABLE = 75  # EX_TEMPFAIL: the service cannot be reached and no offline boot applies (systemd retries)
+STALE_NO_STATE_SECONDS = 120  # without state, only a freshness statement signed this recently is accepted
+
+
+class Reporter:
+    """The agent's reports about one plan (or none): each carries the run id and, after an offline boot, says so.
+    Reports the service cannot take yet are queued (kept in the state file at exit) and sent, in order, as soon as
+    it answers again. Calling it sends at once; ``enqueue`` (used while vLLM runs) hands the report to a sender
+    thread, so reading vLLM's output never waits on the network (a full pipe would stall vLLM)."""
+
+    def __init__(self, client, state, *, plan_id: str | None, seq: int | None, offline: dict | None = None,
+                 send_pending: bool = False):
+        import threading
+        import uuid
+
+        self.client, self.state, self.plan_id, self.seq, self.offline = client, state, plan_id, seq, offline
+        self.run_id = str(uuid.uuid4())
+        self.send_lock = threading.Lock()  # one sender at a time: reports stay in order
+        self.cv = threading.Condition()
+        self.sender: threading.Thread | None = None
+        self.closing = False
+        # reports queued by an earlier (offline) boot go only to a service that has just proved itself genuine
+        self.queue: list[dict] = [q for q in state.pending if isinstance(q, dict)][-200:] if send_pending else []
+
+    def _body(self, status: str, message: str | None, details: dict | None) -> dict:
+        body_details = {**(details or {}), "run_id": self.run_id, "at": round(time.time(), 3)}
+        if self.seq is not None:
+            body_details["seq"] = self.seq
+        if self.offline:
+            body_details["offline_boot"] = self.offline
+        return {"plan_id": self.plan_id, "status": status, "message": message, "details": body_details}
+
+    def __call__(self, status: str, message: str | None = None, details: dict | None = None) -> None:
+        with self.cv:
+            self.queue.append(self._body(status, message, details))
+        self.flush()
+
+    def enqueue(self, status: str, message: str | None = None, details: dict | None = None) -> None:
+        import threading
+
+        with self.cv:
+            self.queue.append(self._body(status, message, details))
+            if self.sender is None:
+                self.sender = threading.Thread(target=self._send_loop, name="preflight-reports", daemon=True)
+                self.sender.start()
+            self.cv.notify()
+
+    def _send_loop(self) -> None:
+        while True:
+            with self.cv:
+                while not self.queue and not self.closing:
+                    self.cv.wait()
+                if self.closing:
+                    return
+            if not self.flush():
+                with self.cv:
+                    if not self.closing:
+                        self.cv.wait(5.0)  # the service is away: try again later (or at the next report)
+
+    def flush(self) -> bool:
+        """Send what is queued, in order. False when the service cannot take it now."""
+        import httpx
+
+        with self.send_lock:
+            while True:
+                with self.cv:
+                    if not self.queue:
+                        return True
+                    body = self.queue[0]
+                try:
+                    r = self.client.post_report(body)
+                except httpx.HTTPError:
+                    return False
+                if r.status_code >= 500 or r.status_code == 429:
+                    return False
+                if r.status_code >= 400:
+                    typer.echo(f"preflight agent: the service refused a {body['status']} report: "
+                               f"HTTP {r.status_code}", err=True)
+                with self.cv:
+                    self.queue.pop(0)
+
+    def heartbeat(self) -> bool | None:
+        """Heartbeats are not queued: only the latest matters. Returns the service's ``current`` (False: the plan
+        was superseded or revoked), None without an answer."""
+        import httpx
+
+        if not self.flush():
+            return None
+        try:
+            r = self.client.post_report({"plan_id": self.plan_id, "status": "heartbeat", "message": None,
+                                         "details": {"run_id": self.run_id}})
+            body = r.json() if r.status_code == 201 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return False if isinstance(body, dict) and body.get("current") is False else None
+
+    def close(self) -> None:
+        """Stop the sender, try once more, and keep what could not be sent in the state file (the next boot sends
+        it)."""
+        with self.cv:
+            self.closing = True
+            self.cv.notify_all()
+        if self.sender is not None:
+            self.sender.join(60)
+        self.flush()
+        self.keep_undelivered()
+
+    def keep_undelivered(self) -> None:
+        with self.cv:
+            pending = list(self.queue)[-200:]
+        if pending != self.state.pending:
+            self.state.pending = pending
+            self.state.save()
+
+
+def _resolve_vllm(vllm: str | None) -> str:
+    import shutil
+
+    path = shutil.which(vllm) if vllm else shutil.which("vllm")
+    if not path:
+        typer.echo("preflight agent: no vllm executable: install vLLM on the agent's PATH or name it with --vllm PATH",
+                   err=True)
+        raise typer.Exit(2)
+    return os.path.abspath(path)
+
+
+def _load_trust(trust: pathlib.Path):
+    from .agent.trust import Trust, TrustError
+
+    try:
+        return Trust.load(trust)
+    except TrustError as exc:
+        typer.echo(f"preflight agent: {exc}", err=True)
+        raise typer.Exit(2)
+
+
 @agent_app.command("run")
 def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
               node: str = typer.Option(..., envvar="PREFLIGHT_NODE"),
               token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+              trust: pathlib.Path = typer.Option(..., envvar="PREFLIGHT_TRUST",
+                                                 help="The node's trust root: a JWKS file installed at provisioning "
+                                                      "(saved /.well-known/jwks.json or `preflight keys export`). "
+                                                      "Updated only through the service's signed key-set chain."),
               state: Optional[pathlib.Path] = typer.Option(None, help="State file (default ~/.preflight/agent-NODE.json)."),
               print_only: bool = typer.Option(True, "--print/--exec",
                                               help="Print the command, or run it (the agent supervises it and "
-                                                   "reports started / running / failed)."),
-              wait: bool = typer.Option(False, "--wait", help="Poll until a new plan is published."),
-              poll_seconds: float = typer.Option(60.0, help="Long-poll window per request with --wait.")) -> None:
-    """Fetch this node's plan, verify it offline against the JWKS, then print or exec exactly its argv."""
-    from .agent.client import AgentClient, AgentState
-    from .agent.verify import VerificationError, verify_plan
+                                                   "reports started / running / heartbeat / stopped / exited)."),
+              wait: bool = typer.Option(False, "--wait", help="Wait while the node has no plan yet, or while the "
+                                        "service is unreachable and no offline boot applies."),
+              poll_seconds: float = typer.Option(30.0, help="Seconds between attempts with --wait."),
+              vllm: Optional[str] = typer.Option(None, envvar="PREFLIGHT_VLLM",
+                                                 help="The vllm executable this node runs (default: the first vllm "
+                                                      "on the agent's PATH at start). A plan never chooses it."),
+              offline_max_age: float = typer.Option(7 * 86400, envvar="PREFLIGHT_OFFLINE_MAX_AGE",
+                                                    help="When the service is unreachable at boot, run the last "
+                                                         "verified plan if the service confirmed it current at most "
+                                                         "this many seconds ago (0: never)."),
+              heartbeat_seconds: float = typer.Option(60.0, envvar="PREFLIGHT_HEARTBEAT_SECONDS",
+                                                      help="Seconds between heartbeat reports while vLLM runs."),
+              issuer: str = typer.Option("preflight", envvar="PREFLIGHT_ISSUER", help="The iss plans must carry."),
+              audience: str = typer.Option("preflight-agent", envvar="PREFLIGHT_AUDIENCE",
+                                           help="The aud plans must carry.")) -> None:
+    """Boot this node's current plan: fetch it with a fresh freshness statement, verify both against the pinned
+    trust root, save it, then print or run exactly its argv with the node's vllm. Every start runs the current plan
+    again (after a reboot, a crash or a restart); a plan older than the last one accepted never runs."""
+    import datetime as dt
 
-    st = AgentState.load(state or pathlib.Path.home() / ".preflight" / f"agent-{node}.json")
+    import httpx
+
+    from .agent.client import AgentClient, AgentState, ResponseTooLarge, StateCorrupt
+    from .agent.verify import VerificationError, verify_freshness, verify_plan
+
+    boot = time.time()
+    s = types.SimpleNamespace(issuer=issuer, audience=audience)
+    tr = _load_trust(trust)
+    vllm_path = None if print_only else _resolve_vllm(vllm)
     client = AgentClient(server, node, token)
-    s = _settings()
+    state_path = state or pathlib.Path.home() / ".preflight" / f"agent-{node}.json"
+    lost = None
+    try:
+        st = AgentState.load(state_path)
+    except StateCorrupt as exc:
+        aside = AgentState(path=state_path).set_aside()
+        lost = f"state file unusable ({exc}); set aside as {aside}"
+        typer.echo(f"preflight agent: {lost}. Starting from an empty state: only a plan the service confirms "
+                   f"current right now may run, and no offline boot.", err=True)
+        st = AgentState(path=state_path)
+    fresh_state = st.last_seq == 0  # a new node or a lost state: accept only a statement made just now
+
+    def refuse(plan_id: str | None, exc: VerificationError, check: str) -> None:
+        typer.echo(f"preflight agent: REFUSED {check}{' ' + plan_id if plan_id else ''}: {exc}", err=True)
+        Reporter(client, st, plan_id=plan_id, seq=None)("refused", f"{check} refused: {exc}",
+                                                        {"reason": exc.reason, "check": check})
+
+    # 1. the trust root: apply the key sets the service publishes above the pinned version, each signed by a key
+    #    trusted at that point; a key set that does not chain is refused and the trust file stays as it was
+    def update_trust() -> bool:
+        """False when the service cannot be reached."""
+        try:
+            try:
+                statements = client.keysets(tr.version)
+            except ResponseTooLarge as exc:
+                raise VerificationError("keyset_too_large", str(exc)) from None
+            applied = tr.apply_chain(statements)
+            if applied:
+                typer.echo(f"preflight agent: trust root updated to key set version {applied[-1]}", err=True)
+        except VerificationError as exc:
+            refuse(None, exc, "key set")
+        except httpx.HTTPError:
+            return False
+        return True
+
+    reachable = update_trust()
+    if lost:
+        Reporter(client, st, plan_id=None, seq=None)("reset", "agent state reset: " + lost,
+                                                     {"reason": "state_corrupt"})
+
+    # 2. the node's current plan, with a freshness statement signed by the service at fetch time
     said = None
     while True:
-        r = client.fetch(st.etag, wait=int(poll_seconds) if wait else 0)
-        if r.status_code == 304 or (r.status_code == 404 and wait):
-            if not wait:
-                typer.echo(f"plan unchanged (seq {st.last_seq}); nothing to do")
-                raise typer.Exit(0)
-            if said != r.status_code:  # say once what it is waiting for
-                typer.echo(f"preflight agent: {node} has no plan yet; waiting" if r.status_code == 404 else
-                           f"preflight agent: plan unchanged (seq {st.last_seq}); waiting for a newer one", err=True)
-                said = r.status_code
-            if r.status_code == 404:
-                time.sleep(min(poll_seconds, 30))
-            continue
-        break
-    if r.status_code != 200:
-        typer.echo(f"preflight agent: fetch failed: HTTP {r.status_code}: {r.text}", err=True)
+        try:
+            r = client.fetch(st.etag if st.plan else None) if reachable or wait else None
+        except httpx.HTTPError:
+            r = None
+        except ResponseTooLarge as exc:
+            refuse(None, VerificationError("too_large", str(exc)), "plan")
+            raise typer.Exit(EXIT_REFUSED)
+        if r is not None and r.status_code < 500 and r.status_code != 429:
+            if r.status_code == 404 and wait and "has no current plan" in r.text:
+                if said != 404:
+                    typer.echo(f"preflight agent: {node} has no plan yet; waiting", err=True)
+                    said = 404
+                time.sleep(poll_seconds)
+                continue
+            break
+        # the service cannot be reached (or fails): the last verified plan, if recent enough
+        age = boot - st.verified_at if st.verified_at else None
+        if st.plan and not lost and offline_max_age > 0 and age is not None and -300 <= age <= offline_max_age:
+            break
+        why = ("no verified plan is saved" if not st.plan else "offline boot is disabled (--offline-max-age 0)"
+               if offline_max_age <= 0 else f"the saved plan was last confirmed {int(age or 0)} s ago, more than "
+               f"--offline-max-age {int(offline_max_age)} s")
+        if not wait:
+            typer.echo(f"preflight agent: the service is unreachable"
+                       f"{f' (HTTP {r.status_code})' if r is not None else ''} and {why}: nothing runs", err=True)
+            raise typer.Exit(EXIT_UNAVAILABLE)
+        if said != "offline":
+            typer.echo(f"preflight agent: the service is unreachable and {why}; waiting", err=True)
+            said = "offline"
+        time.sleep(poll_seconds)
+        reachable = update_trust()
+
+    offline = None
+    if r is None or r.status_code >= 500 or r.status_code == 429:
+        plan_token, header_id = st.plan, st.plan_id
+        offline = {"plan_verified_at": dt.datetime.fromtimestamp(st.verified_at, dt.timezone.utc).isoformat(),
+                   "age_seconds": int(boot - st.verified_at)}
+        typer.echo(f"preflight agent: the service is unreachable: OFFLINE BOOT of the last verified plan "
+                   f"{st.plan_id} (seq {st.last_seq}, confirmed current {offline['age_seconds']} s ago)", err=True)
+    elif r.status_code == 304 and st.plan:
+        plan_token, header_id = st.plan, st.plan_id
+    elif r.status_code == 200:
+        header_id = r.headers.get("X-Plan-Id") or None
+        plan_token, header_id = r.text, header_id if header_id and len(header_id) <= 36 else None  # unverified
+    else:
+        typer.echo(f"preflight agent: fetch failed: HTTP {r.status_code}: {r.text[:500]}", err=True)
         raise typer.Exit(1)
-    plan_id = r.headers.get("X-Plan-Id", "")
+
     try:
-        plan = verify_plan(r.text, client.jwks(), node=node, audience=s.audience, last_seq=st.last_seq)
+        plan = verify_plan(plan_token, tr.jwks, node=node, audience=s.audience, issuer=s.issuer,
+                           last_seq=st.last_seq, last_plan_id=st.plan_id)
     except VerificationError as exc:
-        typer.echo(f"preflight agent: REFUSED plan {plan_id}: {exc}", err=True)
-        if plan_id:
-            client.report(plan_id, "failed", f"verification failed: {exc}", {"reason": exc.reason})
-        raise typer.Exit(3)
-    st.last_seq, st.etag, st.plan_id = plan.seq, r.headers.get("ETag"), plan.claims["jti"]
-    st.save()
-    env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.claims.get("env", {}).items()))
-    command = (env_line + " " if env_line else "") + shlex.join(plan.argv)
-    client.report(plan.claims["jti"], "fetched", f"verified seq {plan.seq} with key {plan.kid}")
+        refuse(header_id, exc, "plan")
+        raise typer.Exit(EXIT_REFUSED)
+    if offline is None:
+        try:
+            verify_freshness(r.headers.get("X-Plan-Freshness", ""), tr.jwks, plan_token=plan_token, plan=plan,
+                             node=node, audience=s.audience, issuer=s.issuer,
+                             not_before=boot - STALE_NO_STATE_SECONDS if fresh_state else None)
+        except VerificationError as exc:
+            refuse(plan.claims["jti"], exc, "freshness")
+            raise typer.Exit(EXIT_REFUSED)
+        new = r.status_code == 200
+        st.last_seq, st.plan_id, st.plan, st.verified_at = plan.seq, plan.claims["jti"], plan_token, time.time()
+        st.etag = r.headers.get("ETag") or st.etag
+        st.save()
+    else:
+        new = False
+    report = Reporter(client, st, plan_id=plan.claims["jti"], seq=plan.seq, offline=offline, send_pending=True)
+    if new:
+        report("fetched", f"verified seq {plan.seq} with key {plan.kid}")
+    env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.claims["env"].items()))
     if print_only:
+        command = (env_line + " " if env_line else "") + shlex.join(plan.argv)
         typer.echo(command)
+        report.keep_undelivered()
         raise typer.Exit(0)
     from .agent import runner
 
-    env = {**os.environ, **plan.claims.get("env", {})}
-    code = runner.run(plan.argv, env, lambda status, msg, details: client.report(plan.claims["jti"], status, msg,
-                                                                                 details))
+    argv = [vllm_path, *plan.argv[1:]]  # the node's vllm, never one a plan or its env chooses
+    typer.echo(f"preflight agent: running plan {plan.claims['jti']} (seq {plan.seq}) with {vllm_path}", err=True)
+    env = {**os.environ, **plan.claims["env"]}
+    try:
+        code = runner.run(argv, env, report.enqueue, heartbeat_seconds=heartbeat_seconds,
+                          heartbeat=report.heartbeat)
+    finally:
+        report.close()
+    if code == runner.SUPERSEDED:  # a new plan (or none): boot again, the same way a restart would
+        typer.echo("preflight agent: the plan is no longer current; booting again", err=True)
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "service.cli", *sys.argv[1:]])
     raise typer.Exit(code)
 
 
 @agent_app.command("verify")
-def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact JWS."),
-                 server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact JWS plan."),
                  node: str = typer.Option(..., envvar="PREFLIGHT_NODE"),
-                 jwks_file: Optional[pathlib.Path] = typer.Option(None, "--jwks", help="Use this JWKS (offline)."),
-                 last_seq: int = typer.Option(0, help="Refuse plans at or below this seq.")) -> None:
-    """Verify a saved plan against the server's JWKS (or a saved JWKS file)."""
-    import httpx
+                 trust: pathlib.Path = typer.Option(..., "--trust", "--jwks", envvar="PREFLIGHT_TRUST",
+                                                    help="The node's trust file (a JWKS)."),
+                 freshness: Optional[pathlib.Path] = typer.Option(None, help="Also check this saved freshness "
+                                                                  "statement (the X-Plan-Freshness header)."),
+                 last_seq: int = typer.Option(0, help="Refuse plans below this seq."),
+                 issuer: str = typer.Option("preflight", envvar="PREFLIGHT_ISSUER", help="The iss plans must carry."),
+                 audience: str = typer.Option("preflight-agent", envvar="PREFLIGHT_AUDIENCE",
+                                              help="The aud plans must carry.")) -> None:
+    """Verify a saved plan offline against the node's trust file (no server is asked anything)."""
+    from .agent.verify import VerificationError, verify_freshness, verify_plan
 
-    from .agent.verify import VerificationError, verify_plan
-
-    jwks = json.loads(jwks_file.read_text()) if jwks_file else httpx.get(
-        server.rstrip("/") + "/.well-known/jwks.json", timeout=30).json()
+    tr = _load_trust(trust)
+    s = types.SimpleNamespace(issuer=issuer, audience=audience)
     try:
-        plan = verify_plan(file.read_text().strip(), jwks, node=node, audience=_settings().audience, last_seq=last_seq)
+        token = file.read_text().strip()
+        plan = verify_plan(token, tr.jwks, node=node, audience=s.audience, issuer=s.issuer, last_seq=last_seq)
+        if freshness:
+            verify_freshness(freshness.read_text().strip(), tr.jwks, plan_token=token, plan=plan, node=node,
+                             audience=s.audience, issuer=s.issuer)
+    except OSError as exc:
+        typer.echo(f"INVALID: {exc}", err=True)
+        raise typer.Exit(2)
     except VerificationError as exc:
         typer.echo(f"INVALID: {exc}", err=True)
-        raise typer.Exit(3)
+        raise typer.Exit(EXIT_REFUSED)
     typer.echo(json.dumps(plan.claims, indent=2))
+
+
+@agent_app.command("reset")
+def agent_reset(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                node: str = typer.Option(..., envvar="PREFLIGHT_NODE"),
+                token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+                state: Optional[pathlib.Path] = typer.Option(None, help="State file (default ~/.preflight/agent-NODE.json)."),
+                reason: str = typer.Option(..., help="Why (recorded in the audit).")) -> None:
+    """Reset this node's agent state on purpose (e.g. it holds a seq no genuine plan reaches). The reset is first
+    recorded in the service's audit (agent.reset, with the state it replaces); without that record nothing changes.
+    The old file is kept beside the new one."""
+    from .agent.client import AgentClient, AgentState, StateCorrupt
+
+    path = state or pathlib.Path.home() / ".preflight" / f"agent-{node}.json"
+    try:
+        old = AgentState.load(path)
+        previous = {"last_seq": old.last_seq, "plan_id": old.plan_id}
+    except StateCorrupt as exc:
+        previous = {"unreadable": str(exc)[:500]}
+    client = AgentClient(server, node, token)
+    if not client.report(None, "reset", f"agent state reset on purpose: {reason}",
+                         {"reason": reason[:1000], "previous": previous}):
+        typer.echo("preflight agent: the service did not record the reset; the state is unchanged", err=True)
+        raise typer.Exit(1)
+    if path.exists():
+        aside = AgentState(path=path).set_aside()
+        typer.echo(f"previous state kept as {aside}")
+    AgentState(path=path).save()
+    typer.echo(f"reset {path} (recorded in the audit as agent.reset)")
 
 
 def _audit_key_event(kind: str, payload: dict) -> None:
@@ -364,6 +661,20 @@ def keys_retire(kid: str) -> None:
         raise typer.Exit(2)
     _audit_key_event("key.retired", {"kid": kid})
     typer.echo(f"retired {kid}")
+
+
+@keys_app.command("export")
+def keys_export(out: Optional[pathlib.Path] = typer.Option(None, help="Write here (default: stdout).")) -> None:
+    """Write the public key set and its version: a node's trust file (``agent run --trust``), at provisioning."""
+    from .agent.trust import write_atomic
+    from .signing import KeyStore
+
+    jwks = KeyStore(_settings().key_dir, create=False).jwks()
+    if out:
+        write_atomic(out, jwks)
+        typer.echo(f"wrote key set version {jwks['version']} ({len(jwks['keys'])} keys) to {out}")
+    else:
+        typer.echo(json.dumps(jwks, indent=2))
 
 
 @keys_app.command("list")
@@ -461,6 +772,56 @@ def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or
     finally:
         if out:
             sink.close()
+
+
+@audit_app.command("runs")
+def audit_runs(node: str = typer.Option(..., help="The node."),
+               at: Optional[str] = typer.Option(None, help="ISO 8601 time: the run(s) in progress then."),
+               since: Optional[str] = typer.Option(None, help="ISO 8601 time"),
+               until: Optional[str] = typer.Option(None, help="ISO 8601 time"),
+               as_json: bool = typer.Option(False, "--json", help="The runs as JSON.")) -> None:
+    """Which plan ran on a node at a time (or in a range), read from the database: one line per run. Exit 1 when
+    nothing ran then."""
+    import datetime as dt
+
+    from .db.session import Database
+    from .errors import NotFound
+    from .services import history
+
+    def parse(name, value):
+        if value is None:
+            return None
+        try:
+            t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            typer.echo(f"preflight: --{name} {value!r} is not an ISO 8601 time", err=True)
+            raise typer.Exit(2)
+        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+    if at and (since or until):
+        typer.echo("preflight: give either --at or --since/--until", err=True)
+        raise typer.Exit(2)
+    t = parse("at", at)
+    lo, hi = (t, t + dt.timedelta(microseconds=1)) if t else (parse("since", since), parse("until", until))
+    try:
+        with Database(_settings().resolved_database_url).transaction() as s:
+            out = history.node_runs(s, node, since=lo, until=hi)
+    except NotFound as exc:
+        typer.echo(f"preflight: {exc.detail}", err=True)
+        raise typer.Exit(2)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        for r in out["items"]:
+            m = r["manifest"] or {}
+            end = (f"{r['ended_at']} ({r['end']}" + (f", status {r['exit_status']}" if r["exit_status"] is not None
+                                                    else "") + ")") if r["ended_at"] else \
+                f"still running (last heartbeat {r['last_heartbeat_at'] or 'none'})"
+            typer.echo(f"{r['started_at']} → {end}  plan {r['plan_id']} seq {r['seq']}  "
+                       f"{m.get('name')}@{m.get('version')}  {shlex.join(r['argv'] or [])}")
+        if not out["items"]:
+            typer.echo(f"nothing ran on {node} {'at ' + at if at else 'in that range'}")
+    raise typer.Exit(0 if out["items"] else 1)
 
 
 @audit_app.command("checkpoint")

@@ -9,7 +9,7 @@
 | PREFLIGHT_SIGNING_KEY_DIR | <data dir>/keys | Ed25519 private keys (JWK files, mode 0600) |
 | PREFLIGHT_ISSUER | preflight | ``iss`` of signed plans |
 | PREFLIGHT_AUDIENCE | preflight-agent | ``aud`` of signed plans |
-| PREFLIGHT_PLAN_TTL_SECONDS | 86400 | lifetime of a signed plan (``exp - iat``) |
+| PREFLIGHT_FRESHNESS_TTL_SECONDS | 3600 | lifetime of the freshness statement served with a plan (plans never expire) |
 | PREFLIGHT_MAX_BODY_BYTES | 2097152 | largest accepted request body |
 | PREFLIGHT_AUDIT_CHECKPOINT_EVENTS | 1000 | a signed audit checkpoint at least every N events |
 | PREFLIGHT_AUDIT_CHECKPOINT_SECONDS | 60 | ... and at most T seconds after the chain last grew |
@@ -34,7 +34,7 @@ class Settings(BaseSettings):
     signing_key_dir: pathlib.Path | None = None
     issuer: str = "preflight"
     audience: str = "preflight-agent"
-    plan_ttl_seconds: int = Field(default=86400, ge=60, le=30 * 86400)
+    freshness_ttl_seconds: int = Field(default=3600, ge=120, le=7 * 86400)
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     audit_checkpoint_events: int = Field(default=1000, ge=1, le=10_000_000)
     audit_checkpoint_seconds: float = Field(default=60.0, ge=0.1, le=86400)

@@ -2,10 +2,22 @@
 
 Keys live in a directory as JWK files ``<kid>.jwk`` (mode 0600) plus ``keys.json`` naming the active key and the
 retired ones. ``jwks()`` publishes every key not retired, so agents keep verifying plans signed before a rotation.
+
+Three kinds of signed statement:
+
+- a **plan** (``typ`` plan+jwt): what one node runs — immutable content, signed once, no expiry;
+- a **freshness** statement (``typ`` freshness+jwt, TUF's timestamp role): signed when a node fetches, over the
+  plan's digest, node and seq, valid for ``PREFLIGHT_FRESHNESS_TTL_SECONDS``: "this is the node's current plan";
+- a **key set** (``typ`` keyset+jwt, TUF's root chaining): version N of the published keys, signed by a key of
+  version N-1 (the first by its own key). ``keysets.json`` in the key directory keeps the chain; a node that pinned
+  version N-1 accepts version N only through it (service/agent/trust.py).
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
 import json
 import os
 import pathlib
@@ -17,7 +29,14 @@ from joserfc import jws
 from joserfc.jwk import OKPKey
 
 PLAN_MEDIA_TYPE = "application/vnd.preflight.plan+jwt"
+FRESHNESS_MEDIA_TYPE = "application/vnd.preflight.freshness+jwt"
+KEYSET_MEDIA_TYPE = "application/vnd.preflight.keyset+jwt"
 ALG = "Ed25519"
+
+
+def plan_digest(signed: str) -> str:
+    """The digest a freshness statement names: SHA-256 over the plan's compact JWS bytes."""
+    return "sha256:" + hashlib.sha256(signed.encode()).hexdigest()
 
 
 class KeyError_(RuntimeError):
@@ -30,7 +49,9 @@ class KeyStore:
         self._lock = threading.RLock()
         self._keys: dict[str, OKPKey] = {}
         self._state: dict[str, Any] = {"active": None, "retired": []}
+        self._chain: list[str] = []
         self._loaded_stamp = 0
+        self._next_check = 0.0
         self.load(create=create)
 
     # -- storage -------------------------------------------------------------------------------------------
@@ -51,6 +72,14 @@ class KeyStore:
                 if self._stamp() != self._loaded_stamp:
                     self.load(create=False)
 
+    def refresh_soon(self, every: float = 1.0) -> None:
+        """``refresh`` at most once per ``every`` seconds (the agents' hot path: a retired key stops being used
+        within a second, for the cost of one stat per second)."""
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + every
+            self.refresh()
+
     def load(self, *, create: bool) -> None:
         if not self.dir.exists():
             if not create:
@@ -64,10 +93,12 @@ class KeyStore:
             key = OKPKey.import_key(json.loads(f.read_text()))
             keys[f.stem] = key
         self._keys = keys
+        self._read_chain()
         if not self._state.get("active") or self._state["active"] not in self._keys:
             if not create:
                 raise KeyError_(f"no active signing key in {self.dir}")
             self.rotate()
+        self._load_chain()
         self._loaded_stamp = self._stamp()
 
     def _write_private(self, kid: str, key: OKPKey) -> None:
@@ -82,15 +113,64 @@ class KeyStore:
         tmp.write_text(json.dumps(self._state, indent=2))
         os.replace(tmp, self._state_path())
 
+    # -- the key-set chain ---------------------------------------------------------------------------------
+    def _chain_path(self) -> pathlib.Path:
+        return self.dir / "keysets.json"
+
+    def _load_chain(self) -> None:
+        """Read ``keysets.json``; when its last key set is not the published one (a key directory from before the
+        chain, or keys changed by hand), append a statement signed by the active key. A read-only key directory
+        keeps that statement in memory (its bytes are deterministic: Ed25519 and no time in it)."""
+        if self._chain_keys() != self.public_keys():
+            self._append_keyset(self._state["active"])
+
+    def _read_chain(self) -> None:
+        try:
+            chain = json.loads(self._chain_path().read_text()).get("keysets", [])
+            self._chain = [c for c in chain if isinstance(c, str)]
+        except (OSError, ValueError, AttributeError):
+            self._chain = []
+
+    def _chain_keys(self) -> list[dict] | None:
+        if not self._chain:
+            return None
+        try:
+            part = self._chain[-1].split(".")[1]
+            return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))["keys"]
+        except (IndexError, ValueError, KeyError, TypeError):
+            return None  # an unreadable last entry: the published set is appended after it
+
+    def _append_keyset(self, signer: str) -> None:
+        claims = {"iss": "preflight-keys", "version": len(self._chain) + 1, "keys": self.public_keys()}
+        header = {"alg": ALG, "kid": signer, "typ": KEYSET_MEDIA_TYPE}
+        payload = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
+        self._chain.append(jws.serialize_compact(header, payload, self._keys[signer], algorithms=[ALG]))
+        with contextlib.suppress(OSError):
+            tmp = self._chain_path().with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"keysets": self._chain}, indent=1))
+            os.replace(tmp, self._chain_path())
+
+    def keysets(self, after: int = 0) -> list[str]:
+        """The key-set statements with a version above ``after``, oldest first."""
+        self.refresh()
+        return self._chain[after:]
+
+    @property
+    def keyset_version(self) -> int:
+        return len(self._chain)
+
     # -- operations ----------------------------------------------------------------------------------------
     def rotate(self) -> str:
-        """Make a new active key; the old ones stay published until retired. Returns the new kid."""
+        """Make a new active key; the old ones stay published until retired. The new key set is signed by the
+        previous active key (nodes trust it already), the first one by itself. Returns the new kid."""
         with self._lock:
+            previous = self._state.get("active") if self._state.get("active") in self._keys else None
             key = OKPKey.generate_key("Ed25519")
             kid = key.thumbprint()[:16]
             self._write_private(kid, key)
             self._keys[kid] = OKPKey.import_key({**key.as_dict(private=True), "kid": kid})
             self._state["active"] = kid
+            self._append_keyset(previous or kid)
             self._save_state()
             self._loaded_stamp = self._stamp()
             return kid
@@ -104,6 +184,7 @@ class KeyStore:
                 raise KeyError_(f"{kid} is the active key: rotate first")
             if kid not in self._state["retired"]:
                 self._state["retired"].append(kid)
+                self._append_keyset(self._state["active"])
             self._save_state()
             self._loaded_stamp = self._stamp()
 
@@ -114,11 +195,14 @@ class KeyStore:
     def published(self) -> list[str]:
         return [k for k in self._keys if k not in self._state.get("retired", [])]
 
+    def public_keys(self) -> list[dict[str, Any]]:
+        return [{**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"}
+                for k in sorted(self.published())]
+
     def jwks(self) -> dict[str, Any]:
+        """The published keys, and ``version``: the key-set version they are (a node pins this file)."""
         self.refresh()
-        return {"keys": [
-            {**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"} for k in self.published()
-        ]}
+        return {"keys": self.public_keys(), "version": self.keyset_version}
 
     def derived_secrets(self, label: bytes) -> dict[str, bytes]:
         """Per key (retired ones too), ``sha256(label || 0x00 || private key)``: secrets bound to the signing keys
@@ -147,13 +231,22 @@ class KeyStore:
         return jws.serialize_compact(header, payload, self._keys[kid], algorithms=[ALG])
 
 
-def plan_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, ttl: int, manifest_digest: str,
+def plan_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, manifest_digest: str,
                 vllm_version: str, argv: list[str], env: dict[str, str], model_uri: str,
                 now: int | None = None) -> dict[str, Any]:
-    """The claims of one node's signed plan (times in seconds since the epoch)."""
+    """The claims of one node's signed plan (times in seconds since the epoch). No ``exp``: what a plan says does
+    not expire; whether it is still the node's current plan is what a freshness statement says."""
     iat = int(now if now is not None else time.time())
     return {
-        "iss": issuer, "sub": node, "aud": audience, "iat": iat, "nbf": iat - 60, "exp": iat + ttl,
+        "iss": issuer, "sub": node, "aud": audience, "iat": iat, "nbf": iat - 60,
         "jti": plan_id, "seq": seq, "manifest_digest": manifest_digest, "vllm_version": vllm_version,
         "argv": argv, "env": env, "model_uri": model_uri,
     }
+
+
+def freshness_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, digest: str, ttl: int,
+                     now: int | None = None) -> dict[str, Any]:
+    """A freshness statement: "the plan with this digest (id, seq) is node's current plan", valid ``ttl`` s."""
+    iat = int(now if now is not None else time.time())
+    return {"iss": issuer, "sub": node, "aud": audience, "iat": iat, "exp": iat + ttl, "jti": plan_id, "seq": seq,
+            "plan_digest": digest}

@@ -12,8 +12,9 @@ import pytest
 from joserfc import jws
 from joserfc.jwk import OKPKey
 
-from service.agent.verify import VerificationError, verify_plan
-from service.signing import ALG, PLAN_MEDIA_TYPE, KeyStore, plan_claims
+from service.agent.verify import VerificationError, verify_freshness, verify_plan
+from service.signing import (ALG, FRESHNESS_MEDIA_TYPE, PLAN_MEDIA_TYPE, KeyStore, freshness_claims, plan_claims,
+                             plan_digest)
 
 AUD = "preflight-agent"
 
@@ -28,7 +29,7 @@ def store(tmp_path):
 
 
 def claims(**over):
-    base = plan_claims(issuer="preflight", audience=AUD, node="gpu-01", plan_id="p-1", seq=5, ttl=3600,
+    base = plan_claims(issuer="preflight", audience=AUD, node="gpu-01", plan_id="p-1", seq=5,
                        manifest_digest="sha256:00", vllm_version="0.33.0",
                        argv=["vllm", "serve", "s3://m", "--tensor-parallel-size", "8"], env={}, model_uri="s3://m")
     base.update(over)
@@ -37,7 +38,7 @@ def claims(**over):
 
 def refused(token, jwks, reason, **kw):
     with pytest.raises(VerificationError) as exc:
-        verify_plan(token, jwks, node=kw.pop("node", "gpu-01"), audience=AUD, last_seq=kw.pop("last_seq", 0), **kw)
+        verify_plan(token, jwks, node=kw.pop("node", "gpu-01"), audience=AUD, **kw)
     assert exc.value.reason == reason, exc.value
 
 
@@ -91,14 +92,69 @@ def test_hs256_signed_with_the_public_key(store):
     refused(f"{header}.{payload}.{sig2}", store.jwks(), "alg_refused")
 
 
-def test_expired(store):
+def test_a_plan_has_no_expiry_its_freshness_statement_does(store):
+    """What a plan says does not expire (a node booting a month later runs it); the statement that it is still the
+    node's current plan does."""
     now = int(time.time())
-    refused(store.sign(claims(iat=now - 7200, nbf=now - 7200, exp=now - 3600)), store.jwks(), "expired")
+    old = store.sign(claims(iat=now - 40 * 86400, nbf=now - 40 * 86400))
+    plan = verify_plan(old, store.jwks(), node="gpu-01", audience=AUD)
+    fresh = store.sign(statement(old, now=now), typ=FRESHNESS_MEDIA_TYPE)
+    assert verify_freshness(fresh, store.jwks(), plan_token=old, plan=plan, node="gpu-01", audience=AUD)["seq"] == 5
+    stale = store.sign(statement(old, now=now - 7200), typ=FRESHNESS_MEDIA_TYPE)
+    fresh_refused(stale, store, old, "stale")
+
+
+def statement(plan_token, **over):
+    now = over.pop("now", int(time.time()))
+    base = freshness_claims(issuer="preflight", audience=AUD, node="gpu-01", plan_id="p-1", seq=5,
+                            digest=plan_digest(plan_token), ttl=3600, now=now)
+    base.update(over)
+    return base
+
+
+def fresh_refused(token, store, plan_token, reason, jwks=None, **kw):
+    plan = verify_plan(plan_token, store.jwks(), node="gpu-01", audience=AUD)
+    with pytest.raises(VerificationError) as exc:
+        verify_freshness(token, jwks or store.jwks(), plan_token=plan_token, plan=plan, node="gpu-01", audience=AUD,
+                         **kw)
+    assert exc.value.reason == reason, exc.value
+
+
+def test_freshness_statement_attacks(store, tmp_path):
+    token = store.sign(claims())
+    other_plan = store.sign(claims(argv=["vllm", "serve", "s3://other"]))
+    fresh_refused("", store, token, "no_freshness")
+    fresh_refused(store.sign(statement(other_plan), typ=FRESHNESS_MEDIA_TYPE), store, token, "freshness_mismatch")
+    fresh_refused(store.sign(statement(token, seq=6), typ=FRESHNESS_MEDIA_TYPE), store, token, "freshness_mismatch")
+    fresh_refused(store.sign(statement(token, sub="gpu-02"), typ=FRESHNESS_MEDIA_TYPE), store, token, "wrong_node")
+    fresh_refused(store.sign(statement(token), typ=PLAN_MEDIA_TYPE), store, token, "typ")  # a plan is not one
+    fresh_refused(KeyStore(tmp_path / "other").sign(statement(token), typ=FRESHNESS_MEDIA_TYPE), store, token,
+                  "unknown_kid")
+    fresh_refused(store.sign(statement(token, exp=True), typ=FRESHNESS_MEDIA_TYPE), store, token, "claim_type")
+    old = store.sign(statement(token, now=int(time.time()) - 600), typ=FRESHNESS_MEDIA_TYPE)
+    fresh_refused(old, store, token, "stale", not_before=time.time() - 120)  # a node without state wants a new one
+
+
+def test_claim_types_issuer_and_same_seq_rules(store):
+    refused(store.sign(claims(seq=True)), store.jwks(), "claim_type")
+    refused(store.sign(claims(seq="5")), store.jwks(), "claim_type")
+    refused(store.sign(claims(env={"VLLM_X": 1})), store.jwks(), "claim_type")
+    refused(store.sign({k: v for k, v in claims().items() if k != "iss"}), store.jwks(), "claim_missing")
+    refused(store.sign(claims(iss="someone")), store.jwks(), "wrong_issuer", issuer="preflight")
+    token = store.sign(claims())
+    assert verify_plan(token, store.jwks(), node="gpu-01", audience=AUD, last_seq=5, last_plan_id="p-1").seq == 5
+    refused(token, store.jwks(), "replayed_seq", last_seq=5, last_plan_id="p-other")
+
+
+@pytest.mark.parametrize("env", [{"PATH": "/tmp/evil"}, {"LD_PRELOAD": "/tmp/x.so"}, {"PYTHONPATH": "/tmp"},
+                                 {"LD_LIBRARY_PATH": "/tmp"}, {"SOMETHING_ELSE": "1"}])
+def test_plan_env_that_picks_the_binary_or_loader_is_refused(store, env):
+    refused(store.sign(claims(env={"VLLM_LOGGING_LEVEL": "INFO", **env})), store.jwks(), "env_not_allowed")
 
 
 def test_not_yet_valid(store):
     now = int(time.time())
-    refused(store.sign(claims(iat=now, nbf=now + 3600, exp=now + 7200)), store.jwks(), "not_yet_valid")
+    refused(store.sign(claims(iat=now, nbf=now + 3600)), store.jwks(), "not_yet_valid")
 
 
 def test_another_nodes_plan(store):
@@ -112,7 +168,7 @@ def test_wrong_audience(store):
 def test_older_seq_replayed(store):
     token = store.sign(claims(seq=3))
     refused(token, store.jwks(), "replayed_seq", last_seq=5)
-    refused(token, store.jwks(), "replayed_seq", last_seq=3)  # the same seq again is a replay too
+    refused(token, store.jwks(), "replayed_seq", last_seq=4)
 
 
 def test_retired_key_no_longer_verifies_and_rotation_keeps_old_plans(store):
@@ -150,17 +206,17 @@ def test_a_running_service_picks_up_a_rotation_made_by_the_cli(store, tmp_path):
     assert {k["kid"] for k in service.jwks()["keys"]} == {new}
 
 
-def test_boolean_seq_claim_is_refused(tmp_path):
-    """``seq: true`` is an int to Python; the agent must not take it for a sequence number."""
-    from service.agent.verify import VerificationError, verify_plan
-    from service.signing import KeyStore, plan_claims
-
-    keys = KeyStore(tmp_path / "keys")
-    claims = plan_claims(issuer="preflight", audience="preflight-agent", node="n1", plan_id="p", seq=1, ttl=600,
-                         manifest_digest="sha256:x", vllm_version="0.33.0", argv=["vllm", "serve", "m"], env={},
-                         model_uri="s3://m")
-    claims["seq"] = True
-    token = keys.sign(claims)
-    with pytest.raises(VerificationError) as e:
-        verify_plan(token, keys.jwks(), node="n1", audience="preflight-agent", last_seq=0)
-    assert e.value.reason == "replayed_seq"
+def test_key_set_chain_starts_for_an_existing_key_directory_and_survives_a_read_only_one(store, tmp_path):
+    (store.dir / "keysets.json").unlink()  # a key directory from before the chain
+    again = KeyStore(store.dir)
+    assert again.keyset_version == 1 and (store.dir / "keysets.json").exists()
+    assert json.loads((store.dir / "keysets.json").read_text())["keysets"] == again.keysets()
+    (store.dir / "keysets.json").unlink()
+    store.dir.chmod(0o500)
+    try:
+        ro = KeyStore(store.dir, create=False)  # unwritable (unless root): the same statement, deterministic bytes
+        assert ro.keysets() == again.keysets()
+    finally:
+        store.dir.chmod(0o700)
+    (store.dir / "keysets.json").write_text('{"keysets": ["garbage"]}')
+    assert KeyStore(store.dir).keyset_version == 2  # the published set follows an unreadable entry

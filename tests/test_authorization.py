@@ -49,6 +49,7 @@ def scratch_token(client) -> int:
 ROUTES = [
     ("healthz", "GET", "/healthz", None, "public", 200),
     ("jwks", "GET", "/.well-known/jwks.json", None, "public", 200),
+    ("keysets", "GET", "/v1/keysets", None, "public", 200),
     ("registerNode", "POST", "/v1/nodes",
      lambda c, w: {"name": f"n{next(counter)}", "gpu": "h100-sxm-80gb", "gpu_count": 8}, {"admin"}, 201),
     ("listNodes", "GET", "/v1/nodes", None, READERS, 200),
@@ -74,6 +75,7 @@ ROUTES = [
      lambda c, w: {"plan_id": w["plan"], "status": "running"}, {"admin", "agent_own"}, 201),
     ("updateNode", "PATCH", "/v1/nodes/gpu-b", lambda c, w: {"labels": {"n": str(next(counter))}}, {"admin"}, 200),
     ("nodeHistory", "GET", "/v1/nodes/gpu-a/history", None, READERS, 200),
+    ("nodeRuns", "GET", "/v1/nodes/gpu-a/runs", None, READERS, 200),
     ("planPlacements", "GET", lambda c, w: f"/v1/plans/{w['plan']}/placements", None, READERS, 200),
     ("calibration", "GET", "/v1/calibration", None, READERS, 200),
     ("listAudit", "GET", "/v1/audit", None, {"admin", "auditor"}, 200),

@@ -65,3 +65,34 @@ def test_production_refuses_insecure_defaults_and_a_missing_key(tmp_path, monkey
     monkeypatch.setenv("PREFLIGHT_SIGNING_KEY_DIR", str(tmp_path / "no-keys"))
     r = runner.invoke(app, ["serve", "--no-migrate"])
     assert r.exit_code == 2 and "refusing to start" in r.output and "keys init" in r.output
+
+
+def test_agent_verify_needs_only_the_trust_file_and_keys_export_writes_one(tmp_path, monkeypatch):
+    from service.signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_claims, plan_digest
+
+    monkeypatch.setenv("PREFLIGHT_DATA_DIR", str(tmp_path / "var"))
+    store = KeyStore(tmp_path / "var" / "keys")
+    trust = tmp_path / "trust.json"
+    r = runner.invoke(app, ["keys", "export", "--out", str(trust)])
+    assert r.exit_code == 0 and json.loads(trust.read_text()) == store.jwks()
+    assert "d" not in json.loads(trust.read_text())["keys"][0]
+    token = store.sign(plan_claims(issuer="preflight", audience="preflight-agent", node="gpu-01", plan_id="p-1",
+                                   seq=4, manifest_digest="sha256:00", vllm_version="0.33.0",
+                                   argv=["vllm", "serve", "s3://m"], env={}, model_uri="s3://m"))
+    plan = tmp_path / "plan.jws"
+    plan.write_text(token)
+    fresh = tmp_path / "fresh.jws"
+    fresh.write_text(store.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node="gpu-01",
+                                                 plan_id="p-1", seq=4, digest=plan_digest(token), ttl=600),
+                                typ=FRESHNESS_MEDIA_TYPE))
+    ok = runner.invoke(app, ["agent", "verify", str(plan), "--node", "gpu-01", "--trust", str(trust),
+                             "--freshness", str(fresh)])
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["seq"] == 4
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(KeyStore(tmp_path / "other").jwks()))
+    bad = runner.invoke(app, ["agent", "verify", str(plan), "--node", "gpu-01", "--trust", str(other)])
+    assert bad.exit_code == 3 and "unknown_kid" in bad.stderr
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}')
+    unusable = runner.invoke(app, ["agent", "verify", str(plan), "--node", "gpu-01", "--trust", str(broken)])
+    assert unusable.exit_code == 2 and "not a usable JWKS" in unusable.stderr

@@ -108,8 +108,11 @@ def test_agent_exec_runs_exactly_the_plan_and_reports_vllm_figures(servers, tmp_
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PREFLIGHT_DATA_DIR": str(tmp_path / "agent")}
     state = tmp_path / "state.json"
+    trust = tmp_path / "trust.json"
+    trust.write_text(httpx.get(f"{url}/.well-known/jwks.json").text)
     run = subprocess.run([PREFLIGHT, "agent", "run", "--server", url, "--node", "gpu-01", "--token", tokens["gpu-01"],
-                          "--state", str(state), "--exec"], env=env, capture_output=True, text=True, timeout=60)
+                          "--state", str(state), "--trust", str(trust), "--exec"], env=env, capture_output=True,
+                         text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert "argv: " + " ".join(plan["argv"][1:]) + "\n" in run.stdout  # exactly the signed argv
     assert json.loads(state.read_text())["last_seq"] == 1
@@ -118,11 +121,13 @@ def test_agent_exec_runs_exactly_the_plan_and_reports_vllm_figures(servers, tmp_
     cal = c.get("/v1/calibration").json()
     assert cal["count"] == 1 and cal["items"][0]["actual_kv_tokens"] == 501568
     assert cal["items"][0]["predicted_kv_tokens"] == plan["budget"]["kv_cache_tokens"]
-    # a second boot with the same plan runs nothing new and says so
+    # a second boot with the same plan (a reboot) runs it again, without a new delivery
     again = subprocess.run([PREFLIGHT, "agent", "run", "--server", url, "--node", "gpu-01", "--token",
-                            tokens["gpu-01"], "--state", str(state), "--exec"], env=env, capture_output=True,
-                           text=True, timeout=60)
-    assert again.returncode == 0 and "unchanged" in again.stdout
+                            tokens["gpu-01"], "--state", str(state), "--trust", str(trust), "--exec"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "argv: " + " ".join(plan["argv"][1:]) + "\n" in again.stdout
+    history = c.get("/v1/nodes/gpu-01/history").json()["items"][0]
+    assert history["fetches"] == 1 and len(c.get("/v1/nodes/gpu-01/runs").json()["items"]) == 2
 
 
 def test_agent_refuses_a_plan_when_its_state_has_seen_a_newer_seq(servers, tmp_path):
@@ -133,12 +138,16 @@ def test_agent_refuses_a_plan_when_its_state_has_seen_a_newer_seq(servers, tmp_p
                               "engine_args": {"max_model_len": 8192}})
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"last_seq": 7, "etag": None}))
+    trust = tmp_path / "trust.json"
+    trust.write_text(httpx.get(f"{url}/.well-known/jwks.json").text)
     run = subprocess.run([PREFLIGHT, "agent", "run", "--server", url, "--node", "gpu-01", "--token", tokens["gpu-01"],
-                          "--state", str(state), "--print"], env={**os.environ, "PREFLIGHT_DATA_DIR": str(tmp_path)},
+                          "--state", str(state), "--trust", str(trust), "--print"],
+                         env={**os.environ, "PREFLIGHT_DATA_DIR": str(tmp_path)},
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 3 and "replayed_seq" in run.stderr and "vllm serve" not in run.stdout
-    failed = c.get("/v1/audit", params={"node": "gpu-01", "kind": "agent.failed"}).json()["items"]
-    assert failed and failed[0]["payload"]["details"]["reason"] == "replayed_seq"
+    assert json.loads(state.read_text()) == {"last_seq": 7, "etag": None}  # a refused plan changes nothing
+    refused = c.get("/v1/audit", params={"node": "gpu-01", "kind": "agent.refused"}).json()["items"]
+    assert refused and refused[0]["payload"]["details"]["reason"] == "replayed_seq"
 
 
 def test_two_processes_200_plans_and_reports_keep_one_chain(db_url, servers):

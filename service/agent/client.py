@@ -1,37 +1,90 @@
-"""The agent's side of the HTTP protocol (httpx) and its state file (last accepted seq, ETag)."""
+"""The agent's side of the HTTP protocol (httpx) and its state file."""
 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import httpx
+
+from .trust import write_atomic
+
+STATE_VERSION = 2
+
+
+class StateCorrupt(Exception):
+    """The state file exists but cannot be used."""
+
+
+def _opt(v: Any, kind: type | tuple) -> bool:
+    return v is None or (isinstance(v, kind) and not isinstance(v, bool))
 
 
 @dataclass
 class AgentState:
-    """Persisted between boots: the highest ``seq`` accepted and the ETag of that plan (rollback protection)."""
+    """Persisted between boots (written atomically): the last plan this node verified — its ``seq`` (replay
+    protection: a lower seq never runs), id, ETag and JWS (run again at the next boot) — and ``verified_at``, when the
+    service last confirmed it current with a freshness statement (bounds an offline boot). ``pending``: reports the
+    agent could not deliver yet (an offline boot), sent once the service answers again."""
 
     path: pathlib.Path
     last_seq: int = 0
     etag: str | None = None
     plan_id: str | None = None
+    plan: str | None = None
+    verified_at: float | None = None
+    pending: list = field(default_factory=list)
 
     @classmethod
     def load(cls, path: pathlib.Path) -> "AgentState":
-        if path.exists():
-            data = json.loads(path.read_text())
-            return cls(path=path, last_seq=int(data.get("last_seq", 0)), etag=data.get("etag"),
-                       plan_id=data.get("plan_id"))
-        return cls(path=path)
+        """A missing file is a new node (an empty state). Raises StateCorrupt for anything unusable."""
+        path = pathlib.Path(path)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return cls(path=path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StateCorrupt(f"cannot read {path}: {exc}") from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise StateCorrupt(f"{path} is not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise StateCorrupt(f"{path} does not hold a JSON object")
+        checks = {"last_seq": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53,
+                  "etag": lambda v: _opt(v, str), "plan_id": lambda v: _opt(v, str), "plan": lambda v: _opt(v, str),
+                  "verified_at": lambda v: _opt(v, (int, float)), "pending": lambda v: isinstance(v, list)}
+        defaults = {"last_seq": 0, "pending": []}
+        values = {}
+        for name, ok in checks.items():
+            v = data.get(name, defaults.get(name))
+            if not ok(v):
+                raise StateCorrupt(f"{path}: {name!r} has the wrong type or range ({json.dumps(v)[:60]})")
+            values[name] = v
+        if values["plan"] is not None and values["plan_id"] is None:
+            raise StateCorrupt(f"{path}: a saved plan without its plan_id")
+        return cls(path=path, **values)
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"last_seq": self.last_seq, "etag": self.etag, "plan_id": self.plan_id}))
-        os.replace(tmp, self.path)
+        data = {k: v for k, v in asdict(self).items() if k != "path"}
+        write_atomic(self.path, {"version": STATE_VERSION, **data})
+
+    def set_aside(self) -> pathlib.Path:
+        """Move an unusable state file out of the way (kept for inspection). Returns where it went."""
+        dest = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+        self.path.replace(dest)
+        return dest
+
+
+MAX_RESPONSE_BYTES = 1 << 20  # a plan is a few kB, the key-set chain a few kB per version
+
+
+class ResponseTooLarge(ValueError):
+    """The server sent more than MAX_RESPONSE_BYTES (read no further)."""
 
 
 class AgentClient:
@@ -40,22 +93,47 @@ class AgentClient:
         self.node = node
         self.http = httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
                                  timeout=timeout, transport=transport)
+        self._lock = threading.Lock()
 
-    def jwks(self) -> dict:
-        r = self.http.get("/.well-known/jwks.json")
-        r.raise_for_status()
-        return r.json()
+    def _get(self, url: str, **kw) -> httpx.Response:
+        """GET reading at most MAX_RESPONSE_BYTES of body (a hostile server cannot exhaust the node's memory)."""
+        with self.http.stream("GET", url, **kw) as r:
+            body = bytearray()
+            for chunk in r.iter_bytes():
+                body += chunk
+                if len(body) > MAX_RESPONSE_BYTES:
+                    raise ResponseTooLarge(f"{url}: the response exceeds {MAX_RESPONSE_BYTES} bytes")
+            return httpx.Response(r.status_code, headers=r.headers, content=bytes(body), request=r.request)
+
+    def keysets(self, after: int) -> list:
+        """The key-set statements above version ``after`` (to be verified by the caller: never trusted as sent)."""
+        r = self._get("/v1/keysets", params={"after": after})
+        if r.status_code == 404:
+            return []  # a service without a key-set chain: nothing to apply
+        r.raise_for_status()  # 5xx: treated as unreachable by the caller
+        try:
+            body = r.json()
+        except ValueError:
+            return None  # refused by Trust.apply_chain as malformed
+        return body.get("keysets") if isinstance(body, dict) else None
 
     def fetch(self, etag: str | None = None, wait: int = 0) -> httpx.Response:
         """GET the node's plan; with ``wait`` the server holds the call until the plan changes (long poll)."""
         headers = {"If-None-Match": etag} if etag else {}
         params = {"wait": wait} if wait else {}
-        return self.http.get(f"/v1/nodes/{self.node}/plan", headers=headers, params=params,
-                             timeout=self.http.timeout.read + wait if wait else self.http.timeout)
+        return self._get(f"/v1/nodes/{self.node}/plan", headers=headers, params=params,
+                         timeout=self.http.timeout.read + wait if wait else self.http.timeout)
 
-    def report(self, plan_id: str, status: str, message: str | None = None, details: dict | None = None) -> None:
+    def post_report(self, body: dict) -> httpx.Response:
+        return self.http.post(f"/v1/nodes/{self.node}/reports", json=body)
+
+    def report(self, plan_id: str | None, status: str, message: str | None = None,
+               details: dict | None = None) -> bool:
+        """Best effort: True when the service stored it (the verdict on a plan never depends on it)."""
         try:
-            self.http.post(f"/v1/nodes/{self.node}/reports",
-                           json={"plan_id": plan_id, "status": status, "message": message, "details": details or {}})
+            with self._lock:
+                r = self.post_report({"plan_id": plan_id, "status": status, "message": message,
+                                      "details": details or {}})
+            return r.status_code == 201
         except httpx.HTTPError:
-            pass  # reporting is best effort; the verdict on the plan does not depend on it
+            return False

@@ -2,9 +2,11 @@
 
 The agent pins the algorithm (Ed25519, or its legacy name EdDSA) and the key type (OKP): ``none``, HMAC and RSA/EC
 headers are refused before any key is touched, so algorithm confusion (e.g. HS256 keyed with the public key) cannot
-work. Then: a known ``kid`` in the JWKS, a valid signature, ``typ`` the plan media type, ``sub`` = this node,
-``aud``, the time window (``nbf`` ≤ now < ``exp``, with a small leeway), and ``seq`` strictly greater than the last
-sequence this node accepted (rollback protection, like TUF clients).
+work. Then: a ``kid`` in the node's pinned trust file (service/agent/trust.py), a valid signature, ``typ``, every
+claim present with its type, ``iss``, ``sub`` = this node, ``aud``, ``nbf``, an env the node allows
+(domain/env_policy.py), and ``seq`` not below the last one this node accepted (the same plan may run again; rollback
+protection, like TUF clients). A plan does not expire: a separate freshness statement, signed at fetch time over the
+plan's digest (``verify_freshness``), says it is still the node's current plan.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import base64
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 
-from ..signing import PLAN_MEDIA_TYPE
+from ..domain import env_policy
+from ..signing import FRESHNESS_MEDIA_TYPE, PLAN_MEDIA_TYPE, plan_digest
 
 PINNED_ALGS = ("Ed25519", "EdDSA")
 LEEWAY = 60
@@ -70,7 +73,7 @@ def verify_jws(token: str, jwks: dict, *, typ: str) -> tuple[dict[str, Any], str
     kid = header.get("kid")
     jwk = next((k for k in (jwks or {}).get("keys", []) if k.get("kid") == kid), None)
     if jwk is None:
-        raise VerificationError("unknown_kid", f"key id {kid!r} is not in the published JWKS")
+        raise VerificationError("unknown_kid", f"key id {kid!r} is not a key this node trusts")
     if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519" or "d" in jwk:
         raise VerificationError("bad_key", f"key {kid!r} is not a public Ed25519 OKP key")
     try:
@@ -87,29 +90,90 @@ def verify_jws(token: str, jwks: dict, *, typ: str) -> tuple[dict[str, Any], str
     return claims, kid
 
 
-def _number(value) -> bool:
-    """A JSON number (``true`` is not one, although Python's bool is an int)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
-def verify_plan(token: str, jwks: dict, *, node: str, audience: str, last_seq: int = 0, issuer: str | None = None,
-                now: float | None = None) -> VerifiedPlan:
-    """Verify a compact JWS plan for ``node``. Raises VerificationError naming the first failed check."""
+def _str_dict(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+
+
+PLAN_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
+    "iss": lambda v: isinstance(v, str), "sub": lambda v: isinstance(v, str), "aud": lambda v: isinstance(v, str),
+    "iat": _is_int, "nbf": _is_int, "jti": lambda v: isinstance(v, str) and 0 < len(v) <= 64,
+    "seq": lambda v: _is_int(v) and 1 <= v < 2**53, "manifest_digest": lambda v: isinstance(v, str),
+    "vllm_version": lambda v: isinstance(v, str),
+    "argv": lambda v: isinstance(v, list) and len(v) >= 2 and all(isinstance(a, str) for a in v),
+    "env": _str_dict, "model_uri": lambda v: isinstance(v, str),
+}
+FRESHNESS_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
+    "iss": lambda v: isinstance(v, str), "sub": lambda v: isinstance(v, str), "aud": lambda v: isinstance(v, str),
+    "iat": _is_int, "exp": _is_int, "jti": lambda v: isinstance(v, str), "seq": lambda v: _is_int(v) and v >= 1,
+    "plan_digest": lambda v: isinstance(v, str),
+}
+
+
+def _check_types(claims: dict, types: dict[str, Callable[[Any], bool]], what: str) -> None:
+    for name, ok in types.items():
+        if name not in claims:
+            raise VerificationError("claim_missing", f"{what} has no {name!r} claim")
+        if not ok(claims[name]):
+            raise VerificationError("claim_type", f"{what} claim {name!r} has the wrong type or range: "
+                                                  f"{json.dumps(claims[name])[:80]}")
+
+
+def verify_plan(token: str, jwks: dict, *, node: str, audience: str, issuer: str | None = None, last_seq: int = 0,
+                last_plan_id: str | None = None, now: float | None = None) -> VerifiedPlan:
+    """Verify a compact JWS plan for ``node`` against the node's trusted keys. Raises VerificationError naming the
+    first failed check.
+
+    A plan has no expiry (its freshness is a separate statement, ``verify_freshness``). Replay: a ``seq`` below the
+    last accepted one is refused; the same ``seq`` is accepted only for the same plan id (the node's current plan
+    runs again at every boot)."""
     claims, kid = verify_jws(token, jwks, typ=PLAN_MEDIA_TYPE)
+    _check_types(claims, PLAN_CLAIM_TYPES, "plan")
     t = time.time() if now is None else now
+    env_refused = env_policy.refused(claims["env"])
     checks = [
-        (claims.get("sub") == node, "wrong_node", f"plan is for node {claims.get('sub')!r}, not {node!r}"),
-        (claims.get("aud") == audience, "wrong_audience", f"aud {claims.get('aud')!r} is not {audience!r}"),
-        (issuer is None or claims.get("iss") == issuer, "wrong_issuer", f"iss {claims.get('iss')!r} is not {issuer!r}"),
-        (_number(claims.get("exp")) and t < claims["exp"] + LEEWAY, "expired", "plan has expired"),
-        (_number(claims.get("nbf")) and claims["nbf"] - LEEWAY <= t, "not_yet_valid",
-         "plan is not valid yet"),
-        (type(claims.get("seq")) is int and claims["seq"] > last_seq, "replayed_seq",  # a JSON true is no seq
-         f"seq {claims.get('seq')} is not greater than the last accepted seq {last_seq}"),
-        (isinstance(claims.get("argv"), list) and all(isinstance(a, str) for a in claims.get("argv", [None]))
-         and claims["argv"][:2] == ["vllm", "serve"], "bad_argv", "argv is not a vllm serve command"),
+        (claims["sub"] == node, "wrong_node", f"plan is for node {claims['sub']!r}, not {node!r}"),
+        (claims["aud"] == audience, "wrong_audience", f"aud {claims['aud']!r} is not {audience!r}"),
+        (issuer is None or claims["iss"] == issuer, "wrong_issuer", f"iss {claims['iss']!r} is not {issuer!r}"),
+        (claims["nbf"] - LEEWAY <= t, "not_yet_valid", "plan is not valid yet"),
+        (claims["seq"] > last_seq or (claims["seq"] == last_seq and claims["jti"] == last_plan_id), "replayed_seq",
+         f"seq {claims['seq']} (plan {claims['jti']}) is below the last accepted seq {last_seq}"
+         + (f" (plan {last_plan_id})" if last_plan_id else "")),
+        (claims["argv"][:2] == ["vllm", "serve"], "bad_argv", "argv is not a vllm serve command"),
+        (not env_refused, "env_not_allowed", "; ".join(f"{n}: {why}" for n, why in env_refused)),
     ]
     for ok, reason, detail in checks:
         if not ok:
             raise VerificationError(reason, detail)
     return VerifiedPlan(claims=claims, kid=kid)
+
+
+def verify_freshness(token: str, jwks: dict, *, plan_token: str, plan: VerifiedPlan, node: str, audience: str,
+                     issuer: str | None = None, not_before: float | None = None,
+                     now: float | None = None) -> dict[str, Any]:
+    """Verify the freshness statement served with a plan: signed by a trusted key, for this node, naming exactly
+    this plan (digest, id, seq), and not expired. ``not_before``: refuse a statement signed before this time (a node
+    that lost its state accepts only a statement made just now). Returns its claims."""
+    if not token:
+        raise VerificationError("no_freshness", "the response carries no freshness statement (X-Plan-Freshness)")
+    claims, _kid = verify_jws(token, jwks, typ=FRESHNESS_MEDIA_TYPE)
+    _check_types(claims, FRESHNESS_CLAIM_TYPES, "freshness statement")
+    t = time.time() if now is None else now
+    checks = [
+        (claims["sub"] == node, "wrong_node", f"freshness statement is for node {claims['sub']!r}"),
+        (claims["aud"] == audience, "wrong_audience", f"aud {claims['aud']!r} is not {audience!r}"),
+        (issuer is None or claims["iss"] == issuer, "wrong_issuer", f"iss {claims['iss']!r} is not {issuer!r}"),
+        (claims["plan_digest"] == plan_digest(plan_token) and claims["jti"] == plan.claims["jti"]
+         and claims["seq"] == plan.seq, "freshness_mismatch", "the freshness statement names another plan"),
+        (claims["iat"] - LEEWAY <= t, "not_yet_valid", "freshness statement is from the future"),
+        (t < claims["exp"], "stale", f"freshness statement expired {int(t - claims['exp'])} s ago"),
+        (not_before is None or claims["iat"] >= not_before, "stale",
+         "freshness statement was signed before this boot (a node without state accepts only a new one)"),
+    ]
+    for ok, reason, detail in checks:
+        if not ok:
+            raise VerificationError(reason, detail)
+    return claims

@@ -36,7 +36,7 @@ from ..services import plans as plan_service
 from ..services import tokens as token_service
 from ..services import upgrade as upgrade_service
 from ..settings import Settings
-from ..signing import KeyStore
+from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_digest
 from . import openapi_doc
 from .observability import Observability
 from .schemas import NAME, ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
@@ -46,6 +46,15 @@ PROBLEM = "application/problem+json"
 NodeName = Annotated[str, Path(pattern=NAME, description="Node name (hostname-like).")]
 PRINCIPAL_CACHE_SECONDS = 60.0  # TTLs bound an entry's life; coherence comes from services/epochs.py
 PLAN_CACHE_SECONDS = 30.0
+FRESHNESS_CACHE_SECONDS = 60.0
+PLAN_HEADERS = {
+    "ETag": {"description": "the plan's entity tag (send it as If-None-Match)", "schema": {"type": "string"}},
+    "X-Plan-Id": {"description": "the plan id", "schema": {"type": "string"}},
+    "X-Plan-Seq": {"description": "the node's seq of this plan", "schema": {"type": "integer"}},
+    "X-Plan-Freshness": {"description": "compact JWS (typ application/vnd.preflight.freshness+jwt) signed at fetch "
+                         "time over the plan's digest, node and seq: the plan is the node's current one until its "
+                         "exp (PREFLIGHT_FRESHNESS_TTL_SECONDS)", "schema": {"type": "string"}},
+}  # a freshness statement is re-signed per assignment at most this often
 
 
 def error_field(e: dict[str, Any]) -> str:
@@ -301,10 +310,24 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     Auditor = Annotated[token_service.Principal, Depends(require("admin", "auditor"))]
     NodeAgent = Annotated[token_service.Principal, Depends(for_node)]
 
+    ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:\d{2})?$"
+    TimeQuery = Annotated[str | None, Query(pattern=ISO_TIME, description="ISO 8601 time (UTC unless an offset is given)")]
+
+    def parse_time(field: str, value: str | None) -> dt.datetime | None:
+        if value is None:
+            return None
+        try:
+            t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise DomainError(field, f"{field} {value!r} is not an ISO 8601 time") from None
+        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
     # -- agent (registered first: the fleet's hot path is matched before any other route) -----------------------------
     @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
-             responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan"},
-                        304: {"description": "unchanged (If-None-Match matched)"}})
+             responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan",
+                              "headers": PLAN_HEADERS},
+                        304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS}})
     async def fetch_node_plan(request: Request, name: NodeName, authorization: Annotated[str | None, Header()] = None,
                               if_none_match: Annotated[str | None, Header()] = None,
                               wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
@@ -331,9 +354,31 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             raise NotFound(f"node {name!r} has no current plan", field="name")
         return plan_response(a, served)
 
+    freshness_cache: dict[int, tuple[float, str, str]] = {}  # assignment id -> (valid until, kid, statement)
+    freshness_window = min(FRESHNESS_CACHE_SECONDS, settings.freshness_ttl_seconds / 10)
+
+    def freshness(a: dict) -> str:
+        """The freshness statement for a current assignment (signs.py ``freshness_claims``): signed at most once per
+        ``freshness_window`` per assignment and process — a small fraction of its lifetime —, so a fleet fetching
+        at once costs a dictionary look-up, not a signature, per request."""
+        now = time.time()
+        keys.refresh_soon()  # a rotation or retirement made by the CLI reaches the cache within a second
+        kid = keys.active_kid
+        hit = freshness_cache.get(a["id"])
+        if hit is not None and hit[0] > now and hit[1] == kid:
+            return hit[2]
+        if len(freshness_cache) > 200_000:
+            freshness_cache.clear()
+        statement = keys.sign(freshness_claims(
+            issuer=settings.issuer, audience=settings.audience, node=a["node_name"], plan_id=a["plan_id"],
+            seq=a["seq"], digest=plan_digest(a["signed"]), ttl=settings.freshness_ttl_seconds, now=int(now)),
+            typ=FRESHNESS_MEDIA_TYPE)
+        freshness_cache[a["id"]] = (now + freshness_window, keys.active_kid, statement)
+        return statement
+
     def plan_response(a: dict, served: bool) -> Response:
         headers = {"ETag": a["etag"], "Cache-Control": "no-cache", "X-Plan-Id": a["plan_id"],
-                   "X-Plan-Seq": str(a["seq"])}
+                   "X-Plan-Seq": str(a["seq"]), "X-Plan-Freshness": freshness(a)}
         if not served:
             metrics.AGENT_FETCHES.labels("not_modified").inc()
             return Response(status_code=304, headers=headers)
@@ -365,6 +410,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
     async def report(name: NodeName, body: ReportIn, p: NodeAgent):
+        """The node agent's report (see ReportIn for the lifecycle). A ``heartbeat`` stores nothing but the time."""
         out = await writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))
         return JSONResponse(out, status_code=201)
 
@@ -390,7 +436,16 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/.well-known/jwks.json", operation_id="jwks", tags=["keys"])
     def jwks():
+        """The published keys and their key-set ``version`` (save it on a node as its trust file)."""
         return keys.jwks()
+
+    @app.get("/v1/keysets", operation_id="keysets", tags=["keys"])
+    def keysets(after: Annotated[int, Query(ge=0, le=2**31, description="the version the node trusts")] = 0):
+        """The key-set chain above version ``after``, oldest first: each statement (compact JWS, typ keyset+jwt)
+        is version N of the published keys, signed by a key of version N-1. A node applies them in order to its
+        trust file (service/agent/trust.py), so rotation and retirement reach it without re-provisioning."""
+        chain = keys.keysets(after)  # refreshes first: a rotation made by the CLI is seen at once
+        return {"version": keys.keyset_version, "keysets": chain}
 
     # -- inventory -------------------------------------------------------------------------------------------
     @app.post("/v1/nodes", status_code=201, operation_id="registerNode", tags=["nodes"])
@@ -429,6 +484,21 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         """Plans assigned to the node, newest first: who approved them, what ran, when it was fetched, started,
         running or failed."""
         return history.node_history(session, name, limit=limit, before_seq=before_seq)
+
+    @app.get("/v1/nodes/{name}/runs", operation_id="nodeRuns", tags=["audit"])
+    def node_runs(name: NodeName, session: SessionDep, p: Reader, since: TimeQuery = None, until: TimeQuery = None,
+                  at: TimeQuery = None):
+        """Which plan ran on the node in ``[since, until)`` (or at the instant ``at``): one item per run of vLLM
+        with its plan, seq, manifest and argv, start, running and end times, how it ended (``stopped``,
+        ``exited`` with its status, ``interrupted`` by the node's next start, or null: still running, with the last
+        heartbeat)."""
+        if at is not None and (since is not None or until is not None):
+            raise DomainError("at", "give either at or since/until")
+        t = parse_time("at", at)
+        lo, hi = (t, t + dt.timedelta(microseconds=1)) if t else (parse_time("since", since), parse_time("until", until))
+        if lo and hi and hi < lo:
+            raise DomainError("until", "until is before since")
+        return history.node_runs(session, name, since=lo, until=hi)
 
     @app.post("/v1/nodes/{name}/token", operation_id="rotateNodeToken", tags=["nodes"])
     def rotate_node_token(name: NodeName, session: SessionDep, p: Admin):
@@ -510,18 +580,6 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return out
 
     # -- audit -------------------------------------------------------------------------------------------------
-    ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:\d{2})?$"
-    TimeQuery = Annotated[str | None, Query(pattern=ISO_TIME, description="ISO 8601 time (UTC unless an offset is given)")]
-
-    def parse_time(field: str, value: str | None) -> dt.datetime | None:
-        if value is None:
-            return None
-        try:
-            t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise DomainError(field, f"{field} {value!r} is not an ISO 8601 time") from None
-        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
-
     def audit_query(node, plan, model, kind, since, until):
         since, until = parse_time("since", since), parse_time("until", until)
         q = select(AuditEvent).order_by(AuditEvent.id)

@@ -25,7 +25,7 @@ PROBLEM_SCHEMA = {
         "field": {"type": "string"},
     },
 }
-PUBLIC = {"healthz", "readyz", "jwks", "metrics"}
+PUBLIC = {"healthz", "readyz", "jwks", "keysets", "metrics"}
 CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint", "revokeToken", "rotateToken",
             "reportNodeStatus"}
 DESCRIPTIONS = {

@@ -42,6 +42,9 @@ class ManifestIn(Strict):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = None
     digests: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=4096)
+    allow_remote_code: bool = Field(default=False, description=(
+        "Whether plans for this model may set trust_remote_code in production (the code in the model repository "
+        "runs on the node); without it such a plan is refused (rule trust_remote_code_not_allowed)."))
 
 
 class PlanIn(Strict):
@@ -70,12 +73,28 @@ MAX_KV_GIB = 2.0**20  # 1 PiB
 
 
 class ReportIn(Strict):
-    plan_id: str = Field(min_length=1, max_length=36)
-    status: Literal["fetched", "started", "running", "failed"]
+    """An agent's report on its node's plan. The lifecycle of one run: ``started`` (spawned), ``running`` (vLLM
+    serving, with what it printed), ``heartbeat`` (periodic, cheap: stamps the assignment only), then ``stopped``
+    (asked to stop: ``details.signal``) or ``exited`` (ended by itself: ``details.status``, ``details.tail``).
+    Also ``fetched``, ``refused`` (a check failed before anything ran: ``details.reason``; may name no plan),
+    ``reset`` (the node's state reset on purpose; may name no plan) and ``failed`` (older agents).
+    ``details.run_id`` ties the reports of one run together (``GET /v1/nodes/{name}/runs``)."""
+
+    plan_id: str | None = Field(default=None, min_length=1, max_length=36)
+    status: Literal["fetched", "started", "running", "heartbeat", "stopped", "exited", "refused", "reset", "failed"]
     message: str | None = Field(default=None, max_length=65536)
     details: dict[str, Any] = Field(default_factory=dict, description=(
         "Free-form; ``details.vllm`` carries what vLLM printed at start-up for the calibration loop: "
         f"``kv_cache_tokens`` (integer, 1..2^40) and ``available_kv_cache_gib`` (number, 0..{MAX_KV_GIB:.0f})."))
+
+    @model_validator(mode="after")
+    def _plan_named(self) -> "ReportIn":
+        if self.plan_id is None and self.status not in ("refused", "reset"):
+            raise JsonValueError("plan_id", f"a {self.status} report must name its plan_id")
+        run_id = self.details.get("run_id")
+        if run_id is not None and not (isinstance(run_id, str) and 0 < len(run_id) <= 64):
+            raise JsonValueError("details.run_id", "must be a string of 1 to 64 characters")
+        return self
 
     @field_validator("details")
     @classmethod

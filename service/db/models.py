@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, text, BigInteger, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import JSON, text, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -84,6 +84,7 @@ class Manifest(Base):
     weights_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     digests: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     digest: Mapped[str] = mapped_column(String(80))  # sha256 over the canonical manifest
+    allow_remote_code: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -125,6 +126,7 @@ class Assignment(Base):
     first_fetched_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     last_fetched_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     fetch_count: Mapped[int] = mapped_column(Integer, default=0)  # fetches recorded (see plans._record_fetch)
+    last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -132,6 +134,7 @@ class Report(Base):
     """What a node agent reported about a plan."""
 
     __tablename__ = "reports"
+    __table_args__ = (Index("ix_reports_node_name_id", "node_name", "id"),)
     id: Mapped[int] = mapped_column(ID, primary_key=True)
     plan_id: Mapped[str] = mapped_column(String(36), index=True)
     node_name: Mapped[str] = mapped_column(String(128), index=True)

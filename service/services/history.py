@@ -34,7 +34,8 @@ def _placement_rows(session: Session, assignments: list[Assignment]) -> list[dic
             "first_fetched_at": iso(a.first_fetched_at), "last_fetched_at": iso(a.last_fetched_at),
             "fetches": a.fetch_count or 0,
             "started_at": iso(rep.get("started")), "running_at": iso(rep.get("running")),
-            "failed_at": iso(rep.get("failed")),
+            "failed_at": iso(rep.get("failed")), "stopped_at": iso(rep.get("stopped")),
+            "exited_at": iso(rep.get("exited")), "refused_at": iso(rep.get("refused")),
             "last_report": {"status": last[0], "at": iso(last[1]), "message": last[2]} if last else None,
         })
     return out
@@ -64,3 +65,93 @@ def plan_placements(session: Session, plan_id: str) -> dict[str, Any]:
     plan, assignments = plan_service.get(session, plan_id)
     return {"plan_id": plan.id, "plan_status": plan.status, "approved_by": plan.created_by,
             "created_at": iso(plan.created_at), "placements": _placement_rows(session, assignments)}
+
+
+RUN_STATUSES = ("started", "running", "stopped", "exited", "failed")
+
+
+def _utc(t):
+    import datetime as dt
+
+    if t is None:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+LATE_SECONDS = 30
+
+
+def _when(received, agent_at):
+    """When a report's event happened: the service's receipt time, unless the report was delivered late (queued by
+    an agent that could not reach the service, e.g. during an offline boot) — then the agent's own ``at``, when it
+    lies between 30 days before receipt and receipt."""
+    import datetime as dt
+
+    received = _utc(received)
+    if isinstance(agent_at, (int, float)) and not isinstance(agent_at, bool):
+        try:
+            t = dt.datetime.fromtimestamp(agent_at, dt.timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return received
+        if received - dt.timedelta(days=30) <= t <= received - dt.timedelta(seconds=LATE_SECONDS):
+            return t
+    return received
+
+
+def node_runs(session: Session, name: str, *, since=None, until=None, limit: int = 1000) -> dict[str, Any]:
+    """Which plan ran on a node, and when: one item per run of vLLM (the agent's ``started`` report, tied to its
+    later reports by ``details.run_id``), oldest first, overlapping ``[since, until)``. A run ends with ``stopped``
+    (asked to stop) or ``exited`` (ended by itself); one with no end report ends at the node's next start
+    (``end: "interrupted"``: the node lost power or the agent was killed) or is still open (``ended_at`` null, with
+    the last heartbeat). Times are the service's receipt times, except for reports delivered late (``_when``)."""
+    node_service.get(session, name)
+    q = (select(Report).where(Report.node_name == name, Report.status.in_(RUN_STATUSES)).order_by(Report.id))
+    if until is not None:
+        q = q.where(Report.created_at < until)
+    runs: list[dict[str, Any]] = []
+    by_id: dict[str, dict[str, Any]] = {}
+    for r in session.execute(q).scalars():
+        details = r.details if isinstance(r.details, dict) else {}
+        run_id = details.get("run_id") or f"plan:{r.plan_id}"
+        at = _when(r.created_at, details.get("at"))
+        if r.status == "started":
+            for other in runs:  # one vLLM per node: a new start ends every run still open
+                if other["ended_at"] is None:
+                    other.update(ended_at=at, end="interrupted")
+            run = {"run_id": run_id, "plan_id": r.plan_id, "started_at": at, "running_at": None, "ended_at": None,
+                   "end": None, "exit_status": None, "signal": None, "vllm": None, "tail": None,
+                   "offline_boot": details.get("offline_boot")}
+            runs.append(run)
+            by_id[run_id] = run
+            continue
+        run = by_id.get(run_id)
+        if run is None or run["ended_at"] is not None and r.status == "running":
+            continue
+        if r.status == "running":
+            run["running_at"] = at
+            run["vllm"] = details.get("vllm")
+        elif run["ended_at"] is None:
+            run.update(ended_at=at, end="exited" if r.status == "failed" else r.status,
+                       exit_status=details.get("status"), signal=details.get("signal"), tail=details.get("tail"))
+    since, until = _utc(since), _utc(until)
+    runs = [r for r in runs if (until is None or r["started_at"] < until)
+            and (since is None or r["ended_at"] is None or r["ended_at"] > since)][-limit:]
+    plan_ids = {r["plan_id"] for r in runs}
+    info: dict[str, Any] = {}
+    if plan_ids:
+        for a, plan, m in session.execute(
+                select(Assignment, Plan, Manifest).join(Plan, Plan.id == Assignment.plan_id)
+                .join(Manifest, Manifest.id == Plan.manifest_id)
+                .where(Assignment.node_name == name, Assignment.plan_id.in_(plan_ids))):
+            info[a.plan_id] = (a, plan, m)
+    out = []
+    for r in runs:
+        a, plan, m = info.get(r["plan_id"], (None, None, None))
+        beat = _utc(a.last_heartbeat_at) if a is not None else None
+        out.append({
+            **r, "started_at": iso(r["started_at"]), "running_at": iso(r["running_at"]), "ended_at": iso(r["ended_at"]),
+            "seq": a.seq if a else None, "argv": plan.argv if plan else None,
+            "manifest": {"name": m.name, "version": m.version, "digest": m.digest} if m else None,
+            "last_heartbeat_at": iso(beat) if r["ended_at"] is None and beat and beat >= r["started_at"] else None,
+        })
+    return {"node": name, "since": iso(since), "until": iso(until), "items": out}

@@ -21,12 +21,14 @@ from ..errors import Conflict, NotFound
 def manifest_body(m: Manifest) -> dict[str, Any]:
     return {"name": m.name, "version": m.version, "uri": m.uri, "config": m.config,
             "quantization_txt": m.quantization_txt, "hf_quant_config": m.hf_quant_config,
-            "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "digests": m.digests}
+            "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "digests": m.digests,
+            "allow_remote_code": bool(m.allow_remote_code)}
 
 
 def manifest_dict(m: Manifest, *, full: bool = False) -> dict[str, Any]:
     out = {"id": m.id, "name": m.name, "version": m.version, "uri": m.uri, "digest": m.digest,
-           "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "created_at": iso(m.created_at)}
+           "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes,
+           "allow_remote_code": bool(m.allow_remote_code), "created_at": iso(m.created_at)}
     if m.quantization_txt is not None:
         out["quantization"] = parse_quantization_txt(m.quantization_txt, ALL_QUANT_METHODS).method
     if full:
@@ -47,14 +49,18 @@ def register(session: Session, *, actor: str, body: dict[str, Any]) -> Manifest:
     if session.execute(select(Manifest.id).where(Manifest.name == body["name"],
                                                  Manifest.version == body["version"])).first():
         raise Conflict(f"manifest {body['name']}@{body['version']} already exists", field="version")
-    digest = "sha256:" + audit.sha256_hex(audit.canonical(body))
+    body = {**body, "allow_remote_code": bool(body.get("allow_remote_code"))}
+    # the digest covers allow_remote_code only when set, so manifests registered before the field keep their digest
+    digest = "sha256:" + audit.sha256_hex(audit.canonical(
+        body if body["allow_remote_code"] else {k: v for k, v in body.items() if k != "allow_remote_code"}))
     previous = session.execute(select(Manifest).where(Manifest.name == body["name"]).order_by(Manifest.id.desc())
                                .limit(1)).scalar_one_or_none()
     m = Manifest(digest=digest, **body)
     session.add(m)
     session.flush()
     audit.append(session, actor=actor, kind="manifest.registered", subject=f"manifest:{m.name}@{m.version}",
-                 model=m.name, payload={"id": m.id, "name": m.name, "version": m.version, "digest": digest, "uri": m.uri})
+                 model=m.name, payload={"id": m.id, "name": m.name, "version": m.version, "digest": digest, "uri": m.uri,
+                          "allow_remote_code": m.allow_remote_code})
     if previous is not None:
         audit.append(session, actor=actor, kind="manifest.superseded",
                      subject=f"manifest:{previous.name}@{previous.version}", model=m.name,

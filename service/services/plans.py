@@ -18,7 +18,8 @@ from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import ApiError, Conflict, Invalid, LaunchRejected, NotFound
 from ..settings import Settings
-from ..signing import KeyStore, plan_claims
+from ..domain import env_policy
+from ..signing import KeyStore, plan_claims, plan_digest
 from . import calibration, epochs
 from . import manifests as manifest_service
 from . import nodes as node_service
@@ -69,6 +70,23 @@ def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) 
 REDACTED = "<redacted>"
 
 
+def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
+    """What runs on a node is the node's choice: a plan's env may not name the executable, loader or interpreter
+    (domain/env_policy.py), and ``trust_remote_code`` in production needs a manifest registered with
+    ``allow_remote_code``. Raises Invalid (422) naming the field and the rule."""
+    refused = env_policy.refused(request.env)
+    if refused:
+        raise Invalid("the plan's env sets variables a node does not take from a plan: " + "; ".join(
+            f"{name}: {why}" for name, why in refused),
+            errors=[{"field": f"env.{name}", "rule": "env_not_allowed", "message": why} for name, why in refused])
+    if request.environment == "production" and request.engine_args.get("trust_remote_code") not in (None, False) \
+            and not manifest.allow_remote_code:
+        raise Invalid(f"trust_remote_code runs code from the model repository on the node: in production the manifest "
+                      f"{manifest.name}@{manifest.version} must be registered with allow_remote_code",
+                      errors=[{"field": "engine_args.trust_remote_code", "rule": "trust_remote_code_not_allowed",
+                               "message": "the manifest does not allow remote code in production"}])
+
+
 def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secrets: bool = True) -> dict[str, Any]:
     """A plan as the API shows it. Without ``secrets`` (an auditor) env values are redacted (names kept) and the
     signed JWS, which carries them, is left out."""
@@ -95,6 +113,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     nodes = [node_service.get(session, n) for n in names]
     node_service.lock(session, sorted(names))  # per-node seq: concurrent plans for a node queue here
     request = launch_request(manifest, nodes, body)
+    check_node_safety(manifest, request)
     result = validate(request, model_ref=manifest.uri)
     findings = [f.as_dict() for f in result.findings]
     metrics.observe_result("plans", result.verdict, findings)
@@ -123,7 +142,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
         seq = (session.execute(select(func.max(Assignment.seq)).where(Assignment.node_name == node.name)).scalar()
                or 0) + 1
         claims = plan_claims(issuer=settings.issuer, audience=settings.audience, node=node.name, plan_id=plan.id,
-                             seq=seq, ttl=settings.plan_ttl_seconds, manifest_digest=manifest.digest,
+                             seq=seq, manifest_digest=manifest.digest,
                              vllm_version=result.vllm_version, argv=result.argv, env=dict(request.env),
                              model_uri=manifest.uri)
         signed = keys.sign(claims)
@@ -135,6 +154,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     audit.append(session, actor=actor, kind="plan.created", subject=f"plan:{plan.id}", plan_id=plan.id,
                  node=names[0] if len(names) == 1 else None, model=manifest.name,
                  payload={"manifest": manifest.digest, "nodes": names, "seqs": [a.seq for a in assignments],
+                          "plan_digests": [plan_digest(a.signed) for a in assignments],
                           "verdict": result.verdict, "argv": result.argv, "kid": keys.active_kid})
     epochs.bump(session, "plans", plan.id)  # other processes' plan caches drop the superseded assignments
     return {**plan_dict(plan, assignments), "recommendations": result.recommendations}
@@ -195,7 +215,7 @@ class AgentReport:
 
     actor: str
     node: str
-    plan_id: str
+    plan_id: str | None
     status: str
     message: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
@@ -264,48 +284,97 @@ def fetch_recorded_recently(row: dict) -> bool:
     return (now - last).total_seconds() < REFETCH_RECORD_SECONDS
 
 
+REPORT_STATUSES = ("fetched", "started", "running", "heartbeat", "stopped", "exited", "refused", "reset", "failed")
+PLANLESS_STATUSES = ("refused", "reset")  # may name no plan: a refusal before any plan verified, a state reset
+
+
+STALE_OK = ("heartbeat", "stopped", "exited", "failed")  # what a node may still say about a plan it no longer runs
+
+
+def late(r: AgentReport) -> bool:
+    """A report the agent queued (offline boot, service away) and delivers now, stamped with its own time: history,
+    which may name a plan superseded since."""
+    return isinstance(r.details, dict) and isinstance(r.details.get("at"), (int, float)) \
+        and not isinstance(r.details.get("at"), bool)
+
+
 def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, Any] | ApiError]:
     """Agent reports, in bulk and in order (one read of the assignments, one UPDATE, one INSERT of the reports, one
     audit INSERT). Each report's plan must have been assigned to its node, else that report is NotFound and writes
-    nothing. A report whose details carry vLLM's start-up figures (``details.vllm``) also stores the calibration
-    comparison (services/calibration.py). A report on a plan the node no longer runs (superseded or revoked) is a
-    Conflict and writes nothing. Returns per report ``{"id", "plan_id", "node", "status"}`` or the error."""
-    pairs = sorted({(r.node, r.plan_id) for r in reports})
+    nothing; ``refused`` and ``reset`` may name no plan (an audit event for the node only). A ``heartbeat`` only
+    stamps the assignment's ``last_heartbeat_at`` (no report row, no audit event: cheap at fleet scale) and answers
+    ``current``: whether the plan is still the node's current one (false once superseded or revoked). A report on a
+    plan the node no longer runs (superseded or revoked) is a Conflict and writes nothing — except a heartbeat (it
+    learns that the plan is not current) and the end of a run (``stopped``, ``exited``, ``failed``: the record of when
+    the old config stopped) and a report the agent queued and delivers late (``details.at``). A report
+    whose details carry vLLM's start-up figures (``details.vllm``) also stores the calibration comparison
+    (services/calibration.py). Returns per report ``{"id", "plan_id", "node", "status"}`` (``id`` null for a
+    heartbeat and a planless report) or the error."""
+    pairs = sorted({(r.node, r.plan_id) for r in reports if r.plan_id is not None})
     seqs: dict[tuple[str, str], int] = {}
+    current: set[tuple[str, str]] = set()
     stale: dict[tuple[str, str], str] = {}  # assigned once, but superseded or revoked since
-    for node, plan_id, seq, status in session.execute(
-            select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.status)
-            .where(tuple_(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id).in_(pairs))):
-        if status != "active":
-            stale.setdefault((node, plan_id), status)
-            continue
-        seqs[(node, plan_id)] = max(seq, seqs.get((node, plan_id), seq))
-    assigned = [i for i, r in enumerate(reports) if (r.node, r.plan_id) in seqs]
-    ok = [reports[i] for i in assigned]
-    ids: dict[int, int] = {}  # index in ``reports`` -> new report id
+    if pairs:
+        for node, plan_id, seq, status in session.execute(
+                select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.status)
+                .where(tuple_(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id).in_(pairs))):
+            seqs[(node, plan_id)] = max(seq, seqs.get((node, plan_id), seq))
+            if status == "active":
+                current.add((node, plan_id))
+            else:
+                stale.setdefault((node, plan_id), status)
+    for pair in current:
+        stale.pop(pair, None)
+    planless_nodes = {r.node for r in reports if r.plan_id is None}
+    known = set(session.scalars(select(Node.name).where(Node.name.in_(planless_nodes)))) if planless_nodes else set()
+    assigned = [i for i, r in enumerate(reports) if (r.node, r.plan_id) in seqs
+                and ((r.node, r.plan_id) not in stale or r.status in STALE_OK or late(r))]
+    beats = [reports[i] for i in assigned if reports[i].status == "heartbeat"]
+    ok_idx = [i for i in assigned if reports[i].status != "heartbeat"]
+    ok = [reports[i] for i in ok_idx]
+    planless_idx = [i for i, r in enumerate(reports) if r.plan_id is None and r.node in known]
+    done: dict[int, int | None] = {}  # index in ``reports`` -> new report id (None: nothing stored but accepted)
+    now = utcnow()
+    if beats:
+        session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.node_name == bindparam("_node"),
+                                                  ASSIGNMENTS.c.plan_id == bindparam("_plan"))
+                        .values(last_heartbeat_at=bindparam("_now")),
+                        [{"_node": r.node, "_plan": r.plan_id, "_now": now} for r in beats])
+        for i in assigned:
+            if reports[i].status == "heartbeat":
+                done[i] = None
+        metrics.AGENT_REPORTS.labels("heartbeat").inc(len(beats))
     if ok:
         session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.node_name == bindparam("_node"),
                                                   ASSIGNMENTS.c.plan_id == bindparam("_plan"))
                         .values(last_report=bindparam("_status")),
                         [{"_node": r.node, "_plan": r.plan_id, "_status": r.status} for r in ok])
-        now = utcnow()
         new_ids = session.execute(
             insert(REPORTS).returning(REPORTS.c.id, sort_by_parameter_order=True),
             [{"plan_id": r.plan_id, "node_name": r.node, "status": r.status, "message": r.message,
               "details": r.details, "created_at": now} for r in ok]).scalars().all()
-        ids = dict(zip(assigned, new_ids))
+        done.update(zip(ok_idx, new_ids))
         for r in ok:
             metrics.AGENT_REPORTS.labels(r.status).inc()
-            if isinstance(r.details.get("vllm"), dict):  # vLLM's start-up figures: compare with the prediction
+            if r.status == "running" and isinstance(r.details.get("vllm"), dict):  # compare with the prediction
                 calibration.record(session, plan=session.get(Plan, r.plan_id), node=r.node, details=r.details)
-        models = models_of(session, [r.plan_id for r in ok])
-        audit.append_many(session, [dict(
-            actor=r.actor, kind=f"agent.{r.status}", subject=f"plan:{r.plan_id}", node=r.node, plan_id=r.plan_id,
-            model=models[r.plan_id], payload={"seq": seqs[(r.node, r.plan_id)], "status": r.status,
-                                              "message": r.message, "details": r.details}) for r in ok])
-    missing = {r.node for i, r in enumerate(reports) if i not in ids}
+    models = models_of(session, [r.plan_id for r in ok]) if ok else {}
+    events = [dict(actor=r.actor, kind=f"agent.{r.status}", subject=f"plan:{r.plan_id}", node=r.node,
+                   plan_id=r.plan_id, model=models[r.plan_id],
+                   payload={"seq": seqs[(r.node, r.plan_id)], "status": r.status, "message": r.message,
+                            "details": r.details}) for r in ok]
+    for i in planless_idx:
+        r = reports[i]
+        metrics.AGENT_REPORTS.labels(r.status).inc()
+        events.append(dict(actor=r.actor, kind=f"agent.{r.status}", subject=f"node:{r.node}", node=r.node,
+                           payload={"status": r.status, "message": r.message, "details": r.details}))
+        done[i] = None
+    if events:
+        audit.append_many(session, events)
+    missing = {r.node for i, r in enumerate(reports) if i not in done}
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(missing)))) if missing else set()
-    return [{"id": ids[i], "plan_id": r.plan_id, "node": r.node, "status": r.status} if i in ids else
+    return [{"id": done[i], "plan_id": r.plan_id, "node": r.node, "status": r.status,
+             **({"current": (r.node, r.plan_id) in current} if r.status == "heartbeat" else {})} if i in done else
             Conflict(f"plan {r.plan_id!r} is no longer current on node {r.node!r} (it was "
                      f"{stale[(r.node, r.plan_id)]}): report on the node's current plan", field="plan_id")
             if (r.node, r.plan_id) in stale else
