@@ -45,3 +45,41 @@ def test_matching_tags_register(client):
 def test_uri_vllm_would_misread_is_refused(client, uri):
     r = client.post("/v1/manifests", json=body("meta-llama__Meta-Llama-3.1-8B", uri=uri))
     assert r.status_code == 422 and "model_reference" in r.text, r.text
+
+
+@pytest.mark.parametrize("fixture", ["Qwen__Qwen3-235B-A22B-FP8", "openai__gpt-oss-120b", FP8])
+def test_tag_none_on_quantized_weights_is_refused(client, fixture):
+    r = client.post("/v1/manifests", json=body(fixture, quantization_txt="none"))
+    assert r.status_code == 422 and "quant_mismatch" in r.text, r.text
+
+
+@pytest.mark.parametrize("tag", ["bitsandbytes", "gguf"])
+def test_tags_of_older_lines_register(client, tag):
+    r = client.post("/v1/manifests", json=body("meta-llama__Meta-Llama-3.1-8B", quantization_txt=tag))
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize("key", ["trust_remote_code", "--trust-remote-code", "trust-remote-code"])
+def test_remote_code_in_production_needs_the_manifests_consent_in_every_spelling(client, key):
+    from tests.test_api_flow import register_node
+
+    register_node(client, name="n1", gpu="h100-sxm-80gb", count=1)
+    assert client.post("/v1/manifests", json=body("meta-llama__Meta-Llama-3.1-8B")).status_code == 201
+    r = client.post("/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": {key: True}})
+    assert r.status_code == 422 and "trust_remote_code_not_allowed" in r.text, r.text
+
+
+@pytest.mark.parametrize("args", [{"tool_parser_plugin": "/tmp/evil.py"}, {"worker_cls": "evil.Worker"},
+                                  {"middleware": ["evil.mw"]}, {"logits_processors": ["evil:LP"]},
+                                  {"kv_transfer_config": {"kv_connector": "X", "kv_role": "kv_both",
+                                                          "kv_connector_module_path": "evil.mod"}}])
+def test_options_that_load_code_need_the_manifests_consent_in_production(client, args):
+    from tests.test_api_flow import register_node
+
+    register_node(client, name="n1", gpu="h100-sxm-80gb", count=1)
+    assert client.post("/v1/manifests", json=body("meta-llama__Meta-Llama-3.1-8B")).status_code == 201
+    r = client.post("/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": args})
+    assert r.status_code == 422 and "code_not_allowed" in r.text, r.text
+    ok = client.post("/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": args,
+                                        "environment": "benchmark"})
+    assert ok.status_code == 201, ok.text

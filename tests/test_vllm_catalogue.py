@@ -255,3 +255,74 @@ def test_quantization_facts_come_from_the_release():
         declared = details.get(method, {}).get("act_dtypes")
         if declared:
             assert set(TORCH_NAMES.get(n, n) for n in declared) >= set(dtypes), method
+
+
+# ------------------------------------------------------------------------ found by a break-it pass, kept as regressions
+
+@pytest.mark.parametrize("args", [
+    {"chat_template": "-1.5", "cpu_offload_gb": 20, "served_model_name": ["llama"]},  # '-1.5' is a dotted key to vLLM
+    {"api_key": "-0.5"},
+    {"served_model_name": ["-1.5", "x"]},
+])
+def test_negative_decimals_are_refused_as_dotted_keys(args):
+    with pytest.raises(DomainError) as e:
+        judged(args)
+    assert e.value.rule == "argv_injection"
+
+
+@pytest.mark.parametrize("name", ["cpu_offload_gb", "watermark", "kv_offloading_size", "mm_processor_cache_gb"])
+def test_negative_floats_are_out_of_range(name):
+    with pytest.raises(DomainError) as e:
+        judged({name: -1e-7})
+    assert e.value.rule == "range" and e.value.field == f"engine_args.{name}"
+
+
+def test_parse_argv_models_vllms_dotted_key_rule():
+    with pytest.raises(ValueError):
+        parse_argv(["vllm", "serve", "m", "--chat-template", "-1.5", "--cpu-offload-gb", "20.0"], LINE)
+
+
+def test_many_near_miss_flags_cost_one_comparison_each():
+    from service.domain.rules.flags import _nearest
+
+    keys = {f"{name[:-1]}z_{i}": 1 for i, name in enumerate(sorted(LINE.options, key=len)[-40:] * 5)}
+    _nearest.cache_clear()
+    req = request(MODEL, count=1)
+    req["engine_args"] = keys
+    validate(LaunchRequest.model_validate(req))  # with alternatives: each re-validation reuses the comparisons
+    assert _nearest.cache_info().misses == len(keys)
+
+
+def test_json_or_str_objects_longer_than_a_string_round_trip():
+    r = judged({"hf_overrides": {f"k{i}": "x" * 60 for i in range(900)}})
+    assert not [f for f in r.errors if f.rule == "argv_roundtrip"]
+
+
+def test_optional_values_that_vllm_reads_as_none():
+    r = judged({"served_model_name": "", "middleware": []})
+    assert "--served-model-name" not in r.argv and "--middleware" not in r.argv and not flag_errors(r)
+
+
+@pytest.mark.parametrize("uri", ["/models/x\u202ey", "s3://b/x\u00a0--trust-remote-code", "org/na\u200bme"])
+def test_model_references_with_invisible_characters_are_refused(uri):
+    req = request(MODEL, count=1)
+    req["model"]["uri"] = uri
+    r = validate(LaunchRequest.model_validate(req), alternatives=False)
+    assert any(f.rule == "model_reference" for f in r.errors)
+
+
+@pytest.mark.parametrize("version", ["0.33.0+++", "0.33.0-anything", "0.6.6-", "0.33.x", "0.33.0."])
+def test_junk_versions_are_refused(version):
+    with pytest.raises(DomainError) as e:
+        resolve_version(version)
+    assert e.value.field == "vllm_version"
+
+
+def test_load_format_dummy_and_unjudged_loads():
+    req = request(MODEL, count=1, load_format="dummy")
+    r = validate(LaunchRequest.model_validate(req), alternatives=False)
+    assert any(f.rule == "flag_unjudged" and f.field == "engine_args.load_format" for f in r.errors)
+    warned = judged({"revision": "evil-branch", "speculative_config": {"method": "eagle", "model": "evil/draft",
+                                                                       "num_speculative_tokens": 3}})
+    assert {f.field for f in warned.findings if f.rule == "flag_unjudged"} == {
+        "engine_args.revision", "engine_args.speculative_config"}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,8 @@ _MIN = {
 }
 _MAX = {"tensor_parallel_size": 4096, "pipeline_parallel_size": 1024, "data_parallel_size": 4096, "port": 65535,
         "master_port": 65535, "block_size": 4096, "nnodes": 4096}
+# Ranges judged by a rule with vLLM's own message (util_range), not refused as bad input
+RULE_RANGES = {"gpu_memory_utilization"}
 # Options whose value is the model or where it comes from: set by Preflight from the manifest, never by a request.
 RESERVED = {"model": "the model comes from the manifest (its uri), rendered as vllm serve's positional argument"}
 
@@ -134,10 +137,16 @@ def _text(name: str, value: Any, what: str = "a string") -> str:
     text = value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
     if len(text) > MAX_TEXT or "\x00" in text or any(ord(c) < 32 and c not in "\t" for c in text):
         raise DomainError(fld, f"{name} is too long ({len(text)} > {MAX_TEXT}) or contains control characters", rule="range")
-    if text.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", text):
+    if text.startswith("-") and not re.fullmatch(r"-\d{1,18}", text):
+        # vLLM's parser reads an element that begins with '-' as an option, and one that also holds a '.' as a dotted
+        # key taking the next element as its value (vllm/utils/argparse_utils.py:460-486): only a negative integer
+        # is read as a value
         raise DomainError(
             fld, f"{name} = {text!r} begins with '-': vLLM's parser would read it as an option, not as the value of "
             f"{_flag(name)}", rule="argv_injection")
+    if any(unicodedata.category(c) in ("Cf", "Zl", "Zp") for c in text):
+        raise DomainError(fld, f"{name} contains invisible formatting characters (bidi overrides, separators) that "
+                               f"would make the signed command read differently from what runs", rule="argv_injection")
     return text
 
 
@@ -193,7 +202,12 @@ def scalar(name: str, opt: Option, value: Any) -> Any:
         if kind is Kind.SIZE_OR_AUTO and out == -1:
             return -1
     elif kind is Kind.FLOAT:
-        return _number(name, value, integer=False)
+        out = _number(name, value, integer=False)
+        lo = _MIN.get(name, 0.0)  # no vLLM float option takes a negative value; -x.y would also read as a dotted key
+        if out < lo and name not in RULE_RANGES:
+            raise DomainError(f"engine_args.{name}", f"{name} = {value!r} is out of range (must be >= {lo})",
+                              rule="range")
+        return out
     elif kind is Kind.STR:
         return _text(name, value)
     elif kind is Kind.JSON:
@@ -284,8 +298,9 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
         if opt is None:
             out.unsupported[name] = value
             continue
-        if value is None:
-            out.given.add(name)
+        if value is None or (opt.optional and isinstance(value, str) and value in ("", "None")) or (
+                opt.appends and value == []):
+            out.given.add(name)  # '' and 'None' parse to None for an optional option (arg_utils.py:173-179)
             out.values[name] = None
             continue
         if opt.kind is Kind.STR and opt.nargs == "?" and opt.const is True and isinstance(value, bool):

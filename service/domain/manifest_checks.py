@@ -32,9 +32,17 @@ def manifest_findings(config: dict[str, Any], hf_quant_config: dict[str, Any] | 
         from .request import LaunchRequest
         from .rules.quantization import quant_mismatch
 
+        from .quant_tag import parse_quantization_txt
+        from .versions import all_quant_methods, version_lines
+
+        method = parse_quantization_txt(quantization_txt, all_quant_methods()).method
+        # judge the tag at the newest line that knows it (bitsandbytes and gguf left core, but older lines have them)
+        line = next((l for l in reversed(version_lines()) if method is None or method in l.quant_methods),
+                    version_lines()[-1])
         request = LaunchRequest.model_validate({
             "model": {"config": config, "hf_quant_config": hf_quant_config, "quantization_txt": quantization_txt},
-            "hardware": {"gpu": "h100-sxm-80gb", "count": 1}, "environment": "benchmark"})
+            "hardware": {"gpu": "h100-sxm-80gb", "count": 1}, "environment": "benchmark",
+            "vllm_version": line.newest})
         ctx = build_context(request)
         out += [f for f in quant_mismatch(ctx)
                 if f.severity is Severity.ERROR and f.rule in ("quant_mismatch", "quant_no_config")]

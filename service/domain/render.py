@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import unicodedata
 from typing import Any
 
 from .context import LaunchContext
@@ -47,6 +48,8 @@ def model_reference_problem(ref: str) -> str | None:
         return f"model reference {ref!r} begins with '-': vLLM's parser would read it as an option"
     if ".." in ref.split("/") or "/../" in ref:
         return f"model reference {ref!r} contains '..'"
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp") for c in ref):
+        return f"model reference {ref!r} contains spaces or invisible formatting characters"
     if _URI.fullmatch(ref) or _PATH.fullmatch(ref) or (_REPO_ID.fullmatch(ref) and ".." not in ref):
         return None
     return (f"model reference {ref!r} is neither a Hugging Face repository id (org/name), an absolute path, nor an "
@@ -143,7 +146,7 @@ class ArgvError(ValueError):
     pass
 
 
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$")  # argparse also takes -1.5, but vLLM reads any '-…' with a '.' as a dotted key
 
 
 def _looks_like_option(arg: str) -> bool:
@@ -209,6 +212,9 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
         if not eq:
             want_many = opt.is_list and not opt.appends
             while i < len(rest) and not _looks_like_option(rest[i]):
+                if rest[i][:1] == "-" and "." in rest[i]:
+                    raise ArgvError(f"{rest[i]!r}: vLLM reads an element that begins with '-' and holds a '.' as a "
+                                    f"dotted key, not as the value of {key}")
                 taken.append(rest[i])
                 i += 1
                 if not want_many:
@@ -233,7 +239,7 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
 
 
 def _read_scalar(dest: str, opt: Option, text: str) -> Any:
-    if opt.kind is Kind.JSON:
+    if opt.kind is Kind.JSON or (opt.kind is Kind.JSON_OR_STR and text.lstrip().startswith("{")):
         return json.loads(text)
     return scalar(dest, opt, text)
 

@@ -19,6 +19,9 @@ from ..domain.validate import validate
 from ..errors import ApiError, Conflict, Invalid, LaunchRejected, NotFound
 from ..settings import Settings
 from ..domain import env_policy
+from ..domain.code_policy import code_loading
+from ..domain.engine_args import parse_engine_args
+from ..domain.versions import resolve_version
 from ..signing import KeyStore, plan_claims, plan_digest
 from . import calibration, epochs
 from . import manifests as manifest_service
@@ -79,12 +82,19 @@ def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
         raise Invalid("the plan's env sets variables a node does not take from a plan: " + "; ".join(
             f"{name}: {why}" for name, why in refused),
             errors=[{"field": f"env.{name}", "rule": "env_not_allowed", "message": why} for name, why in refused])
-    if request.environment == "production" and request.engine_args.get("trust_remote_code") not in (None, False) \
-            and not manifest.allow_remote_code:
-        raise Invalid(f"trust_remote_code runs code from the model repository on the node: in production the manifest "
-                      f"{manifest.name}@{manifest.version} must be registered with allow_remote_code",
-                      errors=[{"field": "engine_args.trust_remote_code", "rule": "trust_remote_code_not_allowed",
-                               "message": "the manifest does not allow remote code in production"}])
+    if request.environment != "production" or manifest.allow_remote_code:
+        return
+    # judged on the parsed arguments, so no spelling (--trust-remote-code, -trust_remote_code) slips past
+    _, line = resolve_version(request.vllm_version)
+    loading = code_loading(parse_engine_args(request.engine_args, line))
+    if loading:
+        field, why = loading[0]
+        rule = "trust_remote_code_not_allowed" if field == "engine_args.trust_remote_code" else "code_not_allowed"
+        raise Invalid(f"{why}: in production the manifest {manifest.name}@{manifest.version} must be registered with "
+                      f"allow_remote_code",
+                      errors=[{"field": f, "rule": rule if f == field else "code_not_allowed",
+                               "message": f"{w}; the manifest does not allow remote code in production"}
+                              for f, w in loading])
 
 
 def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secrets: bool = True) -> dict[str, Any]:

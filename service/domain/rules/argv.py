@@ -5,7 +5,7 @@ unjudged."""
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, rule
+from . import error, rule, warning
 
 SRC_RT = "vllm 0.33.0 vllm/utils/argparse_utils.py:313-514 (FlexibleArgumentParser.parse_args); argparse"
 SRC_LOAD = "vllm 0.33.0 vllm/engine/arg_utils.py (--config, --model-loader-extra-config, --hf-overrides, --tokenizer)"
@@ -37,7 +37,10 @@ def flag_unjudged(ctx: LaunchContext):
     """Options that change what is loaded must be judged: ``--hf-overrides`` as a JSON object is applied to the
     config.json before every rule (a function name is refused); ``--tokenizer`` must be a repository id, an absolute
     path or a URI; ``--config``, ``--model-loader-extra-config`` and ``--hf-config-path`` carry what Preflight cannot
-    see and are refused."""
+    see and are refused, and so is ``--load-format dummy`` in production; ``--revision`` and a speculative draft
+    model are warnings (what they load is not judged). Options that load code on the node (plugins, worker classes,
+    middleware, logits processors) need the manifest's ``allow_remote_code`` in production (checked at
+    ``POST /v1/plans``)."""
     from ..render import model_reference_problem
 
     out = []
@@ -59,6 +62,21 @@ def flag_unjudged(ctx: LaunchContext):
             f"judged (it is applied to config.json before the rules).",
             remedy={"hf_overrides": "a JSON object"}, source=SRC_LOAD, field="engine_args.hf_overrides",
         ))
+    if ctx.environment == "production" and ctx.args.values.get("load_format") == "dummy":
+        out.append(error("flag_unjudged", "--load-format dummy serves randomly initialised weights, not the "
+                         "manifest's: never in production.", remedy={"drop": ["load_format"]}, source=SRC_LOAD,
+                         field="engine_args.load_format"))
+    revision = ctx.args.values.get("revision")
+    if isinstance(revision, str) and revision:
+        out.append(warning("flag_unjudged", f"--revision {revision!r} loads another commit of the model repository "
+                           f"than the one whose config.json was judged; register that revision as its own manifest "
+                           f"version instead.", remedy={"drop": ["revision"]}, source=SRC_LOAD,
+                           field="engine_args.revision"))
+    spec = ctx.args.values.get("speculative_config")
+    if isinstance(spec, dict) and isinstance(spec.get("model"), str):
+        out.append(warning("flag_unjudged", f"speculative_config.model {spec['model']!r}: the draft model's weights and "
+                           f"memory are not judged (only the target model's are).", remedy=None, source=SRC_LOAD,
+                           field="engine_args.speculative_config"))
     for name in ("tokenizer",):
         value = ctx.args.values.get(name)
         if isinstance(value, str):

@@ -3,6 +3,8 @@ kind (../shared/vllm-rules.md §8, rules 41-42)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..context import LaunchContext
 from . import error, rule, warning
 
@@ -13,11 +15,27 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def nearest(name: str, line, n: int = 3) -> list[str]:
-    """The release's option names nearest to ``name`` (did you mean ...?)."""
+@lru_cache(maxsize=4096)
+def _nearest(name: str, names: tuple[str, ...], n: int) -> tuple[str, ...]:
     import difflib
 
-    return difflib.get_close_matches(name, list(line.options), n=n, cutoff=0.6)
+    return tuple(difflib.get_close_matches(name, names, n=n, cutoff=0.6))
+
+
+def nearest(name: str, line, n: int = 3) -> list[str]:
+    """The release's option names nearest to ``name`` (did you mean ...?); cached, so a request full of near-miss
+    names costs one comparison per name, not one per re-validation."""
+    names = _option_names(line.newest, line)
+    return list(_nearest(name[:96], names, n))
+
+
+_NAMES: dict[str, tuple[str, ...]] = {}
+
+
+def _option_names(key: str, line) -> tuple[str, ...]:
+    if key not in _NAMES:
+        _NAMES[key] = tuple(line.options)
+    return _NAMES[key]
 
 
 @rule("flag_unsupported", severity="error", source="service/data/vllm/<release>.json (generated from vLLM's parser)")

@@ -108,6 +108,13 @@ def quant_mismatch(ctx: LaunchContext):
                 remedy={"quantization": ckpt}, source=SRC_MISMATCH, field="engine_args.quantization",
             ))
         return out
+    if ckpt is not None and ctx.tag is not None and ctx.tag.method is None:
+        out.append(error(
+            "quant_mismatch",
+            f"quantization.txt says the weights are not quantized (none), but the checkpoint's config names "
+            f"{ckpt} (from {ctx.facts.quant.source}); vLLM loads them as {ckpt}.",
+            remedy={"quantization_txt": ckpt}, source=SRC_MISMATCH, field="model.quantization_txt",
+        ))
     if ckpt is not None:
         for label, value, fld in (("quantization.txt", tag, "model.quantization_txt"),
                                   ("`quantization` argument", user, "engine_args.quantization")):
