@@ -153,6 +153,48 @@ def value_kind(t) -> tuple[str, bool]:
     return "str", optional  # other callables take a string (parse_reasoning_parser, ...)
 
 
+def dataclass_of(t):
+    """The config dataclass a ``parse_dataclass`` type callable validates against (its ``cls`` default)."""
+    for _ in range(6):
+        name = getattr(t, "__name__", "")
+        if name in ("_optional_type", "_parse_type"):
+            t = closure(t).get("return_type")
+            continue
+        break
+    if getattr(t, "__name__", "") == "parse_dataclass" and getattr(t, "__defaults__", None):
+        return t.__defaults__[0]
+    return None
+
+
+def key_schema(cls, depth: int = 0):
+    """The keys a JSON value may hold for a config dataclass that forbids extra keys: ``{field: sub-schema or None}``
+    (a nested config dataclass gets its own schema); None where extra keys are allowed or the class is unreadable."""
+    import dataclasses
+    import typing
+
+    if depth > 4 or not dataclasses.is_dataclass(cls):
+        return None
+    config = getattr(cls, "__pydantic_config__", None) or {}
+    if config.get("extra") != "forbid":
+        return None
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:
+        hints = {}
+    out = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        sub = None
+        hint = hints.get(f.name)
+        for arg in (hint, *typing.get_args(hint)):
+            if isinstance(arg, type) and dataclasses.is_dataclass(arg):
+                sub = key_schema(arg, depth + 1)
+                break
+        out[f.name] = sub
+    return {"keys": out}
+
+
 def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
     out, positionals = [], []
     every = {}  # action -> every accepted spelling (hidden ones included)
@@ -200,6 +242,8 @@ def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
             "const": jsonable(getattr(action, "const", None)),
             "deprecated": deprecated,
             "help": " ".join(help_text.split())[:400],
+            **({"json_keys": key_schema(dataclass_of(action.type))} if kind == "json" and dataclass_of(action.type)
+               is not None and key_schema(dataclass_of(action.type)) is not None else {}),
         })
     out.sort(key=lambda o: o["dest"])
     return out, positionals

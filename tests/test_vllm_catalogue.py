@@ -326,3 +326,20 @@ def test_load_format_dummy_and_unjudged_loads():
                                                                        "num_speculative_tokens": 3}})
     assert {f.field for f in warned.findings if f.rule == "flag_unjudged"} == {
         "engine_args.revision", "engine_args.speculative_config"}
+
+
+@pytest.mark.parametrize("args,path", [
+    ({"compilation_config": {"level": 3}}, "level"),  # renamed to mode; vLLM 0.33 exits with a validation error
+    ({"compilation_config": {"pass_config": {"enable_fi_allreduce_fusion": True}}}, "pass_config.enable_fi_allreduce_fusion"),
+    ({"kv_transfer_config": {"kv_connector": "NixlConnector", "kv_rol": "kv_both"}}, "kv_rol"),
+])
+def test_json_keys_the_config_class_does_not_have_are_refused(args, path):
+    r = judged(args)
+    f = next(f for f in r.errors if f.rule == "flag_unsupported")
+    assert repr(path) in f.message and f.field == f"engine_args.{next(iter(args))}"
+
+
+def test_json_keys_the_config_class_has_pass():
+    r = judged({"compilation_config": {"mode": 3, "pass_config": {"fuse_norm_quant": True}},
+                "kv_transfer_config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}})
+    assert not flag_errors(r)

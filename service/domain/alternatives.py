@@ -76,7 +76,7 @@ def _generic_patches(result) -> list[dict[str, Any]]:
     if ctx.dtype != "float16":
         out.append({"dtype": "float16"})
     removed = [k for k in ctx.args.unsupported if k in ctx.line.removed]
-    bools = list(ctx.args.bool_with_value)
+    bools = list(ctx.args.bool_with_value) + list(ctx.args.bad_keys)
     if removed or bools:
         out.append({k: None for k in removed + bools})
     return out

@@ -90,6 +90,7 @@ class EngineArgs:
     unsupported: dict[str, Any] = field(default_factory=dict)
     bool_with_value: dict[str, Any] = field(default_factory=dict)
     bad_choice: dict[str, tuple[Any, tuple]] = field(default_factory=dict)
+    bad_keys: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     def get(self, name: str, default: Any = None) -> Any:
         v = self.values.get(name)
@@ -271,6 +272,21 @@ def coerce(name: str, opt: Option, value: Any) -> Any:
     return scalar(name, opt, value)
 
 
+def unknown_keys(value: dict, schema: dict, prefix: str = "", depth: int = 0) -> tuple[str, tuple[str, ...]] | None:
+    """The first key of a JSON value that the option's config dataclass does not have (vLLM's pydantic validation
+    exits with "Unexpected keyword argument"), as (dotted path, the keys it allows)."""
+    keys = schema.get("keys") or {}
+    for k, v in value.items():
+        if k not in keys:
+            return prefix + str(k), tuple(sorted(keys))
+        sub = keys[k]
+        if sub and isinstance(v, dict) and depth < 8:
+            found = unknown_keys(v, sub, f"{prefix}{k}.", depth + 1)
+            if found:
+                return found
+    return None
+
+
 def resolve_name(key: Any, line: VersionLine) -> str:
     """The dest an ``engine_args`` key names: ``max_model_len``, ``max-model-len``, ``--max-model-len``, ``-tp``."""
     raw = str(key).strip()
@@ -321,6 +337,11 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
             out.given.add(name)
             continue
         parsed = coerce(name, opt, value)
+        if opt.json_keys and isinstance(parsed, dict):
+            unknown = unknown_keys(parsed, opt.json_keys)
+            if unknown:
+                out.bad_keys[name] = unknown
+                continue
         if opt.choices is not None:
             wrong = [v for v in (parsed if isinstance(parsed, list) else [parsed]) if v not in opt.choices
                      and str(v) not in {str(c) for c in opt.choices}]

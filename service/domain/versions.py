@@ -59,6 +59,7 @@ class Option:
     action: str
     deprecated: bool
     help: str
+    json_keys: dict | None = None  # for a config-dataclass JSON option: {"keys": {field: sub-schema or None}}
 
     @cached_property
     def flag(self) -> str:
@@ -195,6 +196,7 @@ def _option(raw: dict) -> Option:
         action=raw.get("action", ""),
         deprecated=bool(raw.get("deprecated")),
         help=raw.get("help", ""),
+        json_keys=raw.get("json_keys"),
     )
 
 

@@ -43,8 +43,8 @@ def flag_unsupported(ctx: LaunchContext):
     """Every engine argument must be an option of the target release's ``vllm serve`` (its parser, generated into
     service/data/vllm), with a valid value: flags removed or renamed are errors with the release that removed them
     (``vllm: error: unrecognized arguments``), an unknown flag names the nearest real ones; a boolean flag given a
-    value (``--enforce-eager False``) and a value outside the option's ``choices`` (``--dtype fp16``) fail the same
-    way."""
+    value (``--enforce-eager False``), a value outside the option's ``choices`` (``--dtype fp16``) and a JSON key the
+    option's config class does not have (``--compilation-config '{"level": 3}'``) fail the same way."""
     out = []
     for name, value in ctx.args.unsupported.items():
         removed = ctx.line.removed.get(name)
@@ -71,6 +71,18 @@ def flag_unsupported(ctx: LaunchContext):
             f"argument {flag(name)}: invalid choice: {value!r} (choose from {', '.join(map(repr, choices))}).",
             remedy={name: list(choices)}, source=f"service/data/vllm/{ctx.line.newest}.json",
             field=f"engine_args.{name}",
+        ))
+    for name, (path, known) in ctx.args.bad_keys.items():
+        import difflib
+
+        close = difflib.get_close_matches(path.rsplit(".", 1)[-1], known, n=3, cutoff=0.6)
+        out.append(error(
+            "flag_unsupported",
+            f"argument {flag(name)}: {path!r} is not a field of vLLM {ctx.line.newest}'s config for this option "
+            f"(pydantic: Unexpected keyword argument)." + (f" Did you mean {', '.join(map(repr, close))}?" if close
+                                                            else f" Known: {', '.join(known[:40])}."),
+            remedy={"drop": [f"{name}.{path}"], **({"did_you_mean": close} if close else {})},
+            source=f"service/data/vllm/{ctx.line.newest}.json", field=f"engine_args.{name}",
         ))
     for name, value in ctx.args.bool_with_value.items():
         opt = ctx.line.options[name]
