@@ -473,6 +473,10 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
             refuse(None, VerificationError("too_large", str(exc)), "plan")
             raise typer.Exit(EXIT_REFUSED)
         if r is not None and r.status_code < 500 and r.status_code != 429:
+            if r.status_code == 404 and "has no current plan" in r.text and st.verified_at is not None:
+                # the service says the saved plan is not current (revoked): it may no longer boot offline
+                st.verified_at = None
+                st.save()
             if r.status_code == 404 and wait and "has no current plan" in r.text:
                 if said != 404:
                     typer.echo(f"preflight agent: {node} has no plan yet; waiting", err=True)
@@ -546,7 +550,8 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
 
     argv = [vllm_path, *plan.argv[1:]]  # the node's vllm, never one a plan or its env chooses
     typer.echo(f"preflight agent: running plan {plan.claims['jti']} (seq {plan.seq}) with {vllm_path}", err=True)
-    env = {**os.environ, **plan.claims["env"]}
+    # the agent's own settings (its token among them) never reach vLLM or the model code it may run
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_")}, **plan.claims["env"]}
     try:
         code = runner.run(argv, env, report.enqueue, heartbeat_seconds=heartbeat_seconds,
                           heartbeat=report.heartbeat)

@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     audience: str = "preflight-agent"
     freshness_ttl_seconds: int = Field(default=3600, ge=120, le=7 * 86400)
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
-    audit_checkpoint_events: int = Field(default=1000, ge=1, le=10_000_000)
+    audit_checkpoint_events: int = Field(default=10_000, ge=1, le=10_000_000)
     audit_checkpoint_seconds: float = Field(default=60.0, ge=0.1, le=86400)
 
     @model_validator(mode="after")

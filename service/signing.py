@@ -206,8 +206,9 @@ class KeyStore:
 
     def derived_secrets(self, label: bytes) -> dict[str, bytes]:
         """Per key (retired ones too), ``sha256(label || 0x00 || private key)``: secrets bound to the signing keys
-        for other uses (the audit log's per-event MACs, service/audit.py), cached until the directory changes."""
-        self.refresh()
+        for other uses (the audit log's per-event MACs, service/audit.py), cached until the directory changes (looked
+        at most once a second: a rotation reaches the MACs as it reaches freshness statements)."""
+        self.refresh_soon()
         cache = self.__dict__.setdefault("_derived", {})
         hit = cache.get(label)
         if hit is None or hit[0] != self._loaded_stamp or set(hit[1]) != set(self._keys):
@@ -222,9 +223,11 @@ class KeyStore:
             hit = cache[label] = (self._loaded_stamp, out)
         return hit[1]
 
-    def sign(self, claims: dict[str, Any], typ: str = PLAN_MEDIA_TYPE) -> str:
-        """Compact JWS over the claims (sorted-key JSON) with the active key; ``typ`` names the media type."""
-        self.refresh()
+    def sign(self, claims: dict[str, Any], typ: str = PLAN_MEDIA_TYPE, *, refresh: bool = True) -> str:
+        """Compact JWS over the claims (sorted-key JSON) with the active key; ``typ`` names the media type.
+        ``refresh=False``: the caller has just refreshed (throttled) the key directory itself."""
+        if refresh:
+            self.refresh()
         kid = self.active_kid
         header = {"alg": ALG, "kid": kid, "typ": typ}
         payload = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()

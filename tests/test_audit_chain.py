@@ -85,3 +85,20 @@ def test_events_are_pending_until_sealed_then_chained_in_write_order(db):
         out = audit.verify_chain(s)
         seqs = [e.chain_seq for e in s.query(AuditEvent).order_by(AuditEvent.id)]
     assert out["ok"] and out["events"] == 3 and out["pending"] == 0 and seqs == [1, 2, 3]
+
+
+def test_canonical_fast_path_is_rfc8785_for_flat_field_sets():
+    import rfc8785
+    from hypothesis import given, settings, strategies as st
+
+    from service.audit import canonical
+
+    scalar = st.one_of(st.none(), st.booleans(), st.integers(-(2**53) + 1, 2**53 - 1),
+                       st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+
+    @settings(max_examples=300, derandomize=True, deadline=None)
+    @given(st.dictionaries(st.text(alphabet=st.characters(max_codepoint=127), max_size=12), scalar, max_size=12))
+    def check(d):
+        assert canonical(d) == rfc8785.dumps(d)
+
+    check()

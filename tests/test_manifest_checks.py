@@ -72,7 +72,11 @@ def test_remote_code_in_production_needs_the_manifests_consent_in_every_spelling
 @pytest.mark.parametrize("args", [{"tool_parser_plugin": "/tmp/evil.py"}, {"worker_cls": "evil.Worker"},
                                   {"middleware": ["evil.mw"]}, {"logits_processors": ["evil:LP"]},
                                   {"kv_transfer_config": {"kv_connector": "X", "kv_role": "kv_both",
-                                                          "kv_connector_module_path": "evil.mod"}}])
+                                                          "kv_connector_module_path": "evil.mod"}},
+                                  {"scheduler_cls": "evil.Sched"}, {"distributed_executor_backend": "evil.Exec"},
+                                  {"compilation_config": {"inductor_passes": {"p": "evil.fn"}}},
+                                  {"structured_outputs_config": {"reasoning_parser_plugin": "/tmp/evil.py"}},
+                                  {"ec_transfer_config": {"ec_connector_module_path": "evil.mod"}}])
 def test_options_that_load_code_need_the_manifests_consent_in_production(client, args):
     from tests.test_api_flow import register_node
 

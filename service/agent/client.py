@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import threading
 import time
@@ -57,7 +58,9 @@ class AgentState:
             raise StateCorrupt(f"{path} does not hold a JSON object")
         checks = {"last_seq": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53,
                   "etag": lambda v: _opt(v, str), "plan_id": lambda v: _opt(v, str), "plan": lambda v: _opt(v, str),
-                  "verified_at": lambda v: _opt(v, (int, float)), "pending": lambda v: isinstance(v, list)}
+                  "verified_at": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                         and math.isfinite(v)),
+                  "pending": lambda v: isinstance(v, list)}
         defaults = {"last_seq": 0, "pending": []}
         values = {}
         for name, ok in checks.items():
@@ -94,15 +97,25 @@ class AgentClient:
         self.http = httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
                                  timeout=timeout, transport=transport)
         self._lock = threading.Lock()
+        self.deadline = 2 * timeout  # a whole response, headers and body
 
-    def _get(self, url: str, **kw) -> httpx.Response:
-        """GET reading at most MAX_RESPONSE_BYTES of body (a hostile server cannot exhaust the node's memory)."""
-        with self.http.stream("GET", url, **kw) as r:
+    def _get(self, url: str, *, deadline: float | None = None, **kw) -> httpx.Response:
+        """GET reading at most MAX_RESPONSE_BYTES of body (a hostile server cannot exhaust the node's memory), within
+        one overall deadline (a server that drips bytes is treated as unreachable, not waited on for ever), and
+        without content decoding (a compressed body could expand far beyond the limit before it is counted)."""
+        start = time.monotonic()
+        limit = deadline if deadline is not None else self.deadline
+        headers = {**kw.pop("headers", {}), "Accept-Encoding": "identity"}
+        with self.http.stream("GET", url, headers=headers, **kw) as r:
+            if r.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
+                raise ResponseTooLarge(f"{url}: a {r.headers['content-encoding']} response was not asked for")
             body = bytearray()
-            for chunk in r.iter_bytes():
+            for chunk in r.iter_raw():
                 body += chunk
                 if len(body) > MAX_RESPONSE_BYTES:
                     raise ResponseTooLarge(f"{url}: the response exceeds {MAX_RESPONSE_BYTES} bytes")
+                if time.monotonic() - start > limit:
+                    raise httpx.ReadTimeout(f"{url}: no complete answer within {limit:.0f} s", request=r.request)
             return httpx.Response(r.status_code, headers=r.headers, content=bytes(body), request=r.request)
 
     def keysets(self, after: int) -> list:
@@ -122,7 +135,8 @@ class AgentClient:
         headers = {"If-None-Match": etag} if etag else {}
         params = {"wait": wait} if wait else {}
         return self._get(f"/v1/nodes/{self.node}/plan", headers=headers, params=params,
-                         timeout=self.http.timeout.read + wait if wait else self.http.timeout)
+                         timeout=self.http.timeout.read + wait if wait else self.http.timeout,
+                         deadline=self.deadline + wait)
 
     def post_report(self, body: dict) -> httpx.Response:
         return self.http.post(f"/v1/nodes/{self.node}/reports", json=body)

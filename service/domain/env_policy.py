@@ -22,8 +22,14 @@ DENIED = re.compile(r"^(PATH|LD_.*|PYTHON.*|DYLD_.*|PERL5?LIB|PERL5OPT|RUBYLIB|R
                     r"SHELL|SHELLOPTS|IFS|HOME|TMPDIR|GCONV_PATH|MALLOC_.*|GLIBC_TUNABLES|HOSTALIASES|LOCPATH|"
                     r"NLSPATH|SSL_CERT_.*|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|.*_PROXY|.*_proxy)$")
 # Some variables under an allowed prefix still name a path the process loads code from.
-DENIED_ALLOWED = re.compile(r"^(TORCHINDUCTOR_CACHE_DIR|TRITON_CACHE_DIR|VLLM_PLUGINS|CUDA_CACHE_PATH|"
-                            r"HF_MODULES_CACHE|TORCH_EXTENSIONS_DIR)$")
+# Any of them that names a place code, libraries, binaries or weights come from (paths, homes, roots, cache
+# directories, plugins, modules, library and injection hooks, hub endpoints): CUDA_INJECTION64_PATH,
+# TRITON_PTXAS_PATH, NCCL_NET_PLUGIN, HF_HOME, HF_ENDPOINT, UCX_MODULE_DIR, VLLM_CACHE_ROOT, TORCH_HOME, …
+DENIED_ALLOWED = re.compile(
+    r"^(TORCHINDUCTOR_CACHE_DIR|TRITON_CACHE_DIR|VLLM_PLUGINS|CUDA_CACHE_PATH|HF_MODULES_CACHE|TORCH_EXTENSIONS_DIR|"
+    r"VLLM_USE_MODELSCOPE|"
+    r"[A-Z0-9]+_.*(PATH|PATHS|HOME|DIR|DIRS|ROOT|PLUGIN|PLUGINS|ENDPOINT|URL|LIB|LIBS|LIBRARY|MODULE|MODULES|"
+    r"CACHE|INJECTION[A-Z0-9_]*|FILE)|[A-Z0-9_]*INJECTION[A-Z0-9_]*)$")
 
 
 def _allowed(name: str) -> bool:

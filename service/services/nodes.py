@@ -65,8 +65,9 @@ def list_nodes(session: Session, *, limit: int, after: str | None) -> list[Node]
 
 
 def rotate_token(session: Session, *, actor: str, name: str) -> str:
-    """Revoke the node's agent tokens and issue a new one, without re-registering the node."""
-    get(session, name)
+    """Revoke the node's agent tokens and issue a new one, without re-registering the node. The node row is locked,
+    so concurrent rotations serialize and exactly one agent token stays live."""
+    get(session, name, for_update=True)
     revoked = tokens.revoke_node_tokens(session, name)
     secret, row = tokens.create(session, role="agent", node=name, label=f"agent token of {name}")
     audit.append(session, actor=actor, kind="token.rotated", subject=f"node:{name}", node=name,

@@ -3,6 +3,8 @@ previous plan, serve it to the node's agent, take the agent's reports."""
 
 from __future__ import annotations
 
+import time
+
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -304,8 +306,14 @@ STALE_OK = ("heartbeat", "stopped", "exited", "failed")  # what a node may still
 def late(r: AgentReport) -> bool:
     """A report the agent queued (offline boot, service away) and delivers now, stamped with its own time: history,
     which may name a plan superseded since."""
-    return isinstance(r.details, dict) and isinstance(r.details.get("at"), (int, float)) \
-        and not isinstance(r.details.get("at"), bool)
+    at = r.details.get("at") if isinstance(r.details, dict) else None
+    if not isinstance(at, (int, float)) or isinstance(at, bool):
+        return False
+    now = time.time()
+    return now - LATE_WINDOW <= at <= now + 300  # the window the runs view believes an agent's own time in
+
+
+LATE_WINDOW = 30 * 86400
 
 
 def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, Any] | ApiError]:

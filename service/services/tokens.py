@@ -83,10 +83,10 @@ def token_dict(row: Token) -> dict:
             "revoked_at": iso(row.revoked_at)}
 
 
-def get(session: Session, token_id: int) -> Token:
+def get(session: Session, token_id: int, *, for_update: bool = False) -> Token:
     from ..errors import NotFound
 
-    row = session.get(Token, token_id)
+    row = session.get(Token, token_id, with_for_update=for_update or None)
     if row is None:
         raise NotFound(f"token {token_id} does not exist", field="token_id")
     return row
@@ -120,7 +120,7 @@ def revoke(session: Session, token_id: int, *, keep_an_admin: bool = True) -> To
 def rotate(session: Session, token_id: int) -> tuple[str, Token]:
     """Revoke a live token and issue a new one with the same role, node and label. A revoked token cannot be
     rotated (Conflict): that would bring a withdrawn credential back to life."""
-    old = get(session, token_id)
+    old = get(session, token_id, for_update=True)  # concurrent rotations of one token serialize: one succeeds
     if old.revoked_at is not None:
         raise Conflict(f"token {token_id} is revoked: create a new token instead", field="token_id")
     secret, new = create(session, role=old.role, node=old.node_name, label=old.label)
