@@ -193,7 +193,9 @@ def check(files: list[pathlib.Path] = typer.Argument(..., help="Launch-request J
                 exc = ValueError("the file's JSON is nested too deeply")
             errors = ([{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
                        for e in exc.errors()] if isinstance(exc, ValidationError)
-                      else [exc.as_dict()] if isinstance(exc, DomainError) else [{"message": str(exc)}])
+                      else [exc.as_dict()] if isinstance(exc, DomainError)
+                      else [{"field": "file", "rule": "unreadable" if isinstance(exc, OSError) else "invalid_json",
+                             "message": str(exc)}])
             if as_json:
                 typer.echo(json.dumps({"file": str(path), "verdict": "invalid", "errors": errors}))
             else:

@@ -70,3 +70,27 @@ def test_late_reports_are_believed_only_within_the_window(client):
     r = client.post("/v1/nodes/gpu-01/reports", headers=auth,
                     json={"plan_id": old, "status": "running", "details": {"at": time.time() - 600}})
     assert r.status_code == 201
+
+
+def test_runs_in_a_past_window_show_how_they_ended(client):
+    """A run that ended after the window asked about is not 'still running' (found by a fresh-user pass)."""
+    from tests.test_agent_hot_path import setup_fleet
+
+    fleet = setup_fleet(client, ["gpu-01"])
+    auth = {"Authorization": f"Bearer {fleet['gpu-01']['token']}"}
+    plan = fleet["gpu-01"]["plan"]["id"]
+
+    def post(kind, run, **details):
+        r = client.post("/v1/nodes/gpu-01/reports", headers=auth,
+                        json={"plan_id": plan, "status": kind, "details": {"run_id": run, **details}})
+        assert r.status_code == 201, r.text
+
+    post("started", "r1")
+    post("running", "r1")
+    started = client.get("/v1/nodes/gpu-01/runs").json()["items"][0]["started_at"]
+    time.sleep(0.01)
+    post("stopped", "r1", signal="SIGTERM", status=0)
+    at = client.get("/v1/nodes/gpu-01/runs", params={"at": started}).json()["items"]
+    assert [(r["run_id"], r["end"]) for r in at] == [("r1", "stopped")] and at[0]["ended_at"]
+    window = client.get("/v1/nodes/gpu-01/runs", params={"since": started, "until": started}).json()["items"]
+    assert window == [] or window[0]["end"] == "stopped"

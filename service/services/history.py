@@ -133,6 +133,26 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
         elif run["ended_at"] is None:
             run.update(ended_at=at, end="exited" if r.status == "failed" else r.status,
                        exit_status=details.get("status"), signal=details.get("signal"), tail=details.get("tail"))
+    open_runs = [r for r in runs if r["ended_at"] is None]
+    if until is not None and open_runs:
+        # how runs still open at ``until`` ended after it: their end report, or the node's next start
+        later = (select(Report).where(Report.node_name == name, Report.created_at >= until,
+                                      Report.status.in_(("started", "stopped", "exited", "failed")))
+                 .order_by(Report.id).limit(1000))
+        for r in session.execute(later).scalars():
+            details = r.details if isinstance(r.details, dict) else {}
+            at = _when(r.created_at, details.get("at"))
+            if r.status == "started":
+                for run in open_runs:
+                    run.update(ended_at=at, end="interrupted")
+                break
+            run = by_id.get(details.get("run_id") or f"plan:{r.plan_id}")
+            if run is not None and run in open_runs:
+                run.update(ended_at=at, end="exited" if r.status == "failed" else r.status,
+                           exit_status=details.get("status"), signal=details.get("signal"), tail=details.get("tail"))
+                open_runs.remove(run)
+            if not open_runs:
+                break
     since, until = _utc(since), _utc(until)
     runs = [r for r in runs if (until is None or r["started_at"] < until)
             and (since is None or r["ended_at"] is None or r["ended_at"] > since)][-limit:]
