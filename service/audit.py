@@ -375,6 +375,9 @@ def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
     seen_at: dict[int, tuple[str, str]] = {}
     prev_hash, count, last_seq, expected_seq, ids = GENESIS, 0, 0, 1, GENESIS
     mac_seen = False
+    # from this seq on every event must carry a MAC (signed into checkpoints: stripping MACs does not pass)
+    froms = [int(c["macs_from"]) for c in checkpoints or [] if isinstance(c.get("macs_from"), int)]
+    macs_from = min(froms) if froms else None
     while True:
         q = (select(AuditEvent).where(AuditEvent.chain_seq.is_not(None), AuditEvent.chain_seq > last_seq)
              .order_by(AuditEvent.chain_seq).limit(batch))
@@ -392,6 +395,9 @@ def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
                 reason = "payload does not match payload_digest (edited)"
             elif _hash_of(ev, ev.chain_seq, ev.prev_hash) != ev.hash:
                 reason = "hash does not match the event's fields (edited)"
+            elif ev.mac is None and macs_from is not None and ev.chain_seq >= macs_from:
+                reason = (f"it has no MAC although every event from seq {macs_from} has one (signed checkpoint): "
+                          f"MACs were stripped or the row was forged")
             elif valid is not None and (ev.mac is not None or mac_seen) and not valid(ev):
                 reason = "its MAC does not match: the service did not write this event (forged or edited)"
             if reason:
@@ -528,30 +534,69 @@ class Checkpointer:
             created = newest.created_at if newest.created_at.tzinfo else newest.created_at.replace(tzinfo=dt.timezone.utc)
             if (utcnow() - created).total_seconds() < self.every_seconds:
                 return None
-        return self.make(session, newest)
+        try:
+            with session.begin_nested():  # a refused checkpoint leaves the seal it rides on intact
+                return self.make(session, newest)
+        except ValueError as exc:
+            now = time.monotonic()
+            if now - getattr(self, "_warned", 0.0) > 60:
+                self._warned = now
+                log.error("audit checkpoint refused: %s (sealing goes on; verify reports the break)", exc)
+            return None
 
     def make(self, session: Session, newest: AuditCheckpoint | None = None) -> AuditCheckpoint | None:
         """A checkpoint of the sealed chain now (the chain lock held). None when the chain is empty or already
-        checkpointed at its head. Raises ValueError when the chain is broken since the previous checkpoint."""
+        checkpointed at its head. Raises ValueError when the chain since the previous checkpoint does not verify:
+        every event's link, payload digest, hash and MAC is recomputed before the service signs anything, so the
+        service never vouches for rows it did not write. ``macs_from`` (the first seq from which every event
+        carries a MAC; events sealed before MACs existed have none) is carried from checkpoint to checkpoint, so a
+        database writer cannot strip MACs and pass the rows off as older. With no verified checkpoint in the
+        database, the data-dir file must still lie on the chain (same head and ids at its seq)."""
         newest = newest if newest is not None else self.newest_row(session)
         start = self._verified(newest.signed) if newest is not None else None
-        seq, prev, ids, count = 0, GENESIS, GENESIS, 0
+        seq, prev, ids, count, macs_from = 0, GENESIS, GENESIS, 0, None
         if start is not None and start.get("ids_digest"):
             seq, prev, ids, count = start["last_seq"], start["head"], start["ids_digest"], start["events"]
+            macs_from = start.get("macs_from")
+        try:
+            on_file = read_checkpoint_file(self.path, self.keys.jwks())
+        except ValueError:
+            on_file = None
+        keys = audit_keys(session)
+        valid = keys.checker() if keys is not None else None
+        last_without_mac = None
         while True:
-            rows = session.execute(select(AuditEvent.chain_seq, AuditEvent.id, AuditEvent.prev_hash, AuditEvent.hash)
-                                   .where(AuditEvent.chain_seq > seq).order_by(AuditEvent.chain_seq)
-                                   .limit(5000)).all()
+            # Core rows (attribute access like the ORM's, no identity map: the sealing transaction's objects stay)
+            table = AuditEvent.__table__
+            rows = session.execute(select(table).where(table.c.chain_seq > seq)
+                                   .order_by(table.c.chain_seq).limit(2000)).all()
             if not rows:
                 break
-            for chain_seq, event_id, prev_hash, h in rows:
-                if chain_seq != seq + 1 or prev_hash != prev:
-                    raise ValueError(f"audit chain broken at event {event_id}: does not link to the previous event")
-                seq, prev, ids, count = chain_seq, h, _ids_step(ids, chain_seq, event_id), count + 1
+            for ev in rows:
+                if ev.chain_seq != seq + 1 or ev.prev_hash != prev:
+                    raise ValueError(f"audit chain broken at event {ev.id}: does not link to the previous event")
+                if sha256_hex(canonical(ev.payload)) != ev.payload_digest or _hash_of(ev, ev.chain_seq,
+                                                                                      ev.prev_hash) != ev.hash:
+                    raise ValueError(f"audit chain broken at event {ev.id}: its hash does not match its fields")
+                if ev.mac is None:
+                    if macs_from is not None and ev.chain_seq >= macs_from:
+                        raise ValueError(f"audit event {ev.id} has no MAC after MACs began (seq {macs_from})")
+                    last_without_mac = ev.chain_seq
+                elif valid is not None and not valid(ev):
+                    raise ValueError(f"audit event {ev.id}: its MAC does not match (not written by the service)")
+                seq, prev, ids, count = ev.chain_seq, ev.hash, _ids_step(ids, ev.chain_seq, ev.id), count + 1
+                if on_file is not None and seq == int(on_file.get("last_seq", -1)) and (
+                        prev != on_file.get("head") or (on_file.get("ids_digest") and ids != on_file["ids_digest"])):
+                    raise ValueError(f"the audit chain at seq {seq} differs from the data-dir checkpoint: history "
+                                     f"was rewritten")
         if count == 0 or (newest is not None and newest.last_seq >= seq):
             return None
+        if on_file is not None and int(on_file.get("last_seq", 0)) > seq:
+            raise ValueError(f"the data-dir checkpoint covers {on_file['last_seq']} events but the chain ends at {seq}")
+        if macs_from is None:
+            macs_from = (last_without_mac or 0) + 1
         claims = {"iss": self.issuer, "iat": int(time.time()), "typ": "audit-checkpoint", "events": count,
-                  "last_seq": seq, "head": prev, "ids_digest": ids}
+                  "last_seq": seq, "head": prev, "ids_digest": ids, "macs_from": macs_from}
         row = AuditCheckpoint(last_seq=seq, events=count, head=prev, ids_digest=ids, kid=self.keys.active_kid,
                               signed=self.keys.sign(claims, typ=CHECKPOINT_TYPE))
         session.add(row)

@@ -251,3 +251,29 @@ def test_a_tail_cut_after_the_newest_checkpoint_shows_to_the_running_service(mak
     sql(settings, "DELETE FROM audit_events WHERE chain_seq > 3")
     out = verify(client)
     assert out["ok"] is False and out["checkpoint"]["ok"] is True and "deleted" in out["cut"]["reason"], out
+
+
+def test_stripped_macs_and_a_rechained_forgery_are_caught_and_never_checkpointed(make_client, settings):
+    """A database writer without the keys nulls every MAC and appends a correctly hashed row (break-it finding):
+    verify reports it (checkpoints carry macs_from) and the service refuses to sign a checkpoint over it."""
+    client = make_client(audit_checkpoint_events=1000, audit_checkpoint_seconds=3600)
+    register(client, 3)
+    first = checkpoint(client)
+    assert verify(client)["ok"]
+    sql(settings, "UPDATE audit_events SET mac = NULL")
+    head = sql(settings, "SELECT chain_seq, hash FROM audit_events WHERE chain_seq IS NOT NULL "
+                         "ORDER BY chain_seq DESC LIMIT 1")[0]
+    import datetime as dt
+
+    ts = dt.datetime.now(dt.timezone.utc)
+    payload = {"forged": True}
+    digest = audit.sha256_hex(audit.canonical(payload))
+    h = audit.event_hash(head[0] + 1, head[1], ts, "admin", "node.registered", "node:evil", "evil", None, None, digest)
+    sql(settings, "INSERT INTO audit_events (ts, actor, kind, subject, node, payload, payload_digest, chain_seq, "
+                  "prev_hash, hash) VALUES (:ts, 'admin', 'node.registered', 'node:evil', 'evil', :p, :d, :s, :ph, :h)",
+        {"ts": ts, "p": json.dumps(payload), "d": digest, "s": head[0] + 1, "ph": head[1], "h": h})
+    out = verify(client)
+    assert not out["ok"] and "MAC" in out["first_broken"]["reason"]
+    r = client.post("/v1/audit/checkpoints")
+    assert r.status_code == 409, r.text  # the service does not vouch for what it did not write
+    assert first  # the genuine checkpoint made before the forgery is what exposes it
