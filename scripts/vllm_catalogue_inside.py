@@ -227,6 +227,7 @@ def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
             except TypeError:
                 choices = None
         help_text = action.help if isinstance(action.help, str) else ""
+        schema = key_schema(dataclass_of(action.type)) if kind == "json" else None
         deprecated = bool(getattr(action, "deprecated", False)) or action in getattr(parser, "_deprecated", ())
         out.append({
             "dest": action.dest,
@@ -242,8 +243,7 @@ def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
             "const": jsonable(getattr(action, "const", None)),
             "deprecated": deprecated,
             "help": " ".join(help_text.split())[:400],
-            **({"json_keys": key_schema(dataclass_of(action.type))} if kind == "json" and dataclass_of(action.type)
-               is not None and key_schema(dataclass_of(action.type)) is not None else {}),
+            **({"json_keys": schema} if schema is not None else {}),
         })
     out.sort(key=lambda o: o["dest"])
     return out, positionals
@@ -551,7 +551,6 @@ def build_serve_parser():
     else:
         raise ImportError("make_arg_parser not found")
     parser = FlexibleArgumentParser(prog="vllm serve")
-    auto_import("vllm.config")
     for _ in range(200):
         try:
             config = auto_import("vllm.config")

@@ -146,6 +146,10 @@ class VersionLine:
     def flags(self) -> dict[str, Option]:
         return self.options
 
+    @cached_property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(self.options)
+
     def kind(self, name: str) -> Kind | None:
         opt = self.options.get(name)
         return opt.kind if opt else None
@@ -248,11 +252,12 @@ def _lines() -> tuple[VersionLine, ...]:
         for dest, last in seen_flags.items():
             if dest not in line.options:
                 advice, source = ADVICE.get(dest, ("drop it", f"service/data/vllm/{last}.json vs {line.newest}.json"))
-                removed[dest] = RemovedFlag(_first_without(loaded, dest, last), advice, source, last)
+                removed[dest] = RemovedFlag(_first_without(loaded, last, lambda l: dest in l.options), advice, source,
+                                            last)
         plugin_only = {}
         for method, last in seen_quant.items():
             if method not in line.quant_methods:
-                plugin_only[method] = (_first_without_quant(loaded, method, last),
+                plugin_only[method] = (_first_without(loaded, last, lambda l: method in l.quant_methods),
                                        QUANT_PLUGINS.get(method, f"vLLM {last} or older (the newest generated line "
                                                                  f"that still has it)"))
         fields = {k: v for k, v in line.__dict__.items() if k in VersionLine.__dataclass_fields__}
@@ -264,14 +269,10 @@ def _lines() -> tuple[VersionLine, ...]:
     return tuple(out)
 
 
-def _first_without(lines: list[VersionLine], dest: str, last_with: str) -> str:
+def _first_without(lines: list[VersionLine], last_with: str, has) -> str:
+    """The first line after ``last_with`` for which ``has(line)`` is false (the line that no longer has it)."""
     after = [l for l in lines if l.release > (parse_version(last_with) or (0, 0, 0))]
-    return next((l.newest for l in after if dest not in l.options), after[0].newest if after else last_with)
-
-
-def _first_without_quant(lines: list[VersionLine], method: str, last_with: str) -> str:
-    after = [l for l in lines if l.release > (parse_version(last_with) or (0, 0, 0))]
-    return next((l.newest for l in after if method not in l.quant_methods), after[0].newest if after else last_with)
+    return next((l.newest for l in after if not has(l)), after[0].newest if after else last_with)
 
 
 def version_lines() -> tuple[VersionLine, ...]:

@@ -25,17 +25,7 @@ def _nearest(name: str, names: tuple[str, ...], n: int) -> tuple[str, ...]:
 def nearest(name: str, line, n: int = 3) -> list[str]:
     """The release's option names nearest to ``name`` (did you mean ...?); cached, so a request full of near-miss
     names costs one comparison per name, not one per re-validation."""
-    names = _option_names(line.newest, line)
-    return list(_nearest(name[:96], names, n))
-
-
-_NAMES: dict[str, tuple[str, ...]] = {}
-
-
-def _option_names(key: str, line) -> tuple[str, ...]:
-    if key not in _NAMES:
-        _NAMES[key] = tuple(line.options)
-    return _NAMES[key]
+    return list(_nearest(name[:96], line.option_names, n))
 
 
 @rule("flag_unsupported", severity="error", source="service/data/vllm/<release>.json (generated from vLLM's parser)")
@@ -73,9 +63,7 @@ def flag_unsupported(ctx: LaunchContext):
             field=f"engine_args.{name}",
         ))
     for name, (path, known) in ctx.args.bad_keys.items():
-        import difflib
-
-        close = difflib.get_close_matches(path.rsplit(".", 1)[-1], known, n=3, cutoff=0.6)
+        close = list(_nearest(path.rsplit(".", 1)[-1][:96], known, 3))
         out.append(error(
             "flag_unsupported",
             f"argument {flag(name)}: {path!r} is not a field of vLLM {ctx.line.newest}'s config for this option "
