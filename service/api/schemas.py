@@ -56,7 +56,11 @@ class PlanIn(Strict):
     environment: Literal["production", "benchmark"] = "production"
     workload: Workload | None = None
     vllm_version: str | None = Field(default=None, max_length=32)
-
+    kv_cache_pool: Literal["utilization", "pinned"] = Field(default="utilization", description=(
+        "utilization: vLLM sizes the KV pool from gpu_memory_utilization at every start. pinned: render "
+        "--kv-cache-memory-bytes with the pool a node of this plan reported for the same manifest, vLLM version and "
+        "engine arguments (vLLM's own suggestion, else its printed 'Available KV cache memory'), so every replica "
+        "gets the same pool; 422 kv_pool_not_measured when none was reported."))
 
     @field_validator("env")
     @classmethod

@@ -25,7 +25,7 @@ from ..domain.code_policy import code_loading
 from ..domain.engine_args import parse_engine_args
 from ..domain.versions import resolve_version
 from ..signing import KeyStore, plan_claims, plan_digest
-from . import calibration, epochs
+from . import calibration, epochs, kv_pool
 from . import manifests as manifest_service
 from . import nodes as node_service
 
@@ -124,6 +124,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     names = list(dict.fromkeys(body["nodes"]))
     nodes = [node_service.get(session, n) for n in names]
     node_service.lock(session, sorted(names))  # per-node seq: concurrent plans for a node queue here
+    body = kv_pool.apply(session, manifest, nodes, body)  # kv_cache_pool "pinned": the measured pool
     request = launch_request(manifest, nodes, body)
     check_node_safety(manifest, request)
     result = validate(request, model_ref=manifest.uri)
