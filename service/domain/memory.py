@@ -626,9 +626,13 @@ NVLS_PER_RANK_BYTES = 16 * 2 * MIB
 def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, list[str]]:
     """Non-torch bytes per GPU for the process groups of this launch (0 on one GPU) and what they are made of.
 
-    One NCCL communicator (vLLM's PyNcclCommunicator) per group of more than one rank: TP, PP, and the expert-parallel
-    group when EP is on (TP × DP ranks); custom all-reduce and symmetric-memory buffers on the TP group; NVLS when
-    NCCL enables it (Hopper+ NVLink nodes, TP > 2, unless ``NCCL_NVLS_ENABLE=0``). AMD GPUs: NCCL (RCCL) rings only.
+    One NCCL communicator (vLLM's PyNcclCommunicator, cuda_communicator.py:106-112) per model-parallel group of more
+    than one rank: TP, PP, DP, DCP, and for MoE models the expert group of DP × TP ranks, created with or without
+    --enable-expert-parallel (parallel_state.py:2324-2357); the world group has none (use_device_communicator=False).
+    Custom all-reduce and symmetric-memory buffers belong to the TP group only (cuda_communicator.py:56-66); NVLS
+    when NCCL enables it (Hopper+ NVLink nodes, TP > 2, unless ``NCCL_NVLS_ENABLE=0``). AMD GPUs: NCCL (RCCL) rings
+    only. Not modelled: FlashInfer's all-reduce fusion workspace (created lazily on the TP group when flashinfer is
+    installed; FI_ALLREDUCE_FUSION_MAX_SIZE_MB caps its tensors at 0.5-64 MB by capability and TP).
     """
     a = ctx.args
     tp, pp, dp = ctx.tp, ctx.pp, a.data_parallel_size
@@ -637,7 +641,8 @@ def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, li
         return 0, parts
     link = ctx.interconnect if ctx.interconnect in ("nvlink", "pcie") else None
     nodes = ctx.nodes
-    comms = (tp > 1) + (pp > 1) + (bool(a.enable_expert_parallel) and tp * dp > 1) + (dp > 1)
+    dcp = a.decode_context_parallel_size
+    comms = (tp > 1) + (pp > 1) + (dp > 1) + (dcp > 1) + (ctx.facts.is_moe and tp * dp > 1)
     channels = NCCL_CHANNELS[link]
     nccl = comms * channels * NCCL_CONNECTION_BYTES
     parts.append(f"NCCL: {comms} communicator(s) × {channels} ring channels × 9.19 MiB")
