@@ -146,11 +146,13 @@ def test_v0_profile_cuts_sequences_by_max_multimodal_tokens():
 
 
 # --- communication buffers (vllm 0.33.0 distributed/device_communicators/*.py) -------------------------------------
-def comm(tp: int, interconnect: str = "nvlink", gpu: str = "h100-sxm-80gb", env: dict | None = None, **args):
+def comm(tp: int, interconnect: str = "nvlink", gpu: str = "h100-sxm-80gb", env: dict | None = None,
+         version: str | None = None, **args):
     req = request("meta-llama__Meta-Llama-3.1-70B", gpu, count=8, interconnect=interconnect,
                   tensor_parallel_size=tp, **args)
     if env:
         req["env"] = env
+    req["vllm_version"] = version
     ctx = build_context(LaunchRequest.model_validate(req))
     return communication_buffers(ctx, Accounting.for_version(ctx.version, ctx.request.env))
 
@@ -196,3 +198,13 @@ def test_component_accuracy_reports_every_printed_component():
     assert s["weights"]["cases"] == 11 and s["weights"]["median_abs_error"] < 0.01
     vl = {r.id: r for r in results}["qwen2vl-7b-ft-bf16-rtx3090-mml4k-v0130"]
     assert abs(vl.component("weights_gib").error) < 0.01  # the vision tower is counted
+
+
+def test_v0_nccl_221_nvls_buffers_per_communicator():
+    """Before 0.9 (NCCL 2.21) NVLS took 24 channels × 2 × (4 MiB + 2 MiB) per head (vllm-project/vllm#9699's NCCL
+    line: nvlsTotalSize 2415919104 at 8 heads); V0 had two NCCL communicators on the TP group (PyNccl and the torch
+    device group its input broadcast used) — no custom all-reduce change, no symmetric memory then."""
+    total, parts = comm(8, version="0.6.6")
+    assert total == 2 * 16 * NCCL_CONNECTION_BYTES + (8 + 8 + 8) * MIB + 2 * 2415919104
+    v1, _ = comm(8, version="0.8.5")
+    assert v1 == 16 * NCCL_CONNECTION_BYTES + (8 + 8 + 8) * MIB + 2415919104

@@ -642,7 +642,11 @@ def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, li
     link = ctx.interconnect if ctx.interconnect in ("nvlink", "pcie") else None
     nodes = ctx.nodes
     dcp = a.decode_context_parallel_size
-    comms = (tp > 1) + (pp > 1) + (dp > 1) + (dcp > 1) + (ctx.facts.is_moe and tp * dp > 1)
+    # V0 also broadcast every step's inputs over the TP group's torch device group (broadcast_tensor_dict), whose
+    # NCCL communicator then exists next to PyNccl's: two sets of rings and NVLS buffers — the ~5 GiB of blocks that
+    # NCCL_NVLS_ENABLE=0 gave back on 8 × H200 (vllm-project/vllm#9699) is two 2.25 GiB NVLS buffers
+    tp_comms = 2 if tp > 1 and not acct.v1_engine else int(tp > 1)
+    comms = tp_comms + (pp > 1) + (dp > 1) + (dcp > 1) + (ctx.facts.is_moe and tp * dp > 1)
     channels = NCCL_CHANNELS[link]
     nccl = comms * channels * NCCL_CONNECTION_BYTES
     parts.append(f"NCCL: {comms} communicator(s) × {channels} ring channels × 9.19 MiB")
@@ -669,9 +673,9 @@ def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, li
         parts.append(f"custom all-reduce {car / MIB:.1f} MiB")
     if (tp > 2 and nvidia and cc >= (9, 0) and link == "nvlink"
             and env.get("NCCL_NVLS_ENABLE", "1").strip() not in ("0", "false", "False")):
-        nvls = (NVLS_PER_RANK_BYTES if acct.version >= (0, 9, 0) else NVLS_PER_RANK_BYTES_NCCL_221) * tp
+        nvls = (NVLS_PER_RANK_BYTES if acct.version >= (0, 9, 0) else NVLS_PER_RANK_BYTES_NCCL_221) * tp * tp_comms
         total += nvls
-        parts.append(f"NCCL NVLS {nvls / GIB:.2f} GiB (nvlsTotalSize for {tp} heads)")
+        parts.append(f"NCCL NVLS {nvls / GIB:.2f} GiB (nvlsTotalSize for {tp} heads × {tp_comms} communicator(s))")
     return int(total), parts
 
 
