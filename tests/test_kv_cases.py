@@ -12,8 +12,8 @@ pre-launch model cannot remove (``python -m bench.kv_accuracy`` prints every com
 - qwen2vl-7b-ft and ui-tars-7b (both fine-tunes of Qwen2-VL-7B): the checkpoints' preprocessor_config.json is not in
   the cases, so the official Qwen2-VL limit (max_pixels 12845056: one 16,384-token dummy image, 65,536 patches)
   is assumed. The logs say their processors were smaller: UI-TARS printed a 1.16 GiB activation peak, below what the
-  16,384-token dummy run alone takes (its text forward over 16,384 placeholder tokens in 0.6.6, and ≥ 1.7 GiB in the
-  vision blocks); with any max_pixels ≤ 4 MP both land at +8 % (tests/test_memory_multimodal.py shows the switch).
+  16,384-token dummy run alone takes (its text forward over 16,384 placeholder tokens in 0.6.6, and 2.5 GiB in
+  0.6.6's vision blocks); with a preprocessor_config of max_pixels ≤ 4 MP both land at +8 %.
 """
 
 from __future__ import annotations

@@ -129,10 +129,21 @@ def test_mm_encoder_tp_mode_data_replicates_the_tower():
     assert w.vision_weights_bytes * 2 == pytest.approx(tp1.vision_weights_bytes, abs=2)
     assert d.vision_weights_bytes == tp1.vision_weights_bytes
     # data mode: the one item runs on one rank at full width, as at TP 1; weights mode all-gathers QKV
-    # (qwen2_vl.py:329-335): 9 W + 3 W / 2 live at the attention, above the halved MLP (2 W + 8 W / 2)
+    # (qwen2_vl.py:329-335): 10 W + 3 W / 2 live at the attention, above the halved MLP (2 W + 8 W / 2)
     assert d.encoder_peak_bytes == tp1.encoder_peak_bytes
     tower = vision_tower(read_model_facts(QWEN2_VL_7B))
-    assert per_patch_bytes(tower, 2, 2) == int((10.5 * 1280 + 1176) * 2)
+    assert per_patch_bytes(tower, 2, 2) == int((11.5 * 1280 + 1176) * 2)
+
+
+def test_vision_attention_live_set_follows_the_release():
+    """Per patch, Qwen2-VL-7B (W 1280) at TP 1 in bf16: 0.33/0.13 keep 10 W (= the MLP's 2 W + 8 W), 0.11 rotated
+    cat(Q, K) in fp32 after contiguous copies (19 W), 0.10 rotated Q and K in fp32 one at a time (12 W), 0.6-0.9 did
+    it in torch ops (15 W) — the source lines are listed at QWEN_VL_ATTENTION_WIDTHS."""
+    tower = vision_tower(read_model_facts(QWEN2_VL_7B))
+    widths = {v: per_patch_bytes(tower, 1, 2, v) // 2 - 1176 for v in ((0, 33, 0), (0, 13, 0), (0, 11, 0),
+                                                                        (0, 10, 2), (0, 8, 5), (0, 6, 6))}
+    assert widths == {(0, 33, 0): 10 * 1280, (0, 13, 0): 10 * 1280, (0, 11, 0): 19 * 1280, (0, 10, 2): 12 * 1280,
+                      (0, 8, 5): 15 * 1280, (0, 6, 6): 15 * 1280}
 
 
 # --- the V0 profile (vllm 0.6.6 worker/model_runner.py profile_run, multimodal/processing.py:848-888) -------------

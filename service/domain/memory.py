@@ -724,7 +724,7 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     mm: EncoderProfile | None = encoder_profile(
         f, a, v1_engine=acct.v1_engine, tp=tp, act_bytes=act_bytes, weight_bytes=act_bytes, max_model_len=mml,
         max_num_batched_tokens=tokens, max_num_seqs=num_seqs, chunked_prefill=chunked,
-        preprocessor=ctx.request.model.preprocessor_config)
+        preprocessor=ctx.request.model.preprocessor_config, version=acct.version)
     vision_w = mm.vision_weights_bytes if mm else 0
 
     # --- weights ---

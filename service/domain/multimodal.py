@@ -31,8 +31,9 @@ checkpoints of the family ship (Qwen2-VL / Qwen2.5-VL ``max_pixels`` 12845056, Q
 
 Encoder activation per patch (Qwen2-VL vision block, vllm 0.33.0 vllm/model_executor/models/qwen2_vl.py:244-450):
 the attention keeps the residual, the all-gathered QKV (3 × width, gathered at TP > 1, qwen2_vl.py:329-335), the
-concatenated and rotated Q/K (2 × 2 × width) and the context; the MLP keeps the residual, its norm, fc1's output and
-the activation's output (mlp width / TP each; gated MLPs: gate_up 2 × and act 1 ×). ``--mm-encoder-tp-mode data``
+concatenated and rotated Q/K (2 × 2 × width) and the context with its contiguous copy — older releases kept more
+(fp32 rotary, contiguous Q/K/V copies: ``QWEN_VL_ATTENTION_WIDTHS``); the MLP keeps the residual, its norm, fc1's
+output and the activation's output (mlp width / TP each; gated MLPs: gate_up 2 × and act 1 ×). ``--mm-encoder-tp-mode data``
 replicates the tower on every rank (no TP split of weights or widths) and spreads the items over the TP ranks
 (qwen2_vl.py:1408, 1491 ``run_dp_sharded_mrope_vision_model``). Other vision towers (SigLIP / CLIP / InternViT /
 mllama) are counted with the same per-patch arithmetic from their vision_config, one image of
@@ -265,11 +266,32 @@ class EncoderProfile:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def per_patch_bytes(tower: VisionTower, tp: int, act_bytes: int) -> int:
-    """Live bytes per patch at the widest point of a vision block (see the module docstring), plus the patch's
-    pixel values (``in_chans × temporal × patch²`` in the activation dtype)."""
+# Live activations per patch in a Qwen-VL vision block's attention, in units of the width, by the code of the
+# release (the MLP's residual + norm + fc1 + act is 2 W + 8 W / TP in all of them):
+# - 0.13 on (0.13.0 qwen2_vl.py:363-385, 0.33.0 qwen2_vl.py:355-392): residual 1 + QKV 3 + cat(Q, K) 2 + rotated
+#   Q/K in bf16 (ApplyRotaryEmb) 2 + context and its contiguous copy 2 = 10;
+# - 0.11-0.12 (0.11.0 qwen2_vl.py:277-284, 372-385): Q/K/V made contiguous (3 more), cat(Q, K) rotated in fp32
+#   (input 4, output 4, cast 2): 1 + 3 + 3 + 2 + 4 + 4 + 2 = 19;
+# - 0.10 (0.10.2 qwen2_vl.py:275-283, 355-370): contiguous Q/K/V, Q and K rotated one at a time in fp32 by the
+#   bundled flash-attn kernel (input 2, output 2, cast 1): 1 + 3 + 3 + 5 = 12;
+# - before (0.6.6 qwen2_vl.py:219-225, 270-288; 0.8.5 qwen2_vl.py:207-241): the same in torch ops (fp32 input 2,
+#   x·cos 2, rotate_half·sin 2 + 2 temporaries): 1 + 3 + 3 + 8 = 15 — a Qwen2.5-VL-3B V0 log with one
+#   16,384-token image printed a 2.47 GiB activation peak: 65,536 patches × (15 × 1280 + 1176) × 2 B = 2.49 GiB.
+QWEN_VL_ATTENTION_WIDTHS = (((0, 13, 0), 10), ((0, 11, 0), 19), ((0, 10, 0), 12), ((0, 0, 0), 15))
+
+
+def attention_widths(tower: VisionTower, version: tuple[int, int, int]) -> int:
+    if tower.family == "vit":
+        return 10
+    return next(w for since, w in QWEN_VL_ATTENTION_WIDTHS if version >= since)
+
+
+def per_patch_bytes(tower: VisionTower, tp: int, act_bytes: int, version: tuple[int, int, int] = (0, 33, 0)) -> int:
+    """Live bytes per patch at the widest point of a vision block (see ``QWEN_VL_ATTENTION_WIDTHS``; at TP > 1 the
+    local QKV slice is all-gathered, qwen2_vl.py:329-335), plus the patch's pixel values (``in_chans × temporal ×
+    patch²`` in the activation dtype)."""
     W = tower.width
-    attn = (9 + (3 / tp if tp > 1 else 0)) * W
+    attn = (attention_widths(tower, version) + (3 / tp if tp > 1 else 0)) * W
     mlp = 2 * W + (3 if tower.gated_mlp else 2) * tower.mlp_width / tp
     pixels = tower.in_chans * tower.temporal_patch_size * tower.patch_size ** 2
     return int((max(attn, mlp) + pixels) * act_bytes)
@@ -277,7 +299,7 @@ def per_patch_bytes(tower: VisionTower, tp: int, act_bytes: int) -> int:
 
 def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, act_bytes: int, weight_bytes: float,
                     max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int, chunked_prefill: bool,
-                    preprocessor: dict | None) -> EncoderProfile | None:
+                    preprocessor: dict | None, version: tuple[int, int, int] = (0, 33, 0)) -> EncoderProfile | None:
     """The encoder's share of the profile run for this launch, or None for a text-only model.
 
     ``weight_bytes``: bytes per vision parameter (the activation dtype: vision towers stay unquantized in the
@@ -305,7 +327,7 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
     active = {m: it for m, it in items.items() if limits.get(m, default) > 0 and it.tokens > 0}
     if not active:
         return none("limit_mm_per_prompt is 0 for every modality: no encoder profiling")
-    per = per_patch_bytes(tower, tp_w, act_bytes)
+    per = per_patch_bytes(tower, tp_w, act_bytes, version)
     if v1_engine:
         modality, item = max(active.items(), key=lambda kv: (kv[1].tokens, kv[0]))
         T = item.tokens
