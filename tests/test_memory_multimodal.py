@@ -219,3 +219,15 @@ def test_v0_nccl_221_nvls_buffers_per_communicator():
     assert total == 2 * 16 * NCCL_CONNECTION_BYTES + (8 + 8 + 8) * MIB + 2 * 2415919104
     v1, _ = comm(8, version="0.8.5")
     assert v1 == 16 * NCCL_CONNECTION_BYTES + (8 + 8 + 8) * MIB + 2415919104
+
+
+def test_v0_from_07_profiles_images_and_videos():
+    """From 0.7 the V0 dummy carries every modality's items (0.7.3 qwen2_vl.py:936-970): Qwen2-VL at max_model_len 4096
+    profiles one 16,384-token image and one 16,384-token video — 32,768 placeholders, the figure vLLM's warning
+    prints ("worst-case total number of multimodal tokens (32768) ... {'image': 16384, 'video': 16384}") — and
+    bounding video to 0 halves the encoder's share (a public V0 log: 4.93 → 2.47 GiB activation)."""
+    both = budget_of(vl_request(version="0.7.3", max_model_len=4096))
+    image = budget_of(vl_request(version="0.7.3", max_model_len=4096, limit_mm_per_prompt="image=1,video=0"))
+    assert (both.multimodal["items"], both.profiled_tokens) == (2, 32768)
+    assert (image.multimodal["items"], image.profiled_tokens) == (1, 16384)
+    assert both.encoder_peak_bytes == 2 * image.encoder_peak_bytes

@@ -43,6 +43,7 @@ mllama) are counted with the same per-patch arithmetic from their vision_config,
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -232,7 +233,16 @@ def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preproc
 
 
 def _limits(raw: Any, default: int) -> dict[str, int]:
+    """``limit_mm_per_prompt`` as a dict (``{"image": 1}`` or ``{"image": {"count": 1}}``), a JSON string, or the
+    older releases' ``image=1,video=0``."""
     out: dict[str, int] = {}
+    if isinstance(raw, str):
+        text = raw.strip()[:4096]
+        try:
+            raw = json.loads(text) if text.startswith("{") else {
+                k.strip(): int(v) for k, v in (kv.split("=", 1) for kv in text.split(",") if "=" in kv)}
+        except ValueError:
+            return out
     if isinstance(raw, dict):
         for k, v in raw.items():
             if isinstance(v, dict):
@@ -343,20 +353,25 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
                               tuple(notes))
     # V0 (vllm 0.6.6 vllm/worker/model_runner.py:1241-1262 profile_run): the sequences are cut by the registry's
     # max multimodal tokens — the sum over modalities of limit × tokens per item (video counted too) — and each
-    # dummy sequence carries the dummy builder's images only (qwen2_vl.py:838-862 ``_get_dummy_mm_inputs``); a
-    # sequence shorter than its placeholders is not truncated (multimodal/processing.py:848-888), so the text
-    # forward runs over max(max_num_batched_tokens, sequences × image tokens) tokens.
+    # dummy sequence carries the dummy builder's items: images only in 0.6 (qwen2_vl.py:838-862
+    # ``_get_dummy_mm_inputs``), images and videos from 0.7 (0.7.3 qwen2_vl.py:936-970
+    # ``get_dummy_processor_inputs``); a sequence shorter than its placeholders is not truncated
+    # (multimodal/processing.py:848-888), so the text forward runs over max(max_num_batched_tokens, all
+    # placeholders) tokens.
     max_mm_tokens = sum(limits.get(m, default) * it.tokens for m, it in active.items())
     seqs = max(1, min(max_num_seqs, max_num_batched_tokens // max(1, max_mm_tokens)))
-    image = items["image"]
-    n = seqs * limits.get("image", default)
-    if n == 0:
-        return none("limit_mm_per_prompt image is 0: the V0 dummy data carries no item")
-    out = n * image.tokens * tower.out_hidden * act_bytes
-    peak = n * image.patches * per + out
-    notes.append(f"V0 profile: {seqs} sequence(s), {n} image(s) of {image.tokens:,} tokens")
-    return EncoderProfile("image", image.tokens, image.patches, n, n, int(peak), int(out), vision_w, seqs, None,
-                          tuple(notes), text_tokens=max(max_num_batched_tokens, n * image.tokens))
+    dummy = active if version >= (0, 7, 0) else {m: it for m, it in active.items() if m == "image"}
+    if not dummy:
+        return none("no dummy multimodal item in this release's V0 profile (images only before 0.7)")
+    n = seqs * sum(limits.get(m, default) for m in dummy)
+    tokens_all = seqs * sum(limits.get(m, default) * it.tokens for m, it in dummy.items())
+    patches_all = seqs * sum(limits.get(m, default) * it.patches for m, it in dummy.items())
+    out = tokens_all * tower.out_hidden * act_bytes
+    peak = patches_all * per + out
+    modality, item = max(dummy.items(), key=lambda kv: (kv[1].tokens, kv[0]))
+    notes.append(f"V0 profile: {seqs} sequence(s) with {', '.join(dummy)} items, {tokens_all:,} placeholder tokens")
+    return EncoderProfile(modality, item.tokens, item.patches, n, n, int(peak), int(out), vision_w, seqs, None,
+                          tuple(notes), text_tokens=max(max_num_batched_tokens, tokens_all))
 
 
 __all__ = ["VisionTower", "vision_tower", "encoder_profile", "EncoderProfile", "qwen_image_grid", "per_patch_bytes"]
