@@ -231,3 +231,28 @@ def test_v0_from_07_profiles_images_and_videos():
     assert (both.multimodal["items"], both.profiled_tokens) == (2, 32768)
     assert (image.multimodal["items"], image.profiled_tokens) == (1, 16384)
     assert both.encoder_peak_bytes == 2 * image.encoder_peak_bytes
+
+
+def test_qwen3_vl_deepstack_outputs_and_buffers():
+    """Qwen3-VL: three deepstack mergers besides the main one (vision_config.deepstack_visual_indexes); the encoder
+    output is [tokens, out_hidden × 4] (qwen3_vl.py:885-904) and the model allocates one max_num_batched_tokens ×
+    hidden buffer per deepstack level (qwen3_vl.py:2030-2037). Patch 16, merge 2: 16,384 tokens per image at the
+    official longest_edge 16777216."""
+    vision = {"deepstack_visual_indexes": [8, 16, 24], "depth": 27, "hidden_act": "gelu_pytorch_tanh",
+              "hidden_size": 1152, "in_channels": 3, "intermediate_size": 4304, "model_type": "qwen3_vl",
+              "num_heads": 16, "num_position_embeddings": 2304, "out_hidden_size": 4096, "patch_size": 16,
+              "spatial_merge_size": 2, "temporal_patch_size": 2}
+    # Qwen3-VL-8B-Instruct's published geometry (text_config / vision_config of its config.json)
+    text = {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "head_dim": 128,
+            "max_position_embeddings": 262144, "model_type": "qwen3_vl_text", "num_attention_heads": 32,
+            "num_key_value_heads": 8, "vocab_size": 151936, "rms_norm_eps": 1e-06}
+    cfg = {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "text_config": text,
+           "vision_config": vision, "torch_dtype": "bfloat16"}
+    tower = vision_tower(read_model_facts(cfg))
+    assert (tower.family, tower.mergers, tower.patch_size) == ("qwen3_vl", 4, 16)
+    b = budget_of(vl_request(cfg, max_model_len=8192, limit_mm_per_prompt={"image": 1, "video": 0}))
+    mm = b.multimodal
+    assert (mm["tokens_per_item"], mm["patches_per_item"], mm["items"]) == (16384, 65536, 1)
+    assert b.encoder_output_bytes == 16384 * 4096 * 4 * 2
+    mnbt = build_context(vl_request(cfg, max_model_len=8192)).max_num_batched_tokens
+    assert b.vision_weights_bytes == int(tower.params * 2) + 3 * mnbt * 4096 * 2

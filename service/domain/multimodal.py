@@ -322,6 +322,10 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
     data_mode = str(args.get("mm_encoder_tp_mode") or "weights") == "data" and v1_engine
     tp_w = 1 if data_mode else tp
     vision_w = int(tower.params * weight_bytes / tp_w)
+    if tower.mergers > 1:
+        # Qwen3-VL keeps one zeroed buffer of max_num_batched_tokens × hidden per deepstack level, allocated with
+        # the model (vllm 0.33.0 vllm/model_executor/models/qwen3_vl.py:2030-2037): part of "model loading" memory
+        vision_w += (tower.mergers - 1) * max_num_batched_tokens * facts.hidden_size * act_bytes
     notes: list[str] = [f"vision tower {tower.family}: {tower.params / 1e6:.0f}M parameters, "
                         + ("replicated (--mm-encoder-tp-mode data)" if data_mode else f"split over TP {tp}")]
 
@@ -346,8 +350,10 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
         seqs = max_num_seqs if chunked_prefill else min(max_num_seqs, max_num_batched_tokens // T)
         n = max(1, min(budget // T, seqs * per_prompt))
         on_rank = -(-n // tp) if data_mode else n
-        peak = on_rank * item.patches * per + on_rank * T * tower.out_hidden * act_bytes
-        out = n * T * tower.out_hidden * act_bytes
+        # Qwen3-VL's output carries the deepstack features too: [tokens, out_hidden × mergers] (qwen3_vl.py:885-904)
+        out_width = tower.out_hidden * tower.mergers
+        peak = on_rank * item.patches * per + on_rank * T * out_width * act_bytes
+        out = n * T * out_width * act_bytes
         notes.append(f"encoder budget {budget:,} tokens: {n} {modality} item(s) of {T:,} tokens in the profile batch")
         return EncoderProfile(modality, T, item.patches, n, on_rank, int(peak), int(out), vision_w, None, None,
                               tuple(notes))
