@@ -527,14 +527,17 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         raise typer.Exit(EXIT_REFUSED)
     if offline is None:
         try:
-            verify_freshness(r.headers.get("X-Plan-Freshness", ""), tr.jwks, plan_token=plan_token, plan=plan,
-                             node=node, audience=s.audience, issuer=s.issuer,
-                             not_before=boot - STALE_NO_STATE_SECONDS if fresh_state else None)
+            fresh = verify_freshness(r.headers.get("X-Plan-Freshness", ""), tr.jwks, plan_token=plan_token,
+                                     plan=plan, node=node, audience=s.audience, issuer=s.issuer,
+                                     not_before=boot - STALE_NO_STATE_SECONDS if fresh_state else None)
         except VerificationError as exc:
             refuse(plan.claims["jti"], exc, "freshness")
             raise typer.Exit(EXIT_REFUSED)
         new = r.status_code == 200
-        st.last_seq, st.plan_id, st.plan, st.verified_at = plan.seq, plan.claims["jti"], plan_token, time.time()
+        # the plan was confirmed current when the service signed the statement, not when this node read it: a
+        # statement replayed near its expiry must not restart the offline-boot clock
+        st.last_seq, st.plan_id, st.plan = plan.seq, plan.claims["jti"], plan_token
+        st.verified_at = float(max(0, min(time.time(), fresh["iat"])))
         st.etag = r.headers.get("ETag") or st.etag
         st.save()
     else:

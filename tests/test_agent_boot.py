@@ -473,12 +473,49 @@ def test_hostile_server_answers_are_refused_without_a_traceback(tmp_path, keyset
     assert (node.state.read_bytes(), node.trust.read_bytes()) == before
 
 
+class _Replay:
+    """A network attacker's server: answers plan fetches with one captured genuine response, key-set fetches with
+    the genuine key sets, and accepts reports."""
+
+    def __init__(self, captured: httpx.Response, keysets: bytes):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                replay = not self.path.startswith("/v1/keysets")
+                body = captured.content if replay else keysets
+                self.send_response(200)
+                if replay:
+                    for name in ("ETag", "X-Plan-Id", "X-Plan-Seq", "X-Plan-Freshness"):
+                        self.send_header(name, captured.headers[name])
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                self.send_response(201)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.srv.shutdown()
+
+
 def test_a_captured_response_for_an_older_plan_is_refused(fleet):
     """A network attacker replays a genuine response (plan and freshness statement, still within its lifetime) for
     the node's previous plan: refused by seq, nothing runs, the state is untouched."""
-    import http.server
-    import threading
-
     url, c, node = fleet
     c.post("/v1/plans", json=PLAN)
     captured = httpx.get(f"{url}/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node.token}"})
@@ -487,33 +524,27 @@ def test_a_captured_response_for_an_older_plan_is_refused(fleet):
     c.post("/v1/plans", json={**PLAN, "engine_args": {"max_model_len": 4096}})
     assert node.run().returncode == 0  # the node runs the newer plan (seq 2)
     before = node.state.read_bytes()
-
-    class Replay(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            replay = not self.path.startswith("/v1/keysets")
-            body = captured.content if replay else keysets
-            self.send_response(200)
-            if replay:
-                for name in ("ETag", "X-Plan-Id", "X-Plan-Seq", "X-Plan-Freshness"):
-                    self.send_header(name, captured.headers[name])
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self):
-            self.send_response(201)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Replay)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        run = node.run(url=f"http://127.0.0.1:{srv.server_address[1]}")
-    finally:
-        srv.shutdown()
+    with _Replay(captured, keysets) as attacker:
+        run = node.run(url=attacker.url)
     assert run.returncode == 3 and "replayed_seq" in run.stderr, run.stderr
     assert node.state.read_bytes() == before and len(node.launches()) == 1
+
+
+def test_a_replayed_statement_does_not_restart_the_offline_clock(fleet):
+    """An attacker replays the current plan's genuine response (statement still unexpired) long after it was signed,
+    then cuts the node off: the offline-boot age counts from when the service signed the statement, so the replay
+    cannot stretch the window --offline-max-age allows."""
+    url, c, node = fleet
+    c.post("/v1/plans", json=PLAN)
+    captured = httpx.get(f"{url}/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node.token}"})
+    iat = json.loads(base64.urlsafe_b64decode(captured.headers["x-plan-freshness"].split(".")[1] + "=="))["iat"]
+    keysets = httpx.get(f"{url}/v1/keysets").content
+    time.sleep(2.2)
+    with _Replay(captured, keysets) as attacker:
+        run = node.run(url=attacker.url)
+    assert run.returncode == 0, run.stderr  # the same plan: it may run
+    assert json.loads(node.state.read_text())["verified_at"] == iat  # not the time the node read the replay
+    down = f"http://127.0.0.1:{free_port()}"
+    stale = node.run("--offline-max-age", "2", url=down)
+    assert stale.returncode == 75 and "more than --offline-max-age 2" in stale.stderr, stale.stderr
+    assert len(node.launches()) == 1
