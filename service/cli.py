@@ -732,7 +732,7 @@ def audit_verify(checkpoint: Optional[pathlib.Path] = typer.Option(
         if claims is None:
             typer.echo(f"preflight: {checkpoint} does not exist", err=True)
             raise typer.Exit(2)
-    with _database(s_).transaction() as s:
+    with _database(s_).read() as s:  # a snapshot: the running service goes on writing
         found, problems = audit.known_checkpoints(s, jwks, files)
         if checkpoint is not None:
             found.append({**claims, "source": str(checkpoint)})

@@ -7,6 +7,7 @@ import datetime as dt
 import hmac
 import logging
 import re
+import threading
 import time
 import types
 from typing import Annotated, Any, Callable
@@ -26,7 +27,7 @@ from ..db.session import THREADS, Database, after_commit
 from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
-from ..errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
+from ..errors import ApiError, Busy, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
 from ..services import audit_export, calibration, history, idempotency
 from ..services.agent_writes import AgentWrites, Fetch, Report
 from ..services.epochs import EpochCache, EpochWatcher
@@ -183,7 +184,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- errors -----------------------------------------------------------------------------------------------
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError):
-        return problem_response(exc.status, exc.problem())
+        retry = getattr(exc, "retry_after", None)
+        return problem_response(exc.status, exc.problem(),
+                                headers={"Retry-After": str(retry)} if retry is not None else None)
 
     @app.exception_handler(DomainError)
     async def _domain_error(_: Request, exc: DomainError):
@@ -616,6 +619,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         media = "application/x-ndjson" if format == "jsonl" else "text/csv"
         return StreamingResponse(audit_export.stream(db, q, format), media_type=media)
 
+    verifying = app.state.audit_verifying = threading.Lock()
+
     @app.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"])
     def verify_audit(p: Auditor):
         """Recompute the whole chain, read-only (verify never seals): every link, hash and MAC, rows not in the chain
@@ -623,10 +628,16 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         checkpoint (stored, and the data-dir copy): ``{"ok", "events", "head", "pending", "checkpoint"}``, or
         ``ok`` false with ``first_broken``, ``forged`` or ``checkpoint.reason`` (a cut tail, an emptied table,
         swapped ids). Waits up to 2 s for this process's sealer to chain what was just written."""
-        db.sealer.flush()
-        with db.transaction() as session:
-            found, problems = audit.known_checkpoints(session, keys.jwks(), [settings.checkpoint_file])
-            out = audit.verify_chain(session, checkpoints=found)
+        if not verifying.acquire(blocking=False):  # one whole-chain pass per process at a time: bounded work
+            raise Busy("a verification of the audit chain is already running in this process; retry shortly",
+                       retry_after=5)
+        try:
+            db.sealer.flush()
+            with db.read() as session:  # one snapshot, no write lock: agents and deploys go on while it reads
+                found, problems = audit.known_checkpoints(session, keys.jwks(), [settings.checkpoint_file])
+                out = audit.verify_chain(session, checkpoints=found)
+        finally:
+            verifying.release()
         seen = db.sealer.high_water
         if out["ok"] and out["last_seq"] < seen:  # after the newest checkpoint, before this process restarted
             out["ok"] = False
