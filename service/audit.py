@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from . import metrics
 from .db.models import AuditCheckpoint, AuditEvent, utcnow
+from .signing import CHECKPOINT_MEDIA_TYPE
 
 GENESIS = "0" * 64
 _ADVISORY_KEY = 0x5052454654  # "PREFT"
@@ -493,7 +494,7 @@ def event_dict(ev: AuditEvent) -> dict[str, Any]:
     }
 
 
-CHECKPOINT_TYPE = "application/vnd.preflight.audit-checkpoint+jwt"
+CHECKPOINT_TYPE = CHECKPOINT_MEDIA_TYPE
 
 
 def checkpoint_claims(session: Session, issuer: str) -> dict[str, Any]:

@@ -548,3 +548,50 @@ def test_a_replayed_statement_does_not_restart_the_offline_clock(fleet):
     stale = node.run("--offline-max-age", "2", url=down)
     assert stale.returncode == 75 and "more than --offline-max-age 2" in stale.stderr, stale.stderr
     assert len(node.launches()) == 1
+
+
+def witnessed(c):
+    """What the node's newest report says it saw of the audit log (the first report of each boot carries it)."""
+    carried = [e for e in kinds(c)[1] if "audit_checkpoint" in (e["payload"].get("details") or {})]
+    return carried[-1]["payload"]["details"]["audit_checkpoint"]
+
+
+def test_the_node_keeps_an_audit_checkpoint_and_raises_the_alarm_when_the_chain_is_cut(fleet, db_url, tmp_path):
+    """The agent keeps the longest signed audit checkpoint it has seen. Someone with the database and the service's
+    data dir deletes the newest events, every stored checkpoint and the data-dir file, and has the service sign a
+    checkpoint of the shorter chain: the next boot still runs the plan, but says the chain was cut, its report
+    carries both checkpoints, and the node's copy shows the cut against the database."""
+    from typer.testing import CliRunner
+
+    from service.cli import app as cli
+
+    url, c, node = fleet
+    c.post("/v1/plans", json=PLAN)
+    assert c.post("/v1/audit/checkpoints").status_code == 201
+    first = node.run()
+    assert first.returncode == 0, first.stderr
+    copy = node.state.with_suffix(".checkpoint.jws")
+    kept = json.loads(base64.urlsafe_b64decode(copy.read_text().split(".")[1] + "=="))
+    assert witnessed(c)["status"] == "kept"
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_events WHERE chain_seq >= :s"), {"s": kept["last_seq"]})
+        conn.execute(text("DELETE FROM audit_checkpoints"))
+    engine.dispose()
+    (tmp_path / "var" / "audit-checkpoint.jws").unlink()
+    shorter = c.post("/v1/audit/checkpoints")
+    assert shorter.status_code == 201, shorter.text
+    assert shorter.json()["claims"]["last_seq"] < kept["last_seq"]
+
+    again = node.run()
+    assert again.returncode == 0 and len(node.launches()) == 2, again.stderr  # the boot is not held up
+    assert "AUDIT ALARM" in again.stderr and "audit events were deleted" in again.stderr
+    seen = witnessed(c)
+    assert seen["status"] == "cut" and seen["kept"]["last_seq"] == kept["last_seq"]
+    assert json.loads(base64.urlsafe_b64decode(copy.read_text().split(".")[1] + "=="))["last_seq"] == kept["last_seq"]
+
+    env = {"PREFLIGHT_DATABASE_URL": db_url, "PREFLIGHT_DATA_DIR": str(tmp_path / "var")}
+    out = CliRunner().invoke(cli, ["audit", "verify", "--checkpoint", str(copy)], env=env)
+    assert out.exit_code == 1, out.stdout  # the chain grew again since, over other events: no longer the kept head
+    assert json.loads(out.stdout)["checkpoint"]["source"] == str(copy)

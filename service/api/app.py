@@ -70,16 +70,18 @@ def error_field(e: dict[str, Any]) -> str:
     return ".".join(p for p in (loc, inner) if p) or "body"
 
 
-def _signed_at(statement: str) -> tuple[int, str] | None:
-    """(iat, kid) of a statement this service signed and stored itself (not verified here: it only decides whether
-    the stored statement is young enough to serve instead of signing a new one)."""
+def _signed_at(statement: str) -> tuple[int, str, str] | None:
+    """(iat, kid, plan_digest) of a statement this service signed and stored itself (not verified here: it only
+    decides whether the stored statement is young enough, and still about the stored plan, to serve instead of
+    signing a new one)."""
     try:
         header, payload, _ = statement.split(".")
-        iat = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["iat"]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
         kid = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))["kid"]
+        iat, digest = claims["iat"], claims["plan_digest"]
     except (ValueError, KeyError, TypeError):
         return None
-    return (iat, kid) if type(iat) is int and type(kid) is str else None
+    return (iat, kid, digest) if type(iat) is int and type(kid) is str and type(digest) is str else None
 
 
 def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
@@ -389,7 +391,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         stored = a.get("freshness")  # signed with the plan (services/plans.py create)
         if stored:
             made = _signed_at(stored)
-            if made is not None and made[1] == kid and made[0] <= now < made[0] + freshness_window:
+            if made is not None and made[1] == kid and made[0] <= now < made[0] + freshness_window \
+                    and made[2] == plan_digest(a["signed"]):
                 freshness_cache[a["id"]] = (made[0] + freshness_window, kid, stored)
                 return stored
         statement = keys.sign(freshness_claims(
