@@ -24,7 +24,7 @@ from ..domain import env_policy
 from ..domain.code_policy import code_loading
 from ..domain.engine_args import parse_engine_args
 from ..domain.versions import resolve_version
-from ..signing import KeyStore, plan_claims, plan_digest
+from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_claims, plan_digest
 from . import calibration, epochs, kv_pool
 from . import manifests as manifest_service
 from . import nodes as node_service
@@ -159,7 +159,13 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
                              vllm_version=result.vllm_version, argv=result.argv, env=dict(request.env),
                              model_uri=manifest.uri)
         signed = keys.sign(claims)
-        a = Assignment(plan_id=plan.id, node_name=node.name, seq=seq, signed=signed,
+        # "this is the node's current plan", signed now with the plan: the first fetches after a rollout (a fleet
+        # booting at once) are answered without a signature each
+        fresh = keys.sign(freshness_claims(issuer=settings.issuer, audience=settings.audience, node=node.name,
+                                           plan_id=plan.id, seq=seq, digest=plan_digest(signed),
+                                           ttl=settings.freshness_ttl_seconds),
+                          typ=FRESHNESS_MEDIA_TYPE, refresh=False)
+        a = Assignment(plan_id=plan.id, node_name=node.name, seq=seq, signed=signed, freshness=fresh,
                        etag='"' + audit.sha256_hex(signed.encode())[:32] + '"')
         session.add(a)
         assignments.append(a)
@@ -247,8 +253,8 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
     current: dict[str, dict] = {}
     for row in session.execute(
             select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.etag,
-                   ASSIGNMENTS.c.signed, ASSIGNMENTS.c.last_fetched_at, ASSIGNMENTS.c.fetch_count,
-                   ASSIGNMENTS.c.node_name)
+                   ASSIGNMENTS.c.signed, ASSIGNMENTS.c.freshness, ASSIGNMENTS.c.last_fetched_at,
+                   ASSIGNMENTS.c.fetch_count, ASSIGNMENTS.c.node_name)
             .where(ASSIGNMENTS.c.node_name.in_(nodes), ASSIGNMENTS.c.status == "active")).mappings():
         if row["node_name"] not in current or row["seq"] > current[row["node_name"]]["seq"]:
             current[row["node_name"]] = dict(row)
