@@ -610,8 +610,10 @@ SYMM_MEM_ALL_REDUCE_MAX_SIZES = {(9, 0): {2: 64 * MIB, 4: 32 * MIB, 6: 64 * MIB,
 # 8 lines × 512 threads × 8 steps × 16 B = 512 KiB, LL128 120 × 640 × 8 × 8 B = 4,915,200 B — 9.19 MiB a connection,
 # the figure NCCL's proxy pins per connection. Each rank receives on one connection per ring channel.
 NCCL_CONNECTION_BYTES = 4 * MIB + 512 * 1024 + 4_915_200
-# Ring channels NCCL builds (topology-dependent; the counts NCCL printed): NVSwitch/NVLink nodes 16 ("16 coll
-# channels", NVIDIA/nccl#892 on H800), PCIe 2.
+# Ring channels NCCL builds (topology-dependent): NVSwitch/NVLink nodes 16 (NCCL printed "16 coll channels" on
+# 8 × H800, NVIDIA/nccl#892; the NVLS line of vllm-project/vllm#9699 implies 24 on H100/H200), PCIe 2 (an
+# assumption, not a printed figure: NCCL's two rings over PCIe; consistent with the 0.21 GiB non-torch that
+# qwen3-235b-2507-fp8-8xl40s-tp8-ep printed on 8 × L40S — 0.15 + 2 communicators × 2 × 9.19 MiB = 0.19 GiB).
 NCCL_CHANNELS = {"nvlink": 16, "pcie": 2, None: 2}
 # NVLink SHARP (Hopper and later on NVSwitch, only for more than 2 ranks): each GPU backs nvlsTotalSize =
 # nvlsPerRankSize × nHeads (NCCL src/transport/nvls.cc ncclNvlsBufferSetup). NCCL 2.21 (torch ≤ 2.6, vLLM < 0.9)
