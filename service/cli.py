@@ -134,6 +134,9 @@ def _load_request_file(path: pathlib.Path) -> dict:
         if not d.is_absolute() and not d.exists():
             d = path.parent / d  # relative to the request file when not relative to the working directory
         model = {"name": str(model["path"]), **model, **read_model_dir(d)}
+        pre = d / "preprocessor_config.json"  # image limits of a multimodal model (the encoder's memory profile)
+        if model.get("preprocessor_config") is None and pre.is_file():
+            model["preprocessor_config"] = json.loads(pre.read_text())
         model.pop("path", None)
         data = {**data, "model": model}
     return data

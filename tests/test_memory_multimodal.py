@@ -256,3 +256,20 @@ def test_qwen3_vl_deepstack_outputs_and_buffers():
     assert b.encoder_output_bytes == 16384 * 4096 * 4 * 2
     mnbt = build_context(vl_request(cfg, max_model_len=8192)).max_num_batched_tokens
     assert b.vision_weights_bytes == int(tower.params * 2) + 3 * mnbt * 4096 * 2
+
+
+def test_cli_check_reads_the_model_directorys_preprocessor_config(tmp_path):
+    """`preflight check` with model.path: the directory's preprocessor_config.json sets the image limit."""
+    import json
+
+    from service.cli import _load_request_file
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(QWEN2_VL_7B))
+    (tmp_path / "m" / "preprocessor_config.json").write_text(json.dumps({"max_pixels": 1003520, "min_pixels": 3136}))
+    f = tmp_path / "launch.json"
+    f.write_text(json.dumps({"model": {"path": "m"}, "hardware": {"gpu": "h100-sxm-80gb", "count": 1},
+                             "engine_args": {"max_model_len": 4096, "limit_mm_per_prompt": {"image": 1, "video": 0}}}))
+    req = LaunchRequest.model_validate(_load_request_file(f))
+    assert req.model.preprocessor_config["max_pixels"] == 1003520
+    assert budget_of(req).multimodal["tokens_per_item"] == 1280
