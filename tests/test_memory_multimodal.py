@@ -273,3 +273,10 @@ def test_cli_check_reads_the_model_directorys_preprocessor_config(tmp_path):
     req = LaunchRequest.model_validate(_load_request_file(f))
     assert req.model.preprocessor_config["max_pixels"] == 1003520
     assert budget_of(req).multimodal["tokens_per_item"] == 1280
+
+
+def test_mm_ipc_gpu_memory_gb_comes_out_of_the_pool():
+    """vLLM 0.33 subtracts the frontend's multimodal IPC budget from the KV pool (gpu_ipc_memory.py:155-240)."""
+    base = budget_of(vl_request(max_model_len=8192))
+    ipc = budget_of(vl_request(max_model_len=8192, mm_ipc_gpu_memory_gb=2))
+    assert base.pool_raw_bytes - ipc.pool_raw_bytes == 2 * GIB

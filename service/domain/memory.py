@@ -792,6 +792,12 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
         assumptions.append("kv_cache_memory_bytes given: profiling skipped, gpu_memory_utilization ignored")
     else:
         pool_raw = usable - weights - activation - non_torch - graph_in
+        ipc = float(a.get("mm_ipc_gpu_memory_gb") or 0) if mm else 0.0
+        if ipc > 0:
+            # frontend multimodal frame buffers reserved out of the pool (vllm 0.33.0
+            # vllm/multimodal/gpu_ipc_memory.py:155-240, called at gpu_worker.py:816)
+            pool_raw -= int(ipc * GIB)
+            assumptions.append(f"mm_ipc_gpu_memory_gb reserves {ipc:g} GiB of the KV pool")
     pool = max(0, pool_raw)
     num_blocks = pool // bytes_per_block if bytes_per_block else 0
     if a.get("num_gpu_blocks_override") is not None:
