@@ -280,3 +280,23 @@ def test_mm_ipc_gpu_memory_gb_comes_out_of_the_pool():
     base = budget_of(vl_request(max_model_len=8192))
     ipc = budget_of(vl_request(max_model_len=8192, mm_ipc_gpu_memory_gb=2))
     assert base.pool_raw_bytes - ipc.pool_raw_bytes == 2 * GIB
+
+
+def test_internvl_tiles_from_config():
+    """InternVL2-8B's config.json: 448 px tiles of 14 px patches (1024 patches), pixel shuffle 0.5 (256 tokens a
+    tile), max_dynamic_patch 12 + thumbnail = 13 tiles: 3,328 tokens, the figure vLLM's get_max_image_tokens gives
+    (internvl.py:155-189); the vision tower InternViT-300M (24 × 1024, MLP 4096)."""
+    cfg = {"architectures": ["InternVLChatModel"], "model_type": "internvl_chat", "downsample_ratio": 0.5,
+           "dynamic_image_size": True, "force_image_size": 448, "max_dynamic_patch": 12, "min_dynamic_patch": 1,
+           "use_thumbnail": True, "torch_dtype": "bfloat16",
+           "llm_config": {"architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2", "hidden_size": 4096,
+                          "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+                          "num_key_value_heads": 8, "max_position_embeddings": 32768, "vocab_size": 92553,
+                          "torch_dtype": "bfloat16"},
+           "vision_config": {"architectures": ["InternVisionModel"], "model_type": "intern_vit_6b",
+                             "hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16,
+                             "num_hidden_layers": 24, "image_size": 448, "patch_size": 14, "num_channels": 3}}
+    b = budget_of(vl_request(cfg, max_model_len=8192))
+    mm = b.multimodal
+    assert (mm["tokens_per_item"], mm["patches_per_item"]) == (13 * 256, 13 * 1024)
+    assert mm["items"] == max(8192, 3328) // 3328  # the encoder budget over tokens per item

@@ -209,11 +209,26 @@ def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preproc
     """The item of each modality with the most features, as the processing info computes it."""
     notes: list[str] = []
     if tower.family == "vit":
-        side = (tower.image_size or 336) // max(1, tower.patch_size)
-        patches = max(1, side * side)
-        tokens = tower.tokens_per_image_config or patches
-        notes.append(f"vision tower profiled as one {tower.image_size or 336}px image ({patches} patches, {tokens} "
-                     "tokens); tiling processors are not modelled")
+        cfg = facts.raw_config or {}
+        size = cfg.get("force_image_size") if isinstance(cfg.get("force_image_size"), int) else tower.image_size
+        size = size if isinstance(size, int) and 0 < size <= 1 << 14 else 336
+        side = size // max(1, tower.patch_size)
+        per_tile = max(1, side * side)
+        tiles, how = 1, "one tile"
+        mdp = cfg.get("max_dynamic_patch")
+        if isinstance(mdp, int) and not isinstance(mdp, bool) and 1 <= mdp <= 64 and cfg.get("dynamic_image_size", True):
+            # InternVL: the most tiles a ratio i × j ≤ max_dynamic_patch gives, plus the thumbnail (vllm 0.33.0
+            # vllm/transformers_utils/processors/internvl.py:70-98, models/internvl.py:155-189)
+            tiles = mdp + (1 if cfg.get("use_thumbnail") and mdp != 1 else 0)
+            how = f"{tiles} tiles (max_dynamic_patch {mdp}{' + thumbnail' if tiles > mdp else ''})"
+        ratio = cfg.get("downsample_ratio")
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 1:
+            per_tile_tokens = max(1, int(per_tile * ratio * ratio))  # pixel shuffle (internvl.py:605)
+        else:
+            per_tile_tokens = tower.tokens_per_image_config or per_tile
+        patches, tokens = tiles * per_tile, tiles * per_tile_tokens
+        notes.append(f"vision tower profiled on {size}px {how}: {patches:,} patches, {tokens:,} tokens per image"
+                     + ("" if tiles > 1 else "; other tiling processors are not modelled"))
         return {"image": ModalityItem("image", tokens, patches)}, notes
     mp, src = _max_pixels(tower, facts, preprocessor, mm_kwargs)
     img = qwen_image_grid(mp, tower.patch_size, tower.merge_size)
