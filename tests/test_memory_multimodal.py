@@ -300,3 +300,19 @@ def test_internvl_tiles_from_config():
     mm = b.multimodal
     assert (mm["tokens_per_item"], mm["patches_per_item"]) == (13 * 256, 13 * 1024)
     assert mm["items"] == max(8192, 3328) // 3328  # the encoder budget over tokens per item
+
+
+def test_disable_chunked_mm_input_needs_the_largest_item_in_one_step():
+    """compute_mm_encoder_budget raises when --disable-chunked-mm-input and the largest item (16,384 tokens for
+    Qwen2-VL's official limit) exceeds max_num_batched_tokens (encoder_cache_manager.py:360-371)."""
+    from service.domain.validate import validate
+
+    bad = validate(vl_request(max_model_len=32768, disable_chunked_mm_input=True, max_num_batched_tokens=8192,
+                              limit_mm_per_prompt={"image": 1, "video": 0}))
+    f = next(f for f in bad.findings if f.rule == "mm_item_exceeds_batched_tokens")
+    assert f.severity.value == "error" and f.remedy["max_num_batched_tokens"] == 16384
+    ok = validate(vl_request(max_model_len=32768, disable_chunked_mm_input=True, max_num_batched_tokens=16384,
+                             limit_mm_per_prompt={"image": 1, "video": 0}))
+    assert "mm_item_exceeds_batched_tokens" not in {f.rule for f in ok.findings}
+    chunked = validate(vl_request(max_model_len=32768, max_num_batched_tokens=8192))
+    assert "mm_item_exceeds_batched_tokens" not in {f.rule for f in chunked.findings}
