@@ -316,3 +316,10 @@ def test_disable_chunked_mm_input_needs_the_largest_item_in_one_step():
     assert "mm_item_exceeds_batched_tokens" not in {f.rule for f in ok.findings}
     chunked = validate(vl_request(max_model_len=32768, max_num_batched_tokens=8192))
     assert "mm_item_exceeds_batched_tokens" not in {f.rule for f in chunked.findings}
+
+
+def test_an_unexpected_vision_config_shape_leaves_the_tower_unmodelled():
+    cfg = copy.deepcopy(QWEN2_VL_7B)
+    cfg["vision_config"]["patch_size"] = [14, 14]
+    assert vision_tower(read_model_facts(cfg)) is None
+    assert budget_of(vl_request(cfg, max_model_len=8192)).multimodal is None

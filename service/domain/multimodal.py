@@ -48,6 +48,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import DomainError
 from .model_facts import MAX_HIDDEN, MAX_LAYERS, ModelFacts, config_int
 
 MAX_PIXELS_LIMIT = 1 << 28  # 16384 × 16384 pixels: bounds the factor search below (README "Input bounds")
@@ -107,7 +108,16 @@ def _int(v: dict, keys: tuple[str, ...], field: str, default: int | None = None,
 
 
 def vision_tower(facts: ModelFacts) -> VisionTower | None:
-    """The vision tower of a multimodal config.json, or None (text-only, or no usable vision_config)."""
+    """The vision tower of a multimodal config.json, or None (text-only, or no usable vision_config: a value of
+    another shape — ``image_size: [336, 336]`` — leaves the tower unmodelled rather than refusing a launch vLLM
+    would serve)."""
+    try:
+        return _vision_tower(facts)
+    except DomainError:
+        return None
+
+
+def _vision_tower(facts: ModelFacts) -> VisionTower | None:
     config = facts.raw_config or {}
     vis = config.get("vision_config")
     if not isinstance(vis, dict):
