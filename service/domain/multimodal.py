@@ -310,8 +310,9 @@ class EncoderProfile:
 # - 0.10 (0.10.2 qwen2_vl.py:275-283, 355-370): contiguous Q/K/V, Q and K rotated one at a time in fp32 by the
 #   bundled flash-attn kernel (input 2, output 2, cast 1): 1 + 3 + 3 + 5 = 12;
 # - before (0.6.6 qwen2_vl.py:219-225, 270-288; 0.8.5 qwen2_vl.py:207-241): the same in torch ops (fp32 input 2,
-#   x·cos 2, rotate_half·sin 2 + 2 temporaries): 1 + 3 + 3 + 8 = 15 — a Qwen2.5-VL-3B V0 log with one
-#   16,384-token image printed a 2.47 GiB activation peak: 65,536 patches × (15 × 1280 + 1176) × 2 B = 2.49 GiB.
+#   x·cos 2, rotate_half·sin 2 + 2 temporaries): 1 + 3 + 3 + 8 = 15 — a public V0 log of a Qwen-VL model with a
+#   1280-wide vision tower (6.59 GiB of weights, most likely Qwen2.5-VL-3B; vLLM's warning named one 16,384-token
+#   image) printed a 2.47 GiB activation peak: 65,536 patches × (15 × 1280 + 1176) × 2 B = 2.49 GiB.
 QWEN_VL_ATTENTION_WIDTHS = (((0, 13, 0), 10), ((0, 11, 0), 19), ((0, 10, 0), 12), ((0, 0, 0), 15))
 
 
