@@ -675,9 +675,10 @@ def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, li
         parts.append(f"custom all-reduce {car / MIB:.1f} MiB")
     if (tp > 2 and nvidia and cc >= (9, 0) and link == "nvlink"
             and env.get("NCCL_NVLS_ENABLE", "1").strip() not in ("0", "false", "False")):
-        nvls = (NVLS_PER_RANK_BYTES if acct.version >= (0, 9, 0) else NVLS_PER_RANK_BYTES_NCCL_221) * tp * tp_comms
+        heads = min(tp, ctx.gpus_per_node)  # one NVLS head per GPU of the NVSwitch domain (a node)
+        nvls = (NVLS_PER_RANK_BYTES if acct.version >= (0, 9, 0) else NVLS_PER_RANK_BYTES_NCCL_221) * heads * tp_comms
         total += nvls
-        parts.append(f"NCCL NVLS {nvls / GIB:.2f} GiB (nvlsTotalSize for {tp} heads × {tp_comms} communicator(s))")
+        parts.append(f"NCCL NVLS {nvls / GIB:.2f} GiB (nvlsTotalSize for {heads} heads × {tp_comms} communicator(s))")
     return int(total), parts
 
 
