@@ -453,7 +453,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         gpu = body.gpu if isinstance(body.gpu, str) else body.gpu.model_dump()
         node, secret = node_service.register(session, actor=p.name, name=body.name, gpu=gpu,
                                              gpu_count=body.gpu_count, interconnect=body.interconnect,
-                                             labels=body.labels)
+                                             labels=body.labels, address=body.address)
         return {**node_service.node_dict(node), "agent_token": secret}
 
     @app.get("/v1/nodes", operation_id="listNodes", tags=["nodes"])
