@@ -255,8 +255,14 @@ def plan_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int
 
 
 def freshness_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, digest: str, ttl: int,
-                     now: int | None = None) -> dict[str, Any]:
-    """A freshness statement: "the plan with this digest (id, seq) is node's current plan", valid ``ttl`` s."""
+                     now: int | None = None, head_group_digest: str | None = None,
+                     grouped: bool = False) -> dict[str, Any]:
+    """A freshness statement: "the plan with this digest (id, seq) is node's current plan", valid ``ttl`` s. For a
+    member of a multi-node group (``grouped``) also ``head_group_digest``: the group digest of the plan its head
+    currently holds (null when the head holds none)."""
     iat = int(now if now is not None else time.time())
-    return {"iss": issuer, "sub": node, "aud": audience, "iat": iat, "exp": iat + ttl, "jti": plan_id, "seq": seq,
-            "plan_digest": digest}
+    out = {"iss": issuer, "sub": node, "aud": audience, "iat": iat, "exp": iat + ttl, "jti": plan_id, "seq": seq,
+           "plan_digest": digest}
+    if grouped:
+        out["head_group_digest"] = head_group_digest
+    return out

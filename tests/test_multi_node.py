@@ -227,3 +227,82 @@ def test_addresses_are_listed(client):
     assert items == {"l-a": "fd00::1", "l-b": "gpu-7.rack-2.example.com"}
     r = client.patch("/v1/nodes/l-a", json={"address": "not an address"})
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "address"
+
+
+def agent_headers(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_group_is_running_when_the_head_is_ready_and_failed_when_a_worker_fails(client):
+    ta = node(client, "g-a", "10.0.8.1")["agent_token"]
+    tb = node(client, "g-b", "10.0.8.2")["agent_token"]
+    deepseek(client)
+    p = plan(client, ["g-a", "g-b"], TP16)
+
+    def state():
+        return client.get(f"/v1/plans/{p['id']}").json()["groups"][0]["status"]
+
+    assert state() == "pending"
+    for name, token in (("g-a", ta), ("g-b", tb)):
+        r = client.post(f"/v1/nodes/{name}/reports", headers=agent_headers(token),
+                        json={"plan_id": p["id"], "status": "started", "details": {"rank": 0 if name == "g-a" else 1}})
+        assert r.status_code == 201, r.text
+    assert state() == "starting"
+    client.post("/v1/nodes/g-a/reports", headers=agent_headers(ta), json={"plan_id": p["id"], "status": "running"})
+    assert state() == "running"
+    client.post("/v1/nodes/g-b/reports", headers=agent_headers(tb),
+                json={"plan_id": p["id"], "status": "exited", "details": {"status": 1, "rank": 1}})
+    assert state() == "failed"
+    runs = client.get("/v1/nodes/g-a/history").json()["items"]
+    assert runs[0]["group_status"] == "failed" and runs[0]["role"] == "head" and runs[0]["rank"] == 0
+    placements = client.get(f"/v1/plans/{p['id']}/placements").json()
+    assert placements["groups"][0]["status"] == "failed"
+    assert {x["node"]: x["rank"] for x in placements["placements"]} == {"g-a": 0, "g-b": 1}
+
+
+def test_freshness_carries_the_heads_group_digest_and_the_agent_checks_it(client, keys):
+    from service.agent.verify import VerificationError, verify_freshness
+
+    node(client, "f-a", "10.0.9.1")
+    tb = node(client, "f-b", "10.0.9.2")["agent_token"]
+    deepseek(client)
+    p = plan(client, ["f-a", "f-b"], TP16)
+    r = client.get("/v1/nodes/f-b/plan", headers=agent_headers(tb))
+    assert r.status_code == 200
+    mine = verify_plan(r.text, keys.jwks(), node="f-b", audience="preflight-agent")
+    fresh = verify_freshness(r.headers["X-Plan-Freshness"], keys.jwks(), plan_token=r.text, plan=mine, node="f-b",
+                             audience="preflight-agent")
+    assert fresh["head_group_digest"] == p["groups"][0]["digest"] == mine.claims["group_digest"]
+    # a statement naming another head digest (the head moved to another group plan) is refused
+    from service.signing import FRESHNESS_MEDIA_TYPE, freshness_claims, plan_digest
+
+    other = keys.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node="f-b", plan_id=p["id"],
+                                       seq=mine.seq, digest=plan_digest(r.text), ttl=600, grouped=True,
+                                       head_group_digest="0" * 64), typ=FRESHNESS_MEDIA_TYPE)
+    with pytest.raises(VerificationError) as e:
+        verify_freshness(other, keys.jwks(), plan_token=r.text, plan=mine, node="f-b", audience="preflight-agent")
+    assert e.value.reason == "group_digest_mismatch"
+    none = keys.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node="f-b", plan_id=p["id"],
+                                      seq=mine.seq, digest=plan_digest(r.text), ttl=600), typ=FRESHNESS_MEDIA_TYPE)
+    with pytest.raises(VerificationError) as e:  # a statement without the head's digest confirms nothing
+        verify_freshness(none, keys.jwks(), plan_token=r.text, plan=mine, node="f-b", audience="preflight-agent")
+    assert e.value.reason == "group_digest_mismatch"
+
+
+def test_the_agent_refuses_placement_claims_that_disagree_with_the_argv(keys):
+    from service.agent.verify import VerificationError
+    from service.signing import plan_claims
+
+    base = dict(issuer="preflight", audience="preflight-agent", node="w", plan_id="p1", seq=1, manifest_digest="d",
+                vllm_version="0.33.0", env={}, model_uri="s3://m")
+    argv = ["vllm", "serve", "s3://m", "--nnodes", "2", "--node-rank", "1"]
+    good = {"group": 0, "rank": 1, "role": "worker", "nnodes": 2, "head": "h", "group_digest": "a" * 64}
+    ok = keys.sign(plan_claims(**base, argv=[*argv, "--headless"], placement=good))
+    assert verify_plan(ok, keys.jwks(), node="w", audience="preflight-agent").role == "worker"
+    for argv_, placement in ((argv, good),  # a worker without --headless would start a second API server
+                             ([*argv, "--headless"], {**good, "role": "head"}),
+                             ([*argv, "--headless"], {**good, "rank": 2}),
+                             ([*argv, "--headless"], {k: v for k, v in good.items() if k != "group_digest"})):
+        token = keys.sign(plan_claims(**base, argv=argv_, placement=placement))
+        with pytest.raises(VerificationError):
+            verify_plan(token, keys.jwks(), node="w", audience="preflight-agent")

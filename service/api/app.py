@@ -371,7 +371,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             freshness_cache.clear()
         statement = keys.sign(freshness_claims(
             issuer=settings.issuer, audience=settings.audience, node=a["node_name"], plan_id=a["plan_id"],
-            seq=a["seq"], digest=plan_digest(a["signed"]), ttl=settings.freshness_ttl_seconds, now=int(now)),
+            seq=a["seq"], digest=plan_digest(a["signed"]), ttl=settings.freshness_ttl_seconds, now=int(now),
+            grouped=a.get("role") in ("head", "worker"), head_group_digest=a.get("head_group_digest")),
             typ=FRESHNESS_MEDIA_TYPE, refresh=False)  # refresh_soon() above keeps the key set current
         freshness_cache[a["id"]] = (now + freshness_window, keys.active_kid, statement)
         return statement

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import DomainError
-from .render import render_option
+from .render import ArgvError, parse_argv, render_option
 from .versions import VersionLine
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port default (service/data/vllm/0.33.0.json)
@@ -206,3 +206,28 @@ def group_digest(content: dict[str, Any]) -> str:
     member, different when any member's command differs."""
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def member_argvs(topo: Topology, group: int, argv: list[str], line: VersionLine, *, head_address: str, tp: int,
+                 pp: int, dp: int) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+    """Each member's own argv — the group's validated argv plus its rank's arguments (``member_arguments``) — and
+    what it must parse to. Every argv is parsed back with the release's parser semantics (render.parse_argv, the
+    argv_roundtrip rule's reading) and must give exactly the validated arguments plus its own; else DomainError
+    (field ``nodes``, rule ``argv_roundtrip``): nothing is signed. Replicas run the validated argv itself."""
+    members = topo.groups[group]
+    if topo.form == "replicas":
+        return {name: list(argv) for name in members}, {}
+    _, base = parse_argv(argv, line)
+    argvs, expected = {}, {}
+    for name in members:
+        extra = member_arguments(topo, topo.placements[name], line, head_address=head_address, tp=tp, pp=pp, dp=dp)
+        mine = node_argv(argv, extra, line)
+        try:
+            _, parsed = parse_argv(mine, line)
+        except ArgvError as exc:
+            raise DomainError("nodes", f"node {name}'s argv does not parse back: {exc}", rule="argv_roundtrip") from None
+        if parsed != {**base, **extra}:
+            raise DomainError("nodes", f"node {name}'s argv parses back to other arguments than the ones validated",
+                              rule="argv_roundtrip")
+        argvs[name], expected[name] = mine, parsed
+    return argvs, expected

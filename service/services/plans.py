@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 
 from .. import audit, metrics
 from ..db.models import Assignment, Manifest, Node, Plan, Report, iso, utcnow
-from ..domain.render import ArgvError, parse_argv, shell_command
+from ..domain.render import shell_command
 from ..domain.errors import DomainError
 from ..domain.recommend import recommend
-from ..domain.topology import (PER_NODE, Placement, Topology, group_arguments, group_digest, member_arguments,
-                               node_argv, plan_topology)
+from ..domain.topology import (PER_NODE, Placement, Topology, group_arguments, group_digest, member_argvs,
+                               plan_topology)
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import ApiError, Conflict, Invalid, LaunchRejected, NotFound
@@ -258,31 +258,6 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], body: dict[str, Any])
                   group_env or [{} for _ in topo.groups], tp, pp, dp)
 
 
-def _member_argvs(layout: Layout, group: int, argv: list[str], line) -> dict[str, list[str]]:
-    """Each member's own argv (the validated group argv plus its rank's arguments), each parsed back with the
-    release's parser semantics to exactly the validated arguments plus its own (else DomainError, rule
-    argv_roundtrip: nothing is signed)."""
-    topo = layout.topo
-    if topo.form == "replicas":  # the validated argv itself (its round trip is the argv_roundtrip rule's)
-        return {name: list(argv) for name in topo.groups[group]}
-    out = {}
-    _, base = parse_argv(argv, line)
-    for name in topo.groups[group]:
-        p = topo.placements[name]
-        extra = member_arguments(topo, p, line, head_address=layout.head_addresses[group] or "", tp=layout.tp,
-                                 pp=layout.pp, dp=layout.dp)
-        mine = node_argv(argv, extra, line)
-        try:
-            _, parsed = parse_argv(mine, line)
-        except ArgvError as exc:
-            raise DomainError("nodes", f"node {name}'s argv does not parse back: {exc}", rule="argv_roundtrip") from None
-        if parsed != {**base, **extra}:
-            raise DomainError("nodes", f"node {name}'s argv parses back to other arguments than the ones validated",
-                              rule="argv_roundtrip")
-        out[name] = mine
-    return out
-
-
 def _supersede_groups(session: Session, *, actor: str, names: list[str], plan: Plan, model: str) -> None:
     """Supersede the nodes' active assignments and, with each one that belongs to a multi-node group, every other
     member of that group (a group moves together: a worker never keeps a plan whose head moved on). Audit
@@ -351,7 +326,8 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     groups = []
     member_claims: dict[str, dict[str, Any]] = {}
     for g, members in enumerate(topo.groups):
-        argvs = _member_argvs(layout, g, result.argv, line)
+        argvs, _ = member_argvs(topo, g, result.argv, line, head_address=layout.head_addresses[g] or "",
+                                tp=layout.tp, pp=layout.pp, dp=layout.dp)
         env = {**request.env, **layout.group_env[g]}
         k = topo.nodes_per_instance
         content = {"plan": plan_id, "group": g, "nnodes": k, "vllm_version": result.vllm_version,
@@ -478,10 +454,12 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
     for row in session.execute(
             select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.etag,
                    ASSIGNMENTS.c.signed, ASSIGNMENTS.c.last_fetched_at, ASSIGNMENTS.c.fetch_count,
-                   ASSIGNMENTS.c.node_name)
+                   ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.group_index, ASSIGNMENTS.c.rank, ASSIGNMENTS.c.role,
+                   ASSIGNMENTS.c.group_digest)
             .where(ASSIGNMENTS.c.node_name.in_(nodes), ASSIGNMENTS.c.status == "active")).mappings():
         if row["node_name"] not in current or row["seq"] > current[row["node_name"]]["seq"]:
             current[row["node_name"]] = dict(row)
+    heads_of(session, list(current.values()))
     unplanned = [n for n in nodes if n not in current]
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(unplanned)))) if unplanned else set()
     out: list[tuple[dict | None, bool] | ApiError] = []
@@ -514,6 +492,24 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
             row["fetch_count"] = (row["fetch_count"] or 0) + 1
             row["last_fetched_at"] = now
     return out
+
+
+def heads_of(session: Session, rows: list[dict]) -> None:
+    """Set ``head_group_digest`` on each assignment row of a multi-node group: the group digest of its group's head's
+    current assignment (rank 0 of the same plan and group, active), or None when the head has none. The freshness
+    statement carries it, and an agent refuses a plan whose own group digest differs (agent/verify.py): a member
+    never starts against a head that is not on the same group plan."""
+    grouped = [r for r in rows if r.get("role") in ("head", "worker")]
+    for r in rows:
+        r["head_group_digest"] = None
+    if not grouped:
+        return
+    heads = dict(((p, g), d) for p, g, d in session.execute(
+        select(ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.group_index, ASSIGNMENTS.c.group_digest)
+        .where(ASSIGNMENTS.c.plan_id.in_(sorted({r["plan_id"] for r in grouped})), ASSIGNMENTS.c.rank == 0,
+               ASSIGNMENTS.c.status == "active")))
+    for r in grouped:
+        r["head_group_digest"] = heads.get((r["plan_id"], r["group_index"]))
 
 
 def fetch_recorded_recently(row: dict) -> bool:
