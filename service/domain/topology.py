@@ -147,7 +147,13 @@ def plan_topology(nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: in
 def node_arguments(topo: Topology, placement: Placement, line: VersionLine, *, head_address: str,
                    tp: int, pp: int, dp: int, master_port: int = DEFAULT_MASTER_PORT,
                    rpc_port: int = DEFAULT_DP_RPC_PORT) -> dict[str, Any]:
-    """The per-node engine arguments (by dest) a node adds to the group's argv."""
+    """The per-node engine arguments (by dest) a node adds to the group's argv.
+
+    Workers (rank > 0) take ``--headless``: no API server; with ``node_rank_within_dp > 0`` vLLM runs only a
+    multiprocessing executor that joins the head's torch.distributed group at ``--master-addr:--master-port``, else
+    its local DP engines, which hand-shake with ``--data-parallel-address:--data-parallel-rpc-port`` (vllm 0.33.0
+    vllm/entrypoints/cli/serve.py:181-245; ranks and local DP sizes inferred in vllm/engine/arg_utils.py:2399-2440,
+    the DP address defaulting to ``--master-addr`` at arg_utils.py:2539-2555)."""
     if placement.role == "replica":
         return {}
     if topo.form == "nnodes":
