@@ -1,15 +1,15 @@
 """multi-node launches: nodes.address (where the other nodes of a group reach a head), each assignment's place in
 its plan's topology (group_index, rank, role, group_digest) and the plan's topology (form, groups, per-group env)
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-01
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
