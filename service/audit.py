@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from . import metrics
 from .db.models import AuditCheckpoint, AuditEvent, utcnow
+from .signing import CHECKPOINT_MEDIA_TYPE
 
 GENESIS = "0" * 64
 _ADVISORY_KEY = 0x5052454654  # "PREFT"
@@ -78,22 +79,44 @@ def canonical(obj: Any) -> bytes:
     return rfc8785.dumps(obj)
 
 
+_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
+
+
+def _record(keys: tuple[str, ...], values: tuple) -> bytes:
+    """``canonical(dict(zip(keys, values)))`` for a fixed field set whose ``keys`` are ASCII and listed in sorted
+    order (RFC 8785's order for ASCII keys): the event hash and MAC inputs, computed several times per event, without
+    the generic shape check and sort. Values other than str, null and safe integers take the generic path.
+    tests/test_audit_chain.py checks it against rfc8785."""
+    for v in values:
+        t = type(v)
+        if not (t is str or v is None or (t is int and -_SAFE_INT < v < _SAFE_INT)):
+            return canonical(dict(zip(keys, values)))
+    return _RECORD_ENCODER.encode(dict(zip(keys, values))).encode()
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 def _ts(value: dt.datetime) -> str:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    return value.astimezone(dt.timezone.utc).isoformat(timespec="microseconds")
+    tz = value.tzinfo
+    if tz is None:  # SQLite hands back naive UTC
+        return value.isoformat(timespec="microseconds") + "+00:00"
+    if tz is not dt.timezone.utc:
+        value = value.astimezone(dt.timezone.utc)
+    return value.isoformat(timespec="microseconds")
 
 
 def event_hash(seq: int, prev_hash: str, ts: dt.datetime, actor: str, kind: str, subject: str, node: str | None,
                plan_id: str | None, model: str | None, payload_digest: str) -> str:
-    return sha256_hex(canonical({
-        "seq": seq, "prev_hash": prev_hash, "ts": _ts(ts), "actor": actor, "kind": kind, "subject": subject,
-        "node": node, "plan_id": plan_id, "model": model, "payload_digest": payload_digest,
-    }))
+    return sha256_hex(_record(_HASH_KEYS, (actor, kind, model, node, payload_digest, plan_id, prev_hash, seq, subject,
+                                           _ts(ts))))
+
+
+_HASH_KEYS = ("actor", "kind", "model", "node", "payload_digest", "plan_id", "prev_hash", "seq", "subject", "ts")
+_MAC_KEYS = ("actor", "kind", "model", "node", "payload_digest", "plan_id", "subject", "ts")
+_SEALED_KEYS = ("actor", "hash", "id", "kind", "model", "node", "payload_digest", "plan_id", "prev_hash", "seq",
+                "subject", "ts")
 
 
 def _hash_of(ev: AuditEvent, seq: int, prev_hash: str) -> str:
@@ -103,14 +126,12 @@ def _hash_of(ev: AuditEvent, seq: int, prev_hash: str) -> str:
 
 def _mac_fields(ts: dt.datetime, actor: str, kind: str, subject: str, node: str | None, plan_id: str | None,
                 model: str | None, payload_digest: str) -> bytes:
-    return canonical({"ts": _ts(ts), "actor": actor, "kind": kind, "subject": subject, "node": node,
-                      "plan_id": plan_id, "model": model, "payload_digest": payload_digest})
+    return _record(_MAC_KEYS, (actor, kind, model, node, payload_digest, plan_id, subject, _ts(ts)))
 
 
 def _sealed_fields(ev: AuditEvent, seq: int, prev_hash: str | None, h: str | None) -> bytes:
-    return canonical({"ts": _ts(ev.ts), "actor": ev.actor, "kind": ev.kind, "subject": ev.subject, "node": ev.node,
-                      "plan_id": ev.plan_id, "model": ev.model, "payload_digest": ev.payload_digest, "id": ev.id,
-                      "seq": seq, "prev_hash": prev_hash, "hash": h})
+    return _record(_SEALED_KEYS, (ev.actor, h, ev.id, ev.kind, ev.model, ev.node, ev.payload_digest, ev.plan_id,
+                                  prev_hash, seq, ev.subject, _ts(ev.ts)))
 
 
 class AuditKeys:
@@ -232,9 +253,11 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
     session.info["chain_head_seq"] = seq
     total = 0
     cursor = 0
+    table = AuditEvent.__table__
     while True:
-        pending = session.execute(select(AuditEvent).where(AuditEvent.chain_seq.is_(None), AuditEvent.id > cursor)
-                                  .order_by(AuditEvent.id).limit(batch)).scalars().all()
+        # Core rows (attribute access like the ORM's, without an identity map or instance state per event)
+        pending = session.execute(select(table).where(table.c.chain_seq.is_(None), table.c.id > cursor)
+                                  .order_by(table.c.id).limit(batch)).all()
         if not pending:
             return total
         cursor = pending[-1].id
@@ -253,12 +276,10 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
             rows.append({"_id": ev.id, "chain_seq": seq, "prev_hash": prev, "hash": h,
                          "mac": seal_mac(ev, seq, prev, h) if seal_mac is not None else ev.mac})
             prev = h
-        table = AuditEvent.__table__
         if rows:
             session.connection().execute(update(table).where(table.c.id == bindparam("_id"))
                                          .values(chain_seq=bindparam("chain_seq"), prev_hash=bindparam("prev_hash"),
                                                  hash=bindparam("hash"), mac=bindparam("mac")), rows)
-        session.expunge_all()
         total += len(rows)
         session.info["chain_head_seq"] = seq
         if not full:
@@ -473,7 +494,7 @@ def event_dict(ev: AuditEvent) -> dict[str, Any]:
     }
 
 
-CHECKPOINT_TYPE = "application/vnd.preflight.audit-checkpoint+jwt"
+CHECKPOINT_TYPE = CHECKPOINT_MEDIA_TYPE
 
 
 def checkpoint_claims(session: Session, issuer: str) -> dict[str, Any]:

@@ -263,6 +263,7 @@ class Reporter:
 
         self.client, self.state, self.plan_id, self.seq, self.offline = client, state, plan_id, seq, offline
         self.placement = placement  # group, rank, role of a node in a plan with placement claims
+        self.audit_checkpoint: dict | None = None  # what the node witnessed of the audit log (agent/witness.py)
         self.run_id = str(uuid.uuid4())
         self.send_lock = threading.Lock()  # one sender at a time: reports stay in order
         self.cv = threading.Condition()
@@ -279,6 +280,8 @@ class Reporter:
             body_details.update(self.placement)
         if self.offline:
             body_details["offline_boot"] = self.offline
+        if self.audit_checkpoint is not None:  # carried by the first report of this boot
+            body_details["audit_checkpoint"], self.audit_checkpoint = self.audit_checkpoint, None
         return {"plan_id": self.plan_id, "status": status, "message": message, "details": body_details}
 
     def __call__(self, status: str, message: str | None = None, details: dict | None = None) -> None:
@@ -411,7 +414,11 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                                                       help="Seconds between heartbeat reports while vLLM runs."),
               issuer: str = typer.Option("preflight", envvar="PREFLIGHT_ISSUER", help="The iss plans must carry."),
               audience: str = typer.Option("preflight-agent", envvar="PREFLIGHT_AUDIENCE",
-                                           help="The aud plans must carry.")) -> None:
+                                           help="The aud plans must carry."),
+              audit_copy: Optional[pathlib.Path] = typer.Option(
+                  None, envvar="PREFLIGHT_AUDIT_COPY",
+                  help="Where the node keeps the longest signed audit checkpoint it has seen (default: next to the "
+                       "state file, STATE.checkpoint.jws); a shorter or rewritten chain later is reported.")) -> None:
     """Boot this node's current plan: fetch it with a fresh freshness statement, verify both against the pinned
     trust root, save it, then print or run exactly its argv with the node's vllm. Every start runs the current plan
     again (after a reboot, a crash or a restart); a plan older than the last one accepted never runs."""
@@ -428,6 +435,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     vllm_path = None if print_only else _resolve_vllm(vllm)
     client = AgentClient(server, node, token)
     state_path = state or pathlib.Path.home() / ".preflight" / f"agent-{node}.json"
+    checkpoint_copy = audit_copy or state_path.with_suffix(".checkpoint.jws")
     lost = None
     try:
         st = AgentState.load(state_path)
@@ -462,7 +470,31 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
             return False
         return True
 
+    def keep_audit_checkpoint():
+        """The node keeps the longest audit checkpoint it has seen (agent/witness.py) and says when the service's
+        chain got shorter or was rewritten. Never in the way of the boot."""
+        from .agent.witness import witness
+
+        try:
+            served = client.audit_checkpoint()
+        except (httpx.HTTPError, ResponseTooLarge):
+            return None
+        if served is None:
+            return None
+        try:
+            w = witness(checkpoint_copy, served, tr.jwks)
+        except OSError as exc:
+            typer.echo(f"preflight agent: could not keep the audit checkpoint in {checkpoint_copy}: {exc}", err=True)
+            return None
+        if w.status in ("cut", "rewritten"):
+            typer.echo(f"preflight agent: AUDIT ALARM: {w.message} (copy kept in {checkpoint_copy}; check the "
+                       f"database with `preflight audit verify --checkpoint {checkpoint_copy}`)", err=True)
+        elif w.status == "ignored":
+            typer.echo(f"preflight agent: {w.message}", err=True)
+        return w
+
     reachable = update_trust()
+    witnessed = keep_audit_checkpoint() if reachable else None
     if lost:
         Reporter(client, st, plan_id=None, seq=None)("reset", "agent state reset: " + lost,
                                                      {"reason": "state_corrupt"})
@@ -530,14 +562,17 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         raise typer.Exit(EXIT_REFUSED)
     if offline is None:
         try:
-            verify_freshness(r.headers.get("X-Plan-Freshness", ""), tr.jwks, plan_token=plan_token, plan=plan,
-                             node=node, audience=s.audience, issuer=s.issuer,
-                             not_before=boot - STALE_NO_STATE_SECONDS if fresh_state else None)
+            fresh = verify_freshness(r.headers.get("X-Plan-Freshness", ""), tr.jwks, plan_token=plan_token,
+                                     plan=plan, node=node, audience=s.audience, issuer=s.issuer,
+                                     not_before=boot - STALE_NO_STATE_SECONDS if fresh_state else None)
         except VerificationError as exc:
             refuse(plan.claims["jti"], exc, "freshness")
             raise typer.Exit(EXIT_REFUSED)
         new = r.status_code == 200
-        st.last_seq, st.plan_id, st.plan, st.verified_at = plan.seq, plan.claims["jti"], plan_token, time.time()
+        # the plan was confirmed current when the service signed the statement, not when this node read it: a
+        # statement replayed near its expiry must not restart the offline-boot clock
+        st.last_seq, st.plan_id, st.plan = plan.seq, plan.claims["jti"], plan_token
+        st.verified_at = float(max(0, min(time.time(), fresh["iat"])))
         st.etag = r.headers.get("ETag") or st.etag
         st.save()
     else:
@@ -552,6 +587,8 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         raise typer.Exit(EXIT_UNAVAILABLE)
     report = Reporter(client, st, plan_id=plan.claims["jti"], seq=plan.seq, offline=offline, send_pending=True,
                       placement=placement)
+    if witnessed is not None:
+        report.audit_checkpoint = witnessed.details()
     if new:
         report("fetched", f"verified seq {plan.seq} with key {plan.kid}")
     env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.claims["env"].items()))
@@ -744,7 +781,7 @@ def audit_verify(checkpoint: Optional[pathlib.Path] = typer.Option(
         if claims is None:
             typer.echo(f"preflight: {checkpoint} does not exist", err=True)
             raise typer.Exit(2)
-    with _database(s_).transaction() as s:
+    with _database(s_).read() as s:  # a snapshot: the running service goes on writing
         found, problems = audit.known_checkpoints(s, jwks, files)
         if checkpoint is not None:
             found.append({**claims, "source": str(checkpoint)})

@@ -50,3 +50,13 @@ class PreconditionFailed(ApiError):
 
 class Unavailable(ApiError):
     status, title, type_suffix = 503, "Service unavailable", "unavailable"
+
+
+class Busy(ApiError):
+    """Too much of one kind of work at once (429, ``Retry-After``)."""
+
+    status, title, type_suffix = 429, "Too many requests", "busy"
+
+    def __init__(self, detail: str, *, retry_after: int = 5, **extra: Any):
+        super().__init__(detail, **extra)
+        self.retry_after = retry_after

@@ -11,7 +11,7 @@
 | PREFLIGHT_AUDIENCE | preflight-agent | ``aud`` of signed plans |
 | PREFLIGHT_FRESHNESS_TTL_SECONDS | 3600 | lifetime of the freshness statement served with a plan (plans never expire) |
 | PREFLIGHT_MAX_BODY_BYTES | 2097152 | largest accepted request body |
-| PREFLIGHT_AUDIT_CHECKPOINT_EVENTS | 1000 | a signed audit checkpoint at least every N events |
+| PREFLIGHT_AUDIT_CHECKPOINT_EVENTS | 10000 | a signed audit checkpoint at least every N events |
 | PREFLIGHT_AUDIT_CHECKPOINT_SECONDS | 60 | ... and at most T seconds after the chain last grew |
 """
 

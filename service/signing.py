@@ -31,6 +31,7 @@ from joserfc.jwk import OKPKey
 PLAN_MEDIA_TYPE = "application/vnd.preflight.plan+jwt"
 FRESHNESS_MEDIA_TYPE = "application/vnd.preflight.freshness+jwt"
 KEYSET_MEDIA_TYPE = "application/vnd.preflight.keyset+jwt"
+CHECKPOINT_MEDIA_TYPE = "application/vnd.preflight.audit-checkpoint+jwt"  # service/audit.py signed checkpoints
 ALG = "Ed25519"
 
 

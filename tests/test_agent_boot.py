@@ -473,12 +473,49 @@ def test_hostile_server_answers_are_refused_without_a_traceback(tmp_path, keyset
     assert (node.state.read_bytes(), node.trust.read_bytes()) == before
 
 
+class _Replay:
+    """A network attacker's server: answers plan fetches with one captured genuine response, key-set fetches with
+    the genuine key sets, and accepts reports."""
+
+    def __init__(self, captured: httpx.Response, keysets: bytes):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                replay = not self.path.startswith("/v1/keysets")
+                body = captured.content if replay else keysets
+                self.send_response(200)
+                if replay:
+                    for name in ("ETag", "X-Plan-Id", "X-Plan-Seq", "X-Plan-Freshness"):
+                        self.send_header(name, captured.headers[name])
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                self.send_response(201)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.srv.shutdown()
+
+
 def test_a_captured_response_for_an_older_plan_is_refused(fleet):
     """A network attacker replays a genuine response (plan and freshness statement, still within its lifetime) for
     the node's previous plan: refused by seq, nothing runs, the state is untouched."""
-    import http.server
-    import threading
-
     url, c, node = fleet
     c.post("/v1/plans", json=PLAN)
     captured = httpx.get(f"{url}/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node.token}"})
@@ -487,33 +524,74 @@ def test_a_captured_response_for_an_older_plan_is_refused(fleet):
     c.post("/v1/plans", json={**PLAN, "engine_args": {"max_model_len": 4096}})
     assert node.run().returncode == 0  # the node runs the newer plan (seq 2)
     before = node.state.read_bytes()
-
-    class Replay(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            replay = not self.path.startswith("/v1/keysets")
-            body = captured.content if replay else keysets
-            self.send_response(200)
-            if replay:
-                for name in ("ETag", "X-Plan-Id", "X-Plan-Seq", "X-Plan-Freshness"):
-                    self.send_header(name, captured.headers[name])
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self):
-            self.send_response(201)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Replay)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        run = node.run(url=f"http://127.0.0.1:{srv.server_address[1]}")
-    finally:
-        srv.shutdown()
+    with _Replay(captured, keysets) as attacker:
+        run = node.run(url=attacker.url)
     assert run.returncode == 3 and "replayed_seq" in run.stderr, run.stderr
     assert node.state.read_bytes() == before and len(node.launches()) == 1
+
+
+def test_a_replayed_statement_does_not_restart_the_offline_clock(fleet):
+    """An attacker replays the current plan's genuine response (statement still unexpired) long after it was signed,
+    then cuts the node off: the offline-boot age counts from when the service signed the statement, so the replay
+    cannot stretch the window --offline-max-age allows."""
+    url, c, node = fleet
+    c.post("/v1/plans", json=PLAN)
+    captured = httpx.get(f"{url}/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node.token}"})
+    iat = json.loads(base64.urlsafe_b64decode(captured.headers["x-plan-freshness"].split(".")[1] + "=="))["iat"]
+    keysets = httpx.get(f"{url}/v1/keysets").content
+    time.sleep(2.2)
+    with _Replay(captured, keysets) as attacker:
+        run = node.run(url=attacker.url)
+    assert run.returncode == 0, run.stderr  # the same plan: it may run
+    assert json.loads(node.state.read_text())["verified_at"] == iat  # not the time the node read the replay
+    down = f"http://127.0.0.1:{free_port()}"
+    stale = node.run("--offline-max-age", "2", url=down)
+    assert stale.returncode == 75 and "more than --offline-max-age 2" in stale.stderr, stale.stderr
+    assert len(node.launches()) == 1
+
+
+def witnessed(c):
+    """What the node's newest report says it saw of the audit log (the first report of each boot carries it)."""
+    carried = [e for e in kinds(c)[1] if "audit_checkpoint" in (e["payload"].get("details") or {})]
+    return carried[-1]["payload"]["details"]["audit_checkpoint"]
+
+
+def test_the_node_keeps_an_audit_checkpoint_and_raises_the_alarm_when_the_chain_is_cut(fleet, db_url, tmp_path):
+    """The agent keeps the longest signed audit checkpoint it has seen. Someone with the database and the service's
+    data dir deletes the newest events, every stored checkpoint and the data-dir file, and has the service sign a
+    checkpoint of the shorter chain: the next boot still runs the plan, but says the chain was cut, its report
+    carries both checkpoints, and the node's copy shows the cut against the database."""
+    from typer.testing import CliRunner
+
+    from service.cli import app as cli
+
+    url, c, node = fleet
+    c.post("/v1/plans", json=PLAN)
+    assert c.post("/v1/audit/checkpoints").status_code == 201
+    first = node.run()
+    assert first.returncode == 0, first.stderr
+    copy = node.state.with_suffix(".checkpoint.jws")
+    kept = json.loads(base64.urlsafe_b64decode(copy.read_text().split(".")[1] + "=="))
+    assert witnessed(c)["status"] == "kept"
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_events WHERE chain_seq >= :s"), {"s": kept["last_seq"]})
+        conn.execute(text("DELETE FROM audit_checkpoints"))
+    engine.dispose()
+    (tmp_path / "var" / "audit-checkpoint.jws").unlink()
+    shorter = c.post("/v1/audit/checkpoints")
+    assert shorter.status_code == 201, shorter.text
+    assert shorter.json()["claims"]["last_seq"] < kept["last_seq"]
+
+    again = node.run()
+    assert again.returncode == 0 and len(node.launches()) == 2, again.stderr  # the boot is not held up
+    assert "AUDIT ALARM" in again.stderr and "audit events were deleted" in again.stderr
+    seen = witnessed(c)
+    assert seen["status"] == "cut" and seen["kept"]["last_seq"] == kept["last_seq"]
+    assert json.loads(base64.urlsafe_b64decode(copy.read_text().split(".")[1] + "=="))["last_seq"] == kept["last_seq"]
+
+    env = {"PREFLIGHT_DATABASE_URL": db_url, "PREFLIGHT_DATA_DIR": str(tmp_path / "var")}
+    out = CliRunner().invoke(cli, ["audit", "verify", "--checkpoint", str(copy)], env=env)
+    assert out.exit_code == 1, out.stdout  # the chain grew again since, over other events: no longer the kept head
+    assert json.loads(out.stdout)["checkpoint"]["source"] == str(copy)

@@ -35,6 +35,37 @@ def test_every_fetch_carries_a_freshness_statement_over_the_plan(client):
     assert created["payload"]["plan_digests"] == [plan_digest(r.text)]
 
 
+def test_the_statement_signed_with_the_plan_is_served_while_young_then_a_new_one(client, db, keys, monkeypatch):
+    """The freshness statement is signed with the plan (stored on the assignment), so a fleet booting right after a
+    rollout costs no signature per fetch; once it is older than the re-signing window, or its key is no longer the
+    active one, a fetch gets a newly signed statement — verified like any other."""
+    from service.db.models import Assignment
+
+    fleet = setup_fleet(client, ["gpu-01", "gpu-02"])
+    with db.sessions() as s:
+        stored = {a.node_name: a.freshness for a in s.scalars(select(Assignment))}
+    jwks = client.get("/.well-known/jwks.json").json()
+    r = fetch(client, "gpu-01", fleet["gpu-01"]["token"])
+    assert r.headers["x-plan-freshness"] == stored["gpu-01"]
+    plan = verify_plan(r.text, jwks, node="gpu-01", audience=AUD, issuer="preflight")
+    verify_freshness(stored["gpu-01"], jwks, plan_token=r.text, plan=plan, node="gpu-01", audience=AUD,
+                     issuer="preflight")
+    keys.rotate()  # the stored statement's key is no longer the active one
+    r2 = fetch(client, "gpu-02", fleet["gpu-02"]["token"])
+    assert r2.headers["x-plan-freshness"] != stored["gpu-02"]
+    jwks = client.get("/.well-known/jwks.json").json()
+    plan2 = verify_plan(r2.text, jwks, node="gpu-02", audience=AUD, issuer="preflight")
+    claims = verify_freshness(r2.headers["x-plan-freshness"], jwks, plan_token=r2.text, plan=plan2, node="gpu-02",
+                              audience=AUD, issuer="preflight")
+    assert claims["seq"] == 1
+    later = time.time() + 3600  # past the re-signing window: a new statement, with a later iat
+    monkeypatch.setattr(time, "time", lambda: later)
+    r3 = fetch(client, "gpu-01", fleet["gpu-01"]["token"], **{"If-None-Match": r.headers["etag"]})
+    assert r3.status_code == 304 and r3.headers["x-plan-freshness"] != stored["gpu-01"]
+    assert verify_freshness(r3.headers["x-plan-freshness"], jwks, plan_token=r.text, plan=plan, node="gpu-01",
+                            audience=AUD, issuer="preflight", now=later)["iat"] >= int(later) - 1
+
+
 def test_keyset_chain_endpoint_follows_rotation_and_retirement(client, keys, tmp_path):
     first = client.get("/.well-known/jwks.json").json()
     assert first["version"] == 1 and len(client.get("/v1/keysets").json()["keysets"]) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sqlalchemy import text
 
 from service import audit
@@ -102,3 +104,31 @@ def test_canonical_fast_path_is_rfc8785_for_flat_field_sets():
         assert canonical(d) == rfc8785.dumps(d)
 
     check()
+
+
+def test_fixed_field_records_are_rfc8785():
+    """The hash and MAC inputs (``_record``: fixed, sorted field sets without a sort per event) are byte for byte
+    RFC 8785, whatever the values — non-ASCII, control characters, unsafe integers and booleans take the generic path."""
+    import rfc8785
+    from hypothesis import given, settings, strategies as st
+
+    from service.audit import _HASH_KEYS, _MAC_KEYS, _SEALED_KEYS, _record
+
+    value = st.one_of(st.none(), st.booleans(), st.integers(-(2**60), 2**60),
+                      st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+    for keys in (_HASH_KEYS, _MAC_KEYS, _SEALED_KEYS):
+        assert list(keys) == sorted(keys)
+
+        @settings(max_examples=200, derandomize=True, deadline=None)
+        @given(st.tuples(*[value] * len(keys)))
+        def check(values):
+            d = dict(zip(keys, values))
+            try:
+                want = rfc8785.dumps(d)
+            except Exception:  # integers rfc8785 refuses: so must the record
+                with pytest.raises(Exception):
+                    _record(keys, values)
+                return
+            assert _record(keys, values) == want
+
+        check()

@@ -277,3 +277,43 @@ def test_stripped_macs_and_a_rechained_forgery_are_caught_and_never_checkpointed
     r = client.post("/v1/audit/checkpoints")
     assert r.status_code == 409, r.text  # the service does not vouch for what it did not write
     assert first  # the genuine checkpoint made before the forgery is what exposes it
+
+
+def test_verify_reads_a_snapshot_and_holds_no_write_lock(db):
+    """A whole-chain verify must not hold up writers (agents, deploys): its read transaction takes no write lock, and
+    what is written meanwhile is not in its snapshot."""
+    import threading
+
+    with db.transaction() as s:
+        audit.append(s, actor="t", kind="node.registered", subject="node:a", payload={})
+    db.sealer.seal_now()
+    done = threading.Event()
+
+    def write():
+        with db.transaction() as s:
+            audit.append(s, actor="t", kind="node.registered", subject="node:b", payload={})
+        done.set()
+
+    with db.read() as s:
+        before = audit.verify_chain(s)
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        assert done.wait(20), "a write waited for the read-only verify"  # hang guard, not a timing assertion
+        during = audit.verify_chain(s)
+        assert during["events"] + during["pending"] == before["events"] + before["pending"]  # its snapshot
+    with db.read() as s:
+        after = audit.verify_chain(s)
+    assert after["events"] + after["pending"] == before["events"] + before["pending"] + 1
+
+
+def test_a_second_verify_at_the_same_time_is_told_to_retry(make_client):
+    client = make_client()
+    lock = client.app.state.audit_verifying
+    assert lock.acquire(blocking=False)  # a verification is running
+    try:
+        r = client.get("/v1/audit/verify")
+    finally:
+        lock.release()
+    assert r.status_code == 429 and r.headers["retry-after"] == "5", r.text
+    assert "already running" in r.json()["detail"]
+    assert verify(client)["ok"] is True

@@ -63,6 +63,9 @@ def test_a_member_whose_head_holds_another_group_plan_refuses(servers, tmp_path,
     engine = create_engine(db_url)
     with engine.begin() as conn:  # the head's row no longer on this group's digest (a half-updated group)
         conn.execute(text("UPDATE assignments SET group_digest = :d WHERE node_name = 'head-1'"), {"d": "f" * 64})
+        # and no statement stored with the plan (signed at creation, when the head's digest was the group's): the
+        # service signs one at fetch time from what the head holds now
+        conn.execute(text("UPDATE assignments SET freshness = NULL"))
         conn.execute(text("UPDATE cache_epochs SET epoch = epoch + 1"))
     engine.dispose()
     refused = nodes["worker-1"].run()

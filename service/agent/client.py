@@ -130,6 +130,19 @@ class AgentClient:
             return None  # refused by Trust.apply_chain as malformed
         return body.get("keysets") if isinstance(body, dict) else None
 
+    def audit_checkpoint(self) -> str | None:
+        """The service's newest signed audit checkpoint (compact JWS, to be verified by the caller), or None when
+        there is none yet or the answer is not one."""
+        r = self._get("/v1/audit/checkpoints/latest")
+        if r.status_code != 200:
+            return None
+        try:
+            body = r.json()
+        except ValueError:
+            return None
+        token = body.get("checkpoint") if isinstance(body, dict) else None
+        return token if isinstance(token, str) else None
+
     def fetch(self, etag: str | None = None, wait: int = 0) -> httpx.Response:
         """GET the node's plan; with ``wait`` the server holds the call until the plan changes (long poll)."""
         headers = {"If-None-Match": etag} if etag else {}

@@ -116,12 +116,17 @@ class Trust:
 
 
 def write_atomic(path: pathlib.Path, data: Any) -> None:
+    """``data`` as JSON at ``path``: written in full and synced, then renamed into place (never half a file)."""
+    write_text_atomic(path, json.dumps(data))
+
+
+def write_text_atomic(path: pathlib.Path, text: str) -> None:
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o600)

@@ -2,11 +2,14 @@
 
 
 import asyncio
+import base64
 import contextlib
 import datetime as dt
 import hmac
+import json
 import logging
 import re
+import threading
 import time
 import types
 from typing import Annotated, Any, Callable
@@ -26,7 +29,7 @@ from ..db.session import THREADS, Database, after_commit
 from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
-from ..errors import ApiError, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
+from ..errors import ApiError, Busy, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
 from ..services import audit_export, calibration, history, idempotency
 from ..services.agent_writes import AgentWrites, Fetch, Report
 from ..services.epochs import EpochCache, EpochWatcher
@@ -65,6 +68,20 @@ def error_field(e: dict[str, Any]) -> str:
     loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
     inner = getattr((e.get("ctx") or {}).get("error"), "path", "")
     return ".".join(p for p in (loc, inner) if p) or "body"
+
+
+def _signed_at(statement: str) -> tuple[int, str, str] | None:
+    """(iat, kid, plan_digest) of a statement this service signed and stored itself (not verified here: it only
+    decides whether the stored statement is young enough, and still about the stored plan, to serve instead of
+    signing a new one)."""
+    try:
+        header, payload, _ = statement.split(".")
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        kid = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))["kid"]
+        iat, digest = claims["iat"], claims["plan_digest"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (iat, kid, digest) if type(iat) is int and type(kid) is str and type(digest) is str else None
 
 
 def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
@@ -183,7 +200,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- errors -----------------------------------------------------------------------------------------------
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError):
-        return problem_response(exc.status, exc.problem())
+        retry = getattr(exc, "retry_after", None)
+        return problem_response(exc.status, exc.problem(),
+                                headers={"Retry-After": str(retry)} if retry is not None else None)
 
     @app.exception_handler(DomainError)
     async def _domain_error(_: Request, exc: DomainError):
@@ -369,6 +388,13 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             return hit[2]
         if len(freshness_cache) > 200_000:
             freshness_cache.clear()
+        stored = a.get("freshness")  # signed with the plan (services/plans.py create)
+        if stored:
+            made = _signed_at(stored)
+            if made is not None and made[1] == kid and made[0] <= now < made[0] + freshness_window \
+                    and made[2] == plan_digest(a["signed"]):
+                freshness_cache[a["id"]] = (made[0] + freshness_window, kid, stored)
+                return stored
         statement = keys.sign(freshness_claims(
             issuer=settings.issuer, audience=settings.audience, node=a["node_name"], plan_id=a["plan_id"],
             seq=a["seq"], digest=plan_digest(a["signed"]), ttl=settings.freshness_ttl_seconds, now=int(now),
@@ -617,6 +643,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         media = "application/x-ndjson" if format == "jsonl" else "text/csv"
         return StreamingResponse(audit_export.stream(db, q, format), media_type=media)
 
+    verifying = app.state.audit_verifying = threading.Lock()
+
     @app.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"])
     def verify_audit(p: Auditor):
         """Recompute the whole chain, read-only (verify never seals): every link, hash and MAC, rows not in the chain
@@ -624,10 +652,16 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         checkpoint (stored, and the data-dir copy): ``{"ok", "events", "head", "pending", "checkpoint"}``, or
         ``ok`` false with ``first_broken``, ``forged`` or ``checkpoint.reason`` (a cut tail, an emptied table,
         swapped ids). Waits up to 2 s for this process's sealer to chain what was just written."""
-        db.sealer.flush()
-        with db.transaction() as session:
-            found, problems = audit.known_checkpoints(session, keys.jwks(), [settings.checkpoint_file])
-            out = audit.verify_chain(session, checkpoints=found)
+        if not verifying.acquire(blocking=False):  # one whole-chain pass per process at a time: bounded work
+            raise Busy("a verification of the audit chain is already running in this process; retry shortly",
+                       retry_after=5)
+        try:
+            db.sealer.flush()
+            with db.read() as session:  # one snapshot, no write lock: agents and deploys go on while it reads
+                found, problems = audit.known_checkpoints(session, keys.jwks(), [settings.checkpoint_file])
+                out = audit.verify_chain(session, checkpoints=found)
+        finally:
+            verifying.release()
         seen = db.sealer.high_water
         if out["ok"] and out["last_seq"] < seen:  # after the newest checkpoint, before this process restarted
             out["ok"] = False

@@ -80,3 +80,17 @@ class Database:
             self.sealer.seal_soon()
         for callback in callbacks:
             callback()
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read-only unit of work over one consistent snapshot that takes no write lock: SQLite begins a deferred
+        transaction (WAL: writers go on while it reads), PostgreSQL a ``REPEATABLE READ, READ ONLY`` one. For long
+        reads (verifying the whole audit chain) that must not hold up writers."""
+        with self.engine.connect() as conn:
+            if self.dialect == "sqlite":
+                conn = conn.execution_options(**{READ_ONLY: True})
+            else:
+                conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+            with Session(bind=conn, expire_on_commit=False, info={"database": self}) as session:
+                with session.begin():
+                    yield session

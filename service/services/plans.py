@@ -28,7 +28,7 @@ from ..domain import env_policy
 from ..domain.code_policy import code_loading
 from ..domain.engine_args import parse_engine_args, resolve_name
 from ..domain.versions import resolve_version
-from ..signing import PLACEMENT_CLAIMS, KeyStore, plan_claims, plan_digest
+from ..signing import FRESHNESS_MEDIA_TYPE, PLACEMENT_CLAIMS, KeyStore, freshness_claims, plan_claims, plan_digest
 from . import calibration, epochs
 from . import manifests as manifest_service
 from . import nodes as node_service
@@ -362,7 +362,16 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
                              vllm_version=result.vllm_version, argv=mine["argv"], env=mine["env"],
                              model_uri=manifest.uri, placement={k: mine[k] for k in PLACEMENT_CLAIMS})
         signed = keys.sign(claims)
-        a = Assignment(plan_id=plan.id, node_name=node.name, seq=seq, signed=signed,
+        # "this is the node's current plan", signed now with the plan: the first fetches after a rollout (a fleet
+        # booting at once) are answered without a signature each. A group member's carries its head's group digest:
+        # in this transaction, the group's own
+        grouped = mine["role"] in ("head", "worker")
+        fresh = keys.sign(freshness_claims(issuer=settings.issuer, audience=settings.audience, node=node.name,
+                                           plan_id=plan.id, seq=seq, digest=plan_digest(signed),
+                                           ttl=settings.freshness_ttl_seconds, grouped=grouped,
+                                           head_group_digest=mine["group_digest"] if grouped else None),
+                          typ=FRESHNESS_MEDIA_TYPE, refresh=False)
+        a = Assignment(plan_id=plan.id, node_name=node.name, seq=seq, signed=signed, freshness=fresh,
                        etag='"' + audit.sha256_hex(signed.encode())[:32] + '"', group_index=mine["group"],
                        rank=mine["rank"], role=mine["role"], group_digest=mine["group_digest"])
         session.add(a)
@@ -453,9 +462,9 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
     current: dict[str, dict] = {}
     for row in session.execute(
             select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.etag,
-                   ASSIGNMENTS.c.signed, ASSIGNMENTS.c.last_fetched_at, ASSIGNMENTS.c.fetch_count,
-                   ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.group_index, ASSIGNMENTS.c.rank, ASSIGNMENTS.c.role,
-                   ASSIGNMENTS.c.group_digest)
+                   ASSIGNMENTS.c.signed, ASSIGNMENTS.c.freshness, ASSIGNMENTS.c.last_fetched_at,
+                   ASSIGNMENTS.c.fetch_count, ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.group_index,
+                   ASSIGNMENTS.c.rank, ASSIGNMENTS.c.role, ASSIGNMENTS.c.group_digest)
             .where(ASSIGNMENTS.c.node_name.in_(nodes), ASSIGNMENTS.c.status == "active")).mappings():
         if row["node_name"] not in current or row["seq"] > current[row["node_name"]]["seq"]:
             current[row["node_name"]] = dict(row)
