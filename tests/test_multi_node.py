@@ -63,6 +63,10 @@ def test_two_node_tp16_deepseek_v3_signs_two_different_commands(client, keys):
         assert parsed["master_addr"] == "10.0.0.11" and parsed["master_port"] == 29501
         assert parsed["tensor_parallel_size"] == 16 and parsed["max_model_len"] == 32768
     # the plan response shows every node's own argv and the assignment's place
+    # judged per rank at the group's TP: a sixteenth of the FP8 weights per GPU, MLA's latent KV not split by TP
+    # (61 layers × (512 + 64) × 2 bytes per token on every GPU)
+    assert p["budget"]["kv_bytes_per_token_per_gpu"] == 61 * 576 * 2 and p["budget"]["kv_layers_per_gpu"] == 61
+    assert 40e9 < p["budget"]["weights_bytes_per_gpu"] < 45e9
     rows = {x["node"]: x for x in p["assignments"]}
     assert rows["h200-b"]["argv"] == b["argv"] and rows["h200-b"]["rank"] == 1 and rows["h200-b"]["role"] == "worker"
 
@@ -86,6 +90,7 @@ def test_tp8_pp2_llama4_maverick_over_two_nodes(client, keys):
                       name="meta-llama/Llama-4-Maverick-17B-128E-Instruct")
     p = plan(client, ["m-a", "m-b"], {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 32768},
              manifest="meta-llama/Llama-4-Maverick-17B-128E-Instruct@1")
+    assert p["budget"]["kv_layers_per_gpu"] == 24  # 48 layers over two pipeline stages
     b = claims_of(client, keys, "m-b", p["id"])
     _, parsed = parse_argv(b["argv"], LINE)
     assert parsed["pipeline_parallel_size"] == 2 and parsed["tensor_parallel_size"] == 8
