@@ -8,7 +8,7 @@ import pytest
 
 from tests.support import model_config
 
-ROLES = ["admin", "deployer", "auditor", "agent_own", "agent_other", "anonymous", "revoked"]
+ROLES = ["admin", "deployer", "auditor", "agent_own", "agent_other", "enroller", "anonymous", "revoked"]
 READERS = {"admin", "deployer", "auditor"}
 counter = itertools.count()
 
@@ -25,13 +25,13 @@ def world(client):
                                        "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
     plan = client.post("/v1/plans", json={"manifest": "llama", "nodes": ["gpu-a"],
                                           "engine_args": {"max_model_len": 8192}}).json()
-    for role in ("deployer", "auditor"):
+    for role in ("deployer", "auditor", "enroller"):
         tokens[role] = client.post("/v1/tokens", json={"role": role}).json()["token"]
     revoked = client.post("/v1/tokens", json={"role": "deployer"}).json()
     client.post(f"/v1/tokens/{revoked['id']}/revoke")
     auth = {"admin": client.headers["Authorization"], "deployer": f"Bearer {tokens['deployer']}",
             "auditor": f"Bearer {tokens['auditor']}", "agent_own": f"Bearer {tokens['gpu-a']}",
-            "agent_other": f"Bearer {tokens['gpu-b']}", "anonymous": "", "revoked": f"Bearer {revoked['token']}"}
+            "agent_other": f"Bearer {tokens['gpu-b']}", "enroller": f"Bearer {tokens['enroller']}", "anonymous": "", "revoked": f"Bearer {revoked['token']}"}
     return {"plan": plan["id"], "auth": auth}
 
 
@@ -73,6 +73,9 @@ ROUTES = [
     ("fetchNodePlan", "GET", "/v1/nodes/gpu-a/plan", None, {"admin", "agent_own"}, 200),
     ("reportNodeStatus", "POST", "/v1/nodes/gpu-a/reports",
      lambda c, w: {"plan_id": w["plan"], "status": "running"}, {"admin", "agent_own"}, 201),
+    ("putNodeFacts", "PUT", "/v1/nodes/gpu-a/facts",  # an agent: its own node only; an enroller: any node
+     lambda c, w: {"gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"},
+     {"admin", "enroller", "agent_own"}, 200),
     ("updateNode", "PATCH", "/v1/nodes/gpu-b", lambda c, w: {"labels": {"n": str(next(counter))}}, {"admin"}, 200),
     ("nodeHistory", "GET", "/v1/nodes/gpu-a/history", None, READERS, 200),
     ("nodeRuns", "GET", "/v1/nodes/gpu-a/runs", None, READERS, 200),

@@ -51,6 +51,7 @@ class Node(Base):
     gpu_count: Mapped[int] = mapped_column(Integer)
     interconnect: Mapped[str | None] = mapped_column(String(16), nullable=True)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)  # as nvidia-smi last reported
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -85,6 +86,7 @@ class Manifest(Base):
     digests: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     digest: Mapped[str] = mapped_column(String(80))  # sha256 over the canonical manifest
     allow_remote_code: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    files: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # weights files (agent/weights.py)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

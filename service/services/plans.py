@@ -20,7 +20,7 @@ from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import ApiError, Conflict, Invalid, LaunchRejected, NotFound
 from ..settings import Settings
-from ..domain import env_policy
+from ..domain import env_policy, node_checks
 from ..domain.code_policy import code_loading
 from ..domain.engine_args import parse_engine_args
 from ..domain.versions import resolve_version
@@ -117,6 +117,20 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secret
     return out
 
 
+def _node_checks(node: Node, manifest: Manifest, result, nodes: int) -> dict[str, Any]:
+    """The signed ``node_checks`` claim (issue 17): hardware, memory, and the weights files the manifest recorded."""
+    args = result.context.args if result.context is not None else None
+    return node_checks.node_checks_claim(
+        hardware=node_checks.hardware_claim(gpu_id=node.gpu_id, gpu=node.gpu, count=node.gpu_count,
+                                            interconnect=node.interconnect),
+        memory=node_checks.memory_claim(
+            effective=result.effective or {}, budget=result.budget,
+            kv_cache_memory_bytes=args.get("kv_cache_memory_bytes") if args is not None else None,
+            data_parallel_size=args.data_parallel_size if args is not None else 1, nodes=nodes,
+            gpus_per_node=node.gpu_count),
+        weights=manifest.files)
+
+
 def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any]) -> dict:
     """Validate, sign and store a plan for every named node. Raises LaunchRejected (422, nothing stored) when the
     verdict is reject; DomainError / NotFound / Invalid for bad input."""
@@ -156,7 +170,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
         claims = plan_claims(issuer=settings.issuer, audience=settings.audience, node=node.name, plan_id=plan.id,
                              seq=seq, manifest_digest=manifest.digest,
                              vllm_version=result.vllm_version, argv=result.argv, env=dict(request.env),
-                             model_uri=manifest.uri)
+                             model_uri=manifest.uri, node_checks=_node_checks(node, manifest, result, len(nodes)))
         signed = keys.sign(claims)
         # "this is the node's current plan", signed now with the plan: the first fetches after a rollout (a fleet
         # booting at once) are answered without a signature each

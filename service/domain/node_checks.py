@@ -1,0 +1,40 @@
+"""What a signed plan tells its node to check before vLLM starts (claim ``node_checks``): the hardware the plan was
+validated for, what vLLM will request of each GPU's memory, and the weights files the manifest recorded.
+
+The agent compares these with what nvidia-smi and the weights directory show (service/agent/gpus.py, weights.py)
+and refuses to start on a difference. Carried in the signed claims, so a node checks against what the service
+judged, not against anything the network could change.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def hardware_claim(*, gpu_id: str, gpu: dict[str, Any], count: int, interconnect: str | None) -> dict[str, Any]:
+    """The node's GPUs as the plan was validated for them: model (catalogue id, or ``custom`` with its name),
+    memory per GPU as nvidia-smi reports it (bytes), how many, and the interconnect."""
+    return {"gpu_id": gpu_id, "gpu_name": str(gpu.get("name") or gpu_id), "memory_bytes": int(gpu["memory_bytes"]),
+            "compute_capability": gpu.get("compute_capability"), "count": int(count), "interconnect": interconnect}
+
+
+def memory_claim(*, effective: dict[str, Any], budget: dict[str, Any] | None, kv_cache_memory_bytes: int | None,
+                 data_parallel_size: int, nodes: int, gpus_per_node: int) -> dict[str, Any]:
+    """What vLLM 0.33 will request of each GPU it uses (vllm/v1/worker/utils.py:716-772): the utilization it runs
+    with (defaults applied), ``kv_cache_memory_bytes`` when set, the weights per GPU the budget counted, and how many
+    of the node's GPUs the launch uses (TP × PP × DP spread over the plan's nodes)."""
+    tp = int(effective.get("tensor_parallel_size") or 1)
+    pp = int(effective.get("pipeline_parallel_size") or 1)
+    used = min(gpus_per_node, max(1, math.ceil(tp * pp * max(1, data_parallel_size) / max(1, nodes))))
+    return {"gpu_memory_utilization": float(effective.get("gpu_memory_utilization") or 0.92),
+            "kv_cache_memory_bytes": int(kv_cache_memory_bytes) if kv_cache_memory_bytes is not None else None,
+            "weights_bytes_per_gpu": int((budget or {}).get("weights_bytes_per_gpu") or 0), "gpus": used}
+
+
+def node_checks_claim(*, hardware: dict[str, Any], memory: dict[str, Any],
+                      weights: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"hardware": hardware, "memory": memory}
+    if weights:
+        out["weights"] = weights
+    return out
