@@ -22,6 +22,7 @@ from service.agent.trust import Trust
 from service.agent.verify import VerificationError
 from service.signing import KeyStore
 from tests.conftest import ADMIN
+from tests.support_gpus import install_nvidia_smi
 from tests.test_live import PREFLIGHT, PY, admin, free_port, servers, setup_fleet, start_server  # noqa: F401
 
 FAKE_VLLM = textwrap.dedent("""\
@@ -65,6 +66,7 @@ class Node:
         fake = self.dir / "bin" / "vllm"
         fake.write_text(FAKE_VLLM.format(py=PY))
         fake.chmod(0o755)
+        install_nvidia_smi(self.dir / "bin", "h100-sxm-8")  # the hardware setup_fleet registers
         self.log = self.dir / "vllm.log"
         self.state = self.dir / "state.json"
         self.trust = self.dir / "trust.json"
