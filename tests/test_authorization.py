@@ -291,5 +291,5 @@ def test_a_manifests_files_are_signed_into_its_plans(client, world):
     nc = claims["node_checks"]
     assert nc["weights"] == {**files, "quantization": "fp8"}  # the tag the service judged, not the one sent
     assert nc["hardware"] == {"gpu_id": "h100-sxm-80gb", "gpu_name": "NVIDIA H100 SXM5 80GB", "memory_bytes": 85520809984,
-                              "compute_capability": "9.0", "count": 8, "interconnect": "nvlink"}
+                              "memory_checked": True, "compute_capability": "9.0", "count": 8, "interconnect": "nvlink"}
     assert nc["memory"]["gpus"] == 1 and nc["memory"]["gpu_memory_utilization"] == 0.92

@@ -101,6 +101,14 @@ def test_less_memory_than_validated_for_is_drift():
         "GPU 0 (00000000:00:03.0): memory.total 23034 MiB, the plan was validated for 49152 MiB"]
 
 
+def test_a_marketed_memory_size_is_not_compared():
+    a10g = g.parse_gpus("0, NVIDIA A10G, 23028, 0, 8.6, 00000000:00:1E.0\n")
+    hw = hw_of("a10g-24gb", 1, None)
+    assert hw["memory_checked"] is False and g.drift(a10g, hw, None) == []
+    assert g.drift(a10g, {**hw, "memory_checked": True}, None) == [
+        "GPU 0 (00000000:00:1E.0): memory.total 23028 MiB, the plan was validated for 24576 MiB"]
+
+
 # --- free memory (vllm 0.33.0 vllm/v1/worker/utils.py:716-772) ------------------------------------------------------
 
 def mem(util=0.92, kv=None, weights=0, gpus=8):

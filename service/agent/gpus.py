@@ -207,7 +207,8 @@ def _same_model(g: ObservedGpu, hw: dict) -> bool:
 def drift(gpus: list[ObservedGpu], hardware: dict, interconnect: str | None = None) -> list[str]:
     """How the GPUs nvidia-smi lists differ from the hardware a plan was validated for (the signed
     ``node_checks.hardware`` claim: ``gpu_id``, ``gpu_name``, ``memory_bytes``, ``count``, ``interconnect``). Empty
-    when they match. Memory is compared within MEMORY_TOLERANCE (one SKU reports a few MiB more or less by driver)."""
+    when they match. Memory is compared within MEMORY_TOLERANCE (one SKU reports a few MiB more or less by driver),
+    and only when ``memory_checked`` (the figure is one nvidia-smi reports, not a marketed size)."""
     out = []
     want = int(hardware["count"])
     if len(gpus) != want:
@@ -216,7 +217,7 @@ def drift(gpus: list[ObservedGpu], hardware: dict, interconnect: str | None = No
         if not _same_model(g, hardware):
             out.append(f"GPU {g.index} ({g.bus_id}): model {g.name!r}, the plan was validated for "
                        f"{hardware.get('gpu_name') or hardware.get('gpu_id')!r}")
-        elif hardware.get("memory_bytes"):
+        elif hardware.get("memory_bytes") and hardware.get("memory_checked", True):
             expected = int(hardware["memory_bytes"])
             if abs(g.memory_total_bytes - expected) > MEMORY_TOLERANCE * expected:
                 out.append(f"GPU {g.index} ({g.bus_id}): memory.total {g.memory_total_bytes // MIB} MiB, the plan "

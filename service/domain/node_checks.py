@@ -11,12 +11,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .gpus import catalogue
+
 
 def hardware_claim(*, gpu_id: str, gpu: dict[str, Any], count: int, interconnect: str | None) -> dict[str, Any]:
     """The node's GPUs as the plan was validated for them: model (catalogue id, or ``custom`` with its name),
     memory per GPU as nvidia-smi reports it (bytes), how many, and the interconnect."""
+    known = catalogue().get(gpu_id)
+    # memory is compared at boot only when it is a figure nvidia-smi reports (a custom GPU's, or a catalogue entry
+    # with one): a marketed size (A10G: 24 GiB sold, 23028 MiB reported) would be drift on every healthy node
+    exact = known is None or known.memory_source.startswith("nvidia-smi")
     return {"gpu_id": gpu_id, "gpu_name": str(gpu.get("name") or gpu_id), "memory_bytes": int(gpu["memory_bytes"]),
-            "compute_capability": gpu.get("compute_capability"), "count": int(count), "interconnect": interconnect}
+            "memory_checked": exact, "compute_capability": gpu.get("compute_capability"), "count": int(count),
+            "interconnect": interconnect}
 
 
 def memory_claim(*, effective: dict[str, Any], budget: dict[str, Any] | None, kv_cache_memory_bytes: int | None,
