@@ -700,8 +700,9 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                                                      help="Issue a new agent token even when TOKEN_FILE holds one "
                                                           "(the node's other tokens are revoked).")) -> None:
     """Register this node from what nvidia-smi reads (GPU model, count, memory, capability, NVLink or PCIe), or update
-    its facts when it exists. Safe to re-run: with TOKEN_FILE in place the token is kept; without it (a new or
-    re-imaged node) a new token is issued and the old ones are revoked."""
+    its facts when it exists. Safe to re-run: while TOKEN_FILE holds the node's live agent token, the facts are sent
+    with it and it is kept; otherwise (a new or re-imaged node, a revoked token) the enrollment token registers or
+    updates the node and a new agent token is issued, the node's old ones revoked."""
     import httpx
 
     from .agent.gpus import NvidiaSmiError, node_facts, read_gpus, read_interconnect
@@ -714,12 +715,20 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         typer.echo(f"preflight agent register: {exc}", err=True)
         raise typer.Exit(2)
     try:
-        have_token = token_file.is_file() and token_file.stat().st_size > 0
+        kept = token_file.read_text()[:4096].strip() if token_file.is_file() else ""
     except OSError:
-        have_token = False
-    body = {**facts, "address": address, "rotate_token": rotate_token or not have_token}
+        kept = ""
+    body = {**facts, "address": address}
     try:
-        r = _client(server, enroll_token).put(f"/v1/nodes/{node}/facts", json=body)
+        r = None
+        if kept and not rotate_token:  # the kept token proves itself: it may update its own node's facts
+            r = _client(server, kept).put(f"/v1/nodes/{node}/facts", json=body)
+            if r.status_code in (401, 403):  # revoked, or another node's: a new one (old ones revoked)
+                typer.echo(f"preflight agent register: the token in {token_file} is not {node}'s live agent token "
+                           f"(HTTP {r.status_code}); issuing a new one", err=True)
+                r = None
+        if r is None:
+            r = _client(server, enroll_token).put(f"/v1/nodes/{node}/facts", json={**body, "rotate_token": True})
     except httpx.HTTPError as exc:
         typer.echo(f"preflight agent register: {server}: {exc}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE)

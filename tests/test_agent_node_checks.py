@@ -189,3 +189,17 @@ def test_a_remote_uri_is_checked_under_weights_root(world, tmp_path):
     (weights / "quantization.txt").write_text("fp8\n")
     run = node.boot("--weights-root", str(root))
     assert run.returncode == 3 and "quantization.txt: the manifest records no tag, the node has tag fp8" in run.stderr
+
+
+def test_register_with_a_revoked_token_in_the_file_issues_a_new_one(world):
+    url, c, enroll, node, _ = world
+    assert node.register(enroll).returncode == 0
+    old = node.token_file.read_text().strip()
+    c.post("/v1/nodes/gpu-01/token")  # an admin rotated it: the file's token is dead
+    again = node.register(enroll)
+    assert again.returncode == 0 and "is not gpu-01's live agent token (HTTP 401); issuing a new one" in again.stderr
+    assert node.token_file.read_text().strip() not in ("", old)
+    node.token_file.write_text("pf_" + "x" * 43)  # junk: the same
+    assert node.register(enroll).returncode == 0
+    boot = node.boot()  # no plan yet, but the token is the node's
+    assert boot.returncode == 1 and "HTTP 404" in boot.stderr and "has no current plan" in boot.stderr
