@@ -261,8 +261,9 @@ def memory_shortfalls(gpus: list[ObservedGpu], memory: dict) -> list[MemoryShort
     vLLM's check (vllm 0.33.0 vllm/v1/worker/utils.py:716-772, ``request_memory``, called for every worker at
     gpu_worker.py:542 whether or not ``kv_cache_memory_bytes`` is set): ``requested = ceil(total ×
     gpu_memory_utilization)``; ``free < requested`` raises "Free memory on device … on startup is less than desired
-    GPU memory utilization …". vLLM takes its snapshot after the CUDA context and NCCL exist, so free memory there is
-    lower still than what nvidia-smi shows now: below the figure here it certainly refuses.
+    GPU memory utilization …". Here total and free are nvidia-smi's; vLLM's total is torch's (a few hundred MiB
+    lower) and it measures free memory after its CUDA context and NCCL exist (lower too): the differences roughly
+    cancel, so the verdicts agree except within about half a GiB of the line.
     With ``kv_cache_memory_bytes`` (gpu_worker.py:656-681, profiling skipped) the KV cache and the weights must also
     fit in free memory, or loading or the KV allocation runs out of memory."""
     util = float(memory.get("gpu_memory_utilization") or 0.92)
