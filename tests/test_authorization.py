@@ -293,3 +293,8 @@ def test_a_manifests_files_are_signed_into_its_plans(client, world):
     assert nc["hardware"] == {"gpu_id": "h100-sxm-80gb", "gpu_name": "NVIDIA H100 SXM5 80GB", "memory_bytes": 85520809984,
                               "memory_checked": True, "compute_capability": "9.0", "count": 8, "interconnect": "nvlink"}
     assert nc["memory"]["gpus"] == 1 and nc["memory"]["gpu_memory_utilization"] == 0.92
+
+
+def test_a_hostile_address_in_node_facts_is_a_422_naming_it(client):
+    r = client.put("/v1/nodes/hostile/facts", json={"gpu": "NVIDIA L4", "gpu_count": 1, "address": "-oProxyCommand=x"})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "address", r.text

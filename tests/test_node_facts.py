@@ -144,10 +144,9 @@ def test_kv_cache_memory_bytes_needs_the_kv_cache_and_the_weights_free_too():
 def test_memory_claim_counts_the_gpus_the_launch_uses():
     eff = {"tensor_parallel_size": 2, "pipeline_parallel_size": 2, "gpu_memory_utilization": 0.85}
     assert memory_claim(effective=eff, budget={"weights_bytes_per_gpu": 5}, kv_cache_memory_bytes=None,
-                        data_parallel_size=1, nodes=1, gpus_per_node=8) == {
+                        gpus_used=4, gpus_per_node=8) == {
         "gpu_memory_utilization": 0.85, "kv_cache_memory_bytes": None, "weights_bytes_per_gpu": 5, "gpus": 4}
-    assert memory_claim(effective=eff, budget=None, kv_cache_memory_bytes=1, data_parallel_size=1, nodes=2,
-                        gpus_per_node=8)["gpus"] == 2
+    assert memory_claim(effective=eff, budget=None, kv_cache_memory_bytes=1, gpus_used=16, gpus_per_node=8)["gpus"] == 8
 
 
 # --- weights --------------------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ judged, not against anything the network could change.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .gpus import catalogue
@@ -27,13 +26,11 @@ def hardware_claim(*, gpu_id: str, gpu: dict[str, Any], count: int, interconnect
 
 
 def memory_claim(*, effective: dict[str, Any], budget: dict[str, Any] | None, kv_cache_memory_bytes: int | None,
-                 data_parallel_size: int, nodes: int, gpus_per_node: int) -> dict[str, Any]:
+                 gpus_used: int, gpus_per_node: int) -> dict[str, Any]:
     """What vLLM 0.33 will request of each GPU it uses (vllm/v1/worker/utils.py:716-772): the utilization it runs
     with (defaults applied), ``kv_cache_memory_bytes`` when set, the weights per GPU the budget counted, and how many
-    of the node's GPUs the launch uses (TP × PP × DP spread over the plan's nodes)."""
-    tp = int(effective.get("tensor_parallel_size") or 1)
-    pp = int(effective.get("pipeline_parallel_size") or 1)
-    used = min(gpus_per_node, max(1, math.ceil(tp * pp * max(1, data_parallel_size) / max(1, nodes))))
+    of the node's GPUs the launch uses (the topology's GPUs per node: domain/topology.py ``local_world``)."""
+    used = min(gpus_per_node, max(1, int(gpus_used)))
     return {"gpu_memory_utilization": float(effective.get("gpu_memory_utilization") or 0.92),
             "kv_cache_memory_bytes": int(kv_cache_memory_bytes) if kv_cache_memory_bytes is not None else None,
             "weights_bytes_per_gpu": int((budget or {}).get("weights_bytes_per_gpu") or 0), "gpus": used}

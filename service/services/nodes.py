@@ -17,18 +17,19 @@ from . import tokens
 
 def node_dict(n: Node) -> dict[str, Any]:
     return {"name": n.name, "gpu": n.gpu, "gpu_count": n.gpu_count, "interconnect": n.interconnect,
-            "labels": n.labels, "created_at": iso(n.created_at), **({"gpus": n.gpus} if n.gpus else {})}
+            "address": n.address, "labels": n.labels, "created_at": iso(n.created_at),
+            **({"gpus": n.gpus} if n.gpus else {})}
 
 
 def register(session: Session, *, actor: str, name: str, gpu: str | dict, gpu_count: int, interconnect: str | None,
-             labels: dict[str, str]) -> tuple[Node, str]:
+             labels: dict[str, str], address: str | None = None) -> tuple[Node, str]:
     """Register a node and issue its agent token (returned once). Raises DomainError for an unknown GPU and
     Conflict when the name is taken."""
     resolved = resolve(gpu, "gpu")
     if session.execute(select(Node.id).where(Node.name == name)).first():
         raise Conflict(f"node {name!r} already exists", field="name")
     node = Node(name=name, gpu_id=resolved.id, gpu=resolved.as_dict(), gpu_count=gpu_count,
-                interconnect=interconnect, labels=labels)
+                interconnect=interconnect, labels=labels, address=address)
     session.add(node)
     try:
         session.flush()
@@ -81,7 +82,7 @@ def etag(n: Node) -> str:
 
 
 def update(session: Session, *, actor: str, name: str, if_match: str | None, changes: dict[str, Any]) -> Node:
-    """Update gpu_count / interconnect / labels. With ``If-Match`` the current ETag must match (else 412). The row
+    """Update gpu_count / interconnect / address / labels (plans already signed keep the address they carry). With ``If-Match`` the current ETag must match (else 412). The row
     is read locked (``FOR UPDATE``), so concurrent conditional updates with one ETag serialize and only the first
     matches: a compare-and-set on both databases."""
     from ..db.models import utcnow
@@ -104,7 +105,7 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, cha
 
 def put_facts(session: Session, *, actor: str, role: str, name: str, facts: dict[str, Any]) -> tuple[Node, bool, str | None]:
     """Create the node (an enroller or admin) or update its hardware facts (gpu, gpu_count, interconnect, the GPUs as
-    nvidia-smi read them; ``address`` kept as the label ``address``). Returns ``(node, created, agent token or
+    nvidia-smi read them; ``address``, where the other nodes of a multi-node instance reach it). Returns ``(node, created, agent token or
     None)``: a token is issued when the node is created, or when ``rotate_token`` is asked by an enroller or admin
     (the node's other agent tokens are revoked). An agent may update only its own node and never rotates (the route
     checks who may call). Audited as node.registered / node.facts_updated with before and after."""
@@ -113,13 +114,13 @@ def put_facts(session: Session, *, actor: str, role: str, name: str, facts: dict
 
     gpu = facts["gpu"]
     resolved = resolve(gpu, "gpu")
-    labels = {"address": facts["address"]} if facts.get("address") else {}
+    address = facts.get("address")
     existing = session.execute(select(Node).where(Node.name == name).with_for_update()).scalar_one_or_none()
     if existing is None:
         if role == "agent":
             raise Forbidden(f"an agent token may not create node {name!r}")
         node, secret = register(session, actor=actor, name=name, gpu=gpu, gpu_count=facts["gpu_count"],
-                                interconnect=facts.get("interconnect"), labels=labels)
+                                interconnect=facts.get("interconnect"), labels={}, address=address)
         node.gpus = facts.get("gpus")
         session.flush()
         return node, True, secret
@@ -128,7 +129,7 @@ def put_facts(session: Session, *, actor: str, role: str, name: str, facts: dict
     before = node_dict(existing)
     after = {"gpu_id": resolved.id, "gpu": resolved.as_dict(), "gpu_count": facts["gpu_count"],
              "interconnect": facts.get("interconnect"), "gpus": facts.get("gpus") or existing.gpus,
-             "labels": {**(existing.labels or {}), **labels}}
+             "address": address or existing.address}
     if any(getattr(existing, k) != v for k, v in after.items()):  # a re-run with the same facts changes nothing
         for k, v in after.items():
             setattr(existing, k, v)

@@ -2,15 +2,15 @@
 and optional digests), checked by the agent before vLLM starts; nodes.gpus: each GPU as nvidia-smi last reported it
 (`preflight agent register`, or the agent after inventory drift)
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
