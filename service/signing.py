@@ -243,7 +243,8 @@ PLACEMENT_CLAIMS = ("group", "rank", "role", "nnodes", "head", "group_digest")
 
 def plan_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, manifest_digest: str,
                 vllm_version: str, argv: list[str], env: dict[str, str], model_uri: str,
-                placement: dict[str, Any] | None = None, now: int | None = None) -> dict[str, Any]:
+                placement: dict[str, Any] | None = None, now: int | None = None,
+                node_checks: dict[str, Any] | None = None) -> dict[str, Any]:
     """The claims of one node's signed plan (times in seconds since the epoch). No ``exp``: what a plan says does
     not expire; whether it is still the node's current plan is what a freshness statement says. ``placement``:
     the PLACEMENT_CLAIMS."""
@@ -252,6 +253,8 @@ def plan_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int
         "iss": issuer, "sub": node, "aud": audience, "iat": iat, "nbf": iat - 60,
         "jti": plan_id, "seq": seq, "manifest_digest": manifest_digest, "vllm_version": vllm_version,
         "argv": argv, "env": env, "model_uri": model_uri, **(placement or {}),
+        # what the agent checks before vLLM starts (domain/node_checks.py); older plans carry none
+        **({"node_checks": node_checks} if node_checks is not None else {}),
     }
 
 
