@@ -601,8 +601,17 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     elif r.status_code == 200:
         header_id = r.headers.get("X-Plan-Id") or None
         plan_token, header_id = r.text, header_id if header_id and len(header_id) <= 36 else None  # unverified
+    elif r.status_code == 404 and "has no current plan" in r.text:
+        typer.echo(f"preflight agent: {node} has no current plan: nothing runs (--wait waits for one)", err=True)
+        raise typer.Exit(1)
     else:
-        typer.echo(f"preflight agent: fetch failed: HTTP {r.status_code}: {r.text[:500]}", err=True)
+        detail = r.text[:500]
+        try:
+            body = r.json()
+            detail = str(body.get("detail", detail))[:500] if isinstance(body, dict) else detail
+        except (ValueError, RecursionError):
+            pass
+        typer.echo(f"preflight agent: fetch failed: HTTP {r.status_code}: {detail}", err=True)
         raise typer.Exit(1)
 
     try:
@@ -928,8 +937,8 @@ def _jwks(jwks_file: Optional[pathlib.Path], server: Optional[str]) -> dict:
         return httpx.get(server.rstrip("/") + "/.well-known/jwks.json", timeout=30).json()
     from .signing import KeyError_, KeyStore
 
-    try:
-        return KeyStore(_settings().key_dir, create=False).jwks()
+    try:  # the local key directory: retired keys too (a checkpoint they signed still verifies for an auditor)
+        return KeyStore(_settings().key_dir, create=False).audit_jwks()
     except KeyError_:
         return {"keys": []}
 
@@ -1105,7 +1114,7 @@ def audit_check_checkpoint(file: pathlib.Path = typer.Argument(..., help="A save
     else:
         from .signing import KeyStore
 
-        jwks = KeyStore(_settings().key_dir, create=False).jwks()
+        jwks = KeyStore(_settings().key_dir, create=False).audit_jwks()  # retired keys too
     try:
         claims, kid = verify_jws(file.read_text().strip(), jwks, typ=audit.CHECKPOINT_TYPE)
     except VerificationError as exc:

@@ -166,8 +166,11 @@ class KeyStore:
         previous active key (nodes trust it already), the first one by itself. Returns the new kid."""
         with self._lock:
             previous = self._state.get("active") if self._state.get("active") in self._keys else None
-            key = OKPKey.generate_key("Ed25519")
-            kid = key.thumbprint()[:16]
+            while True:  # a kid never starts with "-" (a command line would read it as an option)
+                key = OKPKey.generate_key("Ed25519")
+                kid = key.thumbprint()[:16]
+                if not kid.startswith("-"):
+                    break
             self._write_private(kid, key)
             self._keys[kid] = OKPKey.import_key({**key.as_dict(private=True), "kid": kid})
             self._state["active"] = kid
@@ -199,6 +202,13 @@ class KeyStore:
     def public_keys(self) -> list[dict[str, Any]]:
         return [{**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"}
                 for k in sorted(self.published())]
+
+    def audit_jwks(self) -> dict[str, Any]:
+        """Every public key in the directory, retired ones too: what signed an audit checkpoint years ago still
+        verifies it for an auditor (nodes trust only the published set)."""
+        self.refresh()
+        return {"keys": [{**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"}
+                         for k in sorted(self._keys)], "version": self.keyset_version}
 
     def jwks(self) -> dict[str, Any]:
         """The published keys, and ``version``: the key-set version they are (a node pins this file)."""
