@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import pathlib
 import shlex
 import sys
@@ -395,9 +396,13 @@ def _agent_token(token: str | None, token_file: pathlib.Path | None) -> str:
         typer.echo("preflight agent: give --token or --token-file (PREFLIGHT_TOKEN / PREFLIGHT_TOKEN_FILE)", err=True)
         raise typer.Exit(2)
     try:
-        secret = token_file.read_text()[:4096].strip()
-    except OSError as exc:
-        typer.echo(f"preflight agent: cannot read the token file {token_file}: {exc.strerror}", err=True)
+        secret = token_file.read_text(encoding="ascii")[:4096].strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        typer.echo(f"preflight agent: cannot read the token file {token_file}: "
+                   f"{getattr(exc, 'strerror', None) or 'not an ASCII token'}", err=True)
+        raise typer.Exit(2)
+    if secret and not re.fullmatch(r"[A-Za-z0-9_.~+/=-]{1,512}", secret):
+        typer.echo(f"preflight agent: the token file {token_file} does not hold a token", err=True)
         raise typer.Exit(2)
     if not secret:
         typer.echo(f"preflight agent: the token file {token_file} is empty (run `preflight agent register`)", err=True)
@@ -694,8 +699,14 @@ def _node_checks_pass(client, report, claims: dict, *, node: str, nvidia_smi: st
     def say(line: str) -> None:
         typer.echo(f"preflight agent: {line}", err=True)
 
-    refusal = run_checks(claims, nvidia_smi=nvidia_smi, weights_root=weights_root, verify_hashes=verify_hashes,
-                         say=say)
+    from .agent.bootcheck import Refusal
+
+    try:
+        refusal = run_checks(claims, nvidia_smi=nvidia_smi, weights_root=weights_root, verify_hashes=verify_hashes,
+                             say=say)
+    except Exception as exc:  # whatever a node's tools or disk hand back, a check that cannot finish refuses
+        refusal = Refusal("node checks", "check_failed",
+                          f"a check could not be completed ({exc.__class__.__name__}: {str(exc)[:200]})")
     if refusal is None:
         return True
     typer.echo(f"preflight agent: REFUSED {refusal.check} {claims['jti']}: {refusal.message}. vLLM was not "
@@ -742,17 +753,32 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         typer.echo(f"preflight agent register: {exc}", err=True)
         raise typer.Exit(2)
     try:
-        kept = token_file.read_text()[:4096].strip() if token_file.is_file() else ""
-    except OSError:
+        kept = token_file.read_text(encoding="ascii")[:4096].strip() if token_file.is_file() else ""
+    except (OSError, UnicodeDecodeError):
         kept = ""
+    if kept and not re.fullmatch(r"[A-Za-z0-9_.~+/=-]{1,512}", kept):
+        kept = ""  # not a token (a corrupted file): enrol again
+    # the new token must be writable before the service rotates anything (a failed write would lock the node out)
+    try:
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        if token_file.is_dir() or (token_file.exists() and not os.access(token_file.parent, os.W_OK)) \
+                or not os.access(token_file.parent, os.W_OK):
+            raise OSError(f"{token_file} cannot be written")
+    except OSError as exc:
+        typer.echo(f"preflight agent register: {exc}: nothing changed", err=True)
+        raise typer.Exit(2)
     body = {**facts, "address": address}
     try:
         r = None
         if kept and not rotate_token:  # the kept token proves itself: it may update its own node's facts
             r = _client(server, kept).put(f"/v1/nodes/{node}/facts", json=body)
-            if r.status_code in (401, 403):  # revoked, or another node's: a new one (old ones revoked)
-                typer.echo(f"preflight agent register: the token in {token_file} is not {node}'s live agent token "
-                           f"(HTTP {r.status_code}); issuing a new one", err=True)
+            if r.status_code == 403:  # a live token of another node: a mistyped --node would take that node over
+                typer.echo(f"preflight agent register: the token in {token_file} is live but not {node}'s: refusing "
+                           f"to take {node} over (check --node, or pass --rotate-token on purpose)", err=True)
+                raise typer.Exit(2)
+            if r.status_code == 401:  # revoked: a new one (old ones revoked)
+                typer.echo(f"preflight agent register: the token in {token_file} is no longer valid; issuing a new "
+                           f"one", err=True)
                 r = None
         if r is None:
             r = _client(server, enroll_token).put(f"/v1/nodes/{node}/facts", json={**body, "rotate_token": True})
@@ -763,7 +789,12 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     out = r.json()
     secret = out.pop("agent_token", None)
     if secret:
-        write_text_atomic(token_file, secret + "\n")
+        try:
+            write_text_atomic(token_file, secret + "\n")
+        except OSError as exc:  # the service already rotated: say where the token went
+            typer.echo(f"preflight agent register: the new agent token could not be written to {token_file} "
+                       f"({exc}); run again with --rotate-token once the file can be written", err=True)
+            raise typer.Exit(2)
     gpu = out["gpu"]
     typer.echo(f"{'registered' if r.status_code == 201 else 'updated'} {node}: {out['gpu_count']} × "
                f"{gpu.get('name')} ({gpu.get('id')}), {gpu.get('memory_bytes', 0) // 2**20} MiB, "

@@ -197,9 +197,26 @@ def test_register_with_a_revoked_token_in_the_file_issues_a_new_one(world):
     old = node.token_file.read_text().strip()
     c.post("/v1/nodes/gpu-01/token")  # an admin rotated it: the file's token is dead
     again = node.register(enroll)
-    assert again.returncode == 0 and "is not gpu-01's live agent token (HTTP 401); issuing a new one" in again.stderr
+    assert again.returncode == 0 and "is no longer valid; issuing a new one" in again.stderr
     assert node.token_file.read_text().strip() not in ("", old)
     node.token_file.write_text("pf_" + "x" * 43)  # junk: the same
     assert node.register(enroll).returncode == 0
     boot = node.boot()  # no plan yet, but the token is the node's
-    assert boot.returncode == 1 and "HTTP 404" in boot.stderr and "has no current plan" in boot.stderr
+    assert boot.returncode == 1 and "has no current plan: nothing runs" in boot.stderr
+
+
+def test_gpus_used_fails_closed_when_the_selection_cannot_be_mapped():
+    """--device-ids or CUDA_VISIBLE_DEVICES that name GPUs by UUID, unknown indices or fewer than the plan uses:
+    every GPU of the node is checked (never an empty check that passes)."""
+    from service.agent.gpus import ObservedGpu, gpus_used
+
+    gpus = [ObservedGpu(index=i, name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 << 30,
+                        memory_used_bytes=0, compute_capability="9.0", bus_id=f"00000000:{i:02X}:00.0")
+            for i in range(8)]
+    one = {"gpus": 1}
+    assert [g.index for g in gpus_used(gpus, one, {}, ["vllm", "serve", "m", "--device-ids", "3"])] == [3]
+    assert [g.index for g in gpus_used(gpus, one, {"CUDA_VISIBLE_DEVICES": "5"})] == [5]
+    for env in ({"CUDA_VISIBLE_DEVICES": "GPU-5c3c8a9e"}, {"CUDA_VISIBLE_DEVICES": "²"},
+                {"CUDA_VISIBLE_DEVICES": "9"}, {"CUDA_VISIBLE_DEVICES": ""}):
+        assert len(gpus_used(gpus, one, env)) == 8, env
+    assert len(gpus_used(gpus, {"gpus": 4}, {"CUDA_VISIBLE_DEVICES": "1,2"})) == 8

@@ -110,7 +110,7 @@ def run_checks(claims: dict, *, nvidia_smi: str, weights_root: pathlib.Path | No
         observed = gpu_mod.read_gpus(nvidia_smi)
     except gpu_mod.NvidiaSmiError as exc:
         return Refusal("gpus", "nvidia_smi", f"cannot read the node's GPUs: {exc}")
-    used = gpu_mod.gpus_used(observed, mem, claims.get("env") or {})
+    used = gpu_mod.gpus_used(observed, mem, claims.get("env") or {}, claims.get("argv"))
     short = gpu_mod.memory_shortfalls(used, mem)
     if short:
         procs = gpu_mod.holders(gpu_mod.read_compute_apps(nvidia_smi), [s.gpu for s in short])

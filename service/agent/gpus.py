@@ -9,8 +9,11 @@ separated by ``", "``, memory in MiB.
 from __future__ import annotations
 
 import math
+import os
 import re
+import select
 import subprocess
+import time
 from dataclasses import asdict, dataclass
 
 from ..domain.gpus import lookup, parse_capability
@@ -108,14 +111,15 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     apps = []
     for raw in text.splitlines()[:4096]:
         parts = [p.strip() for p in raw.split(",")]
-        if len(parts) < 4 or not parts[0].isdigit():
+        if len(parts) < 4 or not re.fullmatch(r"[0-9]{1,10}", parts[0]):
             continue
         bus = parts[-1] if len(parts) >= 5 else ""
         uuid = parts[-2] if len(parts) >= 5 else parts[-1]
         used = parts[-3] if len(parts) >= 5 else parts[-2]
         name = ", ".join(parts[1:len(parts) - (3 if len(parts) >= 5 else 2)])
         apps.append(ComputeApp(pid=int(parts[0][:10]), process_name=name[:256],
-                               used_memory_bytes=int(used) * MIB if used.isdigit() else 0, gpu_uuid=uuid[:64],
+                               used_memory_bytes=int(used) * MIB if re.fullmatch(r"[0-9]{1,9}", used) else 0,
+                               gpu_uuid=uuid[:64],
                                gpu_bus_id=bus[:32]))
     return apps
 
@@ -127,7 +131,7 @@ def parse_interconnect(text: str, count: int) -> str | None:
         return None
     rows: dict[int, list[str]] = {}
     for raw in text.splitlines()[:512]:
-        m = re.match(r"^\s*GPU(\d+)\s+(.*)$", raw)
+        m = re.match(r"^\s*GPU([0-9]{1,4})\s+(.*)$", raw)
         if not m:
             continue
         cells = raw.split()[1:]
@@ -145,16 +149,44 @@ def parse_interconnect(text: str, count: int) -> str | None:
 
 
 def _run(nvidia_smi: str, args: list[str], timeout: float = 30.0) -> str:
+    """nvidia-smi's output, read up to MAX_OUTPUT bytes (more is an error, never buffered), within ``timeout``."""
+    import tempfile
+
+    what = f"{nvidia_smi} {' '.join(args[:1])}"
     try:
-        p = subprocess.run([nvidia_smi, *args], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        with tempfile.TemporaryFile() as err_file:
+            p = subprocess.Popen([nvidia_smi, *args], stdout=subprocess.PIPE, stderr=err_file,
+                                 stdin=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + timeout
+                chunks, size = [], 0
+                fd = p.stdout.fileno()
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not select.select([fd], [], [], left)[0]:
+                        raise subprocess.TimeoutExpired(what, timeout)
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > MAX_OUTPUT:
+                        raise NvidiaSmiError(f"{what}: more than {MAX_OUTPUT} bytes of output")
+                    chunks.append(chunk)
+                code = p.wait(max(0.1, deadline - time.monotonic()))
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                p.stdout.close()
+            err_file.seek(0)
+            err = err_file.read(2000).decode("utf-8", "replace")
     except FileNotFoundError:
         raise NvidiaSmiError(f"{nvidia_smi}: not found (install the NVIDIA driver, or name it with --nvidia-smi)")
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NvidiaSmiError(f"{nvidia_smi} {' '.join(args[:1])}: {exc}") from None
-    out = p.stdout[:MAX_OUTPUT].decode("utf-8", "replace")
-    if p.returncode != 0:
-        err = (p.stderr[:2000].decode("utf-8", "replace") or out).strip()
-        raise NvidiaSmiError(f"{nvidia_smi} {' '.join(args[:1])} failed (exit {p.returncode}): {err[:300]}")
+        raise NvidiaSmiError(f"{what}: {exc}") from None
+    out = b"".join(chunks).decode("utf-8", "replace")
+    if code != 0:
+        raise NvidiaSmiError(f"{what} failed (exit {code}): {(err or out).strip()[:300]}")
     return out
 
 
@@ -241,18 +273,30 @@ class MemoryShortfall:
                 f"{g.memory_total_bytes / GIB:.2f} GiB, the plan needs {self.needed_bytes / GIB:.2f} GiB ({self.why})")
 
 
-def gpus_used(gpus: list[ObservedGpu], memory: dict, env: dict[str, str]) -> list[ObservedGpu]:
+def gpus_used(gpus: list[ObservedGpu], memory: dict, env: dict[str, str],
+              argv: list[str] | None = None) -> list[ObservedGpu]:
     """The GPUs vLLM will use: the first ``gpus`` of the signed memory claim (TP × PP × DP on this node), in the
-    order ``CUDA_VISIBLE_DEVICES`` gives when the plan's env sets it (indices), else 0, 1, …"""
+    order ``--device-ids`` or ``CUDA_VISIBLE_DEVICES`` gives (indices as nvidia-smi numbers them), else 0, 1, …; every
+    GPU of the node when the selection names GPUs otherwise (UUIDs, MIG) or does not cover the claim."""
     n = int(memory.get("gpus") or len(gpus))
     by_index = {g.index: g for g in gpus}
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        order = [int(x) for x in visible.split(",") if x.strip().isdigit()]
-        chosen = [by_index[i] for i in order if i in by_index]
-    else:
-        chosen = list(gpus)
-    return chosen[:n]
+    selection = env.get("CUDA_VISIBLE_DEVICES")
+    if argv is not None:  # --device-ids picks the GPUs too
+        for i, a in enumerate(argv):
+            if a == "--device-ids" and i + 1 < len(argv):
+                selection = argv[i + 1]
+            elif a.startswith("--device-ids="):
+                selection = a.split("=", 1)[1]
+    if selection is None:
+        return list(gpus)[:n]
+    entries = [x.strip() for x in selection.split(",") if x.strip()]
+    if all(re.fullmatch(r"[0-9]{1,4}", x) and int(x) in by_index for x in entries):
+        chosen = [by_index[int(x)] for x in entries][:n]
+        if len(chosen) == n:
+            return chosen
+    # UUIDs, MIG names, unknown indices or too few: which GPUs vLLM gets cannot be told here — every GPU of the
+    # node must have the room (fail closed, never an empty check)
+    return list(gpus)
 
 
 def memory_shortfalls(gpus: list[ObservedGpu], memory: dict) -> list[MemoryShortfall]:
