@@ -66,6 +66,7 @@ ROUTES = [
     ("createPlan", "POST", "/v1/plans",
      lambda c, w: {"manifest": "llama", "nodes": ["gpu-c"], "engine_args": {"max_model_len": 2048}},
      {"admin", "deployer"}, 201),
+    ("listPlans", "GET", "/v1/plans?node=gpu-a", None, READERS, 200),
     ("getPlan", "GET", lambda c, w: f"/v1/plans/{w['plan']}", None, READERS, 200),
     ("upgradeImpact", "GET", "/v1/upgrade-impact?vllm_version=0.33", None, READERS, 200),
     ("revokePlan", "POST", lambda c, w: f"/v1/plans/{scratch_plan(c)}/revoke", None, {"admin", "deployer"}, 200),

@@ -12,7 +12,7 @@ import re
 import threading
 import time
 import types
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -30,7 +30,7 @@ from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import ApiError, Busy, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
-from ..services import audit_export, calibration, history, idempotency
+from ..services import audit_export, calibration, fleet, history, idempotency
 from ..services.agent_writes import AgentWrites, Fetch, Report
 from ..services.epochs import EpochCache, EpochWatcher
 from ..services import manifests as manifest_service
@@ -484,15 +484,18 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/nodes", operation_id="listNodes", tags=["nodes"])
     def list_nodes(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
-                   after: str | None = None):
-        rows = node_service.list_nodes(session, limit=limit, after=after)
-        return {"items": [node_service.node_dict(n) for n in rows],
-                "next": rows[-1].name if len(rows) == limit else None}
+                   after: Annotated[str | None, Query(max_length=128)] = None):
+        """Registered nodes by name, each with its current plan (``plan``: id, seq, model, verdict, predicted and
+        measured KV tokens), the agent's ``last_report``, ``last_seen_at``, the plan the reports say runs
+        (``running_plan_id``), ``drift`` and ``status`` (running, starting, failed, refused, stopped, stale,
+        pending, unplanned). ``next`` is the cursor (pass it as ``after``)."""
+        return fleet.list_nodes(session, limit=limit, after=after)
 
     @app.get("/v1/nodes/{name}", operation_id="getNode", tags=["nodes"])
     def get_node(name: NodeName, session: SessionDep, p: Reader):
+        """One node with its current plan and state, as in the listing; ``ETag`` for ``If-Match`` on update."""
         node = node_service.get(session, name)
-        return JSONResponse(node_service.node_dict(node), headers={"ETag": node_service.etag(node)})
+        return JSONResponse(fleet.get_node(session, name), headers={"ETag": node_service.etag(node)})
 
     @app.patch("/v1/nodes/{name}", operation_id="updateNode", tags=["nodes"],
                responses={412: {"description": "If-Match does not match the node's current ETag"}})
@@ -571,15 +574,40 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         break on upgrade (or downgrade), with findings and remedies. Breaking plans first."""
         return upgrade_service.upgrade_impact(session, vllm_version)
 
-    @app.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"])
+    @app.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"],
+              responses={200: {"description": "dry run: the verdict, findings, budget and argv; nothing stored"}})
     def create_plan(body: PlanIn, p: Deployer,
-                    idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
+                    idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+                    dry_run: Annotated[bool, Query(description="validate and render only: no plan, no seq, no "
+                                                               "audit event (200, or 422 when rejected)")] = False):
+        """Validate a launch for a registered manifest on registered nodes, sign one plan per node and make it each
+        node's current plan (the previous one is superseded). 422 with findings and remedies when vLLM would refuse
+        it; nothing is stored then. With ``dry_run=true`` nothing is ever stored."""
         data = body.model_dump(mode="json")
+        if dry_run:
+            with db.read() as session:
+                return JSONResponse(fleet.dry_run(session, data))
         status, out, replayed = idempotency.run(
             db, route="POST /v1/plans", principal=p.name, key=idempotency_key, body=data, status_code=201,
             action=lambda s: plan_service.create(s, actor=p.name, settings=settings, keys=keys, body=data))
         plan_cache.clear()
         return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
+
+    @app.get("/v1/plans", operation_id="listPlans", tags=["plans"])
+    def list_plans(session: SessionDep, p: Reader, node: Annotated[str | None, Query(max_length=128)] = None,
+                   model: Annotated[str | None, Query(max_length=256)] = None,
+                   status: Annotated[Literal["active", "superseded", "revoked"] | None, Query()] = None,
+                   since: TimeQuery = None, until: TimeQuery = None,
+                   limit: Annotated[int, Query(ge=1, le=500)] = 100,
+                   after: Annotated[str | None, Query(max_length=36, description="the previous page's next")] = None):
+        """Plans, newest first, filtered by node (assigned to it), model (manifest name), status and creation time
+        (``since`` inclusive, ``until`` exclusive); ``next`` is the cursor (pass it as ``after``). Env values are
+        redacted and the JWS left out for auditors."""
+        lo, hi = parse_time("since", since), parse_time("until", until)
+        if lo and hi and hi < lo:
+            raise DomainError("until", "until is before since")
+        return fleet.list_plans(session, node=node, model=model, status=status, since=lo, until=hi, limit=limit,
+                                after=after, secrets=p.role in ("admin", "deployer"))
 
     @app.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
     def get_plan(plan_id: str, session: SessionDep, p: Reader):
