@@ -40,7 +40,7 @@ from ..services import tokens as token_service
 from ..services import upgrade as upgrade_service
 from ..settings import Settings
 from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_digest
-from . import openapi_doc
+from . import docs, openapi_doc
 from .observability import Observability
 from .schemas import NAME, ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
@@ -192,7 +192,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             writes.stop()  # answer what is queued before the last seal
             db.sealer.stop()
 
-    app = FastAPI(title="Preflight", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="Preflight", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
     app.state.db, app.state.keys, app.state.settings = db, keys, settings
     app.state.epochs = watcher
@@ -443,6 +443,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- health and keys ---------------------------------------------------------------------------------------
     @app.get("/healthz", operation_id="healthz", tags=["ops"])
     def healthz():
+        """The process is up (no database check: see /readyz)."""
         return {"status": "ok"}
 
     @app.get("/readyz", operation_id="readyz", tags=["ops"])
@@ -457,6 +458,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/metrics", operation_id="metrics", tags=["ops"], response_class=Response,
              responses={200: {"content": {"text/plain": {}}}})
     def metrics_endpoint():
+        """Prometheus metrics: requests and latency per route, verdicts, findings by rule, agent fetches and
+        reports, audit appends."""
         body, ctype = metrics.exposition()
         return Response(body, media_type=ctype)
 
@@ -476,6 +479,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- inventory -------------------------------------------------------------------------------------------
     @app.post("/v1/nodes", status_code=201, operation_id="registerNode", tags=["nodes"])
     def register_node(body: NodeIn, session: SessionDep, p: Admin):
+        """Register a GPU node (catalogue id, the name nvidia-smi prints, or an inline GPU description); the
+        response carries the node's agent token, shown once."""
         gpu = body.gpu if isinstance(body.gpu, str) else body.gpu.model_dump()
         node, secret = node_service.register(session, actor=p.name, name=body.name, gpu=gpu,
                                              gpu_count=body.gpu_count, interconnect=body.interconnect,
@@ -501,6 +506,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                responses={412: {"description": "If-Match does not match the node's current ETag"}})
     def update_node(name: NodeName, body: NodeUpdate, session: SessionDep, p: Admin,
                     if_match: Annotated[str | None, Header()] = None):
+        """Change gpu_count, interconnect or labels; ``If-Match`` with the ETag of GET makes it a compare-and-set
+        (412 when the node changed since)."""
         changes = body.model_dump(exclude_unset=True)
         if "gpu_count" in changes and changes["gpu_count"] is None:
             raise DomainError("gpu_count", "gpu_count cannot be null")
@@ -531,6 +538,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.post("/v1/nodes/{name}/token", operation_id="rotateNodeToken", tags=["nodes"])
     def rotate_node_token(name: NodeName, session: SessionDep, p: Admin):
+        """Revoke the node's agent token and issue a new one (shown once), without re-registering the node."""
         secret = node_service.rotate_token(session, actor=p.name, name=name)
         after_commit(session, principal_cache.clear)
         return {"name": name, "agent_token": secret}
@@ -539,6 +547,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.post("/v1/manifests", status_code=201, operation_id="registerManifest", tags=["manifests"])
     def register_manifest(body: ManifestIn, p: Deployer,
                           idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
+        """Register a model version's weight manifest (config.json, quantization tag, layout, size, URI). Refused
+        (422) when its tag and quantization configs disagree; ``Idempotency-Key`` makes a retry safe."""
         data = body.model_dump(mode="json")
         status, out, replayed = idempotency.run(
             db, route="POST /v1/manifests", principal=p.name, key=idempotency_key, body=data, status_code=201,
@@ -548,6 +558,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/manifests", operation_id="listManifests", tags=["manifests"])
     def list_manifests(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                        after: Annotated[int | None, Query(ge=0, le=2**62)] = None):
+        """Registered manifests by id; ``next`` is the cursor (pass it as ``after``)."""
         rows = manifest_service.list_manifests(session, limit=limit, after=after)
         return {"items": [manifest_service.manifest_dict(m) for m in rows],
                 "next": rows[-1].id if len(rows) == limit else None}
@@ -561,6 +572,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- validation and plans ------------------------------------------------------------------------------
     @app.post("/v1/validate", operation_id="validateLaunch", tags=["plans"])
     def validate_launch(body: LaunchRequest, p: Reader):
+        """Judge a launch given inline (config.json object, hardware, engine args, workload): the verdict, findings
+        with remedies, the budget, recommendations and the argv. Stores nothing (see createPlan ``dry_run`` to judge
+        by manifest and node names)."""
         if body.model.path is not None:
             raise DomainError("model.path", "model.path is for the CLI; send config (the config.json object)")
         out = validate(body).as_dict()
@@ -611,16 +625,20 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
     def get_plan(plan_id: str, session: SessionDep, p: Reader):
+        """One plan with its findings, budget, argv and command, and its assignments (node, seq, status, last
+        report). Env values and the signed JWS only for admins and deployers."""
         plan, assignments = plan_service.get(session, plan_id)
         # env values may be secrets: only admins and deployers see them (and the signed JWS, which carries them)
         return plan_service.plan_dict(plan, assignments, secrets=p.role in ("admin", "deployer"))
 
     @app.get("/v1/plans/{plan_id}/placements", operation_id="planPlacements", tags=["audit"])
     def plan_placements(plan_id: str, session: SessionDep, p: Reader):
+        """Where one plan went: per node, when it was assigned, fetched, started, running, stopped or exited."""
         return history.plan_placements(session, plan_id)
 
     @app.post("/v1/plans/{plan_id}/revoke", operation_id="revokePlan", tags=["plans"])
     def revoke_plan(plan_id: str, session: SessionDep, p: Deployer):
+        """Withdraw a plan: its nodes' next heartbeat answer says it is no longer current and the agents stop it."""
         out = plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id))
         after_commit(session, plan_cache.clear)
         return out
@@ -744,6 +762,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- tokens ------------------------------------------------------------------------------------------------
     @app.post("/v1/tokens", status_code=201, operation_id="createToken", tags=["tokens"])
     def create_token(body: TokenIn, session: SessionDep, p: Admin):
+        """Create an admin, deployer or auditor token; the secret is in the response once."""
         secret, row = token_service.create(session, role=body.role, label=body.label)
         audit.append(session, actor=p.name, kind="token.created", subject=f"token:{row.id}",
                      payload={"id": row.id, "role": row.role, "label": row.label})
@@ -752,12 +771,14 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/tokens", operation_id="listTokens", tags=["tokens"])
     def list_tokens(session: SessionDep, p: Admin, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                     after: Annotated[int | None, Query(ge=0, le=2**62)] = None):
+        """Bearer tokens (never their secrets) by id; ``next`` is the cursor (pass it as ``after``)."""
         rows = token_service.list_tokens(session, limit=limit, after=after)
         return {"items": [token_service.token_dict(t) for t in rows],
                 "next": rows[-1].id if len(rows) == limit else None}
 
     @app.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"])
     def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
+        """Revoke a token (409 for the last active admin token unless PREFLIGHT_ADMIN_TOKEN is set)."""
         # the env admin token (PREFLIGHT_ADMIN_TOKEN) keeps the service administrable; without it, the last active
         # admin token in the database cannot be revoked (409)
         row = token_service.revoke(session, token_id, keep_an_admin=not settings.admin_token)
@@ -768,6 +789,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.post("/v1/tokens/{token_id}/rotate", operation_id="rotateToken", tags=["tokens"])
     def rotate_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
+        """Revoke a token and issue its replacement (same role, a new id; the secret shown once)."""
         secret, row = token_service.rotate(session, token_id)
         after_commit(session, principal_cache.clear)
         audit.append(session, actor=p.name, kind="token.rotated", subject=f"token:{token_id}", node=row.node_name,
@@ -775,6 +797,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return {**token_service.token_dict(row), "token": secret}
 
     openapi_doc.install(app)
+    docs.install(app)  # Swagger UI from a local package (api/docs.py)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CachedPlanFetch, answer=cached_answer)  # inside Observability: logged and counted alike
     app.add_middleware(Observability)

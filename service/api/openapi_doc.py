@@ -25,6 +25,9 @@ PROBLEM_SCHEMA = {
         "field": {"type": "string"},
     },
 }
+BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": (
+    "A token from `POST /v1/tokens` (admin, deployer, auditor), a node's agent token, or the admin token "
+    "`make run` prints (var/admin-token).")}
 PUBLIC = {"healthz", "readyz", "jwks", "keysets", "metrics"}
 CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint", "revokeToken", "rotateToken",
             "reportNodeStatus"}
@@ -86,19 +89,27 @@ def install(app: FastAPI) -> None:
             return app.openapi_schema
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        schema["components"]["securitySchemes"] = {"bearer": BEARER_SCHEME}  # Swagger UI's Authorize button
         problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
         examples = request_examples()
         for path, ops in schema["paths"].items():
             for method, op in ops.items():
                 oid = op.get("operationId")
+                had_parameters = bool(op.get("parameters"))
                 codes = ["503"]
                 if oid not in PUBLIC:
                     codes += ["401", "403"]
+                    op["security"] = [{"bearer": []}]
+                    # the bearer scheme says it; OpenAPI ignores a header parameter named Authorization anyway
+                    op["parameters"] = [q for q in op.get("parameters", [])
+                                        if not (q.get("in") == "header" and q.get("name", "").lower() == "authorization")]
+                    if not op["parameters"]:
+                        del op["parameters"]
                 if "{" in path:
                     codes.append("404")
                 if method in ("post", "patch", "put"):
                     codes += ["400", "413", "422"]
-                elif op.get("parameters"):
+                elif had_parameters:
                     codes.append("422")
                 if oid in CONFLICT:
                     codes.append("409")
