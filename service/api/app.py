@@ -40,7 +40,7 @@ from ..services import tokens as token_service
 from ..services import upgrade as upgrade_service
 from ..settings import Settings
 from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_digest
-from . import docs, openapi_doc
+from . import docs, openapi_doc, ui
 from .observability import Observability
 from .schemas import NAME, ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
@@ -697,6 +697,10 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         checkpoint (stored, and the data-dir copy): ``{"ok", "events", "head", "pending", "checkpoint"}``, or
         ``ok`` false with ``first_broken``, ``forged`` or ``checkpoint.reason`` (a cut tail, an emptied table,
         swapped ids). Waits up to 2 s for this process's sealer to chain what was just written."""
+        return verify_chain_now()
+
+    def verify_chain_now() -> dict:
+        """One read-only pass over the whole chain (the API's and the operators' page's verify). Raises Busy."""
         if not verifying.acquire(blocking=False):  # one whole-chain pass per process at a time: bounded work
             raise Busy("a verification of the audit chain is already running in this process; retry shortly",
                        retry_after=5)
@@ -716,6 +720,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             out["warnings"] = problems
         out.pop("last_seq", None)
         return out
+
+    app.state.verify_audit = verify_chain_now
 
     def checkpoint_body(row) -> dict:
         from ..agent.verify import VerificationError, verify_jws
@@ -798,6 +804,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     openapi_doc.install(app)
     docs.install(app)  # Swagger UI from a local package (api/docs.py)
+    ui.install(app, authenticate=lambda secret: cached_principal(secret) or lookup_principal(secret))  # /ui/
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CachedPlanFetch, answer=cached_answer)  # inside Observability: logged and counted alike
     app.add_middleware(Observability)

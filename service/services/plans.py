@@ -138,7 +138,8 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     judged = result.context.request if result.context is not None else request  # with recommended values filled
     plan = Plan(id=str(uuid.uuid4()), manifest_id=manifest.id, request=judged.model_dump(mode="json"),
                 verdict=result.verdict, findings=findings, argv=result.argv, command=result.command,
-                env=dict(request.env), budget=result.budget, vllm_version=result.vllm_version, created_by=actor)
+                env=dict(request.env), budget=result.budget, recommendations=result.recommendations,
+                vllm_version=result.vllm_version, created_by=actor)
     session.add(plan)
     session.flush()
     assignments = []
