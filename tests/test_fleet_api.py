@@ -175,3 +175,48 @@ def test_dry_run_needs_a_deployer(client):
     auditor = client.post("/v1/tokens", json={"role": "auditor"}).json()["token"]
     r = client.post("/v1/plans?dry_run=true", json=PLAN_70B, headers={"Authorization": f"Bearer {auditor}"})
     assert r.status_code == 403
+
+
+def test_no_workload_production_warns_when_max_num_seqs_exceeds_the_bound_at_max_model_len(client):
+    """Issue 15: an L4 at 8192 tokens holds 3 sequences of Llama-3.1-8B; vLLM's default max_num_seqs 256 warned of
+    nothing."""
+    register_node(client, "l4-01", gpu="NVIDIA L4", count=1, interconnect=None)
+    register_manifest(client, fixture="meta-llama__Meta-Llama-3.1-8B", name="meta-llama/Llama-3.1-8B")
+    body = {"manifest": "meta-llama/Llama-3.1-8B@1", "nodes": ["l4-01"],
+            "engine_args": {"max_model_len": 8192, "gpu_memory_utilization": 0.9}}
+    out = client.post("/v1/plans?dry_run=true", json=body).json()
+    f = next(f for f in out["findings"] if f["rule"] == "max_num_seqs_above_bound_at_max_len")
+    assert out["verdict"] == "warn" and f["severity"] == "warning"
+    assert f["remedy"] == {"max_num_seqs": 3} and f["data"]["bound"] == 3 == out["budget"]["max_num_seqs_bound"]
+    assert "max_num_seqs 256" in f["message"] and "at most 3" in f["message"]
+    fixed = client.post("/v1/plans?dry_run=true", json={**body, "engine_args": {**body["engine_args"],
+                                                                               "max_num_seqs": 3}}).json()
+    assert not any(f["rule"].startswith("max_num_seqs_above") for f in fixed["findings"])
+    bench = client.post("/v1/plans?dry_run=true", json={**body, "environment": "benchmark"}).json()
+    assert not any(f["rule"] == "max_num_seqs_above_bound_at_max_len" for f in bench["findings"])
+    # with a workload the bound at the average length is judged instead (and the value filled from it)
+    wl = client.post("/v1/plans?dry_run=true", json={**body, "workload": {"avg_seq_len": 1000}}).json()
+    assert not any(f["rule"] == "max_num_seqs_above_bound_at_max_len" for f in wl["findings"])
+
+
+def test_too_big_names_the_gpu_count_and_the_quantized_variants_that_fit(client):
+    from tests.support import hf_quant_config
+
+    register_node(client, "h100x2", count=2)
+    register_manifest(client)  # Llama-3.1-70B, bf16
+    fp8 = "nvidia__Llama-3.1-70B-Instruct-FP8"
+    register_manifest(client, fixture=fp8, name="nvidia/Llama-3.1-70B-Instruct-FP8", quantization_txt="modelopt\n",
+                      hf_quant_config=hf_quant_config(fp8))
+    register_manifest(client, fixture="meta-llama__Meta-Llama-3.1-8B", name="meta-llama/Llama-3.1-8B")
+    body = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["h100x2"],
+            "engine_args": {"tensor_parallel_size": 2, "max_model_len": 8192, "gpu_memory_utilization": 0.9}}
+    for path in ("/v1/plans?dry_run=true", "/v1/plans"):
+        r = client.post(path, json=body)
+        assert r.status_code == 422, r.text
+        out = r.json()
+        f = next(f for f in out["findings"] if f["rule"] == "kv_cache_fits_max_len")  # weights fit, KV does not
+        assert f["data"]["min_gpus"] == 4 and "needs at least 4 × NVIDIA H100" in f["message"]
+        assert None not in f["remedy"].values()  # (was {"tensor_parallel_size": null, ...})
+        assert [v["manifest"] for v in out["variants"]] == ["nvidia/Llama-3.1-70B-Instruct-FP8@1"]
+        assert out["variants"][0]["quantization"] == "modelopt" and out["variants"][0]["verdict"] in ("accept", "warn")
+    assert client.get("/v1/plans").json()["items"] == []

@@ -16,6 +16,7 @@ from ..errors import LaunchRejected, NotFound
 from . import manifests as manifest_service
 from . import nodes as node_service
 from . import plans as plan_service
+from . import variants
 
 # An agent heartbeats every 60 s by default (README, --heartbeat-seconds): a running node not heard from for five
 # periods is shown as stale.
@@ -191,7 +192,8 @@ def dry_run(session: Session, body: dict[str, Any]) -> dict[str, Any]:
             f"vLLM {result.vllm_version} would refuse this launch: "
             + "; ".join(f"{f.rule}: {f.message}" for f in result.errors),
             findings=findings, argv=result.argv, budget=result.budget, alternatives=result.alternatives,
-            dry_run=True)
+            variants=variants.fitting_variants(session, manifest, nodes, body) if variants.needs_memory(findings)
+            else [], dry_run=True)
     return {"dry_run": True, "verdict": result.verdict, "findings": findings, "argv": result.argv,
             "command": result.command, "env": dict(request.env), "budget": result.budget,
             "vllm_version": result.vllm_version, "recommendations": result.recommendations,

@@ -25,7 +25,7 @@ from ..domain.code_policy import code_loading
 from ..domain.engine_args import parse_engine_args
 from ..domain.versions import resolve_version
 from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_claims, plan_digest
-from . import calibration, epochs
+from . import calibration, epochs, variants
 from . import manifests as manifest_service
 from . import nodes as node_service
 
@@ -134,6 +134,8 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
             f"vLLM {result.vllm_version} would refuse this launch: "
             + "; ".join(f"{f.rule}: {f.message}" for f in result.errors),
             findings=findings, argv=result.argv, budget=result.budget, alternatives=result.alternatives,
+            variants=variants.fitting_variants(session, manifest, nodes, body) if variants.needs_memory(findings)
+            else [],  # quantized manifests of this model that would fit these nodes
         )
     judged = result.context.request if result.context is not None else request  # with recommended values filled
     plan = Plan(id=str(uuid.uuid4()), manifest_id=manifest.id, request=judged.model_dump(mode="json"),
