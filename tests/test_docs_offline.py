@@ -105,4 +105,3 @@ def test_openapi_has_bearer_scheme_and_descriptions(client):
                 assert "security" not in op
             else:
                 assert op["security"] == [{"bearer": []}], op["operationId"]
-                assert not any(p["name"].lower() == "authorization" for p in op.get("parameters", []))

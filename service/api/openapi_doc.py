@@ -95,21 +95,15 @@ def install(app: FastAPI) -> None:
         for path, ops in schema["paths"].items():
             for method, op in ops.items():
                 oid = op.get("operationId")
-                had_parameters = bool(op.get("parameters"))
                 codes = ["503"]
                 if oid not in PUBLIC:
                     codes += ["401", "403"]
-                    op["security"] = [{"bearer": []}]
-                    # the bearer scheme says it; OpenAPI ignores a header parameter named Authorization anyway
-                    op["parameters"] = [q for q in op.get("parameters", [])
-                                        if not (q.get("in") == "header" and q.get("name", "").lower() == "authorization")]
-                    if not op["parameters"]:
-                        del op["parameters"]
+                    op["security"] = [{"bearer": []}]  # the Authorize button (the header parameter stays listed)
                 if "{" in path:
                     codes.append("404")
                 if method in ("post", "patch", "put"):
                     codes += ["400", "413", "422"]
-                elif had_parameters:
+                elif op.get("parameters"):
                     codes.append("422")
                 if oid in CONFLICT:
                     codes.append("409")
@@ -117,6 +111,8 @@ def install(app: FastAPI) -> None:
                     codes.append("404")  # no checkpoint yet
                 if oid == "updateNode":
                     codes.append("412")
+                if oid == "listPlans":
+                    codes.append("404")  # the cursor names no plan
                 if oid == "createPlan":
                     codes += ["404", "409"]  # unknown manifest/node; Idempotency-Key reused for another body
                 for code in sorted(set(codes)):
