@@ -9,7 +9,8 @@ per call in µs (time.perf_counter_ns, GC on, after a warm-up). Stages:
 - parse:    LaunchRequest.model_validate(dict)                      (pydantic)
 - validate: service.domain.validate.validate(request)               (context, rules, budget, render, shell command)
 - render:   render_argv + shell_command on the built context        (part of validate, timed alone for reference)
-- sign:     plan_claims + KeyStore.sign                             (canonical JSON + Ed25519 compact JWS, joserfc)
+- sign:     plan_claims + KeyStore.sign, then the freshness statement signed with it (freshness_claims + sign):
+            two Ed25519 compact JWS (joserfc), as POST /v1/plans signs per node
 - total:    parse + validate + sign, as one plan for one node costs
 """
 
@@ -25,7 +26,7 @@ import time
 from service.domain.render import render_argv, shell_command
 from service.domain.request import LaunchRequest
 from service.domain.validate import validate
-from service.signing import KeyStore, plan_claims
+from service.signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_claims, plan_digest
 
 from .common import ENGINE_ARGS, FIXTURE, ROOT, machine, pct, table
 
@@ -83,7 +84,11 @@ def _run(args, raw: dict, keys: KeyStore) -> dict:
                              plan_id="00000000-0000-0000-0000-000000000000", seq=1,
                              manifest_digest="sha256:" + "0" * 64, vllm_version=res.vllm_version, argv=res.argv,
                              env={}, model_uri=URI)
-        return keys.sign(claims)
+        signed = keys.sign(claims)
+        keys.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node="gpu-00001",
+                                   plan_id="00000000-0000-0000-0000-000000000000", seq=1,
+                                   digest=plan_digest(signed), ttl=3600), typ=FRESHNESS_MEDIA_TYPE, refresh=False)
+        return signed
 
     def total():
         res = validate(LaunchRequest.model_validate(raw), model_ref=URI)
@@ -91,7 +96,7 @@ def _run(args, raw: dict, keys: KeyStore) -> dict:
 
     rows, figures = [], {}
     for name, fn in [("parse (LaunchRequest)", parse), ("validate (rules+budget+render)", val),
-                     ("  of which render", render), ("sign (claims + Ed25519 JWS)", sign),
+                     ("  of which render", render), ("sign (plan + freshness JWS)", sign),
                      ("total parse+validate+sign", total)]:
         t = timeit(fn, args.n)
         figures[name] = {"p50": pct(t, 50), "p99": pct(t, 99), "mean": statistics.fmean(t)}
