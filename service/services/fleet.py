@@ -69,7 +69,7 @@ def list_plans(session: Session, *, node: str | None = None, model: str | None =
 
 def node_states(session: Session, names: list[str], *, now: dt.datetime | None = None) -> dict[str, dict[str, Any]]:
     """Per node: its current plan (the active assignment: id, seq, status, model, verdict, predicted KV tokens), the
-    agent's last report, when the agent was last seen, the plan the reports say runs, drift and a status. Four
+    agent's last report, when the agent was last seen, the plan the reports say runs, drift and a status. Five
     queries whatever the number of nodes."""
     if not names:
         return {}
@@ -87,6 +87,12 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
                                 "predicted_kv_tokens": (p.budget or {}).get("kv_cache_tokens"),
                                 "last_heartbeat_at": _utc(a.last_heartbeat_at),
                                 "last_fetched_at": _utc(a.last_fetched_at)}
+    # heartbeats and fetches of any of the node's assignments (an agent still running a superseded plan is alive)
+    heard: dict[str, list[dt.datetime]] = {}
+    for name, beat, fetched in session.execute(
+            select(Assignment.node_name, func.max(Assignment.last_heartbeat_at), func.max(Assignment.last_fetched_at))
+            .where(Assignment.node_name.in_(names)).group_by(Assignment.node_name)):
+        heard[name] = [t for t in (_utc(beat), _utc(fetched)) if t is not None]
     # the newest report of each node, and the newest report that says a run began (what runs, per the agent)
     newest = select(func.max(Report.id)).where(Report.node_name.in_(names)).group_by(Report.node_name)
     began = (select(func.max(Report.id)).where(Report.node_name.in_(names),
@@ -112,8 +118,7 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
         cur = current.get(name)
         rep = last.get(name)
         run = last_run.get(name)
-        seen = [t for t in (_utc(rep.created_at) if rep else None,
-                            cur and cur["last_heartbeat_at"], cur and cur["last_fetched_at"]) if t]
+        seen = heard.get(name, []) + ([_utc(rep.created_at)] if rep is not None else [])
         last_seen = max(seen) if seen else None
         running_plan = run.plan_id if run is not None and not (rep is not None and rep.id > run.id
                                                                and rep.status in RUN_ENDED) else None
