@@ -135,6 +135,9 @@ def _load_request_file(path: pathlib.Path) -> dict:
         if not d.is_absolute() and not d.exists():
             d = path.parent / d  # relative to the request file when not relative to the working directory
         model = {"name": str(model["path"]), **model, **read_model_dir(d)}
+        pre = d / "preprocessor_config.json"  # image limits of a multimodal model (the encoder's memory profile)
+        if model.get("preprocessor_config") is None and pre.is_file():
+            model["preprocessor_config"] = json.loads(pre.read_text())
         model.pop("path", None)
         data = {**data, "model": model}
     return data
@@ -258,11 +261,12 @@ class Reporter:
     thread, so reading vLLM's output never waits on the network (a full pipe would stall vLLM)."""
 
     def __init__(self, client, state, *, plan_id: str | None, seq: int | None, offline: dict | None = None,
-                 send_pending: bool = False):
+                 send_pending: bool = False, placement: dict | None = None):
         import threading
         import uuid
 
         self.client, self.state, self.plan_id, self.seq, self.offline = client, state, plan_id, seq, offline
+        self.placement = placement  # group, rank, role of a node in a plan with placement claims
         self.audit_checkpoint: dict | None = None  # what the node witnessed of the audit log (agent/witness.py)
         self.run_id = str(uuid.uuid4())
         self.send_lock = threading.Lock()  # one sender at a time: reports stay in order
@@ -276,6 +280,8 @@ class Reporter:
         body_details = {**(details or {}), "run_id": self.run_id, "at": round(time.time(), 3)}
         if self.seq is not None:
             body_details["seq"] = self.seq
+        if self.placement:
+            body_details.update(self.placement)
         if self.offline:
             body_details["offline_boot"] = self.offline
         if self.audit_checkpoint is not None:  # carried by the first report of this boot
@@ -575,7 +581,16 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         st.save()
     else:
         new = False
-    report = Reporter(client, st, plan_id=plan.claims["jti"], seq=plan.seq, offline=offline, send_pending=True)
+    placement = {k: plan.claims[k] for k in ("group", "rank", "role") if k in plan.claims}
+    if offline is not None and plan.grouped:
+        # the freshness statement is what says the head holds the same group plan: without it, no start
+        refuse(plan.claims["jti"], VerificationError(
+            "group_offline", f"this node is the {plan.role} (rank {plan.claims['rank']}) of a "
+            f"{plan.claims['nnodes']}-node group: it boots only with the service's word that its head holds the same "
+            f"group plan, never offline"), "freshness")
+        raise typer.Exit(EXIT_UNAVAILABLE)
+    report = Reporter(client, st, plan_id=plan.claims["jti"], seq=plan.seq, offline=offline, send_pending=True,
+                      placement=placement)
     if witnessed is not None:
         report.audit_checkpoint = witnessed.details()
     if new:
@@ -589,7 +604,10 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     from .agent import runner
 
     argv = [vllm_path, *plan.argv[1:]]  # the node's vllm, never one a plan or its env chooses
-    typer.echo(f"preflight agent: running plan {plan.claims['jti']} (seq {plan.seq}) with {vllm_path}", err=True)
+    where = (f" as the {plan.role} (rank {plan.claims['rank']} of {plan.claims['nnodes']}, group "
+             f"{plan.claims['group']}, head {plan.claims['head']})" if plan.grouped else "")
+    typer.echo(f"preflight agent: running plan {plan.claims['jti']} (seq {plan.seq}){where} with {vllm_path}",
+               err=True)
     # the agent's own settings (its token among them) never reach vLLM or the model code it may run
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_")}, **plan.claims["env"]}
     try:

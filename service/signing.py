@@ -235,22 +235,35 @@ class KeyStore:
         return jws.serialize_compact(header, payload, self._keys[kid], algorithms=[ALG])
 
 
+# The node's place in its plan (domain/topology.py): ``group`` (instance index), ``rank`` in it, ``role``
+# (replica | head | worker), ``nnodes`` (nodes of the instance), ``head`` (the rank-0 node) and ``group_digest``
+# (SHA-256 over the whole group's signed content, the same on every member).
+PLACEMENT_CLAIMS = ("group", "rank", "role", "nnodes", "head", "group_digest")
+
+
 def plan_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, manifest_digest: str,
                 vllm_version: str, argv: list[str], env: dict[str, str], model_uri: str,
-                now: int | None = None) -> dict[str, Any]:
+                placement: dict[str, Any] | None = None, now: int | None = None) -> dict[str, Any]:
     """The claims of one node's signed plan (times in seconds since the epoch). No ``exp``: what a plan says does
-    not expire; whether it is still the node's current plan is what a freshness statement says."""
+    not expire; whether it is still the node's current plan is what a freshness statement says. ``placement``:
+    the PLACEMENT_CLAIMS."""
     iat = int(now if now is not None else time.time())
     return {
         "iss": issuer, "sub": node, "aud": audience, "iat": iat, "nbf": iat - 60,
         "jti": plan_id, "seq": seq, "manifest_digest": manifest_digest, "vllm_version": vllm_version,
-        "argv": argv, "env": env, "model_uri": model_uri,
+        "argv": argv, "env": env, "model_uri": model_uri, **(placement or {}),
     }
 
 
 def freshness_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, digest: str, ttl: int,
-                     now: int | None = None) -> dict[str, Any]:
-    """A freshness statement: "the plan with this digest (id, seq) is node's current plan", valid ``ttl`` s."""
+                     now: int | None = None, head_group_digest: str | None = None,
+                     grouped: bool = False) -> dict[str, Any]:
+    """A freshness statement: "the plan with this digest (id, seq) is node's current plan", valid ``ttl`` s. For a
+    member of a multi-node group (``grouped``) also ``head_group_digest``: the group digest of the plan its head
+    currently holds (null when the head holds none)."""
     iat = int(now if now is not None else time.time())
-    return {"iss": issuer, "sub": node, "aud": audience, "iat": iat, "exp": iat + ttl, "jti": plan_id, "seq": seq,
-            "plan_digest": digest}
+    out = {"iss": issuer, "sub": node, "aud": audience, "iat": iat, "exp": iat + ttl, "jti": plan_id, "seq": seq,
+           "plan_digest": digest}
+    if grouped:
+        out["head_group_digest"] = head_group_digest
+    return out

@@ -70,9 +70,17 @@ def test_fast_path_answers_byte_for_byte_as_the_route(client, monkeypatch):
     assert first.status_code == 200
     etag = first.headers["etag"]
     calls = warm(client, monkeypatch, "gpu-01", token)
-    again = fetch(client, "gpu-01", token)
-    cond = fetch(client, "gpu-01", token, **{"If-None-Match": etag})
-    assert calls == []  # both answered by the fast path
+
+    def both_from_memory():
+        # the fast path steps aside (correctly) whenever the epoch poll is late, as it can be on a loaded machine:
+        # what is compared is a pair of answers it gave
+        calls.clear()
+        pair = fetch(client, "gpu-01", token), fetch(client, "gpu-01", token, **{"If-None-Match": etag})
+        return pair if calls == [] else None
+
+    pair = eventually(both_from_memory)
+    assert pair is not None, "the fast path never answered two fetches in a row"
+    again, cond = pair
     assert comparable(again) == comparable(first)
     assert cond.status_code == 304 and cond.content == b""
     # the same conditional request through the route (a query string skips the fast path) answers the same
@@ -120,10 +128,11 @@ def test_revocation_in_another_process_reaches_the_cache_within_a_poll(client, s
     fleet = setup_fleet(client, ["gpu-01"])
     token, plan = fleet["gpu-01"]["token"], fleet["gpu-01"]["plan"]
     warm(client, monkeypatch, "gpu-01", token)  # answered from process 1's memory
-    t0 = time.monotonic()
+    watcher = client.app.state.epochs
     assert second_process.post(f"/v1/plans/{plan['id']}/revoke").status_code == 200
-    assert eventually(lambda: fetch(client, "gpu-01", token).status_code == 404)
-    assert time.monotonic() - t0 < 5 * epochs.POLL_SECONDS + 1  # not the 30 s TTL
+    polls = watcher.polls
+    assert eventually(lambda: fetch(client, "gpu-01", token).status_code == 404, timeout=30)
+    assert watcher.polls - polls <= 3  # within a poll or two of the change, not the cache's 30 s TTL (120 polls)
 
 
 def test_new_plan_from_another_process_is_served_at_once_after_a_poll(client, second_process, monkeypatch):

@@ -26,6 +26,9 @@ KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 MAX_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 KV_MEMORY = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 KV_BYTES_HINT = re.compile(r"--kv-cache-memory-bytes[= ](\d+)")
+# vLLM 0.33 (gpu_worker.py:1012-1066): "Replace gpu_memory_utilization config with `--kv-cache-memory=N` (X GiB) to
+# fit into requested memory, or `--kv-cache-memory=M` (Y GiB) to fully utilize gpu memory." — N is the pool to pin
+KV_BYTES_FIT = re.compile(r"--kv-cache-memory(?:-bytes)?=(\d+)`?\s*(?:\([^)]*\))?\s*to fit into requested memory")
 READY = ("Application startup complete", "Starting vLLM API server")
 TAIL_LINES = 20
 SUPERSEDED = -1  # run()'s answer when the plan stopped being current: boot again
@@ -45,7 +48,8 @@ def parse_line(line: str, figures: dict) -> None:
     m = KV_MEMORY.search(line)
     if m:
         figures["available_kv_cache_gib"] = float(m.group(1))
-    hints = KV_BYTES_HINT.findall(line)
+    fit = KV_BYTES_FIT.search(line)
+    hints = [fit.group(1)] if fit else KV_BYTES_HINT.findall(line)
     if hints:
         figures["kv_cache_memory_bytes_suggested"] = int(hints[-1])  # the value vLLM suggests setting
         figures["kv_cache_memory_bytes_line"] = line.strip()[:1000]

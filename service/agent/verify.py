@@ -50,6 +50,16 @@ class VerifiedPlan:
     def seq(self) -> int:
         return int(self.claims["seq"])
 
+    @property
+    def role(self) -> str:
+        """``replica`` (its own instance), ``head`` (rank 0 of a multi-node instance) or ``worker``."""
+        return self.claims.get("role") or "replica"
+
+    @property
+    def grouped(self) -> bool:
+        """A member of a multi-node instance: it starts only together with its group."""
+        return self.role in ("head", "worker")
+
 
 def _b64json(part: str) -> dict:
     pad = "=" * (-len(part) % 4)
@@ -106,6 +116,14 @@ PLAN_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
     "argv": lambda v: isinstance(v, list) and len(v) >= 2 and all(isinstance(a, str) for a in v),
     "env": _str_dict, "model_uri": lambda v: isinstance(v, str),
 }
+# A node's place in its plan (signing.PLACEMENT_CLAIMS): optional (plans signed before multi-node launches carry
+# none), all or nothing, each typed.
+PLACEMENT_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
+    "group": lambda v: _is_int(v) and 0 <= v < 2**16, "rank": lambda v: _is_int(v) and 0 <= v < 2**16,
+    "role": lambda v: v in ("replica", "head", "worker"), "nnodes": lambda v: _is_int(v) and 1 <= v < 2**16,
+    "head": lambda v: isinstance(v, str) and 0 < len(v) <= 128,
+    "group_digest": lambda v: isinstance(v, str) and len(v) == 64,
+}
 FRESHNESS_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
     "iss": lambda v: isinstance(v, str), "sub": lambda v: isinstance(v, str), "aud": lambda v: isinstance(v, str),
     "iat": _is_int, "exp": _is_int, "jti": lambda v: isinstance(v, str), "seq": lambda v: _is_int(v) and v >= 1,
@@ -148,7 +166,31 @@ def verify_plan(token: str, jwks: dict, *, node: str, audience: str, issuer: str
     for ok, reason, detail in checks:
         if not ok:
             raise VerificationError(reason, detail)
+    _check_placement(claims, node)
     return VerifiedPlan(claims=claims, kid=kid)
+
+
+def _check_placement(claims: dict, node: str) -> None:
+    """The placement claims, when present, agree with each other and with the argv: a head (rank 0) or replica
+    runs without ``--headless``, a worker (rank 1..nnodes-1) with it — so a node runs the role its own claims
+    give it (vllm 0.33.0 vllm/entrypoints/cli/serve.py: ``--headless`` starts engine workers without an API
+    server)."""
+    present = [n for n in PLACEMENT_CLAIM_TYPES if n in claims]
+    if not present:
+        return
+    if len(present) != len(PLACEMENT_CLAIM_TYPES):
+        missing = sorted(set(PLACEMENT_CLAIM_TYPES) - set(present))
+        raise VerificationError("claim_missing", f"plan has placement claims without {', '.join(missing)}")
+    _check_types(claims, PLACEMENT_CLAIM_TYPES, "plan")
+    role, rank, nnodes = claims["role"], claims["rank"], claims["nnodes"]
+    headless = "--headless" in claims["argv"]
+    consistent = {"replica": rank == 0 and nnodes == 1 and claims["head"] == node and not headless,
+                  "head": rank == 0 and nnodes > 1 and claims["head"] == node and not headless,
+                  "worker": 0 < rank < nnodes and claims["head"] != node and headless}[role]
+    if not consistent:
+        raise VerificationError("bad_placement", f"role {role} with rank {rank} of {nnodes}, head "
+                                                 f"{claims['head']!r} and{'' if headless else ' no'} --headless "
+                                                 f"do not agree")
 
 
 def verify_freshness(token: str, jwks: dict, *, plan_token: str, plan: VerifiedPlan, node: str, audience: str,
@@ -172,6 +214,10 @@ def verify_freshness(token: str, jwks: dict, *, plan_token: str, plan: VerifiedP
         (t < claims["exp"], "stale", f"freshness statement expired {int(t - claims['exp'])} s ago"),
         (not_before is None or claims["iat"] >= not_before, "stale",
          "freshness statement was signed before this boot (a node without state accepts only a new one)"),
+        (not plan.grouped or claims.get("head_group_digest") == plan.claims["group_digest"], "group_digest_mismatch",
+         f"this node's plan is for group digest {str(plan.claims.get('group_digest'))[:16]}…, but its head "
+         f"{plan.claims.get('head')!r} holds {str(claims.get('head_group_digest'))[:16]}… (a half-updated group "
+         f"never starts)"),
     ]
     for ok, reason, detail in checks:
         if not ok:

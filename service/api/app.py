@@ -397,7 +397,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                 return stored
         statement = keys.sign(freshness_claims(
             issuer=settings.issuer, audience=settings.audience, node=a["node_name"], plan_id=a["plan_id"],
-            seq=a["seq"], digest=plan_digest(a["signed"]), ttl=settings.freshness_ttl_seconds, now=int(now)),
+            seq=a["seq"], digest=plan_digest(a["signed"]), ttl=settings.freshness_ttl_seconds, now=int(now),
+            grouped=a.get("role") in ("head", "worker"), head_group_digest=a.get("head_group_digest")),
             typ=FRESHNESS_MEDIA_TYPE, refresh=False)  # refresh_soon() above keeps the key set current
         freshness_cache[a["id"]] = (now + freshness_window, keys.active_kid, statement)
         return statement
@@ -484,7 +485,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         gpu = body.gpu if isinstance(body.gpu, str) else body.gpu.model_dump()
         node, secret = node_service.register(session, actor=p.name, name=body.name, gpu=gpu,
                                              gpu_count=body.gpu_count, interconnect=body.interconnect,
-                                             labels=body.labels)
+                                             labels=body.labels, address=body.address)
         return {**node_service.node_dict(node), "agent_token": secret}
 
     @app.get("/v1/nodes", operation_id="listNodes", tags=["nodes"])

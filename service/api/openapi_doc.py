@@ -73,10 +73,18 @@ def request_examples() -> dict[str, dict]:
             "phi3-on-a100": {"summary": "plan for one node", "value": {
                 "manifest": "microsoft/Phi-3-medium-4k-instruct@1", "nodes": ["gpu-01"],
                 "engine_args": {"tensor_parallel_size": 2, "max_model_len": 4096, "gpu_memory_utilization": 0.9}}},
+            "two-node-tp16": {"summary": "one instance over two 8-GPU nodes (TP 16): each node signed its own "
+                              "command, the first node heads the group", "value": {
+                "manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["gpu-01", "gpu-02"],
+                "engine_args": {"tensor_parallel_size": 16, "max_model_len": 32768},
+                "group_env": [{"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}]}},
         },
         "registerNode": {
             "h100": {"summary": "8 × H100 SXM by the name nvidia-smi prints", "value": {
                 "name": "gpu-01", "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "interconnect": "nvlink"}},
+            "h200-head": {"summary": "8 × H200 with the address the other nodes of a group reach it at", "value": {
+                "name": "gpu-01", "gpu": "h200-141gb", "gpu_count": 8, "interconnect": "nvlink",
+                "address": "10.0.0.11"}},
         },
     }
 

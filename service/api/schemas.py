@@ -8,8 +8,27 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..domain.jsoncheck import JsonValueError, check_json
 from ..domain.request import ENV_NAME, Checkpoint, CustomGpu, Workload
+from ..domain.topology import MAX_ADDRESS, address_problem
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+ADDRESS_DOC = ("IP address or DNS name the other nodes of a multi-node instance reach this node at (rendered as "
+               "--master-addr / --data-parallel-address when it heads a group); required for a head")
+
+
+def _address(value: str | None) -> str | None:
+    if value is not None:
+        problem = address_problem(value)
+        if problem:
+            raise ValueError(problem)
+    return value
+
+
+def _env_names(env: dict[str, str]) -> dict[str, str]:
+    for key, value in env.items():
+        if not ENV_NAME.fullmatch(key) or len(value) > 4096:
+            raise ValueError(f"env: {key!r} is not a valid environment variable name (A-Z, 0-9, _) "
+                             "or its value is longer than 4096")
+    return env
 
 
 class Strict(BaseModel):
@@ -29,7 +48,10 @@ class NodeIn(Strict):
     gpu: str | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
     gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)]
     interconnect: Literal["nvlink", "pcie"] | None = None
+    address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
     labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=64)
+
+    _check_address = field_validator("address")(_address)
 
 
 class ManifestIn(Strict):
@@ -56,16 +78,30 @@ class PlanIn(Strict):
     environment: Literal["production", "benchmark"] = "production"
     workload: Workload | None = None
     vllm_version: str | None = Field(default=None, max_length=32)
+    kv_cache_pool: Literal["utilization", "pinned"] = Field(default="utilization", description=(
+        "utilization: vLLM sizes the KV pool from gpu_memory_utilization at every start. pinned: render "
+        "--kv-cache-memory-bytes with the pool a node of this plan reported for the same manifest, vLLM version and "
+        "engine arguments (vLLM's own suggestion, else its printed 'Available KV cache memory'), so every replica "
+        "gets the same pool; 422 kv_pool_not_measured when none was reported."))
+    multi_node_form: Literal["nnodes", "data_parallel"] | None = Field(default=None, description=(
+        "How an instance that spans several nodes is launched: ``nnodes`` (vLLM's multiprocessing form, --nnodes/"
+        "--node-rank/--master-addr/--master-port, --headless workers; the default) or ``data_parallel`` (only DP "
+        "spans nodes: --data-parallel-size-local/--data-parallel-start-rank/--data-parallel-address/"
+        "--data-parallel-rpc-port, --headless followers)."))
+    group_env: list[dict[str, str]] | None = Field(default=None, max_length=256, description=(
+        "Environment per group (instance), in group order, added to ``env`` on every node of that group (e.g. "
+        "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); the same env policy applies."))
 
+    _check_env = field_validator("env")(_env_names)
 
-    @field_validator("env")
+    @field_validator("group_env")
     @classmethod
-    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for key, value in env.items():
-            if not ENV_NAME.fullmatch(key) or len(value) > 4096:
-                raise ValueError(f"env: {key!r} is not a valid environment variable name (A-Z, 0-9, _) "
-                                 "or its value is longer than 4096")
-        return env
+    def _group_env_names(cls, envs: list[dict[str, str]] | None) -> list[dict[str, str]] | None:
+        for env in envs or ():
+            if len(env) > 256:
+                raise ValueError("at most 256 variables per group")
+            _env_names(env)
+        return envs
 
 
 MAX_KV_TOKENS = 2**40  # far above any GPU pool; keeps the calibration columns (BIGINT) and arithmetic in range
@@ -124,4 +160,7 @@ class TokenIn(Strict):
 class NodeUpdate(Strict):
     gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = None
     interconnect: Literal["nvlink", "pcie"] | None = None
+    address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
+
+    _check_address = field_validator("address")(_address)
     labels: dict[str, Annotated[str, Field(max_length=256)]] | None = Field(default=None, max_length=64)

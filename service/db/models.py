@@ -50,6 +50,7 @@ class Node(Base):
     gpu: Mapped[dict[str, Any]] = mapped_column(JSON)  # resolved catalogue facts (or the inline description)
     gpu_count: Mapped[int] = mapped_column(Integer)
     interconnect: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    address: Mapped[str | None] = mapped_column(String(253), nullable=True)  # IP or DNS name other nodes reach
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -105,6 +106,8 @@ class Plan(Base):
     recommendations: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     vllm_version: Mapped[str] = mapped_column(String(32))
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked
+    # form, nodes per instance, groups (nodes, head, head address, digest), per-group env (domain/topology.py)
+    topology: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -131,6 +134,12 @@ class Assignment(Base):
     last_fetched_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     fetch_count: Mapped[int] = mapped_column(Integer, default=0)  # fetches recorded (see plans._record_fetch)
     last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # the node's place in the plan's topology: group (instance), rank in it, role (replica | head | worker) and the
+    # digest over the whole group's signed content (the same on every member)
+    group_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    rank: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    role: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    group_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from .context import LaunchContext
 from .gpus import GIB, MIB
 from .model_facts import MAX_LAYERS, ModelFacts, config_int, round_up
+from .multimodal import EncoderProfile, encoder_profile
 from .versions import parse_version
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -42,11 +43,11 @@ CALIBRATION = {
     # nvidia-smi memory.total (the catalogue's figure) minus what torch.cuda.mem_get_info reports as total:
     # H100 SXM 79.65 → 79.1-79.22 GiB, L40S 44.99 → 44.42, T4 15.00 → 14.56 (printed totals in tests/cases/kv notes).
     "driver_reserved_bytes": int(0.5 * GIB),
-    # Non-torch memory (cuBLAS/NCCL/custom all-reduce buffers) after profiling: printed 0.01-0.21 GiB on one GPU
-    # (qwen25-15b-fp16-t4 0.01, qwen25-7b-awq 0.06, qwen25-05b 0.08, qwen3-235b TP8 0.21); NCCL + custom all-reduce
-    # buffers at TP>1 (vllm-rules.md §7.2 "NCCL/cuBLAS ~0.5-1.5 GiB").
+    # Non-torch memory of one GPU without communication buffers (cuBLAS workspaces, CUDA context growth): printed
+    # 0.01-0.28 GiB on one GPU — fitted on qwen25-15b-fp16-t4 (0.01), qwen25-7b-awq (0.06), qwen25-05b (0.08),
+    # ui-tars-7b (0.28), llama32-11b-vision (0.16). At TP/PP > 1 the communication buffers are added from vLLM's and
+    # NCCL's own sizes (``communication_buffers``), not from a fitted constant.
     "non_torch_tp1_bytes": int(0.15 * GIB),
-    "non_torch_tp_gt1_bytes": int(0.5 * GIB),
     # ROCm: hipBLASLt workspace; MI300X log 20,186 blocks vs 20,406 with hipBLASLt disabled = 220 × 8 MiB.
     "rocm_hipblaslt_bytes": int(1.72 * GIB),
     # Activation peak of the profile run: tokens × activation bytes × (widest per-token intermediates), plus the
@@ -515,6 +516,11 @@ class Budget:
     assumptions: list[str] = field(default_factory=list)
     weights_estimated_total_bytes: int = 0
     weights_params: int = 0
+    vision_weights_bytes: int = 0  # the vision tower's share of weights_bytes_per_gpu
+    encoder_peak_bytes: int = 0  # the multimodal encoder's profile peak (part of activation_peak_bytes when larger)
+    encoder_output_bytes: int = 0  # encoder outputs held in the encoder cache during the text profile run
+    communication_bytes: int = 0  # NCCL / custom all-reduce / symmetric-memory / NVLS buffers (part of non_torch)
+    multimodal: dict[str, Any] | None = None
 
     @property
     def overhead_bytes(self) -> int:
@@ -529,6 +535,7 @@ class Budget:
     def as_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}  # flat values: no deep copy needed
         d["accounting"], d["assumptions"] = dict(self.accounting), list(self.assumptions)
+        d["multimodal"] = dict(self.multimodal) if self.multimodal is not None else None
         d["overhead_bytes"] = self.overhead_bytes
         d["overhead"] = {
             "activation_peak_bytes": self.activation_peak_bytes,
@@ -582,6 +589,99 @@ def activation_peak(ctx: LaunchContext, tokens: int, num_seqs: int, act_bytes: i
     return int(tokens * per_token + sampler)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Communication buffers (non-torch memory at TP/PP > 1)
+# ---------------------------------------------------------------------------------------------------------------
+# vLLM's custom all-reduce (vllm 0.33.0 vllm/distributed/device_communicators/custom_all_reduce.py:117-330): world
+# sizes 2, 4, 6, 8, 16 on one node, all GPUs NVLink-connected unless the world is 2 (PCIe P2P); per rank a metadata
+# buffer ``meta_size() + max_size`` (max_size 8 MiB, capped by CUSTOM_ALL_REDUCE_MAX_SIZES when symmetric memory is
+# on), an IPC buffer ``max(max_size, 2 MiB all-gather, 16 MiB reduce-scatter)`` and ``rank_data`` 8 MiB. Before the
+# all-gather/reduce-scatter paths the IPC buffer was max_size (8 MiB).
+CUSTOM_AR_WORLD_SIZES = (2, 4, 6, 8, 16)
+CUSTOM_AR_MAX_SIZE = 8 * MIB
+CUSTOM_AR_RANK_DATA = 8 * MIB
+CUSTOM_AR_GATHER_SCATTER = (2 * MIB, 16 * MIB)
+# vllm 0.33.0 vllm/distributed/device_communicators/all_reduce_utils.py:31-75
+CUSTOM_ALL_REDUCE_MAX_SIZES = {(9, 0): {2: 64 * MIB, 4: 32 * MIB, 6: MIB // 2, 8: MIB // 4},
+                               (10, 0): {2: 2 * MIB, 4: 2 * MIB, 6: MIB, 8: MIB}}
+SYMM_MEM_ALL_REDUCE_MAX_SIZES = {(9, 0): {2: 64 * MIB, 4: 32 * MIB, 6: 64 * MIB, 8: 64 * MIB},
+                                 (10, 0): {2: 8 * MIB, 4: 32 * MIB, 6: 128 * MIB, 8: 128 * MIB}}
+# NCCL's default buffers per connection (NCCL src/include/device.h / comm.h): SIMPLE NCCL_BUFFSIZE 4 MiB, LL
+# 8 lines × 512 threads × 8 steps × 16 B = 512 KiB, LL128 120 × 640 × 8 × 8 B = 4,915,200 B — 9.19 MiB a connection,
+# the figure NCCL's proxy pins per connection. Each rank receives on one connection per ring channel.
+NCCL_CONNECTION_BYTES = 4 * MIB + 512 * 1024 + 4_915_200
+# Ring channels NCCL builds (topology-dependent): NVSwitch/NVLink nodes 16 (NCCL printed "16 coll channels" on
+# 8 × H800, NVIDIA/nccl#892; the NVLS line of vllm-project/vllm#9699 implies 24 on H100/H200), PCIe 2 (an
+# assumption, not a printed figure: NCCL's two rings over PCIe; consistent with the 0.21 GiB non-torch that
+# qwen3-235b-2507-fp8-8xl40s-tp8-ep printed on 8 × L40S — 0.15 + 2 communicators × 2 × 9.19 MiB = 0.19 GiB).
+NCCL_CHANNELS = {"nvlink": 16, "pcie": 2, None: 2}
+# NVLink SHARP (Hopper and later on NVSwitch, only for more than 2 ranks): each GPU backs nvlsTotalSize =
+# nvlsPerRankSize × nHeads (NCCL src/transport/nvls.cc ncclNvlsBufferSetup). NCCL 2.21 (torch ≤ 2.6, vLLM < 0.9)
+# printed "nHeads 8 buffSize 4194304 memSize 2097152 nvlsPerRankSize 301989888 nvlsTotalSize 2415919104"
+# (24 channels × 2 × (4 MiB + 2 MiB), vllm-project/vllm#9699); later NCCL sizes the buffer by NCCL_NVLS_CHUNKSIZE
+# (128 KiB × 8 steps) and printed "nHeads 8 nvlsRanks 8 buffSize 1048576 nvlsPerRankSize 33554432
+# nvlsTotalSize 268435456" (16 channels × 2 × 1 MiB).
+NVLS_PER_RANK_BYTES_NCCL_221 = 24 * 2 * (4 * MIB + 2 * MIB)
+NVLS_PER_RANK_BYTES = 16 * 2 * MIB
+
+
+def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, list[str]]:
+    """Non-torch bytes per GPU for the process groups of this launch (0 on one GPU) and what they are made of.
+
+    One NCCL communicator (vLLM's PyNcclCommunicator, cuda_communicator.py:106-112) per model-parallel group of more
+    than one rank: TP, PP, DP, DCP, and for MoE models the expert group of DP × TP ranks, created with or without
+    --enable-expert-parallel (parallel_state.py:2324-2357); the world group has none (use_device_communicator=False).
+    Custom all-reduce and symmetric-memory buffers belong to the TP group only (cuda_communicator.py:56-66); NVLS
+    when NCCL enables it (Hopper+ NVLink nodes, TP > 2, unless ``NCCL_NVLS_ENABLE=0``). AMD GPUs: NCCL (RCCL) rings
+    only. Not modelled: FlashInfer's all-reduce fusion workspace (created lazily on the TP group when flashinfer is
+    installed; FI_ALLREDUCE_FUSION_MAX_SIZE_MB caps its tensors at 0.5-64 MB by capability and TP).
+    """
+    a = ctx.args
+    tp, pp, dp = ctx.tp, ctx.pp, a.data_parallel_size
+    parts: list[str] = []
+    if tp * pp * dp == 1:
+        return 0, parts
+    link = ctx.interconnect if ctx.interconnect in ("nvlink", "pcie") else None
+    nodes = ctx.nodes
+    dcp = a.decode_context_parallel_size
+    # V0 also broadcast every step's inputs over the TP group's torch device group (broadcast_tensor_dict), whose
+    # NCCL communicator then exists next to PyNccl's: two sets of rings and NVLS buffers — the ~5 GiB of blocks that
+    # NCCL_NVLS_ENABLE=0 gave back on 8 × H200 (vllm-project/vllm#9699) is two 2.25 GiB NVLS buffers
+    tp_comms = 2 if tp > 1 and not acct.v1_engine else int(tp > 1)
+    comms = tp_comms + (pp > 1) + (dp > 1) + (dcp > 1) + (ctx.facts.is_moe and tp * dp > 1)
+    channels = NCCL_CHANNELS[link]
+    nccl = comms * channels * NCCL_CONNECTION_BYTES
+    parts.append(f"NCCL: {comms} communicator(s) × {channels} ring channels × 9.19 MiB")
+    total = nccl
+    cc = ctx.gpu.compute_capability
+    env = ctx.request.env
+    nvidia = cc is not None
+    symm = False
+    if tp > 1 and nvidia and nodes == 1 and acct.version >= (0, 11, 0):
+        if env.get("VLLM_ALLREDUCE_USE_SYMM_MEM", "1").strip() not in ("0", "false", "False"):
+            size = SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(cc, {}).get(tp)
+            if size:
+                symm = True
+                total += size
+                parts.append(f"symmetric-memory all-reduce buffer {size // MIB} MiB")
+    if (tp in CUSTOM_AR_WORLD_SIZES and nvidia and nodes == 1 and not a.get("disable_custom_all_reduce", False)
+            and (tp == 2 or link == "nvlink")):
+        max_size = CUSTOM_AR_MAX_SIZE
+        if symm:
+            max_size = min(max_size, CUSTOM_ALL_REDUCE_MAX_SIZES.get(cc, {}).get(tp, max_size))
+        ipc = max(max_size, *CUSTOM_AR_GATHER_SCATTER) if acct.version >= (0, 11, 0) else max_size
+        car = max_size + ipc + CUSTOM_AR_RANK_DATA
+        total += car
+        parts.append(f"custom all-reduce {car / MIB:.1f} MiB")
+    if (tp > 2 and nvidia and cc >= (9, 0) and link == "nvlink"
+            and env.get("NCCL_NVLS_ENABLE", "1").strip() not in ("0", "false", "False")):
+        heads = min(tp, ctx.gpus_per_node)  # one NVLS head per GPU of the NVSwitch domain (a node)
+        nvls = (NVLS_PER_RANK_BYTES if acct.version >= (0, 9, 0) else NVLS_PER_RANK_BYTES_NCCL_221) * heads * tp_comms
+        total += nvls
+        parts.append(f"NCCL NVLS {nvls / GIB:.2f} GiB (nvlsTotalSize for {heads} heads × {tp_comms} communicator(s))")
+    return int(total), parts
+
+
 def _block_size(ctx: LaunchContext) -> int:
     """16 unless the user sets it or the MLA backend needs another: FlashInfer-MLA on SM100 → 32 (first MLA
     choice there); FlashAttn-MLA on SM90 stays 16 (vllm-rules.md §7.2)."""
@@ -610,12 +710,33 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     util = ctx.gpu_memory_utilization
     usable = math.ceil(total * util)
 
+    # --- scheduler values as the version profiles them ---
+    mml = ctx.max_model_len
+    if acct.v1_engine:
+        tokens = ctx.max_num_batched_tokens
+        num_seqs = ctx.max_num_seqs
+        chunked = ctx.enable_chunked_prefill
+    else:
+        chunked = bool(a.get("enable_chunked_prefill", False))
+        num_seqs = int(a.get("max_num_seqs", V0_DEFAULT_MAX_NUM_SEQS))
+        user_mnbt = a.get("max_num_batched_tokens")
+        tokens = int(user_mnbt) if user_mnbt is not None else (
+            ctx.max_num_batched_tokens if chunked else max(mml, V0_MIN_BATCHED_TOKENS))
+
+    # --- the vision tower and the multimodal profile (multimodal.py) ---
+    mm: EncoderProfile | None = encoder_profile(
+        f, a, v1_engine=acct.v1_engine, tp=tp, act_bytes=act_bytes, weight_bytes=act_bytes, max_model_len=mml,
+        max_num_batched_tokens=tokens, max_num_seqs=num_seqs, chunked_prefill=chunked,
+        preprocessor=ctx.request.model.preprocessor_config, version=acct.version)
+    vision_w = mm.vision_weights_bytes if mm else 0
+
     # --- weights ---
     est = estimate_weights(f, tp, dp, a.enable_expert_parallel, act_bytes, ctx.requested_quantization)
-    weights = est.max_stage_bytes(pp)
-    source = f"estimated from config.json ({est.quant})"
+    weights = est.max_stage_bytes(pp) + vision_w
+    source = f"estimated from config.json ({est.quant})" + (" + vision tower" if vision_w else "")
     if ctx.request.model.weights_bytes:
-        scale = ctx.request.model.weights_bytes / max(1, est.total_bytes)
+        vision_total = mm.vision_weights_bytes * (1 if a.get("mm_encoder_tp_mode") == "data" else tp) if mm else 0
+        scale = ctx.request.model.weights_bytes / max(1, est.total_bytes + vision_total)
         weights = int(weights * scale)
         source = "manifest weights_bytes, split like the estimate"
     n_draft, draft_method = draft_layers(ctx)
@@ -626,22 +747,22 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     if offload:
         weights = max(0, weights - offload)
 
-    # --- scheduler values as the version profiles them ---
-    mml = ctx.max_model_len
-    if acct.v1_engine:
-        tokens = ctx.max_num_batched_tokens
-        num_seqs = ctx.max_num_seqs
-    else:
-        chunked = bool(a.get("enable_chunked_prefill", False))
-        num_seqs = int(a.get("max_num_seqs", V0_DEFAULT_MAX_NUM_SEQS))
-        user_mnbt = a.get("max_num_batched_tokens")
-        tokens = int(user_mnbt) if user_mnbt is not None else (
-            ctx.max_num_batched_tokens if chunked else max(mml, V0_MIN_BATCHED_TOKENS))
-
     # --- overhead ---
     skip_profile = a.get("kv_cache_memory_bytes") is not None
-    activation = activation_peak(ctx, tokens, num_seqs, act_bytes, acct)
-    non_torch = CALIBRATION["non_torch_tp1_bytes"] if tp * pp == 1 else CALIBRATION["non_torch_tp_gt1_bytes"]
+    text_seqs = mm.text_num_seqs if mm and mm.text_num_seqs else num_seqs
+    if mm and mm.text_tokens:
+        tokens = mm.text_tokens
+    activation = activation_peak(ctx, tokens, text_seqs, act_bytes, acct)
+    if mm and mm.modality:
+        # the encoder's own peak, or the text forward with the encoder outputs held in the encoder cache
+        activation = max(mm.encoder_peak_bytes, activation + mm.encoder_output_bytes)
+        assumptions.extend(mm.notes)
+    elif mm and mm.skipped:
+        assumptions.append(mm.skipped)
+    comm, comm_parts = communication_buffers(ctx, acct)
+    if comm_parts:
+        assumptions.append("communication buffers: " + "; ".join(comm_parts))
+    non_torch = CALIBRATION["non_torch_tp1_bytes"] + comm
     if ctx.gpu.compute_capability is None:  # AMD
         non_torch += CALIBRATION["rocm_hipblaslt_bytes"]
     biggest = biggest_stage(f.num_hidden_layers, pp)
@@ -672,6 +793,12 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
         assumptions.append("kv_cache_memory_bytes given: profiling skipped, gpu_memory_utilization ignored")
     else:
         pool_raw = usable - weights - activation - non_torch - graph_in
+        ipc = float(a.get("mm_ipc_gpu_memory_gb") or 0) if mm else 0.0
+        if ipc > 0:
+            # frontend multimodal frame buffers reserved out of the pool (vllm 0.33.0
+            # vllm/multimodal/gpu_ipc_memory.py:155-240, called at gpu_worker.py:816)
+            pool_raw -= int(ipc * GIB)
+            assumptions.append(f"mm_ipc_gpu_memory_gb reserves {ipc:g} GiB of the KV pool")
     pool = max(0, pool_raw)
     num_blocks = pool // bytes_per_block if bytes_per_block else 0
     if a.get("num_gpu_blocks_override") is not None:
@@ -759,6 +886,11 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
         assumptions=assumptions,
         weights_estimated_total_bytes=est.total_bytes,
         weights_params=est.total_params,
+        vision_weights_bytes=int(vision_w),
+        encoder_peak_bytes=int(mm.encoder_peak_bytes) if mm else 0,
+        encoder_output_bytes=int(mm.encoder_output_bytes) if mm else 0,
+        communication_bytes=int(comm) if not skip_profile else 0,
+        multimodal={k: v for k, v in mm.as_dict().items() if k != "notes"} if mm else None,
     )
 
 

@@ -215,6 +215,7 @@ class ModelFacts:
     has_auto_map: bool
     is_multimodal: bool
     raw_text_config: dict = field(repr=False, default_factory=dict)
+    raw_config: dict = field(repr=False, default_factory=dict, compare=False)  # the whole config.json (vision_config …)
 
     @property
     def is_moe(self) -> bool:
@@ -515,6 +516,7 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None,
         has_auto_map=bool(config.get("auto_map") or text.get("auto_map")),
         is_multimodal=text is not config or "vision_config" in config,
         raw_text_config=text,
+        raw_config=config,
     )
 
 

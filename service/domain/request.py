@@ -48,6 +48,9 @@ class ModelSpec(Strict):
     path: str | None = Field(default=None, max_length=4096, description="CLI only: a local model directory.")
     config: dict[str, Any] | None = None
     hf_quant_config: dict[str, Any] | None = None
+    preprocessor_config: dict[str, Any] | None = Field(
+        default=None, description="The checkpoint's preprocessor_config.json (multimodal models: image size limits "
+                                  "for the encoder's memory profile).")
     quantization_txt: str | None = Field(default=None, max_length=65536)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = None

@@ -15,11 +15,15 @@ needs a Ray cluster started outside ``vllm serve``, which Preflight does not ren
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import DomainError
-from .render import render_option
+from .render import ArgvError, parse_argv, render_option
 from .versions import VersionLine
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port default (service/data/vllm/0.33.0.json)
@@ -50,9 +54,43 @@ class Topology:
     local_world: int  # GPUs each node uses
 
 
+MAX_ADDRESS = 253  # a DNS name's longest text form (RFC 1035 §2.3.4); IPv6 text is shorter
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+FORMS = ("nnodes", "data_parallel")
+# per-node arguments Preflight renders for every member of a group; a plan's engine_args may not set them
+PER_NODE = ("node_rank", "master_addr", "headless", "data_parallel_start_rank", "data_parallel_address",
+            "data_parallel_rank", "data_parallel_size_local")
+
+
+def address_problem(value: str) -> str | None:
+    """Why ``value`` is not an address other nodes can reach a head at (an IPv4/IPv6 address or a DNS name of
+    1-63 character labels of letters, digits and inner hyphens, at most 253 characters), or None. It is rendered as
+    ``--master-addr`` / ``--data-parallel-address``, so nothing that argparse could read as an option or a shell
+    could split is accepted."""
+    if not isinstance(value, str) or not value or len(value) > MAX_ADDRESS:
+        return f"must be an IP address or a DNS name of 1 to {MAX_ADDRESS} characters"
+    try:
+        ip = ipaddress.ip_address(value)
+    except ValueError:
+        ip = None
+    if ip is not None:
+        if ip.is_unspecified or ip.is_multicast:
+            return f"{value} is not an address another node can connect to"
+        return None
+    name = value[:-1] if value.endswith(".") else value
+    labels = name.split(".")
+    if not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
+        return ("must be an IP address or a DNS name (labels of letters, digits and inner hyphens, 1 to 63 "
+                "characters each, separated by dots)")
+    return None
+
+
 def plan_topology(nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: int, line: VersionLine,
-                  backend: str | None = None) -> Topology:
-    """Group ``nodes`` into instances. Raises DomainError (field ``nodes`` or ``engine_args.*``) with the numbers."""
+                  backend: str | None = None, form: str | None = None) -> Topology:
+    """Group ``nodes`` into instances. Raises DomainError (field ``nodes`` or ``engine_args.*``) with the numbers.
+
+    ``form`` picks the multi-node form when both apply: ``nnodes`` (the default where the release has
+    ``--nnodes``) or ``data_parallel`` (only DP spans nodes: TP × PP fits one node and DP ranks divide evenly)."""
     world = tp * pp * dp
     if world <= gpus_per_node:
         placements = {n: Placement(n, i, 0, "replica", 1, n) for i, n in enumerate(nodes)}
@@ -78,9 +116,19 @@ def plan_topology(nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: in
             "(ray start on every node), which Preflight does not render or supervise. Leave the backend unset (or mp): "
             "Preflight renders vLLM's multiprocessing form (--nnodes/--node-rank/--master-addr, --headless workers).",
             rule="nnodes")
-    if "nnodes" in line.options:
+    dp_form_fits = (tp * pp <= gpus_per_node and dp > 1 and dp % k == 0
+                    and "data_parallel_start_rank" in line.options)
+    if form == "data_parallel" and not dp_form_fits:
+        raise DomainError(
+            "multi_node_form",
+            f"The data-parallel form spreads whole DP ranks over nodes: it needs data_parallel_size > 1 divisible by "
+            f"the {k} nodes of an instance and TP × PP = {tp * pp} within one node's {gpus_per_node} GPUs "
+            f"(DP {dp}). Use the nnodes form.", rule="nnodes")
+    if form == "data_parallel":
+        pass
+    elif "nnodes" in line.options:
         form = "nnodes"
-    elif tp * pp <= gpus_per_node and dp > 1 and "data_parallel_start_rank" in line.options:
+    elif dp_form_fits:
         form = "data_parallel"
     else:
         raise DomainError(
@@ -99,7 +147,13 @@ def plan_topology(nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: in
 def node_arguments(topo: Topology, placement: Placement, line: VersionLine, *, head_address: str,
                    tp: int, pp: int, dp: int, master_port: int = DEFAULT_MASTER_PORT,
                    rpc_port: int = DEFAULT_DP_RPC_PORT) -> dict[str, Any]:
-    """The per-node engine arguments (by dest) a node adds to the group's argv."""
+    """The per-node engine arguments (by dest) a node adds to the group's argv.
+
+    Workers (rank > 0) take ``--headless``: no API server; with ``node_rank_within_dp > 0`` vLLM runs only a
+    multiprocessing executor that joins the head's torch.distributed group at ``--master-addr:--master-port``, else
+    its local DP engines, which hand-shake with ``--data-parallel-address:--data-parallel-rpc-port`` (vllm 0.33.0
+    vllm/entrypoints/cli/serve.py:181-245; ranks and local DP sizes inferred in vllm/engine/arg_utils.py:2399-2440,
+    the DP address defaulting to ``--master-addr`` at arg_utils.py:2539-2555)."""
     if placement.role == "replica":
         return {}
     if topo.form == "nnodes":
@@ -107,8 +161,12 @@ def node_arguments(topo: Topology, placement: Placement, line: VersionLine, *, h
                                "master_port": master_port}
     else:  # data-parallel form: DP ranks spread over nodes, each node dp_local ranks
         dp_local = topo.local_world // (tp * pp)
-        out = {"data_parallel_size_local": dp_local, "data_parallel_start_rank": placement.rank * dp_local,
-               "data_parallel_address": head_address, "data_parallel_rpc_port": rpc_port}
+        # the head takes no --data-parallel-start-rank: with one and without --headless vLLM infers hybrid load
+        # balancing (vllm 0.33.0 vllm/engine/arg_utils.py:2486-2491), which the documented head command does not
+        out = {"data_parallel_size_local": dp_local, "data_parallel_address": head_address,
+               "data_parallel_rpc_port": rpc_port}
+        if placement.rank > 0:
+            out["data_parallel_start_rank"] = placement.rank * dp_local
     if placement.rank > 0:
         out["headless"] = True
     return {k: v for k, v in out.items() if k in line.options}
@@ -122,3 +180,60 @@ def node_argv(group_argv: list[str], extra: dict[str, Any], line: VersionLine) -
         if name in extra:
             argv += render_option(line.options[name], extra[name])
     return argv
+
+
+GROUP_WIDE = ("nnodes", "master_port", "data_parallel_size_local", "data_parallel_rpc_port")
+
+
+def group_arguments(topo: Topology, line: VersionLine, *, tp: int, pp: int, given: dict[str, Any]) -> dict[str, Any]:
+    """The engine arguments every member of a group shares, validated once for the group (``--nnodes`` and
+    ``--master-port``, or ``--data-parallel-size-local`` and ``--data-parallel-rpc-port``); ``given`` (the plan's
+    parsed engine arguments) wins for the ports."""
+    if topo.form == "replicas":
+        return {}
+    if topo.form == "nnodes":
+        out = {"nnodes": topo.nodes_per_instance, "master_port": given.get("master_port") or DEFAULT_MASTER_PORT}
+    else:
+        out = {"data_parallel_size_local": topo.local_world // (tp * pp),
+               "data_parallel_rpc_port": given.get("data_parallel_rpc_port") or DEFAULT_DP_RPC_PORT}
+    return {k: v for k, v in out.items() if k in line.options}
+
+
+def member_arguments(topo: Topology, placement: Placement, line: VersionLine, *, head_address: str, tp: int,
+                     pp: int, dp: int) -> dict[str, Any]:
+    """What one member adds to its group's validated argv: ``node_arguments`` without the group-wide ones."""
+    extra = node_arguments(topo, placement, line, head_address=head_address, tp=tp, pp=pp, dp=dp)
+    return {k: v for k, v in extra.items() if k not in GROUP_WIDE}
+
+
+def group_digest(content: dict[str, Any]) -> str:
+    """SHA-256 (hex) over the canonical JSON (sorted keys, no spaces, UTF-8) of a group's whole signed content —
+    every member's node, rank, role, argv and env with the plan's id, version and manifest digest: the same on every
+    member, different when any member's command differs."""
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def member_argvs(topo: Topology, group: int, argv: list[str], line: VersionLine, *, head_address: str, tp: int,
+                 pp: int, dp: int) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+    """Each member's own argv — the group's validated argv plus its rank's arguments (``member_arguments``) — and
+    what it must parse to. Every argv is parsed back with the release's parser semantics (render.parse_argv, the
+    argv_roundtrip rule's reading) and must give exactly the validated arguments plus its own; else DomainError
+    (field ``nodes``, rule ``argv_roundtrip``): nothing is signed. Replicas run the validated argv itself."""
+    members = topo.groups[group]
+    if topo.form == "replicas":
+        return {name: list(argv) for name in members}, {}
+    _, base = parse_argv(argv, line)
+    argvs, expected = {}, {}
+    for name in members:
+        extra = member_arguments(topo, topo.placements[name], line, head_address=head_address, tp=tp, pp=pp, dp=dp)
+        mine = node_argv(argv, extra, line)
+        try:
+            _, parsed = parse_argv(mine, line)
+        except ArgvError as exc:
+            raise DomainError("nodes", f"node {name}'s argv does not parse back: {exc}", rule="argv_roundtrip") from None
+        if parsed != {**base, **extra}:
+            raise DomainError("nodes", f"node {name}'s argv parses back to other arguments than the ones validated",
+                              rule="argv_roundtrip")
+        argvs[name], expected[name] = mine, parsed
+    return argvs, expected

@@ -62,6 +62,7 @@ class EpochWatcher:
         self.db, self.poll_seconds, self.stale_after = db, poll_seconds, stale_after
         self._epochs: dict[str, int] = {}
         self._last_ok = float("-inf")
+        self.polls = 0  # successful polls so far (tests count polls, not seconds)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -80,6 +81,7 @@ class EpochWatcher:
             epochs = read(Session(bind=conn))
             conn.rollback()
         self._epochs, self._last_ok = epochs, time.monotonic()
+        self.polls += 1
 
     def start(self) -> None:
         self._stop.clear()

@@ -11,12 +11,10 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from ..db.models import Assignment, Calibration, Manifest, Node, Plan, Report, iso, utcnow
-from ..domain.validate import validate
-from ..errors import LaunchRejected, NotFound
+from ..errors import NotFound
 from . import manifests as manifest_service
 from . import nodes as node_service
 from . import plans as plan_service
-from . import variants
 
 # An agent heartbeats every 60 s by default (README, --heartbeat-seconds): a running node not heard from for five
 # periods is shown as stale.
@@ -188,19 +186,14 @@ def dry_run(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     manifest = manifest_service.resolve_ref(session, body["manifest"])
     names = list(dict.fromkeys(body["nodes"]))
     nodes = [node_service.get(session, n) for n in names]
-    request = plan_service.launch_request(manifest, nodes, body)
-    plan_service.check_node_safety(manifest, request)
-    result = validate(request, model_ref=manifest.uri)
-    findings = [f.as_dict() for f in result.findings]
+    j = plan_service.judge(session, manifest, nodes, body)
+    result = j.result
     if result.verdict == "reject":
-        raise LaunchRejected(
-            f"vLLM {result.vllm_version} would refuse this launch: "
-            + "; ".join(f"{f.rule}: {f.message}" for f in result.errors),
-            findings=findings, argv=result.argv, budget=result.budget, alternatives=result.alternatives,
-            variants=variants.fitting_variants(session, manifest, nodes, body) if variants.needs_memory(findings)
-            else [], dry_run=True)
-    return {"dry_run": True, "verdict": result.verdict, "findings": findings, "argv": result.argv,
-            "command": result.command, "env": dict(request.env), "budget": result.budget,
+        exc = j.rejection(session)
+        exc.extra["dry_run"] = True
+        raise exc
+    return {"dry_run": True, "verdict": result.verdict, "findings": j.findings, "argv": result.argv,
+            "command": result.command, "env": dict(j.request.env), "budget": result.budget,
             "vllm_version": result.vllm_version, "recommendations": result.recommendations,
             "alternatives": result.alternatives, "manifest": f"{manifest.name}@{manifest.version}",
-            "nodes": names}
+            "nodes": names, "nodes_per_instance": j.layout.topo.nodes_per_instance}

@@ -37,8 +37,34 @@ def _placement_rows(session: Session, assignments: list[Assignment]) -> list[dic
             "failed_at": iso(rep.get("failed")), "stopped_at": iso(rep.get("stopped")),
             "exited_at": iso(rep.get("exited")), "refused_at": iso(rep.get("refused")),
             "last_report": {"status": last[0], "at": iso(last[1]), "message": last[2]} if last else None,
+            **_place(a),
         })
     return out
+
+
+def _place(a: Assignment) -> dict[str, Any]:
+    """The assignment's place in its plan's topology (null for plans made before topologies)."""
+    return {"group": a.group_index, "rank": a.rank, "role": a.role}
+
+
+def group_statuses(session: Session, assignments: list[Assignment]) -> dict[tuple[str, int], str]:
+    """The state of each multi-node group the assignments belong to (services/plans.py ``group_state``)."""
+    from .plans import group_state
+
+    pairs = {(a.plan_id, a.group_index) for a in assignments if a.role in ("head", "worker")}
+    if not pairs:
+        return {}
+    members: dict[tuple[str, int], list[Assignment]] = {}
+    for a in session.execute(select(Assignment).where(Assignment.plan_id.in_(sorted({p for p, _ in pairs})))).scalars():
+        if (a.plan_id, a.group_index) in pairs:
+            members.setdefault((a.plan_id, a.group_index), []).append(a)
+    return {k: group_state(v) for k, v in members.items()}
+
+
+def _node_argv(plan: Plan, a: Assignment) -> list[str]:
+    from .plans import _member_argv
+
+    return _member_argv(plan.topology, a) or plan.argv
 
 
 def node_history(session: Session, name: str, *, limit: int = 100, before_seq: int | None = None) -> dict[str, Any]:
@@ -51,11 +77,13 @@ def node_history(session: Session, name: str, *, limit: int = 100, before_seq: i
         q = q.where(Assignment.seq < before_seq)
     rows = session.execute(q).all()
     placements = {(p["plan_id"]): p for p in _placement_rows(session, [a for a, _, _ in rows])}
+    groups = group_statuses(session, [a for a, _, _ in rows])
     items = []
     for a, plan, m in rows:
         items.append({**placements[a.plan_id], "approved_by": plan.created_by, "plan_status": plan.status,
                       "manifest": {"name": m.name, "version": m.version, "digest": m.digest},
-                      "vllm_version": plan.vllm_version, "argv": plan.argv})
+                      "vllm_version": plan.vllm_version, "argv": _node_argv(plan, a),
+                      "group_status": groups.get((a.plan_id, a.group_index))})
     return {"node": name, "items": items, "next": items[-1]["seq"] if len(items) == limit else None}
 
 
@@ -63,8 +91,11 @@ def plan_placements(session: Session, plan_id: str) -> dict[str, Any]:
     from . import plans as plan_service
 
     plan, assignments = plan_service.get(session, plan_id)
-    return {"plan_id": plan.id, "plan_status": plan.status, "approved_by": plan.created_by,
-            "created_at": iso(plan.created_at), "placements": _placement_rows(session, assignments)}
+    out = {"plan_id": plan.id, "plan_status": plan.status, "approved_by": plan.created_by,
+           "created_at": iso(plan.created_at), "placements": _placement_rows(session, assignments)}
+    if plan.topology:
+        out["groups"] = plan_service.group_states(plan.topology, assignments, secrets=False)
+    return out
 
 
 RUN_STATUSES = ("started", "running", "stopped", "exited", "failed")
@@ -164,13 +195,16 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
                 .join(Manifest, Manifest.id == Plan.manifest_id)
                 .where(Assignment.node_name == name, Assignment.plan_id.in_(plan_ids))):
             info[a.plan_id] = (a, plan, m)
+    groups = group_statuses(session, [a for a, _, _ in info.values()])
     out = []
     for r in runs:
         a, plan, m = info.get(r["plan_id"], (None, None, None))
         beat = _utc(a.last_heartbeat_at) if a is not None else None
         out.append({
             **r, "started_at": iso(r["started_at"]), "running_at": iso(r["running_at"]), "ended_at": iso(r["ended_at"]),
-            "seq": a.seq if a else None, "argv": plan.argv if plan else None,
+            "seq": a.seq if a else None, "argv": _node_argv(plan, a) if plan and a else None,
+            **(_place(a) if a else {"group": None, "rank": None, "role": None}),
+            "group_status": groups.get((a.plan_id, a.group_index)) if a else None,
             "manifest": {"name": m.name, "version": m.version, "digest": m.digest} if m else None,
             "last_heartbeat_at": iso(beat) if r["ended_at"] is None and beat and beat >= r["started_at"] else None,
         })

@@ -17,18 +17,18 @@ from . import tokens
 
 def node_dict(n: Node) -> dict[str, Any]:
     return {"name": n.name, "gpu": n.gpu, "gpu_count": n.gpu_count, "interconnect": n.interconnect,
-            "labels": n.labels, "created_at": iso(n.created_at)}
+            "address": n.address, "labels": n.labels, "created_at": iso(n.created_at)}
 
 
 def register(session: Session, *, actor: str, name: str, gpu: str | dict, gpu_count: int, interconnect: str | None,
-             labels: dict[str, str]) -> tuple[Node, str]:
+             labels: dict[str, str], address: str | None = None) -> tuple[Node, str]:
     """Register a node and issue its agent token (returned once). Raises DomainError for an unknown GPU and
     Conflict when the name is taken."""
     resolved = resolve(gpu, "gpu")
     if session.execute(select(Node.id).where(Node.name == name)).first():
         raise Conflict(f"node {name!r} already exists", field="name")
     node = Node(name=name, gpu_id=resolved.id, gpu=resolved.as_dict(), gpu_count=gpu_count,
-                interconnect=interconnect, labels=labels)
+                interconnect=interconnect, labels=labels, address=address)
     session.add(node)
     try:
         session.flush()
@@ -81,7 +81,7 @@ def etag(n: Node) -> str:
 
 
 def update(session: Session, *, actor: str, name: str, if_match: str | None, changes: dict[str, Any]) -> Node:
-    """Update gpu_count / interconnect / labels. With ``If-Match`` the current ETag must match (else 412). The row
+    """Update gpu_count / interconnect / address / labels (plans already signed keep the address they carry). With ``If-Match`` the current ETag must match (else 412). The row
     is read locked (``FOR UPDATE``), so concurrent conditional updates with one ETag serialize and only the first
     matches: a compare-and-set on both databases."""
     from ..db.models import utcnow

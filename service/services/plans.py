@@ -16,16 +16,20 @@ from sqlalchemy.orm import Session
 from .. import audit, metrics
 from ..db.models import Assignment, Manifest, Node, Plan, Report, iso, utcnow
 from ..domain.render import shell_command
+from ..domain.errors import DomainError
+from ..domain.recommend import recommend
+from ..domain.topology import (PER_NODE, Placement, Topology, group_arguments, group_digest, member_argvs,
+                               plan_topology)
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import ApiError, Conflict, Invalid, LaunchRejected, NotFound
 from ..settings import Settings
 from ..domain import env_policy
 from ..domain.code_policy import code_loading
-from ..domain.engine_args import parse_engine_args
+from ..domain.engine_args import parse_engine_args, resolve_name
 from ..domain.versions import resolve_version
-from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_claims, plan_digest
-from . import calibration, epochs, variants
+from ..signing import FRESHNESS_MEDIA_TYPE, PLACEMENT_CLAIMS, KeyStore, freshness_claims, plan_claims, plan_digest
+from . import calibration, epochs, kv_pool, variants
 from . import manifests as manifest_service
 from . import nodes as node_service
 
@@ -42,12 +46,16 @@ def _retire_plan_if_done(session: Session, plan_id: str, *, exclude: int) -> Non
         plan.status = "superseded"
 
 
-def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) -> LaunchRequest:
-    """The launch request a plan body implies: the manifest's model, the nodes' hardware."""
+def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any], *,
+                   nodes_per_instance: int | None = None) -> LaunchRequest:
+    """The launch request a plan body implies: the manifest's model, the nodes' hardware (``hardware.nodes``: the
+    nodes one instance spans, ``nodes_per_instance``; by default all the plan's nodes)."""
     first = nodes[0]
     shapes = {(n.gpu_id, n.gpu["memory_bytes"], n.gpu["compute_capability"], n.gpu_count) for n in nodes}
     if len(shapes) > 1:
-        raise Invalid("all nodes of one plan must have the same GPU model and count", field="nodes")
+        seen = ", ".join(f"{n.name}: {n.gpu_count} × {n.gpu.get('name', n.gpu_id)}" for n in nodes[:8])
+        raise Invalid(f"all nodes of one plan (and so of every group in it) must have the same GPU model and count "
+                      f"({seen})", field="nodes")
     gpu: Any = first.gpu_id if first.gpu_id != "custom" else {
         "name": first.gpu["name"], "compute_capability": first.gpu["compute_capability"],
         "memory_bytes": first.gpu["memory_bytes"]}
@@ -57,7 +65,7 @@ def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any]) 
             "model": {"name": manifest.name, "uri": manifest.uri, "config": manifest.config,
                       "hf_quant_config": manifest.hf_quant_config, "quantization_txt": manifest.quantization_txt,
                       "checkpoint": manifest.checkpoint, "weights_bytes": manifest.weights_bytes},
-            "hardware": {"gpu": gpu, "count": first.gpu_count, "nodes": len(nodes),
+            "hardware": {"gpu": gpu, "count": first.gpu_count, "nodes": nodes_per_instance or len(nodes),
                          "interconnect": interconnects.pop() if len(interconnects) == 1 else None},
             "environment": body.get("environment") or "production",
             "workload": body.get("workload"),
@@ -108,67 +116,293 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secret
            "argv": plan.argv, "command": command, "env": env, "budget": plan.budget,
            "vllm_version": plan.vllm_version, "manifest_id": plan.manifest_id, "created_by": plan.created_by,
            "created_at": iso(plan.created_at)}
+    topo = plan.topology or None
+    if topo:
+        out["topology"] = {"form": topo.get("form"), "nodes_per_instance": topo.get("nodes_per_instance")}
     if assignments is not None:
         out["assignments"] = [{"node": a.node_name, "seq": a.seq, "status": a.status,
-                               "signed": a.signed if secrets else None, "last_report": a.last_report}
+                               "signed": a.signed if secrets else None, "last_report": a.last_report,
+                               "group": a.group_index, "rank": a.rank, "role": a.role,
+                               "group_digest": a.group_digest,
+                               **({"argv": a_argv} if (a_argv := _member_argv(topo, a)) is not None else {})}
                               for a in assignments]
         if assignments:
             out["signed"] = assignments[0].signed if secrets else None
+        if topo:
+            out["groups"] = group_states(topo, assignments, secrets=secrets)
     return out
+
+
+def _member_argv(topo: dict | None, a: Assignment) -> list[str] | None:
+    """The argv the node of ``a`` runs, from the plan's topology (None for plans made before topologies)."""
+    if not topo or a.group_index is None:
+        return None
+    for g in topo.get("groups", ()):
+        if g.get("group") == a.group_index:
+            return g.get("argv", {}).get(a.node_name)
+    return None
+
+
+def group_state(members: list[Assignment]) -> str:
+    """A group's state from its members' assignments and last reports: ``revoked`` / ``superseded`` when its
+    assignments are; ``failed`` when any member's vLLM ended (``exited``, ``failed``: a worker's failure fails the
+    instance); ``running`` when the head (rank 0) reports vLLM ready; ``stopped`` when the head was stopped;
+    else ``pending`` (not every member started yet) or ``starting``."""
+    statuses = {a.status for a in members}
+    if statuses & {"revoked"}:
+        return "revoked"
+    if "active" not in statuses:
+        return "superseded"
+    reports = {a.last_report for a in members}
+    if reports & {"exited", "failed"}:
+        return "failed"
+    head = next((a for a in members if (a.rank or 0) == 0), members[0])
+    if head.last_report == "running":
+        return "running"
+    if head.last_report == "stopped":
+        return "stopped"
+    if all(a.last_report in ("started", "running", "heartbeat") for a in members):
+        return "starting"
+    return "pending"
+
+
+def group_states(topo: dict, assignments: list[Assignment], *, secrets: bool = True) -> list[dict[str, Any]]:
+    """Per group of the plan: its nodes in rank order, head and head address, nnodes, digest and state."""
+    out = []
+    for g in topo.get("groups", ()):
+        members = sorted((a for a in assignments if a.group_index == g.get("group")), key=lambda a: a.rank or 0)
+        item = {"group": g.get("group"), "nodes": g.get("nodes"), "head": g.get("head"),
+                "head_address": g.get("head_address"), "nnodes": g.get("nnodes"), "digest": g.get("digest"),
+                "status": group_state(members) if members else None}
+        if g.get("env"):
+            item["env"] = g["env"] if secrets else {k: REDACTED for k in g["env"]}
+        out.append(item)
+    return out
+
+
+@dataclass
+class Layout:
+    """Where a plan runs: the topology (domain/topology.py), the group-wide engine arguments validated once, and
+    per group its head's address and extra env."""
+
+    topo: Topology
+    group_args: dict[str, Any]
+    head_addresses: dict[int, str | None]
+    group_env: list[dict[str, str]]
+    tp: int
+    pp: int
+    dp: int
+
+
+def _engine_args_with(raw: dict[str, Any], extra: dict[str, Any], line) -> dict[str, Any]:
+    """``raw`` with ``extra`` set by dest name (any spelling of those names in ``raw`` is replaced)."""
+    out = {k: v for k, v in raw.items() if resolve_name(k, line) not in extra}
+    out.update(extra)
+    return out
+
+
+def plan_layout(request: LaunchRequest, nodes: list[Node], body: dict[str, Any]) -> Layout:
+    """Group the plan's nodes into instances (vLLM's world TP × PP × DP over the nodes' GPUs) and check what a
+    multi-node plan needs: no per-node argument in engine_args (Preflight renders them), ``--nnodes`` if given equal
+    to the instance's node count, an address on every head, one env per group. Raises DomainError / Invalid (422)
+    naming the field and the numbers."""
+    _, line = resolve_version(request.vllm_version)
+    args = parse_engine_args(request.engine_args, line)
+    tp, pp, dp = args.tensor_parallel_size, args.pipeline_parallel_size, args.data_parallel_size
+    names = [n.name for n in nodes]
+    gpus = nodes[0].gpu_count
+    group_env = list(body.get("group_env") or [])
+    world = tp * pp * dp
+    k = -(-world // gpus) if world > 0 else 1
+    if len(nodes) == 1 or world <= 0 or k > len(nodes):
+        # one node, or fewer nodes than one instance needs: the rules judge it (world_size_exceeds_gpus)
+        topo = Topology("replicas", 1, tuple((n,) for n in names),
+                        {n: Placement(n, i, 0, "replica", 1, n) for i, n in enumerate(names)}, world)
+    else:
+        topo = plan_topology(names, gpus, tp, pp, dp, line, backend=args.get("distributed_executor_backend"),
+                             form=body.get("multi_node_form"))
+    if len(nodes) > 1:
+        for name in PER_NODE:
+            if name in args.given and not (topo.form == "replicas" and name == "data_parallel_size_local"):
+                raise DomainError(f"engine_args.{name}", f"--{name.replace('_', '-')} differs per node: Preflight "
+                                  f"renders it for every node of a multi-node plan from the topology (leave it out)",
+                                  rule="flag_per_node")
+        n_given = args.get("nnodes")
+        if n_given is not None and int(n_given) != topo.nodes_per_instance:
+            raise DomainError("engine_args.nnodes", f"--nnodes {n_given} but world size {world} (TP {tp} × PP {pp} × "
+                              f"DP {dp}) over nodes of {gpus} GPUs makes instances of {topo.nodes_per_instance} "
+                              f"node(s): leave --nnodes out (Preflight renders it)", rule="nnodes")
+    if group_env and len(group_env) != len(topo.groups):
+        raise DomainError("group_env", f"group_env has {len(group_env)} entries but the plan has "
+                          f"{len(topo.groups)} group(s) of {topo.nodes_per_instance} node(s): give one per group, in "
+                          f"group order", rule="group_env")
+    for i, env in enumerate(group_env):
+        refused = env_policy.refused(env)
+        if refused:
+            raise Invalid("group_env sets variables a node does not take from a plan: " + "; ".join(
+                f"{name}: {why}" for name, why in refused),
+                errors=[{"field": f"group_env.{i}.{name}", "rule": "env_not_allowed", "message": why}
+                        for name, why in refused])
+    by_name = {n.name: n for n in nodes}
+    heads: dict[int, str | None] = {}
+    for g, members in enumerate(topo.groups):
+        head = by_name[members[0]]
+        if topo.nodes_per_instance > 1 and not head.address:
+            raise Invalid(f"node {head.name!r} heads group {g} ({', '.join(members)}), a {len(members)}-node "
+                          f"instance, but has no address: the other nodes connect to it. Set it with PATCH "
+                          f"/v1/nodes/{head.name} {{\"address\": \"10.0.0.1\"}}", field="nodes",
+                          errors=[{"field": f"nodes.{names.index(head.name)}", "rule": "head_address",
+                                   "message": f"node {head.name!r} has no address"}])
+        heads[g] = head.address
+    return Layout(topo, group_arguments(topo, line, tp=tp, pp=pp, given=args.values), heads,
+                  group_env or [{} for _ in topo.groups], tp, pp, dp)
+
+
+def _supersede_groups(session: Session, *, actor: str, names: list[str], plan: Plan, model: str) -> None:
+    """Supersede the nodes' active assignments and, with each one that belongs to a multi-node group, every other
+    member of that group (a group moves together: a worker never keeps a plan whose head moved on). Audit
+    ``plan.superseded`` per assignment (``group_member_of`` names the node that pulled a member along)."""
+    previous = session.execute(select(Assignment).where(Assignment.node_name.in_(names),
+                                                        Assignment.status == "active")).scalars().all()
+    pulled: list[tuple[Assignment, str]] = [(a, a.node_name) for a in previous]
+    groups = {(a.plan_id, a.group_index) for a in previous if a.role in ("head", "worker")}
+    if groups:
+        for a in session.execute(select(Assignment).where(
+                Assignment.plan_id.in_(sorted({p for p, _ in groups})), Assignment.status == "active",
+                Assignment.node_name.not_in(names))).scalars().all():
+            if (a.plan_id, a.group_index) in groups:
+                cause = next(b.node_name for b in previous if (b.plan_id, b.group_index) == (a.plan_id, a.group_index))
+                pulled.append((a, cause))
+    for prev, cause in pulled:
+        prev.status = "superseded"
+    for prev, cause in pulled:
+        _retire_plan_if_done(session, prev.plan_id, exclude=prev.id)
+        payload = {"superseded_by": plan.id, "seq": prev.seq}
+        if cause != prev.node_name:
+            payload["group_member_of"] = cause
+        audit.append(session, actor=actor, kind="plan.superseded", subject=f"plan:{prev.plan_id}",
+                     node=prev.node_name, plan_id=prev.plan_id, model=model, payload=payload)
+
+
+@dataclass
+class Judgement:
+    """A plan body judged for a manifest on nodes (``judge``): what ``create`` signs, or a dry run shows."""
+
+    manifest: Manifest
+    nodes: list[Node]
+    body: dict[str, Any]
+    request: LaunchRequest
+    result: Any
+    layout: Any
+    line: Any
+    findings: list[dict[str, Any]]
+
+    def rejection(self, session: Session) -> LaunchRejected:
+        """The 422 of a rejected launch: findings with remedies, the nearest launches that pass and the registered
+        quantized variants of the model that would fit these nodes."""
+        r = self.result
+        return LaunchRejected(
+            f"vLLM {r.vllm_version} would refuse this launch: " + "; ".join(f"{f.rule}: {f.message}" for f in r.errors),
+            findings=self.findings, argv=r.argv, budget=r.budget, alternatives=r.alternatives,
+            variants=variants.fitting_variants(session, self.manifest, self.nodes, self.body)
+            if variants.needs_memory(self.findings) else [])
+
+
+def judge(session: Session, manifest: Manifest, nodes: list[Node], body: dict[str, Any]) -> Judgement:
+    """Validate a plan body for a manifest on nodes, as ``create`` signs it (the measured KV pool when pinned, the
+    nodes' topology, one validation per instance shape). Reads only: ``create`` and the dry run share it."""
+    body = kv_pool.apply(session, manifest, nodes, body)  # kv_cache_pool "pinned": the measured pool
+    request = launch_request(manifest, nodes, body)
+    check_node_safety(manifest, request)
+    recommendations: list[dict[str, Any]] | None = None
+    if len(nodes) > 1 and request.workload is not None:  # the topology follows from the filled TP/PP/DP
+        filled, recommendations = recommend(request)
+        request = request.model_copy(update={"engine_args": filled})
+    layout = plan_layout(request, nodes, body)
+    _, line = resolve_version(request.vllm_version)
+    if len(nodes) > 1:
+        judged_in = launch_request(manifest, nodes, {**body, "engine_args": _engine_args_with(
+            request.engine_args, layout.group_args, line)}, nodes_per_instance=layout.topo.nodes_per_instance)
+        result = validate(judged_in, model_ref=manifest.uri, fill=False)
+        if recommendations is not None:
+            result.recommendations = recommendations
+    else:
+        result = validate(request, model_ref=manifest.uri)
+    return Judgement(manifest, nodes, body, request, result, layout, line, [f.as_dict() for f in result.findings])
 
 
 def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any]) -> dict:
     """Validate, sign and store a plan for every named node. Raises LaunchRejected (422, nothing stored) when the
-    verdict is reject; DomainError / NotFound / Invalid for bad input."""
+    verdict is reject; DomainError / NotFound / Invalid for bad input.
+
+    The nodes form groups (domain/topology.py): one replica per node when the world TP × PP × DP fits a node, else
+    instances of k nodes in the order given. The launch is validated once per instance shape (``hardware.nodes`` =
+    k, with the group-wide ``--nnodes``/``--master-port`` or ``--data-parallel-size-local``/``-rpc-port``); each
+    node is signed its own argv with its group, rank, role and the group's digest."""
     manifest = manifest_service.resolve_ref(session, body["manifest"])
     names = list(dict.fromkeys(body["nodes"]))
     nodes = [node_service.get(session, n) for n in names]
     node_service.lock(session, sorted(names))  # per-node seq: concurrent plans for a node queue here
-    request = launch_request(manifest, nodes, body)
-    check_node_safety(manifest, request)
-    result = validate(request, model_ref=manifest.uri)
-    findings = [f.as_dict() for f in result.findings]
+    j = judge(session, manifest, nodes, body)
+    body, request, result, layout, line, findings = j.body, j.request, j.result, j.layout, j.line, j.findings
     metrics.observe_result("plans", result.verdict, findings)
     if result.verdict == "reject":
-        raise LaunchRejected(
-            f"vLLM {result.vllm_version} would refuse this launch: "
-            + "; ".join(f"{f.rule}: {f.message}" for f in result.errors),
-            findings=findings, argv=result.argv, budget=result.budget, alternatives=result.alternatives,
-            variants=variants.fitting_variants(session, manifest, nodes, body) if variants.needs_memory(findings)
-            else [],  # quantized manifests of this model that would fit these nodes
-        )
+        raise j.rejection(session)
     judged = result.context.request if result.context is not None else request  # with recommended values filled
-    plan = Plan(id=str(uuid.uuid4()), manifest_id=manifest.id, request=judged.model_dump(mode="json"),
+    plan_id = str(uuid.uuid4())
+    topo = layout.topo
+    groups = []
+    member_claims: dict[str, dict[str, Any]] = {}
+    for g, members in enumerate(topo.groups):
+        argvs, _ = member_argvs(topo, g, result.argv, line, head_address=layout.head_addresses[g] or "",
+                                tp=layout.tp, pp=layout.pp, dp=layout.dp)
+        env = {**request.env, **layout.group_env[g]}
+        k = topo.nodes_per_instance
+        content = {"plan": plan_id, "group": g, "nnodes": k, "vllm_version": result.vllm_version,
+                   "manifest_digest": manifest.digest, "model_uri": manifest.uri,
+                   "members": [{"node": n, "rank": topo.placements[n].rank, "role": topo.placements[n].role,
+                                "argv": argvs[n], "env": env} for n in members]}
+        digest = group_digest(content)
+        groups.append({"group": g, "nodes": list(members), "head": members[0],
+                       "head_address": layout.head_addresses[g] if k > 1 else None, "nnodes": k, "digest": digest,
+                       "argv": argvs, "env": dict(layout.group_env[g])})
+        for n in members:
+            p = topo.placements[n]
+            member_claims[n] = {"argv": argvs[n], "env": env, "group": g, "rank": p.rank, "role": p.role,
+                                "nnodes": k, "head": members[0], "group_digest": digest}
+    plan = Plan(id=plan_id, manifest_id=manifest.id, request=judged.model_dump(mode="json"),
                 verdict=result.verdict, findings=findings, argv=result.argv, command=result.command,
                 env=dict(request.env), budget=result.budget, recommendations=result.recommendations,
-                vllm_version=result.vllm_version, created_by=actor)
+                vllm_version=result.vllm_version, created_by=actor,
+                topology={"form": topo.form, "nodes_per_instance": topo.nodes_per_instance, "groups": groups,
+                          "multi_node_form": body.get("multi_node_form"),
+                          "group_env": body.get("group_env")})
     session.add(plan)
     session.flush()
+    _supersede_groups(session, actor=actor, names=names, plan=plan, model=manifest.name)
+    seqs = dict(session.execute(select(Assignment.node_name, func.max(Assignment.seq))
+                                .where(Assignment.node_name.in_(names)).group_by(Assignment.node_name)).all())
     assignments = []
     for node in nodes:
-        previous = session.execute(select(Assignment).where(Assignment.node_name == node.name,
-                                                            Assignment.status == "active")).scalars().all()
-        for prev in previous:
-            prev.status = "superseded"
-            _retire_plan_if_done(session, prev.plan_id, exclude=prev.id)
-            audit.append(session, actor=actor, kind="plan.superseded", subject=f"plan:{prev.plan_id}",
-                         node=node.name, plan_id=prev.plan_id, model=manifest.name,
-                         payload={"superseded_by": plan.id, "seq": prev.seq})
-        seq = (session.execute(select(func.max(Assignment.seq)).where(Assignment.node_name == node.name)).scalar()
-               or 0) + 1
+        mine = member_claims[node.name]
+        seq = (seqs.get(node.name) or 0) + 1
         claims = plan_claims(issuer=settings.issuer, audience=settings.audience, node=node.name, plan_id=plan.id,
                              seq=seq, manifest_digest=manifest.digest,
-                             vllm_version=result.vllm_version, argv=result.argv, env=dict(request.env),
-                             model_uri=manifest.uri)
+                             vllm_version=result.vllm_version, argv=mine["argv"], env=mine["env"],
+                             model_uri=manifest.uri, placement={k: mine[k] for k in PLACEMENT_CLAIMS})
         signed = keys.sign(claims)
         # "this is the node's current plan", signed now with the plan: the first fetches after a rollout (a fleet
-        # booting at once) are answered without a signature each
+        # booting at once) are answered without a signature each. A group member's carries its head's group digest:
+        # in this transaction, the group's own
+        grouped = mine["role"] in ("head", "worker")
         fresh = keys.sign(freshness_claims(issuer=settings.issuer, audience=settings.audience, node=node.name,
                                            plan_id=plan.id, seq=seq, digest=plan_digest(signed),
-                                           ttl=settings.freshness_ttl_seconds),
+                                           ttl=settings.freshness_ttl_seconds, grouped=grouped,
+                                           head_group_digest=mine["group_digest"] if grouped else None),
                           typ=FRESHNESS_MEDIA_TYPE, refresh=False)
         a = Assignment(plan_id=plan.id, node_name=node.name, seq=seq, signed=signed, freshness=fresh,
-                       etag='"' + audit.sha256_hex(signed.encode())[:32] + '"')
+                       etag='"' + audit.sha256_hex(signed.encode())[:32] + '"', group_index=mine["group"],
+                       rank=mine["rank"], role=mine["role"], group_digest=mine["group_digest"])
         session.add(a)
         assignments.append(a)
     session.flush()
@@ -176,7 +410,9 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
                  node=names[0] if len(names) == 1 else None, model=manifest.name,
                  payload={"manifest": manifest.digest, "nodes": names, "seqs": [a.seq for a in assignments],
                           "plan_digests": [plan_digest(a.signed) for a in assignments],
-                          "verdict": result.verdict, "argv": result.argv, "kid": keys.active_kid})
+                          "verdict": result.verdict, "argv": result.argv, "kid": keys.active_kid,
+                          "topology": {"form": topo.form, "nodes_per_instance": topo.nodes_per_instance,
+                                       "group_digests": [g["digest"] for g in groups]}})
     epochs.bump(session, "plans", plan.id)  # other processes' plan caches drop the superseded assignments
     return {**plan_dict(plan, assignments), "recommendations": result.recommendations}
 
@@ -256,10 +492,12 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
     for row in session.execute(
             select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.etag,
                    ASSIGNMENTS.c.signed, ASSIGNMENTS.c.freshness, ASSIGNMENTS.c.last_fetched_at,
-                   ASSIGNMENTS.c.fetch_count, ASSIGNMENTS.c.node_name)
+                   ASSIGNMENTS.c.fetch_count, ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.group_index,
+                   ASSIGNMENTS.c.rank, ASSIGNMENTS.c.role, ASSIGNMENTS.c.group_digest)
             .where(ASSIGNMENTS.c.node_name.in_(nodes), ASSIGNMENTS.c.status == "active")).mappings():
         if row["node_name"] not in current or row["seq"] > current[row["node_name"]]["seq"]:
             current[row["node_name"]] = dict(row)
+    heads_of(session, list(current.values()))
     unplanned = [n for n in nodes if n not in current]
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(unplanned)))) if unplanned else set()
     out: list[tuple[dict | None, bool] | ApiError] = []
@@ -292,6 +530,24 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
             row["fetch_count"] = (row["fetch_count"] or 0) + 1
             row["last_fetched_at"] = now
     return out
+
+
+def heads_of(session: Session, rows: list[dict]) -> None:
+    """Set ``head_group_digest`` on each assignment row of a multi-node group: the group digest of its group's head's
+    current assignment (rank 0 of the same plan and group, active), or None when the head has none. The freshness
+    statement carries it, and an agent refuses a plan whose own group digest differs (agent/verify.py): a member
+    never starts against a head that is not on the same group plan."""
+    grouped = [r for r in rows if r.get("role") in ("head", "worker")]
+    for r in rows:
+        r["head_group_digest"] = None
+    if not grouped:
+        return
+    heads = dict(((p, g), d) for p, g, d in session.execute(
+        select(ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.group_index, ASSIGNMENTS.c.group_digest)
+        .where(ASSIGNMENTS.c.plan_id.in_(sorted({r["plan_id"] for r in grouped})), ASSIGNMENTS.c.rank == 0,
+               ASSIGNMENTS.c.status == "active")))
+    for r in grouped:
+        r["head_group_digest"] = heads.get((r["plan_id"], r["group_index"]))
 
 
 def fetch_recorded_recently(row: dict) -> bool:
@@ -428,10 +684,14 @@ def reissue(session: Session, *, actor: str, settings: Settings, keys: KeyStore,
     and signed as a new plan with a new per-node seq."""
     old, assignments = get(session, plan_id)
     req = old.request
-    body = {"manifest": old.manifest_id, "nodes": [a.node_name for a in assignments],
+    topo = old.topology or {}
+    # the nodes in the order given (ranks follow it): by rank within each group, groups in order
+    ordered = sorted(assignments, key=lambda a: (a.group_index or 0, a.rank or 0, a.id))
+    body = {"manifest": old.manifest_id, "nodes": [a.node_name for a in ordered],
             "engine_args": req.get("engine_args") or {}, "env": req.get("env") or {},
             "environment": req.get("environment"), "workload": req.get("workload"),
-            "vllm_version": req.get("vllm_version")}
+            "vllm_version": req.get("vllm_version"), "multi_node_form": topo.get("multi_node_form"),
+            "group_env": topo.get("group_env")}
     out = create(session, actor=actor, settings=settings, keys=keys, body=body)
     audit.append(session, actor=actor, kind="plan.reissued", subject=f"plan:{out['id']}", plan_id=out["id"],
                  model=model_of(session, out["id"]),

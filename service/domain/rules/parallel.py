@@ -99,10 +99,17 @@ SRC_WORLD = "vllm 0.33.0 vllm/config/parallel.py:1054-1077; v1/worker/gpu_worker
 @rule("world_size_exceeds_gpus", severity="error", source=SRC_WORLD)
 def world_size_exceeds_gpus(ctx: LaunchContext):
     """World size (TP × PP) × data_parallel_size must fit the GPUs: per node when one node, across nodes when
-    several nodes are configured (Ray backend or ``--nnodes``)."""
+    several nodes are configured (Ray backend or ``--nnodes``); in the data-parallel multi-node form
+    (``--data-parallel-size-local`` below ``data_parallel_size``) each node's local ranks × TP × PP."""
     a = ctx.args
     world = a.world_size * a.data_parallel_size
-    if ctx.nodes > 1:
+    dp_local = a.get("data_parallel_size_local")
+    if ctx.nodes > 1 and dp_local is not None and dp_local < a.data_parallel_size:
+        # the data-parallel multi-node form: each node runs dp_local of the DP ranks, each TP × PP GPUs
+        # (vllm 0.33.0 vllm/engine/arg_utils.py:2486-2510; v1/worker/gpu_worker.py:486-489)
+        world = a.world_size * dp_local
+        capacity, where = ctx.gpus_per_node, f"each node ({ctx.gpus_per_node} GPUs; DP local {dp_local})"
+    elif ctx.nodes > 1:
         multi = a.get("distributed_executor_backend") in ("ray", "external_launcher") or int(a.get("nnodes", 1)) > 1
         capacity = ctx.total_gpus if multi else ctx.gpus_per_node
         where = f"{ctx.nodes} nodes × {ctx.gpus_per_node} GPUs" if multi else f"one node ({ctx.gpus_per_node} GPUs; "

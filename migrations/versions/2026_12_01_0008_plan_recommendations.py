@@ -1,15 +1,15 @@
 """plans.recommendations: the values Preflight filled into the plan and why (shown on the operators' plan page;
 null for plans created before this revision)
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
