@@ -173,6 +173,11 @@ def test_hostile_names_and_filters_are_escaped_and_named(client):
 
 def test_filters_pick_rows(client):
     fleet_of_two(client)
+    r = client.post("/v1/nodes", json={"name": "gpu-05", "gpu": "h100-sxm-80gb", "gpu_count": 8,
+                                       "address": "10.0.0.15"})
+    assert r.status_code == 201, r.text
+    row = client.get("/ui/").text.split('data-node="gpu-05"')[1].split("</tr>")[0]
+    assert '<td data-label="Address">10.0.0.15</td>' in row and "unplanned" in row
     page = client.get("/ui/", params={"status": "refused"}).text
     assert 'data-node="gpu-02"' in page and 'data-node="gpu-01"' not in page
     page = client.get("/ui/", params={"model": "meta-llama/Llama-3.1-70B"}).text
