@@ -348,7 +348,7 @@ class Reporter:
             r = self.client.post_report({"plan_id": self.plan_id, "status": "heartbeat", "message": None,
                                          "details": {"run_id": self.run_id}})
             body = r.json() if r.status_code == 201 else None
-        except (httpx.HTTPError, ValueError):
+        except (httpx.HTTPError, ValueError, RecursionError):
             return None
         return False if isinstance(body, dict) and body.get("current") is False else None
 
@@ -713,10 +713,41 @@ def keys_init() -> None:
 
 
 @keys_app.command("retire")
-def keys_retire(kid: str) -> None:
-    """Stop publishing a key (plans it signed stop verifying)."""
+def keys_retire(kid: str, force: bool = typer.Option(
+        False, "--force", help="Retire it even while active plans are signed with it (their nodes stop booting).")
+) -> None:
+    """Stop publishing a key (plans it signed stop verifying). Refused while active plans are signed with it: reissue
+    those first (``POST /v1/plans/{id}/reissue`` signs with the active key)."""
+    import base64
+
+    from sqlalchemy import select
+
+    from .db.models import Assignment
     from .signing import KeyError_, KeyStore
 
+    if not force:
+        in_use: set[str] = set()
+        try:
+            with _database(_settings()).read() as session:
+                for plan_id, signed in session.execute(select(Assignment.plan_id, Assignment.signed)
+                                                       .where(Assignment.status == "active")):
+                    head = signed.split(".", 1)[0]
+                    try:
+                        if json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4))).get("kid") == kid:
+                            in_use.add(plan_id)
+                    except (ValueError, AttributeError):
+                        continue
+        except Exception as exc:  # a retirement that cannot be checked is not made by default
+            typer.echo(f"preflight: cannot check which active plans are signed with {kid} (database: "
+                       f"{exc.__class__.__name__}); run it where PREFLIGHT_DATABASE_URL reaches the service's "
+                       f"database, or --force", err=True)
+            raise typer.Exit(1)
+        if in_use:
+            shown = ", ".join(sorted(in_use)[:5]) + (" …" if len(in_use) > 5 else "")
+            typer.echo(f"preflight: {len(in_use)} active plan(s) are signed with {kid} ({shown}); their nodes would "
+                       f"refuse them at the next boot. Reissue them first (POST /v1/plans/ID/reissue), or --force.",
+                       err=True)
+            raise typer.Exit(1)
     try:
         KeyStore(_settings().key_dir, create=False).retire(kid)
     except KeyError_ as exc:

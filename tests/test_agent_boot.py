@@ -197,21 +197,24 @@ def test_a_second_preflight_with_its_own_keys_is_refused_and_the_state_is_untouc
     assert len(node.launches()) == 2 and json.loads(node.state.read_text())["plan_id"] == plan["id"]
 
 
-def test_rotation_reaches_the_node_through_the_signed_chain(fleet, tmp_path):
+def test_rotation_reaches_the_node_through_the_signed_chain(fleet, db_url, tmp_path):
     url, c, node = fleet
     c.post("/v1/plans", json=PLAN)
     assert node.run().returncode == 0
-    cli_env = {**os.environ, "PREFLIGHT_DATA_DIR": str(tmp_path / "var")}
+    cli_env = {**os.environ, "PREFLIGHT_DATA_DIR": str(tmp_path / "var"), "PREFLIGHT_DATABASE_URL": db_url}
     old_kid = json.loads(node.trust.read_text())["keys"][0]["kid"]
     new_kid = subprocess.run([PREFLIGHT, "keys", "rotate"], env=cli_env, capture_output=True, text=True,
                              check=True).stdout.strip()
+    # the node's active plan is signed with the old key: retiring it now would stop the node from booting
+    refused = subprocess.run([PREFLIGHT, "keys", "retire", old_kid], env=cli_env, capture_output=True, text=True)
+    assert refused.returncode == 1 and "1 active plan(s) are signed with" in refused.stderr, refused.stderr
     plan = c.post("/v1/plans", json=PLAN).json()  # signed with the new key, which the node has never seen
     run = node.run()
     assert run.returncode == 0, run.stderr
     trust = json.loads(node.trust.read_text())
     assert trust["version"] == 2 and {k["kid"] for k in trust["keys"]} == {old_kid, new_kid}
     assert json.loads(node.state.read_text())["plan_id"] == plan["id"]
-    # retiring the old key follows the same path (signed by the new one)
+    # retiring the old key, now that no active plan is signed with it, follows the same path (signed by the new one)
     subprocess.run([PREFLIGHT, "keys", "retire", old_kid], env=cli_env, capture_output=True, check=True)
     assert node.run().returncode == 0
     trust = json.loads(node.trust.read_text())

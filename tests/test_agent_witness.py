@@ -57,9 +57,47 @@ def test_a_checkpoint_that_does_not_verify_never_replaces_the_copy(ks, tmp_path)
         json.dumps(w.details())
 
 
-def test_an_unreadable_or_foreign_copy_is_replaced_by_a_verified_one(ks, tmp_path):
+def test_an_unreadable_or_edited_copy_is_replaced_by_a_verified_one(ks, tmp_path):
     copy, jwks = tmp_path / "c.jws", ks.jwks()
-    for junk in (b"\xff\xfe", b"x" * 20_000, cp(KeyStore(tmp_path / "o", create=True), 99).encode()):
+    good = cp(ks, 99)
+    h, p, sig = good.split(".")
+    edited = f"{h}.{cp(ks, 98).split('.')[1]}.{sig}"  # a known key, a signature that does not match
+    for junk in (b"\xff\xfe", b"x" * 20_000, edited.encode(), b"a.b.c"):
         copy.write_bytes(junk)
         assert read_kept(copy, jwks) == (None, None)
         assert witness(copy, cp(ks, 3), jwks).status == "kept"
+
+
+def test_a_service_that_says_it_has_no_checkpoint_while_the_node_kept_one_is_a_cut(ks, tmp_path):
+    """Emptying the checkpoint table (the service then answers 404) must not silence the node."""
+    copy, jwks = tmp_path / "c.jws", ks.jwks()
+    assert witness(copy, "", jwks).status == "none"  # a new service: nothing kept, nothing to say
+    witness(copy, cp(ks, 40), jwks)
+    w = witness(copy, "", jwks)
+    assert w.status == "cut" and "seq 40" in w.message and w.details()["kept"]["last_seq"] == 40
+
+
+def test_a_copy_signed_by_a_key_retired_since_still_counts(ks, tmp_path):
+    copy = tmp_path / "c.jws"
+    witness(copy, cp(ks, 40), ks.jwks())
+    old = ks.active_kid
+    ks.rotate()
+    ks.retire(old)
+    jwks = ks.jwks()
+    assert [k["kid"] for k in jwks["keys"]] == [ks.active_kid]
+    assert read_kept(copy, jwks)[1]["last_seq"] == 40
+    assert witness(copy, cp(ks, 12), jwks).status == "cut"  # not silently replaced by a shorter chain
+
+
+def test_headers_and_payloads_that_are_not_objects_are_malformed_not_a_crash():
+    import base64 as b64
+
+    from service.agent.verify import VerificationError, verify_jws
+
+    def part(raw: bytes) -> str:
+        return b64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    for header in (b"[1]", b'"x"', b"7", b"null", b"[" * 100_000 + b"]" * 100_000):
+        with pytest.raises(VerificationError) as err:
+            verify_jws(f"{part(header)}.e30.AA", {"keys": []}, typ="x")
+        assert err.value.reason == "malformed"

@@ -223,3 +223,21 @@ def test_rejection_lists_the_nearest_launches_that_pass(client):
     assert alts and alts[0] == {"tensor_parallel_size": 2}
     ok = client.post("/v1/plans", json={"manifest": "phi3", "nodes": ["a100-node"], "engine_args": alts[0]})
     assert ok.status_code == 201
+
+
+def test_revoke_is_idempotent_and_a_superseded_plan_cannot_be_revoked(client):
+    """Revoking twice answers the same and records one event; a plan no node runs any more (superseded) is a 409,
+    and its status stays what it was."""
+    from tests.test_agent_hot_path import PLAN, setup_fleet
+
+    fleet = setup_fleet(client, ["gpu-01"])
+    first = fleet["gpu-01"]["plan"]["id"]
+    second = client.post("/v1/plans", json={**PLAN, "nodes": ["gpu-01"]}).json()["id"]  # supersedes the first
+    r = client.post(f"/v1/plans/{first}/revoke")
+    assert r.status_code == 409 and r.json()["field"] == "plan_id", r.text
+    assert client.get(f"/v1/plans/{first}").json()["status"] == "superseded"
+    assert client.post(f"/v1/plans/{second}/revoke").status_code == 200
+    again = client.post(f"/v1/plans/{second}/revoke")
+    assert again.status_code == 200 and again.json()["status"] == "revoked"
+    events = client.get("/v1/audit", params={"kind": "plan.revoked"}).json()["items"]
+    assert [e["plan_id"] for e in events] == [second]

@@ -61,3 +61,28 @@ def test_pinned_pool_needs_a_report_then_renders_kv_cache_memory_bytes(client):
                                              "engine_args": {**ARGS, "max_model_len": 4096},
                                              "kv_cache_pool": "pinned"})
     assert changed.status_code == 422 and "kv_pool_not_measured" in changed.text
+
+
+def test_an_impossible_pool_is_refused_given_or_reported(client):
+    """A pool larger than the GPU is refused when given (rule kv_cache_memory_fits: vLLM reserves it as given), and a
+    node that reports one cannot pin it; a pinned plan does not take a kv_cache_memory_bytes of its own."""
+    node = register_node(client)
+    register_manifest(client)
+    huge = client.post(
+        "/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
+                           "engine_args": {**ARGS, "kv_cache_memory_bytes": 1 << 50}})
+    assert huge.status_code == 422, huge.text
+    err = next(e for e in huge.json()["findings"] if e["rule"] == "kv_cache_memory_fits")
+    assert err["field"] == "engine_args.kv_cache_memory_bytes" and "exceed the GPU's 79.15 GiB" in err["message"]
+    first = plan(client)
+    agent = client.headers.copy()
+    agent["Authorization"] = f"Bearer {node['agent_token']}"
+    rep = client.post("/v1/nodes/gpu-01/reports", headers=agent, json={
+        "plan_id": first.json()["id"], "status": "running", "details": {"vllm": {"available_kv_cache_gib": 1048576}}})
+    assert rep.status_code == 201
+    pinned = plan(client, kv_cache_pool="pinned")
+    assert pinned.status_code == 422 and "kv_pool_not_measured" in pinned.text  # the report is not believed
+    both = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
+                                          "engine_args": {**ARGS, "kv_cache_memory_bytes": 40 << 30},
+                                          "kv_cache_pool": "pinned"})
+    assert both.status_code == 422 and both.json()["errors"][0]["rule"] == "kv_pool_conflict"

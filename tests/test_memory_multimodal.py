@@ -323,3 +323,39 @@ def test_an_unexpected_vision_config_shape_leaves_the_tower_unmodelled():
     cfg["vision_config"]["patch_size"] = [14, 14]
     assert vision_tower(read_model_facts(cfg)) is None
     assert budget_of(vl_request(cfg, max_model_len=8192)).multimodal is None
+
+
+@pytest.mark.parametrize("limit", [{"image": -5}, {"image": {"count": "x"}}, [1, 2], {"image": 1.5},
+                                   {"image": True}, {"image": {"count": 1, "frames": 3}}, {"video": {"num_frames": 0}},
+                                   '{"image": -1}'])
+def test_junk_mm_limits_are_errors_naming_the_field(limit):
+    """vLLM 0.33 validates --limit-mm-per-prompt at start-up (vllm/config/multimodal.py:211-236, 471-495): counts
+    ≥ 0, sizes > 0, only the modality's options — a plan must not be signed with one it refuses."""
+    from service.domain.validate import validate
+
+    r = validate(vl_request(limit_mm_per_prompt=limit))
+    errs = [f for f in r.errors if f.rule == "mm_limits_invalid"]
+    assert r.verdict == "reject" and errs and errs[0].field == "engine_args.limit_mm_per_prompt", limit
+
+
+def test_good_mm_limits_and_kwargs_pass():
+    from service.domain.validate import validate
+
+    for limit in ({"image": 2, "video": 0}, {"image": {"count": 1, "width": 512, "height": 512}},
+                  {"video": {"count": 1, "num_frames": 8}}, '{"image": 1}'):
+        r = validate(vl_request(limit_mm_per_prompt=limit, mm_processor_kwargs={"max_pixels": 1003520}))
+        assert not [f for f in r.findings if f.rule == "mm_limits_invalid"], limit
+
+
+@pytest.mark.parametrize("kwargs", [{"max_pixels": -1}, {"max_pixels": "x"}, {"max_pixels": 1.5},
+                                    {"max_pixels": True}, {"size": {"longest_edge": 0}}])
+def test_junk_image_sizes_are_refused(kwargs):
+    from pydantic import ValidationError
+
+    from service.domain.validate import validate
+
+    r = validate(vl_request(mm_processor_kwargs=kwargs))
+    assert [f.field for f in r.errors if f.rule == "mm_limits_invalid"] == ["engine_args.mm_processor_kwargs"]
+    with pytest.raises(ValidationError) as err:
+        vl_request(preprocessor=kwargs)
+    assert err.value.errors()[0]["loc"] == ("model", "preprocessor_config")

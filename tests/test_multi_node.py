@@ -217,7 +217,8 @@ def test_per_node_arguments_ray_and_mixed_hardware_are_refused(client):
 
 
 @pytest.mark.parametrize("address", ["--evil", "a b", "x" * 254, "10.0.0.1;rm", "", "0.0.0.0", "-a.example",
-                                     "a..b", "ä.example", "1.2.3"])
+                                     "a..b", "ä.example", "1.2.3", "gpu\n", "10.0.0.1\n", "a\n.b", "::ffff:0.0.0.0",
+                                     "fe80::1%--evil", "fe80::1% x", "255.255.255.255", "a\tb"])
 def test_hostile_addresses_are_422_naming_the_field(client, address):
     r = client.post("/v1/nodes", json={"name": "z", "gpu": H200, "gpu_count": 8, "address": address})
     assert r.status_code == 422, address
@@ -311,3 +312,35 @@ def test_the_agent_refuses_placement_claims_that_disagree_with_the_argv(keys):
         token = keys.sign(plan_claims(**base, argv=argv_, placement=placement))
         with pytest.raises(VerificationError):
             verify_plan(token, keys.jwks(), node="w", audience="preflight-agent")
+
+
+@pytest.mark.parametrize("flag", [{"headless": True}, {"node_rank": 1}, {"data_parallel_start_rank": 1},
+                                  {"master_addr": "10.0.0.9"}])
+def test_per_node_flags_are_refused_on_a_one_node_plan_too(client, flag):
+    """A signed --headless or --node-rank on a one-node plan would make the node a worker of an instance that does
+    not exist (and the agent refuses such a replica): 422 before anything is stored or superseded."""
+    deepseek(client)
+    node(client, "solo", "10.0.0.1")
+    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["solo"],
+                                       "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, **flag}})
+    assert r.status_code == 422, r.text
+    err = r.json()["errors"][0]
+    assert err["rule"] == "flag_per_node" and err["field"] == f"engine_args.{next(iter(flag))}"
+    assert client.get("/v1/nodes/solo/plan").status_code == 404  # nothing stored
+
+
+def test_env_is_bounded_because_every_node_signs_a_copy(client):
+    """A plan's env is copied into every node's signed plan: 120 variables × 4,000 characters over 256 nodes once
+    made a 0.5 MB request into 166 MB of response and 332 MB of database. Env (and each group's) is capped at 16 KiB;
+    line breaks are refused."""
+    deepseek(client)
+    node(client, "e-a", "10.0.0.1")
+    big = {f"VLLM_X{i}": "v" * 4000 for i in range(5)}
+    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["e-a"],
+                                       "engine_args": {"tensor_parallel_size": 8}, "env": big})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "env", r.text
+    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["e-a"],
+                                       "engine_args": {"tensor_parallel_size": 8},
+                                       "group_env": [{"NCCL_SOCKET_IFNAME": "eth0\nLD_PRELOAD=/x.so"}]})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"].startswith("group_env"), r.text
+    assert client.get("/v1/nodes/e-a/plan").status_code == 404

@@ -52,7 +52,7 @@ class AgentState:
             raise StateCorrupt(f"cannot read {path}: {exc}") from None
         try:
             data = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise StateCorrupt(f"{path} is not JSON ({exc})") from None
         if not isinstance(data, dict):
             raise StateCorrupt(f"{path} does not hold a JSON object")
@@ -126,19 +126,21 @@ class AgentClient:
         r.raise_for_status()  # 5xx: treated as unreachable by the caller
         try:
             body = r.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested beyond the parser's depth
             return None  # refused by Trust.apply_chain as malformed
         return body.get("keysets") if isinstance(body, dict) else None
 
     def audit_checkpoint(self) -> str | None:
-        """The service's newest signed audit checkpoint (compact JWS, to be verified by the caller), or None when
-        there is none yet or the answer is not one."""
+        """The service's newest signed audit checkpoint (compact JWS, to be verified by the caller); ``""`` when the
+        service says it has none (404); None when the answer is not one."""
         r = self._get("/v1/audit/checkpoints/latest")
+        if r.status_code == 404:
+            return ""
         if r.status_code != 200:
             return None
         try:
             body = r.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested beyond the parser's depth
             return None
         token = body.get("checkpoint") if isinstance(body, dict) else None
         return token if isinstance(token, str) else None

@@ -61,8 +61,8 @@ class Trust:
             raise TrustError(f"trust file {path} does not exist: install the service's JWKS at provisioning "
                              f"(curl $S/.well-known/jwks.json > {path}, or `preflight keys export --out {path}`)") \
                 from None
-        except (OSError, ValueError) as exc:
-            raise TrustError(f"trust file {path} is unreadable: {exc}") from None
+        except (OSError, ValueError, RecursionError) as exc:
+            raise TrustError(f"trust file {path} is unreadable: {exc.__class__.__name__}") from None
         try:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")

@@ -73,8 +73,10 @@ def verify_jws(token: str, jwks: dict, *, typ: str) -> tuple[dict[str, Any], str
         raise VerificationError("malformed", "not a compact JWS")
     try:
         header = _b64json(token.split(".")[0])
-    except Exception:
+    except Exception:  # not base64, not JSON, nested too deep (RecursionError)
         raise VerificationError("malformed", "unreadable protected header") from None
+    if not isinstance(header, dict):
+        raise VerificationError("malformed", "the protected header is not a JSON object")
     alg = header.get("alg")
     if alg not in PINNED_ALGS:
         raise VerificationError("alg_refused", f"algorithm {alg!r} is not pinned ({', '.join(PINNED_ALGS)})")
@@ -93,7 +95,7 @@ def verify_jws(token: str, jwks: dict, *, typ: str) -> tuple[dict[str, Any], str
         raise VerificationError("bad_signature", f"signature does not verify: {exc.__class__.__name__}") from None
     try:
         claims = json.loads(obj.payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise VerificationError("malformed", "payload is not JSON") from None
     if not isinstance(claims, dict):
         raise VerificationError("malformed", "payload is not a JSON object")

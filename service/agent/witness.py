@@ -11,6 +11,8 @@ A checkpoint that does not verify (a spoofed or broken server) is ignored and ne
 
 from __future__ import annotations
 
+import base64
+import json
 import pathlib
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,7 @@ HEX64 = frozenset("0123456789abcdef")
 
 @dataclass(frozen=True)
 class Witnessed:
-    status: str  # "kept" (new or longer) | "same" | "cut" | "rewritten" | "ignored" (did not verify)
+    status: str  # "kept" (new or longer) | "same" | "cut" | "rewritten" | "ignored" (did not verify) | "none"
     message: str
     kept: dict[str, Any] | None = None  # the claims of the copy the node holds afterwards
     served: dict[str, Any] | None = None
@@ -50,8 +52,9 @@ def _claims(token: str, jwks: dict) -> dict[str, Any]:
 
 
 def read_kept(path: pathlib.Path, jwks: dict) -> tuple[str | None, dict[str, Any] | None]:
-    """The copy the node keeps: (token, claims), or (None, None) when there is none or it no longer verifies (a key
-    retired since: the next served checkpoint replaces it)."""
+    """The copy the node keeps: (token, claims), or (None, None) when there is none or it is unusable. A copy whose
+    key the node no longer trusts (retired since) still counts: the agent verified it before writing it, and only
+    the node itself writes that file — so retiring a key does not wipe the node's memory of the chain."""
     try:
         token = path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
@@ -60,12 +63,26 @@ def read_kept(path: pathlib.Path, jwks: dict) -> tuple[str | None, dict[str, Any
         return None, None
     try:
         return token, _claims(token, jwks)
-    except VerificationError:
+    except VerificationError as exc:
+        if exc.reason != "unknown_kid":
+            return None, None
+    try:  # written by this agent after verification; its key retired since
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=" * (-len(token.split(".")[1]) % 4)))
+    except (ValueError, IndexError, RecursionError):
         return None, None
+    if not isinstance(claims, dict) or type(claims.get("last_seq")) is not int or type(claims.get("head")) is not str:
+        return None, None
+    return token, claims
 
 
 def witness(path: pathlib.Path, served_token: Any, jwks: dict) -> Witnessed:
     """Compare the checkpoint the service serves with the node's copy at ``path``; keep the longer (atomically)."""
+    if served_token == "":  # the service says it has no checkpoint at all
+        _, kept = read_kept(path, jwks)
+        if kept is None:
+            return Witnessed("none", "the service has no audit checkpoint yet")
+        return Witnessed("cut", f"the service says it has no audit checkpoint, but this node kept one at seq "
+                                f"{kept['last_seq']}: its checkpoints were removed", kept, None)
     try:
         served = _claims(served_token, jwks)
     except VerificationError as exc:

@@ -707,12 +707,15 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                        retry_after=5)
         try:
             db.sealer.flush()
+            # what this process had sealed before the snapshot opens: all of it is in the snapshot (a seal raises
+            # high_water only after it committed), while seals that commit during the read are not — reading it
+            # afterwards called those "deleted"
+            seen = db.sealer.high_water
             with db.read() as session:  # one snapshot, no write lock: agents and deploys go on while it reads
                 found, problems = audit.known_checkpoints(session, keys.jwks(), [settings.checkpoint_file])
                 out = audit.verify_chain(session, checkpoints=found)
         finally:
             verifying.release()
-        seen = db.sealer.high_water
         if out["ok"] and out["last_seq"] < seen:  # after the newest checkpoint, before this process restarted
             out["ok"] = False
             out["cut"] = {"seen_seq": seen, "reason": f"this service sealed the chain up to seq {seen}, it now ends "

@@ -23,11 +23,20 @@ def _address(value: str | None) -> str | None:
     return value
 
 
+MAX_ENV_BYTES = 16_384  # one plan's (or group's) environment: it is copied into every node's signed plan
+
+
 def _env_names(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
         if not ENV_NAME.fullmatch(key) or len(value) > 4096:
             raise ValueError(f"env: {key!r} is not a valid environment variable name (A-Z, 0-9, _) "
                              "or its value is longer than 4096")
+        if any(c in value for c in "\n\r\0"):
+            raise ValueError(f"env: the value of {key!r} holds a line break or NUL")
+    size = sum(len(k) + len(v) for k, v in env.items())
+    if size > MAX_ENV_BYTES:
+        raise ValueError(f"env: {len(env)} variables of {size} characters in all, more than {MAX_ENV_BYTES} (it is "
+                         f"signed into every node's plan)")
     return env
 
 

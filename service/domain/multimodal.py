@@ -257,6 +257,70 @@ def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preproc
     return items, notes
 
 
+# vLLM 0.33's dummy options per modality (vllm/config/multimodal.py:211-236: count ≥ 0; sizes > 0; extra keys
+# forbidden for image, video and audio), checked by its ``limit_per_prompt`` validator (:471-495) at start-up
+_DUMMY_OPTIONS = {"image": ("count", "width", "height"), "video": ("count", "num_frames", "width", "height"),
+                  "audio": ("count", "length")}
+SIZE_KEYS = ("max_pixels", "min_pixels", "patch_size", "merge_size", "temporal_patch_size", "shortest_edge",
+             "longest_edge")
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def limit_problems(raw: Any) -> list[str]:
+    """Why vLLM would refuse ``--limit-mm-per-prompt`` (empty when it takes it): the legacy ``image=1,video=0`` form
+    and JSON strings are read as the releases read them."""
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        text = raw.strip()[:4096]
+        try:
+            raw = json.loads(text) if text.startswith("{") else {
+                k.strip(): int(v) for k, v in (kv.split("=", 1) for kv in text.split(",") if "=" in kv)}
+        except (ValueError, RecursionError):
+            return ["must be a JSON object of modality: count or options, or the form image=1,video=0"]
+    if not isinstance(raw, dict):
+        return ["must be a JSON object of modality: count or options"]
+    out = []
+    for k, v in list(raw.items())[:64]:
+        if _whole(v):
+            if v < 0:
+                out.append(f"{k}: the count must be ≥ 0 (got {v})")
+            continue
+        if not isinstance(v, dict):
+            out.append(f"{k}: a count (an integer ≥ 0) or an options object, not {type(v).__name__}")
+            continue
+        allowed = _DUMMY_OPTIONS.get(str(k))
+        for name, x in list(v.items())[:64]:
+            if allowed is not None and name not in allowed:
+                out.append(f"{k}.{name}: not an option of {k} (allowed: {', '.join(allowed)})")
+            elif name == "count" and not (_whole(x) and x >= 0):
+                out.append(f"{k}.count must be an integer ≥ 0")
+            elif name != "count" and (allowed is not None or name in ("width", "height")) and x is not None \
+                    and not (_whole(x) and x > 0):
+                out.append(f"{k}.{name} must be a positive integer")
+    return out
+
+
+def size_problems(d: Any, where: str) -> list[str]:
+    """Image size fields (``max_pixels``, ``patch_size``, ``merge_size``, …) that are present but not positive
+    integers, in a processor config or ``--mm-processor-kwargs`` (also under ``size`` and ``images_kwargs``)."""
+    if d is None:
+        return []
+    if not isinstance(d, dict):
+        return [f"{where} must be a JSON object"]
+    out = []
+    for prefix, sub in (("", d), ("size.", d.get("size")), ("images_kwargs.", d.get("images_kwargs"))):
+        if not isinstance(sub, dict):
+            continue
+        for k in SIZE_KEYS:
+            if k in sub and sub[k] is not None and not (_whole(sub[k]) and 0 < sub[k] <= 1 << 40):
+                out.append(f"{where}.{prefix}{k} must be a positive integer (got {str(sub[k])[:40]})")
+    return out
+
+
 def _limits(raw: Any, default: int) -> dict[str, int]:
     """``limit_mm_per_prompt`` as a dict (``{"image": 1}`` or ``{"image": {"count": 1}}``), a JSON string, or the
     older releases' ``image=1,video=0``."""

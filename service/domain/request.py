@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .jsoncheck import check_json
 
@@ -54,6 +54,16 @@ class ModelSpec(Strict):
     quantization_txt: str | None = Field(default=None, max_length=65536)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = None
+
+    @field_validator("preprocessor_config")
+    @classmethod
+    def _image_sizes(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        from .multimodal import size_problems
+
+        problems = size_problems(v, "preprocessor_config")
+        if problems:
+            raise ValueError("; ".join(problems[:4]))
+        return v
 
 
 class CustomGpu(Strict):

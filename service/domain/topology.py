@@ -55,7 +55,7 @@ class Topology:
 
 
 MAX_ADDRESS = 253  # a DNS name's longest text form (RFC 1035 §2.3.4); IPv6 text is shorter
-_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")  # used with fullmatch ($ allows a final \n)
 FORMS = ("nnodes", "data_parallel")
 # per-node arguments Preflight renders for every member of a group; a plan's engine_args may not set them
 PER_NODE = ("node_rank", "master_addr", "headless", "data_parallel_start_rank", "data_parallel_address",
@@ -69,17 +69,23 @@ def address_problem(value: str) -> str | None:
     could split is accepted."""
     if not isinstance(value, str) or not value or len(value) > MAX_ADDRESS:
         return f"must be an IP address or a DNS name of 1 to {MAX_ADDRESS} characters"
+    if not value.isascii() or not value.isprintable() or any(c.isspace() for c in value):
+        return "must be an IP address or a DNS name: no spaces, control or non-ASCII characters"
+    if "%" in value:
+        return "an IPv6 scope id (%...) is local to one host: give an address other nodes can reach"
     try:
         ip = ipaddress.ip_address(value)
     except ValueError:
         ip = None
     if ip is not None:
-        if ip.is_unspecified or ip.is_multicast:
-            return f"{value} is not an address another node can connect to"
+        mapped = getattr(ip, "ipv4_mapped", None)
+        for a in (ip, mapped) if mapped is not None else (ip,):
+            if a.is_unspecified or a.is_multicast or (a.version == 4 and a == ipaddress.IPv4Address("255.255.255.255")):
+                return f"{value} is not an address another node can connect to"
         return None
     name = value[:-1] if value.endswith(".") else value
     labels = name.split(".")
-    if not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
+    if not all(_LABEL.fullmatch(label) for label in labels) or labels[-1].isdigit():
         return ("must be an IP address or a DNS name (labels of letters, digits and inner hyphens, 1 to 63 "
                 "characters each, separated by dots)")
     return None

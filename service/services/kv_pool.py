@@ -56,8 +56,15 @@ def apply(session: Session, manifest: Manifest, nodes: list[Node], body: dict[st
     """The plan body with ``engine_args.kv_cache_memory_bytes`` set when ``kv_cache_pool`` is ``pinned``."""
     if body.get("kv_cache_pool", "utilization") != "pinned":
         return body
+    if any(k.lstrip("-").replace("-", "_") == "kv_cache_memory_bytes" for k in body.get("engine_args") or {}):
+        raise Invalid("kv_cache_pool pinned takes the pool nodes reported: leave engine_args.kv_cache_memory_bytes "
+                      "out (or use kv_cache_pool utilization with your own value)", field="kv_cache_pool",
+                      errors=[{"field": "engine_args.kv_cache_memory_bytes", "rule": "kv_pool_conflict",
+                               "message": "kv_cache_memory_bytes given with kv_cache_pool pinned"}])
     wanted = _launch_key(body.get("engine_args"))
     names = [n.name for n in nodes]
+    # a figure a node reports is believed only below its GPU's memory: one node cannot pin an impossible pool
+    ceiling = min(int(n.gpu["memory_bytes"]) for n in nodes)
     rows = session.execute(
         select(Report.node_name, Report.details, Plan.request, Plan.vllm_version)
         .join(Plan, Plan.id == Report.plan_id)
@@ -69,7 +76,7 @@ def apply(session: Session, manifest: Manifest, nodes: list[Node], body: dict[st
         if node in latest or version != target_version or _launch_key((request or {}).get("engine_args")) != wanted:
             continue
         m = measured_pool(details)
-        if m:
+        if m and m[0] < ceiling:
             latest[node] = m
     if not latest:
         raise Invalid(

@@ -221,12 +221,15 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], body: dict[str, Any])
     else:
         topo = plan_topology(names, gpus, tp, pp, dp, line, backend=args.get("distributed_executor_backend"),
                              form=body.get("multi_node_form"))
+    # per-node flags are Preflight's to render from the topology — on a one-node plan too, where a signed
+    # --headless or --node-rank would make the node a worker of an instance that does not exist (and the agent
+    # refuses a replica that is told to be headless)
+    for name in PER_NODE:
+        if name in args.given and not (topo.form == "replicas" and name == "data_parallel_size_local"):
+            raise DomainError(f"engine_args.{name}", f"--{name.replace('_', '-')} differs per node: Preflight "
+                              f"renders it for every node of a multi-node plan from the topology (leave it out)",
+                              rule="flag_per_node")
     if len(nodes) > 1:
-        for name in PER_NODE:
-            if name in args.given and not (topo.form == "replicas" and name == "data_parallel_size_local"):
-                raise DomainError(f"engine_args.{name}", f"--{name.replace('_', '-')} differs per node: Preflight "
-                                  f"renders it for every node of a multi-node plan from the topology (leave it out)",
-                                  rule="flag_per_node")
         n_given = args.get("nnodes")
         if n_given is not None and int(n_given) != topo.nodes_per_instance:
             raise DomainError("engine_args.nnodes", f"--nnodes {n_given} but world size {world} (TP {tp} × PP {pp} × "
@@ -668,6 +671,11 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
 
 def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
     plan, assignments = get(session, plan_id)
+    if plan.status == "revoked":
+        return plan  # already withdrawn: the same answer, no second event
+    if not any(a.status == "active" for a in assignments):
+        raise Conflict(f"plan {plan_id} is no longer current on any node (it was {plan.status}): nothing to revoke",
+                       field="plan_id")
     plan.status = "revoked"
     for a in assignments:
         if a.status == "active":

@@ -92,6 +92,29 @@ def weights_fit(ctx: LaunchContext):
                   weights_gib=format_gib(b.weights_bytes_per_gpu), usable_gib=format_gib(b.usable_bytes), **data)]
 
 
+SRC_KV_BYTES = "vllm 0.33.0 vllm/v1/worker/gpu_worker.py:656-681 (kv_cache_memory_bytes: profiling skipped, the pool reserved as given)"
+
+
+@rule("kv_cache_memory_fits", severity="error", source=SRC_KV_BYTES, phase="budget")
+def kv_cache_memory_fits(ctx: LaunchContext):
+    """``kv_cache_memory_bytes`` is reserved as given (vLLM skips its memory profiling and ignores
+    ``gpu_memory_utilization``): with the weights it must fit in the GPU's memory, or allocating the KV cache runs out
+    of memory at start-up."""
+    b = _budget(ctx)
+    given = ctx.args.get("kv_cache_memory_bytes")
+    if b is None or given is None:
+        return []
+    need = int(given) + b.weights_bytes_per_gpu
+    if need <= b.gpu_memory_bytes:
+        return []
+    room = max(0, b.gpu_memory_bytes - b.weights_bytes_per_gpu)
+    msg = (f"kv_cache_memory_bytes {int(given)} ({format_gib(int(given))} GiB) plus the weights "
+           f"({format_gib(b.weights_bytes_per_gpu)} GiB per GPU) exceed the GPU's {format_gib(b.gpu_memory_bytes)} GiB: "
+           f"vLLM reserves the pool as given, and allocating it runs out of memory at start-up")
+    return [error("kv_cache_memory_fits", msg, remedy={"kv_cache_memory_bytes": None}, source=SRC_KV_BYTES,
+                  field="engine_args.kv_cache_memory_bytes", room_bytes=room)]
+
+
 def smallest_tp_for_weights(ctx: LaunchContext) -> int | None:
     top = ctx.total_gpus // max(1, ctx.pp)
     for t in (d for d in divisors(ctx.facts.num_attention_heads, top) if d > ctx.tp):  # a valid TP divides the heads

@@ -4,8 +4,25 @@
 from __future__ import annotations
 
 from ..context import LaunchContext
-from ..multimodal import V1_DEFAULT_LIMIT, _limits, max_items, vision_tower
+from ..multimodal import V1_DEFAULT_LIMIT, _limits, limit_problems, max_items, size_problems, vision_tower
 from . import error, rule
+
+SRC_LIMITS = "vllm 0.33.0 vllm/config/multimodal.py:211-236, 471-495 (limit_per_prompt and its dummy options)"
+
+
+@rule("mm_limits_invalid", severity="error", source=SRC_LIMITS)
+def mm_limits_invalid(ctx: LaunchContext):
+    """``--limit-mm-per-prompt`` is validated by vLLM's MultiModalConfig at start-up (counts ≥ 0, sizes > 0, only the
+    modality's own options), and the image size fields Preflight's memory profile reads from
+    ``--mm-processor-kwargs`` must be positive integers (the processor divides by them)."""
+    out = []
+    for problem in limit_problems(ctx.args.get("limit_mm_per_prompt")):
+        out.append(error("mm_limits_invalid", f"--limit-mm-per-prompt: {problem}", source=SRC_LIMITS,
+                         field="engine_args.limit_mm_per_prompt", remedy={"limit_mm_per_prompt": None}))
+    for problem in size_problems(ctx.args.get("mm_processor_kwargs"), "mm_processor_kwargs"):
+        out.append(error("mm_limits_invalid", f"--mm-processor-kwargs: {problem}", source=SRC_LIMITS,
+                         field="engine_args.mm_processor_kwargs", remedy={"mm_processor_kwargs": None}))
+    return out[:8]
 
 SRC_CHUNKED_MM = "vllm 0.33.0 vllm/v1/core/encoder_cache_manager.py:360-371 (compute_mm_encoder_budget)"
 
