@@ -126,6 +126,9 @@ def test_list_plans_bad_input_names_the_field(client):
         r = client.get("/v1/plans", params=params)
         assert r.status_code == 422, (params, r.text)
         assert r.json()["errors"][0]["field"] in (field, f"query.{field}")
+    r = client.get("/v1/plans", params={"mdoel": "x"})  # a misspelt filter does not list everything
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "query.mdoel"
+    assert client.get("/v1/plans?=false").status_code == 422
     r = client.get("/v1/plans", params={"after": "no-such-plan"})
     assert r.status_code == 404 and r.json()["field"] == "after"
 

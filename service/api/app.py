@@ -609,7 +609,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
     @app.get("/v1/plans", operation_id="listPlans", tags=["plans"])
-    def list_plans(session: SessionDep, p: Reader, node: Annotated[str | None, Query(max_length=128)] = None,
+    def list_plans(request: Request, session: SessionDep, p: Reader,
+                   node: Annotated[str | None, Query(max_length=128)] = None,
                    model: Annotated[str | None, Query(max_length=256)] = None,
                    status: Annotated[Literal["active", "superseded", "revoked"] | None, Query()] = None,
                    since: TimeQuery = None, until: TimeQuery = None,
@@ -618,6 +619,11 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         """Plans, newest first, filtered by node (assigned to it), model (manifest name), status and creation time
         (``since`` inclusive, ``until`` exclusive); ``next`` is the cursor (pass it as ``after``). Env values are
         redacted and the JWS left out for auditors."""
+        unknown = sorted(set(request.query_params) - {"node", "model", "status", "since", "until", "limit", "after"})
+        if unknown:  # a misspelt filter would silently list everything
+            raise DomainError(f"query.{unknown[0]}" if unknown[0] else "query",
+                              f"unknown query parameter {unknown[0]!r} (filters: node, model, status, since, until; "
+                              f"limit, after)")
         lo, hi = parse_time("since", since), parse_time("until", until)
         if lo and hi and hi < lo:
             raise DomainError("until", "until is before since")
