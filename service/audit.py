@@ -451,6 +451,8 @@ def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
         newest = want[max(want)]
         out["checkpoint"] = {"last_seq": newest["last_seq"], "iat": newest.get("iat"), "source": newest.get("source"),
                              "ok": True}
+    if checkpoints:  # every copy the chain was compared with (stored, the data-dir file, a file passed)
+        out["compared"] = [{"source": c.get("source"), "last_seq": c.get("last_seq")} for c in checkpoints]
     if up_to is None:
         out.update(unsealed(session, keys))
         if out.get("forged"):

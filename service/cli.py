@@ -234,11 +234,18 @@ def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model dire
                   name: Optional[str] = typer.Option(None, help="Manifest name (default: the directory name)."),
                   version: str = typer.Option("1", help="Manifest version."),
                   uri: Optional[str] = typer.Option(None, help="Where nodes load the weights (default: the path)."),
-                  tp_sharded: Optional[int] = typer.Option(None, help="Checkpoint saved per rank at this TP.")) -> None:
-    """Register a model directory as a manifest."""
+                  tp_sharded: Optional[int] = typer.Option(None, help="Checkpoint saved per rank at this TP."),
+                  hash_shards: bool = typer.Option(False, "--hash-shards",
+                                                   help="Also record each shard's SHA-256 (reads every shard: tens "
+                                                        "of GB; nodes verify them with --verify-hashes).")) -> None:
+    """Register a model directory as a manifest, with what the launch depends on in it: config.json's SHA-256, the
+    quantization tag, hf_quant_config.json, the safetensors index's shards and sizes (nodes check them at boot)."""
+    from .agent.weights import WeightsError
+
     try:
         body = read_model_dir(directory)
-    except (OSError, ValueError) as exc:
+        body["files"] = _describe_weights(directory, hash_shards)
+    except (OSError, ValueError, WeightsError) as exc:
         typer.echo(f"preflight: {exc}", err=True)
         raise typer.Exit(2)
     body.update(name=name or directory.name, version=version, uri=uri or str(directory.resolve()),
@@ -247,6 +254,17 @@ def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model dire
     r = _client(server, token).post("/v1/manifests", json=body)
     _fail_on_problem(r)
     typer.echo(json.dumps(r.json(), indent=2))
+
+
+def _describe_weights(directory: pathlib.Path, hash_shards: bool) -> dict:
+    """agent/weights.py's record of the directory; with hashing, a progress bar over the shards' bytes."""
+    from .agent.weights import describe
+
+    if not hash_shards:
+        return describe(directory)
+    total = sum(s["size"] for s in describe(directory)["shards"])
+    with typer.progressbar(length=total, label="hashing shards", file=sys.stderr) as bar:
+        return describe(directory, hash_shards=True, on_bytes=bar.update)
 
 
 EXIT_REFUSED = 3  # a check failed: nothing ran, the state is unchanged
@@ -371,6 +389,23 @@ class Reporter:
             self.state.save()
 
 
+def _agent_token(token: str | None, token_file: pathlib.Path | None) -> str:
+    if token:
+        return token
+    if token_file is None:
+        typer.echo("preflight agent: give --token or --token-file (PREFLIGHT_TOKEN / PREFLIGHT_TOKEN_FILE)", err=True)
+        raise typer.Exit(2)
+    try:
+        secret = token_file.read_text()[:4096].strip()
+    except OSError as exc:
+        typer.echo(f"preflight agent: cannot read the token file {token_file}: {exc.strerror}", err=True)
+        raise typer.Exit(2)
+    if not secret:
+        typer.echo(f"preflight agent: the token file {token_file} is empty (run `preflight agent register`)", err=True)
+        raise typer.Exit(2)
+    return secret
+
+
 def _resolve_vllm(vllm: str | None) -> str:
     import shutil
 
@@ -395,7 +430,10 @@ def _load_trust(trust: pathlib.Path):
 @agent_app.command("run")
 def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
               node: str = typer.Option(..., envvar="PREFLIGHT_NODE"),
-              token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+              token: Optional[str] = typer.Option(None, envvar="PREFLIGHT_TOKEN"),
+              token_file: Optional[pathlib.Path] = typer.Option(
+                  None, envvar="PREFLIGHT_TOKEN_FILE", help="Read the agent token from this file (as `preflight "
+                  "agent register --token-file` wrote it) instead of --token."),
               trust: pathlib.Path = typer.Option(..., envvar="PREFLIGHT_TRUST",
                                                  help="The node's trust root: a JWKS file installed at provisioning "
                                                       "(saved /.well-known/jwks.json or `preflight keys export`). "
@@ -422,7 +460,16 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
               audit_copy: Optional[pathlib.Path] = typer.Option(
                   None, envvar="PREFLIGHT_AUDIT_COPY",
                   help="Where the node keeps the longest signed audit checkpoint it has seen (default: next to the "
-                       "state file, STATE.checkpoint.jws); a shorter or rewritten chain later is reported.")) -> None:
+                       "state file, STATE.checkpoint.jws); a shorter or rewritten chain later is reported."),
+              nvidia_smi: str = typer.Option("nvidia-smi", envvar="PREFLIGHT_NVIDIA_SMI",
+                                             help="nvidia-smi, read before vLLM starts (GPUs, free memory)."),
+              weights_root: Optional[pathlib.Path] = typer.Option(
+                  None, envvar="PREFLIGHT_WEIGHTS_ROOT",
+                  help="Where this node keeps weights of remote models: s3://bucket/llama is checked in "
+                       "ROOT/bucket/llama (a local path uri is checked where it is)."),
+              verify_hashes: bool = typer.Option(False, "--verify-hashes", envvar="PREFLIGHT_VERIFY_HASHES",
+                                                 help="Also hash every shard the manifest recorded a SHA-256 for "
+                                                      "(reads all the weights at every boot).")) -> None:
     """Boot this node's current plan: fetch it with a fresh freshness statement, verify both against the pinned
     trust root, save it, then print or run exactly its argv with the node's vllm. Every start runs the current plan
     again (after a reboot, a crash or a restart); a plan older than the last one accepted never runs."""
@@ -434,6 +481,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     from .agent.verify import VerificationError, verify_freshness, verify_plan
 
     boot = time.time()
+    token = _agent_token(token, token_file)
     s = types.SimpleNamespace(issuer=issuer, audience=audience)
     tr = _load_trust(trust)
     vllm_path = None if print_only else _resolve_vllm(vllm)
@@ -554,8 +602,17 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     elif r.status_code == 200:
         header_id = r.headers.get("X-Plan-Id") or None
         plan_token, header_id = r.text, header_id if header_id and len(header_id) <= 36 else None  # unverified
+    elif r.status_code == 404 and "has no current plan" in r.text:
+        typer.echo(f"preflight agent: {node} has no current plan: nothing runs (--wait waits for one)", err=True)
+        raise typer.Exit(1)
     else:
-        typer.echo(f"preflight agent: fetch failed: HTTP {r.status_code}: {r.text[:500]}", err=True)
+        detail = r.text[:500]
+        try:
+            body = r.json()
+            detail = str(body.get("detail", detail))[:500] if isinstance(body, dict) else detail
+        except (ValueError, RecursionError):
+            pass
+        typer.echo(f"preflight agent: fetch failed: HTTP {r.status_code}: {detail}", err=True)
         raise typer.Exit(1)
 
     try:
@@ -601,6 +658,10 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         typer.echo(command)
         report.keep_undelivered()
         raise typer.Exit(0)
+    if not _node_checks_pass(client, report, plan.claims, node=node, nvidia_smi=nvidia_smi,
+                             weights_root=weights_root, verify_hashes=verify_hashes):
+        report.close()
+        raise typer.Exit(EXIT_REFUSED)
     from .agent import runner
 
     argv = [vllm_path, *plan.argv[1:]]  # the node's vllm, never one a plan or its env chooses
@@ -620,6 +681,95 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, "-m", "service.cli", *sys.argv[1:]])
     raise typer.Exit(code)
+
+
+def _node_checks_pass(client, report, claims: dict, *, node: str, nvidia_smi: str,
+                      weights_root: Optional[pathlib.Path], verify_hashes: bool) -> bool:
+    """Issue 17: the GPUs, the weights and the free memory the plan needs (agent/bootcheck.py). A refusal is
+    reported (``refused``, details.check/reason and the numbers) and printed; after inventory drift the node's facts
+    are updated with what nvidia-smi shows (PUT /v1/nodes/NAME/facts, the agent's own node only)."""
+    import httpx
+
+    from .agent.bootcheck import run_checks
+
+    def say(line: str) -> None:
+        typer.echo(f"preflight agent: {line}", err=True)
+
+    refusal = run_checks(claims, nvidia_smi=nvidia_smi, weights_root=weights_root, verify_hashes=verify_hashes,
+                         say=say)
+    if refusal is None:
+        return True
+    typer.echo(f"preflight agent: REFUSED {refusal.check} {claims['jti']}: {refusal.message}. vLLM was not "
+               f"started.", err=True)
+    report("refused", f"{refusal.check} refused: {refusal.message}",
+           {"reason": refusal.reason, "check": refusal.check, **refusal.details})
+    if refusal.observed_facts is not None:
+        try:
+            r = client.http.put(f"/v1/nodes/{node}/facts", json=refusal.observed_facts)
+            if r.status_code >= 400:
+                say(f"could not update the node's facts: HTTP {r.status_code}: {r.text[:300]}")
+            else:
+                say("the node's facts are updated with what nvidia-smi shows: a new plan is needed")
+        except httpx.HTTPError as exc:
+            say(f"could not update the node's facts: {exc}")
+    return False
+
+
+@agent_app.command("register")
+def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                   node: str = typer.Option(..., envvar="PREFLIGHT_NODE", help="This node's name."),
+                   enroll_token: str = typer.Option(..., envvar="PREFLIGHT_ENROLL_TOKEN",
+                                                    help="An enroller token (or an admin's)."),
+                   token_file: pathlib.Path = typer.Option(..., help="Where the node's agent token is written "
+                                                           "(mode 0600, atomically); shown nowhere else."),
+                   address: Optional[str] = typer.Option(None, help="IP address or DNS name the other nodes of a multi-node instance reach this node at."),
+                   nvidia_smi: str = typer.Option("nvidia-smi", envvar="PREFLIGHT_NVIDIA_SMI"),
+                   rotate_token: bool = typer.Option(False, "--rotate-token",
+                                                     help="Issue a new agent token even when TOKEN_FILE holds one "
+                                                          "(the node's other tokens are revoked).")) -> None:
+    """Register this node from what nvidia-smi reads (GPU model, count, memory, capability, NVLink or PCIe), or update
+    its facts when it exists. Safe to re-run: while TOKEN_FILE holds the node's live agent token, the facts are sent
+    with it and it is kept; otherwise (a new or re-imaged node, a revoked token) the enrollment token registers or
+    updates the node and a new agent token is issued, the node's old ones revoked."""
+    import httpx
+
+    from .agent.gpus import NvidiaSmiError, node_facts, read_gpus, read_interconnect
+    from .agent.trust import write_text_atomic
+
+    try:
+        gpus = read_gpus(nvidia_smi)
+        facts = node_facts(gpus, read_interconnect(nvidia_smi, len(gpus)))
+    except NvidiaSmiError as exc:
+        typer.echo(f"preflight agent register: {exc}", err=True)
+        raise typer.Exit(2)
+    try:
+        kept = token_file.read_text()[:4096].strip() if token_file.is_file() else ""
+    except OSError:
+        kept = ""
+    body = {**facts, "address": address}
+    try:
+        r = None
+        if kept and not rotate_token:  # the kept token proves itself: it may update its own node's facts
+            r = _client(server, kept).put(f"/v1/nodes/{node}/facts", json=body)
+            if r.status_code in (401, 403):  # revoked, or another node's: a new one (old ones revoked)
+                typer.echo(f"preflight agent register: the token in {token_file} is not {node}'s live agent token "
+                           f"(HTTP {r.status_code}); issuing a new one", err=True)
+                r = None
+        if r is None:
+            r = _client(server, enroll_token).put(f"/v1/nodes/{node}/facts", json={**body, "rotate_token": True})
+    except httpx.HTTPError as exc:
+        typer.echo(f"preflight agent register: {server}: {exc}", err=True)
+        raise typer.Exit(EXIT_UNAVAILABLE)
+    _fail_on_problem(r)
+    out = r.json()
+    secret = out.pop("agent_token", None)
+    if secret:
+        write_text_atomic(token_file, secret + "\n")
+    gpu = out["gpu"]
+    typer.echo(f"{'registered' if r.status_code == 201 else 'updated'} {node}: {out['gpu_count']} × "
+               f"{gpu.get('name')} ({gpu.get('id')}), {gpu.get('memory_bytes', 0) // 2**20} MiB, "
+               f"interconnect {out.get('interconnect') or '-'}; agent token "
+               f"{'written to ' + str(token_file) if secret else 'kept in ' + str(token_file)}")
 
 
 @agent_app.command("verify")
@@ -788,8 +938,8 @@ def _jwks(jwks_file: Optional[pathlib.Path], server: Optional[str]) -> dict:
         return httpx.get(server.rstrip("/") + "/.well-known/jwks.json", timeout=30).json()
     from .signing import KeyError_, KeyStore
 
-    try:
-        return KeyStore(_settings().key_dir, create=False).jwks()
+    try:  # the local key directory: retired keys too (a checkpoint they signed still verifies for an auditor)
+        return KeyStore(_settings().key_dir, create=False).audit_jwks()
     except KeyError_:
         return {"keys": []}
 
@@ -965,7 +1115,7 @@ def audit_check_checkpoint(file: pathlib.Path = typer.Argument(..., help="A save
     else:
         from .signing import KeyStore
 
-        jwks = KeyStore(_settings().key_dir, create=False).jwks()
+        jwks = KeyStore(_settings().key_dir, create=False).audit_jwks()  # retired keys too
     try:
         claims, kid = verify_jws(file.read_text().strip(), jwks, typ=audit.CHECKPOINT_TYPE)
     except VerificationError as exc:
@@ -1011,7 +1161,7 @@ app.add_typer(tokens_app, name="tokens")
 
 
 @tokens_app.command("create")
-def tokens_create(role: str = typer.Argument(..., help="admin, deployer or auditor"),
+def tokens_create(role: str = typer.Argument(..., help="admin, deployer, auditor or enroller (creates nodes and updates their hardware facts: `preflight agent register`)"),
                   label: Optional[str] = None,
                   server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                   token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN")) -> None:

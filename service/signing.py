@@ -166,8 +166,11 @@ class KeyStore:
         previous active key (nodes trust it already), the first one by itself. Returns the new kid."""
         with self._lock:
             previous = self._state.get("active") if self._state.get("active") in self._keys else None
-            key = OKPKey.generate_key("Ed25519")
-            kid = key.thumbprint()[:16]
+            while True:  # a kid never starts with "-" (a command line would read it as an option)
+                key = OKPKey.generate_key("Ed25519")
+                kid = key.thumbprint()[:16]
+                if not kid.startswith("-"):
+                    break
             self._write_private(kid, key)
             self._keys[kid] = OKPKey.import_key({**key.as_dict(private=True), "kid": kid})
             self._state["active"] = kid
@@ -199,6 +202,13 @@ class KeyStore:
     def public_keys(self) -> list[dict[str, Any]]:
         return [{**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"}
                 for k in sorted(self.published())]
+
+    def audit_jwks(self) -> dict[str, Any]:
+        """Every public key in the directory, retired ones too: what signed an audit checkpoint years ago still
+        verifies it for an auditor (nodes trust only the published set)."""
+        self.refresh()
+        return {"keys": [{**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"}
+                         for k in sorted(self._keys)], "version": self.keyset_version}
 
     def jwks(self) -> dict[str, Any]:
         """The published keys, and ``version``: the key-set version they are (a node pins this file)."""
@@ -243,7 +253,8 @@ PLACEMENT_CLAIMS = ("group", "rank", "role", "nnodes", "head", "group_digest")
 
 def plan_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, manifest_digest: str,
                 vllm_version: str, argv: list[str], env: dict[str, str], model_uri: str,
-                placement: dict[str, Any] | None = None, now: int | None = None) -> dict[str, Any]:
+                placement: dict[str, Any] | None = None, now: int | None = None,
+                node_checks: dict[str, Any] | None = None) -> dict[str, Any]:
     """The claims of one node's signed plan (times in seconds since the epoch). No ``exp``: what a plan says does
     not expire; whether it is still the node's current plan is what a freshness statement says. ``placement``:
     the PLACEMENT_CLAIMS."""
@@ -252,6 +263,8 @@ def plan_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int
         "iss": issuer, "sub": node, "aud": audience, "iat": iat, "nbf": iat - 60,
         "jti": plan_id, "seq": seq, "manifest_digest": manifest_digest, "vllm_version": vllm_version,
         "argv": argv, "env": env, "model_uri": model_uri, **(placement or {}),
+        # what the agent checks before vLLM starts (domain/node_checks.py); older plans carry none
+        **({"node_checks": node_checks} if node_checks is not None else {}),
     }
 
 

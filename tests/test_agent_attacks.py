@@ -220,3 +220,22 @@ def test_key_set_chain_starts_for_an_existing_key_directory_and_survives_a_read_
         store.dir.chmod(0o700)
     (store.dir / "keysets.json").write_text('{"keysets": ["garbage"]}')
     assert KeyStore(store.dir).keyset_version == 2  # the published set follows an unreadable entry
+
+
+def test_a_key_id_never_starts_with_a_dash(tmp_path, monkeypatch):
+    """`preflight keys retire -X5P…` reads a leading '-' as an option (1 key in 64): key ids never start with one."""
+    from joserfc.jwk import OKPKey
+
+    from service.signing import KeyStore
+
+    real = OKPKey.thumbprint
+    calls = []
+
+    def dashed_first(self, *a, **k):
+        calls.append(1)
+        return "-" + real(self, *a, **k)[1:] if len(calls) == 1 else real(self, *a, **k)
+
+    monkeypatch.setattr(OKPKey, "thumbprint", dashed_first)
+    ks = KeyStore(tmp_path / "keys", create=True)
+    kid = ks.rotate()
+    assert not kid.startswith("-") and not ks.active_kid.startswith("-") and len(calls) >= 2

@@ -22,6 +22,7 @@ from service.agent.trust import Trust
 from service.agent.verify import VerificationError
 from service.signing import KeyStore
 from tests.conftest import ADMIN
+from tests.support_gpus import install_nvidia_smi
 from tests.test_live import PREFLIGHT, PY, admin, free_port, servers, setup_fleet, start_server  # noqa: F401
 
 FAKE_VLLM = textwrap.dedent("""\
@@ -58,13 +59,14 @@ PLAN = {"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["gpu-01"],
 class Node:
     """One node: its token, trust file, state file, a stand-in vllm and a log of the argv each launch got."""
 
-    def __init__(self, tmp_path, url, token, name="gpu-01"):
+    def __init__(self, tmp_path, url, token, name="gpu-01", gpus="h100-sxm-8"):
         self.url, self.token, self.name = url, token, name
         self.dir = tmp_path / f"node-{name}"
         (self.dir / "bin").mkdir(parents=True)
         fake = self.dir / "bin" / "vllm"
         fake.write_text(FAKE_VLLM.format(py=PY))
         fake.chmod(0o755)
+        install_nvidia_smi(self.dir / "bin", gpus)  # replayed nvidia-smi: the hardware the node is registered with
         self.log = self.dir / "vllm.log"
         self.state = self.dir / "state.json"
         self.trust = self.dir / "trust.json"

@@ -193,6 +193,7 @@ def test_cli_verify_against_a_checkpoint_an_auditor_kept(make_client, settings, 
     verify(client)
     ok = runner.invoke(cli, ["audit", "verify", "--checkpoint", str(kept)])
     assert ok.exit_code == 0, ok.stdout
+    assert str(kept) in [c["source"] for c in json.loads(ok.stdout)["compared"]]  # says which copies it checked
     # the attacker cuts the tail and removes every copy it can reach: the stored checkpoints and the data-dir file
     last = json.loads(ok.stdout)["last_seq"]
     sql(settings, "DELETE FROM audit_events WHERE chain_seq >= :s", {"s": last - 1})

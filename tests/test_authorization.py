@@ -8,7 +8,7 @@ import pytest
 
 from tests.support import model_config
 
-ROLES = ["admin", "deployer", "auditor", "agent_own", "agent_other", "anonymous", "revoked"]
+ROLES = ["admin", "deployer", "auditor", "agent_own", "agent_other", "enroller", "anonymous", "revoked"]
 READERS = {"admin", "deployer", "auditor"}
 counter = itertools.count()
 
@@ -25,13 +25,13 @@ def world(client):
                                        "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
     plan = client.post("/v1/plans", json={"manifest": "llama", "nodes": ["gpu-a"],
                                           "engine_args": {"max_model_len": 8192}}).json()
-    for role in ("deployer", "auditor"):
+    for role in ("deployer", "auditor", "enroller"):
         tokens[role] = client.post("/v1/tokens", json={"role": role}).json()["token"]
     revoked = client.post("/v1/tokens", json={"role": "deployer"}).json()
     client.post(f"/v1/tokens/{revoked['id']}/revoke")
     auth = {"admin": client.headers["Authorization"], "deployer": f"Bearer {tokens['deployer']}",
             "auditor": f"Bearer {tokens['auditor']}", "agent_own": f"Bearer {tokens['gpu-a']}",
-            "agent_other": f"Bearer {tokens['gpu-b']}", "anonymous": "", "revoked": f"Bearer {revoked['token']}"}
+            "agent_other": f"Bearer {tokens['gpu-b']}", "enroller": f"Bearer {tokens['enroller']}", "anonymous": "", "revoked": f"Bearer {revoked['token']}"}
     return {"plan": plan["id"], "auth": auth}
 
 
@@ -74,6 +74,9 @@ ROUTES = [
     ("fetchNodePlan", "GET", "/v1/nodes/gpu-a/plan", None, {"admin", "agent_own"}, 200),
     ("reportNodeStatus", "POST", "/v1/nodes/gpu-a/reports",
      lambda c, w: {"plan_id": w["plan"], "status": "running"}, {"admin", "agent_own"}, 201),
+    ("putNodeFacts", "PUT", "/v1/nodes/gpu-a/facts",  # an agent: its own node only; an enroller: any node
+     lambda c, w: {"gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"},
+     {"admin", "enroller", "agent_own"}, 200),
     ("updateNode", "PATCH", "/v1/nodes/gpu-b", lambda c, w: {"labels": {"n": str(next(counter))}}, {"admin"}, 200),
     ("nodeHistory", "GET", "/v1/nodes/gpu-a/history", None, READERS, 200),
     ("nodeRuns", "GET", "/v1/nodes/gpu-a/runs", None, READERS, 200),
@@ -195,3 +198,104 @@ def test_concurrent_conditional_patches_let_exactly_one_through(client, monkeypa
     assert codes == [200] + [412] * 9, codes
     updates = [e for e in client.get("/v1/audit", params={"kind": "node.updated"}).json()["items"]]
     assert len(updates) == 1
+
+
+# Issue 17: the enroller role, against the app's own route table (not a hand list)
+
+def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world):
+    from fastapi.routing import APIRoute
+
+    enroller = world["auth"]["enroller"]
+    anonymous_ok = set()
+    checked = []
+    for route in client.app.routes:
+        if not isinstance(route, APIRoute):
+            continue
+        path = (route.path.replace("{name}", "gpu-a").replace("{plan_id}", world["plan"])
+                .replace("{token_id}", "1").replace("{ref:path}", "llama@1"))
+        for method in route.methods - {"HEAD"}:
+            if client.request(method, path, headers={"Authorization": ""}).status_code != 401:
+                anonymous_ok.add(route.operation_id)  # public: healthz, readyz, metrics, jwks, keysets
+                continue
+            r = client.request(method, path, headers={"Authorization": enroller},
+                               json={"gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"}
+                               if route.operation_id == "putNodeFacts" else {})
+            checked.append(route.operation_id)
+            if route.operation_id == "putNodeFacts":
+                assert r.status_code == 200, r.text
+            else:
+                assert r.status_code == 403, f"{route.operation_id}: {r.status_code} {r.text[:200]}"
+    assert anonymous_ok == {"healthz", "readyz", "metrics", "jwks", "keysets"}
+    assert len(checked) == len({r.operation_id for r in client.app.routes if isinstance(r, APIRoute)}) - 5
+
+
+def test_node_facts_create_update_and_least_privilege(client, world):
+    enroller, own, other = world["auth"]["enroller"], world["auth"]["agent_own"], world["auth"]["agent_other"]
+    facts = {"gpu": "NVIDIA L4", "gpu_count": 1, "gpus": [
+        {"index": 0, "name": "NVIDIA L4", "memory_total_bytes": 23034 << 20, "memory_used_bytes": 0,
+         "compute_capability": "8.9", "bus_id": "00000000:00:03.0"}]}
+    r = client.put("/v1/nodes/l4-new/facts", json=facts, headers={"Authorization": enroller})
+    assert r.status_code == 201 and r.json()["agent_token"].startswith("pf_") and r.json()["gpu"]["id"] == "l4-24gb"
+    first = r.json()["agent_token"]
+    again = client.put("/v1/nodes/l4-new/facts", json=facts, headers={"Authorization": enroller})
+    assert again.status_code == 200 and "agent_token" not in again.json()
+    rotated = client.put("/v1/nodes/l4-new/facts", json={**facts, "rotate_token": True},
+                         headers={"Authorization": enroller}).json()["agent_token"]
+    assert rotated != first and client.get("/v1/nodes/l4-new/plan", headers={"Authorization": f"Bearer {first}"}).status_code == 401
+    # an agent: its own node only, never a new node, never a token
+    assert client.put("/v1/nodes/gpu-a/facts", json={**facts, "rotate_token": True},
+                      headers={"Authorization": own}).status_code == 403
+    assert client.put("/v1/nodes/gpu-a/facts", json=facts, headers={"Authorization": other}).status_code == 403
+    assert client.put("/v1/nodes/gpu-a/facts", json=facts, headers={"Authorization": own}).json()["gpu_count"] == 1
+    kinds = [e["kind"] for e in client.get("/v1/audit", params={"node": "l4-new"}).json()["items"]]
+    assert kinds.count("node.registered") == 1 and kinds.count("token.rotated") == 1
+    assert "node.facts_updated" not in kinds  # the same facts again change nothing
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"gpu": "NVIDIA L4", "gpu_count": 65}, "gpu_count"),
+    ({"gpu": "NVIDIA L4", "gpu_count": "1"}, "gpu_count"),
+    ({"gpu": "NVIDIA Nonexistent 9000", "gpu_count": 1}, "gpu"),
+    ({"gpu": "NVIDIA L4", "gpu_count": 1, "gpus": [{"index": 0}] * 65}, "gpus"),
+    ({"gpu": "NVIDIA L4", "gpu_count": 1, "gpus": [{"index": 0, "name": "x", "memory_total_bytes": -1,
+      "memory_used_bytes": 0, "compute_capability": "8.9", "bus_id": "b"}]}, "gpus.0.memory_total_bytes"),
+    ({"gpu": "NVIDIA L4", "gpu_count": 1, "interconnect": "infiniband"}, "interconnect"),
+])
+def test_hostile_node_facts_are_4xx_naming_the_field(client, body, field):
+    r = client.put("/v1/nodes/hostile/facts", json=body)
+    assert r.status_code == 422, r.text
+    assert any(e["field"].startswith(field) for e in r.json()["errors"]), r.text
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/shadow", "a/b.safetensors", "..", "x\u0000y", "x\ny"])
+def test_a_manifest_with_a_path_in_a_shard_name_is_refused(client, name):
+    r = client.post("/v1/manifests", json={
+        "name": "m", "version": "1", "uri": "s3://m", "config": model_config("meta-llama__Meta-Llama-3.1-8B"),
+        "files": {"config_sha256": "0" * 64, "shards": [{"name": name, "size": 1}]}})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"].replace("[", ".").replace("]", "").startswith("files.shards.0.name")
+
+
+def test_a_manifests_files_are_signed_into_its_plans(client, world):
+    files = {"config_sha256": "a" * 64, "shards": [{"name": "model.safetensors", "size": 16_060_522_240}]}
+    r = client.post("/v1/manifests", json={"name": "m8", "version": "1", "uri": "/models/llama",
+                                           "quantization_txt": "fp8\n", "files": {**files, "quantization": "awq"},
+                                           "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
+    assert r.status_code == 201, r.text
+    plan = client.post("/v1/plans", json={"manifest": "m8", "nodes": ["gpu-b"], "engine_args": {"max_model_len": 4096}})
+    assert plan.status_code == 201, plan.text
+    import base64
+    import json as _json
+
+    payload = plan.json()["signed"].split(".")[1]
+    claims = _json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    nc = claims["node_checks"]
+    assert nc["weights"] == {**files, "quantization": "fp8"}  # the tag the service judged, not the one sent
+    assert nc["hardware"] == {"gpu_id": "h100-sxm-80gb", "gpu_name": "NVIDIA H100 SXM5 80GB", "memory_bytes": 85520809984,
+                              "memory_checked": True, "compute_capability": "9.0", "count": 8, "interconnect": "nvlink"}
+    assert nc["memory"]["gpus"] == 1 and nc["memory"]["gpu_memory_utilization"] == 0.92
+
+
+def test_a_hostile_address_in_node_facts_is_a_422_naming_it(client):
+    r = client.put("/v1/nodes/hostile/facts", json={"gpu": "NVIDIA L4", "gpu_count": 1, "address": "-oProxyCommand=x"})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "address", r.text

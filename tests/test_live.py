@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import ADMIN
 from tests.support import model_config
+from tests.support_gpus import install_nvidia_smi
 
 PY = sys.executable
 PREFLIGHT = os.path.join(os.path.dirname(PY), "preflight")
@@ -106,6 +107,7 @@ def test_agent_exec_runs_exactly_the_plan_and_reports_vllm_figures(servers, tmp_
     fake = bindir / "vllm"
     fake.write_text(FAKE_VLLM.format(py=PY))
     fake.chmod(0o755)
+    install_nvidia_smi(bindir, "h100-sxm-8")  # the hardware setup_fleet registers
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PREFLIGHT_DATA_DIR": str(tmp_path / "agent")}
     state = tmp_path / "state.json"
     trust = tmp_path / "trust.json"

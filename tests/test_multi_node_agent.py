@@ -22,7 +22,7 @@ def group(servers, tmp_path):
     for name, addr in (("head-1", "10.1.0.1"), ("worker-1", "10.1.0.2")):
         r = c.post("/v1/nodes", json={"name": name, "gpu": "h200-141gb", "gpu_count": 8, "address": addr})
         assert r.status_code == 201, r.text
-        nodes[name] = Node(tmp_path, url, r.json()["agent_token"], name=name)
+        nodes[name] = Node(tmp_path, url, r.json()["agent_token"], name=name, gpus="h200-sxm-8")
     r = c.post("/v1/manifests", json={"name": "deepseek-ai/DeepSeek-V3", "version": "1", "uri": "s3://dsv3",
                                       "config": model_config("deepseek-ai__DeepSeek-V3")})
     assert r.status_code == 201, r.text

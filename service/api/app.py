@@ -42,7 +42,7 @@ from ..settings import Settings
 from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_digest
 from . import docs, openapi_doc, ui
 from .observability import Observability
-from .schemas import NAME, ManifestIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
+from .schemas import NAME, ManifestIn, NodeFactsIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
 log = logging.getLogger("preflight")
 PROBLEM = "application/problem+json"
@@ -328,6 +328,14 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     Reader = Annotated[token_service.Principal, Depends(require("admin", "deployer", "auditor"))]
     Auditor = Annotated[token_service.Principal, Depends(require("admin", "auditor"))]
     NodeAgent = Annotated[token_service.Principal, Depends(for_node)]
+    READERS_AND_AGENTS = ("admin", "deployer", "auditor", "agent")  # every role but enroller
+
+    async def for_node_facts(name: NodeName, p: PrincipalDep) -> token_service.Principal:
+        """Issue 17: an enroller or admin may create a node or update any node's hardware facts; an agent only its
+        own node's (after inventory drift)."""
+        if p.role in ("admin", "enroller"):
+            return p
+        return authorize_node(name, p)
 
     ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:\d{2})?$"
     TimeQuery = Annotated[str | None, Query(pattern=ISO_TIME, description="ISO 8601 time (UTC unless an offset is given)")]
@@ -487,6 +495,22 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                                              gpu_count=body.gpu_count, interconnect=body.interconnect,
                                              labels=body.labels, address=body.address)
         return {**node_service.node_dict(node), "agent_token": secret}
+
+    @app.put("/v1/nodes/{name}/facts", operation_id="putNodeFacts", tags=["nodes"],
+             responses={201: {"description": "The node was created; the body carries its agent token (shown once)"}})
+    def put_node_facts(name: NodeName, body: NodeFactsIn, session: SessionDep,
+                       p: Annotated[token_service.Principal, Depends(for_node_facts)]):
+        """Create the node or update its hardware facts as nvidia-smi reads them (``preflight agent register``; the
+        agent after inventory drift). Enroller or admin: any node, a new node gets its agent token, ``rotate_token``
+        issues a new one. Agent: its own node, no token."""
+        facts = body.model_dump(mode="json")
+        if not isinstance(body.gpu, str):
+            facts["gpu"] = body.gpu.model_dump()
+        node, created, secret = node_service.put_facts(session, actor=p.name, role=p.role, name=name, facts=facts)
+        if secret is not None and not created:
+            after_commit(session, principal_cache.clear)
+        out = {**node_service.node_dict(node), **({"agent_token": secret} if secret else {})}
+        return JSONResponse(out, status_code=201 if created else 200, headers={"ETag": node_service.etag(node)})
 
     @app.get("/v1/nodes", operation_id="listNodes", tags=["nodes"])
     def list_nodes(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
@@ -761,8 +785,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return body
 
     @app.get("/v1/audit/checkpoints/latest", operation_id="latestAuditCheckpoint", tags=["audit"])
-    def latest_checkpoint(p: PrincipalDep, session: SessionDep):
-        """The newest signed checkpoint (any token: agents and auditors keep copies, so that a later cut of the
+    def latest_checkpoint(p: Annotated[token_service.Principal, Depends(require(*READERS_AND_AGENTS))],
+                          session: SessionDep):
+        """The newest signed checkpoint (any token but an enroller's: agents and auditors keep copies, so that a later cut of the
         chain shows against them)."""
         row = db.sealer.checkpointer.newest_row(session)
         if row is None:

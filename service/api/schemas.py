@@ -52,6 +52,30 @@ class Strict(BaseModel):
         return data
 
 
+class ObservedGpuIn(Strict):
+    index: Annotated[int, Field(ge=0, le=1023, strict=True)]
+    name: str = Field(min_length=1, max_length=128)
+    memory_total_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
+    memory_used_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
+    compute_capability: str = Field(pattern=r"^\d{1,2}\.\d$")
+    bus_id: str = Field(max_length=32)
+
+
+class NodeFactsIn(Strict):
+    """A node's hardware facts as nvidia-smi reads them (``preflight agent register``; the agent after drift)."""
+
+    gpu: str | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
+    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)]
+    interconnect: Literal["nvlink", "pcie"] | None = None
+    gpus: list[ObservedGpuIn] | None = Field(default=None, max_length=64, description="Each GPU as read.")
+    address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
+    rotate_token: bool = Field(default=False, description=(
+        "Issue a new agent token (revoking the node's others). Always done when the node is created; an agent "
+        "token may not ask for it."))
+
+    _check_address = field_validator("address")(_address)
+
+
 class NodeIn(Strict):
     name: str = Field(pattern=NAME, description="Node name (hostname-like).")
     gpu: str | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
@@ -61,6 +85,45 @@ class NodeIn(Strict):
     labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=64)
 
     _check_address = field_validator("address")(_address)
+
+
+SHA256_HEX = r"^[0-9a-f]{64}$"
+
+
+class WeightsShard(Strict):
+    name: str = Field(min_length=1, max_length=255, description="A plain file name in the weights directory.")
+    size: Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
+    sha256: str | None = Field(default=None, pattern=SHA256_HEX)
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        from ..agent.weights import shard_name_problem
+
+        problem = shard_name_problem(name)
+        if problem:  # a path in a shard name would send the node's check outside its weights directory
+            raise ValueError(problem)
+        return name
+
+
+class WeightsFiles(Strict):
+    """What the launch depends on in the weights directory (``preflight manifest push`` records it); each node checks
+    it before vLLM starts (service/agent/weights.py)."""
+
+    config_sha256: str = Field(pattern=SHA256_HEX, description="SHA-256 of config.json's bytes.")
+    quantization: str | None = Field(default=None, max_length=64,
+                                     description="Set by the service from quantization_txt (any value sent is replaced).")
+    hf_quant_config_sha256: str | None = Field(default=None, pattern=SHA256_HEX)
+    total_size: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = None
+    shards: list[WeightsShard] = Field(default_factory=list, max_length=4096)
+
+    @field_validator("shards")
+    @classmethod
+    def _unique(cls, shards: list[WeightsShard]) -> list[WeightsShard]:
+        names = [s.name for s in shards]
+        if len(set(names)) != len(names):
+            raise ValueError("shard names must be unique")
+        return shards
 
 
 class ManifestIn(Strict):
@@ -76,6 +139,8 @@ class ManifestIn(Strict):
     allow_remote_code: bool = Field(default=False, description=(
         "Whether plans for this model may set trust_remote_code in production (the code in the model repository "
         "runs on the node); without it such a plan is refused (rule trust_remote_code_not_allowed)."))
+    files: WeightsFiles | None = Field(default=None, description=(
+        "The weights files the launch depends on; recorded, every node checks them before vLLM starts."))
 
 
 class PlanIn(Strict):
@@ -162,7 +227,7 @@ class ReportIn(Strict):
 
 
 class TokenIn(Strict):
-    role: Literal["admin", "deployer", "auditor"]
+    role: Literal["admin", "deployer", "auditor", "enroller"]
     label: str | None = Field(default=None, max_length=256)
 
 

@@ -52,6 +52,7 @@ class Node(Base):
     interconnect: Mapped[str | None] = mapped_column(String(16), nullable=True)
     address: Mapped[str | None] = mapped_column(String(253), nullable=True)  # IP or DNS name other nodes reach
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)  # as nvidia-smi last reported
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -86,6 +87,7 @@ class Manifest(Base):
     digests: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     digest: Mapped[str] = mapped_column(String(80))  # sha256 over the canonical manifest
     allow_remote_code: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    files: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # weights files (agent/weights.py)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -44,7 +44,10 @@ def refused(env: dict) -> list[tuple[str, str]]:
     for name in sorted(env):
         if not isinstance(name, str) or not _allowed(name):
             why = ("it changes which executable, loader or interpreter runs" if isinstance(name, str)
-                   and (DENIED.match(name) or DENIED_ALLOWED.match(name))
+                   and DENIED.match(name) else
+                   "it names where code, libraries, binaries or weights come from (a path, home, cache, plugin, "
+                   "module or endpoint): the node decides that, not a plan" if isinstance(name, str)
+                   and DENIED_ALLOWED.match(name)
                    else "it is not under an allowed prefix (" + ", ".join(ALLOWED_PREFIXES) + ")")
             out.append((str(name), why))
     return out

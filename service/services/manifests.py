@@ -22,7 +22,7 @@ def manifest_body(m: Manifest) -> dict[str, Any]:
     return {"name": m.name, "version": m.version, "uri": m.uri, "config": m.config,
             "quantization_txt": m.quantization_txt, "hf_quant_config": m.hf_quant_config,
             "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "digests": m.digests,
-            "allow_remote_code": bool(m.allow_remote_code)}
+            "allow_remote_code": bool(m.allow_remote_code), **({"files": m.files} if m.files else {})}
 
 
 def manifest_dict(m: Manifest, *, full: bool = False) -> dict[str, Any]:
@@ -34,6 +34,20 @@ def manifest_dict(m: Manifest, *, full: bool = False) -> dict[str, Any]:
     if full:
         out.update(manifest_body(m))
     return out
+
+
+def _with_files(body: dict[str, Any]) -> dict[str, Any]:
+    """``files`` as stored and signed: its quantization from quantization_txt (the tag the validator judged, not a
+    value the client sent), unset digests left out. Absent files are left out of the body, so manifests registered
+    before the field keep their digest."""
+    files = body.get("files")
+    if not files:
+        return {k: v for k, v in body.items() if k != "files"}
+    tag = body.get("quantization_txt")
+    files = {**{k: v for k, v in files.items() if v is not None},
+             "quantization": parse_quantization_txt(tag, ALL_QUANT_METHODS).method if tag is not None else None,
+             "shards": [{k: v for k, v in sh.items() if v is not None} for sh in files.get("shards") or []]}
+    return {**body, "files": files}
 
 
 def register(session: Session, *, actor: str, body: dict[str, Any]) -> Manifest:
@@ -50,6 +64,7 @@ def register(session: Session, *, actor: str, body: dict[str, Any]) -> Manifest:
                                                  Manifest.version == body["version"])).first():
         raise Conflict(f"manifest {body['name']}@{body['version']} already exists", field="version")
     body = {**body, "allow_remote_code": bool(body.get("allow_remote_code"))}
+    body = _with_files(body)
     # the digest covers allow_remote_code only when set, so manifests registered before the field keep their digest
     digest = "sha256:" + audit.sha256_hex(audit.canonical(
         body if body["allow_remote_code"] else {k: v for k, v in body.items() if k != "allow_remote_code"}))

@@ -17,7 +17,8 @@ from . import tokens
 
 def node_dict(n: Node) -> dict[str, Any]:
     return {"name": n.name, "gpu": n.gpu, "gpu_count": n.gpu_count, "interconnect": n.interconnect,
-            "address": n.address, "labels": n.labels, "created_at": iso(n.created_at)}
+            "address": n.address, "labels": n.labels, "created_at": iso(n.created_at),
+            **({"gpus": n.gpus} if n.gpus else {})}
 
 
 def register(session: Session, *, actor: str, name: str, gpu: str | dict, gpu_count: int, interconnect: str | None,
@@ -98,3 +99,43 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, cha
     audit.append(session, actor=actor, kind="node.updated", subject=f"node:{name}", node=name,
                  payload={"before": before, "after": node_dict(node)})
     return node
+
+
+# --- issue 17: hardware facts as the node reads them ------------------------------------------------------------
+
+def put_facts(session: Session, *, actor: str, role: str, name: str, facts: dict[str, Any]) -> tuple[Node, bool, str | None]:
+    """Create the node (an enroller or admin) or update its hardware facts (gpu, gpu_count, interconnect, the GPUs as
+    nvidia-smi read them; ``address``, where the other nodes of a multi-node instance reach it). Returns ``(node, created, agent token or
+    None)``: a token is issued when the node is created, or when ``rotate_token`` is asked by an enroller or admin
+    (the node's other agent tokens are revoked). An agent may update only its own node and never rotates (the route
+    checks who may call). Audited as node.registered / node.facts_updated with before and after."""
+    from ..db.models import utcnow
+    from ..errors import Forbidden
+
+    gpu = facts["gpu"]
+    resolved = resolve(gpu, "gpu")
+    address = facts.get("address")
+    existing = session.execute(select(Node).where(Node.name == name).with_for_update()).scalar_one_or_none()
+    if existing is None:
+        if role == "agent":
+            raise Forbidden(f"an agent token may not create node {name!r}")
+        node, secret = register(session, actor=actor, name=name, gpu=gpu, gpu_count=facts["gpu_count"],
+                                interconnect=facts.get("interconnect"), labels={}, address=address)
+        node.gpus = facts.get("gpus")
+        session.flush()
+        return node, True, secret
+    if facts.get("rotate_token") and role == "agent":
+        raise Forbidden("an agent token may not rotate its node's token")
+    before = node_dict(existing)
+    after = {"gpu_id": resolved.id, "gpu": resolved.as_dict(), "gpu_count": facts["gpu_count"],
+             "interconnect": facts.get("interconnect"), "gpus": facts.get("gpus") or existing.gpus,
+             "address": address or existing.address}
+    if any(getattr(existing, k) != v for k, v in after.items()):  # a re-run with the same facts changes nothing
+        for k, v in after.items():
+            setattr(existing, k, v)
+        existing.updated_at = utcnow()
+        session.flush()
+        audit.append(session, actor=actor, kind="node.facts_updated", subject=f"node:{name}", node=name,
+                     payload={"before": before, "after": node_dict(existing)})
+    secret = rotate_token(session, actor=actor, name=name) if facts.get("rotate_token") else None
+    return existing, False, secret

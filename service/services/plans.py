@@ -24,7 +24,7 @@ from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import ApiError, Conflict, Invalid, LaunchRejected, NotFound
 from ..settings import Settings
-from ..domain import env_policy
+from ..domain import env_policy, node_checks
 from ..domain.code_policy import code_loading
 from ..domain.engine_args import parse_engine_args, resolve_name
 from ..domain.versions import resolve_version
@@ -131,6 +131,19 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secret
         if topo:
             out["groups"] = group_states(topo, assignments, secrets=secrets)
     return out
+
+
+def _node_checks(node: Node, manifest: Manifest, result, gpus_used: int) -> dict[str, Any]:
+    """The signed ``node_checks`` claim (issue 17): hardware, memory, and the weights files the manifest recorded."""
+    args = result.context.args if result.context is not None else None
+    return node_checks.node_checks_claim(
+        hardware=node_checks.hardware_claim(gpu_id=node.gpu_id, gpu=node.gpu, count=node.gpu_count,
+                                            interconnect=node.interconnect),
+        memory=node_checks.memory_claim(
+            effective=result.effective or {}, budget=result.budget,
+            kv_cache_memory_bytes=args.get("kv_cache_memory_bytes") if args is not None else None,
+            gpus_used=gpus_used, gpus_per_node=node.gpu_count),
+        weights=manifest.files)
 
 
 def _member_argv(topo: dict | None, a: Assignment) -> list[str] | None:
@@ -392,7 +405,8 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
         claims = plan_claims(issuer=settings.issuer, audience=settings.audience, node=node.name, plan_id=plan.id,
                              seq=seq, manifest_digest=manifest.digest,
                              vllm_version=result.vllm_version, argv=mine["argv"], env=mine["env"],
-                             model_uri=manifest.uri, placement={k: mine[k] for k in PLACEMENT_CLAIMS})
+                             model_uri=manifest.uri, placement={k: mine[k] for k in PLACEMENT_CLAIMS},
+                             node_checks=_node_checks(node, manifest, result, layout.topo.local_world))
         signed = keys.sign(claims)
         # "this is the node's current plan", signed now with the plan: the first fetches after a rollout (a fleet
         # booting at once) are answered without a signature each. A group member's carries its head's group digest:

@@ -13,7 +13,7 @@ from ..db.models import Token, iso, utcnow
 from ..errors import Conflict, Forbidden
 from . import epochs
 
-ROLES = ("admin", "deployer", "agent", "auditor")
+ROLES = ("admin", "deployer", "agent", "auditor", "enroller")  # enroller: creates nodes, updates their hardware facts
 
 
 def hash_token(token: str) -> str:

@@ -1,0 +1,128 @@
+"""The last checks before vLLM starts (issue 17), against the plan's signed ``node_checks`` claim
+(service/domain/node_checks.py): the GPUs are the ones the plan was validated for (no drift), the weights on disk
+are the manifest's, and every GPU the launch uses has the memory free that vLLM 0.33 will request.
+
+``run_checks`` returns the first failed check as a ``Refusal`` (check, reason, message, details); the CLI reports
+it (``refused``) and exits without starting vLLM. Plans signed before these checks carry no claim: nothing to
+check, said on the console.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import gpus as gpu_mod
+from . import weights as weights_mod
+
+
+@dataclass
+class Refusal:
+    check: str  # "gpus", "weights", "gpu memory", "node checks"
+    reason: str  # inventory_drift, weights_mismatch, gpu_memory_busy, nvidia_smi, claim_type, weights_unreadable
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+    observed_facts: dict[str, Any] | None = None  # what to send to PUT /v1/nodes/{name}/facts (drift)
+
+
+def _num(v: Any, lo: float, hi: float) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def claim_problem(nc: Any) -> str | None:
+    """Why the ``node_checks`` claim is not usable (None when it is). Signed, so a problem here is a service bug,
+    still refused rather than half-checked."""
+    if not isinstance(nc, dict) or not isinstance(nc.get("hardware"), dict) or not isinstance(nc.get("memory"), dict):
+        return "node_checks must hold hardware and memory objects"
+    hw, mem = nc["hardware"], nc["memory"]
+    if not (isinstance(hw.get("count"), int) and 1 <= hw["count"] <= 64 and isinstance(hw.get("gpu_id"), str)
+            and _num(hw.get("memory_bytes"), 0, 1 << 50)):
+        return "node_checks.hardware needs gpu_id, count (1..64) and memory_bytes"
+    if not (_num(mem.get("gpu_memory_utilization"), 0.0001, 1) and _num(mem.get("gpus", 1), 1, 64)
+            and (mem.get("kv_cache_memory_bytes") is None or _num(mem["kv_cache_memory_bytes"], 0, 1 << 50))
+            and _num(mem.get("weights_bytes_per_gpu", 0), 0, 1 << 50)):
+        return "node_checks.memory has a value of the wrong type or range"
+    w = nc.get("weights")
+    if w is not None:
+        if not isinstance(w, dict) or not isinstance(w.get("shards", []), list) or len(w.get("shards", [])) > 4096:
+            return "node_checks.weights must be an object with at most 4096 shards"
+        for s in w.get("shards", []):
+            if not isinstance(s, dict) or weights_mod.shard_name_problem(s.get("name")) or not _num(s.get("size"), 0, 1 << 50):
+                return f"node_checks.weights: shard {str(s)[:80]} is not a plain file name with a size"
+    return None
+
+
+def run_checks(claims: dict, *, nvidia_smi: str, weights_root: pathlib.Path | None, verify_hashes: bool,
+               say: Callable[[str], None], on_bytes: Callable[[int], None] | None = None) -> Refusal | None:
+    nc = claims.get("node_checks")
+    if nc is None:
+        say("the plan carries no node checks (signed before they existed): GPUs, memory and weights not checked")
+        return None
+    problem = claim_problem(nc)
+    if problem:
+        return Refusal("node checks", "claim_type", problem)
+    hw, mem = nc["hardware"], nc["memory"]
+
+    # 1. the GPUs are the ones the plan was validated for
+    try:
+        observed = gpu_mod.read_gpus(nvidia_smi)
+        interconnect = (gpu_mod.read_interconnect(nvidia_smi, len(observed))
+                        if hw.get("interconnect") == "nvlink" and len(observed) > 1 else None)
+    except gpu_mod.NvidiaSmiError as exc:
+        return Refusal("gpus", "nvidia_smi", f"cannot read the node's GPUs: {exc}")
+    differences = gpu_mod.drift(observed, hw, interconnect)
+    if differences:
+        facts = gpu_mod.node_facts(observed, interconnect if interconnect is not None else
+                                   (gpu_mod.read_interconnect_quietly(nvidia_smi, len(observed))))
+        return Refusal("gpus", "inventory_drift",
+                       "the node's GPUs differ from the hardware the plan was validated for: " + "; ".join(differences),
+                       {"differences": differences, "observed": facts}, observed_facts=facts)
+    say(f"GPUs: {len(observed)} × {observed[0].name} as the plan was validated for")
+
+    # 2. the weights on disk are the manifest's
+    record = nc.get("weights")
+    if record is None:
+        say("weights: the manifest records no weight files (pushed before `manifest push` recorded them): not checked")
+    else:
+        try:
+            directory = weights_mod.local_directory(str(claims.get("model_uri", "")), weights_root)
+        except weights_mod.WeightsError as exc:
+            return Refusal("weights", "weights_unreadable", str(exc))
+        if directory is None:
+            say(f"weights: {claims.get('model_uri')} is remote and no --weights-root maps it to a local directory: "
+                f"not checked")
+        else:
+            mismatches = weights_mod.check(directory, record, verify_hashes=verify_hashes, on_bytes=on_bytes)
+            if mismatches:
+                return Refusal("weights", "weights_mismatch",
+                               f"the weights in {directory} are not the manifest's: "
+                               + "; ".join(m.message() for m in mismatches[:10])
+                               + (f" (and {len(mismatches) - 10} more)" if len(mismatches) > 10 else ""),
+                               {"directory": str(directory),
+                                "mismatches": [{"file": m.file, "expected": m.expected, "found": m.found}
+                                               for m in mismatches[:100]]})
+            say(f"weights: {directory} matches the manifest ({len(record.get('shards') or [])} shards"
+                f"{', hashes verified' if verify_hashes and any('sha256' in s for s in record.get('shards') or []) else ''})")
+
+    # 3. free memory, read again right before the start (the most changeable fact)
+    try:
+        observed = gpu_mod.read_gpus(nvidia_smi)
+    except gpu_mod.NvidiaSmiError as exc:
+        return Refusal("gpus", "nvidia_smi", f"cannot read the node's GPUs: {exc}")
+    used = gpu_mod.gpus_used(observed, mem, claims.get("env") or {})
+    short = gpu_mod.memory_shortfalls(used, mem)
+    if short:
+        procs = gpu_mod.holders(gpu_mod.read_compute_apps(nvidia_smi), [s.gpu for s in short])
+        held = "; ".join(f"pid {p['pid']} {p['process_name']} holds {p['used_memory_mib']} MiB"
+                         + (f" on GPU {p['gpu']}" if p["gpu"] is not None else "") for p in procs[:8])
+        return Refusal("gpu memory", "gpu_memory_busy",
+                       "vLLM 0.33 would refuse to start (\"Free memory on device ... is less than desired GPU memory "
+                       "utilization\"): " + "; ".join(s.message() for s in short)
+                       + (f". Processes holding memory: {held}" if held else ". nvidia-smi lists no process holding it"),
+                       {"gpus": [{"index": s.gpu.index, "bus_id": s.gpu.bus_id, "free_bytes": s.gpu.memory_free_bytes,
+                                  "total_bytes": s.gpu.memory_total_bytes, "needed_bytes": s.needed_bytes,
+                                  "needed_for": s.why} for s in short],
+                        "processes": procs})
+    say(f"GPU memory: {len(used)} GPU(s) with the memory vLLM will request free")
+    return None

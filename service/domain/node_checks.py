@@ -1,0 +1,44 @@
+"""What a signed plan tells its node to check before vLLM starts (claim ``node_checks``): the hardware the plan was
+validated for, what vLLM will request of each GPU's memory, and the weights files the manifest recorded.
+
+The agent compares these with what nvidia-smi and the weights directory show (service/agent/gpus.py, weights.py)
+and refuses to start on a difference. Carried in the signed claims, so a node checks against what the service
+judged, not against anything the network could change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .gpus import catalogue
+
+
+def hardware_claim(*, gpu_id: str, gpu: dict[str, Any], count: int, interconnect: str | None) -> dict[str, Any]:
+    """The node's GPUs as the plan was validated for them: model (catalogue id, or ``custom`` with its name),
+    memory per GPU as nvidia-smi reports it (bytes), how many, and the interconnect."""
+    known = catalogue().get(gpu_id)
+    # memory is compared at boot only when it is a figure nvidia-smi reports (a custom GPU's, or a catalogue entry
+    # with one): a marketed size (A10G: 24 GiB sold, 23028 MiB reported) would be drift on every healthy node
+    exact = known is None or known.memory_source.startswith("nvidia-smi")
+    return {"gpu_id": gpu_id, "gpu_name": str(gpu.get("name") or gpu_id), "memory_bytes": int(gpu["memory_bytes"]),
+            "memory_checked": exact, "compute_capability": gpu.get("compute_capability"), "count": int(count),
+            "interconnect": interconnect}
+
+
+def memory_claim(*, effective: dict[str, Any], budget: dict[str, Any] | None, kv_cache_memory_bytes: int | None,
+                 gpus_used: int, gpus_per_node: int) -> dict[str, Any]:
+    """What vLLM 0.33 will request of each GPU it uses (vllm/v1/worker/utils.py:716-772): the utilization it runs
+    with (defaults applied), ``kv_cache_memory_bytes`` when set, the weights per GPU the budget counted, and how many
+    of the node's GPUs the launch uses (the topology's GPUs per node: domain/topology.py ``local_world``)."""
+    used = min(gpus_per_node, max(1, int(gpus_used)))
+    return {"gpu_memory_utilization": float(effective.get("gpu_memory_utilization") or 0.92),
+            "kv_cache_memory_bytes": int(kv_cache_memory_bytes) if kv_cache_memory_bytes is not None else None,
+            "weights_bytes_per_gpu": int((budget or {}).get("weights_bytes_per_gpu") or 0), "gpus": used}
+
+
+def node_checks_claim(*, hardware: dict[str, Any], memory: dict[str, Any],
+                      weights: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"hardware": hardware, "memory": memory}
+    if weights:
+        out["weights"] = weights
+    return out
