@@ -1,15 +1,15 @@
 """plans.recommendations: the values Preflight filled into the plan and why (shown on the operators' plan page;
 null for plans created before this revision)
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-01
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
