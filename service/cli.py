@@ -112,7 +112,8 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to bind."),
         raise typer.Exit(2)
     db = Database(s.resolved_database_url, audit_keys=AuditKeys(keys))
     token, generated = bootstrap_admin_token(s, db)
-    typer.echo(f"Preflight on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
+    typer.echo(f"Preflight on http://{host}:{port}  (fleet page: http://{host}:{port}/ui/, API docs: "
+               f"http://{host}:{port}/docs)")
     typer.echo(f"database: {s.resolved_database_url.split('@')[-1]}; signing key: {keys.active_kid}")
     if token:
         typer.echo(f"admin token{' (new)' if generated else ''}: {token}")

@@ -66,6 +66,7 @@ ROUTES = [
     ("createPlan", "POST", "/v1/plans",
      lambda c, w: {"manifest": "llama", "nodes": ["gpu-c"], "engine_args": {"max_model_len": 2048}},
      {"admin", "deployer"}, 201),
+    ("listPlans", "GET", "/v1/plans?node=gpu-a", None, READERS, 200),
     ("getPlan", "GET", lambda c, w: f"/v1/plans/{w['plan']}", None, READERS, 200),
     ("upgradeImpact", "GET", "/v1/upgrade-impact?vllm_version=0.33", None, READERS, 200),
     ("revokePlan", "POST", lambda c, w: f"/v1/plans/{scratch_plan(c)}/revoke", None, {"admin", "deployer"}, 200),
@@ -208,7 +209,7 @@ def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world)
     anonymous_ok = set()
     checked = []
     for route in client.app.routes:
-        if not isinstance(route, APIRoute):
+        if not isinstance(route, APIRoute) or not route.include_in_schema:  # the API (not /docs, /ui pages)
             continue
         path = (route.path.replace("{name}", "gpu-a").replace("{plan_id}", world["plan"])
                 .replace("{token_id}", "1").replace("{ref:path}", "llama@1"))
@@ -225,7 +226,10 @@ def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world)
             else:
                 assert r.status_code == 403, f"{route.operation_id}: {r.status_code} {r.text[:200]}"
     assert anonymous_ok == {"healthz", "readyz", "metrics", "jwks", "keysets"}
-    assert len(checked) == len({r.operation_id for r in client.app.routes if isinstance(r, APIRoute)}) - 5
+    assert len(checked) == len({r.operation_id for r in client.app.routes
+                                if isinstance(r, APIRoute) and r.include_in_schema}) - 5
+    # the operators' pages refuse an enroller token too (agent and enroller tokens do not sign in there)
+    assert client.get("/ui/", headers={"Authorization": enroller}).status_code == 403
 
 
 def test_node_facts_create_update_and_least_privilege(client, world):

@@ -12,7 +12,7 @@ import re
 import threading
 import time
 import types
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -30,7 +30,7 @@ from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..errors import ApiError, Busy, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
-from ..services import audit_export, calibration, history, idempotency
+from ..services import audit_export, calibration, fleet, history, idempotency
 from ..services.agent_writes import AgentWrites, Fetch, Report
 from ..services.epochs import EpochCache, EpochWatcher
 from ..services import manifests as manifest_service
@@ -40,7 +40,7 @@ from ..services import tokens as token_service
 from ..services import upgrade as upgrade_service
 from ..settings import Settings
 from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_digest
-from . import openapi_doc
+from . import docs, openapi_doc, ui
 from .observability import Observability
 from .schemas import NAME, ManifestIn, NodeFactsIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
@@ -192,7 +192,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             writes.stop()  # answer what is queued before the last seal
             db.sealer.stop()
 
-    app = FastAPI(title="Preflight", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="Preflight", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
     app.state.db, app.state.keys, app.state.settings = db, keys, settings
     app.state.epochs = watcher
@@ -452,6 +452,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- health and keys ---------------------------------------------------------------------------------------
     @app.get("/healthz", operation_id="healthz", tags=["ops"])
     def healthz():
+        """The process is up (no database check: see /readyz)."""
         return {"status": "ok"}
 
     @app.get("/readyz", operation_id="readyz", tags=["ops"])
@@ -466,6 +467,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/metrics", operation_id="metrics", tags=["ops"], response_class=Response,
              responses={200: {"content": {"text/plain": {}}}})
     def metrics_endpoint():
+        """Prometheus metrics: requests and latency per route, verdicts, findings by rule, agent fetches and
+        reports, audit appends."""
         body, ctype = metrics.exposition()
         return Response(body, media_type=ctype)
 
@@ -485,6 +488,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- inventory -------------------------------------------------------------------------------------------
     @app.post("/v1/nodes", status_code=201, operation_id="registerNode", tags=["nodes"])
     def register_node(body: NodeIn, session: SessionDep, p: Admin):
+        """Register a GPU node (catalogue id, the name nvidia-smi prints, or an inline GPU description); the
+        response carries the node's agent token, shown once."""
         gpu = body.gpu if isinstance(body.gpu, str) else body.gpu.model_dump()
         node, secret = node_service.register(session, actor=p.name, name=body.name, gpu=gpu,
                                              gpu_count=body.gpu_count, interconnect=body.interconnect,
@@ -509,20 +514,25 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/nodes", operation_id="listNodes", tags=["nodes"])
     def list_nodes(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
-                   after: str | None = None):
-        rows = node_service.list_nodes(session, limit=limit, after=after)
-        return {"items": [node_service.node_dict(n) for n in rows],
-                "next": rows[-1].name if len(rows) == limit else None}
+                   after: Annotated[str | None, Query(max_length=128)] = None):
+        """Registered nodes by name, each with its current plan (``plan``: id, seq, model, verdict, predicted and
+        measured KV tokens), the agent's ``last_report``, ``last_seen_at``, the plan the reports say runs
+        (``running_plan_id``), ``drift`` and ``status`` (running, starting, failed, refused, stopped, stale,
+        pending, unplanned). ``next`` is the cursor (pass it as ``after``)."""
+        return fleet.list_nodes(session, limit=limit, after=after)
 
     @app.get("/v1/nodes/{name}", operation_id="getNode", tags=["nodes"])
     def get_node(name: NodeName, session: SessionDep, p: Reader):
+        """One node with its current plan and state, as in the listing; ``ETag`` for ``If-Match`` on update."""
         node = node_service.get(session, name)
-        return JSONResponse(node_service.node_dict(node), headers={"ETag": node_service.etag(node)})
+        return JSONResponse(fleet.get_node(session, name), headers={"ETag": node_service.etag(node)})
 
     @app.patch("/v1/nodes/{name}", operation_id="updateNode", tags=["nodes"],
                responses={412: {"description": "If-Match does not match the node's current ETag"}})
     def update_node(name: NodeName, body: NodeUpdate, session: SessionDep, p: Admin,
                     if_match: Annotated[str | None, Header()] = None):
+        """Change gpu_count, interconnect or labels; ``If-Match`` with the ETag of GET makes it a compare-and-set
+        (412 when the node changed since)."""
         changes = body.model_dump(exclude_unset=True)
         if "gpu_count" in changes and changes["gpu_count"] is None:
             raise DomainError("gpu_count", "gpu_count cannot be null")
@@ -553,6 +563,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.post("/v1/nodes/{name}/token", operation_id="rotateNodeToken", tags=["nodes"])
     def rotate_node_token(name: NodeName, session: SessionDep, p: Admin):
+        """Revoke the node's agent token and issue a new one (shown once), without re-registering the node."""
         secret = node_service.rotate_token(session, actor=p.name, name=name)
         after_commit(session, principal_cache.clear)
         return {"name": name, "agent_token": secret}
@@ -561,6 +572,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.post("/v1/manifests", status_code=201, operation_id="registerManifest", tags=["manifests"])
     def register_manifest(body: ManifestIn, p: Deployer,
                           idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
+        """Register a model version's weight manifest (config.json, quantization tag, layout, size, URI). Refused
+        (422) when its tag and quantization configs disagree; ``Idempotency-Key`` makes a retry safe."""
         data = body.model_dump(mode="json")
         status, out, replayed = idempotency.run(
             db, route="POST /v1/manifests", principal=p.name, key=idempotency_key, body=data, status_code=201,
@@ -570,6 +583,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/manifests", operation_id="listManifests", tags=["manifests"])
     def list_manifests(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                        after: Annotated[int | None, Query(ge=0, le=2**62)] = None):
+        """Registered manifests by id; ``next`` is the cursor (pass it as ``after``)."""
         rows = manifest_service.list_manifests(session, limit=limit, after=after)
         return {"items": [manifest_service.manifest_dict(m) for m in rows],
                 "next": rows[-1].id if len(rows) == limit else None}
@@ -583,6 +597,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- validation and plans ------------------------------------------------------------------------------
     @app.post("/v1/validate", operation_id="validateLaunch", tags=["plans"])
     def validate_launch(body: LaunchRequest, p: Reader):
+        """Judge a launch given inline (config.json object, hardware, engine args, workload): the verdict, findings
+        with remedies, the budget, recommendations and the argv. Stores nothing (see createPlan ``dry_run`` to judge
+        by manifest and node names)."""
         if body.model.path is not None:
             raise DomainError("model.path", "model.path is for the CLI; send config (the config.json object)")
         out = validate(body).as_dict()
@@ -596,28 +613,63 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         break on upgrade (or downgrade), with findings and remedies. Breaking plans first."""
         return upgrade_service.upgrade_impact(session, vllm_version)
 
-    @app.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"])
+    @app.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"],
+              responses={200: {"description": "dry run: the verdict, findings, budget and argv; nothing stored"}})
     def create_plan(body: PlanIn, p: Deployer,
-                    idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
+                    idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+                    dry_run: Annotated[bool, Query(description="validate and render only: no plan, no seq, no "
+                                                               "audit event (200, or 422 when rejected)")] = False):
+        """Validate a launch for a registered manifest on registered nodes, sign one plan per node and make it each
+        node's current plan (the previous one is superseded). 422 with findings and remedies when vLLM would refuse
+        it; nothing is stored then. With ``dry_run=true`` nothing is ever stored."""
         data = body.model_dump(mode="json")
+        if dry_run:
+            with db.read() as session:
+                return JSONResponse(fleet.dry_run(session, data))
         status, out, replayed = idempotency.run(
             db, route="POST /v1/plans", principal=p.name, key=idempotency_key, body=data, status_code=201,
             action=lambda s: plan_service.create(s, actor=p.name, settings=settings, keys=keys, body=data))
         plan_cache.clear()
         return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
+    @app.get("/v1/plans", operation_id="listPlans", tags=["plans"])
+    def list_plans(request: Request, session: SessionDep, p: Reader,
+                   node: Annotated[str | None, Query(max_length=128)] = None,
+                   model: Annotated[str | None, Query(max_length=256)] = None,
+                   status: Annotated[Literal["active", "superseded", "revoked"] | None, Query()] = None,
+                   since: TimeQuery = None, until: TimeQuery = None,
+                   limit: Annotated[int, Query(ge=1, le=500)] = 100,
+                   after: Annotated[str | None, Query(max_length=36, description="the previous page's next")] = None):
+        """Plans, newest first, filtered by node (assigned to it), model (manifest name), status and creation time
+        (``since`` inclusive, ``until`` exclusive); ``next`` is the cursor (pass it as ``after``). Env values are
+        redacted and the JWS left out for auditors."""
+        unknown = sorted(set(request.query_params) - {"node", "model", "status", "since", "until", "limit", "after"})
+        if unknown:  # a misspelt filter would silently list everything
+            raise DomainError(f"query.{unknown[0]}" if unknown[0] else "query",
+                              f"unknown query parameter {unknown[0]!r} (filters: node, model, status, since, until; "
+                              f"limit, after)")
+        lo, hi = parse_time("since", since), parse_time("until", until)
+        if lo and hi and hi < lo:
+            raise DomainError("until", "until is before since")
+        return fleet.list_plans(session, node=node, model=model, status=status, since=lo, until=hi, limit=limit,
+                                after=after, secrets=p.role in ("admin", "deployer"))
+
     @app.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
     def get_plan(plan_id: str, session: SessionDep, p: Reader):
+        """One plan with its findings, budget, argv and command, and its assignments (node, seq, status, last
+        report). Env values and the signed JWS only for admins and deployers."""
         plan, assignments = plan_service.get(session, plan_id)
         # env values may be secrets: only admins and deployers see them (and the signed JWS, which carries them)
         return plan_service.plan_dict(plan, assignments, secrets=p.role in ("admin", "deployer"))
 
     @app.get("/v1/plans/{plan_id}/placements", operation_id="planPlacements", tags=["audit"])
     def plan_placements(plan_id: str, session: SessionDep, p: Reader):
+        """Where one plan went: per node, when it was assigned, fetched, started, running, stopped or exited."""
         return history.plan_placements(session, plan_id)
 
     @app.post("/v1/plans/{plan_id}/revoke", operation_id="revokePlan", tags=["plans"])
     def revoke_plan(plan_id: str, session: SessionDep, p: Deployer):
+        """Withdraw a plan: its nodes' next heartbeat answer says it is no longer current and the agents stop it."""
         out = plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id))
         after_commit(session, plan_cache.clear)
         return out
@@ -676,6 +728,10 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         checkpoint (stored, and the data-dir copy): ``{"ok", "events", "head", "pending", "checkpoint"}``, or
         ``ok`` false with ``first_broken``, ``forged`` or ``checkpoint.reason`` (a cut tail, an emptied table,
         swapped ids). Waits up to 2 s for this process's sealer to chain what was just written."""
+        return verify_chain_now()
+
+    def verify_chain_now() -> dict:
+        """One read-only pass over the whole chain (the API's and the operators' page's verify). Raises Busy."""
         if not verifying.acquire(blocking=False):  # one whole-chain pass per process at a time: bounded work
             raise Busy("a verification of the audit chain is already running in this process; retry shortly",
                        retry_after=5)
@@ -698,6 +754,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             out["warnings"] = problems
         out.pop("last_seq", None)
         return out
+
+    app.state.verify_audit = verify_chain_now
 
     def checkpoint_body(row) -> dict:
         from ..agent.verify import VerificationError, verify_jws
@@ -745,6 +803,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- tokens ------------------------------------------------------------------------------------------------
     @app.post("/v1/tokens", status_code=201, operation_id="createToken", tags=["tokens"])
     def create_token(body: TokenIn, session: SessionDep, p: Admin):
+        """Create an admin, deployer or auditor token; the secret is in the response once."""
         secret, row = token_service.create(session, role=body.role, label=body.label)
         audit.append(session, actor=p.name, kind="token.created", subject=f"token:{row.id}",
                      payload={"id": row.id, "role": row.role, "label": row.label})
@@ -753,12 +812,14 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/tokens", operation_id="listTokens", tags=["tokens"])
     def list_tokens(session: SessionDep, p: Admin, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                     after: Annotated[int | None, Query(ge=0, le=2**62)] = None):
+        """Bearer tokens (never their secrets) by id; ``next`` is the cursor (pass it as ``after``)."""
         rows = token_service.list_tokens(session, limit=limit, after=after)
         return {"items": [token_service.token_dict(t) for t in rows],
                 "next": rows[-1].id if len(rows) == limit else None}
 
     @app.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"])
     def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
+        """Revoke a token (409 for the last active admin token unless PREFLIGHT_ADMIN_TOKEN is set)."""
         # the env admin token (PREFLIGHT_ADMIN_TOKEN) keeps the service administrable; without it, the last active
         # admin token in the database cannot be revoked (409)
         row = token_service.revoke(session, token_id, keep_an_admin=not settings.admin_token)
@@ -769,6 +830,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.post("/v1/tokens/{token_id}/rotate", operation_id="rotateToken", tags=["tokens"])
     def rotate_token(token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
+        """Revoke a token and issue its replacement (same role, a new id; the secret shown once)."""
         secret, row = token_service.rotate(session, token_id)
         after_commit(session, principal_cache.clear)
         audit.append(session, actor=p.name, kind="token.rotated", subject=f"token:{token_id}", node=row.node_name,
@@ -776,6 +838,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return {**token_service.token_dict(row), "token": secret}
 
     openapi_doc.install(app)
+    docs.install(app)  # Swagger UI from a local package (api/docs.py)
+    ui.install(app, authenticate=lambda secret: cached_principal(secret) or lookup_principal(secret))  # /ui/
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CachedPlanFetch, answer=cached_answer)  # inside Observability: logged and counted alike
     app.add_middleware(Observability)

@@ -25,6 +25,9 @@ PROBLEM_SCHEMA = {
         "field": {"type": "string"},
     },
 }
+BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": (
+    "A token from `POST /v1/tokens` (admin, deployer, auditor), a node's agent token, or the admin token "
+    "`make run` prints (var/admin-token).")}
 PUBLIC = {"healthz", "readyz", "jwks", "keysets", "metrics"}
 CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint", "revokeToken", "rotateToken",
             "reportNodeStatus"}
@@ -94,6 +97,7 @@ def install(app: FastAPI) -> None:
             return app.openapi_schema
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        schema["components"]["securitySchemes"] = {"bearer": BEARER_SCHEME}  # Swagger UI's Authorize button
         problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
         examples = request_examples()
         for path, ops in schema["paths"].items():
@@ -102,6 +106,7 @@ def install(app: FastAPI) -> None:
                 codes = ["503"]
                 if oid not in PUBLIC:
                     codes += ["401", "403"]
+                    op["security"] = [{"bearer": []}]  # the Authorize button (the header parameter stays listed)
                 if "{" in path:
                     codes.append("404")
                 if method in ("post", "patch", "put"):
@@ -114,6 +119,8 @@ def install(app: FastAPI) -> None:
                     codes.append("404")  # no checkpoint yet
                 if oid == "updateNode":
                     codes.append("412")
+                if oid == "listPlans":
+                    codes.append("404")  # the cursor names no plan
                 if oid == "createPlan":
                     codes += ["404", "409"]  # unknown manifest/node; Idempotency-Key reused for another body
                 for code in sorted(set(codes)):

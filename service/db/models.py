@@ -104,6 +104,8 @@ class Plan(Base):
     command: Mapped[str] = mapped_column(Text)
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     budget: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # what Preflight filled in and why ([{"field", "value", "why"}]); null for plans older than migration 0007
+    recommendations: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     vllm_version: Mapped[str] = mapped_column(String(32))
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked
     # form, nodes per instance, groups (nodes, head, head address, digest), per-group env (domain/topology.py)

@@ -29,7 +29,7 @@ from ..domain.code_policy import code_loading
 from ..domain.engine_args import parse_engine_args, resolve_name
 from ..domain.versions import resolve_version
 from ..signing import FRESHNESS_MEDIA_TYPE, PLACEMENT_CLAIMS, KeyStore, freshness_claims, plan_claims, plan_digest
-from . import calibration, epochs, kv_pool
+from . import calibration, epochs, kv_pool, variants
 from . import manifests as manifest_service
 from . import nodes as node_service
 
@@ -300,18 +300,33 @@ def _supersede_groups(session: Session, *, actor: str, names: list[str], plan: P
                      node=prev.node_name, plan_id=prev.plan_id, model=model, payload=payload)
 
 
-def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any]) -> dict:
-    """Validate, sign and store a plan for every named node. Raises LaunchRejected (422, nothing stored) when the
-    verdict is reject; DomainError / NotFound / Invalid for bad input.
+@dataclass
+class Judgement:
+    """A plan body judged for a manifest on nodes (``judge``): what ``create`` signs, or a dry run shows."""
 
-    The nodes form groups (domain/topology.py): one replica per node when the world TP × PP × DP fits a node, else
-    instances of k nodes in the order given. The launch is validated once per instance shape (``hardware.nodes`` =
-    k, with the group-wide ``--nnodes``/``--master-port`` or ``--data-parallel-size-local``/``-rpc-port``); each
-    node is signed its own argv with its group, rank, role and the group's digest."""
-    manifest = manifest_service.resolve_ref(session, body["manifest"])
-    names = list(dict.fromkeys(body["nodes"]))
-    nodes = [node_service.get(session, n) for n in names]
-    node_service.lock(session, sorted(names))  # per-node seq: concurrent plans for a node queue here
+    manifest: Manifest
+    nodes: list[Node]
+    body: dict[str, Any]
+    request: LaunchRequest
+    result: Any
+    layout: Any
+    line: Any
+    findings: list[dict[str, Any]]
+
+    def rejection(self, session: Session) -> LaunchRejected:
+        """The 422 of a rejected launch: findings with remedies, the nearest launches that pass and the registered
+        quantized variants of the model that would fit these nodes."""
+        r = self.result
+        return LaunchRejected(
+            f"vLLM {r.vllm_version} would refuse this launch: " + "; ".join(f"{f.rule}: {f.message}" for f in r.errors),
+            findings=self.findings, argv=r.argv, budget=r.budget, alternatives=r.alternatives,
+            variants=variants.fitting_variants(session, self.manifest, self.nodes, self.body)
+            if variants.needs_memory(self.findings) else [])
+
+
+def judge(session: Session, manifest: Manifest, nodes: list[Node], body: dict[str, Any]) -> Judgement:
+    """Validate a plan body for a manifest on nodes, as ``create`` signs it (the measured KV pool when pinned, the
+    nodes' topology, one validation per instance shape). Reads only: ``create`` and the dry run share it."""
     body = kv_pool.apply(session, manifest, nodes, body)  # kv_cache_pool "pinned": the measured pool
     request = launch_request(manifest, nodes, body)
     check_node_safety(manifest, request)
@@ -329,14 +344,26 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
             result.recommendations = recommendations
     else:
         result = validate(request, model_ref=manifest.uri)
-    findings = [f.as_dict() for f in result.findings]
+    return Judgement(manifest, nodes, body, request, result, layout, line, [f.as_dict() for f in result.findings])
+
+
+def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any]) -> dict:
+    """Validate, sign and store a plan for every named node. Raises LaunchRejected (422, nothing stored) when the
+    verdict is reject; DomainError / NotFound / Invalid for bad input.
+
+    The nodes form groups (domain/topology.py): one replica per node when the world TP × PP × DP fits a node, else
+    instances of k nodes in the order given. The launch is validated once per instance shape (``hardware.nodes`` =
+    k, with the group-wide ``--nnodes``/``--master-port`` or ``--data-parallel-size-local``/``-rpc-port``); each
+    node is signed its own argv with its group, rank, role and the group's digest."""
+    manifest = manifest_service.resolve_ref(session, body["manifest"])
+    names = list(dict.fromkeys(body["nodes"]))
+    nodes = [node_service.get(session, n) for n in names]
+    node_service.lock(session, sorted(names))  # per-node seq: concurrent plans for a node queue here
+    j = judge(session, manifest, nodes, body)
+    body, request, result, layout, line, findings = j.body, j.request, j.result, j.layout, j.line, j.findings
     metrics.observe_result("plans", result.verdict, findings)
     if result.verdict == "reject":
-        raise LaunchRejected(
-            f"vLLM {result.vllm_version} would refuse this launch: "
-            + "; ".join(f"{f.rule}: {f.message}" for f in result.errors),
-            findings=findings, argv=result.argv, budget=result.budget, alternatives=result.alternatives,
-        )
+        raise j.rejection(session)
     judged = result.context.request if result.context is not None else request  # with recommended values filled
     plan_id = str(uuid.uuid4())
     topo = layout.topo
@@ -361,7 +388,8 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
                                 "nnodes": k, "head": members[0], "group_digest": digest}
     plan = Plan(id=plan_id, manifest_id=manifest.id, request=judged.model_dump(mode="json"),
                 verdict=result.verdict, findings=findings, argv=result.argv, command=result.command,
-                env=dict(request.env), budget=result.budget, vllm_version=result.vllm_version, created_by=actor,
+                env=dict(request.env), budget=result.budget, recommendations=result.recommendations,
+                vllm_version=result.vllm_version, created_by=actor,
                 topology={"form": topo.form, "nodes_per_instance": topo.nodes_per_instance, "groups": groups,
                           "multi_node_form": body.get("multi_node_form"),
                           "group_env": body.get("group_env")})

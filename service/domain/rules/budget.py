@@ -87,8 +87,9 @@ def weights_fit(ctx: LaunchContext):
            f"{format_gib(b.usable_bytes)} GiB: loading fails with CUDA out of memory, or: {NO_MEMORY_MSG}")
     remedy = {"tensor_parallel_size": smallest_tp_for_weights(ctx), "cpu_offload_gb": round(
         (b.weights_bytes_per_gpu - b.usable_bytes + b.overhead_bytes) / GIB + 1, 1)}
-    return [error("weights_fit", msg, remedy=remedy, source=SRC_NO_MEM, field="engine_args.tensor_parallel_size",
-                  weights_gib=format_gib(b.weights_bytes_per_gpu), usable_gib=format_gib(b.usable_bytes))]
+    more, data = _needs_more_gpus(ctx, remedy)
+    return [error("weights_fit", msg + more, remedy=remedy, source=SRC_NO_MEM, field="engine_args.tensor_parallel_size",
+                  weights_gib=format_gib(b.weights_bytes_per_gpu), usable_gib=format_gib(b.usable_bytes), **data)]
 
 
 SRC_KV_BYTES = "vllm 0.33.0 vllm/v1/worker/gpu_worker.py:656-681 (kv_cache_memory_bytes: profiling skipped, the pool reserved as given)"
@@ -131,6 +132,46 @@ def smallest_tp_for_weights(ctx: LaunchContext) -> int | None:
     return None
 
 
+MAX_GPUS_SEARCHED = 64  # the most GPUs of one model a single node holds (request.MAX_GPUS_PER_NODE)
+
+
+def smallest_gpu_count(ctx: LaunchContext) -> int | None:
+    """The fewest GPUs of this model (tensor parallel across them, one pipeline stage, up to 64) on which the launch
+    fits — the weights, the overhead and one ``max_model_len`` request (or any KV when max_model_len is left to vLLM)
+    — whatever the node has. None when not even 64 would do."""
+    for t in divisors(ctx.facts.num_attention_heads, MAX_GPUS_SEARCHED):
+        if t <= ctx.tp * max(1, ctx.pp) or not _valid_tp(ctx, t):
+            continue
+        args = {k: v for k, v in ctx.request.engine_args.items()
+                if k.lstrip("-").replace("-", "_") not in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                          "cpu_offload_gb")}
+        args["tensor_parallel_size"] = t
+        hardware = ctx.request.hardware.model_copy(update={"count": t, "nodes": 1})
+        try:
+            b = compute_budget(build_context(ctx.request.model_copy(update={"engine_args": args,
+                                                                             "hardware": hardware})))
+        except DomainError:
+            continue
+        if b.num_gpu_blocks > 0 and (b.fits_max_model_len or ctx.max_model_len_auto):
+            return t
+    return None
+
+
+def _needs_more_gpus(ctx: LaunchContext, remedy: dict) -> tuple[str, dict]:
+    """When no TP within the node fits: the sentence and data naming the smallest GPU count that would."""
+    if remedy.get("tensor_parallel_size"):
+        return "", {}
+    remedy.pop("tensor_parallel_size", None)
+    n = smallest_gpu_count(ctx)
+    name = ctx.gpu.name
+    at = "" if ctx.max_model_len_auto else f" at max_model_len {ctx.max_model_len:,}"
+    if n is None:
+        return (f" It does not fit on up to {MAX_GPUS_SEARCHED} × {name}{at}: use a quantized variant of the model"
+                f"{' or a shorter max_model_len' if at else ''}.", {"min_gpus": None})
+    return (f" It needs at least {n} × {name}{at} (tensor_parallel_size {n}; this launch has {ctx.total_gpus}), "
+            f"or a quantized variant of the model.", {"min_gpus": n})
+
+
 @rule("kv_pool_empty", severity="error", source=SRC_NO_MEM, phase="budget")
 def kv_pool_empty(ctx: LaunchContext):
     """After weights and overhead (activation peak, non-torch memory, CUDA graphs) nothing is left for even one KV
@@ -146,10 +187,12 @@ def kv_pool_empty(ctx: LaunchContext):
     t = smallest_tp_for_weights(ctx)
     if t:
         remedy["tensor_parallel_size"] = t
+    # (when the weights alone do not fit, weights_fit already names the GPU count)
+    more, data = _needs_more_gpus(ctx, remedy) if b.weights_bytes_per_gpu < b.usable_bytes else ("", {})
     if b.gpu_memory_utilization < 0.9:
         remedy["gpu_memory_utilization"] = 0.9
-    return [error("kv_pool_empty", msg + detail, remedy=remedy or None, source=SRC_NO_MEM,
-                  field="engine_args.gpu_memory_utilization", pool_gib=format_gib(b.pool_raw_bytes))]
+    return [error("kv_pool_empty", msg + detail + more, remedy=remedy or None, source=SRC_NO_MEM,
+                  field="engine_args.gpu_memory_utilization", pool_gib=format_gib(b.pool_raw_bytes), **data)]
 
 
 @rule("kv_cache_fits_max_len", severity="error", source=SRC_FIT, phase="budget")
@@ -172,9 +215,10 @@ def kv_cache_fits_max_len(ctx: LaunchContext):
     t = smallest_fitting_tp(ctx)
     if t:
         remedy["tensor_parallel_size"] = t
-    return [error("kv_cache_fits_max_len", msg, remedy=remedy, source=SRC_FIT, field="engine_args.max_model_len",
-                  needed_gib=format_gib(b.needed_bytes_max_model_len), available_gib=format_gib(available),
-                  estimated_max_model_len=est)]
+    more, data = _needs_more_gpus(ctx, remedy)
+    return [error("kv_cache_fits_max_len", msg + more, remedy=remedy, source=SRC_FIT,
+                  field="engine_args.max_model_len", needed_gib=format_gib(b.needed_bytes_max_model_len),
+                  available_gib=format_gib(available), estimated_max_model_len=est, **data)]
 
 
 @rule("max_num_seqs_above_bound", severity="warning", source=SRC_BOUND, phase="budget")
@@ -194,6 +238,31 @@ def max_num_seqs_above_bound(ctx: LaunchContext):
            f"0.7-0.8 × bound ({int(0.75 * bound)}); load tests start at 0.5 × bound ({int(0.5 * bound)}).")
     return [warning("max_num_seqs_above_bound", msg, remedy={"max_num_seqs": max(1, int(0.75 * bound))},
                     source=SRC_BOUND, field="engine_args.max_num_seqs", bound=bound)]
+
+
+@rule("max_num_seqs_above_bound_at_max_len", severity="warning", source=SRC_BOUND, phase="budget")
+def max_num_seqs_above_bound_at_max_len(ctx: LaunchContext):
+    """Production without ``workload.avg_seq_len``: ``max_num_seqs`` (set, or vLLM's default for the GPU) above what
+    the KV pool holds at the effective ``max_model_len`` — the only length known, so the worst case vLLM itself prints
+    as "Maximum concurrency for N tokens per request". The command would carry a number of sequences the pool cannot
+    keep resident once requests grow long. Remedy: the bound, or a workload to judge against."""
+    b = _budget(ctx)
+    wl = ctx.request.workload
+    if ctx.environment != "production" or (wl and wl.avg_seq_len) or b is None or b.num_gpu_blocks == 0 \
+            or b.max_num_seqs_bound is None or not b.fits_max_model_len:
+        return []
+    bound = b.max_num_seqs_bound
+    if ctx.max_num_seqs <= bound:
+        return []
+    origin = "set" if "max_num_seqs" in ctx.args.given else "vLLM's default, not set"
+    msg = (f"max_num_seqs {ctx.max_num_seqs} ({origin}) is above the {bound} sequences of max_model_len "
+           f"{ctx.max_model_len:,} tokens the KV pool holds ({b.kv_cache_tokens:,} tokens: "
+           f"{format_gib(b.kv_cache_bytes_per_gpu)} GiB / {b.kv_bytes_per_token_per_gpu:,} B/token): with long requests "
+           f"the scheduler will preempt. Give workload.avg_seq_len (the bound at the average length is higher), or set "
+           f"max_num_seqs to at most {bound}.")
+    return [warning("max_num_seqs_above_bound_at_max_len", msg, remedy={"max_num_seqs": max(1, bound)},
+                    source=SRC_BOUND, field="engine_args.max_num_seqs", bound=bound,
+                    seq_len=b.max_num_seqs_bound_seq_len)]
 
 
 @rule("util_exceeds_free", severity="error", source=SRC_FREE, phase="budget")
