@@ -899,12 +899,10 @@ def keys_retire(kid: str, force: bool = typer.Option(
 ) -> None:
     """Stop publishing a key (plans it signed stop verifying). Refused while active plans are signed with it: reissue
     those first (``POST /v1/plans/{id}/reissue`` signs with the active key)."""
-    import base64
-
     from sqlalchemy import select
 
     from .db.models import Assignment
-    from .signing import KeyError_, KeyStore
+    from .signing import KeyError_, KeyStore, b64json
 
     if not force:
         in_use: set[str] = set()
@@ -914,7 +912,7 @@ def keys_retire(kid: str, force: bool = typer.Option(
                                                        .where(Assignment.status == "active")):
                     head = signed.split(".", 1)[0]
                     try:
-                        if json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4))).get("kid") == kid:
+                        if b64json(head).get("kid") == kid:
                             in_use.add(plan_id)
                     except (ValueError, AttributeError):
                         continue

@@ -35,6 +35,11 @@ CHECKPOINT_MEDIA_TYPE = "application/vnd.preflight.audit-checkpoint+jwt"  # serv
 ALG = "Ed25519"
 
 
+def b64json(part: str) -> Any:
+    """One base64url part of a compact JWS (unpadded), decoded as JSON (ValueError when it is not)."""
+    return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+
+
 def plan_digest(signed: str) -> str:
     """The digest a freshness statement names: SHA-256 over the plan's compact JWS bytes."""
     return "sha256:" + hashlib.sha256(signed.encode()).hexdigest()
@@ -137,7 +142,7 @@ class KeyStore:
             return None
         try:
             part = self._chain[-1].split(".")[1]
-            return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))["keys"]
+            return b64json(part)["keys"]
         except (IndexError, ValueError, KeyError, TypeError):
             return None  # an unreadable last entry: the published set is appended after it
 

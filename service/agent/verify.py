@@ -11,7 +11,6 @@ plan's digest (``verify_freshness``), says it is still the node's current plan.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 
 from ..domain import env_policy
-from ..signing import FRESHNESS_MEDIA_TYPE, PLAN_MEDIA_TYPE, plan_digest
+from ..signing import FRESHNESS_MEDIA_TYPE, PLAN_MEDIA_TYPE, b64json, plan_digest
 
 PINNED_ALGS = ("Ed25519", "EdDSA")
 LEEWAY = 60
@@ -61,18 +60,13 @@ class VerifiedPlan:
         return self.role in ("head", "worker")
 
 
-def _b64json(part: str) -> dict:
-    pad = "=" * (-len(part) % 4)
-    return json.loads(base64.urlsafe_b64decode(part + pad))
-
-
 def verify_jws(token: str, jwks: dict, *, typ: str) -> tuple[dict[str, Any], str]:
     """Check header (pinned alg, ``typ``), ``kid`` and signature; return ``(claims, kid)``. Raises
     VerificationError."""
     if not isinstance(token, str) or token.count(".") != 2:
         raise VerificationError("malformed", "not a compact JWS")
     try:
-        header = _b64json(token.split(".")[0])
+        header = b64json(token.split(".")[0])
     except Exception:  # not base64, not JSON, nested too deep (RecursionError)
         raise VerificationError("malformed", "unreadable protected header") from None
     if not isinstance(header, dict):

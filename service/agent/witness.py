@@ -11,13 +11,11 @@ A checkpoint that does not verify (a spoofed or broken server) is ignored and ne
 
 from __future__ import annotations
 
-import base64
-import json
 import pathlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..signing import CHECKPOINT_MEDIA_TYPE
+from ..signing import CHECKPOINT_MEDIA_TYPE, b64json
 from .trust import write_text_atomic
 from .verify import VerificationError, verify_jws
 
@@ -67,7 +65,7 @@ def read_kept(path: pathlib.Path, jwks: dict) -> tuple[str | None, dict[str, Any
         if exc.reason != "unknown_kid":
             return None, None
     try:  # written by this agent after verification; its key retired since
-        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=" * (-len(token.split(".")[1]) % 4)))
+        claims = b64json(token.split(".")[1])
     except (ValueError, IndexError, RecursionError):
         return None, None
     if not isinstance(claims, dict) or type(claims.get("last_seq")) is not int or type(claims.get("head")) is not str:

@@ -2,11 +2,9 @@
 
 
 import asyncio
-import base64
 import contextlib
 import datetime as dt
 import hmac
-import json
 import logging
 import re
 import threading
@@ -39,7 +37,7 @@ from ..services import plans as plan_service
 from ..services import tokens as token_service
 from ..services import upgrade as upgrade_service
 from ..settings import Settings
-from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_digest
+from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, b64json, freshness_claims, plan_digest
 from . import docs, openapi_doc, ui
 from .observability import Observability
 from .schemas import NAME, ManifestIn, NodeFactsIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
@@ -76,8 +74,7 @@ def _signed_at(statement: str) -> tuple[int, str, str] | None:
     signing a new one)."""
     try:
         header, payload, _ = statement.split(".")
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        kid = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))["kid"]
+        claims, kid = b64json(payload), b64json(header)["kid"]
         iat, digest = claims["iat"], claims["plan_digest"]
     except (ValueError, KeyError, TypeError):
         return None
