@@ -459,6 +459,10 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                                                          "this many seconds ago (0: never)."),
               heartbeat_seconds: float = typer.Option(60.0, envvar="PREFLIGHT_HEARTBEAT_SECONDS",
                                                       help="Seconds between heartbeat reports while vLLM runs."),
+              group_wait: float = typer.Option(
+                  600.0, envvar="PREFLIGHT_GROUP_WAIT",
+                  help="A worker of a multi-node group waits this many seconds for its head to start the same plan "
+                       "(the service withholds the plan until then), then exits 75 (with --wait: no limit)."),
               issuer: str = typer.Option("preflight", envvar="PREFLIGHT_ISSUER", help="The iss plans must carry."),
               audience: str = typer.Option("preflight-agent", envvar="PREFLIGHT_AUDIENCE",
                                            help="The aud plans must carry."),
@@ -558,6 +562,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
 
     # 2. the node's current plan, with a freshness statement signed by the service at fetch time
     said = None
+    held_since, hold_delay = None, 1.0
     while True:
         try:
             r = client.fetch(st.etag if st.plan else None) if reachable or wait else None
@@ -566,6 +571,30 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         except ResponseTooLarge as exc:
             refuse(None, VerificationError("too_large", str(exc)), "plan")
             raise typer.Exit(EXIT_REFUSED)
+        hold = _group_hold(r)
+        if hold is not None:  # a worker whose head does not run this plan yet (domain/group_gate.py): no start
+            held_since = time.monotonic() if held_since is None else held_since
+            waited = time.monotonic() - held_since
+            if hold["final"] and not wait:
+                typer.echo(f"preflight agent: REFUSED group {hold['plan_id']}: {hold['message']}. vLLM was not "
+                           f"started.", err=True)
+                Reporter(client, st, plan_id=hold["plan_id"], seq=None)(
+                    "refused", f"group refused: {hold['message']}",
+                    {"reason": hold["reason"], "check": "group", "head": hold["head"],
+                     "head_report": hold["head_report"]})
+                raise typer.Exit(EXIT_REFUSED)
+            if not wait and waited >= group_wait:
+                typer.echo(f"preflight agent: gave up after {int(waited)} s (--group-wait {int(group_wait)}): "
+                           f"{hold['message']}. vLLM was not started.", err=True)
+                raise typer.Exit(EXIT_UNAVAILABLE)
+            if said != ("hold", hold["reason"], hold["head_report"]):
+                typer.echo(f"preflight agent: HOLD {hold['plan_id']}: {hold['message']}"
+                           f"{'' if wait else f' (at most {int(group_wait)} s, --group-wait)'}", err=True)
+                said = ("hold", hold["reason"], hold["head_report"])
+            time.sleep(min(hold_delay, hold["retry_after"]) if wait else
+                       max(0.0, min(hold_delay, hold["retry_after"], group_wait - waited)))
+            hold_delay *= 1.5
+            continue
         if r is not None and r.status_code < 500 and r.status_code != 429:
             if r.status_code == 404 and "has no current plan" in r.text and st.verified_at is not None:
                 # the service says the saved plan is not current (revoked): it may no longer boot offline
@@ -600,8 +629,6 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         plan_token, header_id = st.plan, st.plan_id
         offline = {"plan_verified_at": dt.datetime.fromtimestamp(st.verified_at, dt.timezone.utc).isoformat(),
                    "age_seconds": int(boot - st.verified_at)}
-        typer.echo(f"preflight agent: the service is unreachable: OFFLINE BOOT of the last verified plan "
-                   f"{st.plan_id} (seq {st.last_seq}, confirmed current {offline['age_seconds']} s ago)", err=True)
     elif r.status_code == 304 and st.plan:
         plan_token, header_id = st.plan, st.plan_id
     elif r.status_code == 200:
@@ -651,6 +678,9 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
             f"{plan.claims['nnodes']}-node group: it boots only with the service's word that its head holds the same "
             f"group plan, never offline"), "freshness")
         raise typer.Exit(EXIT_UNAVAILABLE)
+    if offline is not None:  # said once the plan verified and may boot (a group member is refused above, only)
+        typer.echo(f"preflight agent: the service is unreachable: OFFLINE BOOT of the last verified plan "
+                   f"{st.plan_id} (seq {st.last_seq}, confirmed current {offline['age_seconds']} s ago)", err=True)
     report = Reporter(client, st, plan_id=plan.claims["jti"], seq=plan.seq, offline=offline, send_pending=True,
                       placement=placement)
     if witnessed is not None:
@@ -686,6 +716,32 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, "-m", "service.cli", *sys.argv[1:]])
     raise typer.Exit(code)
+
+
+def _group_hold(r) -> dict | None:
+    """The service's 409 ``group-hold`` answer (api/app.py), read defensively: reason, message (printable, bounded),
+    final, head, head_report, plan_id and the Retry-After seconds (1..30). None for any other answer."""
+    if r is None or r.status_code != 409:
+        return None
+    try:
+        body = r.json()
+    except (ValueError, RecursionError):
+        return None
+    hold = body.get("hold") if isinstance(body, dict) else None
+    if not isinstance(hold, dict) or not str(body.get("type", "")).endswith("/group-hold"):
+        return None
+
+    def text_of(v, n=300):
+        return "".join(ch if ch.isprintable() else "?" for ch in str(v))[:n] if v is not None else None
+
+    try:
+        retry = min(30.0, max(1.0, float(r.headers.get("Retry-After", "5"))))
+    except ValueError:
+        retry = 5.0
+    return {"reason": text_of(hold.get("reason"), 40), "message": text_of(hold.get("message")),
+            "final": hold.get("final") is True, "head": text_of(hold.get("head"), 128),
+            "head_report": text_of(hold.get("head_report"), 16), "plan_id": text_of(hold.get("plan_id"), 36),
+            "retry_after": retry}
 
 
 def _node_checks_pass(client, report, claims: dict, *, node: str, nvidia_smi: str,

@@ -27,7 +27,7 @@ from ..db.session import THREADS, Database, after_commit
 from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
-from ..errors import ApiError, Busy, Conflict, Forbidden, NotFound, Unauthorized, Unavailable
+from ..errors import ApiError, Busy, Conflict, Forbidden, GroupHold, NotFound, Unauthorized, Unavailable
 from ..services import audit_export, calibration, fleet, history, idempotency
 from ..services.agent_writes import AgentWrites, Fetch, Report
 from ..services.epochs import EpochCache, EpochWatcher
@@ -48,6 +48,7 @@ NodeName = Annotated[str, Path(pattern=NAME, description="Node name (hostname-li
 PRINCIPAL_CACHE_SECONDS = 60.0  # TTLs bound an entry's life; coherence comes from services/epochs.py
 PLAN_CACHE_SECONDS = 30.0
 FRESHNESS_CACHE_SECONDS = 60.0
+GROUP_HOLD_RETRY_SECONDS = 5  # a held worker asks again (domain/group_gate.py): the head reports when vLLM starts
 PLAN_HEADERS = {
     "ETag": {"description": "the plan's entity tag (send it as If-None-Match)", "schema": {"type": "string"}},
     "X-Plan-Id": {"description": "the plan id", "schema": {"type": "string"}},
@@ -351,14 +352,19 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     @app.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
              responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan",
                               "headers": PLAN_HEADERS},
-                        304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS}})
+                        304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS},
+                        409: {"description": "group-hold: a multi-node worker's plan is withheld until its head "
+                              "reports the same plan started (problem+json with ``hold``, ``Retry-After``)",
+                              "content": {"application/problem+json": {}}}})
     async def fetch_node_plan(request: Request, name: NodeName, authorization: Annotated[str | None, Header()] = None,
                               if_none_match: Annotated[str | None, Header()] = None,
                               wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
         """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
         the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
         call authenticates and fetches in one transaction, group-committed with other agents' fetches and reports
-        (services/agent_writes.py)."""
+        (services/agent_writes.py). A worker of a multi-node group gets 409 ``group-hold`` (with ``hold``: reason,
+        head, the head's last report; ``Retry-After``) until its head has reported the same plan ``started`` or
+        ``running`` (domain/group_gate.py): it never starts against a head still on another plan."""
         secret = bearer_secret(authorization, len(request.headers.getlist("authorization")))
         deadline = time.monotonic() + wait
         tags = etag_list(", ".join(request.headers.getlist("if-none-match")))  # repeated fields form one list
@@ -371,12 +377,21 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                 principal_cache.put(token_service.hash_token(secret), principal, tags_seen[0])
                 if a is not None:
                     plan_cache.put(name, a, tags_seen[1])
-            if a is None or served or time.monotonic() >= deadline:
+            if a is None or served or held(a, principal) or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         if a is None:
             raise NotFound(f"node {name!r} has no current plan", field="name")
+        if held(a, principal):
+            metrics.AGENT_FETCHES.labels("held").inc()
+            hold = a["hold"]
+            raise GroupHold(hold["message"], retry_after=GROUP_HOLD_RETRY_SECONDS,
+                            hold={**hold, "plan_id": a["plan_id"], "seq": a["seq"]})
         return plan_response(a, served)
+
+    def held(a: dict, principal) -> bool:
+        """A worker's own agent waits for its head (an admin reading the node's plan is not held)."""
+        return bool(a.get("hold")) and principal is not None and principal.role == "agent"
 
     freshness_cache: dict[int, tuple[float, str, str]] = {}  # assignment id -> (valid until, kid, statement)
     freshness_window = min(FRESHNESS_CACHE_SECONDS, settings.freshness_ttl_seconds / 10)
@@ -421,6 +436,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         if a is None:
             return None, False
         authorize_node(name, principal)
+        if held(a, principal):  # the route answers the hold, from the cache (the head's report refreshes it)
+            return a, False
         if plan_service.etag_matches(a["etag"], etags):
             return a, False
         if principal.role == "agent" and not plan_service.fetch_recorded_recently(a):
@@ -438,7 +455,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
             a, served = from_plan_cache(name, principal, etag_list(if_none_match))
         except ApiError:  # the route answers errors
             return None
-        return plan_response(a, served) if a is not None else None
+        return plan_response(a, served) if a is not None and not held(a, principal) else None
 
     @app.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
     async def report(name: NodeName, body: ReportIn, p: NodeAgent):
