@@ -609,9 +609,12 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
             break
         # the service cannot be reached (or fails): the last verified plan, if recent enough
         age = boot - st.verified_at if st.verified_at else None
-        if st.plan and not lost and offline_max_age > 0 and age is not None and -300 <= age <= offline_max_age:
+        may_boot = bool(st.plan and not lost and offline_max_age > 0 and age is not None
+                        and -300 <= age <= offline_max_age)
+        if may_boot and not (wait and _group_member(st.plan)):  # a group member is refused offline (below)
             break
-        why = ("no verified plan is saved" if not st.plan else "offline boot is disabled (--offline-max-age 0)"
+        why = ("the saved plan is a multi-node group member's, which never boots offline" if may_boot else
+               "no verified plan is saved" if not st.plan else "offline boot is disabled (--offline-max-age 0)"
                if offline_max_age <= 0 else f"the saved plan was last confirmed {int(age or 0)} s ago, more than "
                f"--offline-max-age {int(offline_max_age)} s")
         if not wait:
@@ -716,6 +719,18 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, "-m", "service.cli", *sys.argv[1:]])
     raise typer.Exit(code)
+
+
+def _group_member(token: str) -> bool:
+    """Whether a saved plan (verified when saved; only read here, to choose to wait) is a multi-node group member's:
+    with --wait such a node waits for the service instead of going to an offline boot it would refuse."""
+    from .signing import b64json
+
+    try:
+        claims = b64json(token.split(".")[1])
+    except (ValueError, IndexError, RecursionError, UnicodeDecodeError):
+        return False
+    return isinstance(claims, dict) and claims.get("role") in ("head", "worker")
 
 
 def _group_hold(r) -> dict | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.domain.group_gate import group_hold
+from service.domain.group_gate import changes_hold, group_hold
 
 D = "a" * 64
 
@@ -62,3 +62,10 @@ def test_no_active_head_assignment_holds():
 def test_a_digest_mismatch_is_left_to_the_agents_signed_check():
     # delivered: the freshness statement's head_group_digest makes the agent refuse it (agent/verify.py)
     assert hold(head_digest="f" * 64, head_report=None) is None
+
+
+def test_only_reports_that_change_the_answer_refresh_the_caches():
+    assert changes_hold(None, "fetched") and changes_hold("fetched", "started") and changes_hold("running", "exited")
+    assert changes_hold("started", "refused") and changes_hold("exited", "started")
+    assert not changes_hold("started", "running") and not changes_hold("stopped", "exited")
+    assert not changes_hold("refused", "failed") and not changes_hold(None, "heartbeat")

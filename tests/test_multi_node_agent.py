@@ -91,6 +91,15 @@ def test_a_group_member_never_boots_offline(servers, tmp_path):
     assert offline.returncode == 75 and "never offline" in offline.stderr
     assert "OFFLINE BOOT" not in offline.stderr  # only the refusal is said: nothing boots
     assert len(worker.launches()) == 1
+    # with --wait it waits for the service instead (it would refuse the offline boot)
+    waiting = subprocess.Popen(worker.args(down, "--wait", "--poll-seconds", "0.2"), env=worker.env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = waiting.stderr.readline()
+    waiting.terminate()
+    waiting.wait(30)
+    assert "the service is unreachable and the saved plan is a multi-node group member's, which never boots " \
+           "offline; waiting" in line, line
+    assert len(worker.launches()) == 1
 
 
 def test_a_member_whose_head_holds_another_group_plan_refuses(servers, tmp_path, db_url):

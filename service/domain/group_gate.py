@@ -81,3 +81,15 @@ def group_hold(*, role: str | None, plan_id: str, group: int | None, head: str |
                     f"waits for it", False, name, head_report)
     return Hold("head_pending", f"the head {name} has not started {where} yet (it may still run an earlier plan): "
                 f"this worker waits for it", False, name, head_report)
+
+
+def _stage(head_report: str | None) -> str:
+    return ("started" if head_report in STARTED else "refused" if head_report in REFUSED else
+            "not_running" if head_report in NOT_RUNNING else "fetched" if head_report == "fetched" else "pending")
+
+
+def changes_hold(before: str | None, after: str | None) -> bool:
+    """Whether a head's report moving its last report from ``before`` to ``after`` changes what its workers are
+    answered (``started`` → ``running`` does not: both let them start). The service refreshes the agents' caches
+    only then."""
+    return _stage(before) != _stage(after)

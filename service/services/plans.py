@@ -18,7 +18,7 @@ from ..db.models import Assignment, Manifest, Node, Plan, Report, iso, utcnow
 from ..domain.render import shell_command
 from ..domain.errors import DomainError
 from ..domain.recommend import recommend
-from ..domain.group_gate import group_hold
+from ..domain.group_gate import changes_hold, group_hold
 from ..domain.topology import (PER_NODE, Placement, Topology, group_arguments, group_digest, member_argvs,
                                plan_topology)
 from ..domain.request import LaunchRequest
@@ -670,7 +670,7 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
             [{"plan_id": r.plan_id, "node_name": r.node, "status": r.status, "message": r.message,
               "details": r.details, "created_at": now} for r in ok]).scalars().all()
         done.update(zip(ok_idx, new_ids))
-        if any((r.node, r.plan_id) in heads and heads[(r.node, r.plan_id)] != r.status for r in ok):
+        if any((r.node, r.plan_id) in heads and changes_hold(heads[(r.node, r.plan_id)], r.status) for r in ok):
             # a head's report opens or closes its workers' gate (domain/group_gate.py): the agents' caches of the
             # group's assignments are refreshed like after a plan change (services/epochs.py)
             epochs.bump(session, "plans", ok[0].plan_id or "")
