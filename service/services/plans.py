@@ -161,7 +161,8 @@ def group_state(members: list[Assignment]) -> str:
     """A group's state from its members' assignments and last reports: ``revoked`` / ``superseded`` when its
     assignments are; ``failed`` when any member's vLLM ended (``exited``, ``failed``: a worker's failure fails the
     instance) or a member refused the plan (``refused``: its checks, or a worker whose head refused it); ``running``
-    when the head (rank 0) reports vLLM ready; ``stopped`` when the head was stopped; else ``pending`` (not every member started yet) or ``starting``."""
+    when the head (rank 0) reports vLLM ready; ``stopped`` when the head was stopped; else ``pending`` (not every
+    member started yet) or ``starting``."""
     statuses = {a.status for a in members}
     if statuses & {"revoked"}:
         return "revoked"
