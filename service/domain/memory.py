@@ -1,6 +1,6 @@
 """The memory model: the per-GPU budget vLLM sizes its KV-cache pool from, computed before launch.
 
-One pool per GPU (../shared/GUIDE.md §1; ../shared/vllm-rules.md §6, §7)::
+One pool per GPU (docs/operating.md §1; ../shared/vllm-rules.md §6, §7)::
 
     usable        = torch-visible GPU memory × gpu_memory_utilization          (requested memory, worker/utils.py)
     KV pool       = usable − weights on this GPU − overhead
@@ -865,7 +865,7 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     else:
         est_len = longest_full_attention_len(avail_fit, bytes_per_block, block, dcp, hi)
 
-    # max_num_seqs bound (GUIDE.md §5): pool / (KV per token × average sequence length)
+    # max_num_seqs bound (docs/operating.md §5): pool / (KV per token × average sequence length)
     wl = ctx.request.workload
     seq_len = wl.avg_seq_len if wl and wl.avg_seq_len else mml
     if not (wl and wl.avg_seq_len):
