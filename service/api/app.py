@@ -34,13 +34,15 @@ from ..services.epochs import EpochCache, EpochWatcher
 from ..services import manifests as manifest_service
 from ..services import nodes as node_service
 from ..services import plans as plan_service
+from ..services import rollouts as rollout_service
 from ..services import tokens as token_service
 from ..services import upgrade as upgrade_service
 from ..settings import Settings
 from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, b64json, freshness_claims, plan_digest
 from . import docs, openapi_doc, ui
 from .observability import Observability
-from .schemas import NAME, ManifestIn, NodeFactsIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
+from .schemas import (NAME, ManifestIn, NodeFactsIn, NodeIn, NodeUpdate, PlanIn, ReportIn, RolloutCommandIn,
+                      RolloutIn, TokenIn)
 
 log = logging.getLogger("preflight")
 PROBLEM = "application/problem+json"
@@ -175,6 +177,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         every_seconds=settings.audit_checkpoint_seconds)
     writes = AgentWrites(db)  # the agents' fetches and reports, group-committed (services/agent_writes.py)
     watcher = EpochWatcher(db)  # keeps the agents' caches coherent across processes (services/epochs.py)
+    scheduler = rollout_service.RolloutScheduler(db, settings, keys, settings.rollout_tick_seconds)  # issue 19
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         import anyio.to_thread
@@ -182,9 +185,11 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS  # = the database pool's size
         db.sealer.start()  # audit events are sealed into the chain by a background thread per process
         watcher.start()  # until it has polled once, the agents' caches stay unused
+        scheduler.start()  # steps the staged rollouts (services/rollouts.py)
         try:
             yield
         finally:
+            scheduler.stop()
             watcher.stop()
             writes.stop()  # answer what is queued before the last seal
             db.sealer.stop()
@@ -193,6 +198,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
                   description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
     app.state.db, app.state.keys, app.state.settings = db, keys, settings
     app.state.epochs = watcher
+    app.state.rollouts = scheduler
 
     # -- errors -----------------------------------------------------------------------------------------------
     @app.exception_handler(ApiError)
@@ -833,6 +839,53 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         audit.append(session, actor=p.name, kind="token.rotated", subject=f"token:{token_id}", node=row.node_name,
                      payload={"revoked": token_id, "id": row.id, "role": row.role})
         return {**token_service.token_dict(row), "token": secret}
+
+    # -- rollouts (issue 19) -------------------------------------------------------------------------------------------
+    scheduler.on_change = plan_cache.clear  # waves signed or restored in this process: its plan cache drops at once
+    RolloutId = Annotated[str, Path(min_length=1, max_length=36, description="Rollout id.")]
+
+    @app.post("/v1/rollouts", status_code=201, operation_id="createRollout", tags=["rollouts"])
+    def create_rollout(body: RolloutIn, session: SessionDep, p: Deployer):
+        """Change a target launch config over nodes (names, or a selector over inventory fields) in waves that
+        advance by themselves: each wave's plans are signed, its nodes must report ``running`` within
+        ``gates.ready_timeout_s`` with the KV cache tokens within ``gates.kv_tolerance`` of the prediction, then it
+        bakes ``bake_s`` seconds. More failed units than ``failure_limit`` halt the rollout and restore every node it
+        changed to its previous plan's content (a new plan, a higher seq). The target is validated once per hardware
+        shape first: a rejection is the plan's 422 with findings, and nothing is stored."""
+        return rollout_service.create(session, actor=p.name, body=body.model_dump(mode="json", exclude_none=True))
+
+    @app.get("/v1/rollouts", operation_id="listRollouts", tags=["rollouts"])
+    def list_rollouts(session: SessionDep, p: Reader,
+                      state: Annotated[Literal["pending", "waiting", "baking", "paused", "halted", "completed",
+                                               "rolled_back", "aborted"] | None, Query()] = None,
+                      limit: Annotated[int, Query(ge=1, le=100)] = 50,
+                      after: Annotated[str | None, Query(max_length=36, description="the previous page's next")] = None):
+        """Rollouts, newest first (state, waves, failures; no per-node detail); ``next`` is the cursor."""
+        return rollout_service.list_rollouts(session, state=state, limit=limit, after=after,
+                                             secrets=p.role in ("admin", "deployer"))
+
+    @app.get("/v1/rollouts/{rollout_id}", operation_id="getRollout", tags=["rollouts"])
+    def get_rollout(rollout_id: RolloutId, session: SessionDep, p: Reader):
+        """One rollout: state, waves (share, bake, state, plans signed), per node its unit, wave, outcome, the plans
+        before, of and after the rollout, and the evidence for each decision."""
+        return rollout_service.rollout_dict(session, rollout_service.get(session, rollout_id),
+                                            secrets=p.role in ("admin", "deployer"))
+
+    def rollout_command(verb: str):
+        def run(rollout_id: RolloutId, session: SessionDep, p: Deployer, body: RolloutCommandIn | None = None):
+            out = rollout_service.command(session, rollout_id, verb, actor=p.name, settings=settings, keys=keys,
+                                          reason=body.reason if body else None)
+            after_commit(session, plan_cache.clear)
+            return out
+        return run
+
+    for _verb, _doc in (("pause", "Stop advancing (failures past the limit still halt and restore)."),
+                        ("resume", "Continue a paused rollout (a paused bake starts over)."),
+                        ("promote", "Skip the current wave's bake: the next wave starts once this one is settled."),
+                        ("abort", "Stop for good and restore every node the rollout changed to its previous plan.")):
+        app.post(f"/v1/rollouts/{{rollout_id}}/{_verb}", operation_id=f"{_verb}Rollout", tags=["rollouts"],
+                 description=_doc)(rollout_command(_verb))
+    # -- end of rollouts (issue 19) ----------------------------------------------------------------------------------
 
     openapi_doc.install(app)
     docs.install(app)  # Swagger UI from a local package (api/docs.py)
