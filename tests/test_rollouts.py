@@ -168,6 +168,20 @@ def test_kv_far_below_the_prediction_halts(fleet):
     assert first["evidence"]["kv_relative_error"] == pytest.approx(-0.5, abs=1e-3)
 
 
+def test_kv_gate_off_lets_a_small_pool_pass_and_idempotency_key_replays(fleet):
+    body = {"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": NEW, "nodes": NODES,
+            "waves": [{"percent": 25}, {"percent": 100}], "gates": {"kv_tolerance": None}}
+    first = fleet.api.post("/v1/rollouts", json=body, headers={"Idempotency-Key": "k1"})
+    again = fleet.api.post("/v1/rollouts", json=body, headers={"Idempotency-Key": "k1"})
+    assert first.status_code == again.status_code == 201 and again.headers["Idempotent-Replayed"] == "true"
+    r = first.json()
+    assert again.json()["id"] == r["id"] and r["gates"] == {"ready_timeout_s": 600, "kv_tolerance": None}
+    fleet.tick()
+    new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
+    fleet.report("gpu-01", new_id, "running", vllm={"kv_cache_tokens": fleet.predicted(new_id) // 2})
+    assert fleet.tick() == {r["id"]: "sign"}  # not judged: wave 1 settled, bake 0, wave 2 signed
+
+
 def test_a_node_not_ready_in_time_halts(fleet):
     r = fleet.rollout()
     t0 = time.time()
@@ -302,7 +316,7 @@ def test_a_worker_killed_after_signing_the_next_resumes_without_signing_twice(fl
         new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
         fleet.report("gpu-01", new_id, "running")
         assert fleet.tick(t0 + 1, db=b) == {r["id"]: "bake"}
-        assert fleet.tick(t0 + 61, db=b) == {r["id"]: "sign"}
+        assert fleet.tick(t0 + 62, db=b) == {r["id"]: "sign"}
         assert [fleet.assignments(n) for n in NODES] == [2, 2, 2, 2]  # each node signed exactly once
         kinds = [k for k, _, _ in fleet.events(r["id"])]
         assert kinds.count("rollout.wave_signed") == 2
@@ -428,7 +442,9 @@ def test_bad_rollouts_are_422_naming_the_field_and_store_nothing(fleet, extra, f
 
 def test_a_rejected_target_is_the_plans_422_with_findings_and_stores_nothing(fleet):
     body = fleet.rollout(status=422, engine_args={"tensor_parallel_size": 3})
-    assert "tp_attention_heads" in {f["rule"] for f in body["findings"]} or body["findings"]
+    assert body["status"] == 422 and "tp_heads_divisible" in {f["rule"] for f in body["findings"]}
+    heads = next(f for f in body["findings"] if f["rule"] == "tp_heads_divisible")
+    assert heads["remedy"] == {"tensor_parallel_size": [1, 2, 4, 8]}  # Llama-3.1-70B: 64 heads, 8 KV heads
     assert _stored(fleet) == (0, 0)
     assert all(fleet.assignments(n) == 1 for n in NODES)
 

@@ -845,22 +845,32 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     RolloutId = Annotated[str, Path(min_length=1, max_length=36, description="Rollout id.")]
 
     @app.post("/v1/rollouts", status_code=201, operation_id="createRollout", tags=["rollouts"])
-    def create_rollout(body: RolloutIn, session: SessionDep, p: Deployer):
+    def create_rollout(body: RolloutIn, p: Deployer,
+                       idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
         """Change a target launch config over nodes (names, or a selector over inventory fields) in waves that
         advance by themselves: each wave's plans are signed, its nodes must report ``running`` within
         ``gates.ready_timeout_s`` with the KV cache tokens within ``gates.kv_tolerance`` of the prediction, then it
         bakes ``bake_s`` seconds. More failed units than ``failure_limit`` halt the rollout and restore every node it
         changed to its previous plan's content (a new plan, a higher seq). The target is validated once per hardware
-        shape first: a rejection is the plan's 422 with findings, and nothing is stored."""
-        return rollout_service.create(session, actor=p.name, body=body.model_dump(mode="json", exclude_none=True))
+        shape first: a rejection is the plan's 422 with findings, and nothing is stored. ``Idempotency-Key`` makes a
+        retry safe."""
+        data = body.model_dump(mode="json")
+        status, out, replayed = idempotency.run(
+            db, route="POST /v1/rollouts", principal=p.name, key=idempotency_key, body=data, status_code=201,
+            action=lambda s: rollout_service.create(s, actor=p.name, body=data))
+        return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
     @app.get("/v1/rollouts", operation_id="listRollouts", tags=["rollouts"])
-    def list_rollouts(session: SessionDep, p: Reader,
+    def list_rollouts(request: Request, session: SessionDep, p: Reader,
                       state: Annotated[Literal["pending", "waiting", "baking", "paused", "halted", "completed",
                                                "rolled_back", "aborted"] | None, Query()] = None,
                       limit: Annotated[int, Query(ge=1, le=100)] = 50,
                       after: Annotated[str | None, Query(max_length=36, description="the previous page's next")] = None):
         """Rollouts, newest first (state, waves, failures; no per-node detail); ``next`` is the cursor."""
+        unknown = sorted(set(request.query_params) - {"state", "limit", "after"})
+        if unknown:  # a misspelt filter would silently list everything
+            raise DomainError(f"query.{unknown[0]}" if unknown[0] else "query",
+                              f"unknown query parameter {unknown[0]!r} (filter: state; limit, after)")
         return rollout_service.list_rollouts(session, state=state, limit=limit, after=after,
                                              secrets=p.role in ("admin", "deployer"))
 
