@@ -465,3 +465,42 @@ def test_a_node_without_a_plan_or_in_another_rollout_is_refused(fleet):
     fleet.rollout(nodes=["gpu-02"], waves=[{"percent": 100}])
     busy = fleet.rollout(status=409)
     assert busy["field"] == "nodes.1"
+
+
+# -- the CLI -------------------------------------------------------------------------------------------------------------
+
+def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from service import cli
+
+    monkeypatch.setattr(cli, "_client", lambda server, token: fleet.api)  # the CLI's HTTP calls go to the test app
+    run = lambda *args: CliRunner().invoke(cli.app, [*args, "--server", "http://x", "--token", ADMIN])  # noqa: E731
+    spec = tmp_path / "rollout.json"
+    spec.write_text(json.dumps({"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": NEW, "nodes": NODES,
+                                "waves": [{"percent": 25, "bake_s": 600}, {"percent": 100}]}))
+    out = run("rollout", "create", str(spec), "--json")
+    assert out.exit_code == 0, out.output
+    rid = json.loads(out.output)["id"]
+    fleet.tick()
+    out = run("rollout", "status", rid)
+    assert out.exit_code == 0 and f"rollout {rid}: waiting (wave 0), failures 0/0" in out.output
+    assert "gpu-01: wave 0, pending, seq 2" in out.output and "gpu-02: wave 1, unchanged" in out.output
+    assert run("rollout", "pause", rid, "--reason", "lunch").exit_code == 0
+    assert "paused" in run("rollout", "status").output
+    bad = run("rollout", "promote", rid)
+    assert bad.exit_code == 1 and "HTTP 409" in bad.output
+    assert "waiting" in run("rollout", "resume", rid).output
+    assert run("rollout", "promote", rid).exit_code == 0
+    out = run("rollout", "abort", rid)
+    assert out.exit_code == 0 and "aborted" in out.output and "gpu-01: wave 0, restored" in out.output
+    bad_file = tmp_path / "bad.json"
+    bad_file.write_text("{not json")
+    assert run("rollout", "create", str(bad_file)).exit_code == 2
+    refused = tmp_path / "refused.json"
+    refused.write_text(json.dumps({"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": NODES,
+                                   "engine_args": {"tensor_parallel_size": 3}, "waves": [{"percent": 100}]}))
+    out = run("rollout", "create", str(refused))
+    assert out.exit_code == 1 and "tp_heads_divisible" in out.output
