@@ -111,6 +111,7 @@ def test_failed_report_in_wave_1_halts_and_restores_only_the_first_node(fleet):
     first = s["nodes"][0]
     assert first["outcome"] == "restored" and first["restored_seq"] == 3
     assert first["evidence"]["reason"] == "report_failed" and first["evidence"]["status"] == "failed"
+    assert first["evidence"]["message"] == "torch.OutOfMemoryError: CUDA out of memory"
     # gpu-01 runs its previous command again, as a new plan with a higher seq
     restored_id, seq, argv = fleet.current("gpu-01")
     assert restored_id == first["restored_plan_id"] not in (fleet.old["id"], new_id) and seq == 3

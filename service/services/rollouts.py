@@ -292,19 +292,23 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
     gates = domain.Gates(**r.gates)
     pairs = sorted({(n.node_name, n.new_plan_id) for n in signed})
     seen: dict[tuple[str, str], dict[str, Any]] = {}
+    # the first report of each status on each (node, plan): at most four rows per node, however much it reported
+    firsts = (select(func.min(Report.id)).where(tuple_(Report.node_name, Report.plan_id).in_(pairs),
+                                                Report.status.in_(REPORTED))
+              .group_by(Report.node_name, Report.plan_id, Report.status))
     for node, plan_id, status, message, details, created in session.execute(
             select(Report.node_name, Report.plan_id, Report.status, Report.message, Report.details,
-                   Report.created_at)
-            .where(tuple_(Report.node_name, Report.plan_id).in_(pairs), Report.status.in_(REPORTED))
-            .order_by(Report.id).limit(20 * len(pairs) + 100)):
+                   Report.created_at).where(Report.id.in_(firsts)).order_by(Report.id)):
         s = seen.setdefault((node, plan_id), {})
         at = _epoch(created)
-        if status == "running" and "running" not in s:
+        if status == "running":
             vllm = (details or {}).get("vllm") if isinstance(details, dict) else None
             tokens = vllm.get("kv_cache_tokens") if isinstance(vllm, dict) else None
             s["running"] = (at, tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None)
-        elif status in domain.FAILED_REPORTS and "failure" not in s:
-            s["failure"] = (status, at, message)
+        elif "failure" not in s:
+            d = details if isinstance(details, dict) else {}
+            said = message or d.get("reason") or d.get("tail")  # what the agent said it was: evidence
+            s["failure"] = (status, at, said if isinstance(said, str) else None)
     budgets = dict(session.execute(select(Plan.id, Plan.budget)
                                    .where(Plan.id.in_(sorted({n.new_plan_id for n in signed})))).all())
     failed_now = []
