@@ -505,3 +505,21 @@ def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, m
                                    "engine_args": {"tensor_parallel_size": 3}, "waves": [{"percent": 100}]}))
     out = run("rollout", "create", str(refused))
     assert out.exit_code == 1 and "tp_heads_divisible" in out.output
+
+
+def test_the_service_steps_rollouts_by_itself(settings, db, keys):
+    """The scheduler thread of a service process (PREFLIGHT_ROLLOUT_TICK_SECONDS) signs the first wave with no tick
+    from the test: waited for as a condition (up to 30 s), not timed."""
+    app = create_app(settings.model_copy(update={"rollout_tick_seconds": 0.05}), db=db, keys=keys)
+    with TestClient(app) as c:
+        c.headers["Authorization"] = f"Bearer {ADMIN}"
+        f = Fleet(c, db, settings, keys)
+        rid = f.rollout()["id"]
+        deadline = time.monotonic() + 30
+        while f.status(rid)["state"] == "pending" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        s = f.status(rid)
+        assert s["state"] == "waiting" and s["nodes"][0]["new_seq"] == 2
+        # the process's own plan cache was dropped: the agent's next fetch is the new plan
+        r = c.get("/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {f.tokens['gpu-01']}"})
+        assert r.status_code == 200 and r.headers["X-Plan-Id"] == s["nodes"][0]["new_plan_id"]
