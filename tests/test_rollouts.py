@@ -514,12 +514,14 @@ def test_the_service_steps_rollouts_by_itself(settings, db, keys):
     with TestClient(app) as c:
         c.headers["Authorization"] = f"Bearer {ADMIN}"
         f = Fleet(c, db, settings, keys)
+        agent = {"Authorization": f"Bearer {f.tokens['gpu-01']}"}
+        assert c.get("/v1/nodes/gpu-01/plan", headers=agent).headers["X-Plan-Id"] == f.old["id"]  # now cached
         rid = f.rollout()["id"]
         deadline = time.monotonic() + 30
         while f.status(rid)["state"] == "pending" and time.monotonic() < deadline:
             time.sleep(0.05)
         s = f.status(rid)
         assert s["state"] == "waiting" and s["nodes"][0]["new_seq"] == 2
-        # the process's own plan cache was dropped: the agent's next fetch is the new plan
-        r = c.get("/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {f.tokens['gpu-01']}"})
+        # the agent's next fetch is the new plan, not the one this process cached
+        r = c.get("/v1/nodes/gpu-01/plan", headers=agent)
         assert r.status_code == 200 and r.headers["X-Plan-Id"] == s["nodes"][0]["new_plan_id"]
