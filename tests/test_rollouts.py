@@ -525,3 +525,16 @@ def test_the_service_steps_rollouts_by_itself(settings, db, keys):
         # the agent's next fetch is the new plan, not the one this process cached
         r = c.get("/v1/nodes/gpu-01/plan", headers=agent)
         assert r.status_code == 200 and r.headers["X-Plan-Id"] == s["nodes"][0]["new_plan_id"]
+
+
+def test_the_fleet_page_lists_rollouts(fleet):
+    r = fleet.rollout()
+    fleet.tick()
+    fleet.report("gpu-01", fleet.status(r["id"])["nodes"][0]["new_plan_id"], "failed")
+    fleet.tick()
+    page = fleet.api.get("/ui/")
+    assert page.status_code == 200
+    row = page.text[page.text.index(f'data-rollout="{r["id"]}"'):]
+    row = row[:row.index("</tr>")]
+    assert "rolled_back" in row and "1 of 2" in row and "25 %, 100 %" in row and "1 / 0" in row
+    assert "failure_limit 0" in row
