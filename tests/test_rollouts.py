@@ -538,3 +538,17 @@ def test_the_fleet_page_lists_rollouts(fleet):
     row = row[:row.index("</tr>")]
     assert "rolled_back" in row and "1 of 2" in row and "25 %, 100 %" in row and "1 / 0" in row
     assert "failure_limit 0" in row
+
+
+def test_a_wave_refused_at_signing_halts_and_restores_what_changed(fleet):
+    r = fleet.rollout(waves=[{"percent": 25}, {"percent": 100}])
+    fleet.tick()
+    fleet.report("gpu-01", fleet.status(r["id"])["nodes"][0]["new_plan_id"], "running")
+    # the inventory changed since the rollout was validated: gpu-03 now has 4 GPUs, TP 8 does not fit it
+    assert fleet.api.patch("/v1/nodes/gpu-03", json={"gpu_count": 4}).status_code == 200
+    assert fleet.tick() == {r["id"]: "halt"}
+    s = fleet.status(r["id"])
+    assert s["state"] == "rolled_back" and s["reason"].startswith("signing wave 1 was refused")
+    assert [n["outcome"] for n in s["nodes"]] == ["restored", "unchanged", "unchanged", "unchanged"]
+    assert [fleet.assignments(n) for n in NODES] == [3, 1, 1, 1]  # nothing of wave 1 was kept
+    assert s["waves"][1]["plan_ids"] == [] and s["waves"][1]["signed_at"] is None
