@@ -565,11 +565,14 @@ def command(session: Session, rollout_id: str, verb: str, *, actor: str, setting
 _TICKING = threading.Lock()  # one tick at a time per process (SQLite's lock serializes processes)
 
 
+MAX_PER_TICK = 1000  # a node is in one rollout at a time: far more than a fleet runs at once
+
+
 def due(db) -> list[str]:
-    """Ids of the rollouts the scheduler steps, least recently touched first (a read: no write lock)."""
+    """Ids of the rollouts the scheduler steps, oldest first (a read: no write lock)."""
     with db.read() as session:
         return list(session.execute(select(Rollout.id).where(Rollout.state.in_(SCHEDULED))
-                                    .order_by(Rollout.updated_at).limit(100)).scalars())
+                                    .order_by(Rollout.created_at, Rollout.id).limit(MAX_PER_TICK)).scalars())
 
 
 def tick(db, *, settings: Settings, keys: KeyStore, now: float | None = None,
