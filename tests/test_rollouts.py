@@ -307,23 +307,41 @@ def test_a_worker_dying_before_its_commit_signed_nothing_and_another_signs_once(
         other.engine.dispose()
 
 
-def test_a_worker_killed_after_signing_the_next_resumes_without_signing_twice(fleet, db_url):
+def test_a_worker_killed_after_signing_the_next_resumes_without_signing_twice(fleet, quiet, db_url):
+    """Two service instances (each its own app, database pool and key store) on one database: A signs wave 1 and
+    is stopped before it advances; B goes on from the state A committed and signs each node exactly once."""
+    from service.signing import KeyStore
+
     r = fleet.rollout(waves=[{"percent": 25, "bake_s": 60}, {"percent": 100}])
-    a, b = Database(db_url), Database(db_url)  # two app instances
+    instances = []
+    for _ in range(2):
+        app = create_app(quiet, db=Database(db_url), keys=KeyStore(quiet.key_dir))
+        client = TestClient(app)
+        client.__enter__()  # lifespan: sealer, epoch watcher (the rollout thread is off: ticks come from the test)
+        instances.append((app, client))
+
+    def tick(i, at):
+        app = instances[i][0]
+        return rollout_service.tick(app.state.db, settings=app.state.settings, keys=app.state.keys, now=at)
+
     try:
         t0 = time.time()
-        assert fleet.tick(t0, db=a) == {r["id"]: "sign"}
-        a.engine.dispose()  # instance A is gone between signing and advancing
+        assert tick(0, t0) == {r["id"]: "sign"}
+        instances[0][1].__exit__(None, None, None)  # instance A stops between signing and advancing
+        instances[0][0].state.db.engine.dispose()
         new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
         fleet.report("gpu-01", new_id, "running")
-        assert fleet.tick(t0 + 1, db=b) == {r["id"]: "bake"}
-        assert fleet.tick(t0 + 62, db=b) == {r["id"]: "sign"}
+        assert tick(1, t0 + 1) == {r["id"]: "bake"}
+        assert tick(1, t0 + 62) == {r["id"]: "sign"}
         assert [fleet.assignments(n) for n in NODES] == [2, 2, 2, 2]  # each node signed exactly once
-        kinds = [k for k, _, _ in fleet.events(r["id"])]
-        assert kinds.count("rollout.wave_signed") == 2
+        assert [k for k, _, _ in fleet.events(r["id"])].count("rollout.wave_signed") == 2
+        for n in NODES[1:]:  # B's wave reaches the agents through B
+            got = instances[1][1].get(f"/v1/nodes/{n}/plan", headers={"Authorization": f"Bearer {fleet.tokens[n]}"})
+            assert got.status_code == 200 and got.headers["X-Plan-Seq"] == "2"
     finally:
-        a.engine.dispose()
-        b.engine.dispose()
+        instances[1][1].__exit__(None, None, None)
+        for app, _ in instances:
+            app.state.db.engine.dispose()
 
 
 def test_two_workers_on_postgresql_never_step_one_rollout_at_once(fleet, db_url):
