@@ -200,3 +200,43 @@ def test_operator_commands():
                         ("rolled_back", "pause"), ("halted", "pause")):
         with pytest.raises(DomainError):
             R.command(state, verb)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.sampled_from(["tick", "pause", "resume", "promote"])),
+                max_size=60),
+       st.integers(0, 2))
+def test_random_runs_sign_each_wave_once_in_order_and_halt_only_past_the_limit(events, limit):
+    """Drive the state machine with random outcomes and operator commands: waves are signed 0, 1, 2 in order, each
+    once; it completes only after the last; it halts only when failures pass the limit."""
+    waves = (W(25, 10), W(50, 0), W(100, 10))
+    state, wave, failures, settled, bake_until, promote, paused_from = "pending", -1, 0, 0, None, False, None
+    signed: list[int] = []
+    now = 0.0
+    for settle, fails, what in events:
+        now += 7
+        if what in ("pause", "resume", "promote") and state not in R.FINAL and state != "halted":
+            try:
+                R.command(state, what)
+            except DomainError:
+                continue
+            if what == "pause":
+                state, paused_from = "paused", state
+            elif what == "resume":
+                state = paused_from
+            else:
+                promote = True
+            continue
+        if state == "waiting":
+            settled = min(2, settled + settle)
+            failures += int(fails and settle > 0)
+        d = R.step(R.View(state, wave, waves, limit, failures, 2, settled, bake_until, promote), now)
+        if d.action == "halt":
+            assert failures > limit
+        if d.action == "sign":
+            signed.append(d.wave)
+            settled, promote = 0, False
+        if d.action == "complete":
+            assert wave == len(waves) - 1 and failures <= limit
+        if d.action in ("sign", "bake", "complete", "halt"):
+            state, wave, bake_until = d.state, d.wave, d.bake_until
+    assert signed == list(range(len(signed)))
