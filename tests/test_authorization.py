@@ -236,10 +236,10 @@ def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world)
     # routers nested in app.routes, so the OpenAPI document is the flat table)
     operations = [(path, method.upper(), op["operationId"])
                   for path, ops in client.app.openapi()["paths"].items() for method, op in ops.items()]
-    assert len(operations) == 36
+    assert len(operations) == 43  # 36 + issue 19's seven rollout operations
     for template, method, operation_id in operations:
         path = (template.replace("{name}", "gpu-a").replace("{plan_id}", world["plan"])
-                .replace("{token_id}", "1").replace("{ref}", "llama@1"))
+                .replace("{token_id}", "1").replace("{ref}", "llama@1").replace("{rollout_id}", "r-1"))
         if client.request(method, path, headers={"Authorization": ""}).status_code != 401:
             anonymous_ok.add(operation_id)  # public: healthz, readyz, metrics, jwks, keysets
             continue
