@@ -109,7 +109,7 @@ def test_failed_report_in_wave_1_halts_and_restores_only_the_first_node(fleet):
     s = fleet.status(r["id"])
     assert s["state"] == "rolled_back" and "failure_limit 0" in s["reason"] and s["failures"] == 1
     first = s["nodes"][0]
-    assert first["outcome"] == "restored" and first["restored_seq"] == 3
+    assert first["outcome"] == "restored" and first["failed"] is True and first["restored_seq"] == 3
     assert first["evidence"]["reason"] == "report_failed" and first["evidence"]["status"] == "failed"
     assert first["evidence"]["message"] == "torch.OutOfMemoryError: CUDA out of memory"
     # gpu-01 runs its previous command again, as a new plan with a higher seq
@@ -271,6 +271,7 @@ def test_listing_and_auditor_sees_no_env_values(fleet):
     r = fleet.rollout(env={"VLLM_LOGGING_LEVEL": "DEBUG"})
     items = fleet.api.get("/v1/rollouts").json()["items"]
     assert [i["id"] for i in items] == [r["id"]] and items[0]["state"] == "pending"
+    assert items[0]["nodes_total"] == 4 and items[0]["failures"] == 0 and "nodes" not in items[0]
     assert fleet.api.get("/v1/rollouts", params={"state": "completed"}).json()["items"] == []
     tok = fleet.api.post("/v1/tokens", json={"role": "auditor"}).json()["token"]
     seen = fleet.api.get(f"/v1/rollouts/{r['id']}", headers={"Authorization": f"Bearer {tok}"}).json()

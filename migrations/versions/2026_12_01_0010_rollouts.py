@@ -69,6 +69,7 @@ def upgrade() -> None:
         sa.Column("restored_plan_id", sa.String(36), nullable=True),
         sa.Column("restored_seq", sa.Integer(), nullable=True),
         sa.Column("outcome", sa.String(16), nullable=False),
+        sa.Column("failed", sa.Boolean(), nullable=False, server_default=sa.text("false")),
         sa.Column("evidence", sa.JSON(), nullable=False),
         sa.Column("signed_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),

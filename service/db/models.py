@@ -312,6 +312,7 @@ class RolloutNode(Base):
     restored_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # unchanged | pending | ready | failed | restored | not_restored
     outcome: Mapped[str] = mapped_column(String(16), default="unchanged")
+    failed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))  # counted a failure
     evidence: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     signed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -201,7 +201,7 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
     for u, members in enumerate(unit_list):
         for n in members:
             session.add(RolloutNode(rollout_id=r.id, node_name=n, position=position[n], unit=u, wave=wave_of[u],
-                                    head=n in heads, outcome="unchanged", evidence={}, updated_at=now))
+                                    head=n in heads, outcome="unchanged", failed=False, evidence={}, updated_at=now))
     session.flush()
     audit.append(session, actor=actor, kind="rollout.created", subject=f"rollout:{r.id}", model=manifest.name,
                  payload={"rollout": r.id, "manifest": f"{manifest.name}@{manifest.version}", "nodes": len(names),
@@ -219,13 +219,17 @@ def _target_view(target: dict[str, Any], secrets: bool) -> dict[str, Any]:
     return {**target, "env": {k: plan_service.REDACTED for k in target["env"]}}
 
 
-def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: bool = True) -> dict[str, Any]:
-    rows = list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
-                                .order_by(RolloutNode.position)).scalars())
+def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: bool = True,
+                 counts: tuple[int, int] | None = None) -> dict[str, Any]:
+    """A rollout as the API shows it; without ``detail`` (the listing) no waves' or nodes' rows, and ``counts``
+    (nodes, failed units) given by the caller."""
+    rows = [] if not detail else list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
+                                                      .order_by(RolloutNode.position)).scalars())
+    total, failures = counts if counts is not None else (len(rows), _failures(rows))
     out = {"id": r.id, "state": r.state, "wave": r.wave, "promote": r.promote, "paused_from": r.paused_from,
            "target": _target_view(r.target, secrets), "selector": r.selector, "failure_limit": r.failure_limit,
-           "failures": _failures(rows), "gates": r.gates, "bake_until": iso(r.bake_until), "reason": r.reason,
-           "nodes_total": len(rows), "created_by": r.created_by, "created_at": iso(r.created_at),
+           "failures": failures, "gates": r.gates, "bake_until": iso(r.bake_until), "reason": r.reason,
+           "nodes_total": total, "created_by": r.created_by, "created_at": iso(r.created_at),
            "updated_at": iso(r.updated_at)}
     if not detail:
         out["waves"] = r.waves
@@ -237,15 +241,15 @@ def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: 
                      "done_at": iso(w.done_at), "nodes": [n.node_name for n in rows if n.wave == w.index]}
                     for w in waves]
     out["nodes"] = [{"node": n.node_name, "unit": n.unit, "wave": n.wave, "head": n.head, "outcome": n.outcome,
-                     "previous_plan_id": n.previous_plan_id, "new_plan_id": n.new_plan_id, "new_seq": n.new_seq,
-                     "restored_plan_id": n.restored_plan_id, "restored_seq": n.restored_seq,
+                     "failed": n.failed, "previous_plan_id": n.previous_plan_id, "new_plan_id": n.new_plan_id,
+                     "new_seq": n.new_seq, "restored_plan_id": n.restored_plan_id, "restored_seq": n.restored_seq,
                      "signed_at": iso(n.signed_at), "evidence": n.evidence} for n in rows]
     return out
 
 
 def _failures(rows: list[RolloutNode]) -> int:
     """Units with a failed node (a unit counts once)."""
-    return len({n.unit for n in rows if n.outcome == "failed" or (n.evidence or {}).get("failed")})
+    return len({n.unit for n in rows if n.failed})
 
 
 def get(session: Session, rollout_id: str, *, for_update: bool = False) -> Rollout:
@@ -270,7 +274,14 @@ def list_rollouts(session: Session, *, state: str | None, limit: int, after: str
             raise Invalid(f"after: rollout {after!r} does not exist", field="after")
         q = q.where(tuple_(Rollout.created_at, Rollout.id) < tuple_(ref.created_at, ref.id))
     rows = list(session.execute(q).scalars())
-    return {"items": [rollout_dict(session, r, detail=False, secrets=secrets) for r in rows],
+    ids = [r.id for r in rows]
+    totals = dict(session.execute(select(RolloutNode.rollout_id, func.count()).where(RolloutNode.rollout_id.in_(ids))
+                                  .group_by(RolloutNode.rollout_id)).all()) if ids else {}
+    failed = dict(session.execute(select(RolloutNode.rollout_id, func.count(RolloutNode.unit.distinct()))
+                                  .where(RolloutNode.rollout_id.in_(ids), RolloutNode.failed.is_(True))
+                                  .group_by(RolloutNode.rollout_id)).all()) if ids else {}
+    return {"items": [rollout_dict(session, r, detail=False, secrets=secrets,
+                                   counts=(totals.get(r.id, 0), failed.get(r.id, 0))) for r in rows],
             "next": rows[-1].id if len(rows) == limit else None}
 
 
@@ -324,6 +335,7 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
         if o.state != n.outcome or (o.state != "pending" and evidence != n.evidence):
             if o.state == "failed":
                 failed_now.append(n.node_name)
+                n.failed = True
             n.outcome, n.evidence, n.updated_at = o.state, evidence, utcnow()
     return failed_now
 
@@ -412,8 +424,6 @@ def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings:
                 missed += 1
                 continue
             seq = next(a["seq"] for a in out["assignments"] if a["node"] == n.node_name)
-            if n.outcome == "failed":
-                evidence["failed"] = True
             n.restored_plan_id, n.restored_seq, n.outcome, n.updated_at = out["id"], seq, "restored", utcnow()
             n.evidence = evidence
             restored += 1
@@ -426,7 +436,7 @@ def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings:
 
 def _evidence_of(rows: list[RolloutNode]) -> list[dict[str, Any]]:
     return [{"node": n.node_name, "unit": n.unit, "wave": n.wave, "plan_id": n.new_plan_id, **n.evidence}
-            for n in rows if n.outcome == "failed" or (n.evidence or {}).get("failed")][:50]
+            for n in rows if n.failed][:50]
 
 
 def _halt(session: Session, r: Rollout, rows: list[RolloutNode], reason: str, *, settings: Settings,
