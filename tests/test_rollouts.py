@@ -183,6 +183,24 @@ def test_kv_gate_off_lets_a_small_pool_pass_and_idempotency_key_replays(fleet):
     assert fleet.tick() == {r["id"]: "sign"}  # not judged: wave 1 settled, bake 0, wave 2 signed
 
 
+def test_the_metrics_gate_hook_can_halt_a_running_wave(fleet, monkeypatch):
+    from service.domain.rollout import Outcome
+
+    seen = []
+
+    def p99_gate(o):
+        seen.append(o.node)
+        return Outcome("failed", "p99_above_slo", {"p99_s": 4.2, "slo_s": 2.0})
+
+    monkeypatch.setattr(rollout_service, "METRICS_GATE", p99_gate)
+    r = fleet.rollout()
+    fleet.tick()
+    fleet.report("gpu-01", fleet.status(r["id"])["nodes"][0]["new_plan_id"], "running")
+    assert fleet.tick() == {r["id"]: "halt"} and seen == ["gpu-01"]
+    first = fleet.status(r["id"])["nodes"][0]
+    assert first["evidence"]["reason"] == "p99_above_slo" and first["evidence"]["p99_s"] == 4.2
+
+
 def test_a_node_not_ready_in_time_halts(fleet):
     r = fleet.rollout()
     t0 = time.time()

@@ -39,6 +39,10 @@ TARGET_FIELDS = ("manifest", "engine_args", "env", "environment", "workload", "v
 SCHEDULED = ("pending", "waiting", "baking", "paused")  # what the scheduler steps (halted waits for an operator)
 REPORTED = ("running", "failed", "refused", "exited")
 MAX_SELECTED = domain.MAX_ROLLOUT_NODES
+# The hook for a gate over vLLM's metrics (preemptions, P99 from the tuning loop's windows, when it exists): a
+# function of domain.Observed returning an Outcome (not "ready": the node fails with its reason) or None. None here:
+# no metrics gate.
+METRICS_GATE: domain.MetricsGate | None = None
 
 
 def _epoch(value: dt.datetime | None) -> float | None:
@@ -330,7 +334,7 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
         o = domain.node_outcome(domain.Observed(
             node=n.node_name, signed_at=_epoch(n.signed_at) or now, running_at=running[0] if running else None,
             failure=s.get("failure"), predicted_kv_tokens=predicted if isinstance(predicted, int) else None,
-            measured_kv_tokens=running[1] if running else None), gates, now)
+            measured_kv_tokens=running[1] if running else None), gates, now, metrics_gate=METRICS_GATE)
         evidence = {**o.evidence, **({"reason": o.reason} if o.reason else {})}
         if o.state != n.outcome or (o.state != "pending" and evidence != n.evidence):
             if o.state == "failed":
