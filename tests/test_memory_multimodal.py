@@ -382,7 +382,7 @@ def test_mllama_image_geometry_four_padded_tiles():
 
 
 def test_mllama_v0_profile_runs_every_sequence_with_an_image():
-    """V0's encoder-decoder runner does not cut the sequences (enc_dec_model_runner.py:262-320): 128 sequences carry
+    """V0's encoder-decoder runner does not cut the sequences (enc_dec_model_runner.py:264-340): 128 sequences carry
     128 four-tile images. The aspect-ratio mask alone is 128 × 6432² × 2 B = 9.86 GiB; the whole encoder peak lands
     at the 36.63 GiB vLLM printed for this launch (PR 12126's log) and the KV pool within 1 % of its 14.65 GiB."""
     b = mllama_budget()

@@ -39,8 +39,8 @@ replicates the tower on every rank (no TP split of weights or widths) and spread
 mllama) are counted with the same per-patch arithmetic from their vision_config, one image of
 ``(image_size / patch_size)²`` patches (InternVL's dynamic tiles from ``max_dynamic_patch``; other tiling
 processors — LLaVA-NeXT anyres — are not modelled: an assumption the budget states). mllama under V0 runs the
-encoder-decoder profile (``_encoder_decoder_v0``): every one of ``max_num_seqs`` sequences carries a
-``max_num_tiles``-tile image, with the encoder's aspect-ratio attention mask.
+encoder-decoder profile (``_encoder_decoder_v0``, vllm 0.6.6 enc_dec_model_runner.py:264-340): every one of
+``max_num_seqs`` sequences carries a ``max_num_tiles``-tile image, with the encoder's aspect-ratio attention mask.
 """
 
 from __future__ import annotations
@@ -501,9 +501,9 @@ def _encoder_decoder_v0(tower: VisionTower, facts: ModelFacts, per: int, limit: 
     """V0's encoder-decoder profile run (mllama): unlike the decoder-only runner it does **not** cut the sequences
     for the multimodal tokens — all ``max_num_seqs`` dummy sequences of ``max_num_batched_tokens // max_num_seqs``
     tokens carry the encoder dummy data of ``limit_mm_per_prompt`` images (vllm 0.6.6
-    vllm/worker/enc_dec_model_runner.py:262-320; mllama.py:202-225: one 1024 × 1024 image, which the processor
+    vllm/worker/enc_dec_model_runner.py:264-340; mllama.py:202-225: one 1024 × 1024 image, which the processor
     splits into ``max_num_tiles`` tiles), and the vision model runs on the whole batch at once
-    (mllama.py:1254-1272 ``get_cross_attention_states``). Its self-attention takes an additive aspect-ratio mask of
+    (mllama.py:1269-1290 ``get_cross_attention_states``). Its self-attention takes an additive aspect-ratio mask of
     ``images × (tiles·padded patches)²`` elements in the activation dtype (mllama.py:228-255, 642-648 — 9.9 GiB
     for 128 four-tile images), live for the whole encoder next to the per-patch activations; the projected
     cross-attention states (``tokens × text hidden``) are kept for the decoder's forward."""
