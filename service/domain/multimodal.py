@@ -506,7 +506,13 @@ def _encoder_decoder_v0(tower: VisionTower, facts: ModelFacts, per: int, limit: 
     (mllama.py:1269-1290 ``get_cross_attention_states``). Its self-attention takes an additive aspect-ratio mask of
     ``images × (tiles·padded patches)²`` elements in the activation dtype (mllama.py:228-255, 642-648 — 9.9 GiB
     for 128 four-tile images), live for the whole encoder next to the per-patch activations; the projected
-    cross-attention states (``tokens × text hidden``) are kept for the decoder's forward."""
+    cross-attention states (``tokens × text hidden``) are kept for the decoder's forward.
+
+    The per-patch live set is the generic ViT one (``per_patch_bytes``), not a trace of mllama's: its encoder also
+    holds the five intermediate-layer states it concatenates into the output (and, in the global stage, their
+    stacked copy, mllama.py:655-690), which a line-by-line count adds on top — more than the one public log
+    (Llama-3.2-11B-Vision, 128 sequences: 36.63 GiB printed, 36.65 GiB here) shows. The sequence count, tiles,
+    padding and mask are exact; the agreement of the total on that one log is not evidence for the live set."""
     images = max_num_seqs * max(1, limit)
     patches, tokens = mllama_image_geometry(tower)
     mask = images * patches * patches * act_bytes
