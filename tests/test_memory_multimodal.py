@@ -148,12 +148,18 @@ def test_vision_attention_live_set_follows_the_release():
 
 # --- the V0 profile (vllm 0.6.6 worker/model_runner.py profile_run, multimodal/processing.py:848-888) -------------
 def test_v0_profile_cuts_sequences_by_max_multimodal_tokens():
-    """UI-TARS-7B on 0.6.6: max_mm_tokens = image 16384 + video 16384, so max_num_seqs = max(1, 8192 // 32768) = 1;
-    the dummy sequence holds the image's 16384 placeholders (longer than 8192: not truncated)."""
-    ctx = build_context(LaunchRequest.model_validate(case_request(UI_TARS)))
-    b = compute_budget(ctx)
+    """UI-TARS-7B's launch on 0.6.6 with the official Qwen2-VL processor (max_pixels 12845056): max_mm_tokens =
+    image 16384 + video 16384, so max_num_seqs = max(1, 8192 // 32768) = 1; the dummy sequence holds the image's
+    16384 placeholders (longer than 8192: not truncated). With the case's own processor (max_pixels 2116800, bounded
+    by its log): 2,700 tokens an item, 8192 // 5400 = 1 sequence of 8192 tokens."""
+    req = case_request(UI_TARS)
+    req["model"]["preprocessor_config"] = None
+    b = compute_budget(build_context(LaunchRequest.model_validate(req)))
     assert b.multimodal["text_num_seqs"] == 1 and b.multimodal["items"] == 1
     assert b.profiled_tokens == 16384
+    own = compute_budget(build_context(LaunchRequest.model_validate(case_request(UI_TARS))))
+    assert (own.multimodal["tokens_per_item"], own.multimodal["text_num_seqs"], own.profiled_tokens) == \
+        (2700, 1, 8192)
 
 
 # --- communication buffers (vllm 0.33.0 distributed/device_communicators/*.py) -------------------------------------
