@@ -418,3 +418,22 @@ def test_v06_sizes_a_video_like_one_image():
     v073 = budget_of(vl_request(version="0.7.3", max_model_len=8192, preprocessor=pp))
     assert v066.multimodal["text_num_seqs"] == 3 and v066.multimodal["items"] == 3
     assert v073.multimodal["text_num_seqs"] == 1
+
+
+def test_fine_tune_processor_from_its_source_vs_the_official_one():
+    """qwen2vl-7b-ft (0.13): its merge notebook saved max_pixels 1280 × 28 × 28 — 1,280 tokens an image; video, not
+    limited by ``{"image": 1}`` (999), wins with 6 frames (3 × 1,280 = 3,840 tokens, 15,360 patches), still below the
+    2,048-token text forward — and the pool lands at +8 % of what vLLM printed; with the official processor (16,384
+    tokens, 65,536 patches) the encoder pass alone would be 1.8 GiB and the pool −11 %."""
+    case = load_case(CASES / "kv" / "qwen2vl-7b-ft-bf16-rtx3090-mml4k-v0130.json")
+    printed = case["expect"]["kv"]["kv_cache_tokens"]
+    req = case_request(case)
+    own = compute_budget(build_context(LaunchRequest.model_validate(req)))
+    req["model"]["preprocessor_config"] = None
+    official = compute_budget(build_context(LaunchRequest.model_validate(req)))
+    assert (own.multimodal["modality"], own.multimodal["tokens_per_item"], own.multimodal["patches_per_item"]) == \
+        ("video", 3840, 15360)
+    assert own.encoder_peak_bytes < own.activation_peak_bytes
+    assert official.multimodal["tokens_per_item"] == 16384
+    assert own.kv_cache_tokens / printed - 1 == pytest.approx(0.082, abs=0.01)
+    assert official.kv_cache_tokens / printed - 1 == pytest.approx(-0.109, abs=0.01)
