@@ -5,10 +5,13 @@ without ``vllm_version`` use ``notes.vllm_version_approx``, the issue-18 target)
 those cases). Known misses at the printing release, each for a reason a pre-launch model cannot remove
 (``python -m bench.kv_accuracy --printing`` prints every component; docs/capacity.md shows it):
 
-- dsv2-lite: printed by a pre-MLA 0.6.4 PR build; at that version (+16.5 %) the log's 5.21 GiB of non-torch memory
-  is an outlier of that branch (0.01-0.28 GiB on every other one-GPU log) that nothing in the inputs explains;
-- llama31-8b-l40s: early V1 charged every process's memory on the GPU to the instance and the run's utilization is
-  not shown (~5.6 GiB unexplained, the case says so).
+- dsv2-lite (+16.5 %) and llama31-8b-l40s (+24.6 %): both printed by releases that charge the pool with every byte
+  on the GPU that this process's torch has not allocated after the profile — the CUDA context, memory of other
+  processes, and cached segments the allocator cannot release (vllm 0.6.4.post1 worker/worker.py:200-217, vllm 0.8.5
+  v1/worker/gpu_worker.py:194-210; 0.6.6 V0 subtracts the baseline measured at start-up, worker.py:197-201). Their
+  logs show 4.5-5 GiB of it (dsv2-lite printed 5.21 GiB "non_torch_memory"; llama31-8b's utilization is not shown
+  either), against 0.01-0.28 GiB on every later one-GPU log: nothing in the inputs says what held it. dsv2-lite is
+  also a pre-MLA PR build (K and V cached as full heads padded to 256).
 
 The two Qwen2-VL-7B fine-tunes carry the processor their sources give (qwen2vl-7b-ft: the max_pixels 1280 × 28 × 28
 its merge notebook saved; ui-tars-7b: max_pixels 2.1-3.2 MP, bounded by its own log — see each case's notes); with
