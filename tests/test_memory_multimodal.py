@@ -437,3 +437,14 @@ def test_fine_tune_processor_from_its_source_vs_the_official_one():
     assert official.multimodal["tokens_per_item"] == 16384
     assert own.kv_cache_tokens / printed - 1 == pytest.approx(0.082, abs=0.01)
     assert official.kv_cache_tokens / printed - 1 == pytest.approx(-0.109, abs=0.01)
+
+
+def test_mllama_falls_back_to_v0_while_v1_is_the_default():
+    """From 0.8 V1 is the default, but mllama is SupportsV0Only (vllm 0.10.2 mllama.py:1273-1274) and the engine
+    falls back to V0 unless VLLM_USE_V1 is set (0.8.5 engine/arg_utils.py:1402-1406): at 0.8.5 and 0.10.2 the budget
+    is V0's — blocks × block_size tokens and the encoder-decoder profile of 128 images — like at 0.6.6."""
+    for version in ("0.8.5", "0.10.2"):
+        b = mllama_budget(version)
+        assert b.accounting["engine"] == "v0" and b.multimodal["items"] == 128
+        assert any("falls back to the V0 engine" in x for x in b.assumptions)
+    assert mllama_budget("0.6.6").accounting["engine"] == "v0"
