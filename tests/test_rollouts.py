@@ -395,7 +395,8 @@ def groups(api, db, quiet, keys):
         assert r.status_code == 201, r.text
         f.tokens[n] = r.json()["agent_token"]
     register_manifest(api, fixture="deepseek-ai__DeepSeek-V3", name="deepseek-ai/DeepSeek-V3")
-    r = api.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": H200, "engine_args": TP16})
+    r = api.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": H200, "engine_args": TP16,
+                                    "group_env": [{"NCCL_SOCKET_IFNAME": "eth0"}, {"NCCL_SOCKET_IFNAME": "eth1"}]})
     assert r.status_code == 201, r.text
     f.old = r.json()
     return f
@@ -428,6 +429,23 @@ def test_a_multi_node_group_moves_as_one_unit_in_one_wave(groups):
     assert [a["seq"] for a in again["assignments"]] == [3, 3]
     assert again["argv"] == groups.old["argv"]
     assert [groups.current(n)[:2] for n in H200[2:]] == [(groups.old["id"], 1)] * 2
+
+
+def test_restoring_the_second_group_of_a_plan_gives_it_its_own_group_env(groups):
+    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
+            "nodes": ["h200-c", "h200-d", "h200-a", "h200-b"], "waves": [{"percent": 50}, {"percent": 100}]}
+    rid = groups.api.post("/v1/rollouts", json=body).json()["id"]
+    groups.tick()
+    s = groups.status(rid)
+    assert s["waves"][0]["nodes"] == ["h200-c", "h200-d"]
+    groups.report("h200-c", s["waves"][0]["plan_ids"][0], "failed")
+    assert groups.tick() == {rid: "halt"}
+    restored = groups.status(rid)["nodes"][0]["restored_plan_id"]
+    again = groups.api.get(f"/v1/plans/{restored}").json()
+    [group] = again["groups"]
+    assert group["nodes"] == ["h200-c", "h200-d"] and group["head_address"] == "10.0.0.3"
+    assert group["env"] == {"NCCL_SOCKET_IFNAME": "eth1"}  # group 1 of the old plan, not group 0's eth0
+    assert [groups.current(n)[:2] for n in ("h200-a", "h200-b")] == [(groups.old["id"], 1)] * 2
 
 
 def test_a_group_head_running_settles_its_unit(groups):
