@@ -275,6 +275,28 @@ def test_abort_leaves_a_node_someone_planned_since(fleet):
     assert fleet.current("gpu-01")[0] == manual["id"]
 
 
+def test_a_refused_restore_leaves_it_halted_until_an_operator_aborts(fleet):
+    r = fleet.rollout()
+    fleet.tick()
+    new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
+    # gpu-01 lost half its GPUs: its previous plan (TP 8) no longer validates there, so the restore is refused
+    assert fleet.api.patch("/v1/nodes/gpu-01", json={"gpu_count": 4}).status_code == 200
+    fleet.report("gpu-01", new_id, "failed")
+    assert fleet.tick() == {r["id"]: "halt"}
+    s = fleet.status(r["id"])
+    first = s["nodes"][0]
+    assert s["state"] == "halted" and first["outcome"] == "not_restored" and first["failed"] is True
+    assert first["evidence"]["restore"].startswith("LaunchRejected")
+    assert fleet.current("gpu-01")[:2] == (new_id, 2)  # nothing half-done: the rollout's plan is still current
+    assert "rollout.rollback_incomplete" in [k for k, _, _ in fleet.events(r["id"])]
+    assert fleet.tick() == {}  # a halted rollout waits for an operator
+    assert fleet.api.post(f"/v1/rollouts/{r['id']}/pause").status_code == 409
+    assert fleet.api.patch("/v1/nodes/gpu-01", json={"gpu_count": 8}).status_code == 200  # repaired
+    s = fleet.api.post(f"/v1/rollouts/{r['id']}/abort", json={"reason": "GPUs back"}).json()
+    assert s["state"] == "aborted" and s["nodes"][0]["outcome"] == "restored" and s["nodes"][0]["restored_seq"] == 3
+    assert fleet.current("gpu-01")[2] == fleet.old["argv"]
+
+
 def test_paused_rollout_still_halts_on_failure(fleet):
     r = fleet.rollout()
     fleet.tick()

@@ -386,12 +386,14 @@ def _sign_wave(session: Session, r: Rollout, wave: RolloutWave, rows: list[Rollo
 
 
 def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings: Settings, keys: KeyStore,
-             reason: str, actor: str) -> tuple[int, int]:
+             reason: str, actor: str, retry: bool = False) -> tuple[int, int]:
     """Give every node the rollout changed its previous plan's content again, as a new plan with a higher seq (the
     agents' replay protection accepts it): per unit and previous plan, the whole previous groups together. A node
     whose current plan is no longer the rollout's (someone planned it since) is left alone. Each node restored is an
-    audit event with the reason and the evidence. Returns (restored, not restored)."""
-    todo = [n for n in rows if n.new_plan_id and n.restored_plan_id is None and n.outcome != "not_restored"]
+    audit event with the reason and the evidence. ``retry`` (an operator's abort of a halted rollout) tries the
+    nodes whose restore was refused before again. Returns (restored, not restored)."""
+    todo = [n for n in rows if n.new_plan_id and n.restored_plan_id is None
+            and (retry or n.outcome != "not_restored")]
     if not todo:
         return 0, 0
     current = _current(session, [n.node_name for n in todo])
@@ -568,7 +570,8 @@ def command(session: Session, rollout_id: str, verb: str, *, actor: str, setting
         why = f"aborted by {actor}" + (f": {reason}" if reason else "")
         r.state, r.reason = "aborted", why
         _event(session, r, "aborted", payload, actor=actor)
-        restored, missed = _restore(session, r, rows, settings=settings, keys=keys, reason=why, actor=actor)
+        restored, missed = _restore(session, r, rows, settings=settings, keys=keys, reason=why, actor=actor,
+                                    retry=payload["from"] == "halted")
         _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
                {"restored": restored, "not_restored": missed, "reason": why}, actor=actor)
     return rollout_dict(session, r)
