@@ -545,7 +545,7 @@ def command(session: Session, rollout_id: str, verb: str, *, actor: str, setting
     scheduler step may hold. Raises NotFound, Conflict (the verb does not apply to the state)."""
     r = get(session, rollout_id, for_update=True)
     try:
-        new = domain.command(r.state, verb)
+        domain.command(r.state, verb)  # raises when the verb does not apply to the state
     except DomainError as exc:
         raise Conflict(exc.message, field="state") from None
     now = time.time()
