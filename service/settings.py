@@ -13,6 +13,7 @@
 | PREFLIGHT_MAX_BODY_BYTES | 2097152 | largest accepted request body |
 | PREFLIGHT_AUDIT_CHECKPOINT_EVENTS | 10000 | a signed audit checkpoint at least every N events |
 | PREFLIGHT_AUDIT_CHECKPOINT_SECONDS | 60 | ... and at most T seconds after the chain last grew |
+| PREFLIGHT_ROLLOUT_TICK_SECONDS | 5 | how often each service process steps the staged rollouts (0: never) |
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     audit_checkpoint_events: int = Field(default=10_000, ge=1, le=10_000_000)
     audit_checkpoint_seconds: float = Field(default=60.0, ge=0.1, le=86400)
+    rollout_tick_seconds: float = Field(default=5.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _production_is_explicit(self) -> "Settings":
