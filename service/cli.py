@@ -474,7 +474,14 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                        "ROOT/bucket/llama (a local path uri is checked where it is)."),
               verify_hashes: bool = typer.Option(False, "--verify-hashes", envvar="PREFLIGHT_VERIFY_HASHES",
                                                  help="Also hash every shard the manifest recorded a SHA-256 for "
-                                                      "(reads all the weights at every boot).")) -> None:
+                                                      "(reads all the weights at every boot)."),
+              metrics_seconds: float = typer.Option(15.0, envvar="PREFLIGHT_METRICS_SECONDS", min=0, max=3600,
+                                                    help="With --exec: sample vLLM's /metrics every N seconds and "
+                                                         "post each window for the tuning loop (0: off)."),
+              metrics_url: Optional[str] = typer.Option(None, envvar="PREFLIGHT_METRICS_URL",
+                                                        help="vLLM's Prometheus endpoint (default: "
+                                                             "http://127.0.0.1:PORT/metrics, PORT from the plan's "
+                                                             "--port, else 8000).")) -> None:
     """Boot this node's current plan: fetch it with a fresh freshness statement, verify both against the pinned
     trust root, save it, then print or run exactly its argv with the node's vllm. Every start runs the current plan
     again (after a reboot, a crash or a restart); a plan older than the last one accepted never runs."""
@@ -676,10 +683,18 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                err=True)
     # the agent's own settings (its token among them) never reach vLLM or the model code it may run
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_")}, **plan.claims["env"]}
+    sampler = None
+    if metrics_seconds > 0:  # issue 16: windows of vLLM's live metrics for the tuning loop (best effort)
+        from .agent.vllm_metrics import Sampler, metrics_url as default_metrics_url
+
+        sampler = Sampler(metrics_url or default_metrics_url(plan.argv), plan.claims["jti"], client.post_metrics,
+                          seconds=metrics_seconds).start()
     try:
         code = runner.run(argv, env, report.enqueue, heartbeat_seconds=heartbeat_seconds,
                           heartbeat=report.heartbeat)
     finally:
+        if sampler is not None:
+            sampler.stop()
         report.close()
     if code == runner.SUPERSEDED:  # a new plan (or none): boot again, the same way a restart would
         typer.echo("preflight agent: the plan is no longer current; booting again", err=True)

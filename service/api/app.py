@@ -35,12 +35,13 @@ from ..services import manifests as manifest_service
 from ..services import nodes as node_service
 from ..services import plans as plan_service
 from ..services import tokens as token_service
+from ..services import tuning as tuning_service
 from ..services import upgrade as upgrade_service
 from ..settings import Settings
 from ..signing import FRESHNESS_MEDIA_TYPE, KeyStore, b64json, freshness_claims, plan_digest
 from . import docs, openapi_doc, ui
 from .observability import Observability
-from .schemas import NAME, ManifestIn, NodeFactsIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
+from .schemas import NAME, ManifestIn, MetricsWindowIn, NodeFactsIn, NodeIn, NodeUpdate, PlanIn, ReportIn, TokenIn
 
 log = logging.getLogger("preflight")
 PROBLEM = "application/problem+json"
@@ -444,6 +445,38 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     async def report(name: NodeName, body: ReportIn, p: NodeAgent):
         """The node agent's report (see ReportIn for the lifecycle). A ``heartbeat`` stores nothing but the time."""
         out = await writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))
+        return JSONResponse(out, status_code=201)
+
+    # -- tuning (issue 16) ---------------------------------------------------------------------------------------
+    @app.post("/v1/nodes/{name}/metrics", status_code=201, operation_id="postNodeMetrics", tags=["agent"])
+    def post_node_metrics(name: NodeName, body: MetricsWindowIn, session: SessionDep, p: NodeAgent):
+        """One window of vLLM's live metrics from the node's agent (its own node only): gauges at the window's end,
+        counter deltas over it, P99s from histogram bucket deltas. ``plan`` must be the node's current plan or one
+        of its recent ones. Stored compactly, a bounded number per node. When the node's current plan has
+        ``tuning.auto_apply`` (benchmark only) and the windows decide a next plan, the service applies it."""
+        out = tuning_service.record_window(session, node=name, body=body.model_dump())
+        if out["current"]:
+            applied = tuning_service.auto_apply(session, settings=settings, keys=keys, node=name, plan_id=body.plan)
+            if applied is not None:
+                out["applied"] = applied
+                after_commit(session, plan_cache.clear)
+        return JSONResponse(out, status_code=201)
+
+    @app.get("/v1/nodes/{name}/tuning", operation_id="getNodeTuning", tags=["tuning"])
+    def get_node_tuning(name: NodeName, session: SessionDep, p: Reader):
+        """The tuning loop for the node's current plan (GUIDE.md §9): ``state`` (exploring, knee_found, settled,
+        backing_off), ``action``, ``current`` and ``next`` engine args (``next`` null: keep the current plan),
+        ``reasons`` and ``evidence`` (the windows the decision was made from). Nothing is written."""
+        return tuning_service.status(session, name)
+
+    @app.post("/v1/nodes/{name}/tuning/apply", status_code=201, operation_id="applyNodeTuning", tags=["tuning"])
+    def apply_node_tuning(name: NodeName, session: SessionDep, p: Deployer):
+        """Create the loop's next plan for the node (the current plan's content with the proposed max_num_seqs and
+        gpu_memory_utilization, on all its nodes): validated, signed, audited (``plan.created`` and
+        ``tuning.applied`` with the reasons and window ids), superseding the current plan. 409 when the loop
+        proposes nothing now."""
+        out = tuning_service.apply(session, actor=p.name, settings=settings, keys=keys, node=name)
+        after_commit(session, plan_cache.clear)
         return JSONResponse(out, status_code=201)
 
     # -- health and keys ---------------------------------------------------------------------------------------

@@ -58,8 +58,9 @@ def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[
     return {"id": new_id, "node": node, "plan": body["plan"], "current": recent[0] == body["plan"]}
 
 
-def prune(session: Session, node: str, keep: int = RETENTION) -> None:
-    """Delete the node's windows beyond the newest ``keep``."""
+def prune(session: Session, node: str, keep: int | None = None) -> None:
+    """Delete the node's windows beyond the newest ``keep`` (default ``RETENTION``)."""
+    keep = RETENTION if keep is None else keep
     edge = session.scalar(select(WINDOWS.c.id).where(WINDOWS.c.node_name == node).order_by(desc(WINDOWS.c.id))
                           .offset(keep).limit(1))
     if edge is not None:
@@ -186,8 +187,10 @@ def initial_memo(tuning: dict[str, Any] | None, environment: str | None) -> dict
     if not tuning:
         return None
     if tuning.get("auto_apply") and (environment or "production") != "benchmark":
-        raise Invalid("tuning.auto_apply is allowed only in the benchmark environment: in production a person or a "
-                      "deploy script applies each step (POST /v1/nodes/{name}/tuning/apply)", field="tuning.auto_apply")
+        why = ("tuning.auto_apply is allowed only in the benchmark environment: in production a person or a deploy "
+               "script applies each step (POST /v1/nodes/{name}/tuning/apply)")
+        raise Invalid(why, errors=[{"field": "tuning.auto_apply", "rule": "auto_apply_benchmark_only",
+                                    "message": why}])
     return dt_.Memo(slo=dt_.Slo(tuning.get("slo_ttft_p99_s"), tuning.get("slo_e2e_p99_s")),
                     auto_apply=bool(tuning.get("auto_apply"))).as_dict()
 
@@ -213,3 +216,20 @@ def apply(session: Session, *, actor: str, settings: Settings, keys: KeyStore, n
                           "reasons": out["reasons"], "windows": [e["id"] for e in out["evidence"]]})
     return {**created, "tuning": {"from": plan.id, "state": out["state"], "action": out["action"],
                                   "reasons": out["reasons"], "evidence": out["evidence"], "memo": d.memo.as_dict()}}
+
+
+def auto_apply(session: Session, *, settings: Settings, keys: KeyStore, node: str, plan_id: str) -> dict | None:
+    """After a window of the node's current plan: when that plan's memo has ``auto_apply`` (only a benchmark plan
+    can) and the loop proposes a next plan, apply it as the actor ``tuning:auto``. Returns ``{"plan", "action"}`` of
+    the new plan, or None."""
+    tuning = session.scalar(select(Plan.tuning).where(Plan.id == plan_id))
+    if not (isinstance(tuning, dict) and tuning.get("auto_apply") is True):
+        return None
+    plan, assignments = plan_service.get(session, plan_id)
+    if (plan.request or {}).get("environment") != "benchmark":
+        return None  # never outside benchmark, whatever the memo says
+    _, d = _status(session, node, plan, assignments, dt_.DEFAULTS)
+    if d is None:
+        return None
+    out = apply(session, actor="tuning:auto", settings=settings, keys=keys, node=node)
+    return {"plan": out["id"], "action": out["tuning"]["action"]}
