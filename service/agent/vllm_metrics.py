@@ -66,20 +66,20 @@ def parse(text: str, at: float = 0.0) -> Scrape:
                     kv += vals
                 elif name == KV_USAGE_OLD:
                     kv_old += vals
-                elif vals:
-                    s.gauges[name] = sum(vals)
+                elif vals:  # a name may come in several blocks: they add up
+                    s.gauges[name] = s.gauges.get(name, 0.0) + sum(vals)
             elif name in COUNTERS:
                 vals = [x.value for x in fam.samples if x.name == name + "_total" and math.isfinite(x.value)]
                 if vals:
-                    s.counters[name] = sum(vals)
+                    s.counters[name] = s.counters.get(name, 0.0) + sum(vals)
             elif name in HISTOGRAMS:
-                b: dict[float, float] = {}
+                b = s.buckets.setdefault(name, {})
                 for x in fam.samples:
                     if x.name == name + "_bucket" and "le" in x.labels and math.isfinite(x.value):
                         le = float(x.labels["le"])
                         b[le] = b.get(le, 0.0) + x.value
-                if b:
-                    s.buckets[name] = b
+                if not b:
+                    del s.buckets[name]
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on text that is not the format
         raise ScrapeError(f"not a Prometheus text exposition ({exc.__class__.__name__}: {str(exc)[:120]})") from None
     if kv or kv_old:
