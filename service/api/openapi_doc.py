@@ -30,7 +30,7 @@ BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": (
     "`make run` prints (var/admin-token).")}
 PUBLIC = {"healthz", "readyz", "jwks", "keysets", "metrics"}
 CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint", "revokeToken", "rotateToken",
-            "reportNodeStatus"}
+            "reportNodeStatus", "applyNodeTuning"}
 DESCRIPTIONS = {
     "400": "the body is not parseable (not UTF-8 / not JSON)",
     "401": "missing, unknown or revoked bearer token",
