@@ -455,7 +455,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         of its recent ones. Stored compactly, a bounded number per node. When the node's current plan has
         ``tuning.auto_apply`` (benchmark only) and the windows decide a next plan, the service applies it."""
         out = tuning_service.record_window(session, node=name, body=body.model_dump())
-        if out["current"]:
+        if out.pop("_auto_apply"):
             applied = tuning_service.auto_apply(session, settings=settings, keys=keys, node=name, plan_id=body.plan)
             if applied is not None:
                 out["applied"] = applied

@@ -41,8 +41,10 @@ def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[
     """Store one window (one read of the node's newest assignments, one INSERT; every ``PRUNE_EVERY``-th insert
     also deletes the node's windows beyond ``RETENTION``). The plan must be the node's current plan or one of its
     recent ones, else NotFound (field ``plan``)."""
-    recent = list(session.scalars(select(Assignment.plan_id).where(Assignment.node_name == node)
-                                  .order_by(desc(Assignment.seq)).limit(RECENT_PLANS)))
+    rows = session.execute(select(Assignment.plan_id, Assignment.status, Plan.tuning)
+                           .join(Plan, Plan.id == Assignment.plan_id).where(Assignment.node_name == node)
+                           .order_by(desc(Assignment.seq)).limit(RECENT_PLANS)).all()
+    recent = [r[0] for r in rows]
     if body["plan"] not in recent:
         if not recent:
             node_service.get(session, node)  # NotFound for an unregistered node
@@ -55,7 +57,9 @@ def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[
         "gen_tokens_per_s": body["generation_tokens_per_s"]}]).scalar_one()
     if new_id % PRUNE_EVERY == 0:
         prune(session, node)
-    return {"id": new_id, "node": node, "plan": body["plan"], "current": recent[0] == body["plan"]}
+    current = rows[0][0] == body["plan"] and rows[0][1] == "active"
+    auto = current and isinstance(rows[0][2], dict) and rows[0][2].get("auto_apply") is True
+    return {"id": new_id, "node": node, "plan": body["plan"], "current": current, "_auto_apply": auto}
 
 
 def prune(session: Session, node: str, keep: int | None = None) -> None:
@@ -202,6 +206,9 @@ def apply(session: Session, *, actor: str, settings: Settings, keys: KeyStore, n
     ``tuning.applied`` with the reasons and the window ids. Conflict (409) when the loop proposes nothing now."""
     plan, assignments = current_plan(session, node)
     node_service.lock(session, sorted({a.node_name for a in assignments if a.status == "active"}))
+    if current_plan(session, node)[0].id != plan.id:  # another apply (or a plan) got there first
+        raise Conflict(f"node {node!r} got a new plan while this one was being applied: read "
+                       f"GET /v1/nodes/{node}/tuning again", field="name")
     out, d = _status(session, node, plan, assignments, tuning_settings)
     if d is None or d.next is None:
         raise Conflict("the tuning loop proposes no new plan now: " + "; ".join(out["reasons"])[:1500],
@@ -219,12 +226,9 @@ def apply(session: Session, *, actor: str, settings: Settings, keys: KeyStore, n
 
 
 def auto_apply(session: Session, *, settings: Settings, keys: KeyStore, node: str, plan_id: str) -> dict | None:
-    """After a window of the node's current plan: when that plan's memo has ``auto_apply`` (only a benchmark plan
-    can) and the loop proposes a next plan, apply it as the actor ``tuning:auto``. Returns ``{"plan", "action"}`` of
-    the new plan, or None."""
-    tuning = session.scalar(select(Plan.tuning).where(Plan.id == plan_id))
-    if not (isinstance(tuning, dict) and tuning.get("auto_apply") is True):
-        return None
+    """After a window of the node's current plan whose memo has ``auto_apply`` (only a benchmark plan can): when the
+    loop proposes a next plan, apply it as the actor ``tuning:auto``. Returns ``{"plan", "action"}`` of the new plan,
+    or None."""
     plan, assignments = plan_service.get(session, plan_id)
     if (plan.request or {}).get("environment") != "benchmark":
         return None  # never outside benchmark, whatever the memo says
