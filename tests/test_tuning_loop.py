@@ -278,3 +278,30 @@ def test_auto_apply_walks_a_benchmark_node_without_apply_calls(client):
     assert cur["id"] != first and cur["created_by"] == "tuning:auto"
     assert cur["tuning"]["auto_apply"] is True
     assert knobs(cur)[0] == math.floor(knobs(plan)[0] * 1.25)
+
+
+def test_windows_of_a_recent_plan_are_kept_but_not_judged_and_older_ones_are_refused(client):
+    agent, first = setup_node(client, "h100", "short_chat")
+    mine = {"Authorization": f"Bearer {agent}"}
+    body = {"window_s": 15, "num_requests_running": 10, "num_requests_waiting": 2, "kv_cache_usage_perc": 0.4,
+            "num_preemptions": 0, "generation_tokens_per_s": 8}
+    plans = [first["id"]]
+    for mml in (4096, 3072, 2048):  # three newer plans for the node
+        r = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B-Instruct@1", "nodes": ["gpu-01"],
+                                           "engine_args": {"max_model_len": mml, "max_num_seqs": 64,
+                                                           "gpu_memory_utilization": 0.85}})
+        plans.append(r.json()["id"])
+    r = client.post("/v1/nodes/gpu-01/metrics", json={**body, "plan": plans[-2]}, headers=mine)
+    assert r.status_code == 201 and r.json()["current"] is False  # in flight at the switch: kept
+    r = client.post("/v1/nodes/gpu-01/metrics", json={**body, "plan": plans[0]}, headers=mine)
+    assert r.status_code == 404  # four plans ago: refused
+    st = client.get("/v1/nodes/gpu-01/tuning").json()
+    assert st["plan"] == plans[-1] and st["evidence"] == [] and st["action"] == "measure"
+
+
+def test_tuning_of_unknown_or_unplanned_nodes_is_404(client):
+    assert client.get("/v1/nodes/nope/tuning").status_code == 404
+    client.post("/v1/nodes", json={"name": "idle", "gpu": "h100-sxm-80gb", "gpu_count": 1})
+    r = client.get("/v1/nodes/idle/tuning")
+    assert r.status_code == 404 and "no current plan" in r.json()["detail"]
+    assert client.post("/v1/nodes/idle/tuning/apply").status_code == 404
