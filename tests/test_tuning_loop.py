@@ -305,3 +305,21 @@ def test_tuning_of_unknown_or_unplanned_nodes_is_404(client):
     r = client.get("/v1/nodes/idle/tuning")
     assert r.status_code == 404 and "no current plan" in r.json()["detail"]
     assert client.post("/v1/nodes/idle/tuning/apply").status_code == 404
+
+
+def test_plan_page_draws_the_nodes_trajectory(client):
+    from tests.test_ui_pages import login
+
+    agent, plan = setup_node(client, "h100", "short_chat")
+    h = Harness(client, agent, plan, "short_chat")
+    h.windows(4)
+    h.status()
+    new = h.apply()
+    h.windows(2)
+    assert login(client).status_code == 303
+    page = client.get(f"/ui/plans/{new['id']}")
+    assert page.status_code == 200
+    html = page.text
+    assert 'id="h-tuning"' in html and html.count("<polyline") == 4
+    mns0, mns1 = knobs(plan)[0], knobs(new)[0]
+    assert f"max_num_seqs: from {float(mns0)} to {float(mns1)}, at most {float(mns1)}" in html

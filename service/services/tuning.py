@@ -237,3 +237,16 @@ def auto_apply(session: Session, *, settings: Settings, keys: KeyStore, node: st
         return None
     out = apply(session, actor="tuning:auto", settings=settings, keys=keys, node=node)
     return {"plan": out["id"], "action": out["tuning"]["action"]}
+
+
+def trajectory(session: Session, node: str, limit: int = RETENTION) -> list[dict[str, Any]]:
+    """The node's retained windows, oldest first, each with the ``max_num_seqs`` and ``gpu_memory_utilization`` of
+    the plan it came from (the fleet page draws them: the loop's walk over time)."""
+    rows = list(reversed(session.execute(select(MetricWindow).where(MetricWindow.node_name == node)
+                                         .order_by(desc(MetricWindow.id)).limit(limit)).scalars().all()))
+    knobs: dict[str, tuple[int | None, float | None]] = {}
+    for plan in session.execute(select(Plan).where(Plan.id.in_({r.plan_id for r in rows}))).scalars():
+        level, _ = _level(plan)
+        knobs[plan.id] = (level.max_num_seqs, level.gpu_memory_utilization) if level else (None, None)
+    return [{**window_dict(r), "max_num_seqs": knobs.get(r.plan_id, (None, None))[0],
+             "gpu_memory_utilization": knobs.get(r.plan_id, (None, None))[1]} for r in rows]
