@@ -15,7 +15,7 @@ from ..domain import tuning as dt_
 from ..domain.engine_args import parse_engine_args
 from ..domain.errors import DomainError
 from ..domain.versions import resolve_version
-from ..errors import Conflict, Invalid, NotFound
+from ..errors import ApiError, Conflict, Invalid, NotFound
 from ..settings import Settings
 from ..signing import KeyStore
 from . import manifests as manifest_service
@@ -139,6 +139,8 @@ def _validated(session: Session, plan: Plan, assignments, level: dt_.Level, prop
             verdict = j.result.verdict
         except DomainError as exc:
             errors, verdict = [{"rule": exc.rule or "invalid", "message": exc.message}], "reject"
+        except ApiError as exc:  # the plan's nodes no longer make one launch (facts changed since), ...
+            errors, verdict = [{"rule": "invalid", "message": exc.detail}], "reject"
         if verdict != "reject":
             return point
         reasons.append(f"max_num_seqs {point.max_num_seqs}, gpu_memory_utilization {point.gpu_memory_utilization:g} "
@@ -235,7 +237,10 @@ def auto_apply(session: Session, *, settings: Settings, keys: KeyStore, node: st
     _, d = _status(session, node, plan, assignments, dt_.DEFAULTS)
     if d is None:
         return None
-    out = apply(session, actor="tuning:auto", settings=settings, keys=keys, node=node)
+    try:  # what create refuses, it refuses before writing anything: the window stays stored either way
+        out = apply(session, actor="tuning:auto", settings=settings, keys=keys, node=node)
+    except (ApiError, DomainError):
+        return None
     return {"plan": out["id"], "action": out["tuning"]["action"]}
 
 
