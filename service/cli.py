@@ -19,7 +19,7 @@ manifest_app = typer.Typer(help="Weight manifests.", no_args_is_help=True)
 agent_app = typer.Typer(help="The GPU node bootstrap agent.", no_args_is_help=True)
 keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True)
 audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
-tune_app = typer.Typer(help="The tuning loop: from vLLM's live metrics to the next plan (GUIDE.md §9).",
+tune_app = typer.Typer(help="The tuning loop: from vLLM's live metrics to the next plan (docs/operating.md §9).",
                        no_args_is_help=True)
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(agent_app, name="agent")

@@ -166,3 +166,22 @@ def test_settings_are_checked():
     with pytest.raises(ValueError, match="fail_windows"):
         TuningSettings(windows=3, fail_windows=4)
     assert DEFAULTS.production_fraction == 0.8 and DEFAULTS.util_cap == 0.90
+
+
+def test_every_reason_cites_what_a_user_can_open():
+    from tests.test_sources_resolve import unresolved
+
+    memo = Memo(held=Point(80, 0.9, "p80"))
+    decisions = [decide(level(), windows(3)), decide(level(), windows(4, running=1, waiting=0)),
+                 decide(level(64), windows(4)), decide(level(64, 0.85), windows(4, kv=0.9)),
+                 decide(level(100, 0.9, memo), windows(4, pre=5)),
+                 decide(level(96, 0.9, Memo(held=Point(92, 0.9), failed=Point(100, 0.9))), windows(4, pre=3)),
+                 decide(level(72, 0.9, Memo(state="settled", knee=90)), windows(4, pre=4)),
+                 decide(level(64, memo=Memo(slo=Slo(e2e_p99_s=1.0), held=Point(40, 0.85))), windows(4, e2e=9.0)),
+                 decide(level(110, 0.9, memo=Memo(held=Point(100, 0.9)), cap=110), windows(4))]
+    assert {d.action for d in decisions} == {"measure", "raise_max_num_seqs", "raise_gpu_memory_utilization",
+                                             "refine", "settle", "back_off"}
+    for d in decisions:
+        for r in d.reasons:
+            assert not unresolved(r), r
+    assert any("docs/operating.md §" in r for d in decisions for r in d.reasons)

@@ -464,7 +464,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
 
     @app.get("/v1/nodes/{name}/tuning", operation_id="getNodeTuning", tags=["tuning"])
     def get_node_tuning(name: NodeName, session: SessionDep, p: Reader):
-        """The tuning loop for the node's current plan (GUIDE.md §9): ``state`` (exploring, knee_found, settled,
+        """The tuning loop for the node's current plan (docs/operating.md §9): ``state`` (exploring, knee_found, settled,
         backing_off), ``action``, ``current`` and ``next`` engine args (``next`` null: keep the current plan),
         ``reasons`` and ``evidence`` (the windows the decision was made from). Nothing is written."""
         return tuning_service.status(session, name)

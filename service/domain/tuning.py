@@ -1,22 +1,22 @@
 """The tuning loop's state machine (issue 16): from vLLM's live metrics to the next launch, as the operators' guide
-tunes by hand (../shared/GUIDE.md §3, §5, §9).
+tunes by hand (docs/operating.md §3, §5, §9).
 
 Pure: plain functions over typed values, no FastAPI, no database. The service (services/tuning.py) hands it the
 node's current level (the plan's ``max_num_seqs`` and ``gpu_memory_utilization`` and the tuning memo the plan
 carries) and the newest metric windows of that plan; ``decide`` answers what to do next and why.
 
-The procedure (GUIDE.md §9 steps 3, 5, 6):
+The procedure (docs/operating.md §9, steps 3, 5, 6):
 
 - ``exploring``: start at the plan Preflight made at stage ``initial`` (0.5 × the KV bound, utilization 0.85) and,
   while the queue is non-empty (the level is really under load), preemptions stay near zero and P99 stays within the
   SLO (if one is given), raise ``max_num_seqs`` by a step (× (1 + ``step_fraction``)). When the KV pool is the
-  binding constraint — KV usage at ``kv_high_water`` or above with a queue and no preemptions (GUIDE.md §3: the
+  binding constraint — KV usage at ``kv_high_water`` or above with a queue and no preemptions (docs/operating.md §3: the
   queue grows, the pool is too small) — raise ``gpu_memory_utilization`` by ``util_step`` instead, up to
   ``util_cap`` (the production cap 0.90, never above).
 - A level *fails* when preemptions or P99 climb (``fail_windows`` of the last ``windows`` windows are bad). The knee
   lies between the last level that held and the first that failed; while that gap is wider than
-  ``refine_tolerance`` the loop tries the midpoint (GUIDE.md §5 "at the knee, step back one notch", with a finer
-  notch), then ``knee_found``: the knee is the last level that held.
+  ``refine_tolerance`` the loop tries the midpoint (docs/operating.md §9, step 5: find the knee), then
+  ``knee_found``: the knee is the last level that held.
 - ``settled``: production = ``production_fraction`` (0.8) × knee, utilization at the last level that held (never
   above 0.90). A settled level that shows a burst of preemptions again is backed off by ``backoff_fraction``
   (``backing_off``).
@@ -39,16 +39,16 @@ Action = Literal["measure", "hold", "raise_max_num_seqs", "raise_gpu_memory_util
 
 @dataclass(frozen=True)
 class TuningSettings:
-    """Thresholds and step sizes; the defaults are the guide's values (GUIDE.md §3, §5, §9)."""
+    """Thresholds and step sizes; the defaults are the guide's values (docs/operating.md §3, §5, §9)."""
 
     step_fraction: float = 0.25  # raise max_num_seqs × 1.25 per exploring step
     util_step: float = 0.025  # gpu_memory_utilization 0.85 → 0.875 → 0.90
-    util_cap: float = 0.90  # GUIDE.md §3: the production upper bound
+    util_cap: float = 0.90  # docs/operating.md §3: the production upper bound
     kv_high_water: float = 0.85  # KV usage at which the pool, not max_num_seqs, limits
-    production_fraction: float = 0.8  # GUIDE.md §5, §9.6: production = 0.8 × knee
+    production_fraction: float = 0.8  # docs/operating.md §5, §9: production = 0.8 × knee
     refine_tolerance: float = 0.05  # stop refining when (failed − held) ≤ 5 % of held
     backoff_fraction: float = 0.2  # a settled level with a preemption burst steps down by 20 %
-    preemptions_per_min_max: float = 1.0  # "near zero" (GUIDE.md §5, §9.5)
+    preemptions_per_min_max: float = 1.0  # "near zero" (docs/operating.md §5, §9)
     windows: int = 3  # judge a level on its newest 3 windows ...
     fail_windows: int = 2  # ... and fail it only when 2 of them are bad (one outlier moves nothing)
     warmup_windows: int = 1  # the first window of a plan (vLLM starting, caches cold) is not judged
@@ -210,7 +210,7 @@ def _median(values: Sequence[float]) -> float:
 
 
 def preempting(w: Window, s: TuningSettings) -> bool:
-    """A window whose preemption rate is above "near zero" (GUIDE.md §5: watch the preemption count)."""
+    """A window whose preemption rate is above "near zero" (docs/operating.md §5: watch the preemption count)."""
     return w.num_preemptions / max(w.window_s, 1e-9) * 60.0 > s.preemptions_per_min_max
 
 
@@ -244,7 +244,7 @@ def judge(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS)
         why = []
         if pre:
             why.append(f"preemptions climb: {len(pre)} of the last {len(recent)} windows above "
-                       f"{s.preemptions_per_min_max:g}/min (rates {rates} per min; GUIDE.md §5)")
+                       f"{s.preemptions_per_min_max:g}/min (rates {rates} per min; docs/operating.md §5)")
         if slow:
             p99 = [(w.ttft_p99_s, w.e2e_p99_s) for w in slow]
             why.append(f"P99 beyond the SLO in {len(slow)} of the last {len(recent)} windows "
@@ -285,7 +285,7 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
                 return out("backing_off", "back_off", Point(mns, level.gpu_memory_utilization),
                            replace(memo, state="backing_off", failed=here, steps=memo.steps + 1),
                            f"a burst of preemptions at the settled max_num_seqs {level.max_num_seqs}: back off "
-                           f"{s.backoff_fraction:.0%} to {mns} (GUIDE.md §3: a climbing preemption count → lower "
+                           f"{s.backoff_fraction:.0%} to {mns} (docs/operating.md §3: a climbing preemption count → lower "
                            f"max_num_seqs)")
         return out(memo.state, "hold", None, memo,
                    f"settled at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
@@ -322,7 +322,7 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
                    Memo("settled", held, failed, knee, steps, ceiling, memo.slo, memo.auto_apply), why,
                    f"knee = {knee} (the last level that held, plan {held.plan}); production max_num_seqs = "
                    f"{s.production_fraction:g} × {knee} = {prod}, gpu_memory_utilization {util:g} (the last level that "
-                   f"held, never above {s.util_cap:g}; GUIDE.md §5, §9.6)")
+                   f"held, never above {s.util_cap:g}; docs/operating.md §5, §9)")
 
     if steps > s.max_steps:
         return settle(f"{memo.steps} tuning plans without settling (limit {s.max_steps}): settle at what held")
@@ -348,14 +348,14 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
         return out("exploring", "raise_gpu_memory_utilization", Point(level.max_num_seqs, util),
                    Memo("exploring", held, None, None, steps, ceiling, memo.slo, memo.auto_apply),
                    f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting and no preemptions: the "
-                   f"pool limits — raise gpu_memory_utilization to {util:g} (GUIDE.md §3; cap {util_limit:g})")
+                   f"pool limits — raise gpu_memory_utilization to {util:g} (docs/operating.md §3; cap {util_limit:g})")
     mns = _raise_mns(level.max_num_seqs, s, cap)
     if mns <= level.max_num_seqs:
         return settle(f"max_num_seqs {level.max_num_seqs} is the most the launch allows (max_num_batched_tokens "
                       f"{cap}): it is the knee")
     return out("exploring", "raise_max_num_seqs", Point(mns, level.gpu_memory_utilization),
                Memo("exploring", held, None, None, steps, ceiling, memo.slo, memo.auto_apply),
-               f"raise max_num_seqs by {s.step_fraction:.0%}: {level.max_num_seqs} → {mns} (GUIDE.md §9.5)")
+               f"raise max_num_seqs by {s.step_fraction:.0%}: {level.max_num_seqs} → {mns} (docs/operating.md §9)")
 
 
 def step_back(level: Level, proposed: Point) -> Point | None:

@@ -89,7 +89,7 @@ def _level(plan: Plan) -> tuple[dt_.Level | None, str | None]:
     mns, util = args.get("max_num_seqs"), args.get("gpu_memory_utilization")
     if mns is None or util is None:
         return None, ("the plan sets no max_num_seqs or gpu_memory_utilization (vLLM's defaults run): make a plan "
-                      "with a workload (stage initial fills both from the KV bound, GUIDE.md §9) to start the loop")
+                      "with a workload (stage initial fills both from the KV bound, docs/operating.md §9) to start the loop")
     cap = args.get("max_num_batched_tokens")
     return dt_.Level(plan.id, int(mns), float(util), dt_.Memo.from_dict(plan.tuning),
                      int(cap) if cap is not None else None), None
