@@ -185,3 +185,27 @@ def test_every_reason_cites_what_a_user_can_open():
         for r in d.reasons:
             assert not unresolved(r), r
     assert any("docs/operating.md §" in r for d in decisions for r in d.reasons)
+
+
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+finite = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(mns=st.integers(1, 5000), util=st.sampled_from([0.5, 0.8, 0.85, 0.875, 0.9]),
+       cap=st.one_of(st.none(), st.integers(1, 8192)),
+       state=st.sampled_from(["exploring", "settled", "backing_off"]),
+       held=st.one_of(st.none(), st.integers(1, 5000)), failed=st.one_of(st.none(), st.integers(1, 5000)),
+       ws=st.lists(st.tuples(finite, finite, st.floats(0, 1), finite, st.one_of(st.none(), finite)), max_size=8))
+def test_any_windows_give_a_bounded_proposal(mns, util, cap, state, held, failed, ws):
+    memo = Memo(state=state, held=Point(held, util) if held else None, failed=Point(failed, util) if failed else None)
+    lv = Level(PLAN, mns, util, memo, cap)
+    windows_ = [Window(i + 1, PLAN, 15.0, r, w, kv, p, None, e) for i, (r, w, kv, p, e) in enumerate(ws)]
+    d = decide(lv, windows_)
+    assert set(d.evidence) <= {w.id for w in windows_}
+    if d.next is not None:
+        assert d.next.max_num_seqs >= 1 and d.next.gpu_memory_utilization <= max(util, DEFAULTS.util_cap)
+        assert cap is None or d.next.max_num_seqs <= max(cap, mns)
+        assert (d.next.max_num_seqs, d.next.gpu_memory_utilization) != (mns, util) or d.action == "settle"
+    assert Memo.from_dict(d.memo.as_dict()) == d.memo
