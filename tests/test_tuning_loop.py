@@ -323,3 +323,20 @@ def test_plan_page_draws_the_nodes_trajectory(client):
     assert 'id="h-tuning"' in html and html.count("<polyline") == 4
     mns0, mns1 = knobs(plan)[0], knobs(new)[0]
     assert f"max_num_seqs: from {float(mns0)} to {float(mns1)}, at most {float(mns1)}" in html
+
+
+def test_thresholds_and_steps_come_from_the_settings(settings, db, keys):
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from tests.conftest import ADMIN
+
+    tuned = settings.model_copy(update={"tuning": {"step_fraction": 0.5, "windows": 2, "fail_windows": 2}})
+    with TestClient(create_app(tuned, db=db, keys=keys)) as c:
+        c.headers["Authorization"] = f"Bearer {ADMIN}"
+        agent, plan = setup_node(c, "h100", "short_chat")
+        h = Harness(c, agent, plan, "short_chat")
+        h.windows(3)  # warm-up + the 2 windows these settings judge on
+        st = h.status()
+        assert st["action"] == "raise_max_num_seqs" and len(st["evidence"]) == 2
+        assert st["next"]["max_num_seqs"] == math.floor(knobs(plan)[0] * 1.5)

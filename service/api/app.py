@@ -467,7 +467,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         """The tuning loop for the node's current plan (docs/operating.md §9): ``state`` (exploring, knee_found, settled,
         backing_off), ``action``, ``current`` and ``next`` engine args (``next`` null: keep the current plan),
         ``reasons`` and ``evidence`` (the windows the decision was made from). Nothing is written."""
-        return tuning_service.status(session, name)
+        return tuning_service.status(session, name, settings.tuning_settings)
 
     @app.post("/v1/nodes/{name}/tuning/apply", status_code=201, operation_id="applyNodeTuning", tags=["tuning"])
     def apply_node_tuning(name: NodeName, session: SessionDep, p: Deployer):
@@ -475,7 +475,8 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         gpu_memory_utilization, on all its nodes): validated, signed, audited (``plan.created`` and
         ``tuning.applied`` with the reasons and window ids), superseding the current plan. 409 when the loop
         proposes nothing now."""
-        out = tuning_service.apply(session, actor=p.name, settings=settings, keys=keys, node=name)
+        out = tuning_service.apply(session, actor=p.name, settings=settings, keys=keys, node=name,
+                                   tuning_settings=settings.tuning_settings)
         after_commit(session, plan_cache.clear)
         return JSONResponse(out, status_code=201)
 

@@ -234,11 +234,12 @@ def auto_apply(session: Session, *, settings: Settings, keys: KeyStore, node: st
     plan, assignments = plan_service.get(session, plan_id)
     if (plan.request or {}).get("environment") != "benchmark":
         return None  # never outside benchmark, whatever the memo says
-    _, d = _status(session, node, plan, assignments, dt_.DEFAULTS)
+    _, d = _status(session, node, plan, assignments, settings.tuning_settings)
     if d is None:
         return None
     try:  # what create refuses, it refuses before writing anything: the window stays stored either way
-        out = apply(session, actor="tuning:auto", settings=settings, keys=keys, node=node)
+        out = apply(session, actor="tuning:auto", settings=settings, keys=keys, node=node,
+                    tuning_settings=settings.tuning_settings)
     except (ApiError, DomainError):
         return None
     return {"plan": out["id"], "action": out["tuning"]["action"]}
