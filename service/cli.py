@@ -716,6 +716,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     if print_only:
         command = (env_line + " " if env_line else "") + shlex.join(plan.argv)
         typer.echo(command)
+        report.flush()  # the service answered: what an offline boot queued is delivered now, not at the next --exec
         report.keep_undelivered()
         raise typer.Exit(0)
     if not _node_checks_pass(client, report, plan.claims, node=node, nvidia_smi=nvidia_smi,

@@ -192,7 +192,7 @@ from hypothesis import given, settings as hsettings, strategies as st  # noqa: E
 finite = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=400, deadline=None)
 @given(mns=st.integers(1, 5000), util=st.sampled_from([0.5, 0.8, 0.85, 0.875, 0.9]),
        cap=st.one_of(st.none(), st.integers(1, 8192)),
        state=st.sampled_from(["exploring", "settled", "backing_off"]),

@@ -129,7 +129,7 @@ class Assignment(Base):
     node_name: Mapped[str] = mapped_column(String(128))
     seq: Mapped[int] = mapped_column(Integer)
     signed: Mapped[str] = mapped_column(Text)
-    # the freshness statement signed with the plan (service/api/app.py serves it while it is young enough)
+    # the freshness statement signed with the plan (service/api/routers/agent.py serves it while it is young enough)
     freshness: Mapped[str | None] = mapped_column(Text, nullable=True)
     etag: Mapped[str] = mapped_column(String(80))
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked

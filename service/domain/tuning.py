@@ -276,6 +276,12 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
     reasons = list(v.reasons)
 
     def out(state: State, action: Action, nxt: Point | None, new_memo: Memo, *extra: str) -> Decision:
+        if nxt is not None and level.max_num_seqs_cap is not None and nxt.max_num_seqs > level.max_num_seqs_cap:
+            nxt = replace(nxt, max_num_seqs=level.max_num_seqs_cap)  # vLLM refuses more (max_num_batched_tokens)
+        if nxt is not None and action != "settle" \
+                and (nxt.max_num_seqs, nxt.gpu_memory_utilization) == (here.max_num_seqs, here.gpu_memory_utilization):
+            return Decision(state, "hold", None, memo, tuple(reasons + list(extra) + [
+                "the step lands on the current level: nothing to change"]), v.evidence)
         return Decision(state, action, nxt, new_memo, tuple(reasons + list(extra)), v.evidence)
 
     if memo.state in ("settled", "backing_off"):
@@ -312,6 +318,9 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
     def settle(why: str) -> Decision:
         if held is None:  # nothing held, not even the start: halve and explore again from there
             mns = max(1, level.max_num_seqs // 2)
+            if mns == level.max_num_seqs:
+                return out("exploring", "hold", None, memo, f"max_num_seqs {mns} fails too: the launch does not "
+                           f"serve this traffic (a smaller max_model_len or more GPUs; docs/operating.md §4, §5)")
             return out("exploring", "back_off", Point(mns, level.gpu_memory_utilization),
                        Memo("exploring", None, here, None, steps, ceiling, memo.slo, memo.auto_apply),
                        f"the starting level failed: no level held yet; halve max_num_seqs to {mns}")
