@@ -217,7 +217,7 @@ def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world)
     # routers nested in app.routes, so the OpenAPI document is the flat table)
     operations = [(path, method.upper(), op["operationId"])
                   for path, ops in client.app.openapi()["paths"].items() for method, op in ops.items()]
-    assert len(operations) == 36
+    assert len(operations) == 39
     for template, method, operation_id in operations:
         path = (template.replace("{name}", "gpu-a").replace("{plan_id}", world["plan"])
                 .replace("{token_id}", "1").replace("{ref}", "llama@1"))
