@@ -25,6 +25,9 @@ app.add_typer(manifest_app, name="manifest")
 app.add_typer(agent_app, name="agent")
 app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
+rollout_app = typer.Typer(help="Staged rollouts: a launch config changed over nodes in waves (issue 19).",
+                          no_args_is_help=True)
+app.add_typer(rollout_app, name="rollout")
 app.add_typer(tune_app, name="tune")
 
 
@@ -1295,3 +1298,78 @@ def tokens_rotate(token_id: int, server: str = typer.Option(..., envvar="PREFLIG
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())
+
+
+# -- rollouts (issue 19) ---------------------------------------------------------------------------------------------
+SERVER = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL.")
+TOKEN = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer or admin token (auditor: status only).")
+
+
+def _rollout_summary(r: dict) -> str:
+    lines = [f"rollout {r['id']}: {r['state']}" + (f" (wave {r['wave']})" if r.get("wave", -1) >= 0 else "")
+             + f", failures {r.get('failures', 0)}/{r['failure_limit']}" + (f": {r['reason']}" if r.get("reason")
+                                                                             else "")]
+    for w in r.get("waves") or ():
+        if "index" in w:
+            lines.append(f"  wave {w['index']}: {w['percent']} %, bake {w['bake_s']} s, {w['state']}, "
+                         f"{len(w['nodes'])} node(s)")
+    for n in r.get("nodes") or ():
+        reason = (n.get("evidence") or {}).get("reason")
+        lines.append(f"  {n['node']}: wave {n['wave']}, {n['outcome']}" + (f" ({reason})" if reason else "")
+                     + (f", seq {n['new_seq']}" if n.get("new_seq") else "")
+                     + (f", restored at seq {n['restored_seq']}" if n.get("restored_seq") else ""))
+    return "\n".join(lines)
+
+
+@rollout_app.command("create")
+def rollout_create(file: pathlib.Path = typer.Argument(..., help="The rollout as JSON (the body of POST "
+                                                                 "/v1/rollouts; - for stdin)."),
+                   server: str = SERVER, token: str = TOKEN,
+                   as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
+    """Create a rollout from a JSON file: target (manifest, engine_args, ...), nodes or selector, waves,
+    failure_limit, gates. Exit 1 when the service refuses it (the findings are printed)."""
+    try:
+        body = json.loads(sys.stdin.read() if str(file) == "-" else file.read_text())
+    except (OSError, ValueError) as exc:
+        typer.echo(f"preflight: {file}: {exc}", err=True)
+        raise typer.Exit(2)
+    r = _client(server, token).post("/v1/rollouts", json=body)
+    _fail_on_problem(r)
+    typer.echo(json.dumps(r.json(), indent=2) if as_json else _rollout_summary(r.json()))
+
+
+@rollout_app.command("status")
+def rollout_status(rollout_id: Optional[str] = typer.Argument(None, help="A rollout id (default: list them)."),
+                   server: str = SERVER, token: str = TOKEN,
+                   as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
+    """One rollout's state, waves and per-node outcome, or the list of rollouts."""
+    c = _client(server, token)
+    r = c.get(f"/v1/rollouts/{rollout_id}") if rollout_id else c.get("/v1/rollouts")
+    _fail_on_problem(r)
+    if as_json:
+        typer.echo(json.dumps(r.json(), indent=2))
+    elif rollout_id:
+        typer.echo(_rollout_summary(r.json()))
+    else:
+        for item in r.json()["items"]:
+            typer.echo(_rollout_summary(item))
+
+
+def _rollout_verb(verb: str, doc: str):
+    def run(rollout_id: str = typer.Argument(..., help="The rollout id."), server: str = SERVER, token: str = TOKEN,
+            reason: Optional[str] = typer.Option(None, help="Why (recorded in the audit)."),
+            as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
+        r = _client(server, token).post(f"/v1/rollouts/{rollout_id}/{verb}",
+                                        json={"reason": reason} if reason else None)
+        _fail_on_problem(r)
+        typer.echo(json.dumps(r.json(), indent=2) if as_json else _rollout_summary(r.json()))
+
+    run.__doc__ = doc
+    rollout_app.command(verb)(run)
+
+
+for _verb, _doc in (("pause", "Stop advancing the rollout (failures past the limit still halt and restore)."),
+                    ("resume", "Continue a paused rollout (a paused bake starts over)."),
+                    ("promote", "Skip the current wave's bake."),
+                    ("abort", "Stop the rollout and restore every node it changed to its previous plan.")):
+    _rollout_verb(_verb, _doc)

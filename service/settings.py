@@ -14,6 +14,7 @@
 | PREFLIGHT_AUDIT_CHECKPOINT_EVENTS | 10000 | a signed audit checkpoint at least every N events |
 | PREFLIGHT_AUDIT_CHECKPOINT_SECONDS | 60 | ... and at most T seconds after the chain last grew |
 | PREFLIGHT_TUNING | {} | the tuning loop's thresholds and steps as JSON over the defaults (domain/tuning.py TuningSettings: ``{"step_fraction": 0.2, "windows": 5, "fail_windows": 3}``) |
+| PREFLIGHT_ROLLOUT_TICK_SECONDS | 5 | how often each service process steps the staged rollouts (0: never) |
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Settings(BaseSettings):
             return TuningSettings(**self.tuning)
         except TypeError as exc:
             raise ValueError(f"PREFLIGHT_TUNING: {exc}") from None
+    rollout_tick_seconds: float = Field(default=5.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _production_is_explicit(self) -> "Settings":

@@ -41,6 +41,23 @@ def scratch_plan(client) -> str:
     return r.json()["id"]
 
 
+def rollout_body(client) -> dict:
+    """A rollout over a fresh node that has a plan (a node is in one rollout at a time)."""
+    name = f"r{next(counter)}"
+    client.post("/v1/nodes", json={"name": name, "gpu": "h100-sxm-80gb", "gpu_count": 8})
+    r = client.post("/v1/plans", json={"manifest": "llama", "nodes": [name], "engine_args": {"max_model_len": 4096}})
+    assert r.status_code == 201, r.text
+    return {"manifest": "llama", "nodes": [name], "engine_args": {"max_model_len": 2048}, "waves": [{"percent": 100}]}
+
+
+def scratch_rollout(client, pause: bool = False) -> str:
+    r = client.post("/v1/rollouts", json=rollout_body(client))
+    assert r.status_code == 201, r.text
+    if pause:
+        assert client.post(f"/v1/rollouts/{r.json()['id']}/pause").status_code == 200
+    return r.json()["id"]
+
+
 def scratch_token(client) -> int:
     return client.post("/v1/tokens", json={"role": "auditor"}).json()["id"]
 
@@ -96,6 +113,15 @@ ROUTES = [
     ("latestAuditCheckpoint", "GET",  # (verify first: it waits for the sealer, which makes the first checkpoint)
      lambda c, w: c.get("/v1/audit/verify") and "/v1/audit/checkpoints/latest", None,
      {"admin", "deployer", "auditor", "agent_own", "agent_other"}, 200),
+    ("createRollout", "POST", "/v1/rollouts", lambda c, w: rollout_body(c), {"admin", "deployer"}, 201),
+    ("listRollouts", "GET", "/v1/rollouts", None, READERS, 200),
+    ("getRollout", "GET", lambda c, w: f"/v1/rollouts/{scratch_rollout(c)}", None, READERS, 200),
+    ("pauseRollout", "POST", lambda c, w: f"/v1/rollouts/{scratch_rollout(c)}/pause", None, {"admin", "deployer"}, 200),
+    ("resumeRollout", "POST", lambda c, w: f"/v1/rollouts/{scratch_rollout(c, pause=True)}/resume", None,
+     {"admin", "deployer"}, 200),
+    ("promoteRollout", "POST", lambda c, w: f"/v1/rollouts/{scratch_rollout(c)}/promote", None,
+     {"admin", "deployer"}, 200),
+    ("abortRollout", "POST", lambda c, w: f"/v1/rollouts/{scratch_rollout(c)}/abort", None, {"admin", "deployer"}, 200),
     ("createToken", "POST", "/v1/tokens", lambda c, w: {"role": "auditor"}, {"admin"}, 201),
     ("listTokens", "GET", "/v1/tokens", None, {"admin"}, 200),
     ("revokeToken", "POST", lambda c, w: f"/v1/tokens/{scratch_token(c)}/revoke", None, {"admin"}, 200),
@@ -217,10 +243,10 @@ def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world)
     # routers nested in app.routes, so the OpenAPI document is the flat table)
     operations = [(path, method.upper(), op["operationId"])
                   for path, ops in client.app.openapi()["paths"].items() for method, op in ops.items()]
-    assert len(operations) == 39
+    assert len(operations) == 46  # 36 + issue 19's seven rollout operations + issue 16's three tuning ones
     for template, method, operation_id in operations:
         path = (template.replace("{name}", "gpu-a").replace("{plan_id}", world["plan"])
-                .replace("{token_id}", "1").replace("{ref}", "llama@1"))
+                .replace("{token_id}", "1").replace("{ref}", "llama@1").replace("{rollout_id}", "r-1"))
         if client.request(method, path, headers={"Authorization": ""}).status_code != 401:
             anonymous_ok.add(operation_id)  # public: healthz, readyz, metrics, jwks, keysets
             continue

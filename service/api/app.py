@@ -21,12 +21,13 @@ from ..domain.errors import DomainError
 from ..errors import ApiError
 from ..services.agent_writes import AgentWrites
 from ..services.epochs import EpochCache, EpochWatcher
+from ..services import rollouts as rollout_service
 from ..settings import Settings
 from ..signing import KeyStore
 from . import docs, openapi_doc, ui
 from .deps import PLAN_CACHE_SECONDS, PRINCIPAL_CACHE_SECONDS, Principals
 from .observability import Observability
-from .routers import agent, manifests, nodes, ops, plans, tokens, tuning
+from .routers import agent, manifests, nodes, ops, plans, rollouts, tokens, tuning
 from .routers import audit as audit_routes
 from .routers import keys as keys_routes
 
@@ -138,6 +139,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         every_seconds=settings.audit_checkpoint_seconds)
     writes = AgentWrites(db)  # the agents' fetches and reports, group-committed (services/agent_writes.py)
     watcher = EpochWatcher(db)  # keeps the agents' caches coherent across processes (services/epochs.py)
+    scheduler = rollout_service.RolloutScheduler(db, settings, keys, settings.rollout_tick_seconds)  # issue 19
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         import anyio.to_thread
@@ -145,9 +147,11 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS  # = the database pool's size
         db.sealer.start()  # audit events are sealed into the chain by a background thread per process
         watcher.start()  # until it has polled once, the agents' caches stay unused
+        scheduler.start()  # steps the staged rollouts (services/rollouts.py)
         try:
             yield
         finally:
+            scheduler.stop()
             watcher.stop()
             writes.stop()  # answer what is queued before the last seal
             db.sealer.stop()
@@ -155,7 +159,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     app = FastAPI(title="Preflight", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
     app.state.db, app.state.keys, app.state.settings = db, keys, settings
-    app.state.epochs = watcher
+    app.state.epochs, app.state.rollouts = watcher, scheduler
 
     # -- errors -----------------------------------------------------------------------------------------------
     @app.exception_handler(ApiError)
@@ -231,13 +235,14 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     plan_server = agent.PlanServer(settings, keys, principals, plan_cache)
     app.state.writes, app.state.principals, app.state.plan_server = writes, principals, plan_server
     app.state.principal_cache, app.state.plan_cache = principal_cache, plan_cache
+    scheduler.on_change = plan_cache.clear  # waves signed or restored in this process: its plan cache drops at once
     app.state.audit_verifying = threading.Lock()  # one whole-chain verification per process at a time
     app.state.verify_audit = lambda: audit_routes.verify_chain_now(app.state)  # the API's and the UI's
 
     # -- routes, one router per domain (service/api/routers/), in this order: the agent's first, so the fleet's hot
     # path is matched before any other route --------------------------------------------------------------------
     for router in (agent.router, ops.router, keys_routes.router, nodes.router, manifests.router, plans.router,
-                   audit_routes.router, tokens.router, tuning.router):
+                   rollouts.router, audit_routes.router, tokens.router, tuning.router):
         app.include_router(router)
 
     openapi_doc.install(app)

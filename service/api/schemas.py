@@ -280,3 +280,55 @@ class TuningIn(Strict):
 
 
 PlanIn.model_rebuild()  # its tuning block is defined below it
+class WaveIn(Strict):
+    percent: Annotated[int, Field(strict=True, description="Cumulative share of the rollout's nodes changed by the "
+                                  "end of this wave (rising, the last 100).")]
+    bake_s: Annotated[int, Field(strict=True, description="Seconds the wave runs, every unit ready, before the next "
+                                 "one starts.")] = 0
+
+
+class GatesIn(Strict):
+    ready_timeout_s: Annotated[int, Field(ge=1, le=86400, strict=True, description=(
+        "Every node of a wave reports running within this many seconds of its signing, or it failed."))] = 600
+    kv_tolerance: Annotated[float, Field(ge=0, le=10, description=(
+        "The KV cache tokens vLLM printed may differ from the prediction by at most this fraction of it (null: not "
+        "judged)."))] | None = 0.2
+
+
+class SelectorIn(Strict):
+    gpu: str | None = Field(default=None, min_length=1, max_length=128, description="Catalogue id or nvidia-smi name.")
+    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = None
+    labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=64,
+                                                                       description="Every label must match.")
+
+
+MAX_ROLLOUT_NODES = 1024
+
+
+class RolloutIn(Strict):
+    """A staged rollout: the target (as for a plan, without nodes), the nodes (names or a selector), the waves, the
+    failure limit and the gates."""
+
+    manifest: str | Annotated[int, Field(ge=1, le=2**62)] | dict[str, str] = Field(
+        description="Manifest id, name@version, or name (newest, pinned when the rollout is created).")
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for vLLM (A-Z, 0-9, _).")
+    environment: Literal["production", "benchmark"] = "production"
+    workload: Workload | None = None
+    vllm_version: str | None = Field(default=None, max_length=32)
+    kv_cache_pool: Literal["utilization", "pinned"] = "utilization"
+    multi_node_form: Literal["nnodes", "data_parallel"] | None = None
+    nodes: list[Annotated[str, Field(pattern=NAME)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_ROLLOUT_NODES, description="Node names, in the order waves take them.")
+    selector: SelectorIn | None = Field(default=None, description="Or: every registered node matching (by name).")
+    waves: list[WaveIn] = Field(min_length=1, max_length=20)
+    failure_limit: Annotated[int, Field(ge=0, le=MAX_ROLLOUT_NODES, strict=True, description=(
+        "Units (a node, or a multi-node instance) that may fail before the rollout halts and restores every node it "
+        "changed."))] = 0
+    gates: GatesIn = Field(default_factory=GatesIn)
+
+    _check_env = field_validator("env")(_env_names)
+
+
+class RolloutCommandIn(Strict):
+    reason: str | None = Field(default=None, max_length=1000, description="Recorded in the audit event.")

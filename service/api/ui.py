@@ -44,6 +44,7 @@ from ..services import manifests as manifest_service
 from ..services import nodes as node_service
 from ..services import plans as plan_service
 from ..services import tuning as tuning_service
+from ..services import rollouts as rollout_service
 from ..services.tokens import Principal, hash_token
 from .schemas import PlanIn
 
@@ -56,6 +57,7 @@ SECRETS = ("admin", "deployer")  # who sees env values (as the API)
 AUDITORS = ("admin", "auditor")
 DEPLOYERS = ("admin", "deployer")
 SECRET_LABEL = b"preflight ui session v1"
+ROLLOUTS_SHOWN = 10  # the newest staged rollouts listed on the fleet page
 MAX_NODES = 10_000  # the fleet page reads the inventory in pages of 500 up to this many
 AUDIT_PAGE = 100
 KNOWN_KINDS = ("node.registered", "node.updated", "manifest.registered", "manifest.superseded", "plan.created",
@@ -396,6 +398,12 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
             states = fleet.node_states(s, [n.name for n in nodes])
         return [{**fleet.node_view(n, states[n.name]), "address": getattr(n, "address", None)} for n in nodes]
 
+    def rollout_rows() -> list[dict[str, Any]]:
+        """The newest staged rollouts (issue 19), for the fleet page."""
+        with db.read() as s:
+            return rollout_service.list_rollouts(s, state=None, limit=ROLLOUTS_SHOWN, after=None,
+                                                 secrets=False)["items"]
+
     @app.get("/ui/", include_in_schema=False)
     @guarded("fleet")
     async def fleet_page(request: Request, p: Principal, cookie, ctx):
@@ -406,13 +414,14 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
             raise PageError(422, f"status: one of {', '.join(fleet.NODE_STATUSES)}", "status")
         nodes = await run_in_threadpool(fleet_rows)
         rows = fleet.group_rows(nodes)  # one row per node, or per multi-node group
+        rollouts = await run_in_threadpool(rollout_rows)
         models = sorted({r["plan"]["model"] for r in rows if r["plan"]})
         counts = {st: sum(1 for r in nodes if r["status"] == st) for st in fleet.NODE_STATUSES}  # nodes, not rows
         shown = [r for r in rows if (not status or r["status"] == status)
                  and (not model or (r["plan"] and r["plan"]["model"] == model))]
         return page(request, "fleet.html", rows=shown, total=len(nodes), models=models, statuses=fleet.NODE_STATUSES,
                     counts=counts, drifted=sum(1 for r in nodes if r["drift"]), status=status or "",
-                    model=model or "", **ctx)
+                    model=model or "", rollouts=rollouts, **ctx)
 
     # -- plan ----------------------------------------------------------------------------------------------------
     def plan_data(plan_id: str, p: Principal) -> dict[str, Any]:

@@ -706,20 +706,29 @@ def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
     return plan
 
 
+def content_body(old: Plan, assignments: list[Assignment]) -> dict[str, Any]:
+    """A plan body with ``old``'s content (manifest, engine args, env, workload, version, multi-node form) for the
+    nodes of ``assignments`` — whole groups of ``old`` —, in the order given at first (ranks follow it: by rank within
+    each group, groups in order), with the group env of those groups."""
+    req = old.request
+    topo = old.topology or {}
+    ordered = sorted(assignments, key=lambda a: (a.group_index or 0, a.rank or 0, a.id))
+    group_env = topo.get("group_env")
+    if group_env:
+        kept = sorted({a.group_index or 0 for a in ordered})
+        group_env = [group_env[g] for g in kept if g < len(group_env)]
+    return {"manifest": old.manifest_id, "nodes": [a.node_name for a in ordered],
+            "engine_args": req.get("engine_args") or {}, "env": req.get("env") or {},
+            "environment": req.get("environment"), "workload": req.get("workload"),
+            "vllm_version": req.get("vllm_version"), "multi_node_form": topo.get("multi_node_form"),
+            "group_env": group_env}
+
+
 def reissue(session: Session, *, actor: str, settings: Settings, keys: KeyStore, plan_id: str) -> dict:
     """Rollback: the earlier plan's content (manifest, nodes, engine args, env, workload, version), re-validated
     and signed as a new plan with a new per-node seq."""
     old, assignments = get(session, plan_id)
-    req = old.request
-    topo = old.topology or {}
-    # the nodes in the order given (ranks follow it): by rank within each group, groups in order
-    ordered = sorted(assignments, key=lambda a: (a.group_index or 0, a.rank or 0, a.id))
-    body = {"manifest": old.manifest_id, "nodes": [a.node_name for a in ordered],
-            "engine_args": req.get("engine_args") or {}, "env": req.get("env") or {},
-            "environment": req.get("environment"), "workload": req.get("workload"),
-            "vllm_version": req.get("vllm_version"), "multi_node_form": topo.get("multi_node_form"),
-            "group_env": topo.get("group_env")}
-    out = create(session, actor=actor, settings=settings, keys=keys, body=body)
+    out = create(session, actor=actor, settings=settings, keys=keys, body=content_body(old, assignments))
     audit.append(session, actor=actor, kind="plan.reissued", subject=f"plan:{out['id']}", plan_id=out["id"],
                  model=model_of(session, out["id"]),
                  payload={"from": plan_id})

@@ -2,15 +2,15 @@
 deltas, P99s), a bounded number per node —, and plans.tuning: the tuning memo a plan made by the loop carries (its
 state, the last level that held, the first that failed, the knee, the SLO, auto_apply)
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-01
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
