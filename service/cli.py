@@ -526,7 +526,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
               verify_hashes: bool = typer.Option(False, "--verify-hashes", envvar="PREFLIGHT_VERIFY_HASHES",
                                                  help="Also hash every shard the manifest recorded a SHA-256 for "
                                                       "(reads all the weights at every boot)."),
-              metrics_seconds: float = typer.Option(15.0, envvar="PREFLIGHT_METRICS_SECONDS", min=0, max=3600,
+              metrics_seconds: float = typer.Option(60.0, envvar="PREFLIGHT_METRICS_SECONDS", min=0, max=3600,
                                                     help="With --exec: sample vLLM's /metrics every N seconds and "
                                                          "post each window for the tuning loop (0: off)."),
               metrics_url: Optional[str] = typer.Option(None, envvar="PREFLIGHT_METRICS_URL",
