@@ -14,18 +14,21 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(help="Preflight: validate, sign and audit vLLM launch configurations.", no_args_is_help=True)
-manifest_app = typer.Typer(help="Weight manifests.", no_args_is_help=True)
-agent_app = typer.Typer(help="The GPU node bootstrap agent.", no_args_is_help=True)
-keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True)
-audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
+app = typer.Typer(help="Preflight: validate, sign and audit vLLM launch configurations.", no_args_is_help=True, rich_markup_mode="markdown")
+manifest_app = typer.Typer(help="Weight manifests.", no_args_is_help=True, rich_markup_mode="markdown")
+agent_app = typer.Typer(help="The GPU node bootstrap agent.", no_args_is_help=True, rich_markup_mode="markdown")
+keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True, rich_markup_mode="markdown")
+audit_app = typer.Typer(help="The audit log.", no_args_is_help=True, rich_markup_mode="markdown")
+tune_app = typer.Typer(help="The tuning loop: from vLLM's live metrics to the next plan (docs/operating.md §9).",
+                       no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(agent_app, name="agent")
 app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
-rollout_app = typer.Typer(help="Staged rollouts: a launch config changed over nodes in waves (issue 19).",
-                          no_args_is_help=True)
+rollout_app = typer.Typer(help="Staged rollouts: a launch config changed over nodes in waves.",
+                          no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(tune_app, name="tune")
 
 
 def _settings():
@@ -227,8 +230,36 @@ def _client(server: str, token: str):
 
 def _fail_on_problem(r) -> None:
     if r.status_code >= 400:
-        typer.echo(f"preflight: HTTP {r.status_code}: {r.text}", err=True)
+        typer.echo(f"preflight: HTTP {r.status_code}: {_problem_text(r)}", err=True)
         raise typer.Exit(1)
+
+
+def _problem_text(r) -> str:
+    """A problem+json answer as a person reads it: the detail, then each field error and finding on its own line
+    (control characters escaped: the text comes from the server); anything else as sent, cut at 2,000 characters."""
+    try:
+        body = r.json()
+    except ValueError:
+        return _printable(r.text[:2000])
+    if not isinstance(body, dict) or not isinstance(body.get("detail") or body.get("title"), str):
+        return _printable(r.text[:2000])
+    lines = [str(body.get("detail") or body.get("title"))]
+    for e in (body.get("errors") or [])[:20]:
+        if isinstance(e, dict):
+            lines.append(f"  {e.get('field', '')}: {e.get('message', '')}")
+    for f in (body.get("findings") or [])[:20]:
+        if isinstance(f, dict) and f.get("severity") == "error":
+            lines.append(f"  [{f.get('rule', '')}] {f.get('message', '')}")
+    return _printable("\n".join(lines))
+
+
+def _printable(text: str) -> str:
+    """``text`` with control and bidi-override characters escaped (never written raw to an operator's terminal);
+    newlines and tabs kept."""
+    import unicodedata
+
+    return "".join(c if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf") else
+                   c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 @manifest_app.command("push")
@@ -258,6 +289,51 @@ def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model dire
     r = _client(server, token).post("/v1/manifests", json=body)
     _fail_on_problem(r)
     typer.echo(json.dumps(r.json(), indent=2))
+
+
+def _print_tuning(out: dict) -> None:
+    typer.echo(f"{out.get('node')}: {out.get('state')} ({out.get('action')}); plan {out.get('plan')}")
+    cur = out.get("current", {}).get("engine_args", {})
+    typer.echo(f"  current: max_num_seqs {cur.get('max_num_seqs')}, gpu_memory_utilization "
+               f"{cur.get('gpu_memory_utilization')}")
+    nxt = out.get("next")
+    typer.echo(f"  next:    max_num_seqs {nxt['max_num_seqs']}, gpu_memory_utilization "
+               f"{nxt['gpu_memory_utilization']}" if nxt else "  next:    keep the current plan")
+    for reason in out.get("reasons", []):
+        typer.echo(f"  - {reason}")
+    ids = [w["id"] for w in out.get("evidence", [])]
+    if ids:
+        typer.echo(f"  windows: {ids}")
+
+
+@tune_app.command("status")
+def tune_status(node: str = typer.Argument(..., help="The node."),
+                server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+                as_json: bool = typer.Option(False, "--json", help="The API's answer as JSON.")) -> None:
+    """The tuning loop's state for the node's current plan: what it proposes next, why, and from which windows."""
+    r = _client(server, token).get(f"/v1/nodes/{node}/tuning")
+    _fail_on_problem(r)
+    if as_json:
+        typer.echo(json.dumps(r.json(), indent=2))
+    else:
+        _print_tuning(r.json())
+
+
+@tune_app.command("apply")
+def tune_apply(node: str = typer.Argument(..., help="The node."),
+               server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+               token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer's or admin's token.")) -> None:
+    """Create the loop's next plan for the node (validated, signed, audited, superseding the current one). Exit 3
+    when the loop proposes nothing now (HTTP 409)."""
+    r = _client(server, token).post(f"/v1/nodes/{node}/tuning/apply")
+    if r.status_code == 409:
+        typer.echo(f"preflight tune: nothing to apply: {r.json().get('detail', r.text)}", err=True)
+        raise typer.Exit(3)
+    _fail_on_problem(r)
+    out = r.json()
+    t = out.get("tuning", {})
+    typer.echo(f"plan {out['id']} ({t.get('action')}, from {t.get('from')}): {out['command']}")
 
 
 def _describe_weights(directory: pathlib.Path, hash_shards: bool) -> dict:
@@ -481,7 +557,14 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                        "ROOT/bucket/llama (a local path uri is checked where it is)."),
               verify_hashes: bool = typer.Option(False, "--verify-hashes", envvar="PREFLIGHT_VERIFY_HASHES",
                                                  help="Also hash every shard the manifest recorded a SHA-256 for "
-                                                      "(reads all the weights at every boot).")) -> None:
+                                                      "(reads all the weights at every boot)."),
+              metrics_seconds: float = typer.Option(60.0, envvar="PREFLIGHT_METRICS_SECONDS", min=0, max=3600,
+                                                    help="With --exec: sample vLLM's /metrics every N seconds and "
+                                                         "post each window for the tuning loop (0: off)."),
+              metrics_url: Optional[str] = typer.Option(None, envvar="PREFLIGHT_METRICS_URL",
+                                                        help="vLLM's Prometheus endpoint (default: "
+                                                             "http://127.0.0.1:PORT/metrics, PORT from the plan's "
+                                                             "--port, else 8000).")) -> None:
     """Boot this node's current plan: fetch it with a fresh freshness statement, verify both against the pinned
     trust root, save it, then print or run exactly its argv with the node's vllm. Every start runs the current plan
     again (after a reboot, a crash or a restart); a plan older than the last one accepted never runs."""
@@ -713,10 +796,18 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                err=True)
     # the agent's own settings (its token among them) never reach vLLM or the model code it may run
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_")}, **plan.claims["env"]}
+    sampler = None
+    if metrics_seconds > 0:  # issue 16: windows of vLLM's live metrics for the tuning loop (best effort)
+        from .agent.vllm_metrics import Sampler, metrics_url as default_metrics_url
+
+        sampler = Sampler(metrics_url or default_metrics_url(plan.argv), plan.claims["jti"], client.post_metrics,
+                          seconds=metrics_seconds).start()
     try:
         code = runner.run(argv, env, report.enqueue, heartbeat_seconds=heartbeat_seconds,
                           heartbeat=report.heartbeat)
     finally:
+        if sampler is not None:
+            sampler.stop()
         report.close()
     if code == runner.SUPERSEDED:  # a new plan (or none): boot again, the same way a restart would
         typer.echo("preflight agent: the plan is no longer current; booting again", err=True)
@@ -1260,7 +1351,7 @@ def upgrade_check(to: str = typer.Option(..., "--to", help="The vLLM version to 
     raise typer.Exit(1 if out["breaking"] else 0)
 
 
-tokens_app = typer.Typer(help="Bearer tokens (admin).", no_args_is_help=True)
+tokens_app = typer.Typer(help="Bearer tokens (admin).", no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(tokens_app, name="tokens")
 
 
@@ -1304,8 +1395,22 @@ def tokens_rotate(token_id: int, server: str = typer.Option(..., envvar="PREFLIG
     typer.echo(json.dumps(r.json(), indent=2))
 
 
+def main() -> None:
+    """The ``preflight`` command: the CLI, with a service that cannot be reached said in one line (not a
+    traceback) and exit status 69 (EX_UNAVAILABLE)."""
+    import httpx
+
+    try:
+        app()
+    except (httpx.TransportError, httpx.InvalidURL) as e:
+        reason = str(e) or e.__class__.__name__
+        hint = " (give the address with http:// or https://)" if isinstance(e, httpx.UnsupportedProtocol) else ""
+        typer.echo(f"preflight: cannot reach the service: {_printable(reason)}{hint}", err=True)
+        sys.exit(69)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    main()
 
 
 # -- rollouts (issue 19) ---------------------------------------------------------------------------------------------

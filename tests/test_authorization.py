@@ -91,6 +91,13 @@ ROUTES = [
     ("fetchNodePlan", "GET", "/v1/nodes/gpu-a/plan", None, {"admin", "agent_own"}, 200),
     ("reportNodeStatus", "POST", "/v1/nodes/gpu-a/reports",
      lambda c, w: {"plan_id": w["plan"], "status": "running"}, {"admin", "agent_own"}, 201),
+    ("postNodeMetrics", "POST", "/v1/nodes/gpu-a/metrics",  # issue 16: the node's own agent (or an admin)
+     lambda c, w: {"plan": w["plan"], "window_s": 15, "num_requests_running": 4, "num_requests_waiting": 0,
+                   "kv_cache_usage_perc": 0.2, "num_preemptions": 0, "generation_tokens_per_s": 100},
+     {"admin", "agent_own"}, 201),
+    ("getNodeTuning", "GET", "/v1/nodes/gpu-a/tuning", None, READERS, 200),
+    # gpu-a's plan sets no max_num_seqs: the loop proposes nothing, so an allowed caller gets 409 (not 403)
+    ("applyNodeTuning", "POST", "/v1/nodes/gpu-a/tuning/apply", None, {"admin", "deployer"}, 409),
     ("putNodeFacts", "PUT", "/v1/nodes/gpu-a/facts",  # an agent: its own node only; an enroller: any node
      lambda c, w: {"gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"},
      {"admin", "enroller", "agent_own"}, 200),
@@ -236,7 +243,7 @@ def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world)
     # routers nested in app.routes, so the OpenAPI document is the flat table)
     operations = [(path, method.upper(), op["operationId"])
                   for path, ops in client.app.openapi()["paths"].items() for method, op in ops.items()]
-    assert len(operations) == 43  # 36 + issue 19's seven rollout operations
+    assert len(operations) == 46  # 36 + issue 19's seven rollout operations + issue 16's three tuning ones
     for template, method, operation_id in operations:
         path = (template.replace("{name}", "gpu-a").replace("{plan_id}", world["plan"])
                 .replace("{token_id}", "1").replace("{ref}", "llama@1").replace("{rollout_id}", "r-1"))

@@ -1,10 +1,10 @@
 """The API is split one router per domain (service/api/routers/): each module holds only the routes of its own
 OpenAPI tag, and together they are exactly the API the app serves."""
 
-from service.api.routers import agent, audit, keys, manifests, nodes, ops, plans, rollouts, tokens
+from service.api.routers import agent, audit, keys, manifests, nodes, ops, plans, rollouts, tokens, tuning
 
 MODULES = {"agent": agent, "audit": audit, "keys": keys, "manifests": manifests, "nodes": nodes, "ops": ops,
-           "plans": plans, "rollouts": rollouts, "tokens": tokens}
+           "plans": plans, "rollouts": rollouts, "tokens": tokens, "tuning": tuning}
 
 
 def test_each_router_holds_only_its_own_domain():
@@ -19,7 +19,7 @@ def test_the_routers_are_the_whole_api(client):
     served = {op["operationId"]: op["tags"] for ops in client.app.openapi()["paths"].values() for op in ops.values()}
     routed = {r.operation_id: r.tags for m in MODULES.values() for r in m.router.routes}
     assert routed == served
-    assert len(routed) == 43  # 36 + issue 19's seven rollout operations
+    assert len(routed) == 46  # 36 + issue 19's seven rollout operations + issue 16's three tuning ones
     assert served["fetchNodePlan"] == ["agent"] and served["nodeHistory"] == ["audit"]
 
 

@@ -27,7 +27,7 @@ from ..signing import KeyStore
 from . import docs, openapi_doc, ui
 from .deps import PLAN_CACHE_SECONDS, PRINCIPAL_CACHE_SECONDS, Principals
 from .observability import Observability
-from .routers import agent, manifests, nodes, ops, plans, rollouts, tokens
+from .routers import agent, manifests, nodes, ops, plans, rollouts, tokens, tuning
 from .routers import audit as audit_routes
 from .routers import keys as keys_routes
 
@@ -242,7 +242,7 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # -- routes, one router per domain (service/api/routers/), in this order: the agent's first, so the fleet's hot
     # path is matched before any other route --------------------------------------------------------------------
     for router in (agent.router, ops.router, keys_routes.router, nodes.router, manifests.router, plans.router,
-                   rollouts.router, audit_routes.router, tokens.router):
+                   rollouts.router, audit_routes.router, tokens.router, tuning.router):
         app.include_router(router)
 
     openapi_doc.install(app)

@@ -31,7 +31,7 @@ BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": (
 PUBLIC = {"healthz", "readyz", "jwks", "keysets", "metrics"}
 CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint", "revokeToken", "rotateToken",
             "reportNodeStatus", "createRollout", "pauseRollout", "resumeRollout", "promoteRollout",
-            "abortRollout"}
+            "abortRollout", "applyNodeTuning"}
 DESCRIPTIONS = {
     "400": "the body is not parseable (not UTF-8 / not JSON)",
     "401": "missing, unknown or revoked bearer token",

@@ -110,6 +110,8 @@ class Plan(Base):
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked
     # form, nodes per instance, groups (nodes, head, head address, digest), per-group env (domain/topology.py)
     topology: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # the tuning memo of a plan made by the tuning loop or with a tuning block (domain/tuning.py Memo; issue 16)
+    tuning: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -159,6 +161,27 @@ class Report(Base):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class MetricWindow(Base):
+    """One window of vLLM's live metrics, as the node's agent computed it from /metrics (issue 16): gauges at the
+    window's end, counter deltas over it, P99s from histogram bucket deltas. A bounded number per node
+    (services/tuning.py prunes by count)."""
+
+    __tablename__ = "metric_windows"
+    __table_args__ = (Index("ix_metric_windows_node_name_id", "node_name", "id"),)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    node_name: Mapped[str] = mapped_column(String(128))
+    plan_id: Mapped[str] = mapped_column(String(36))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    window_s: Mapped[float] = mapped_column(Float)
+    running: Mapped[float] = mapped_column(Float)
+    waiting: Mapped[float] = mapped_column(Float)
+    kv_usage: Mapped[float] = mapped_column(Float)
+    preemptions: Mapped[float] = mapped_column(Float)
+    ttft_p99_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_p99_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gen_tokens_per_s: Mapped[float] = mapped_column(Float)
+
+
 class AuditEvent(Base):
     """One event of the hash-chained audit log (service/audit.py). ``chain_seq``, ``prev_hash`` and ``hash`` are
     set when the event is sealed into the chain, moments after its transaction commits."""
@@ -168,6 +191,7 @@ class AuditEvent(Base):
         Index("ix_audit_events_node_id", "node", "id"),
         Index("ix_audit_events_plan_id", "plan_id", "id"),
         Index("ix_audit_events_model_id", "model", "id"),
+        Index("ix_audit_events_subject_id", "subject", "id"),
         Index("ix_audit_events_ts", "ts"),
         # the sealer's work list: only unsealed events are in it, so finding them never scans the chain
         Index("ix_audit_events_pending", "id", postgresql_where=text("chain_seq IS NULL"),

@@ -116,7 +116,7 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secret
     out = {"id": plan.id, "status": plan.status, "verdict": plan.verdict, "findings": plan.findings,
            "argv": plan.argv, "command": command, "env": env, "budget": plan.budget,
            "vllm_version": plan.vllm_version, "manifest_id": plan.manifest_id, "created_by": plan.created_by,
-           "created_at": iso(plan.created_at)}
+           "created_at": iso(plan.created_at), "tuning": plan.tuning}
     topo = plan.topology or None
     if topo:
         out["topology"] = {"form": topo.get("form"), "nodes_per_instance": topo.get("nodes_per_instance")}
@@ -349,7 +349,8 @@ def judge(session: Session, manifest: Manifest, nodes: list[Node], body: dict[st
     return Judgement(manifest, nodes, body, request, result, layout, line, [f.as_dict() for f in result.findings])
 
 
-def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any]) -> dict:
+def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any],
+           tuning: dict[str, Any] | None = None) -> dict:
     """Validate, sign and store a plan for every named node. Raises LaunchRejected (422, nothing stored) when the
     verdict is reject; DomainError / NotFound / Invalid for bad input.
 
@@ -357,6 +358,10 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     instances of k nodes in the order given. The launch is validated once per instance shape (``hardware.nodes`` =
     k, with the group-wide ``--nnodes``/``--master-port`` or ``--data-parallel-size-local``/``-rpc-port``); each
     node is signed its own argv with its group, rank, role and the group's digest."""
+    from .tuning import initial_memo
+
+    if tuning is None:  # a plan's own tuning block starts the loop (issue 16); the loop passes its memo
+        tuning = initial_memo(body.get("tuning"), body.get("environment"))
     manifest = manifest_service.resolve_ref(session, body["manifest"])
     names = list(dict.fromkeys(body["nodes"]))
     nodes = [node_service.get(session, n) for n in names]
@@ -391,7 +396,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     plan = Plan(id=plan_id, manifest_id=manifest.id, request=judged.model_dump(mode="json"),
                 verdict=result.verdict, findings=findings, argv=result.argv, command=result.command,
                 env=dict(request.env), budget=result.budget, recommendations=result.recommendations,
-                vllm_version=result.vllm_version, created_by=actor,
+                vllm_version=result.vllm_version, created_by=actor, tuning=tuning,
                 topology={"form": topo.form, "nodes_per_instance": topo.nodes_per_instance, "groups": groups,
                           "multi_node_form": body.get("multi_node_form"),
                           "group_env": body.get("group_env")})
