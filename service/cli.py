@@ -392,7 +392,7 @@ class Reporter:
 def _agent_token(token: str | None, token_file: pathlib.Path | None) -> str:
     """--token as given, or the token in --token-file: read without following a symlink, only a regular file, at
     most 4 KiB, and only a token of the service's shape (agent/files.py)."""
-    from .agent.files import read_token_file
+    from .agent.files import UnsafeFile, read_token_file
 
     if token:
         return token
@@ -405,8 +405,11 @@ def _agent_token(token: str | None, token_file: pathlib.Path | None) -> str:
         typer.echo(f"preflight agent: the token file {token_file} does not exist (run `preflight agent register`)",
                    err=True)
         raise typer.Exit(2)
+    except UnsafeFile as exc:
+        typer.echo(f"preflight agent: {exc}", err=True)
+        raise typer.Exit(2)
     except OSError as exc:
-        typer.echo(f"preflight agent: cannot use the token file {token_file}: {exc.strerror or exc}", err=True)
+        typer.echo(f"preflight agent: cannot read the token file {token_file}: {exc.strerror or exc}", err=True)
         raise typer.Exit(2)
 
 

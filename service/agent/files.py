@@ -69,7 +69,7 @@ def read_file(path: pathlib.Path | str, *, limit: int, what: str = "file") -> by
 def token_problem(text: str) -> str | None:
     """Why ``text`` (stripped) is not a token the service issues (None when it is one)."""
     if not text:
-        return "is empty"
+        return "is empty (run `preflight agent register`)"
     if not TOKEN_RE.fullmatch(text):
         return (f"does not hold a Preflight token ({TOKEN_PREFIX} followed by 43 characters of A-Z, a-z, 0-9, _ "
                 f"and -)")
