@@ -47,7 +47,8 @@ class ModelSpec(Strict):
     config.json, quantization.txt, hf_quant_config.json and model.safetensors.index.json instead)."""
 
     name: DisplayStr | None = Field(default=None, max_length=512)
-    uri: DisplayStr | None = Field(default=None, max_length=2048, description="Where the node loads the weights from.")
+    # judged with the other findings (render.model_reference_problem, rule model_reference: bidi, spaces, ``..``)
+    uri: str | None = Field(default=None, max_length=2048, description="Where the node loads the weights from.")
     path: str | None = Field(default=None, max_length=4096, description="CLI only: a local model directory.")
     config: dict[str, Any] | None = None
     hf_quant_config: dict[str, Any] | None = None
