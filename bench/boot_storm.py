@@ -1,6 +1,6 @@
 """Boot storm: N simulated agents (default 10,000) each fetch their plan and post a ``fetched`` report, all at once.
 
-    python -m bench.boot_storm [--agents 10000] [--conc 512] [--cap 240] [--db pg|sqlite]
+    python -m bench.boot_storm [--agents 10000] [--conc 512] [--cap 240] [--db pg|sqlite] [--profile]
 
 ``preflight serve --workers 2`` (uvicorn) on a scratch PostgreSQL database with a throw-away data dir.
 Setup, not timed: N 8×H100 nodes registered (concurrently), plans issued 100 nodes per plan (one JWS per node).
@@ -10,6 +10,9 @@ Storm: one httpx AsyncClient (HTTP/1.1 keep-alive, at most ``--conc`` connection
 until the last agent is done, per-request p50/p99, agents served, errors (non-expected status, transport errors,
 agents unfinished at ``--cap`` seconds), server RSS from /proc (sum of the uvicorn workers; peak sampled every
 0.5 s, and the supervisor apart), and the load generator's own CPU time (it shares the 2 cores with the server).
+``--profile``: ``py-spy record`` (raw, 200 Hz, CPU only) on every worker during the storm only (not the setup), then
+the top functions by inclusive and self samples (bench/profile_server.py:top); the profiler costs the server some CPU,
+so a profiled run's wall time is not a figure to compare.
 """
 
 from __future__ import annotations
@@ -130,6 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cap", type=float, default=240, help="give up after this many seconds (counted as errors)")
     ap.add_argument("--db", choices=["pg", "sqlite"], default="pg")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--profile", action="store_true", help="py-spy every worker during the storm (see the docstring)")
     args = ap.parse_args(argv)
     ctx = pg_database() if args.db == "pg" else contextlib.nullcontext("sqlite")
     with ctx as db, preflight_server(db, workers=args.workers) as srv:
@@ -139,7 +143,8 @@ def main(argv: list[str] | None = None) -> dict:
         w0, _ = srv.rss_mib()
         print(f"setup (not counted): {len(fleet)} nodes + plans in {setup:.0f} s; worker RSS before storm "
               f"{w0:.0f} MiB", flush=True)
-        r = asyncio.run(storm(srv.url, fleet, args.conc, args.cap, srv))
+        with (_profiled(srv.workers()) if args.profile else contextlib.nullcontext()) as prof:
+            r = asyncio.run(storm(srv.url, fleet, args.conc, args.cap, srv))
         r.update(check_records(db if db != "sqlite" else f"sqlite:///{srv.data_dir / 'preflight.db'}"))
     r.update(setup=setup, rss_before=w0)
     print(f"\nboot storm: {args.agents:,} agents × (fetch + report), {args.conc} client connections, "
@@ -160,9 +165,48 @@ def main(argv: list[str] | None = None) -> dict:
         print("errors by kind:", r["error_kinds"])
     print(f"target ≤ 30 s with 0 errors: {'met' if r['wall'] <= 30 and not r['errors'] else 'MISSED'}; "
           f"goal ≤ 20 s: {'met' if r['wall'] <= 20 and not r['errors'] else 'missed'}")
+    if args.profile:
+        from .profile_server import top
+
+        incl, self_, total = top(prof)
+        print(f"py-spy samples over the workers during the storm: {total}")
+        print(table(["inclusive: function", "%"], [[k, 100 * v / max(1, total)] for k, v in incl]))
+        print(table(["self: function", "%"], [[k, 100 * v / max(1, total)] for k, v in self_]))
     return r
 
 
+@contextlib.contextmanager
+def _profiled(pids: list[int]):
+    """py-spy on each pid until the block ends (SIGINT makes it write its file); yields the list of raw files, filled
+    once the block has ended."""
+    import pathlib
+    import signal
+    import subprocess
+    import tempfile
+
+    from .common import VENV_BIN
+
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="preflight-storm-prof-"))
+    outs: list[pathlib.Path] = []
+    spies = []
+    for pid in pids:
+        out = tmp / f"w{pid}.raw"
+        spies.append(subprocess.Popen([str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
+                                       "--rate", "200", "--nonblocking", "-o", str(out)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1.0)  # py-spy attached before the first request
+    files: list[pathlib.Path] = []
+    try:
+        yield files
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            try:
+                spy.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+        files.extend(o for o in (tmp / f"w{pid}.raw" for pid in pids) if o.exists())
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jws
 from joserfc.jwk import OKPKey
 
@@ -40,6 +41,34 @@ def b64json(part: str) -> Any:
     return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
 
 
+def _b64(data: bytes) -> bytes:
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+
+_HEADER_SEGMENTS: dict[tuple[str, str, str], bytes] = {}
+
+
+def compact_ed25519(key: OKPKey, header: dict[str, str], payload: bytes) -> str:
+    """The compact JWS (RFC 7515 §7.1) over ``payload`` with an Ed25519 key: byte for byte what joserfc's
+    ``jws.serialize_compact(header, payload, key, algorithms=["Ed25519"])`` returns (the same header encoding:
+    ``json.dumps(ensure_ascii, separators=(",", ":"))``; Ed25519 signatures are deterministic, RFC 8032 §5.1.6 — a
+    test holds the two equal), without its per-call registry and key checks: the plan path signs two statements per
+    node. Verification stays with joserfc (agent/verify.py)."""
+    if header.get("alg") != ALG or set(header) != {"alg", "kid", "typ"}:
+        raise ValueError("compact_ed25519 signs only {alg: Ed25519, kid, typ} headers")
+    cache_key = (header["alg"], header["kid"], header["typ"])
+    head = _HEADER_SEGMENTS.get(cache_key)
+    if head is None:
+        head = _b64(json.dumps(header, ensure_ascii=True, separators=(",", ":")).encode("ascii"))
+        if len(_HEADER_SEGMENTS) < 256:
+            _HEADER_SEGMENTS[cache_key] = head
+    private = key.private_key
+    if not isinstance(private, Ed25519PrivateKey):
+        raise ValueError("compact_ed25519 needs an Ed25519 private key")
+    signing_input = head + b"." + _b64(payload)
+    return (signing_input + b"." + _b64(private.sign(signing_input))).decode("ascii")
+
+
 def plan_digest(signed: str) -> str:
     """The digest a freshness statement names: SHA-256 over the plan's compact JWS bytes."""
     return "sha256:" + hashlib.sha256(signed.encode()).hexdigest()
@@ -52,6 +81,7 @@ class KeyError_(RuntimeError):
 class KeyStore:
     def __init__(self, directory: pathlib.Path, *, create: bool = True):
         self.dir = pathlib.Path(directory)
+        self._state_file = os.fspath(self._state_path())  # stat()ed before every signature (refresh)
         self._lock = threading.RLock()
         self._keys: dict[str, OKPKey] = {}
         self._state: dict[str, Any] = {"active": None, "retired": []}
@@ -66,7 +96,7 @@ class KeyStore:
 
     def _stamp(self) -> int:
         try:
-            return self._state_path().stat().st_mtime_ns
+            return os.stat(self._state_file).st_mtime_ns
         except OSError:
             return 0
 
@@ -245,9 +275,8 @@ class KeyStore:
         if refresh:
             self.refresh()
         kid = self.active_kid
-        header = {"alg": ALG, "kid": kid, "typ": typ}
         payload = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
-        return jws.serialize_compact(header, payload, self._keys[kid], algorithms=[ALG])
+        return compact_ed25519(self._keys[kid], {"alg": ALG, "kid": kid, "typ": typ}, payload)
 
 
 # The node's place in its plan (domain/topology.py): ``group`` (instance index), ``rank`` in it, ``role``

@@ -188,3 +188,24 @@ def test_capacity_doc_is_current():
     from scripts.gen_capacity import OUT, render
 
     assert OUT.read_text() == render(), "run: python -m scripts.gen_capacity"
+
+
+def test_closed_form_max_len_matches_vllms_binary_search():
+    """memory.longest_full_attention_len is the closed form of the binary search vLLM runs (longest_fitting) for
+    full attention: the same answer for every pool, block size, decode-context parallelism and cap."""
+    import math
+    import random
+
+    from service.domain.memory import longest_full_attention_len, longest_fitting
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        bpb = rng.choice([0, 1, 4096, 160 * 1024, rng.randrange(1, 10**7)])
+        block, dcp = rng.choice([1, 16, 32, 64, 128]), rng.choice([1, 1, 2, 4])
+        avail = rng.randrange(-10**9, 10**11)
+        hi = rng.randrange(0, 2_000_000)
+
+        def fits(length, avail=avail, bpb=bpb, block=block, dcp=dcp):
+            return avail >= math.ceil(math.ceil(length / dcp) / block) * bpb
+
+        assert longest_full_attention_len(avail, bpb, block, dcp, hi) == longest_fitting(fits, hi)

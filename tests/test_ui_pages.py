@@ -196,3 +196,32 @@ def test_pages_load_nothing_from_another_host(client):
     assert {"/ui/static/app.css", "/ui/static/app.js", "/ui/static/favicon.svg"} <= seen
     client.headers.pop("Authorization")
     assert_page_is_local(client, "/ui/login", seen)
+
+
+def test_a_multi_node_group_is_one_fleet_row_as_healthy_as_its_least_healthy_member(client):
+    from tests.test_multi_node import TP16, agent_headers, deepseek, node, plan
+
+    ta = node(client, "grp-a", "10.0.9.1")["agent_token"]
+    tb = node(client, "grp-b", "10.0.9.2")["agent_token"]
+    node(client, "solo", "10.0.9.3")
+    deepseek(client)
+    p = plan(client, ["grp-a", "grp-b"], TP16)
+    listed = {n["name"]: n for n in client.get("/v1/nodes").json()["items"]}
+    assert (listed["grp-b"]["plan"]["role"], listed["grp-b"]["plan"]["rank"], listed["grp-b"]["plan"]["group"]) \
+        == ("worker", 1, 0)
+    for name, token in (("grp-a", ta), ("grp-b", tb)):
+        r = client.post(f"/v1/nodes/{name}/reports", headers=agent_headers(token),
+                        json={"plan_id": p["id"], "status": "running"})
+        assert r.status_code == 201, r.text
+    page = client.get("/ui/").text
+    assert 'data-node="grp-b"' not in page and page.count('data-group="grp-a grp-b"') == 1
+    row = page.split('data-group="grp-a grp-b"')[1].split("</tr>")[0]
+    assert "group of 2" in row and "× 16 (2 nodes)" in row and 'status status-running">running</span>\n' in row
+    assert re.search(r"3 nodes:", page)  # the summary counts nodes, not rows
+    r = client.post("/v1/nodes/grp-b/reports", headers=agent_headers(tb),
+                    json={"plan_id": p["id"], "status": "exited", "details": {"status": 1}})
+    assert r.status_code == 201, r.text
+    row = client.get("/ui/").text.split('data-group="grp-a grp-b"')[1].split("</tr>")[0]
+    assert 'data-label="Status"><span class="status status-failed">failed</span>' in row
+    failed = client.get("/ui/", params={"status": "failed"}).text
+    assert 'data-group="grp-a grp-b"' in failed and 'data-node="solo"' not in failed

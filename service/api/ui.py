@@ -377,14 +377,15 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
         model = bounded("model", q.get("model"))
         if status and status not in fleet.NODE_STATUSES:
             raise PageError(422, f"status: one of {', '.join(fleet.NODE_STATUSES)}", "status")
-        rows = await run_in_threadpool(fleet_rows)
+        nodes = await run_in_threadpool(fleet_rows)
+        rows = fleet.group_rows(nodes)  # one row per node, or per multi-node group
         models = sorted({r["plan"]["model"] for r in rows if r["plan"]})
-        counts = {st: sum(1 for r in rows if r["status"] == st) for st in fleet.NODE_STATUSES}
+        counts = {st: sum(1 for r in nodes if r["status"] == st) for st in fleet.NODE_STATUSES}  # nodes, not rows
         shown = [r for r in rows if (not status or r["status"] == status)
                  and (not model or (r["plan"] and r["plan"]["model"] == model))]
-        return page(request, "fleet.html", rows=shown, total=len(rows), models=models, statuses=fleet.NODE_STATUSES,
-                    counts=counts, drifted=sum(1 for r in rows if r["drift"]), status=status or "", model=model or "",
-                    **ctx)
+        return page(request, "fleet.html", rows=shown, total=len(nodes), models=models, statuses=fleet.NODE_STATUSES,
+                    counts=counts, drifted=sum(1 for r in nodes if r["drift"]), status=status or "",
+                    model=model or "", **ctx)
 
     # -- plan ----------------------------------------------------------------------------------------------------
     def plan_data(plan_id: str, p: Principal) -> dict[str, Any]:

@@ -56,6 +56,14 @@ RULE_RANGES = {"gpu_memory_utilization"}
 # Options whose value is the model or where it comes from: set by Preflight from the manifest, never by a request.
 RESERVED = {"model": "the model comes from the manifest (its uri), rendered as vllm serve's positional argument"}
 
+# number and name forms, as the parser reads them (compiled once: scalar() runs per engine argument)
+_INT_TEXT = re.compile(r"-?\d{1,18}")
+_SIZE_TEXT = re.compile(r"(\d{1,15}(?:\.\d{1,15})?)([kmgtKMGT])")
+_NEG_INT_TEXT = re.compile(r"-\d{1,18}")
+_INTEGER = re.compile(r"[+-]?\d{1,18}")
+_DECIMAL = re.compile(r"[+-]?(\d{1,18}(\.\d{0,18})?|\.\d{1,18})([eE][+-]?\d{1,3})?")
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,80}")
+
 
 def parse_size(value: Any, name: str, auto: bool = False) -> int:
     """Parse an int or a human-readable size (``32k`` = 32000, ``32K`` = 32768, ``25.6k``; ``auto`` = -1 where
@@ -70,9 +78,9 @@ def parse_size(value: Any, name: str, auto: bool = False) -> int:
         text = value.strip()
         if auto and text.lower() == "auto":
             return -1
-        if re.fullmatch(r"-?\d{1,18}", text):
+        if _INT_TEXT.fullmatch(text):
             return int(text)
-        m = re.fullmatch(r"(\d{1,15}(?:\.\d{1,15})?)([kmgtKMGT])", text)
+        m = _SIZE_TEXT.fullmatch(text)
         if m and ("." not in m.group(1) or m.group(2).islower()):
             return int(float(m.group(1)) * _SUFFIX[m.group(2)])
     raise DomainError(f"engine_args.{name}", f"{name} must be an integer or a size like 32k / 32K, got {value!r}", rule="type")
@@ -138,7 +146,7 @@ def _text(name: str, value: Any, what: str = "a string") -> str:
     text = value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
     if len(text) > MAX_TEXT or "\x00" in text or any(ord(c) < 32 and c not in "\t" for c in text):
         raise DomainError(fld, f"{name} is too long ({len(text)} > {MAX_TEXT}) or contains control characters", rule="range")
-    if text.startswith("-") and not re.fullmatch(r"-\d{1,18}", text):
+    if text.startswith("-") and not _NEG_INT_TEXT.fullmatch(text):
         # vLLM's parser reads an element that begins with '-' as an option, and one that also holds a '.' as a dotted
         # key taking the next element as its value (vllm/utils/argparse_utils.py:460-486): only a negative integer
         # is read as a value
@@ -163,7 +171,7 @@ def _number(name: str, value: Any, integer: bool) -> int | float:
         raise DomainError(fld, f"{name} must be {what}, got {value!r}", rule="type")
     if isinstance(value, str):
         text = value.strip()
-        if not re.fullmatch(r"[+-]?\d{1,18}" if integer else r"[+-]?(\d{1,18}(\.\d{0,18})?|\.\d{1,18})([eE][+-]?\d{1,3})?", text):
+        if not (_INTEGER if integer else _DECIMAL).fullmatch(text):
             raise DomainError(fld, f"{name} must be {what}, got {value!r}", rule="type")
         value = int(text) if integer else float(text)
     if not isinstance(value, (int, float)):
@@ -294,7 +302,7 @@ def resolve_name(key: Any, line: VersionLine) -> str:
     if raw.startswith("-") and raw in line.spellings:
         return line.spellings[raw]
     name = raw.lstrip("-").replace("-", "_")
-    if not re.fullmatch(r"[a-z][a-z0-9_]{0,80}", name):
+    if not _NAME.fullmatch(name):
         raise DomainError(f"engine_args.{key}", f"{key!r} is not an engine argument name", rule="flag_name")
     spelled = "--" + name.replace("_", "-")
     if name not in line.options and spelled in line.spellings:

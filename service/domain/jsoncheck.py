@@ -39,7 +39,51 @@ def check_text(text: str, path: str = "") -> None:
 
 
 def check_json(value: Any, path: str = "", depth: int = 0) -> None:
-    """Raise JsonValueError (a ValueError) naming the first offending path (e.g. ``config.hidden_size``)."""
+    """Raise JsonValueError (a ValueError) naming the first offending path (e.g. ``config.hidden_size``).
+
+    A plain walk without paths first (the common case: nothing to report, once per request on the plan path); only
+    when it finds something (or something it does not know) does the walk that names the path decide."""
+    if _has_problem(value, depth):
+        _check_named(value, path, depth)
+
+
+def _has_problem(value: Any, depth: int) -> bool:
+    """False when ``check_json`` surely passes; True when the named walk must decide (it flags a superset: a
+    container at the depth limit, a subclass). No paths are built; an explicit stack, so no recursion limit."""
+    stack = [(value, depth)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, d = pop()
+        t = type(v)
+        if t is str:
+            if "\x00" in v or (not v.isascii() and _text_problem(v)):
+                return True
+        elif t is int:
+            if v > MAX_SAFE_INT or v < -MAX_SAFE_INT:
+                return True
+        elif t is float:
+            if not math.isfinite(v):
+                return True
+        elif t is dict:
+            if d >= MAX_DEPTH:
+                return True
+            for k, x in v.items():
+                if type(k) is not str or "\x00" in k or (not k.isascii() and _text_problem(k)):
+                    return True
+                push((x, d + 1))
+        elif t is list or t is tuple:
+            if d >= MAX_DEPTH:
+                return True
+            for x in v:
+                push((x, d + 1))
+        elif v is None or t is bool:
+            continue
+        else:  # subclasses and other types: the named walk decides
+            return True
+    return False
+
+
+def _check_named(value: Any, path: str = "", depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise JsonValueError(path, f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, bool) or value is None:
@@ -58,7 +102,7 @@ def check_json(value: Any, path: str = "", depth: int = 0) -> None:
         for k, v in value.items():
             if not isinstance(k, str) or _text_problem(k):
                 raise JsonValueError(path, f"key {k!r} is not a plain string")
-            check_json(v, f"{path}.{k}" if path else k, depth + 1)
+            _check_named(v, f"{path}.{k}" if path else k, depth + 1)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            check_json(v, f"{path or 'value'}[{i}]", depth + 1)
+            _check_named(v, f"{path or 'value'}[{i}]", depth + 1)

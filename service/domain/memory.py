@@ -1,6 +1,6 @@
 """The memory model: the per-GPU budget vLLM sizes its KV-cache pool from, computed before launch.
 
-One pool per GPU (../shared/GUIDE.md §1; ../shared/vllm-rules.md §6, §7)::
+One pool per GPU (docs/operating.md §1; ../shared/vllm-rules.md §6, §7)::
 
     usable        = torch-visible GPU memory × gpu_memory_utilization          (requested memory, worker/utils.py)
     KV pool       = usable − weights on this GPU − overhead
@@ -25,6 +25,7 @@ Where accounting differed by version the model follows ``ctx.version`` (see ``Ac
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import re
 from dataclasses import dataclass, field, fields
@@ -533,7 +534,7 @@ class Budget:
                 f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
 
     def as_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}  # flat values: no deep copy needed
+        d = {name: getattr(self, name) for name in _budget_fields()}  # flat values: no deep copy needed
         d["accounting"], d["assumptions"] = dict(self.accounting), list(self.assumptions)
         d["multimodal"] = dict(self.multimodal) if self.multimodal is not None else None
         d["overhead_bytes"] = self.overhead_bytes
@@ -550,6 +551,11 @@ class Budget:
             ("cuda_graph", self.cuda_graph_bytes), ("kv_cache_per_gpu", self.kv_cache_bytes_per_gpu))}
         d["max_concurrency"] = round(self.max_concurrency, 4)
         return d
+
+
+@functools.lru_cache(maxsize=1)
+def _budget_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(Budget))
 
 
 def torch_total_bytes(ctx: LaunchContext) -> int:
@@ -694,6 +700,28 @@ def _block_size(ctx: LaunchContext) -> int:
     return 16
 
 
+def longest_fitting(fits: Any, hi: int) -> int:
+    """The largest length in 1..hi for which ``fits`` holds (monotone), else 0: vLLM's binary search
+    (kv_cache_planning.py:66-87, as cited at the top of this module)."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def longest_full_attention_len(avail: int, bytes_per_block: int, block: int, dcp: int, hi: int) -> int:
+    """``longest_fitting`` for full attention, where a request of ``length`` tokens needs
+    ceil(ceil(length / dcp) / block) blocks of ``bytes_per_block``: the largest length with at most
+    avail // bytes_per_block blocks, capped at ``hi``."""
+    if bytes_per_block <= 0:  # nothing per block (attention-free): every length fits a non-negative pool
+        return max(0, hi) if avail >= 0 else 0
+    return max(0, min(hi, (avail // bytes_per_block) * block * dcp))
+
+
 def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None) -> Budget:
     """The per-GPU budget of one instance, for ``ctx.version`` (or ``accounting_version``: the version that
     printed a figure, used by the calibration benchmark). Pure function of the context."""
@@ -829,17 +857,15 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     def fits_len(length: int) -> bool:
         return avail_fit >= int(math.ceil(blocks_per_request(length))) * bytes_per_block
 
-    # estimated max model len: binary search over the same formula (kv_cache_planning.py:66-87)
-    lo, hi = 0, max(mml, f.derived_max_model_len)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits_len(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    est_len = lo
+    # estimated max model len: binary search over the same formula (kv_cache_planning.py:66-87); with full
+    # attention only, blocks per request are ceil(ceil(len / dcp) / block), so the answer has a closed form
+    hi = max(mml, f.derived_max_model_len)
+    if acct.hybrid_sliding_window and n_sliding:
+        est_len = longest_fitting(fits_len, hi)
+    else:
+        est_len = longest_full_attention_len(avail_fit, bytes_per_block, block, dcp, hi)
 
-    # max_num_seqs bound (GUIDE.md §5): pool / (KV per token × average sequence length)
+    # max_num_seqs bound (docs/operating.md §5): pool / (KV per token × average sequence length)
     wl = ctx.request.workload
     seq_len = wl.avg_seq_len if wl and wl.avg_seq_len else mml
     if not (wl and wl.avg_seq_len):

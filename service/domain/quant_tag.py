@@ -1,4 +1,4 @@
-"""``quantization.txt``: the tag file every quantized weight version ships, naming its format (GUIDE.md §8).
+"""``quantization.txt``: the tag file every quantized weight version ships, naming its format (docs/operating.md §8).
 
 Format (one UTF-8 text file, at the root of the weight directory):
 - ``#`` starts a comment (whole line or trailing); blank lines are ignored;

@@ -1,4 +1,4 @@
-"""Recommendations: the launch values a careful operator would choose, following ../shared/GUIDE.md §9 (and §2-§7),
+"""Recommendations: the launch values a careful operator would choose, following docs/operating.md §9 (and §2-§7),
 for the engine arguments the request leaves out. Values the request sets are never changed.
 
 ``recommend(request)`` returns ``(engine_args, explanations)``: the request's engine args with the filled values
@@ -54,13 +54,13 @@ def valid_tps(request: LaunchRequest, limit: int) -> list[int]:
 
 
 def recommended_max_model_len(p99: int, derived: int) -> int:
-    """``min(ceil(P99 × 1.2) rounded up to a multiple of 1024, derived)`` (GUIDE.md §4)."""
+    """``min(ceil(P99 × 1.2) rounded up to a multiple of 1024, derived)`` (docs/operating.md §4)."""
     want = math.ceil(p99 * 1.2)
     return min(int(math.ceil(want / 1024) * 1024), derived)
 
 
 def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Fill the engine arguments the request leaves out (GUIDE.md §9). Raises DomainError for input that cannot be
+    """Fill the engine arguments the request leaves out (docs/operating.md §9). Raises DomainError for input that cannot be
     judged (as ``validate`` does)."""
     given = _norm(request.engine_args)
     args: dict[str, Any] = dict(given)
@@ -80,20 +80,20 @@ def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, An
         mml = recommended_max_model_len(wl.p99_seq_len, derived)
         explain("max_model_len", mml,
                 f"P99 {wl.p99_seq_len} tokens × 1.2 = {math.ceil(wl.p99_seq_len * 1.2)}, rounded up to a multiple of "
-                f"1024, capped at the model's maximum {derived} (GUIDE.md §4: from the traffic, not the model card)")
+                f"1024, capped at the model's maximum {derived} (docs/operating.md §4: from the traffic, not the model card)")
     # chunked prefill (§6)
     if "enable_chunked_prefill" not in given:
         short = bool(wl and wl.p99_seq_len and wl.p99_seq_len < SHORT_PROMPTS)
         explain("enable_chunked_prefill", not short,
-                "every prompt is short (P99 < 512 tokens): chunking gains nothing (GUIDE.md §6)" if short else
-                "on: long prompts are cut into chunks so decodes keep running between them (GUIDE.md §6); "
+                "every prompt is short (P99 < 512 tokens): chunking gains nothing (docs/operating.md §6)" if short else
+                "on: long prompts are cut into chunks so decodes keep running between them (docs/operating.md §6); "
                 "vLLM 0.33's default too")
     # max_num_batched_tokens (§6)
     if "max_num_batched_tokens" not in given:
         shape = wl.shape if wl and wl.shape else None
         mnbt = MNBT_BY_SHAPE.get(shape or "balanced", 8192)
         reason = (f"workload shape {shape}: " if shape else "no workload shape: the guide's starting point ") + \
-            f"{mnbt} tokens per step (GUIDE.md §6: 4096 long-in/short-out, 8192 balanced, 16384 short-in/long-out)"
+            f"{mnbt} tokens per step (docs/operating.md §6: 4096 long-in/short-out, 8192 balanced, 16384 short-in/long-out)"
         if not args.get("enable_chunked_prefill", True):
             mml_now = int(args.get("max_model_len") or derived)
             if mnbt < mml_now:
@@ -103,12 +103,12 @@ def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, An
     # enforce_eager (§7)
     if "enforce_eager" not in given:
         explain("enforce_eager", False, "CUDA graphs on: 10-20 % faster than eager; eager is for debugging only "
-                "(GUIDE.md §7)")
+                "(docs/operating.md §7)")
     # gpu_memory_utilization (§3, §9)
     if "gpu_memory_utilization" not in given:
         explain("gpu_memory_utilization", util_target,
                 f"stage {stage}: {util_target} ({'conservative start' if stage == 'initial' else 'production cap'}; "
-                "GUIDE.md §3, §9 — vLLM's own default 0.92 is above the production cap)")
+                "docs/operating.md §3, §9 — vLLM's own default 0.92 is above the production cap)")
     # tensor_parallel_size (§2)
     if "tensor_parallel_size" not in given:
         limit = request.hardware.count // int(args.get("pipeline_parallel_size", 1) or 1)
@@ -116,7 +116,7 @@ def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, An
         pcie = request.hardware.interconnect == "pcie"
         choice = tps[-1] if tps else 1
         reason = (f"the largest TP up to the node's {request.hardware.count} GPUs that the model accepts "
-                  f"(valid: {tps}); spreading weights thin leaves each GPU more KV cache (GUIDE.md §2)")
+                  f"(valid: {tps}); spreading weights thin leaves each GPU more KV cache (docs/operating.md §2)")
         if pcie:
             for t in tps:
                 try:
@@ -126,7 +126,7 @@ def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, An
                 if b.fits_max_model_len and (b.max_num_seqs_bound or 0) >= 1:
                     choice = t
                     reason = (f"PCIe node (no NVLink): the smallest valid TP ({t}, of {tps}) whose KV cache holds "
-                              "one max_model_len request; all-reduce over PCIe makes larger TP slower (GUIDE.md §2)")
+                              "one max_model_len request; all-reduce over PCIe makes larger TP slower (docs/operating.md §2)")
                     break
         explain("tensor_parallel_size", choice, reason)
     # max_num_seqs (§5, §9): from the bound with the values chosen so far (two passes: the sampler's profile
@@ -148,7 +148,7 @@ def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, An
         explain("max_num_seqs", mns,
                 f"bound = KV pool {format_gib(b.kv_cache_bytes_per_gpu)} GiB / ({b.kv_bytes_per_token_per_gpu:,} B/token "
                 f"× {seq} tokens{' average' if wl and wl.avg_seq_len else ' (max_model_len; no average given)'}) ≈ "
-                f"{b.max_num_seqs_bound}; stage {stage} takes {mns_fraction} × bound (GUIDE.md §5, §9)")
+                f"{b.max_num_seqs_bound}; stage {stage} takes {mns_fraction} × bound (docs/operating.md §5, §9)")
     return args, why
 
 

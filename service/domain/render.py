@@ -39,6 +39,7 @@ SRC_PARSER = "vllm 0.33.0 vllm/utils/argparse_utils.py:313-514 (FlexibleArgument
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 _PATH = re.compile(r"/[^\x00-\x20\x7f]{0,4095}")
 _URI = re.compile(r"(s3|gs|az)://[A-Za-z0-9][^\x00-\x20\x7f]{0,4095}")
+_ASCII_SPACE_OR_CONTROL = re.compile(r"[\x00-\x20\x7f]")  # the ASCII characters of categories Cc and Zs
 
 
 def model_reference_problem(ref: str) -> str | None:
@@ -49,7 +50,8 @@ def model_reference_problem(ref: str) -> str | None:
         return f"model reference {ref!r} begins with '-': vLLM's parser would read it as an option"
     if ".." in ref.split("/") or "/../" in ref:
         return f"model reference {ref!r} contains '..'"
-    if display_text_problem(ref) or any(unicodedata.category(c) == "Zs" for c in ref):
+    if (_ASCII_SPACE_OR_CONTROL.search(ref) if ref.isascii() else
+            display_text_problem(ref) or any(unicodedata.category(c) == "Zs" for c in ref)):
         return f"model reference {ref!r} contains spaces or invisible formatting characters"
     if _URI.fullmatch(ref) or _PATH.fullmatch(ref) or (_REPO_ID.fullmatch(ref) and ".." not in ref):
         return None

@@ -75,7 +75,7 @@ def validate(request: LaunchRequest, *, model_ref: str | None = None, fill: bool
     """Judge one launch request.
 
     When the request carries a ``workload`` and ``fill`` is true, the engine arguments it leaves out are first filled
-    with the recommended values (service/domain/recommend.py, GUIDE.md §9); each filled value is listed in
+    with the recommended values (service/domain/recommend.py, docs/operating.md §9); each filled value is listed in
     ``recommendations`` with its reason, and the verdict judges the filled launch. A rejected launch also lists
     ``alternatives``: up to three ``engine_args`` patches, nearest first, that would pass (service/domain/
     alternatives.py; each one re-validated).

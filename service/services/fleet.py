@@ -83,6 +83,7 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
                                 "model": m_name, "manifest": f"{m_name}@{m_version}",
                                 "vllm_version": p.vllm_version, "created_at": iso(p.created_at),
                                 "predicted_kv_tokens": (p.budget or {}).get("kv_cache_tokens"),
+                                "group": a.group_index, "rank": a.rank, "role": a.role,
                                 "last_heartbeat_at": _utc(a.last_heartbeat_at),
                                 "last_fetched_at": _utc(a.last_fetched_at)}
     # heartbeats and fetches of any of the node's assignments (an agent still running a superseded plan is alive)
@@ -158,6 +159,46 @@ def _status(cur: dict | None, rep: Report | None, running_plan: str | None, last
         return "running" if rep is not None and rep.status in ("running", "heartbeat") or \
             cur["last_heartbeat_at"] is not None else "starting"
     return "pending" if running_plan is None else "running"  # an older plan runs: drift says so
+
+
+# A multi-node group is as healthy as its least healthy member: the first of these any member shows is the group's
+GROUP_STATUS_ORDER = ("failed", "refused", "stale", "stopped", "unplanned", "pending", "starting", "running")
+
+
+def group_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fleet as an operator reads it: one row per single node, and one row per multi-node group (the members of
+    one group of one plan: role ``head``/``worker``), in the order of each row's first node. A group row is its
+    head's row (plan, model, KV figures) with ``members`` (names in rank order), ``gpu_count`` summed, ``status``
+    the least healthy member's (GROUP_STATUS_ORDER), ``drift`` when any member drifts, ``last_seen_at`` the oldest
+    member's (a group is only as alive as its quietest node) and ``member_statuses``."""
+    out: list[dict[str, Any]] = []
+    groups: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in rows:
+        plan = r.get("plan") or {}
+        if plan.get("role") not in ("head", "worker"):
+            out.append(r)
+            continue
+        key = (plan["id"], plan.get("group") or 0)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"_members": []}
+            out.append(g)
+        g["_members"].append(r)
+    for g in groups.values():
+        members = sorted(g.pop("_members"), key=lambda r: r["plan"].get("rank") or 0)
+        head = members[0]
+        seen = [m["last_seen_at"] for m in members]
+        g.update(head)
+        g.update(
+            members=[m["name"] for m in members],
+            member_statuses={m["name"]: m["status"] for m in members},
+            gpu_count=sum(m.get("gpu_count") or 0 for m in members),
+            status=next((st for st in GROUP_STATUS_ORDER if any(m["status"] == st for m in members)),
+                        head["status"]),
+            drift=any(m.get("drift") for m in members),
+            last_seen_at=None if None in seen else min(seen, key=dt.datetime.fromisoformat),
+        )
+    return out
 
 
 def node_view(node: Node, state: dict[str, Any] | None) -> dict[str, Any]:

@@ -47,11 +47,19 @@ def rule(*codes: str, severity: str, source: str, phase: str = "config") -> Call
     return deco
 
 
+_BY_PHASE: dict[str, tuple[int, tuple[RuleFunc, ...]]] = {}
+
+
 def run_rules(ctx: LaunchContext, phase: str) -> list[Finding]:
+    """Every registered rule of ``phase``, in registration order."""
+    hit = _BY_PHASE.get(phase)
+    if hit is None or hit[0] != len(RULES):  # rules register at import; a later registration refreshes the list
+        hit = _BY_PHASE[phase] = (len(RULES), tuple(info.func for info in RULES if info.phase == phase))
     out: list[Finding] = []
-    for info in RULES:
-        if info.phase == phase:
-            out.extend(info.func(ctx) or ())
+    for func in hit[1]:
+        found = func(ctx)
+        if found:
+            out.extend(found)
     return out
 
 

@@ -1,5 +1,5 @@
 """Budget rules: the per-GPU memory budget (service/domain/memory.py) against what vLLM 0.33 needs at start-up
-(../shared/vllm-rules.md §4 KV fit check, §6 memory accounting; GUIDE.md §5 max_num_seqs bound).
+(../shared/vllm-rules.md §4 KV fit check, §6 memory accounting; docs/operating.md §5 max_num_seqs bound).
 
 These run in phase ``budget``, after ``ctx.budget`` is computed. GiB figures are printed as vLLM prints them,
 ``round(b / 2**30, 2)``.
@@ -16,8 +16,8 @@ from . import error, rule, warning
 
 SRC_NO_MEM = "vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:56-64"
 SRC_FIT = "vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:66-87, 1533-1557"
-SRC_FREE = "vllm 0.33.0 vllm/v1/worker/utils.py:716-772; gpu_worker.py:500-544 (vllm-rules.md correction 3)"
-SRC_BOUND = "GUIDE.md §5 (bound ≈ KV pool / (KV bytes per token × average sequence length))"
+SRC_FREE = "vllm 0.33.0 vllm/v1/worker/utils.py:716-772; gpu_worker.py:500-544"
+SRC_BOUND = "docs/operating.md §5 (bound ≈ KV pool / (KV bytes per token × average sequence length))"
 DOCS = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
 
 NO_MEMORY_MSG = (

@@ -15,7 +15,7 @@ def _cell(text: str) -> str:
 
 def render_markdown() -> str:
     """One table row per registered rule: code(s), worst severity, phase, what it checks (the docstring's first
-    paragraph) and the vLLM 0.33.0 source or GUIDE.md section it mirrors. Rows are sorted by first code."""
+    paragraph) and the vLLM 0.33.0 source or docs/operating.md section it mirrors. Rows are sorted by first code."""
     lines = [
         "# Preflight rules",
         "",

@@ -1,5 +1,5 @@
 """dtype rules: model types vLLM refuses in float16, and casts between float16 and bfloat16
-(../shared/vllm-rules.md §3; GUIDE.md §8)."""
+(../shared/vllm-rules.md §3; docs/operating.md §8)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from ..context import DTYPE_ALIASES, FP16_FORBIDDEN_MODEL_TYPES, LaunchContext
 from . import error, info, rule, warning
 
 SRC_FORBIDDEN = "vllm 0.33.0 vllm/config/model.py:2397-2420"
-SRC_CAST = "vllm 0.33.0 vllm/config/model.py:2507-2516; GUIDE.md §8"
+SRC_CAST = "vllm 0.33.0 vllm/config/model.py:2507-2516; docs/operating.md §8"
 
 
 def _model_types(ctx: LaunchContext) -> set[str]:

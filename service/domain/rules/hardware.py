@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..context import DTYPE_ALIASES, LaunchContext
 from . import error, info, rule
 
-SRC_MIN = "vllm-rules.md correction 2 (vLLM 0.33.0 PyPI wheel: torch 2.14.0+cu130, kernels sm_75 … sm_120)"
+SRC_MIN = "vllm 0.33.0 PyPI wheel: built with torch 2.14.0+cu130, CUDA kernels for sm_75 … sm_120 only"
 SRC_BF16 = "vllm 0.33.0 vllm/platforms/cuda.py:638-657 (gpu_worker.py:498); vllm/config/model.py:2447-2464"
 MIN_CAPABILITY_033 = (7, 5)
 

@@ -130,7 +130,7 @@ def world_size_exceeds_gpus(ctx: LaunchContext):
     )]
 
 
-SRC_SHARDED = "vllm 0.33.0 vllm/model_executor/model_loader/sharded_state_loader.py:190-252; GUIDE.md §2"
+SRC_SHARDED = "vllm 0.33.0 vllm/model_executor/model_loader/sharded_state_loader.py:190-252; docs/operating.md §2"
 
 
 @rule("ckpt_tp_mismatch", severity="error", source=SRC_SHARDED)

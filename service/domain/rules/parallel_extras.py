@@ -83,7 +83,7 @@ def tp_vocab_divisible(ctx: LaunchContext):
 @rule("tp_heads_divisible", severity="error", source=SRC_VISION)
 def vision_heads_divisible(ctx: LaunchContext):
     """A multimodal model's vision tower is TP-sharded too: its attention heads must be divisible by TP. InternViT
-    towers fall back to replicated attention instead of failing (correction 4) and are exempt."""
+    towers fall back to replicated attention instead of failing and are exempt."""
     vis = ctx.facts.vision
     tp = ctx.tp
     if vis is None or not vis.num_attention_heads or tp == 1:

@@ -1,5 +1,5 @@
-"""The operators' policy (../shared/GUIDE.md) and gpu_memory_utilization's range. Policy rules are warnings and
-apply to ``environment: production``; a ``benchmark`` launch (load test) is exempt, as GUIDE.md §3 allows 0.95+ in
+"""The operators' policy (docs/operating.md) and gpu_memory_utilization's range. Policy rules are warnings and
+apply to ``environment: production``; a ``benchmark`` launch (load test) is exempt, as docs/operating.md §3 allows 0.95+ in
 load tests. ``util_range`` and ``chunked_prefill_disabled`` mirror vLLM itself and apply everywhere."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from ..model_facts import round_up
 from . import error, rule, warning
 from .parallel import valid_tp_sizes
 
-PRODUCTION_UTIL_CAP = 0.90  # GUIDE.md §3
-LONG_PROMPT = 2048  # GUIDE.md §6: chunked prefill on whenever prompts exceed ~2k tokens
+PRODUCTION_UTIL_CAP = 0.90  # docs/operating.md §3
+LONG_PROMPT = 2048  # docs/operating.md §6: chunked prefill on whenever prompts exceed ~2k tokens
 SRC_RANGE = "vllm 0.33.0 vllm/config/cache.py:215-224 (Field(default=0.92, gt=0, le=1))"
-SRC_UTIL = "GUIDE.md §3"
-SRC_EAGER = "GUIDE.md §7"
-SRC_PCIE = "GUIDE.md §2 (Interconnect)"
-SRC_CHUNK = "vllm 0.33.0 vllm/engine/arg_utils.py:3054-3063; GUIDE.md §6"
-SRC_LEN = "GUIDE.md §4"
+SRC_UTIL = "docs/operating.md §3"
+SRC_EAGER = "docs/operating.md §7"
+SRC_PCIE = "docs/operating.md §2 (Interconnect)"
+SRC_CHUNK = "vllm 0.33.0 vllm/engine/arg_utils.py:3054-3063; docs/operating.md §6"
+SRC_LEN = "docs/operating.md §4"
 NON_GENERATIVE_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification", "ForRewardModel", "EmbeddingModel",
                            "ForEmbedding")
 
@@ -105,7 +105,7 @@ def generative(ctx: LaunchContext) -> bool:
 def chunked_prefill_disabled(ctx: LaunchContext):
     """Chunked prefill explicitly disabled on a generative model: vLLM warns that it does not officially support
     this, and with long prompts (workload P99 above ~2k tokens, or no workload and max_model_len above 2k) every
-    long prefill blocks all decodes (GUIDE.md §6)."""
+    long prefill blocks all decodes (docs/operating.md §6)."""
     if ctx.args.get("enable_chunked_prefill") is not False or not generative(ctx):
         return []
     wl = ctx.request.workload
@@ -125,7 +125,7 @@ def chunked_prefill_disabled(ctx: LaunchContext):
 
 
 def recommended_max_model_len(ctx: LaunchContext) -> int | None:
-    """GUIDE.md §4: min(P99 × 1.2, the model's maximum), rounded up to a multiple of 1024."""
+    """docs/operating.md §4: min(P99 × 1.2, the model's maximum), rounded up to a multiple of 1024."""
     wl = ctx.request.workload
     if wl is None or not wl.p99_seq_len:
         return None

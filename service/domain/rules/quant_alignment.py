@@ -56,7 +56,7 @@ def quant_group_alignment(ctx: LaunchContext):
     """Every row-parallel layer of a grouped int4/int8 checkpoint (AWQ, GPTQ, compressed-tensors WNA16) must get a
     whole number of quant groups per TP rank: ``(K / TP) % group_size == 0`` for ``o_proj`` and ``down_proj``
     (dense and shared-expert MLPs). AWQ then raises "The input size is not aligned with the quantized weight shape";
-    GPTQ silently floors the scale rows (wrong output, correction 5) — both are rejected.
+    GPTQ silently floors the scale rows (wrong output) — both are rejected.
     """
     bad = group_misaligned(ctx, ctx.tp)
     if not bad:
@@ -88,7 +88,7 @@ def _block(ctx: LaunchContext) -> tuple[int, int] | None:
 def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int, int]]:
     """Dense and shared-expert layers whose per-rank dims are not multiples of the FP8 block at ``tp``:
     column-parallel output partitions % block_n, row-parallel input % block_k. Routed experts are exempt in 0.33
-    (the Triton MoE path refines the scale blocks, correction 1). The fused GQA ``qkv_proj`` is not judged: its
+    (the Triton MoE path refines the scale blocks). The fused GQA ``qkv_proj`` is not judged: its
     per-rank partitions follow head counts and replicated KV heads, and vllm-rules.md states no 0.33 failure for it
     (MiMo-V2-Flash, head_dim 192, loads at TP=16)."""
     blk = _block(ctx)
@@ -117,7 +117,7 @@ def fp8_block_alignment(ctx: LaunchContext):
     """With an FP8 ``weight_block_size`` [block_n, block_k], every dense and shared-expert layer's per-rank output
     partition must be a multiple of block_n and every row-parallel per-rank input a multiple of block_k
     (DeepSeek-V3/R1 at TP=32: 18432/32 = 576, 576 % 128 ≠ 0). Routed MoE experts are refined by the Triton MoE path
-    in 0.33 and are not checked (correction 1).
+    in 0.33 and are not checked.
     """
     bad = block_misaligned(ctx, ctx.tp)
     if not bad:

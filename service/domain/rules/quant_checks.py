@@ -165,7 +165,7 @@ def quant_dtype(ctx: LaunchContext):
 def quant_deprecated(ctx: LaunchContext):
     """Methods the release marks deprecated (DEPRECATED_QUANTIZATION_METHODS in its catalogue; 0.33: fbgemm_fp8,
     fp_quant) — whether named by ``--quantization`` or read from the
-    checkpoint's config (correction 7: Meta's Llama-3.1-405B-Instruct-FP8) — need ``--allow-deprecated-quantization``.
+    checkpoint's config (e.g. Meta's Llama-3.1-405B-Instruct-FP8) — need ``--allow-deprecated-quantization``.
     """
     if ctx.args.get("allow_deprecated_quantization"):
         return []
