@@ -80,10 +80,14 @@ def render() -> str:
         "show here). Known misses and their reasons: tests/test_kv_cases.py.",
         "",
     ]
-    results = evaluate()
+    results = evaluate(printing_version=True)
+    lines.append("### At the release that printed each figure (`--printing`)")
+    lines.append("")
     lines.append(table(results))
     lines.append("")
     lines.append(component_table(results))
+    lines += ["", "### As each case requests (`vllm_version` null = 0.33.0)", ""]
+    lines.append(table(evaluate()))
     return "\n".join(lines) + "\n"
 
 

@@ -18,10 +18,16 @@ manifest_app = typer.Typer(help="Weight manifests.", no_args_is_help=True)
 agent_app = typer.Typer(help="The GPU node bootstrap agent.", no_args_is_help=True)
 keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True)
 audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
+tune_app = typer.Typer(help="The tuning loop: from vLLM's live metrics to the next plan (docs/operating.md §9).",
+                       no_args_is_help=True)
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(agent_app, name="agent")
 app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
+rollout_app = typer.Typer(help="Staged rollouts: a launch config changed over nodes in waves (issue 19).",
+                          no_args_is_help=True)
+app.add_typer(rollout_app, name="rollout")
+app.add_typer(tune_app, name="tune")
 
 
 def _settings():
@@ -256,6 +262,51 @@ def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model dire
     typer.echo(json.dumps(r.json(), indent=2))
 
 
+def _print_tuning(out: dict) -> None:
+    typer.echo(f"{out.get('node')}: {out.get('state')} ({out.get('action')}); plan {out.get('plan')}")
+    cur = out.get("current", {}).get("engine_args", {})
+    typer.echo(f"  current: max_num_seqs {cur.get('max_num_seqs')}, gpu_memory_utilization "
+               f"{cur.get('gpu_memory_utilization')}")
+    nxt = out.get("next")
+    typer.echo(f"  next:    max_num_seqs {nxt['max_num_seqs']}, gpu_memory_utilization "
+               f"{nxt['gpu_memory_utilization']}" if nxt else "  next:    keep the current plan")
+    for reason in out.get("reasons", []):
+        typer.echo(f"  - {reason}")
+    ids = [w["id"] for w in out.get("evidence", [])]
+    if ids:
+        typer.echo(f"  windows: {ids}")
+
+
+@tune_app.command("status")
+def tune_status(node: str = typer.Argument(..., help="The node."),
+                server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+                token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+                as_json: bool = typer.Option(False, "--json", help="The API's answer as JSON.")) -> None:
+    """The tuning loop's state for the node's current plan: what it proposes next, why, and from which windows."""
+    r = _client(server, token).get(f"/v1/nodes/{node}/tuning")
+    _fail_on_problem(r)
+    if as_json:
+        typer.echo(json.dumps(r.json(), indent=2))
+    else:
+        _print_tuning(r.json())
+
+
+@tune_app.command("apply")
+def tune_apply(node: str = typer.Argument(..., help="The node."),
+               server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+               token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer's or admin's token.")) -> None:
+    """Create the loop's next plan for the node (validated, signed, audited, superseding the current one). Exit 3
+    when the loop proposes nothing now (HTTP 409)."""
+    r = _client(server, token).post(f"/v1/nodes/{node}/tuning/apply")
+    if r.status_code == 409:
+        typer.echo(f"preflight tune: nothing to apply: {r.json().get('detail', r.text)}", err=True)
+        raise typer.Exit(3)
+    _fail_on_problem(r)
+    out = r.json()
+    t = out.get("tuning", {})
+    typer.echo(f"plan {out['id']} ({t.get('action')}, from {t.get('from')}): {out['command']}")
+
+
 def _describe_weights(directory: pathlib.Path, hash_shards: bool) -> dict:
     """agent/weights.py's record of the directory; with hashing, a progress bar over the shards' bytes."""
     from .agent.weights import describe
@@ -476,7 +527,14 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                        "ROOT/bucket/llama (a local path uri is checked where it is)."),
               verify_hashes: bool = typer.Option(False, "--verify-hashes", envvar="PREFLIGHT_VERIFY_HASHES",
                                                  help="Also hash every shard the manifest recorded a SHA-256 for "
-                                                      "(reads all the weights at every boot).")) -> None:
+                                                      "(reads all the weights at every boot)."),
+              metrics_seconds: float = typer.Option(60.0, envvar="PREFLIGHT_METRICS_SECONDS", min=0, max=3600,
+                                                    help="With --exec: sample vLLM's /metrics every N seconds and "
+                                                         "post each window for the tuning loop (0: off)."),
+              metrics_url: Optional[str] = typer.Option(None, envvar="PREFLIGHT_METRICS_URL",
+                                                        help="vLLM's Prometheus endpoint (default: "
+                                                             "http://127.0.0.1:PORT/metrics, PORT from the plan's "
+                                                             "--port, else 8000).")) -> None:
     """Boot this node's current plan: verify it, check the node, then print or run it.
 
     Fetch the plan with a fresh freshness statement, verify both against the pinned trust root, save it, then print
@@ -667,6 +725,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     if print_only:
         command = (env_line + " " if env_line else "") + shlex.join(plan.argv)
         typer.echo(command)
+        report.flush()  # the service answered: what an offline boot queued is delivered now, not at the next --exec
         report.keep_undelivered()
         raise typer.Exit(0)
     if not _node_checks_pass(client, report, plan.claims, node=node, nvidia_smi=nvidia_smi,
@@ -682,10 +741,18 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                err=True)
     # the agent's own settings (its token among them) never reach vLLM or the model code it may run
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_")}, **plan.claims["env"]}
+    sampler = None
+    if metrics_seconds > 0:  # issue 16: windows of vLLM's live metrics for the tuning loop (best effort)
+        from .agent.vllm_metrics import Sampler, metrics_url as default_metrics_url
+
+        sampler = Sampler(metrics_url or default_metrics_url(plan.argv), plan.claims["jti"], client.post_metrics,
+                          seconds=metrics_seconds).start()
     try:
         code = runner.run(argv, env, report.enqueue, heartbeat_seconds=heartbeat_seconds,
                           heartbeat=report.heartbeat)
     finally:
+        if sampler is not None:
+            sampler.stop()
         report.close()
     if code == runner.SUPERSEDED:  # a new plan (or none): boot again, the same way a restart would
         typer.echo("preflight agent: the plan is no longer current; booting again", err=True)
@@ -1266,10 +1333,88 @@ def _reflow_help(*apps: typer.Typer) -> None:
         for info in a.registered_commands:
             doc = info.help or inspect.getdoc(info.callback) or ""
             info.help = "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n") if p.strip())
+        _reflow_help(*(g.typer_instance for g in a.registered_groups if g.typer_instance is not None))
 
 
-_reflow_help(app, manifest_app, agent_app, keys_app, audit_app, tokens_app)
 
 
-if __name__ == "__main__":  # pragma: no cover
+# -- rollouts (issue 19) ---------------------------------------------------------------------------------------------
+SERVER = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL.")
+TOKEN = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer or admin token (auditor: status only).")
+
+
+def _rollout_summary(r: dict) -> str:
+    lines = [f"rollout {r['id']}: {r['state']}" + (f" (wave {r['wave']})" if r.get("wave", -1) >= 0 else "")
+             + f", failures {r.get('failures', 0)}/{r['failure_limit']}" + (f": {r['reason']}" if r.get("reason")
+                                                                             else "")]
+    for w in r.get("waves") or ():
+        if "index" in w:
+            lines.append(f"  wave {w['index']}: {w['percent']} %, bake {w['bake_s']} s, {w['state']}, "
+                         f"{len(w['nodes'])} node(s)")
+    for n in r.get("nodes") or ():
+        reason = (n.get("evidence") or {}).get("reason")
+        lines.append(f"  {n['node']}: wave {n['wave']}, {n['outcome']}" + (f" ({reason})" if reason else "")
+                     + (f", seq {n['new_seq']}" if n.get("new_seq") else "")
+                     + (f", restored at seq {n['restored_seq']}" if n.get("restored_seq") else ""))
+    return "\n".join(lines)
+
+
+@rollout_app.command("create")
+def rollout_create(file: pathlib.Path = typer.Argument(..., help="The rollout as JSON (the body of POST "
+                                                                 "/v1/rollouts; - for stdin)."),
+                   server: str = SERVER, token: str = TOKEN,
+                   as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
+    """Create a rollout from a JSON file: target (manifest, engine_args, ...), nodes or selector, waves,
+    failure_limit, gates. Exit 1 when the service refuses it (the findings are printed)."""
+    try:
+        body = json.loads(sys.stdin.read() if str(file) == "-" else file.read_text())
+    except (OSError, ValueError) as exc:
+        typer.echo(f"preflight: {file}: {exc}", err=True)
+        raise typer.Exit(2)
+    r = _client(server, token).post("/v1/rollouts", json=body)
+    _fail_on_problem(r)
+    typer.echo(json.dumps(r.json(), indent=2) if as_json else _rollout_summary(r.json()))
+
+
+@rollout_app.command("status")
+def rollout_status(rollout_id: Optional[str] = typer.Argument(None, help="A rollout id (default: list them)."),
+                   server: str = SERVER, token: str = TOKEN,
+                   as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
+    """One rollout's state, waves and per-node outcome, or the list of rollouts."""
+    c = _client(server, token)
+    r = c.get(f"/v1/rollouts/{rollout_id}") if rollout_id else c.get("/v1/rollouts")
+    _fail_on_problem(r)
+    if as_json:
+        typer.echo(json.dumps(r.json(), indent=2))
+    elif rollout_id:
+        typer.echo(_rollout_summary(r.json()))
+    else:
+        for item in r.json()["items"]:
+            typer.echo(_rollout_summary(item))
+
+
+def _rollout_verb(verb: str, doc: str):
+    def run(rollout_id: str = typer.Argument(..., help="The rollout id."), server: str = SERVER, token: str = TOKEN,
+            reason: Optional[str] = typer.Option(None, help="Why (recorded in the audit)."),
+            as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
+        r = _client(server, token).post(f"/v1/rollouts/{rollout_id}/{verb}",
+                                        json={"reason": reason} if reason else None)
+        _fail_on_problem(r)
+        typer.echo(json.dumps(r.json(), indent=2) if as_json else _rollout_summary(r.json()))
+
+    run.__doc__ = doc
+    rollout_app.command(verb)(run)
+
+
+for _verb, _doc in (("pause", "Stop advancing the rollout (failures past the limit still halt and restore)."),
+                    ("resume", "Continue a paused rollout (a paused bake starts over)."),
+                    ("promote", "Skip the current wave's bake."),
+                    ("abort", "Stop the rollout and restore every node it changed to its previous plan.")):
+    _rollout_verb(_verb, _doc)
+
+
+_reflow_help(app)  # every command of every group, registered above
+
+
+if __name__ == "__main__":  # pragma: no cover  (last: every command is registered by now)
     sys.exit(app())

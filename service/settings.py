@@ -13,6 +13,8 @@
 | PREFLIGHT_MAX_BODY_BYTES | 2097152 | largest accepted request body |
 | PREFLIGHT_AUDIT_CHECKPOINT_EVENTS | 10000 | a signed audit checkpoint at least every N events |
 | PREFLIGHT_AUDIT_CHECKPOINT_SECONDS | 60 | ... and at most T seconds after the chain last grew |
+| PREFLIGHT_TUNING | {} | the tuning loop's thresholds and steps as JSON over the defaults (domain/tuning.py TuningSettings: ``{"step_fraction": 0.2, "windows": 5, "fail_windows": 3}``) |
+| PREFLIGHT_ROLLOUT_TICK_SECONDS | 5 | how often each service process steps the staged rollouts (0: never) |
 """
 
 from __future__ import annotations
@@ -38,6 +40,23 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     audit_checkpoint_events: int = Field(default=10_000, ge=1, le=10_000_000)
     audit_checkpoint_seconds: float = Field(default=60.0, ge=0.1, le=86400)
+    tuning: dict[str, float | int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _tuning_settings(self) -> "Settings":
+        self.tuning_settings  # noqa: B018 — refuse unknown names or values out of range at start-up
+        return self
+
+    @property
+    def tuning_settings(self):
+        """The tuning loop's settings: the guide's defaults with PREFLIGHT_TUNING's values over them."""
+        from .domain.tuning import TuningSettings
+
+        try:
+            return TuningSettings(**self.tuning)
+        except TypeError as exc:
+            raise ValueError(f"PREFLIGHT_TUNING: {exc}") from None
+    rollout_tick_seconds: float = Field(default=5.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _production_is_explicit(self) -> "Settings":

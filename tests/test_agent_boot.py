@@ -302,6 +302,20 @@ def test_offline_boot_within_and_past_the_maximum_age(fleet, servers):
     assert runs[1]["started_at"] < runs[2]["started_at"]
 
 
+def test_print_delivers_what_an_offline_boot_queued(fleet):
+    url, c, node = fleet
+    c.post("/v1/plans", json=PLAN)
+    assert node.run().returncode == 0
+    offline = node.run(url=f"http://127.0.0.1:{free_port()}")
+    assert offline.returncode == 0 and "OFFLINE BOOT" in offline.stderr, offline.stderr
+    assert len(json.loads(node.state.read_text())["pending"]) == 3
+    printed = node.run("--print")  # the same plan (nothing new to report): the queue still goes out
+    assert printed.returncode == 0 and printed.stdout.startswith("vllm serve "), printed.stderr
+    assert json.loads(node.state.read_text())["pending"] == []
+    runs = c.get("/v1/nodes/gpu-01/runs").json()["items"]
+    assert [bool(r["offline_boot"]) for r in runs] == [False, True] and len(node.launches()) == 2
+
+
 def test_report_sequence_and_runs_across_two_plans_with_stop_and_heartbeat(fleet):
     url, c, node = fleet
     a = c.post("/v1/plans", json=PLAN).json()

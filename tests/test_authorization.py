@@ -41,6 +41,23 @@ def scratch_plan(client) -> str:
     return r.json()["id"]
 
 
+def rollout_body(client) -> dict:
+    """A rollout over a fresh node that has a plan (a node is in one rollout at a time)."""
+    name = f"r{next(counter)}"
+    client.post("/v1/nodes", json={"name": name, "gpu": "h100-sxm-80gb", "gpu_count": 8})
+    r = client.post("/v1/plans", json={"manifest": "llama", "nodes": [name], "engine_args": {"max_model_len": 4096}})
+    assert r.status_code == 201, r.text
+    return {"manifest": "llama", "nodes": [name], "engine_args": {"max_model_len": 2048}, "waves": [{"percent": 100}]}
+
+
+def scratch_rollout(client, pause: bool = False) -> str:
+    r = client.post("/v1/rollouts", json=rollout_body(client))
+    assert r.status_code == 201, r.text
+    if pause:
+        assert client.post(f"/v1/rollouts/{r.json()['id']}/pause").status_code == 200
+    return r.json()["id"]
+
+
 def scratch_token(client) -> int:
     return client.post("/v1/tokens", json={"role": "auditor"}).json()["id"]
 
@@ -74,6 +91,13 @@ ROUTES = [
     ("fetchNodePlan", "GET", "/v1/nodes/gpu-a/plan", None, {"admin", "agent_own"}, 200),
     ("reportNodeStatus", "POST", "/v1/nodes/gpu-a/reports",
      lambda c, w: {"plan_id": w["plan"], "status": "running"}, {"admin", "agent_own"}, 201),
+    ("postNodeMetrics", "POST", "/v1/nodes/gpu-a/metrics",  # issue 16: the node's own agent (or an admin)
+     lambda c, w: {"plan": w["plan"], "window_s": 15, "num_requests_running": 4, "num_requests_waiting": 0,
+                   "kv_cache_usage_perc": 0.2, "num_preemptions": 0, "generation_tokens_per_s": 100},
+     {"admin", "agent_own"}, 201),
+    ("getNodeTuning", "GET", "/v1/nodes/gpu-a/tuning", None, READERS, 200),
+    # gpu-a's plan sets no max_num_seqs: the loop proposes nothing, so an allowed caller gets 409 (not 403)
+    ("applyNodeTuning", "POST", "/v1/nodes/gpu-a/tuning/apply", None, {"admin", "deployer"}, 409),
     ("putNodeFacts", "PUT", "/v1/nodes/gpu-a/facts",  # an agent: its own node only; an enroller: any node
      lambda c, w: {"gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"},
      {"admin", "enroller", "agent_own"}, 200),
@@ -89,6 +113,15 @@ ROUTES = [
     ("latestAuditCheckpoint", "GET",  # (verify first: it waits for the sealer, which makes the first checkpoint)
      lambda c, w: c.get("/v1/audit/verify") and "/v1/audit/checkpoints/latest", None,
      {"admin", "deployer", "auditor", "agent_own", "agent_other"}, 200),
+    ("createRollout", "POST", "/v1/rollouts", lambda c, w: rollout_body(c), {"admin", "deployer"}, 201),
+    ("listRollouts", "GET", "/v1/rollouts", None, READERS, 200),
+    ("getRollout", "GET", lambda c, w: f"/v1/rollouts/{scratch_rollout(c)}", None, READERS, 200),
+    ("pauseRollout", "POST", lambda c, w: f"/v1/rollouts/{scratch_rollout(c)}/pause", None, {"admin", "deployer"}, 200),
+    ("resumeRollout", "POST", lambda c, w: f"/v1/rollouts/{scratch_rollout(c, pause=True)}/resume", None,
+     {"admin", "deployer"}, 200),
+    ("promoteRollout", "POST", lambda c, w: f"/v1/rollouts/{scratch_rollout(c)}/promote", None,
+     {"admin", "deployer"}, 200),
+    ("abortRollout", "POST", lambda c, w: f"/v1/rollouts/{scratch_rollout(c)}/abort", None, {"admin", "deployer"}, 200),
     ("createToken", "POST", "/v1/tokens", lambda c, w: {"role": "auditor"}, {"admin"}, 201),
     ("listTokens", "GET", "/v1/tokens", None, {"admin"}, 200),
     ("revokeToken", "POST", lambda c, w: f"/v1/tokens/{scratch_token(c)}/revoke", None, {"admin"}, 200),
@@ -203,31 +236,30 @@ def test_concurrent_conditional_patches_let_exactly_one_through(client, monkeypa
 # Issue 17: the enroller role, against the app's own route table (not a hand list)
 
 def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world):
-    from fastapi.routing import APIRoute
-
     enroller = world["auth"]["enroller"]
     anonymous_ok = set()
     checked = []
-    for route in client.app.routes:
-        if not isinstance(route, APIRoute) or not route.include_in_schema:  # the API (not /docs, /ui pages)
+    # the API's operations as the app documents them (its routers, not a hand list; FastAPI may keep included
+    # routers nested in app.routes, so the OpenAPI document is the flat table)
+    operations = [(path, method.upper(), op["operationId"])
+                  for path, ops in client.app.openapi()["paths"].items() for method, op in ops.items()]
+    assert len(operations) == 46  # 36 + issue 19's seven rollout operations + issue 16's three tuning ones
+    for template, method, operation_id in operations:
+        path = (template.replace("{name}", "gpu-a").replace("{plan_id}", world["plan"])
+                .replace("{token_id}", "1").replace("{ref}", "llama@1").replace("{rollout_id}", "r-1"))
+        if client.request(method, path, headers={"Authorization": ""}).status_code != 401:
+            anonymous_ok.add(operation_id)  # public: healthz, readyz, metrics, jwks, keysets
             continue
-        path = (route.path.replace("{name}", "gpu-a").replace("{plan_id}", world["plan"])
-                .replace("{token_id}", "1").replace("{ref:path}", "llama@1"))
-        for method in route.methods - {"HEAD"}:
-            if client.request(method, path, headers={"Authorization": ""}).status_code != 401:
-                anonymous_ok.add(route.operation_id)  # public: healthz, readyz, metrics, jwks, keysets
-                continue
-            r = client.request(method, path, headers={"Authorization": enroller},
-                               json={"gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"}
-                               if route.operation_id == "putNodeFacts" else {})
-            checked.append(route.operation_id)
-            if route.operation_id == "putNodeFacts":
-                assert r.status_code == 200, r.text
-            else:
-                assert r.status_code == 403, f"{route.operation_id}: {r.status_code} {r.text[:200]}"
+        r = client.request(method, path, headers={"Authorization": enroller},
+                           json={"gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"}
+                           if operation_id == "putNodeFacts" else {})
+        checked.append(operation_id)
+        if operation_id == "putNodeFacts":
+            assert r.status_code == 200, r.text
+        else:
+            assert r.status_code == 403, f"{operation_id}: {r.status_code} {r.text[:200]}"
     assert anonymous_ok == {"healthz", "readyz", "metrics", "jwks", "keysets"}
-    assert len(checked) == len({r.operation_id for r in client.app.routes
-                                if isinstance(r, APIRoute) and r.include_in_schema}) - 5
+    assert len(checked) == len({op for _, _, op in operations}) - 5
     # the operators' pages refuse an enroller token too (agent and enroller tokens do not sign in there)
     assert client.get("/ui/", headers={"Authorization": enroller}).status_code == 403
 

@@ -1,19 +1,25 @@
 """Accuracy of the memory model against the KV figures vLLM printed (tests/cases/kv), and the handed memory cases.
 
-Cases without ``vllm_version`` are judged as the request says (0.33.0). Known misses, each for a reason a
-pre-launch model cannot remove (``python -m bench.kv_accuracy`` prints every component; docs/capacity.md shows it):
+Every case is judged twice: at the release that printed its figure (``evaluate(printing_version=True)``: cases
+without ``vllm_version`` use ``notes.vllm_version_approx``, the issue-18 target) and as the request says (0.33.0 for
+those cases). Known misses at the printing release, each for a reason a pre-launch model cannot remove
+(``python -m bench.kv_accuracy --printing`` prints every component; docs/capacity.md shows it):
 
-- dsv2-lite: printed by a pre-MLA 0.6.4 PR build (0.33 stores the latent, 14× smaller); even judged at that version
-  (--printing, +16.5 %) the log's 5.21 GiB of non-torch memory is an outlier of that branch (0.01-0.28 GiB elsewhere);
-- llama31-8b-l40s: early V1 charged other processes' memory to the instance; the utilization is not shown (~5.6 GiB
-  unexplained, the case says so);
-- llama32-11b-vision: mllama is an encoder-decoder model of the V0 engine (not in 0.33): its profile ran 128
-  sequences through the cross-attention layers (36.6 GiB of activations), which this model does not reproduce;
-- qwen2vl-7b-ft and ui-tars-7b (both fine-tunes of Qwen2-VL-7B): the checkpoints' preprocessor_config.json is not in
-  the cases, so the official Qwen2-VL limit (max_pixels 12845056: one 16,384-token dummy image, 65,536 patches)
-  is assumed. The logs say their processors were smaller: UI-TARS printed a 1.16 GiB activation peak, below what the
-  16,384-token dummy run alone takes (its text forward over 16,384 placeholder tokens in 0.6.6, and 2.5 GiB in
-  0.6.6's vision blocks); with a preprocessor_config of max_pixels ≤ 4 MP both land at +8 %.
+- dsv2-lite (+16.5 %) and llama31-8b-l40s (+24.6 %): both printed by releases that charge the pool with every byte
+  on the GPU that this process's torch has not allocated after the profile — the CUDA context, memory of other
+  processes, and cached segments the allocator cannot release (vllm 0.6.4.post1 worker/worker.py:200-217, vllm 0.8.5
+  v1/worker/gpu_worker.py:194-210; 0.6.6 V0 subtracts the baseline measured at start-up, worker.py:197-201). Their
+  logs show 4.5-5 GiB of it (dsv2-lite printed 5.21 GiB "non_torch_memory"; llama31-8b's utilization is not shown
+  either), against 0.01-0.28 GiB on every later one-GPU log: nothing in the inputs says what held it. dsv2-lite is
+  also a pre-MLA PR build (K and V cached as full heads padded to 256).
+
+The two Qwen2-VL-7B fine-tunes carry the processor their sources give (qwen2vl-7b-ft: the max_pixels 1280 × 28 × 28
+its merge notebook saved; ui-tars-7b: max_pixels 2.1-3.2 MP, bounded by its own log — see each case's notes); with
+the official processor's 16,384-token dummy image they would be at -10.9 % and -28.6 %.
+
+Judged at 0.33 instead, three cases cannot be compared at all (``NOT_033``): dsv2-lite (0.33 stores the MLA latent,
+14× smaller), llama32-11b-vision (mllama is an encoder-decoder model of the V0 engine, not served by 0.33; at 0.6.6
+the encoder-decoder profile lands at +0.4 %) and llama31-8b (as above).
 """
 
 from __future__ import annotations
@@ -25,13 +31,19 @@ from service.domain.request import LaunchRequest
 from service.domain.validate import validate
 from tests.support import CASES, case_request, load_case
 
-KNOWN_MISSES = {"dsv2-lite-h100-premla-v0-pr10927", "llama31-8b-l40s-v1-pr17122",
-                "llama32-11b-vision-h100-eager-pr12126", "qwen2vl-7b-ft-bf16-rtx3090-mml4k-v0130",
-                "ui-tars-7b-24gb-v066"}
+KNOWN_MISSES = {"dsv2-lite-h100-premla-v0-pr10927", "llama31-8b-l40s-v1-pr17122"}
+NOT_033 = {"dsv2-lite-h100-premla-v0-pr10927", "llama32-11b-vision-h100-eager-pr12126", "llama31-8b-l40s-v1-pr17122"}
+PRINTING = {r.id: r for r in evaluate(printing_version=True)}
 RESULTS = {r.id: r for r in evaluate()}
 
 
-@pytest.mark.parametrize("case_id", sorted(set(RESULTS) - KNOWN_MISSES))
+@pytest.mark.parametrize("case_id", sorted(set(PRINTING) - KNOWN_MISSES))
+def test_kv_tokens_within_case_tolerance_at_printing_release(case_id):
+    r = PRINTING[case_id]
+    assert r.within_tolerance, f"{case_id}: predicted {r.predicted:,} vs printed {r.printed:,} ({r.error:+.1%})"
+
+
+@pytest.mark.parametrize("case_id", sorted(set(RESULTS) - KNOWN_MISSES - NOT_033))
 def test_kv_tokens_within_case_tolerance(case_id):
     r = RESULTS[case_id]
     assert r.within_tolerance, f"{case_id}: predicted {r.predicted:,} vs printed {r.printed:,} ({r.error:+.1%})"
@@ -39,21 +51,23 @@ def test_kv_tokens_within_case_tolerance(case_id):
 
 def test_known_misses_still_miss():
     """A known miss that starts to pass should leave the list (and its reason the docstring)."""
-    assert all(not RESULTS[c].within_tolerance for c in KNOWN_MISSES)
+    assert all(not PRINTING[c].within_tolerance for c in KNOWN_MISSES)
 
 
 def test_accuracy_summary_achieved():
-    s = summary(list(RESULTS.values()))
+    s = summary(list(PRINTING.values()))
     assert s["cases"] == 13
-    assert s["within_10"] >= 8 / 13
-    assert s["within_5"] >= 6 / 13
-    assert s["median_abs_error"] <= 0.06
+    assert s["within_10"] >= 11 / 13
+    assert s["within_5"] >= 7 / 13
+    assert s["median_abs_error"] <= 0.05
+    s = summary(list(RESULTS.values()))
+    assert s["within_10"] >= 10 / 13 and s["median_abs_error"] <= 0.06
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 target (±10 % on 90 % of cases) not met: 5 of 13 cases are known "
-                                       "misses, see module docstring")
+@pytest.mark.xfail(strict=True, reason="issue 18 target (±10 % on 90 % of cases) not met: 2 of 13 cases are known "
+                                       "misses at their printing release, see module docstring")
 def test_accuracy_issue_target():
-    assert summary(list(RESULTS.values()))["within_10"] >= 0.9
+    assert summary(list(PRINTING.values()))["within_10"] >= 0.9
 
 
 def judge(case_id: str):

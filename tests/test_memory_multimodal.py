@@ -13,7 +13,7 @@ from service.domain.context import build_context
 from service.domain.gpus import GIB, MIB
 from service.domain.memory import (NCCL_CONNECTION_BYTES, Accounting, communication_buffers, compute_budget)
 from service.domain.model_facts import read_model_facts
-from service.domain.multimodal import per_patch_bytes, qwen_image_grid, vision_tower
+from service.domain.multimodal import mllama_image_geometry, per_patch_bytes, qwen_image_grid, vision_tower
 from service.domain.request import LaunchRequest
 from tests.support import CASES, case_request, load_case, request
 
@@ -148,12 +148,18 @@ def test_vision_attention_live_set_follows_the_release():
 
 # --- the V0 profile (vllm 0.6.6 worker/model_runner.py profile_run, multimodal/processing.py:848-888) -------------
 def test_v0_profile_cuts_sequences_by_max_multimodal_tokens():
-    """UI-TARS-7B on 0.6.6: max_mm_tokens = image 16384 + video 16384, so max_num_seqs = max(1, 8192 // 32768) = 1;
-    the dummy sequence holds the image's 16384 placeholders (longer than 8192: not truncated)."""
-    ctx = build_context(LaunchRequest.model_validate(case_request(UI_TARS)))
-    b = compute_budget(ctx)
+    """UI-TARS-7B's launch on 0.6.6 with the official Qwen2-VL processor (max_pixels 12845056): max_mm_tokens =
+    image 16384 + video 16384, so max_num_seqs = max(1, 8192 // 32768) = 1; the dummy sequence holds the image's
+    16384 placeholders (longer than 8192: not truncated). With the case's own processor (max_pixels 2116800, bounded
+    by its log): 2,700 tokens an item, 8192 // 5400 = 1 sequence of 8192 tokens."""
+    req = case_request(UI_TARS)
+    req["model"]["preprocessor_config"] = None
+    b = compute_budget(build_context(LaunchRequest.model_validate(req)))
     assert b.multimodal["text_num_seqs"] == 1 and b.multimodal["items"] == 1
     assert b.profiled_tokens == 16384
+    own = compute_budget(build_context(LaunchRequest.model_validate(case_request(UI_TARS))))
+    assert (own.multimodal["tokens_per_item"], own.multimodal["text_num_seqs"], own.profiled_tokens) == \
+        (2700, 1, 8192)
 
 
 # --- communication buffers (vllm 0.33.0 distributed/device_communicators/*.py) -------------------------------------
@@ -359,3 +365,86 @@ def test_junk_image_sizes_are_refused(kwargs):
     with pytest.raises(ValidationError) as err:
         vl_request(preprocessor=kwargs)
     assert err.value.errors()[0]["loc"] == ("model", "preprocessor_config")
+
+
+# --- V0 encoder-decoder profile (mllama) and 0.6's video sizing -------------------------------------------------------
+# Llama-3.2-11B-Vision as the llama32-11b-vision case carries it (no mllama config in tests/fixtures/models: the
+# case's config is the published one's relevant fields, see its config_provenance)
+MLLAMA_CASE = load_case(CASES / "kv" / "llama32-11b-vision-h100-eager-pr12126.json")
+
+
+def mllama_budget(version: str = "0.6.6", **engine_args):
+    req = case_request(MLLAMA_CASE)
+    req["engine_args"].update(engine_args)
+    return compute_budget(build_context(LaunchRequest.model_validate(req)), accounting_version=version)
+
+
+def test_mllama_image_geometry_four_padded_tiles():
+    """mllama.py (0.6.6): (560 // 14)² + 1 = 1601 patches per tile, padded to 1608 for the encoder (:633) and sliced
+    back to 1601 for the output; max_num_tiles defaults to 4 (transformers MllamaVisionConfig) → 6432 / 6404."""
+    tower = vision_tower(read_model_facts(MLLAMA_CASE["model"]["config"]))
+    assert (tower.max_num_tiles, tower.encoder_decoder, tower.depth) == (4, True, 40)
+    assert mllama_image_geometry(tower) == (6432, 6404)
+
+
+def test_mllama_v0_profile_runs_every_sequence_with_an_image():
+    """V0's encoder-decoder runner does not cut the sequences (enc_dec_model_runner.py:264-340): 128 sequences carry
+    128 four-tile images. The aspect-ratio mask alone is 128 × 6432² × 2 B = 9.86 GiB; the whole encoder peak lands
+    at the 36.63 GiB vLLM printed for this launch (PR 12126's log) and the KV pool within 1 % of its 14.65 GiB."""
+    b = mllama_budget()
+    mm = b.multimodal
+    assert (mm["items"], mm["text_num_seqs"], b.profiled_tokens) == (128, 128, 65536)
+    assert any("aspect-ratio mask 9.86 GiB" in a for a in b.assumptions)
+    assert b.activation_peak_bytes / GIB == pytest.approx(36.63, rel=0.02)
+    assert b.kv_cache_bytes_per_gpu / GIB == pytest.approx(14.65, rel=0.02)
+
+
+def test_mllama_v0_profile_scales_with_max_num_seqs_and_limit():
+    """A quarter of the sequences: a quarter of the images, mask and per-patch activations; no image allowed: no
+    encoder profile at all."""
+    full, quarter = mllama_budget(), mllama_budget(max_num_seqs=32)
+    assert quarter.multimodal["items"] == 32
+    assert quarter.encoder_peak_bytes * 4 == pytest.approx(full.encoder_peak_bytes, rel=1e-6)
+    none = mllama_budget(limit_mm_per_prompt={"image": 0})
+    assert none.encoder_peak_bytes == 0 and none.activation_peak_bytes < 10 * GIB
+
+
+def test_v06_sizes_a_video_like_one_image():
+    """0.6.6's registry sizes Qwen2-VL's video with mm_count 1 (grid_t = max(1 // 2, 1) = 1: qwen2_vl.py:645-712), so
+    with a 1280-token processor max_mm_tokens = 1280 + 1280 and V0 profiles 8192 // 2560 = 3 sequences; from 0.7 the
+    video holds the frames max_model_len allows (6 × 1280) and the sequences drop to 1."""
+    pp = {"max_pixels": 1003520, "min_pixels": 3136}
+    v066 = budget_of(vl_request(version="0.6.6", max_model_len=8192, preprocessor=pp))
+    v073 = budget_of(vl_request(version="0.7.3", max_model_len=8192, preprocessor=pp))
+    assert v066.multimodal["text_num_seqs"] == 3 and v066.multimodal["items"] == 3
+    assert v073.multimodal["text_num_seqs"] == 1
+
+
+def test_fine_tune_processor_from_its_source_vs_the_official_one():
+    """qwen2vl-7b-ft (0.13): its merge notebook saved max_pixels 1280 × 28 × 28 — 1,280 tokens an image; video, not
+    limited by ``{"image": 1}`` (999), wins with 6 frames (3 × 1,280 = 3,840 tokens, 15,360 patches), still below the
+    2,048-token text forward — and the pool lands at +8 % of what vLLM printed; with the official processor (16,384
+    tokens, 65,536 patches) the encoder pass alone would be 1.8 GiB and the pool −11 %."""
+    case = load_case(CASES / "kv" / "qwen2vl-7b-ft-bf16-rtx3090-mml4k-v0130.json")
+    printed = case["expect"]["kv"]["kv_cache_tokens"]
+    req = case_request(case)
+    own = compute_budget(build_context(LaunchRequest.model_validate(req)))
+    req["model"]["preprocessor_config"] = None
+    official = compute_budget(build_context(LaunchRequest.model_validate(req)))
+    assert (own.multimodal["modality"], own.multimodal["tokens_per_item"], own.multimodal["patches_per_item"]) == \
+        ("video", 3840, 15360)
+    assert own.encoder_peak_bytes < own.activation_peak_bytes
+    assert official.multimodal["tokens_per_item"] == 16384
+    assert own.kv_cache_tokens / printed - 1 == pytest.approx(0.082, abs=0.01)
+    assert official.kv_cache_tokens / printed - 1 == pytest.approx(-0.109, abs=0.01)
+
+
+def test_mllama_falls_back_to_v0_while_v1_is_the_default():
+    """From 0.8 V1 is the default, but mllama is SupportsV0Only (vllm 0.10.2 mllama.py:1273-1274) and the engine
+    falls back to V0 unless VLLM_USE_V1 is set (0.8.5 engine/arg_utils.py:1402-1406): at 0.8.5 and 0.10.2 the budget
+    is V0's — blocks × block_size tokens and the encoder-decoder profile of 128 images — like at 0.6.6."""
+    for version in ("0.8.5", "0.10.2"):
+        b = mllama_budget(version)
+        assert b.accounting["engine"] == "v0" and b.multimodal["items"] == 128
+        assert any("falls back to the V0 engine" in x for x in b.assumptions)
+    assert mllama_budget("0.6.6").accounting["engine"] == "v0"

@@ -72,6 +72,15 @@ class TcpProxy:
     def restore(self):
         self.up = True
 
+    def close(self):
+        """Stop listening and cut every connection (nothing of this test outlives it)."""
+        self.up = False
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.outage()
+
 
 def assert_503(r):
     assert r.status_code == 503, r.text
@@ -84,7 +93,16 @@ def test_postgres_outage_then_recovery(db_url, settings, keys):
     u = urlsplit(db_url)
     proxy = TcpProxy((u.hostname, u.port or 5432))
     proxied = db_url.replace(f"{u.hostname}:{u.port or 5432}", f"127.0.0.1:{proxy.port}")
-    app = create_app(settings, db=Database(proxied), keys=keys)
+    db = Database(proxied)
+    app = create_app(settings, db=db, keys=keys)
+    try:
+        _outage_then_recovery(app, proxy)
+    finally:
+        db.engine.dispose()
+        proxy.close()
+
+
+def _outage_then_recovery(app, proxy):
     with TestClient(app) as c:
         c.headers["Authorization"] = f"Bearer {ADMIN}"
         assert c.get("/readyz").status_code == 200

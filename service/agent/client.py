@@ -167,6 +167,10 @@ class AgentClient:
                          timeout=self.http.timeout.read + wait if wait else self.http.timeout,
                          deadline=self.deadline + wait)
 
+    def post_metrics(self, body: dict) -> httpx.Response:
+        """One window of vLLM's live metrics (agent/vllm_metrics.py) for the tuning loop."""
+        return self.http.post(f"/v1/nodes/{self.node}/metrics", json=body)
+
     def post_report(self, body: dict) -> httpx.Response:
         return self.http.post(f"/v1/nodes/{self.node}/reports", json=body)
 

@@ -30,7 +30,8 @@ BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": (
     "`make run` prints (var/admin-token).")}
 PUBLIC = {"healthz", "readyz", "jwks", "keysets", "metrics"}
 CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint", "revokeToken", "rotateToken",
-            "reportNodeStatus"}
+            "reportNodeStatus", "createRollout", "pauseRollout", "resumeRollout", "promoteRollout",
+            "abortRollout", "applyNodeTuning"}
 DESCRIPTIONS = {
     "400": "the body is not parseable (not UTF-8 / not JSON)",
     "401": "missing, unknown or revoked bearer token",
@@ -79,6 +80,19 @@ def request_examples() -> dict[str, dict]:
                 "engine_args": {"tensor_parallel_size": 16, "max_model_len": 32768},
                 "group_env": [{"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}]}},
         },
+        "createRollout": {
+            "canary-then-all": {"summary": "a new max_model_len over four nodes: one node first, an hour's bake, "
+                                "then the rest; the first failure rolls back", "value": {
+                "manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01", "gpu-02", "gpu-03", "gpu-04"],
+                "engine_args": {"tensor_parallel_size": 8, "max_model_len": 16384},
+                "waves": [{"percent": 25, "bake_s": 3600}, {"percent": 100}], "failure_limit": 0,
+                "gates": {"ready_timeout_s": 600, "kv_tolerance": 0.2}}},
+            "by-selector": {"summary": "every H100 node labelled pool=canary, in three waves", "value": {
+                "manifest": "meta-llama/Llama-3.1-70B@1", "selector": {"gpu": "h100-sxm-80gb",
+                                                                       "labels": {"pool": "canary"}},
+                "engine_args": {"tensor_parallel_size": 8, "max_model_len": 16384},
+                "waves": [{"percent": 10, "bake_s": 600}, {"percent": 50, "bake_s": 600}, {"percent": 100}]}},
+        },
         "registerNode": {
             "h100": {"summary": "8 × H100 SXM by the name nvidia-smi prints", "value": {
                 "name": "gpu-01", "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "interconnect": "nvlink"}},
@@ -121,6 +135,8 @@ def install(app: FastAPI) -> None:
                     codes.append("412")
                 if oid == "listPlans":
                     codes.append("404")  # the cursor names no plan
+                if oid == "createRollout":
+                    codes.append("404")  # unknown manifest
                 if oid == "createPlan":
                     codes += ["404", "409"]  # unknown manifest/node; Idempotency-Key reused for another body
                 for code in sorted(set(codes)):

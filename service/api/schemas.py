@@ -181,6 +181,9 @@ class PlanIn(Strict):
     group_env: list[dict[str, str]] | None = Field(default=None, max_length=256, description=(
         "Environment per group (instance), in group order, added to ``env`` on every node of that group (e.g. "
         "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); the same env policy applies."))
+    tuning: "TuningIn | None" = Field(default=None, description=(
+        "The tuning loop (GET /v1/nodes/{name}/tuning): the SLO its levels are judged against and auto_apply "
+        "(benchmark only)."))
 
     _check_env = field_validator("env")(_env_names)
 
@@ -255,3 +258,94 @@ class NodeUpdate(Strict):
     _check_address = field_validator("address")(_address)
     labels: dict[Annotated[DisplayStr, Field(min_length=1, max_length=128)], Annotated[DisplayStr, Field(max_length=256)]] | None = Field(
         default=None, max_length=64)
+
+
+# -- tuning (issue 16) -------------------------------------------------------------------------------------------
+def _num(hi: float, doc: str):
+    return Annotated[float, Field(ge=0, le=hi, allow_inf_nan=False, strict=True, description=doc)]
+
+
+MAX_WINDOW_S = 3600.0
+
+
+class MetricsWindowIn(Strict):
+    """One window of vLLM's live metrics as the node's agent computed it from vLLM's /metrics (``preflight agent
+    run --exec`` samples every ``--metrics-seconds``): gauges at the window's end, counter deltas over the window, P99s
+    from histogram bucket deltas (null when no request finished in the window). Every number finite and ≥ 0."""
+
+    plan: str = Field(min_length=1, max_length=36, description="The plan that ran in the window (the node's current "
+                      "plan or one of its recent ones).")
+    window_s: Annotated[float, Field(ge=1, le=MAX_WINDOW_S, allow_inf_nan=False, strict=True,
+                                     description="The window's length in seconds (1 to 3600).")]
+    num_requests_running: _num(1e7, "vllm:num_requests_running at the window's end")
+    num_requests_waiting: _num(1e9, "vllm:num_requests_waiting at the window's end")
+    kv_cache_usage_perc: _num(1.0, "vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before its rename), 0..1")
+    num_preemptions: _num(1e9, "the increase of vllm:num_preemptions_total over the window")
+    ttft_p99_s: _num(1e6, "P99 of vllm:time_to_first_token_seconds over the window") | None = None
+    e2e_p99_s: _num(1e6, "P99 of vllm:e2e_request_latency_seconds over the window") | None = None
+    generation_tokens_per_s: _num(1e9, "the increase of vllm:generation_tokens_total over the window ÷ window_s")
+
+
+class TuningIn(Strict):
+    """The tuning loop's settings for a plan (issue 16): the workload's latency objective (P99, seconds; a level
+    whose P99 goes beyond it fails like one that preempts) and ``auto_apply`` (the service applies the loop's next
+    plan itself as soon as the windows decide it: allowed only in the ``benchmark`` environment)."""
+
+    auto_apply: bool = False
+    slo_ttft_p99_s: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
+    slo_e2e_p99_s: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
+
+
+PlanIn.model_rebuild()  # its tuning block is defined below it
+class WaveIn(Strict):
+    percent: Annotated[int, Field(strict=True, description="Cumulative share of the rollout's nodes changed by the "
+                                  "end of this wave (rising, the last 100).")]
+    bake_s: Annotated[int, Field(strict=True, description="Seconds the wave runs, every unit ready, before the next "
+                                 "one starts.")] = 0
+
+
+class GatesIn(Strict):
+    ready_timeout_s: Annotated[int, Field(ge=1, le=86400, strict=True, description=(
+        "Every node of a wave reports running within this many seconds of its signing, or it failed."))] = 600
+    kv_tolerance: Annotated[float, Field(ge=0, le=10, description=(
+        "The KV cache tokens vLLM printed may differ from the prediction by at most this fraction of it (null: not "
+        "judged)."))] | None = 0.2
+
+
+class SelectorIn(Strict):
+    gpu: str | None = Field(default=None, min_length=1, max_length=128, description="Catalogue id or nvidia-smi name.")
+    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = None
+    labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=64,
+                                                                       description="Every label must match.")
+
+
+MAX_ROLLOUT_NODES = 1024
+
+
+class RolloutIn(Strict):
+    """A staged rollout: the target (as for a plan, without nodes), the nodes (names or a selector), the waves, the
+    failure limit and the gates."""
+
+    manifest: str | Annotated[int, Field(ge=1, le=2**62)] | dict[str, str] = Field(
+        description="Manifest id, name@version, or name (newest, pinned when the rollout is created).")
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for vLLM (A-Z, 0-9, _).")
+    environment: Literal["production", "benchmark"] = "production"
+    workload: Workload | None = None
+    vllm_version: str | None = Field(default=None, max_length=32)
+    kv_cache_pool: Literal["utilization", "pinned"] = "utilization"
+    multi_node_form: Literal["nnodes", "data_parallel"] | None = None
+    nodes: list[Annotated[str, Field(pattern=NAME)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_ROLLOUT_NODES, description="Node names, in the order waves take them.")
+    selector: SelectorIn | None = Field(default=None, description="Or: every registered node matching (by name).")
+    waves: list[WaveIn] = Field(min_length=1, max_length=20)
+    failure_limit: Annotated[int, Field(ge=0, le=MAX_ROLLOUT_NODES, strict=True, description=(
+        "Units (a node, or a multi-node instance) that may fail before the rollout halts and restores every node it "
+        "changed."))] = 0
+    gates: GatesIn = Field(default_factory=GatesIn)
+
+    _check_env = field_validator("env")(_env_names)
+
+
+class RolloutCommandIn(Strict):
+    reason: str | None = Field(default=None, max_length=1000, description="Recorded in the audit event.")

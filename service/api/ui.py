@@ -43,6 +43,8 @@ from ..services import fleet, history
 from ..services import manifests as manifest_service
 from ..services import nodes as node_service
 from ..services import plans as plan_service
+from ..services import tuning as tuning_service
+from ..services import rollouts as rollout_service
 from ..services.tokens import Principal, hash_token
 from .schemas import PlanIn
 
@@ -55,6 +57,7 @@ SECRETS = ("admin", "deployer")  # who sees env values (as the API)
 AUDITORS = ("admin", "auditor")
 DEPLOYERS = ("admin", "deployer")
 SECRET_LABEL = b"preflight ui session v1"
+ROLLOUTS_SHOWN = 10  # the newest staged rollouts listed on the fleet page
 MAX_NODES = 10_000  # the fleet page reads the inventory in pages of 500 up to this many
 AUDIT_PAGE = 100
 KNOWN_KINDS = ("node.registered", "node.updated", "manifest.registered", "manifest.superseded", "plan.created",
@@ -111,6 +114,32 @@ def memory_bar(budget: dict[str, Any] | None) -> dict[str, Any] | None:
             "utilization": budget.get("gpu_memory_utilization"), "max_model_len": budget.get("max_model_len"),
             "max_concurrency": budget.get("max_concurrency"), "kv_cache_tokens": budget.get("kv_cache_tokens"),
             "max_num_seqs_bound": budget.get("max_num_seqs_bound"), "log_line": budget.get("log_line")}
+
+
+CHART_SERIES = (("max_num_seqs", "max_num_seqs"), ("num_requests_waiting", "waiting"),
+                ("num_preemptions", "preemptions"), ("e2e_p99_s", "P99 e2e (s)"))
+
+
+def tuning_charts(windows: list[dict[str, Any]], width: int = 320, height: int = 36) -> list[dict[str, Any]]:
+    """One small line chart per series of the tuning loop's windows (issue 16), as SVG polyline points scaled to
+    the series' own maximum, with the first, last and largest value for the text beside it."""
+    out = []
+    n = len(windows)
+    for key, label in CHART_SERIES:
+        vals = [w.get(key) for w in windows]
+        nums = [float(v) for v in vals if isinstance(v, (int, float))]
+        top = max(nums) if nums else 0.0
+        pts = []
+        for i, v in enumerate(vals):
+            if not isinstance(v, (int, float)):
+                continue
+            x = width * i / max(1, n - 1)
+            y = height - (height - 2) * (float(v) / top if top > 0 else 0.0) - 1
+            pts.append(f"{x:.1f},{y:.1f}")
+        out.append({"key": key, "label": label, "points": " ".join(pts), "width": width, "height": height,
+                    "first": nums[0] if nums else None, "last": nums[-1] if nums else None,
+                    "max": top if nums else None})
+    return out
 
 
 def short_time(value: str | None) -> str:
@@ -369,6 +398,12 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
             states = fleet.node_states(s, [n.name for n in nodes])
         return [{**fleet.node_view(n, states[n.name]), "address": getattr(n, "address", None)} for n in nodes]
 
+    def rollout_rows() -> list[dict[str, Any]]:
+        """The newest staged rollouts (issue 19), for the fleet page."""
+        with db.read() as s:
+            return rollout_service.list_rollouts(s, state=None, limit=ROLLOUTS_SHOWN, after=None,
+                                                 secrets=False)["items"]
+
     @app.get("/ui/", include_in_schema=False)
     @guarded("fleet")
     async def fleet_page(request: Request, p: Principal, cookie, ctx):
@@ -379,13 +414,14 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
             raise PageError(422, f"status: one of {', '.join(fleet.NODE_STATUSES)}", "status")
         nodes = await run_in_threadpool(fleet_rows)
         rows = fleet.group_rows(nodes)  # one row per node, or per multi-node group
+        rollouts = await run_in_threadpool(rollout_rows)
         models = sorted({r["plan"]["model"] for r in rows if r["plan"]})
         counts = {st: sum(1 for r in nodes if r["status"] == st) for st in fleet.NODE_STATUSES}  # nodes, not rows
         shown = [r for r in rows if (not status or r["status"] == status)
                  and (not model or (r["plan"] and r["plan"]["model"] == model))]
         return page(request, "fleet.html", rows=shown, total=len(nodes), models=models, statuses=fleet.NODE_STATUSES,
                     counts=counts, drifted=sum(1 for r in nodes if r["drift"]), status=status or "",
-                    model=model or "", **ctx)
+                    model=model or "", rollouts=rollouts, **ctx)
 
     # -- plan ----------------------------------------------------------------------------------------------------
     def plan_data(plan_id: str, p: Principal) -> dict[str, Any]:
@@ -398,8 +434,10 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
             reports = [{"node": r.node_name, "status": r.status, "message": r.message, "at": iso(r.created_at)}
                        for r in s.execute(select(Report).where(Report.plan_id == plan_id)
                                           .order_by(Report.id.desc()).limit(50)).scalars()]
+            tuning = {a.node_name: tuning_charts(w) for a in assignments[:8]
+                      if (w := tuning_service.trajectory(s, a.node_name))}
         return {"plan": out, "manifest": manifest, "placements": placements, "states": states, "reports": reports,
-                "recommendations": plan.recommendations, "bar": memory_bar(plan.budget)}
+                "recommendations": plan.recommendations, "bar": memory_bar(plan.budget), "tuning": tuning}
 
     @app.get("/ui/plans/{plan_id}", include_in_schema=False)
     @guarded("fleet")

@@ -110,6 +110,8 @@ class Plan(Base):
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked
     # form, nodes per instance, groups (nodes, head, head address, digest), per-group env (domain/topology.py)
     topology: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # the tuning memo of a plan made by the tuning loop or with a tuning block (domain/tuning.py Memo; issue 16)
+    tuning: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -127,7 +129,7 @@ class Assignment(Base):
     node_name: Mapped[str] = mapped_column(String(128))
     seq: Mapped[int] = mapped_column(Integer)
     signed: Mapped[str] = mapped_column(Text)
-    # the freshness statement signed with the plan (service/api/app.py serves it while it is young enough)
+    # the freshness statement signed with the plan (service/api/routers/agent.py serves it while it is young enough)
     freshness: Mapped[str | None] = mapped_column(Text, nullable=True)
     etag: Mapped[str] = mapped_column(String(80))
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked
@@ -157,6 +159,27 @@ class Report(Base):
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class MetricWindow(Base):
+    """One window of vLLM's live metrics, as the node's agent computed it from /metrics (issue 16): gauges at the
+    window's end, counter deltas over it, P99s from histogram bucket deltas. A bounded number per node
+    (services/tuning.py prunes by count)."""
+
+    __tablename__ = "metric_windows"
+    __table_args__ = (Index("ix_metric_windows_node_name_id", "node_name", "id"),)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    node_name: Mapped[str] = mapped_column(String(128))
+    plan_id: Mapped[str] = mapped_column(String(36))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    window_s: Mapped[float] = mapped_column(Float)
+    running: Mapped[float] = mapped_column(Float)
+    waiting: Mapped[float] = mapped_column(Float)
+    kv_usage: Mapped[float] = mapped_column(Float)
+    preemptions: Mapped[float] = mapped_column(Float)
+    ttft_p99_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_p99_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gen_tokens_per_s: Mapped[float] = mapped_column(Float)
 
 
 class AuditEvent(Base):
@@ -246,3 +269,73 @@ class CacheEpoch(Base):
     __tablename__ = "cache_epochs"
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Rollout(Base):
+    """A staged rollout (issue 19): a plan target changed over its nodes in waves, gated by the agents' reports and
+    rolled back by itself (service/domain/rollout.py states; services/rollouts.py steps)."""
+
+    __tablename__ = "rollouts"
+    __table_args__ = (Index("ix_rollouts_state", "state"),)
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    # pending | waiting | baking | paused | halted | completed | rolled_back | aborted
+    state: Mapped[str] = mapped_column(String(16))
+    wave: Mapped[int] = mapped_column(Integer, default=-1)  # the current wave's index; -1 before the first
+    paused_from: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    promote: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    target: Mapped[dict[str, Any]] = mapped_column(JSON)  # the plan body without nodes
+    selector: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # how the nodes were chosen
+    waves: Mapped[list[Any]] = mapped_column(JSON)  # [{"percent", "bake_s"}]
+    failure_limit: Mapped[int] = mapped_column(Integer)
+    gates: Mapped[dict[str, Any]] = mapped_column(JSON)
+    bake_until: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it halted, was aborted, …
+    steps: Mapped[int] = mapped_column(Integer, default=0)  # transitions made
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RolloutWave(Base):
+    """One wave of a rollout: its share, bake, state and the plans signed for it (recorded in the transaction that
+    signed them, so a restarted scheduler never signs a wave twice)."""
+
+    __tablename__ = "rollout_waves"
+    __table_args__ = (UniqueConstraint("rollout_id", "index", name="uq_rollout_waves_rollout_id_index"),)
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    rollout_id: Mapped[str] = mapped_column(ForeignKey("rollouts.id"))
+    index: Mapped[int] = mapped_column(Integer)
+    percent: Mapped[int] = mapped_column(Integer)
+    bake_s: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending | waiting | baking | done | halted
+    plan_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    signed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    settled_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    done_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class RolloutNode(Base):
+    """A node of a rollout: its unit and wave, the plan it had before (``previous_plan_id``), the one the rollout
+    signed it (``new_plan_id``), the one that restored it, and the outcome with its evidence."""
+
+    __tablename__ = "rollout_nodes"
+    __table_args__ = (UniqueConstraint("rollout_id", "node_name", name="uq_rollout_nodes_rollout_id_node_name"),
+                      Index("ix_rollout_nodes_node_name", "node_name"))
+    id: Mapped[int] = mapped_column(ID, primary_key=True)
+    rollout_id: Mapped[str] = mapped_column(ForeignKey("rollouts.id"))
+    node_name: Mapped[str] = mapped_column(String(128))
+    position: Mapped[int] = mapped_column(Integer)
+    unit: Mapped[int] = mapped_column(Integer)
+    wave: Mapped[int] = mapped_column(Integer)
+    head: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))  # its unit's head
+    previous_plan_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    new_plan_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    new_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    restored_plan_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    restored_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # unchanged | pending | ready | failed | restored | not_restored
+    outcome: Mapped[str] = mapped_column(String(16), default="unchanged")
+    failed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))  # counted a failure
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    signed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -28,13 +28,13 @@ import bisect
 import functools
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .context import LaunchContext
 from .gpus import GIB, MIB
 from .model_facts import MAX_LAYERS, ModelFacts, config_int, round_up
-from .multimodal import EncoderProfile, encoder_profile
+from .multimodal import EncoderProfile, encoder_profile, vision_tower
 from .versions import parse_version
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -67,6 +67,7 @@ CALIBRATION = {
 }
 
 V0_DEFAULT_MAX_NUM_SEQS = 256  # V0 SchedulerConfig default
+V0_ONLY_FALLBACK_UNTIL = (0, 11, 0)  # V1 default from 0.8; V0-only models fell back to V0 until V0 left in 0.11
 V0_MIN_BATCHED_TOKENS = 2048  # V0: max_num_batched_tokens = max(max_model_len, 2048) without chunked prefill
 FP8_KV = {"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -732,6 +733,13 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     dp = a.data_parallel_size
     dcp = a.decode_context_parallel_size
     assumptions: list[str] = []
+    if (acct.v1_engine and acct.version < V0_ONLY_FALLBACK_UNTIL and "VLLM_USE_V1" not in ctx.request.env
+            and (tower := vision_tower(f)) is not None and tower.encoder_decoder):
+        # an architecture marked SupportsV0Only (mllama, vllm 0.10.2 model_executor/models/mllama.py:1273-1274) makes
+        # the engine fall back to V0 unless VLLM_USE_V1 is set (vllm 0.8.5 engine/arg_utils.py:1402-1406, 1649-1658;
+        # 0.10.2 :1479-1483); the V0 engine and mllama are gone from 0.11
+        acct = replace(acct, v1_engine=False, cuda_graphs_in_budget=False, hybrid_sliding_window=False)
+        assumptions.append("encoder-decoder model (V0 only): vLLM falls back to the V0 engine")
 
     act_bytes = DTYPE_BYTES.get(ctx.dtype, 2)
     total = torch_total_bytes(ctx)

@@ -37,8 +37,10 @@ output and the activation's output (mlp width / TP each; gated MLPs: gate_up 2 �
 replicates the tower on every rank (no TP split of weights or widths) and spreads the items over the TP ranks
 (qwen2_vl.py:1408, 1491 ``run_dp_sharded_mrope_vision_model``). Other vision towers (SigLIP / CLIP / InternViT /
 mllama) are counted with the same per-patch arithmetic from their vision_config, one image of
-``(image_size / patch_size)²`` patches (tiling processors — InternVL dynamic tiles, LLaVA-NeXT anyres, mllama's
-4 tiles — are not modelled: an assumption the budget states).
+``(image_size / patch_size)²`` patches (InternVL's dynamic tiles from ``max_dynamic_patch``; other tiling
+processors — LLaVA-NeXT anyres — are not modelled: an assumption the budget states). mllama under V0 runs the
+encoder-decoder profile (``_encoder_decoder_v0``, vllm 0.6.6 enc_dec_model_runner.py:264-340): every one of
+``max_num_seqs`` sequences carries a ``max_num_tiles``-tile image, with the encoder's aspect-ratio attention mask.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class VisionTower:
     mergers: int  # Qwen3-VL: 1 + deepstack mergers
     image_size: int | None  # generic ViT: the fixed input resolution
     tokens_per_image_config: int | None  # mm_tokens_per_image (Gemma 3) when config.json gives it
+    max_num_tiles: int = 1  # mllama: tiles of ``image_size`` per image (vision_config.max_num_tiles)
+    encoder_decoder: bool = False  # mllama: cross-attention model, V0's EncoderDecoderModelRunner
 
     @property
     def params(self) -> int:
@@ -151,6 +155,7 @@ def _vision_tower(facts: ModelFacts) -> VisionTower | None:
     mergers = 1 + (len(deepstack) if isinstance(deepstack, list) and family == "qwen3_vl" else 0)
     image_size = _int(vis, ("image_size",), "image_size", None, 1 << 16)
     tpi = config.get("mm_tokens_per_image")
+    tiles = (_int(vis, ("max_num_tiles",), "max_num_tiles", 4, 64) or 4) if mt == "mllama" else 1
     return VisionTower(
         family=family, width=width, depth=depth, mlp_width=mlp, gated_mlp=gated, patch_size=patch,
         merge_size=(_int(vis, ("spatial_merge_size",), "spatial_merge_size", 2, 64) or 1) if family != "vit" else 1,
@@ -160,6 +165,7 @@ def _vision_tower(facts: ModelFacts) -> VisionTower | None:
         out_hidden=out, mergers=mergers, image_size=image_size,
         tokens_per_image_config=tpi if isinstance(tpi, int) and not isinstance(tpi, bool) and 0 < tpi < 1 << 20
         else None,
+        max_num_tiles=tiles, encoder_decoder=mt == "mllama",
     )
 
 
@@ -238,7 +244,7 @@ def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preproc
             per_tile_tokens = tower.tokens_per_image_config or per_tile
         patches, tokens = tiles * per_tile, tiles * per_tile_tokens
         notes.append(f"vision tower profiled on {size}px {how}: {patches:,} patches, {tokens:,} tokens per image"
-                     + ("" if tiles > 1 else "; other tiling processors are not modelled"))
+                     + ("" if tiles > 1 or tower.encoder_decoder else "; other tiling processors are not modelled"))
         return {"image": ModalityItem("image", tokens, patches)}, notes
     mp, src = _max_pixels(tower, facts, preprocessor, mm_kwargs)
     img = qwen_image_grid(mp, tower.patch_size, tower.merge_size)
@@ -447,6 +453,9 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
         notes.append(f"encoder budget {budget:,} tokens: {n} {modality} item(s) of {T:,} tokens in the profile batch")
         return EncoderProfile(modality, T, item.patches, n, on_rank, int(peak), int(out), vision_w, None, None,
                               tuple(notes))
+    if tower.encoder_decoder:
+        return _encoder_decoder_v0(tower, facts, per, limits.get("image", default), max_num_seqs,
+                                   max_num_batched_tokens, act_bytes, vision_w, notes)
     # V0 (vllm 0.6.6 vllm/worker/model_runner.py:1241-1262 profile_run): the sequences are cut by the registry's
     # max multimodal tokens — the sum over modalities of limit × tokens per item (video counted too) — and each
     # dummy sequence carries the dummy builder's items: images only in 0.6 (qwen2_vl.py:838-862
@@ -454,6 +463,11 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
     # ``get_dummy_processor_inputs``); a sequence shorter than its placeholders is not truncated
     # (multimodal/processing.py:848-888), so the text forward runs over max(max_num_batched_tokens, all
     # placeholders) tokens.
+    if version < (0, 7, 0) and "video" in active and "image" in active:
+        # 0.6's registry sized a video like one image: ``_get_vision_info(data_type_key="video", mm_count=1)``
+        # gives grid_t = max(1 // temporal_patch_size, 1) = 1 (vllm 0.6.6 qwen2_vl.py:645-712)
+        img = active["image"]
+        active = {**active, "video": ModalityItem("video", img.tokens, img.patches)}
     max_mm_tokens = sum(limits.get(m, default) * it.tokens for m, it in active.items())
     seqs = max(1, min(max_num_seqs, max_num_batched_tokens // max(1, max_mm_tokens)))
     dummy = active if version >= (0, 7, 0) else {m: it for m, it in active.items() if m == "image"}
@@ -470,4 +484,46 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
                           tuple(notes), text_tokens=max(max_num_batched_tokens, tokens_all))
 
 
-__all__ = ["VisionTower", "vision_tower", "encoder_profile", "EncoderProfile", "qwen_image_grid", "per_patch_bytes"]
+def mllama_image_geometry(tower: VisionTower) -> tuple[int, int]:
+    """``(patches the vision blocks process, tokens the image adds)`` for one mllama image of ``max_num_tiles``
+    tiles (vllm 0.6.6 vllm/model_executor/models/mllama.py): each tile is ``(image_size // patch)² + 1`` patches
+    (the class embedding, :589), padded to a multiple of 8 for the encoder (:633-640); the padding is sliced off the
+    output (:676-690), so ``get_max_mllama_image_tokens`` counts ``tiles × ((image_size // 14)² + 1)`` (:185-188)."""
+    size = tower.image_size if tower.image_size and 0 < tower.image_size <= 1 << 14 else 560
+    per_tile = (size // max(1, tower.patch_size)) ** 2 + 1
+    padded = per_tile + (-per_tile) % 8
+    return tower.max_num_tiles * padded, tower.max_num_tiles * per_tile
+
+
+def _encoder_decoder_v0(tower: VisionTower, facts: ModelFacts, per: int, limit: int, max_num_seqs: int,
+                        max_num_batched_tokens: int, act_bytes: int, vision_w: int,
+                        notes: list[str]) -> EncoderProfile:
+    """V0's encoder-decoder profile run (mllama): unlike the decoder-only runner it does **not** cut the sequences
+    for the multimodal tokens — all ``max_num_seqs`` dummy sequences of ``max_num_batched_tokens // max_num_seqs``
+    tokens carry the encoder dummy data of ``limit_mm_per_prompt`` images (vllm 0.6.6
+    vllm/worker/enc_dec_model_runner.py:264-340; mllama.py:202-225: one 1024 × 1024 image, which the processor
+    splits into ``max_num_tiles`` tiles), and the vision model runs on the whole batch at once
+    (mllama.py:1269-1290 ``get_cross_attention_states``). Its self-attention takes an additive aspect-ratio mask of
+    ``images × (tiles·padded patches)²`` elements in the activation dtype (mllama.py:228-255, 642-648 — 9.9 GiB
+    for 128 four-tile images), live for the whole encoder next to the per-patch activations; the projected
+    cross-attention states (``tokens × text hidden``) are kept for the decoder's forward.
+
+    The per-patch live set is the generic ViT one (``per_patch_bytes``), not a trace of mllama's: its encoder also
+    holds the five intermediate-layer states it concatenates into the output (and, in the global stage, their
+    stacked copy, mllama.py:655-690), which a line-by-line count adds on top — more than the one public log
+    (Llama-3.2-11B-Vision, 128 sequences: 36.63 GiB printed, 36.65 GiB here) shows. The sequence count, tiles,
+    padding and mask are exact; the agreement of the total on that one log is not evidence for the live set."""
+    images = max_num_seqs * max(1, limit)
+    patches, tokens = mllama_image_geometry(tower)
+    mask = images * patches * patches * act_bytes
+    out = images * tokens * facts.hidden_size * act_bytes
+    peak = mask + images * patches * per + out
+    notes.append(f"V0 encoder-decoder profile: {max_num_seqs} sequence(s), {images} image(s) of {tower.max_num_tiles} "
+                 f"tiles ({patches:,} padded patches, {tokens:,} cross-attention tokens each); aspect-ratio mask "
+                 f"{mask / (1 << 30):.2f} GiB")
+    return EncoderProfile("image", tokens, patches, images, images, int(peak), int(out), vision_w, max_num_seqs, None,
+                          tuple(notes), text_tokens=max_num_batched_tokens)
+
+
+__all__ = ["VisionTower", "vision_tower", "encoder_profile", "EncoderProfile", "qwen_image_grid", "per_patch_bytes",
+           "mllama_image_geometry"]

@@ -2,7 +2,7 @@
 changes the state, polled by every process.
 
 The agents' hot path answers most fetches from two per-process caches (a token's principal, a node's current
-assignment; service/api/app.py). Each entry is stored with the epoch its process had seen when it read the database,
+assignment; service/api/deps.py). Each entry is stored with the epoch its process had seen when it read the database,
 and is used only while that is still the current epoch and the poll is fresh. So a plan created, revoked or
 reissued — or a token revoked or rotated — in any process reaches every other process's cache within one poll
 interval (``POLL_SECONDS``), not after a TTL; and when the poll cannot reach the database for ``STALE_AFTER``

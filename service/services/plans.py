@@ -115,7 +115,7 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secret
     out = {"id": plan.id, "status": plan.status, "verdict": plan.verdict, "findings": plan.findings,
            "argv": plan.argv, "command": command, "env": env, "budget": plan.budget,
            "vllm_version": plan.vllm_version, "manifest_id": plan.manifest_id, "created_by": plan.created_by,
-           "created_at": iso(plan.created_at)}
+           "created_at": iso(plan.created_at), "tuning": plan.tuning}
     topo = plan.topology or None
     if topo:
         out["topology"] = {"form": topo.get("form"), "nodes_per_instance": topo.get("nodes_per_instance")}
@@ -347,7 +347,8 @@ def judge(session: Session, manifest: Manifest, nodes: list[Node], body: dict[st
     return Judgement(manifest, nodes, body, request, result, layout, line, [f.as_dict() for f in result.findings])
 
 
-def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any]) -> dict:
+def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any],
+           tuning: dict[str, Any] | None = None) -> dict:
     """Validate, sign and store a plan for every named node. Raises LaunchRejected (422, nothing stored) when the
     verdict is reject; DomainError / NotFound / Invalid for bad input.
 
@@ -355,6 +356,10 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     instances of k nodes in the order given. The launch is validated once per instance shape (``hardware.nodes`` =
     k, with the group-wide ``--nnodes``/``--master-port`` or ``--data-parallel-size-local``/``-rpc-port``); each
     node is signed its own argv with its group, rank, role and the group's digest."""
+    from .tuning import initial_memo
+
+    if tuning is None:  # a plan's own tuning block starts the loop (issue 16); the loop passes its memo
+        tuning = initial_memo(body.get("tuning"), body.get("environment"))
     manifest = manifest_service.resolve_ref(session, body["manifest"])
     names = list(dict.fromkeys(body["nodes"]))
     nodes = [node_service.get(session, n) for n in names]
@@ -389,7 +394,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     plan = Plan(id=plan_id, manifest_id=manifest.id, request=judged.model_dump(mode="json"),
                 verdict=result.verdict, findings=findings, argv=result.argv, command=result.command,
                 env=dict(request.env), budget=result.budget, recommendations=result.recommendations,
-                vllm_version=result.vllm_version, created_by=actor,
+                vllm_version=result.vllm_version, created_by=actor, tuning=tuning,
                 topology={"form": topo.form, "nodes_per_instance": topo.nodes_per_instance, "groups": groups,
                           "multi_node_form": body.get("multi_node_form"),
                           "group_env": body.get("group_env")})
@@ -701,20 +706,29 @@ def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
     return plan
 
 
+def content_body(old: Plan, assignments: list[Assignment]) -> dict[str, Any]:
+    """A plan body with ``old``'s content (manifest, engine args, env, workload, version, multi-node form) for the
+    nodes of ``assignments`` — whole groups of ``old`` —, in the order given at first (ranks follow it: by rank within
+    each group, groups in order), with the group env of those groups."""
+    req = old.request
+    topo = old.topology or {}
+    ordered = sorted(assignments, key=lambda a: (a.group_index or 0, a.rank or 0, a.id))
+    group_env = topo.get("group_env")
+    if group_env:
+        kept = sorted({a.group_index or 0 for a in ordered})
+        group_env = [group_env[g] for g in kept if g < len(group_env)]
+    return {"manifest": old.manifest_id, "nodes": [a.node_name for a in ordered],
+            "engine_args": req.get("engine_args") or {}, "env": req.get("env") or {},
+            "environment": req.get("environment"), "workload": req.get("workload"),
+            "vllm_version": req.get("vllm_version"), "multi_node_form": topo.get("multi_node_form"),
+            "group_env": group_env}
+
+
 def reissue(session: Session, *, actor: str, settings: Settings, keys: KeyStore, plan_id: str) -> dict:
     """Rollback: the earlier plan's content (manifest, nodes, engine args, env, workload, version), re-validated
     and signed as a new plan with a new per-node seq."""
     old, assignments = get(session, plan_id)
-    req = old.request
-    topo = old.topology or {}
-    # the nodes in the order given (ranks follow it): by rank within each group, groups in order
-    ordered = sorted(assignments, key=lambda a: (a.group_index or 0, a.rank or 0, a.id))
-    body = {"manifest": old.manifest_id, "nodes": [a.node_name for a in ordered],
-            "engine_args": req.get("engine_args") or {}, "env": req.get("env") or {},
-            "environment": req.get("environment"), "workload": req.get("workload"),
-            "vllm_version": req.get("vllm_version"), "multi_node_form": topo.get("multi_node_form"),
-            "group_env": topo.get("group_env")}
-    out = create(session, actor=actor, settings=settings, keys=keys, body=body)
+    out = create(session, actor=actor, settings=settings, keys=keys, body=content_body(old, assignments))
     audit.append(session, actor=actor, kind="plan.reissued", subject=f"plan:{out['id']}", plan_id=out["id"],
                  model=model_of(session, out["id"]),
                  payload={"from": plan_id})

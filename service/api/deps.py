@@ -1,0 +1,138 @@
+"""The routes' shared dependencies: the database session, the caller (bearer token → principal, through the
+per-process caches), role requirements and query-time parsing. Everything per app is read from ``request.app.state``
+(set by ``create_app``: db, keys, settings, epochs, writes, principals, principal_cache, plan_cache)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+from typing import Annotated, Callable
+
+from fastapi import Depends, Header, Path, Query, Request
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from ..db.session import Database
+from ..domain.errors import DomainError
+from ..errors import Forbidden, Unauthorized
+from ..services import tokens as token_service
+from ..services.epochs import EpochCache
+from ..settings import Settings
+from .schemas import NAME
+
+NodeName = Annotated[str, Path(pattern=NAME, description="Node name (hostname-like).")]
+PRINCIPAL_CACHE_SECONDS = 60.0  # TTLs bound an entry's life; coherence comes from services/epochs.py
+PLAN_CACHE_SECONDS = 30.0
+
+
+# -- the database session ---------------------------------------------------------------------------------------------
+def session_dep(request: Request):
+    with request.app.state.db.transaction() as s:
+        yield s
+
+
+# scope="function": the transaction commits when the route returns, before the response is sent (FastAPI's default
+# for a yield dependency would commit after it, so a client could act on an acknowledgement not yet durable)
+SessionDep = Annotated[Session, Depends(session_dep, scope="function")]
+
+
+# -- the caller -------------------------------------------------------------------------------------------------------
+def bearer_secret(authorization: str | None, copies: int = 1) -> str:
+    """The token of ``Authorization: Bearer <token>``. Raises Unauthorized when it is missing, not a bearer
+    token, or sent more than once (``copies``: how many Authorization fields the request carried)."""
+    if copies > 1:
+        raise Unauthorized("several Authorization headers: send exactly one")
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise Unauthorized("missing bearer token: send Authorization: Bearer <token>")
+    return authorization.split(" ", 1)[1].strip()
+
+
+class Principals:
+    """Bearer secrets to principals, one per app (``app.state.principals``): the admin token, then the per-process
+    cache of look-ups (``cache``, an EpochCache on the ``tokens`` epoch: a fleet booting at once fetches and
+    reports with the same token; a token change made in any process reaches it within epochs.POLL_SECONDS), then
+    the database."""
+
+    def __init__(self, settings: Settings, db: Database, cache: EpochCache):
+        self.settings, self.db, self.cache = settings, db, cache
+
+    def cached(self, secret: str) -> token_service.Principal | None:
+        """The admin token, or a cached look-up still fresh; None when the database must be asked."""
+        admin = self.settings.admin_token
+        if admin and hmac.compare_digest(secret.encode(), admin.encode()):
+            return token_service.Principal(role="admin", name="admin")
+        return self.cache.get(token_service.hash_token(secret))
+
+    def lookup(self, secret: str) -> token_service.Principal:
+        """Look the token up in the database and cache it. Raises Unauthorized."""
+        tag = self.cache.tag()
+        with self.db.transaction() as session:
+            p = token_service.authenticate(session, secret)
+        if p is None:
+            raise Unauthorized("unknown or revoked token")
+        self.cache.put(token_service.hash_token(secret), p, tag)
+        return p
+
+    def authenticate(self, secret: str) -> token_service.Principal:
+        """Cached, else looked up (blocking). Raises Unauthorized."""
+        return self.cached(secret) or self.lookup(secret)
+
+
+async def principal_dep(request: Request,
+                        authorization: Annotated[str | None, Header()] = None) -> token_service.Principal:
+    """The caller, from ``Authorization: Bearer``. Async (no thread hop) when the look-up is cached; a miss runs
+    one short transaction in the thread pool, so a long-poll holds no database connection."""
+    secret = bearer_secret(authorization, len(request.headers.getlist("authorization")))
+    principals: Principals = request.app.state.principals
+    return principals.cached(secret) or await run_in_threadpool(principals.lookup, secret)
+
+
+PrincipalDep = Annotated[token_service.Principal, Depends(principal_dep)]
+
+
+def require(*roles: str) -> Callable:
+    async def check(p: PrincipalDep) -> token_service.Principal:
+        if p.role not in roles:
+            raise Forbidden(f"role {p.role} may not do this (needs {' or '.join(roles)})")
+        return p
+    return check
+
+
+authorize_node = token_service.authorize_node
+
+
+async def for_node(name: NodeName, p: PrincipalDep) -> token_service.Principal:
+    return authorize_node(name, p)
+
+
+async def for_node_facts(name: NodeName, p: PrincipalDep) -> token_service.Principal:
+    """Issue 17: an enroller or admin may create a node or update any node's hardware facts; an agent only its
+    own node's (after inventory drift)."""
+    if p.role in ("admin", "enroller"):
+        return p
+    return authorize_node(name, p)
+
+
+Admin = Annotated[token_service.Principal, Depends(require("admin"))]
+Deployer = Annotated[token_service.Principal, Depends(require("admin", "deployer"))]
+Reader = Annotated[token_service.Principal, Depends(require("admin", "deployer", "auditor"))]
+Auditor = Annotated[token_service.Principal, Depends(require("admin", "auditor"))]
+NodeAgent = Annotated[token_service.Principal, Depends(for_node)]
+NodeFactsWriter = Annotated[token_service.Principal, Depends(for_node_facts)]
+READERS_AND_AGENTS = ("admin", "deployer", "auditor", "agent")  # every role but enroller
+ReaderOrAgent = Annotated[token_service.Principal, Depends(require(*READERS_AND_AGENTS))]
+
+
+# -- times in queries -------------------------------------------------------------------------------------------------
+ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:\d{2})?$"
+TimeQuery = Annotated[str | None, Query(pattern=ISO_TIME, description="ISO 8601 time (UTC unless an offset is given)")]
+
+
+def parse_time(field: str, value: str | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise DomainError(field, f"{field} {value!r} is not an ISO 8601 time") from None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)

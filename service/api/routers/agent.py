@@ -1,0 +1,163 @@
+"""The node agent's routes: fetch the node's signed plan, report its state. The fleet's hot path: ``create_app``
+includes this router first (matched before any other route), and ``PlanServer.cached_answer`` answers a repeated
+fetch from the per-process caches without FastAPI (``CachedPlanFetch`` in app.py)."""
+
+import asyncio
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from ... import metrics
+from ...errors import ApiError, NotFound
+from ...services import plans as plan_service
+from ...services import tokens as token_service
+from ...services.agent_writes import Fetch, Report
+from ...services.epochs import EpochCache
+from ...settings import Settings
+from ...signing import FRESHNESS_MEDIA_TYPE, KeyStore, b64json, freshness_claims, plan_digest
+from ..deps import NodeAgent, NodeName, Principals, authorize_node, bearer_secret
+from ..schemas import ReportIn
+
+router = APIRouter()
+
+FRESHNESS_CACHE_SECONDS = 60.0  # a freshness statement is re-signed per assignment at most this often
+PLAN_HEADERS = {
+    "ETag": {"description": "the plan's entity tag (send it as If-None-Match)", "schema": {"type": "string"}},
+    "X-Plan-Id": {"description": "the plan id", "schema": {"type": "string"}},
+    "X-Plan-Seq": {"description": "the node's seq of this plan", "schema": {"type": "integer"}},
+    "X-Plan-Freshness": {"description": "compact JWS (typ application/vnd.preflight.freshness+jwt) signed at fetch "
+                         "time over the plan's digest, node and seq: the plan is the node's current one until its "
+                         "exp (PREFLIGHT_FRESHNESS_TTL_SECONDS)", "schema": {"type": "string"}},
+}
+
+
+def _signed_at(statement: str) -> tuple[int, str, str] | None:
+    """(iat, kid, plan_digest) of a statement this service signed and stored itself (not verified here: it only
+    decides whether the stored statement is young enough, and still about the stored plan, to serve instead of
+    signing a new one)."""
+    try:
+        header, payload, _ = statement.split(".")
+        claims, kid = b64json(payload), b64json(header)["kid"]
+        iat, digest = claims["iat"], claims["plan_digest"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (iat, kid, digest) if type(iat) is int and type(kid) is str and type(digest) is str else None
+
+
+def etag_list(if_none_match: str | None) -> list[str]:
+    return [t.strip() for t in if_none_match.split(",") if t.strip()] if if_none_match else []
+
+
+class PlanServer:
+    """A node's current plan from the per-process caches, one per app (``app.state.plan_server``): the plan cache
+    (an EpochCache on the ``plans`` epoch: repeated fetches are answered from memory; a fetch that must be recorded
+    — the first of an assignment, or a minute after the last record — always goes to the database) and the
+    freshness statements signed per assignment."""
+
+    def __init__(self, settings: Settings, keys: KeyStore, principals: Principals, plan_cache: EpochCache):
+        self.settings, self.keys, self.principals, self.plan_cache = settings, keys, principals, plan_cache
+        self.freshness_cache: dict[int, tuple[float, str, str]] = {}  # assignment id -> (valid until, kid, statement)
+        self.freshness_window = min(FRESHNESS_CACHE_SECONDS, settings.freshness_ttl_seconds / 10)
+
+    def freshness(self, a: dict) -> str:
+        """The freshness statement for a current assignment (signs.py ``freshness_claims``): signed at most once per
+        ``freshness_window`` per assignment and process — a small fraction of its lifetime —, so a fleet fetching
+        at once costs a dictionary look-up, not a signature, per request."""
+        now = time.time()
+        keys, freshness_cache, window = self.keys, self.freshness_cache, self.freshness_window
+        keys.refresh_soon()  # a rotation or retirement made by the CLI reaches the cache within a second
+        kid = keys.active_kid
+        hit = freshness_cache.get(a["id"])
+        if hit is not None and hit[0] > now and hit[1] == kid:
+            return hit[2]
+        if len(freshness_cache) > 200_000:
+            freshness_cache.clear()
+        stored = a.get("freshness")  # signed with the plan (services/plans.py create)
+        if stored:
+            made = _signed_at(stored)
+            if made is not None and made[1] == kid and made[0] <= now < made[0] + window \
+                    and made[2] == plan_digest(a["signed"]):
+                freshness_cache[a["id"]] = (made[0] + window, kid, stored)
+                return stored
+        settings = self.settings
+        statement = keys.sign(freshness_claims(
+            issuer=settings.issuer, audience=settings.audience, node=a["node_name"], plan_id=a["plan_id"],
+            seq=a["seq"], digest=plan_digest(a["signed"]), ttl=settings.freshness_ttl_seconds, now=int(now),
+            grouped=a.get("role") in ("head", "worker"), head_group_digest=a.get("head_group_digest")),
+            typ=FRESHNESS_MEDIA_TYPE, refresh=False)  # refresh_soon() above keeps the key set current
+        freshness_cache[a["id"]] = (now + window, keys.active_kid, statement)
+        return statement
+
+    def plan_response(self, a: dict, served: bool) -> Response:
+        headers = {"ETag": a["etag"], "Cache-Control": "no-cache", "X-Plan-Id": a["plan_id"],
+                   "X-Plan-Seq": str(a["seq"]), "X-Plan-Freshness": self.freshness(a)}
+        if not served:
+            metrics.AGENT_FETCHES.labels("not_modified").inc()
+            return Response(status_code=304, headers=headers)
+        return Response(a["signed"], media_type="application/jose", headers=headers)
+
+    def from_plan_cache(self, name: str, principal: token_service.Principal | None,
+                        etags: list[str]) -> tuple[dict | None, bool]:
+        a = self.plan_cache.get(name) if principal is not None else None
+        if a is None:
+            return None, False
+        authorize_node(name, principal)
+        if plan_service.etag_matches(a["etag"], etags):
+            return a, False
+        if principal.role == "agent" and not plan_service.fetch_recorded_recently(a):
+            return None, False  # a delivery to record: the database
+        metrics.AGENT_FETCHES.labels("served").inc()
+        return a, True
+
+    def cached_answer(self, name: str, authorization: str | None, if_none_match: str | None) -> Response | None:
+        """The route's answer when the caches hold it (no database, nothing to record), else None."""
+        try:
+            principal = self.principals.cached(bearer_secret(authorization))
+            a, served = self.from_plan_cache(name, principal, etag_list(if_none_match))
+        except ApiError:  # the route answers errors
+            return None
+        return self.plan_response(a, served) if a is not None else None
+
+
+@router.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
+            responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan",
+                             "headers": PLAN_HEADERS},
+                       304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS}})
+async def fetch_node_plan(request: Request, name: NodeName, authorization: Annotated[str | None, Header()] = None,
+                          if_none_match: Annotated[str | None, Header()] = None,
+                          wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
+    """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
+    the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
+    call authenticates and fetches in one transaction, group-committed with other agents' fetches and reports
+    (services/agent_writes.py)."""
+    state = request.app.state
+    server: PlanServer = state.plan_server
+    principals: Principals = state.principals
+    principal_cache, plan_cache, writes = principals.cache, server.plan_cache, state.writes
+    secret = bearer_secret(authorization, len(request.headers.getlist("authorization")))
+    deadline = time.monotonic() + wait
+    tags = etag_list(", ".join(request.headers.getlist("if-none-match")))  # repeated fields form one list
+    while True:
+        principal = principals.cached(secret)  # each round: a token revoked during a long-poll stops it
+        a, served = server.from_plan_cache(name, principal, tags)
+        if a is None:
+            tags_seen = principal_cache.tag(), plan_cache.tag()  # before the read (services/epochs.py)
+            principal, a, served = await writes.fetch(Fetch(secret, principal, name, tuple(tags)))
+            principal_cache.put(token_service.hash_token(secret), principal, tags_seen[0])
+            if a is not None:
+                plan_cache.put(name, a, tags_seen[1])
+        if a is None or served or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+    if a is None:
+        raise NotFound(f"node {name!r} has no current plan", field="name")
+    return server.plan_response(a, served)
+
+
+@router.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
+async def report(request: Request, name: NodeName, body: ReportIn, p: NodeAgent):
+    """The node agent's report (see ReportIn for the lifecycle). A ``heartbeat`` stores nothing but the time."""
+    out = await request.app.state.writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))
+    return JSONResponse(out, status_code=201)

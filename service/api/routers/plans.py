@@ -1,0 +1,111 @@
+"""Launch validation and plans: validate inline, upgrade impact, create (or dry-run), list, read, revoke, reissue."""
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse
+
+from ... import metrics
+from ...db.session import after_commit
+from ...domain.errors import DomainError
+from ...domain.request import LaunchRequest
+from ...domain.validate import validate
+from ...services import fleet, idempotency
+from ...services import plans as plan_service
+from ...services import upgrade as upgrade_service
+from ..deps import Deployer, Reader, SessionDep, TimeQuery, parse_time
+from ..schemas import PlanIn
+
+router = APIRouter()
+
+
+@router.post("/v1/validate", operation_id="validateLaunch", tags=["plans"])
+def validate_launch(body: LaunchRequest, p: Reader):
+    """Judge a launch given inline (config.json object, hardware, engine args, workload): the verdict, findings
+    with remedies, the budget, recommendations and the argv. Stores nothing (see createPlan ``dry_run`` to judge
+    by manifest and node names)."""
+    if body.model.path is not None:
+        raise DomainError("model.path", "model.path is for the CLI; send config (the config.json object)")
+    out = validate(body).as_dict()
+    metrics.observe_result("validate", out["verdict"], out["findings"])
+    return out
+
+
+@router.get("/v1/upgrade-impact", operation_id="upgradeImpact", tags=["plans"])
+def upgrade_impact(session: SessionDep, p: Reader,
+                   vllm_version: Annotated[str, Query(min_length=1, max_length=32)]):
+    """Every active plan and every manifest's newest plan re-validated against ``vllm_version``: what would
+    break on upgrade (or downgrade), with findings and remedies. Breaking plans first."""
+    return upgrade_service.upgrade_impact(session, vllm_version)
+
+
+@router.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"],
+             responses={200: {"description": "dry run: the verdict, findings, budget and argv; nothing stored"}})
+def create_plan(request: Request, body: PlanIn, p: Deployer,
+                idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+                dry_run: Annotated[bool, Query(description="validate and render only: no plan, no seq, no "
+                                                           "audit event (200, or 422 when rejected)")] = False):
+    """Validate a launch for a registered manifest on registered nodes, sign one plan per node and make it each
+    node's current plan (the previous one is superseded). 422 with findings and remedies when vLLM would refuse
+    it; nothing is stored then. With ``dry_run=true`` nothing is ever stored."""
+    state = request.app.state
+    data = body.model_dump(mode="json")
+    if dry_run:
+        with state.db.read() as session:
+            return JSONResponse(fleet.dry_run(session, data))
+    settings, keys = state.settings, state.keys
+    status, out, replayed = idempotency.run(
+        state.db, route="POST /v1/plans", principal=p.name, key=idempotency_key, body=data, status_code=201,
+        action=lambda s: plan_service.create(s, actor=p.name, settings=settings, keys=keys, body=data))
+    state.plan_cache.clear()
+    return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
+
+
+@router.get("/v1/plans", operation_id="listPlans", tags=["plans"])
+def list_plans(request: Request, session: SessionDep, p: Reader,
+               node: Annotated[str | None, Query(max_length=128)] = None,
+               model: Annotated[str | None, Query(max_length=256)] = None,
+               status: Annotated[Literal["active", "superseded", "revoked"] | None, Query()] = None,
+               since: TimeQuery = None, until: TimeQuery = None,
+               limit: Annotated[int, Query(ge=1, le=500)] = 100,
+               after: Annotated[str | None, Query(max_length=36, description="the previous page's next")] = None):
+    """Plans, newest first, filtered by node (assigned to it), model (manifest name), status and creation time
+    (``since`` inclusive, ``until`` exclusive); ``next`` is the cursor (pass it as ``after``). Env values are
+    redacted and the JWS left out for auditors."""
+    unknown = sorted(set(request.query_params) - {"node", "model", "status", "since", "until", "limit", "after"})
+    if unknown:  # a misspelt filter would silently list everything
+        raise DomainError(f"query.{unknown[0]}" if unknown[0] else "query",
+                          f"unknown query parameter {unknown[0]!r} (filters: node, model, status, since, until; "
+                          f"limit, after)")
+    lo, hi = parse_time("since", since), parse_time("until", until)
+    if lo and hi and hi < lo:
+        raise DomainError("until", "until is before since")
+    return fleet.list_plans(session, node=node, model=model, status=status, since=lo, until=hi, limit=limit,
+                            after=after, secrets=p.role in ("admin", "deployer"))
+
+
+@router.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
+def get_plan(plan_id: str, session: SessionDep, p: Reader):
+    """One plan with its findings, budget, argv and command, and its assignments (node, seq, status, last
+    report). Env values and the signed JWS only for admins and deployers."""
+    plan, assignments = plan_service.get(session, plan_id)
+    # env values may be secrets: only admins and deployers see them (and the signed JWS, which carries them)
+    return plan_service.plan_dict(plan, assignments, secrets=p.role in ("admin", "deployer"))
+
+
+@router.post("/v1/plans/{plan_id}/revoke", operation_id="revokePlan", tags=["plans"])
+def revoke_plan(request: Request, plan_id: str, session: SessionDep, p: Deployer):
+    """Withdraw a plan: its nodes' next heartbeat answer says it is no longer current and the agents stop it."""
+    out = plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id))
+    after_commit(session, request.app.state.plan_cache.clear)
+    return out
+
+
+@router.post("/v1/plans/{plan_id}/reissue", status_code=201, operation_id="reissuePlan", tags=["plans"])
+def reissue_plan(request: Request, plan_id: str, session: SessionDep, p: Deployer):
+    """Rollback: re-validate an earlier plan's content and issue it as a new plan with a new seq per node
+    (an old JWS is never re-served)."""
+    state = request.app.state
+    out = plan_service.reissue(session, actor=p.name, settings=state.settings, keys=state.keys, plan_id=plan_id)
+    after_commit(session, state.plan_cache.clear)
+    return out

@@ -1,0 +1,651 @@
+"""Staged rollouts (issue 19): create a rollout (the target validated once per hardware shape, nothing stored on a
+rejection), advance it one step at a time under a row lock (``tick``; the scheduler thread calls it), restore every
+node it changed when failures pass the limit, and the operators' pause / resume / promote / abort.
+
+Steps are idempotent: a wave's plans are signed in the same transaction that records them on the wave and its nodes
+and moves the rollout on, so a scheduler that dies before the commit signed nothing, and one that dies after it
+left a state the next scheduler (in any process) continues from. On PostgreSQL each step takes the rollout's row
+with ``SELECT … FOR UPDATE SKIP LOCKED``: two workers or replicas never step the same rollout at once (the second
+skips it); on SQLite the single write lock serializes them and a process-local lock keeps one tick per process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from sqlalchemy import func, select, tuple_
+from sqlalchemy.orm import Session
+
+from .. import audit
+from ..db.models import Assignment, Node, Plan, Report, Rollout, RolloutNode, RolloutWave, iso, utcnow
+from ..domain import rollout as domain
+from ..domain.errors import DomainError
+from ..domain.gpus import resolve
+from ..errors import ApiError, Conflict, Invalid, NotFound
+from ..settings import Settings
+from ..signing import KeyStore
+from . import manifests as manifest_service
+from . import nodes as node_service
+from . import plans as plan_service
+
+log = logging.getLogger("preflight.rollouts")
+TARGET_FIELDS = ("manifest", "engine_args", "env", "environment", "workload", "vllm_version", "kv_cache_pool",
+                 "multi_node_form")
+SCHEDULED = ("pending", "waiting", "baking", "paused")  # what the scheduler steps (halted waits for an operator)
+REPORTED = ("running", "failed", "refused", "exited")
+MAX_SELECTED = domain.MAX_ROLLOUT_NODES
+# The hook for a gate over vLLM's metrics (preemptions, P99 from the tuning loop's windows, when it exists): a
+# function of domain.Observed returning an Outcome (not "ready": the node fails with its reason) or None. None here:
+# no metrics gate.
+METRICS_GATE: domain.MetricsGate | None = None
+
+
+def _epoch(value: dt.datetime | None) -> float | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value.timestamp()
+
+
+def _at(now: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(now, dt.timezone.utc)
+
+
+def _shape(n: Node) -> tuple:
+    return (n.gpu_id, n.gpu.get("memory_bytes"), n.gpu.get("compute_capability"), n.gpu_count)
+
+
+# -- create ----------------------------------------------------------------------------------------------------------
+
+def _select_nodes(session: Session, body: dict[str, Any]) -> list[Node]:
+    """The rollout's nodes: ``nodes`` (names, in the order given) or ``selector`` (inventory fields; by name)."""
+    names, selector = body.get("nodes"), body.get("selector")
+    if (names is None) == (selector is None):
+        raise Invalid("give either nodes (names) or selector (inventory fields)", field="nodes",
+                      errors=[{"field": "nodes", "rule": "rollout_nodes", "message": "give nodes or selector"}])
+    if names is not None:
+        names = list(dict.fromkeys(names))
+        found = {n.name: n for n in session.execute(select(Node).where(Node.name.in_(names))).scalars()}
+        missing = [(i, n) for i, n in enumerate(body["nodes"]) if n not in found]
+        if missing:
+            raise Invalid(f"{len(missing)} node(s) not registered: " + ", ".join(n for _, n in missing[:5]),
+                          field=f"nodes.{missing[0][0]}",
+                          errors=[{"field": f"nodes.{i}", "rule": "unknown_node",
+                                   "message": f"node {n!r} is not registered"} for i, n in missing[:50]])
+        return [found[n] for n in names]
+    q = select(Node).order_by(Node.name)
+    if selector.get("gpu") is not None:
+        q = q.where(Node.gpu_id == resolve(selector["gpu"], "selector.gpu").id)
+    if selector.get("gpu_count") is not None:
+        q = q.where(Node.gpu_count == selector["gpu_count"])
+    labels = selector.get("labels") or {}
+    chosen: list[Node] = []
+    # labels are JSON: matched here, over the rows the columns already narrowed, read in pages (bounded memory)
+    after = ""
+    while True:
+        page = list(session.execute(q.where(Node.name > after).limit(500)).scalars())
+        for n in page:
+            if all((n.labels or {}).get(k) == v for k, v in labels.items()):
+                chosen.append(n)
+                if len(chosen) > MAX_SELECTED:
+                    raise Invalid(f"the selector matches more than {MAX_SELECTED} nodes: narrow it (labels, gpu, "
+                                  f"gpu_count) and roll out in several rollouts", field="selector")
+        if len(page) < 500:
+            break
+        after = page[-1].name
+    if not chosen:
+        raise Invalid("the selector matches no registered node", field="selector",
+                      errors=[{"field": "selector", "rule": "no_match", "message": "no node matches"}])
+    return chosen
+
+
+def _current(session: Session, names: list[str]) -> dict[str, Assignment]:
+    """Each node's current (active, highest seq) assignment."""
+    out: dict[str, Assignment] = {}
+    for a in session.execute(select(Assignment).where(Assignment.node_name.in_(names),
+                                                      Assignment.status == "active")).scalars():
+        if a.node_name not in out or a.seq > out[a.node_name].seq:
+            out[a.node_name] = a
+    return out
+
+
+def _previous_groups(session: Session, current: dict[str, Assignment]) -> list[list[str]]:
+    """The multi-node instances the nodes' current plans form (every active member, in or out of the rollout)."""
+    keys = {(a.plan_id, a.group_index) for a in current.values() if a.role in ("head", "worker")}
+    if not keys:
+        return []
+    groups: dict[tuple, list[str]] = {}
+    for a in session.execute(select(Assignment).where(Assignment.plan_id.in_(sorted({p for p, _ in keys})),
+                                                      Assignment.status == "active")
+                             .order_by(Assignment.rank)).scalars():
+        if (a.plan_id, a.group_index) in keys:
+            groups.setdefault((a.plan_id, a.group_index), []).append(a.node_name)
+    return list(groups.values())
+
+
+def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Store a rollout after validating its target once per distinct hardware shape of its nodes. Raises
+    LaunchRejected (422 with findings; nothing stored), Invalid / DomainError naming the field, NotFound for an
+    unknown manifest, Conflict when a node is already in a rollout that is not over."""
+    waves = [domain.Wave(w["percent"], w.get("bake_s", 0)) for w in body["waves"]]
+    domain.check_waves(waves)
+    gates = domain.Gates(**(body.get("gates") or {}))
+    nodes = _select_nodes(session, body)
+    names = [n.name for n in nodes]
+    if len(names) > domain.MAX_ROLLOUT_NODES:
+        raise Invalid(f"{len(names)} nodes: at most {domain.MAX_ROLLOUT_NODES} per rollout", field="nodes")
+    node_service.lock(session, sorted(names))  # plans and rollouts for these nodes queue here
+    busy = session.execute(select(RolloutNode.node_name, RolloutNode.rollout_id)
+                           .join(Rollout, Rollout.id == RolloutNode.rollout_id)
+                           .where(RolloutNode.node_name.in_(names), Rollout.state.in_(SCHEDULED + ("halted",)))
+                           .limit(1)).first()
+    if busy is not None:
+        raise Conflict(f"node {busy[0]!r} is already in rollout {busy[1]} (not over): finish, abort or wait for it",
+                       field=f"nodes.{names.index(busy[0])}")
+    current = _current(session, names)
+    unplanned = [i for i, n in enumerate(names) if n not in current]
+    if unplanned:
+        raise Invalid(f"node {names[unplanned[0]]!r} has no current plan: a rollout changes running nodes and "
+                      f"restores their previous plan on failure (give the first plan with POST /v1/plans)",
+                      field=f"nodes.{unplanned[0]}",
+                      errors=[{"field": f"nodes.{i}", "rule": "no_current_plan",
+                               "message": f"node {names[i]!r} has no current plan"} for i in unplanned[:50]])
+    previous = _previous_groups(session, current)
+    inside = set(names)
+    for members in previous:
+        outside = [m for m in members if m not in inside]
+        if outside:
+            member = next(m for m in members if m in inside)
+            raise Invalid(f"node {member!r} runs one multi-node instance with {', '.join(outside)} (plan "
+                          f"{current[member].plan_id}), which the rollout does not include: a group moves "
+                          f"together, so include every member", field=f"nodes.{names.index(member)}",
+                          errors=[{"field": f"nodes.{names.index(member)}", "rule": "partial_group",
+                                   "message": f"its instance also spans {', '.join(outside)}"}])
+    manifest = manifest_service.resolve_ref(session, body["manifest"])
+    target = {k: body[k] for k in TARGET_FIELDS if body.get(k) is not None}
+    target["manifest"] = manifest.id  # pinned: "name" (the newest version) must not change between waves
+    # the target judged once per hardware shape, over all the rollout's nodes of that shape (its topology too)
+    shapes: dict[tuple, list[Node]] = {}
+    for n in nodes:
+        shapes.setdefault(_shape(n), []).append(n)
+    together: list[list[str]] = [list(g) for g in previous]
+    judged = []
+    heads: set[str] = set()
+    for shape_nodes in shapes.values():
+        j = plan_service.judge(session, manifest, shape_nodes, {**target, "nodes": [n.name for n in shape_nodes]})
+        if j.result.verdict == "reject":
+            raise j.rejection(session)
+        topo = j.layout.topo
+        together.extend(list(g) for g in topo.groups if len(g) > 1)
+        heads.update(g[0] for g in topo.groups)
+        judged.append({"nodes": len(shape_nodes), "gpu": shape_nodes[0].gpu_id, "gpu_count": shape_nodes[0].gpu_count,
+                       "verdict": j.result.verdict, "nodes_per_instance": topo.nodes_per_instance,
+                       "findings": [f["rule"] for f in j.findings]})
+    unit_list = domain.units(names, together)
+    per_wave = domain.wave_units(unit_list, waves)
+    wave_of = {u: w for w, us in enumerate(per_wave) for u in us}
+    now = utcnow()
+    r = Rollout(id=str(uuid.uuid4()), state="pending", wave=-1, promote=False, target=target,
+                selector=body.get("selector"), waves=[{"percent": w.percent, "bake_s": w.bake_s} for w in waves],
+                failure_limit=body.get("failure_limit", 0),
+                gates={"ready_timeout_s": gates.ready_timeout_s, "kv_tolerance": gates.kv_tolerance},
+                steps=0, created_by=actor, created_at=now, updated_at=now)
+    session.add(r)
+    session.flush()
+    for i, w in enumerate(waves):
+        session.add(RolloutWave(rollout_id=r.id, index=i, percent=w.percent, bake_s=w.bake_s, state="pending",
+                                plan_ids=[]))
+    position = {n: i for i, n in enumerate(names)}
+    for u, members in enumerate(unit_list):
+        for n in members:
+            session.add(RolloutNode(rollout_id=r.id, node_name=n, position=position[n], unit=u, wave=wave_of[u],
+                                    head=n in heads, outcome="unchanged", failed=False, evidence={}, updated_at=now))
+    session.flush()
+    audit.append(session, actor=actor, kind="rollout.created", subject=f"rollout:{r.id}", model=manifest.name,
+                 payload={"rollout": r.id, "manifest": f"{manifest.name}@{manifest.version}", "nodes": len(names),
+                          "units": len(unit_list), "waves": r.waves,
+                          "nodes_per_wave": [sum(len(unit_list[u]) for u in us) for us in per_wave],
+                          "failure_limit": r.failure_limit, "gates": r.gates, "judged": judged})
+    return rollout_dict(session, r)
+
+
+# -- view ------------------------------------------------------------------------------------------------------------
+
+def _target_view(target: dict[str, Any], secrets: bool) -> dict[str, Any]:
+    if secrets or not target.get("env"):
+        return target
+    return {**target, "env": {k: plan_service.REDACTED for k in target["env"]}}
+
+
+def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: bool = True,
+                 counts: tuple[int, int] | None = None) -> dict[str, Any]:
+    """A rollout as the API shows it; without ``detail`` (the listing) no waves' or nodes' rows, and ``counts``
+    (nodes, failed units) given by the caller."""
+    rows = [] if not detail else list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
+                                                      .order_by(RolloutNode.position)).scalars())
+    total, failures = counts if counts is not None else (len(rows), _failures(rows))
+    out = {"id": r.id, "state": r.state, "wave": r.wave, "promote": r.promote, "paused_from": r.paused_from,
+           "target": _target_view(r.target, secrets), "selector": r.selector, "failure_limit": r.failure_limit,
+           "failures": failures, "gates": r.gates, "bake_until": iso(r.bake_until), "reason": r.reason,
+           "nodes_total": total, "created_by": r.created_by, "created_at": iso(r.created_at),
+           "updated_at": iso(r.updated_at)}
+    if not detail:
+        out["waves"] = r.waves
+        return out
+    waves = list(session.execute(select(RolloutWave).where(RolloutWave.rollout_id == r.id)
+                                 .order_by(RolloutWave.index)).scalars())
+    out["waves"] = [{"index": w.index, "percent": w.percent, "bake_s": w.bake_s, "state": w.state,
+                     "plan_ids": w.plan_ids, "signed_at": iso(w.signed_at), "settled_at": iso(w.settled_at),
+                     "done_at": iso(w.done_at), "nodes": [n.node_name for n in rows if n.wave == w.index]}
+                    for w in waves]
+    out["nodes"] = [{"node": n.node_name, "unit": n.unit, "wave": n.wave, "head": n.head, "outcome": n.outcome,
+                     "failed": n.failed, "previous_plan_id": n.previous_plan_id, "new_plan_id": n.new_plan_id,
+                     "new_seq": n.new_seq, "restored_plan_id": n.restored_plan_id, "restored_seq": n.restored_seq,
+                     "signed_at": iso(n.signed_at), "evidence": n.evidence} for n in rows]
+    return out
+
+
+def _failures(rows: list[RolloutNode]) -> int:
+    """Units with a failed node (a unit counts once)."""
+    return len({n.unit for n in rows if n.failed})
+
+
+def get(session: Session, rollout_id: str, *, for_update: bool = False) -> Rollout:
+    q = select(Rollout).where(Rollout.id == rollout_id)
+    if for_update:
+        q = q.with_for_update()
+    r = session.execute(q).scalar_one_or_none()
+    if r is None:
+        raise NotFound(f"rollout {rollout_id!r} does not exist", field="rollout_id")
+    return r
+
+
+def list_rollouts(session: Session, *, state: str | None, limit: int, after: str | None,
+                  secrets: bool) -> dict[str, Any]:
+    """Rollouts, newest first; ``next`` is the cursor (pass it as ``after``)."""
+    q = select(Rollout).order_by(Rollout.created_at.desc(), Rollout.id.desc()).limit(limit)
+    if state:
+        q = q.where(Rollout.state == state)
+    if after:
+        ref = session.get(Rollout, after)
+        if ref is None:
+            raise Invalid(f"after: rollout {after!r} does not exist", field="after")
+        q = q.where(tuple_(Rollout.created_at, Rollout.id) < tuple_(ref.created_at, ref.id))
+    rows = list(session.execute(q).scalars())
+    ids = [r.id for r in rows]
+    totals = dict(session.execute(select(RolloutNode.rollout_id, func.count()).where(RolloutNode.rollout_id.in_(ids))
+                                  .group_by(RolloutNode.rollout_id)).all()) if ids else {}
+    failed = dict(session.execute(select(RolloutNode.rollout_id, func.count(RolloutNode.unit.distinct()))
+                                  .where(RolloutNode.rollout_id.in_(ids), RolloutNode.failed.is_(True))
+                                  .group_by(RolloutNode.rollout_id)).all()) if ids else {}
+    return {"items": [rollout_dict(session, r, detail=False, secrets=secrets,
+                                   counts=(totals.get(r.id, 0), failed.get(r.id, 0))) for r in rows],
+            "next": rows[-1].id if len(rows) == limit else None}
+
+
+# -- one step ----------------------------------------------------------------------------------------------------------
+
+def _event(session: Session, r: Rollout, kind: str, payload: dict[str, Any], *, actor: str | None = None,
+           node: str | None = None, plan_id: str | None = None) -> None:
+    r.steps += 1
+    audit.append(session, actor=actor or f"rollout:{r.id}", kind=f"rollout.{kind}", subject=f"rollout:{r.id}",
+                 node=node, plan_id=plan_id, payload={"rollout": r.id, "state": r.state, "wave": r.wave, **payload})
+
+
+def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) -> list[str]:
+    """Judge every signed, not yet restored node against the gates from its reports on the rollout's plan; update
+    outcomes and evidence. Returns the names of nodes that failed in this step."""
+    signed = [n for n in rows if n.new_plan_id and n.outcome in ("pending", "ready")]
+    if not signed:
+        return []
+    gates = domain.Gates(**r.gates)
+    pairs = sorted({(n.node_name, n.new_plan_id) for n in signed})
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    # the first report of each status on each (node, plan): at most four rows per node, however much it reported
+    firsts = (select(func.min(Report.id)).where(tuple_(Report.node_name, Report.plan_id).in_(pairs),
+                                                Report.status.in_(REPORTED))
+              .group_by(Report.node_name, Report.plan_id, Report.status))
+    for node, plan_id, status, message, details, created in session.execute(
+            select(Report.node_name, Report.plan_id, Report.status, Report.message, Report.details,
+                   Report.created_at).where(Report.id.in_(firsts)).order_by(Report.id)):
+        s = seen.setdefault((node, plan_id), {})
+        at = _epoch(created)
+        if status == "running":
+            vllm = (details or {}).get("vllm") if isinstance(details, dict) else None
+            tokens = vllm.get("kv_cache_tokens") if isinstance(vllm, dict) else None
+            s["running"] = (at, tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None)
+        elif "failure" not in s:
+            d = details if isinstance(details, dict) else {}
+            said = message or d.get("reason") or d.get("tail")  # what the agent said it was: evidence
+            s["failure"] = (status, at, said if isinstance(said, str) else None)
+    budgets = dict(session.execute(select(Plan.id, Plan.budget)
+                                   .where(Plan.id.in_(sorted({n.new_plan_id for n in signed})))).all())
+    failed_now = []
+    for n in signed:
+        s = seen.get((n.node_name, n.new_plan_id), {})
+        running = s.get("running")
+        predicted = (budgets.get(n.new_plan_id) or {}).get("kv_cache_tokens")
+        o = domain.node_outcome(domain.Observed(
+            node=n.node_name, signed_at=_epoch(n.signed_at) or now, running_at=running[0] if running else None,
+            failure=s.get("failure"), predicted_kv_tokens=predicted if isinstance(predicted, int) else None,
+            measured_kv_tokens=running[1] if running else None), gates, now, metrics_gate=METRICS_GATE)
+        evidence = {**o.evidence, **({"reason": o.reason} if o.reason else {})}
+        if o.state != n.outcome or (o.state != "pending" and evidence != n.evidence):
+            if o.state == "failed":
+                failed_now.append(n.node_name)
+                n.failed = True
+            n.outcome, n.evidence, n.updated_at = o.state, evidence, utcnow()
+    return failed_now
+
+
+def _units_of(rows: list[RolloutNode], wave: int) -> dict[int, list[RolloutNode]]:
+    out: dict[int, list[RolloutNode]] = {}
+    for n in rows:
+        if n.wave == wave:
+            out.setdefault(n.unit, []).append(n)
+    return out
+
+
+def _unit_outcomes(rows: list[RolloutNode], wave: int) -> dict[int, domain.Outcome]:
+    return {u: domain.unit_outcome([domain.Outcome(m.outcome if m.outcome in ("pending", "ready", "failed")
+                                                   else "pending") for m in members], [m.head for m in members])
+            for u, members in _units_of(rows, wave).items()}
+
+
+def _sign_wave(session: Session, r: Rollout, wave: RolloutWave, rows: list[RolloutNode], *, settings: Settings,
+               keys: KeyStore, now: float) -> list[str]:
+    """Sign the wave's plans (one per hardware shape, the nodes in the rollout's order so the target's groups come
+    out as validated) and record them on the wave and its nodes, in this transaction."""
+    mine = sorted((n for n in rows if n.wave == wave.index), key=lambda n: n.position)
+    current = _current(session, [n.node_name for n in mine])
+    by_name = {n.name: n for n in session.execute(select(Node).where(
+        Node.name.in_([n.node_name for n in mine]))).scalars()}
+    shapes: dict[tuple, list[RolloutNode]] = {}
+    for n in mine:
+        shapes.setdefault(_shape(by_name[n.node_name]), []).append(n)
+    plan_ids = []
+    at = _at(now)
+    for members in shapes.values():
+        out = plan_service.create(session, actor=f"rollout:{r.id}", settings=settings, keys=keys,
+                                  body={**r.target, "nodes": [n.node_name for n in members]})
+        plan_ids.append(out["id"])
+        seqs = {a["node"]: a["seq"] for a in out["assignments"]}
+        for n in members:
+            prev = current.get(n.node_name)
+            n.previous_plan_id = prev.plan_id if prev is not None else None
+            n.new_plan_id, n.new_seq, n.signed_at = out["id"], seqs[n.node_name], at
+            n.outcome, n.evidence, n.updated_at = "pending", {}, utcnow()
+    wave.plan_ids, wave.signed_at, wave.state = plan_ids, at, "waiting"
+    return plan_ids
+
+
+def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings: Settings, keys: KeyStore,
+             reason: str, actor: str, retry: bool = False) -> tuple[int, int]:
+    """Give every node the rollout changed its previous plan's content again, as a new plan with a higher seq (the
+    agents' replay protection accepts it): per unit and previous plan, the whole previous groups together. A node
+    whose current plan is no longer the rollout's (someone planned it since) is left alone. Each node restored is an
+    audit event with the reason and the evidence. ``retry`` (an operator's abort of a halted rollout) tries the
+    nodes whose restore was refused before again. Returns (restored, not restored)."""
+    todo = [n for n in rows if n.new_plan_id and n.restored_plan_id is None
+            and (retry or n.outcome != "not_restored")]
+    if not todo:
+        return 0, 0
+    current = _current(session, [n.node_name for n in todo])
+    batches: dict[tuple[int, str | None], list[RolloutNode]] = {}
+    restored = missed = 0
+    for n in todo:
+        cur = current.get(n.node_name)
+        if cur is None or cur.plan_id != n.new_plan_id:
+            n.outcome, n.updated_at = "not_restored", utcnow()
+            n.evidence = {**n.evidence, "restore": f"its current plan is {cur.plan_id if cur else 'none'}, no longer "
+                                                   f"the rollout's {n.new_plan_id}: left as it is"}
+            missed += 1
+            continue
+        batches.setdefault((n.unit, n.previous_plan_id), []).append(n)
+    for (unit, previous_id), members in sorted(batches.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        failure = None
+        if previous_id is None:
+            failure = "it had no plan before the rollout"
+        else:
+            old, assignments = plan_service.get(session, previous_id)
+            wanted = {n.node_name for n in members}
+            body = plan_service.content_body(old, [a for a in assignments if a.node_name in wanted])
+            try:
+                with session.begin_nested():  # a refusal undoes only this restore
+                    out = plan_service.create(session, actor=f"rollout:{r.id}", settings=settings, keys=keys,
+                                              body=body)
+            except (ApiError, DomainError) as exc:
+                failure = f"{exc.__class__.__name__}: {getattr(exc, 'detail', None) or exc}"[:500]
+        for n in members:
+            evidence = dict(n.evidence or {})
+            if failure is not None:
+                n.outcome, n.updated_at = "not_restored", utcnow()
+                n.evidence = {**evidence, "restore": failure}
+                missed += 1
+                continue
+            seq = next(a["seq"] for a in out["assignments"] if a["node"] == n.node_name)
+            n.restored_plan_id, n.restored_seq, n.outcome, n.updated_at = out["id"], seq, "restored", utcnow()
+            n.evidence = evidence
+            restored += 1
+            _event(session, r, "node_restored", {"reason": reason, "previous_plan_id": previous_id,
+                                                 "rollout_plan_id": n.new_plan_id, "rollout_seq": n.new_seq,
+                                                 "seq": seq, "evidence": evidence},
+                   actor=actor, node=n.node_name, plan_id=out["id"])
+    return restored, missed
+
+
+def _evidence_of(rows: list[RolloutNode]) -> list[dict[str, Any]]:
+    return [{"node": n.node_name, "unit": n.unit, "wave": n.wave, "plan_id": n.new_plan_id, **n.evidence}
+            for n in rows if n.failed][:50]
+
+
+def _halt(session: Session, r: Rollout, rows: list[RolloutNode], reason: str, *, settings: Settings,
+          keys: KeyStore) -> None:
+    r.state, r.reason = "halted", reason
+    _event(session, r, "halted", {"reason": reason, "evidence": _evidence_of(rows)})
+    restored, missed = _restore(session, r, rows, settings=settings, keys=keys, reason=reason,
+                                actor=f"rollout:{r.id}")
+    if missed == 0:
+        r.state = "rolled_back"
+    _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
+           {"restored": restored, "not_restored": missed, "reason": reason})
+
+
+def _lock(session: Session, rollout_id: str) -> Rollout | None:
+    """The rollout's row, locked for this transaction; None when another worker holds it (PostgreSQL SKIP LOCKED) or
+    it is no longer the scheduler's."""
+    q = select(Rollout).where(Rollout.id == rollout_id, Rollout.state.in_(SCHEDULED))
+    if session.get_bind().dialect.name == "postgresql":
+        q = q.with_for_update(skip_locked=True)
+    return session.execute(q).scalar_one_or_none()
+
+
+def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStore, now: float) -> str | None:
+    """One step of one rollout, in the caller's transaction: observe the nodes, then do what the state machine says
+    (sign the next wave, start the bake, complete, halt and restore). Returns the action taken ("none" when only
+    observations changed), or None when the rollout was not available (locked elsewhere, or over)."""
+    r = _lock(session, rollout_id)
+    if r is None:
+        return None
+    rows = list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
+                                .order_by(RolloutNode.position)).scalars())
+    failed_now = _observe(session, r, rows, now)
+    for name in failed_now:
+        n = next(x for x in rows if x.node_name == name)
+        _event(session, r, "node_failed", {"unit": n.unit, "evidence": n.evidence}, node=name, plan_id=n.new_plan_id)
+    waves = list(session.execute(select(RolloutWave).where(RolloutWave.rollout_id == r.id)
+                                 .order_by(RolloutWave.index)).scalars())
+    units = _unit_outcomes(rows, r.wave) if r.wave >= 0 else {}
+    view = domain.View(state=r.state, wave=r.wave, waves=tuple(domain.Wave(w.percent, w.bake_s) for w in waves),
+                       failure_limit=r.failure_limit, failures=_failures(rows), wave_units=len(units),
+                       wave_settled=sum(1 for o in units.values() if o.state != "pending"),
+                       bake_until=_epoch(r.bake_until), promote=r.promote)
+    d = domain.step(view, now)
+    if d.action == "none":
+        if failed_now:
+            r.updated_at = utcnow()
+        return "none"
+    r.updated_at = utcnow()
+    if d.action == "halt":
+        if 0 <= r.wave < len(waves):
+            waves[r.wave].state = "halted"
+        _halt(session, r, rows, d.reason or "failures", settings=settings, keys=keys)
+        return "halt"
+    if d.action == "bake":
+        wave = waves[r.wave]
+        wave.state, wave.settled_at = "baking", _at(now)
+        r.state, r.bake_until = "baking", _at(d.bake_until)
+        _event(session, r, "wave_settled", {"bake_until": iso(r.bake_until), "units": _unit_summary(units)})
+        return "bake"
+    # leaving the current wave: it is done
+    if 0 <= r.wave < len(waves):
+        w = waves[r.wave]
+        if w.settled_at is None:
+            w.settled_at = _at(now)
+        w.state, w.done_at = "done", _at(now)
+        _event(session, r, "wave_done", {"units": _unit_summary(units), "promoted": r.promote})
+    r.promote, r.bake_until = False, None
+    if d.action == "complete":
+        r.state = "completed"
+        _event(session, r, "completed", {"failures": view.failures})
+        return "complete"
+    # sign: a refusal now (the manifest or the vLLM catalogue changed since the rollout was validated) halts it
+    wave = waves[d.wave]
+    r.state, r.wave = "waiting", d.wave
+    try:
+        with session.begin_nested():
+            plan_ids = _sign_wave(session, r, wave, rows, settings=settings, keys=keys, now=now)
+    except (ApiError, DomainError) as exc:  # the savepoint's rollback undid the wave's rows (expired: reloaded)
+        reason = f"signing wave {d.wave} was refused: {getattr(exc, 'detail', None) or exc}"[:1000]
+        _halt(session, r, rows, reason, settings=settings, keys=keys)
+        return "halt"
+    _event(session, r, "wave_signed", {"plan_ids": plan_ids,
+                                       "nodes": [n.node_name for n in rows if n.wave == d.wave]})
+    return "sign"
+
+
+def _unit_summary(units: dict[int, domain.Outcome]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for o in units.values():
+        out[o.state] = out.get(o.state, 0) + 1
+    return out
+
+
+# -- operators ---------------------------------------------------------------------------------------------------------
+
+def command(session: Session, rollout_id: str, verb: str, *, actor: str, settings: Settings, keys: KeyStore,
+            reason: str | None = None) -> dict[str, Any]:
+    """``pause``, ``resume``, ``promote`` or ``abort`` (restores what the rollout changed). Waits for the row lock a
+    scheduler step may hold. Raises NotFound, Conflict (the verb does not apply to the state)."""
+    r = get(session, rollout_id, for_update=True)
+    try:
+        domain.command(r.state, verb)  # raises when the verb does not apply to the state
+    except DomainError as exc:
+        raise Conflict(exc.message, field="state") from None
+    now = time.time()
+    r.updated_at = utcnow()
+    payload: dict[str, Any] = {"from": r.state, **({"reason": reason} if reason else {})}
+    if verb == "pause":
+        r.paused_from, r.state = r.state, "paused"
+        _event(session, r, "paused", payload, actor=actor)
+    elif verb == "resume":
+        r.state, r.paused_from = r.paused_from or "waiting", None
+        if r.state == "baking":  # the bake starts over: the paused time did not count as watched
+            wave = session.execute(select(RolloutWave).where(RolloutWave.rollout_id == r.id,
+                                                             RolloutWave.index == r.wave)).scalar_one()
+            r.bake_until = _at(now + wave.bake_s)
+        _event(session, r, "resumed", payload, actor=actor)
+    elif verb == "promote":
+        r.promote = True
+        _event(session, r, "promoted", payload, actor=actor)
+    else:
+        rows = list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
+                                    .order_by(RolloutNode.position)).scalars())
+        why = f"aborted by {actor}" + (f": {reason}" if reason else "")
+        r.state, r.reason = "aborted", why
+        _event(session, r, "aborted", payload, actor=actor)
+        restored, missed = _restore(session, r, rows, settings=settings, keys=keys, reason=why, actor=actor,
+                                    retry=payload["from"] == "halted")
+        _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
+               {"restored": restored, "not_restored": missed, "reason": why}, actor=actor)
+    return rollout_dict(session, r)
+
+
+# -- the scheduler ------------------------------------------------------------------------------------------------------
+
+_TICKING = threading.Lock()  # one tick at a time per process (SQLite's lock serializes processes)
+
+
+MAX_PER_TICK = 1000  # a node is in one rollout at a time: far more than a fleet runs at once
+
+
+def due(db) -> list[str]:
+    """Ids of the rollouts the scheduler steps, oldest first (a read: no write lock)."""
+    with db.read() as session:
+        return list(session.execute(select(Rollout.id).where(Rollout.state.in_(SCHEDULED))
+                                    .order_by(Rollout.created_at, Rollout.id).limit(MAX_PER_TICK)).scalars())
+
+
+def tick(db, *, settings: Settings, keys: KeyStore, now: float | None = None,
+         after_step=None) -> dict[str, str]:
+    """Step every scheduled rollout once, each in its own transaction (the tests call this directly; the scheduler
+    thread calls it every ``PREFLIGHT_ROLLOUT_TICK_SECONDS``). Returns {rollout id: action} for the rollouts it
+    stepped (locked elsewhere: left out). ``after_step`` (tests) runs inside each step's transaction before it
+    commits."""
+    if not _TICKING.acquire(blocking=False):
+        return {}
+    try:
+        done: dict[str, str] = {}
+        for rid in due(db):
+            try:
+                with db.transaction() as session:
+                    action = step(session, rid, settings=settings, keys=keys,
+                                  now=time.time() if now is None else now)
+                    if after_step is not None and action is not None:
+                        after_step(rid, action)
+                if action is not None:
+                    done[rid] = action
+            except Exception as exc:  # noqa: BLE001 - one rollout's failed step never stops the others
+                log.warning("rollout %s: step failed, nothing of it kept: %s: %s", rid, exc.__class__.__name__,
+                            str(getattr(exc, "detail", exc))[:300])
+        return done
+    finally:
+        _TICKING.release()
+
+
+class RolloutScheduler:
+    """The background thread of a service process: ``tick`` every ``interval`` seconds (0: never started)."""
+
+    def __init__(self, db, settings: Settings, keys: KeyStore, interval: float, on_change=None):
+        self.db, self.settings, self.keys, self.interval, self.on_change = db, settings, keys, interval, on_change
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.interval <= 0:
+            return
+        self._stop.clear()
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="rollouts", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                done = tick(self.db, settings=self.settings, keys=self.keys)
+                if done and self.on_change is not None:
+                    self.on_change()
+            except Exception as exc:  # noqa: BLE001 - database down: the next tick tries again
+                log.warning("rollout scheduler: %s", exc.__class__.__name__)
