@@ -1378,7 +1378,6 @@ def main() -> None:
         sys.exit(69)
 
 
-
 # -- rollouts (issue 19) ---------------------------------------------------------------------------------------------
 SERVER = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL.")
 TOKEN = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer or admin token (auditor: status only).")
