@@ -469,8 +469,8 @@ class Reporter:
 
 
 def _agent_token(token: str | None, token_file: pathlib.Path | None) -> str:
-    """--token as given, or the token in --token-file: read without following a symlink, only a regular file, at
-    most 4 KiB, and only a token of the service's shape (agent/files.py)."""
+    """--token as given, or the token in --token-file (a link is followed: a mounted Secret), only a regular file,
+    at most 4 KiB, and only a token of the service's shape (agent/files.py)."""
     from .agent.files import UnsafeFile, read_token_file
 
     if token:
@@ -844,7 +844,7 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     The facts: GPU model, count, memory, compute capability, NVLink or PCIe. Safe to re-run: while TOKEN_FILE holds
     the node's live agent token, the facts are sent with it and it is kept; otherwise (a new or re-imaged node, a
     revoked token) the enrollment token registers or updates the node and a new agent token is issued, the node's
-    old ones revoked. TOKEN_FILE is never read through a symlink."""
+    old ones revoked. TOKEN_FILE must not be a symlink (register writes it)."""
     import httpx
 
     from .agent.files import UnsafeFile, read_token_file
@@ -861,14 +861,15 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     if mixed:
         typer.echo(f"preflight agent register: {mixed}: nothing registered", err=True)
         raise typer.Exit(2)
+    if token_file.is_symlink():  # register writes this file: a link is never replaced behind the operator's back
+        typer.echo(f"preflight agent register: the token file {token_file} is a symlink: refused (register writes "
+                   f"the token file; name the file itself): nothing changed", err=True)
+        raise typer.Exit(2)
     try:
         kept = read_token_file(token_file)
     except FileNotFoundError:
         kept = ""
-    except UnsafeFile as exc:
-        if token_file.is_symlink():  # never read through, and never replaced behind the operator's back
-            typer.echo(f"preflight agent register: {exc}: nothing changed", err=True)
-            raise typer.Exit(2)
+    except UnsafeFile:
         kept = ""  # not a token (a corrupted file) or not a regular file: enrol again (a directory fails below)
     except OSError:
         kept = ""

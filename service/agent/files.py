@@ -1,6 +1,7 @@
 """The agent's own files — its token, its state, its trust root, its copy of the audit checkpoint — read as hostile
-input: never through a symlink (``O_NOFOLLOW``: a link planted where the agent keeps a file could make it read, and
-report or send, a file it was not given), only a regular file (a FIFO or a device never blocks the agent:
+input: the files it writes never through a symlink (``O_NOFOLLOW``: a link planted where the agent keeps a file could
+make it read, and report or send, a file it was not given; the token file and the trust root, which an operator
+provisions and Kubernetes mounts as links, are followed — see ``read_file``), only a regular file (a FIFO or a device never blocks the agent:
 ``O_NONBLOCK``), and never more than a bound. The agent writes these files atomically (a temporary file renamed
 into place, service/agent/trust.py ``write_text_atomic``), which replaces a link rather than writing through it;
 reading follows the same rule.
@@ -32,11 +33,17 @@ class UnsafeFile(OSError):
         self.strerror = message
 
 
-def read_file(path: pathlib.Path | str, *, limit: int, what: str = "file") -> bytes:
+def read_file(path: pathlib.Path | str, *, limit: int, what: str = "file", follow: bool = False) -> bytes:
     """The bytes of the regular file at ``path`` (at most ``limit``). Raises FileNotFoundError when it does not
-    exist, UnsafeFile for a symlink, anything but a regular file or more than ``limit`` bytes, and OSError for the
-    rest (permission denied, …)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    exist, UnsafeFile for a symlink (unless ``follow``), anything but a regular file or more than ``limit`` bytes,
+    and OSError for the rest (permission denied, …).
+
+    ``follow``: for the inputs an operator provisions and the agent only reads — the token file and the trust root —,
+    which Kubernetes mounts from a Secret or ConfigMap as symlinks into ``..data/``: the link is followed, and the
+    file it ends at must still be a regular file within the bound (and a token must still look like ours, so no other
+    file is ever sent as one). The files the agent writes (its state, its checkpoint copy) are never read through a
+    link."""
+    flags = os.O_RDONLY | (0 if follow else os.O_NOFOLLOW) | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -77,9 +84,10 @@ def token_problem(text: str) -> str | None:
 
 
 def read_token_file(path: pathlib.Path | str) -> str:
-    """The token in ``path`` (as ``preflight agent register`` wrote it). Raises FileNotFoundError, UnsafeFile (a
-    symlink, not a regular file, too large, not ASCII, or not a token of ours) or OSError."""
-    raw = read_file(path, limit=MAX_TOKEN_FILE, what="the token file")
+    """The token in ``path`` (as ``preflight agent register`` wrote it, or a mounted Secret: a link is followed).
+    Raises FileNotFoundError, UnsafeFile (not a regular file, too large, not ASCII, or not a token of ours) or
+    OSError."""
+    raw = read_file(path, limit=MAX_TOKEN_FILE, what="the token file", follow=True)
     try:
         text = raw.decode("ascii").strip()
     except UnicodeDecodeError:

@@ -58,7 +58,7 @@ class Trust:
     @classmethod
     def load(cls, path: pathlib.Path) -> "Trust":
         try:  # never through a symlink, only a regular file, bounded (agent/files.py)
-            data = json.loads(read_file(path, limit=MAX_TRUST_BYTES, what="trust file"))
+            data = json.loads(read_file(path, limit=MAX_TRUST_BYTES, what="trust file", follow=True))
         except UnsafeFile as exc:
             raise TrustError(str(exc)) from None
         except FileNotFoundError:
