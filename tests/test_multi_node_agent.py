@@ -89,7 +89,7 @@ def test_a_group_member_never_boots_offline(servers, tmp_path):
     down = f"http://127.0.0.1:{free_port()}"
     offline = worker.run(url=down)
     assert offline.returncode == 75 and "never offline" in offline.stderr
-    assert "OFFLINE BOOT" not in offline.stderr  # only the refusal is said: nothing boots
+    assert "OFFLINE BOOT" not in offline.stderr  # only the refusal is said, not a boot that does not happen
     assert len(worker.launches()) == 1
     # with --wait it waits for the service instead (it would refuse the offline boot)
     waiting = subprocess.Popen(worker.args(down, "--wait", "--poll-seconds", "0.2"), env=worker.env(),

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..domain.jsoncheck import JsonValueError, check_json
-from ..domain.request import ENV_NAME, Checkpoint, CustomGpu, Workload
+from ..domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, Workload
+from ..domain.text import display_text_problem
 from ..domain.topology import MAX_ADDRESS, address_problem
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -33,6 +34,9 @@ def _env_names(env: dict[str, str]) -> dict[str, str]:
                              "or its value is longer than 4096")
         if any(c in value for c in "\n\r\0"):
             raise ValueError(f"env: the value of {key!r} holds a line break or NUL")
+        problem = display_text_problem(value, allow_tab=True)
+        if problem:  # printed in the node's command line: it must read as what runs
+            raise ValueError(f"env: the value of {key!r} {problem}")
     size = sum(len(k) + len(v) for k, v in env.items())
     if size > MAX_ENV_BYTES:
         raise ValueError(f"env: {len(env)} variables of {size} characters in all, more than {MAX_ENV_BYTES} (it is "
@@ -54,21 +58,31 @@ class Strict(BaseModel):
 
 class ObservedGpuIn(Strict):
     index: Annotated[int, Field(ge=0, le=1023, strict=True)]
-    name: str = Field(min_length=1, max_length=128)
+    name: DisplayStr = Field(min_length=1, max_length=128)
     memory_total_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
     memory_used_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
     compute_capability: str = Field(pattern=r"^\d{1,2}\.\d$")
-    bus_id: str = Field(max_length=32)
+    bus_id: DisplayStr = Field(max_length=32)
 
 
 class NodeFactsIn(Strict):
-    """A node's hardware facts as nvidia-smi reads them (``preflight agent register``; the agent after drift)."""
+    """A node's hardware facts as nvidia-smi reads them (``preflight agent register``; the agent after drift).
 
-    gpu: str | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
+    ``gpu`` and ``gpu_count`` are required and replace the stored ones. The optional facts (``interconnect``,
+    ``gpus``, ``address``) are merged: a field left out keeps the stored value, an explicit ``null`` clears it. The
+    facts must agree with themselves (else 422 naming the field): ``gpus`` lists ``gpu_count`` GPUs with distinct
+    indices, all of one model (a node of mixed models is refused: Preflight validates a node as one GPU model), the
+    model ``gpu`` names."""
+
+    gpu: DisplayStr | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
     gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)]
-    interconnect: Literal["nvlink", "pcie"] | None = None
-    gpus: list[ObservedGpuIn] | None = Field(default=None, max_length=64, description="Each GPU as read.")
-    address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
+    interconnect: Literal["nvlink", "pcie"] | None = Field(default=None, description=(
+        "Left out: the stored interconnect stays; null: unknown (cleared)."))
+    gpus: list[ObservedGpuIn] | None = Field(default=None, max_length=64, description=(
+        "Each GPU as read (gpu_count of them, one model). Left out: the stored list stays (if it still agrees with "
+        "gpu and gpu_count, else 422); null clears it."))
+    address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=(
+        ADDRESS_DOC + ". Left out: the stored address stays; null clears it."))
     rotate_token: bool = Field(default=False, description=(
         "Issue a new agent token (revoking the node's others). Always done when the node is created; an agent "
         "token may not ask for it."))
@@ -78,11 +92,12 @@ class NodeFactsIn(Strict):
 
 class NodeIn(Strict):
     name: str = Field(pattern=NAME, description="Node name (hostname-like).")
-    gpu: str | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
+    gpu: DisplayStr | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
     gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)]
     interconnect: Literal["nvlink", "pcie"] | None = None
     address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
-    labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=64)
+    labels: dict[Annotated[DisplayStr, Field(min_length=1, max_length=128)], Annotated[DisplayStr, Field(max_length=256)]] = Field(
+        default_factory=dict, max_length=64)
 
     _check_address = field_validator("address")(_address)
 
@@ -127,15 +142,16 @@ class WeightsFiles(Strict):
 
 
 class ManifestIn(Strict):
-    name: str = Field(min_length=1, max_length=256)
+    name: DisplayStr = Field(min_length=1, max_length=256)
     version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-    uri: str = Field(min_length=1, max_length=2048, description="Where nodes load the weights from.")
+    uri: DisplayStr = Field(min_length=1, max_length=2048, description="Where nodes load the weights from.")
     config: dict[str, Any] = Field(description="The model's config.json object.")
     quantization_txt: str | None = Field(default=None, max_length=65536)
     hf_quant_config: dict[str, Any] | None = None
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = None
-    digests: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=4096)
+    digests: dict[Annotated[DisplayStr, Field(max_length=1024)], Annotated[DisplayStr, Field(max_length=256)]] = Field(
+        default_factory=dict, max_length=4096)
     allow_remote_code: bool = Field(default=False, description=(
         "Whether plans for this model may set trust_remote_code in production (the code in the model repository "
         "runs on the node); without it such a plan is refused (rule trust_remote_code_not_allowed)."))
@@ -231,7 +247,7 @@ class ReportIn(Strict):
 
 class TokenIn(Strict):
     role: Literal["admin", "deployer", "auditor", "enroller"]
-    label: str | None = Field(default=None, max_length=256)
+    label: DisplayStr | None = Field(default=None, max_length=256)
 
 
 class NodeUpdate(Strict):
@@ -240,7 +256,8 @@ class NodeUpdate(Strict):
     address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
 
     _check_address = field_validator("address")(_address)
-    labels: dict[str, Annotated[str, Field(max_length=256)]] | None = Field(default=None, max_length=64)
+    labels: dict[Annotated[DisplayStr, Field(min_length=1, max_length=128)], Annotated[DisplayStr, Field(max_length=256)]] | None = Field(
+        default=None, max_length=64)
 
 
 # -- tuning (issue 16) -------------------------------------------------------------------------------------------

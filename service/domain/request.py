@@ -10,14 +10,17 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .jsoncheck import check_json
+from .text import display_text
 
 MAX_GPUS_PER_NODE = 64
 MAX_NODES = 4096
 MAX_SEQ = 100_000_000
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+# a string shown to people: no control, invisible formatting or bidirectional characters (domain/text.py)
+DisplayStr = Annotated[str, AfterValidator(display_text)]
 
 
 class Strict(BaseModel):
@@ -43,7 +46,8 @@ class ModelSpec(Strict):
     """The weights to serve: ``config`` is the config.json object (the CLI may give ``path``, a directory holding
     config.json, quantization.txt, hf_quant_config.json and model.safetensors.index.json instead)."""
 
-    name: str | None = Field(default=None, max_length=512)
+    name: DisplayStr | None = Field(default=None, max_length=512)
+    # judged with the other findings (render.model_reference_problem, rule model_reference: bidi, spaces, ``..``)
     uri: str | None = Field(default=None, max_length=2048, description="Where the node loads the weights from.")
     path: str | None = Field(default=None, max_length=4096, description="CLI only: a local model directory.")
     config: dict[str, Any] | None = None
@@ -67,8 +71,8 @@ class ModelSpec(Strict):
 
 
 class CustomGpu(Strict):
-    name: str = Field(max_length=256)
-    compute_capability: str | float | None = None
+    name: DisplayStr = Field(max_length=256)
+    compute_capability: DisplayStr | float | None = None
     memory_bytes: Annotated[int, Field(ge=1 << 30, le=1 << 42, strict=True)] | None = None
 
 
@@ -76,7 +80,7 @@ class Hardware(Strict):
     """``gpu``: catalogue id, nvidia-smi name, or ``{"name", "compute_capability", "memory_bytes"}``;
     ``count``: GPUs per node; ``nodes``: number of nodes; ``interconnect``: ``nvlink``, ``pcie`` or null (unknown)."""
 
-    gpu: str | CustomGpu
+    gpu: DisplayStr | CustomGpu
     count: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE, strict=True)] = 1
     nodes: Annotated[int, Field(ge=1, le=MAX_NODES, strict=True)] = 1
     interconnect: Literal["nvlink", "pcie"] | None = None
