@@ -307,8 +307,9 @@ def _print_tuning(out: dict) -> None:
 
 @tune_app.command("status")
 def tune_status(node: str = typer.Argument(..., help="The node."),
-                server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
-                token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+                server: str = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL."),
+                token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A reader's token (admin, deployer, "
+                                                                                "auditor)."),
                 as_json: bool = typer.Option(False, "--json", help="The API's answer as JSON.")) -> None:
     """The tuning loop's state for the node's current plan: what it proposes next, why, and from which windows."""
     r = _client(server, token).get(f"/v1/nodes/{node}/tuning")
@@ -321,7 +322,7 @@ def tune_status(node: str = typer.Argument(..., help="The node."),
 
 @tune_app.command("apply")
 def tune_apply(node: str = typer.Argument(..., help="The node."),
-               server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+               server: str = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL."),
                token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer's or admin's token.")) -> None:
     """Create the loop's next plan for the node (validated, signed, audited, superseding the current one). Exit 3
     when the loop proposes nothing now (HTTP 409)."""
@@ -879,21 +880,42 @@ def _node_checks_pass(client, report, claims: dict, *, node: str, nvidia_smi: st
     except Exception as exc:  # whatever a node's tools or disk hand back, a check that cannot finish refuses
         refusal = Refusal("node checks", "check_failed",
                           f"a check could not be completed ({exc.__class__.__name__}: {str(exc)[:200]})")
+    state = report.state
+
+    def put_facts(facts: dict, done: str) -> bool:
+        try:
+            r = client.http.put(f"/v1/nodes/{node}/facts", json=facts)
+        except httpx.HTTPError as exc:
+            say(f"could not update the node's facts: {exc}")
+            return False
+        if r.status_code >= 400:
+            say(f"could not update the node's facts: HTTP {r.status_code}: {_printable(r.text[:300])}")
+            return False
+        say(done)
+        return True
+
     if refusal is None:
+        if state.facts_drifted:  # an earlier boot sent drifted facts; the GPUs agree with the plan again
+            from .agent.gpus import NvidiaSmiError, node_facts, read_gpus, read_interconnect_quietly
+
+            try:
+                gpus = read_gpus(nvidia_smi)
+                facts = node_facts(gpus, read_interconnect_quietly(nvidia_smi, len(gpus)))
+            except (NvidiaSmiError, OSError) as exc:
+                say(f"could not read the GPUs again to restore the node's facts: {exc}")
+            else:
+                if put_facts(facts, "the GPUs are back: the node's facts are updated with what nvidia-smi shows"):
+                    state.facts_drifted = False
+                    state.save()
         return True
     typer.echo(f"preflight agent: REFUSED {refusal.check} {claims['jti']}: {refusal.message}. vLLM was not "
                f"started.", err=True)
     report("refused", f"{refusal.check} refused: {refusal.message}",
            {"reason": refusal.reason, "check": refusal.check, **refusal.details})
-    if refusal.observed_facts is not None:
-        try:
-            r = client.http.put(f"/v1/nodes/{node}/facts", json=refusal.observed_facts)
-            if r.status_code >= 400:
-                say(f"could not update the node's facts: HTTP {r.status_code}: {r.text[:300]}")
-            else:
-                say("the node's facts are updated with what nvidia-smi shows: a new plan is needed")
-        except httpx.HTTPError as exc:
-            say(f"could not update the node's facts: {exc}")
+    if refusal.observed_facts is not None and put_facts(
+            refusal.observed_facts, "the node's facts are updated with what nvidia-smi shows: a new plan is needed"):
+        state.facts_drifted = True
+        state.save()
     return False
 
 
@@ -1445,7 +1467,11 @@ def main() -> None:
     except (httpx.TransportError, httpx.InvalidURL) as e:
         reason = str(e) or e.__class__.__name__
         hint = " (give the address with http:// or https://)" if isinstance(e, httpx.UnsupportedProtocol) else ""
-        typer.echo(f"preflight: cannot reach the service: {_printable(reason)}{hint}", err=True)
+        try:
+            where = f" at {e.request.url}"
+        except (AttributeError, RuntimeError):  # no request was built (an unusable URL)
+            where = ""
+        typer.echo(f"preflight: cannot reach the service{_printable(where)}: {_printable(reason)}{hint}", err=True)
         sys.exit(69)
 
 

@@ -133,6 +133,17 @@ def test_a_gpu_missing_at_boot_is_refused_reported_and_the_facts_updated(world):
     assert upd["actor"] == "agent:gpu-01" and upd["payload"]["before"]["gpu_count"] == 8
     # the operator's next plan is judged against the 7 GPUs: TP 8 no longer fits the node
     assert c.post("/v1/plans", json=PLAN).status_code == 422
+    # the GPU comes back (reseated): the plan still holds, the boot runs it, and the facts count 8 again
+    install_nvidia_smi(node.bin, "h100-sxm-8")
+    back = node.boot()
+    assert back.returncode == 0 and len(node.launches()) == 1, back.stderr
+    assert "the GPUs are back: the node's facts are updated with what nvidia-smi shows" in back.stderr
+    restored = c.get("/v1/nodes/gpu-01").json()
+    assert restored["gpu_count"] == 8 and len(restored["gpus"]) == 8
+    assert c.post("/v1/plans", json=PLAN).status_code == 201
+    again = node.boot()  # nothing drifted since: the facts are not sent again
+    assert again.returncode == 0 and "the GPUs are back" not in again.stderr
+    assert len(c.get("/v1/audit", params={"node": "gpu-01", "kind": "node.facts_updated"}).json()["items"]) == 2
 
 
 def test_a_foreign_process_holding_60_gb_is_refused_with_the_numbers_and_the_process(world):

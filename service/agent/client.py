@@ -33,7 +33,9 @@ class AgentState:
     """Persisted between boots (written atomically): the last plan this node verified — its ``seq`` (replay
     protection: a lower seq never runs), id, ETag and JWS (run again at the next boot) — and ``verified_at``, when the
     service last confirmed it current with a freshness statement (bounds an offline boot). ``pending``: reports the
-    agent could not deliver yet (an offline boot), sent once the service answers again."""
+    agent could not deliver yet (an offline boot), sent once the service answers again. ``facts_drifted``: a boot
+    check found the GPUs differing and the agent sent what nvidia-smi showed; the next boot whose checks pass sends
+    the facts again, so a GPU that came back is counted again.""" 
 
     path: pathlib.Path
     last_seq: int = 0
@@ -42,6 +44,7 @@ class AgentState:
     plan: str | None = None
     verified_at: float | None = None
     pending: list = field(default_factory=list)
+    facts_drifted: bool = False  # this agent sent drifted facts (a boot check refused): resend when the GPUs agree
 
     @classmethod
     def load(cls, path: pathlib.Path) -> "AgentState":
@@ -67,8 +70,8 @@ class AgentState:
                   "etag": lambda v: _opt(v, str), "plan_id": lambda v: _opt(v, str), "plan": lambda v: _opt(v, str),
                   "verified_at": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
                                                          and math.isfinite(v)),
-                  "pending": lambda v: isinstance(v, list)}
-        defaults = {"last_seq": 0, "pending": []}
+                  "pending": lambda v: isinstance(v, list), "facts_drifted": lambda v: isinstance(v, bool)}
+        defaults = {"last_seq": 0, "pending": [], "facts_drifted": False}
         values = {}
         for name, ok in checks.items():
             v = data.get(name, defaults.get(name))
