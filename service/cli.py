@@ -1468,7 +1468,8 @@ def main() -> None:
         reason = str(e) or e.__class__.__name__
         hint = " (give the address with http:// or https://)" if isinstance(e, httpx.UnsupportedProtocol) else ""
         try:
-            where = f" at {e.request.url}"
+            u = e.request.url
+            where = f" at {u.scheme}://{u.netloc.decode('ascii', 'replace')}"
         except (AttributeError, RuntimeError):  # no request was built (an unusable URL)
             where = ""
         typer.echo(f"preflight: cannot reach the service{_printable(where)}: {_printable(reason)}{hint}", err=True)

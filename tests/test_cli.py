@@ -112,9 +112,12 @@ def test_a_service_that_cannot_be_reached_is_one_line_and_status_69():
         r = subprocess.run([exe, "tokens", "list", "--server", server, "--token", "x"], capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 69, r.stderr
-        assert r.stderr.startswith("preflight: cannot reach the service: ") and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("preflight: cannot reach the service") and r.stderr.count("\n") == 1, r.stderr
         assert "Traceback" not in r.stderr
     assert "http:// or https://" in r.stderr
+    first = subprocess.run([exe, "tokens", "list", "--server", f"http://127.0.0.1:{port}", "--token", "x"],
+                           capture_output=True, text=True, timeout=60)
+    assert first.stderr.startswith(f"preflight: cannot reach the service at http://127.0.0.1:{port}: ")
 
 
 def test_problems_are_printed_as_a_person_reads_them_and_never_raw_control_characters():
