@@ -745,11 +745,38 @@ def test_a_large_wave_is_signed_and_restored_in_chunks_of_the_plan_cap(api, db, 
     assert len(s["waves"][0]["plan_ids"]) == 3
     sizes = [len(fleet.api.get(f"/v1/plans/{p}").json()["assignments"]) for p in s["waves"][0]["plan_ids"]]
     assert sizes == [16, 16, 8]
+    # abort restores one chunk in the request and answers "aborting"; the scheduler restores the rest, a chunk per
+    # transaction
     ab = fleet.api.post(f"/v1/rollouts/{r['id']}/abort")
-    assert ab.status_code == 200 and {n["outcome"] for n in ab.json()["nodes"]} == {"restored"}
-    restored = {n["restored_plan_id"] for n in ab.json()["nodes"]}
+    assert ab.status_code == 200 and ab.json()["state"] == "aborting"
+    assert [n["outcome"] for n in ab.json()["nodes"]].count("restored") == 16
+    assert fleet.api.post(f"/v1/rollouts/{r['id']}/abort").status_code == 409  # already aborting
+    steps = []
+    assert fleet.tick(after_step=lambda rid, action: steps.append(action)) == {r["id"]: "restore"}
+    assert steps == ["restoring", "restore"]
+    s = fleet.status(r["id"])
+    assert s["state"] == "aborted" and {n["outcome"] for n in s["nodes"]} == {"restored"}
+    restored = {n["restored_plan_id"] for n in s["nodes"]}
     assert sorted(len(fleet.api.get(f"/v1/plans/{p}").json()["assignments"]) for p in restored) == [8, 16, 16]
     assert all(fleet.current(n)[2] == fleet.old["argv"] for n in names[::13])
+    assert [k for k, _, _ in fleet.events(r["id"])].count("rollout.rolled_back") == 1
+
+
+def test_a_large_halt_restores_a_chunk_per_transaction(api, db, quiet, keys, monkeypatch):
+    monkeypatch.setattr(rollout_service, "SIGN_CHUNK", 10)
+    names = [f"m-{i:03d}" for i in range(25)]
+    fleet = Fleet(api, db, quiet, keys, nodes=names)
+    r = fleet.rollout(nodes=names, waves=[{"percent": 100}], gates={"kv_tolerance": None})
+    assert fleet.tick() == {r["id"]: "sign"}
+    plan_id = fleet.status(r["id"])["waves"][0]["plan_ids"][0]
+    fleet.report(names[3], plan_id, "failed")
+    steps = []
+    assert fleet.tick(after_step=lambda rid, action: steps.append(action)) == {r["id"]: "restore"}
+    assert steps == ["halting", "restoring", "restore"]  # 10 + 10 + 5 nodes, three transactions
+    s = fleet.status(r["id"])
+    assert s["state"] == "rolled_back" and {n["outcome"] for n in s["nodes"]} == {"restored"}
+    restored = {n["restored_plan_id"] for n in s["nodes"]}
+    assert sorted(len(fleet.api.get(f"/v1/plans/{p}").json()["assignments"]) for p in restored) == [5, 10, 10]
 
 
 def test_reasons_with_control_characters_are_refused_and_printed_escaped(fleet):

@@ -31,7 +31,9 @@ MAX_BAKE_S = 7 * 86400
 MAX_ROLLOUT_NODES = 1024
 
 FINAL = ("completed", "rolled_back", "aborted")
-ACTIVE = ("pending", "waiting", "baking", "paused", "halted")  # the scheduler looks at these
+ACTIVE = ("pending", "waiting", "baking", "paused", "halted", "rolling_back", "aborting")
+# restores left to do, a chunk per step (halted with more to restore; aborted with more to restore)
+RESTORING = ("rolling_back", "aborting")
 FAILED_REPORTS = ("failed", "refused", "exited")  # a report on the new plan that fails its unit
 # settled without failing: ready, or planned by hand during its wave (someone else's decision: not the rollout's
 # failure, not restored)
@@ -226,6 +228,8 @@ def step(v: View, now: float) -> Decision:
     rollout still protects the fleet); a halted rollout stays halted until the service has restored it."""
     if v.state in FINAL or v.state == "halted":
         return Decision("none", v.state, v.wave)
+    if v.state in RESTORING:
+        return Decision("restore", v.state, v.wave)
     if v.failures > v.failure_limit:
         return Decision("halt", "halted", v.wave, f"{v.failures} unit(s) failed, more than failure_limit "
                                                  f"{v.failure_limit}")
@@ -271,6 +275,9 @@ def command(state: str, verb: str, promoted: bool = False) -> str:
     in ``pending`` of wave 0); a second promote before the flag is used (``promoted``) is refused."""
     if state in FINAL:
         raise DomainError("state", f"the rollout is {state}: nothing to {verb}", rule="rollout_final")
+    if state == "aborting" or (state == "rolling_back" and verb != "abort"):
+        raise DomainError("state", f"the rollout is {state} (its nodes are being restored): nothing to {verb}",
+                          rule="rollout_state")
     if verb == "pause":
         if state == "paused":
             raise DomainError("state", "the rollout is already paused", rule="rollout_state")

@@ -36,7 +36,8 @@ from . import plans as plan_service
 log = logging.getLogger("preflight.rollouts")
 TARGET_FIELDS = ("manifest", "engine_args", "env", "environment", "workload", "vllm_version", "kv_cache_pool",
                  "multi_node_form")
-SCHEDULED = ("pending", "waiting", "baking", "paused")  # what the scheduler steps (halted waits for an operator)
+# what the scheduler steps (halted waits for an operator; rolling_back and aborting have restores left, a chunk a step)
+SCHEDULED = ("pending", "waiting", "baking", "paused") + domain.RESTORING
 REPORTED = ("running", "failed", "refused", "exited")
 MAX_SELECTED = domain.MAX_ROLLOUT_NODES
 # The hook for a gate over vLLM's metrics (preemptions, P99 from the tuning loop's windows, when it exists): a
@@ -504,16 +505,18 @@ def _sign_chunk(session: Session, r: Rollout, wave: RolloutWave, rows: list[Roll
 
 
 def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings: Settings, keys: KeyStore,
-             reason: str, actor: str, retry: bool = False) -> tuple[int, int]:
+             reason: str, actor: str) -> bool:
     """Give every node the rollout changed its previous plan's content again, as a new plan with a higher seq (the
     agents' replay protection accepts it): per unit and previous plan, the whole previous groups together. A node
     whose current plan is no longer the rollout's (someone planned it since) is left alone. Each node restored is an
-    audit event with the reason and the evidence. ``retry`` (an operator's abort of a halted rollout) tries the
-    nodes whose restore was refused before again. Returns (restored, not restored)."""
+    audit event with the reason and the evidence. At most one chunk (SIGN_CHUNK nodes, whole units; more when one
+    unit is larger) per call, so one transaction holds the write lock for one chunk: returns whether nodes are left
+    to restore (the caller's next step, in a new transaction, goes on). Nodes an operator's abort of a halted
+    rollout marked ``retry_restore`` are tried again."""
     todo = [n for n in rows if n.new_plan_id and n.restored_plan_id is None
-            and n.outcome != "superseded_by_hand" and (retry or n.outcome != "not_restored")]
+            and n.outcome not in ("superseded_by_hand", "not_restored")]
     if not todo:
-        return 0, 0
+        return False
     current = _current(session, [n.node_name for n in todo])
     batches: dict[tuple[int, str | None], list[RolloutNode]] = {}
     restored = missed = 0
@@ -535,7 +538,11 @@ def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings:
             chunks[-1][1].extend(members)
         else:
             chunks.append((previous_id, list(members)))
-    for previous_id, members in chunks:
+    size = 0
+    for i, (previous_id, members) in enumerate(chunks):
+        if size and size + len(members) > SIGN_CHUNK:
+            return True
+        size += len(members)
         failure = None
         if previous_id is None:
             failure = "it had no plan before the rollout"
@@ -564,7 +571,17 @@ def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings:
                                                  "rollout_plan_id": n.new_plan_id, "rollout_seq": n.new_seq,
                                                  "seq": seq, "evidence": evidence},
                    actor=actor, node=n.node_name, plan_id=out["id"])
-    return restored, missed
+    return False
+
+
+def _finish_restore(session: Session, r: Rollout, rows: list[RolloutNode], *, actor: str | None = None) -> None:
+    """Every restore done: aborting → aborted; a halt → rolled_back, or halted when a node could not be restored
+    (an operator's abort tries again). One event with the totals."""
+    restored = sum(1 for n in rows if n.outcome == "restored")
+    missed = sum(1 for n in rows if n.outcome == "not_restored")
+    r.state = "aborted" if r.state == "aborting" else ("rolled_back" if missed == 0 else "halted")
+    _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
+           {"restored": restored, "not_restored": missed, "reason": r.reason}, actor=actor)
 
 
 def _evidence_of(rows: list[RolloutNode]) -> list[dict[str, Any]]:
@@ -577,12 +594,10 @@ def _halt(session: Session, r: Rollout, rows: list[RolloutNode], reason: str, *,
     r.state, r.reason = "halted", reason
     _event(session, r, "halted", {"reason": reason, "evidence": _evidence_of(rows),
                                   **({"refused": evidence} if evidence else {})})
-    restored, missed = _restore(session, r, rows, settings=settings, keys=keys, reason=reason,
-                                actor=f"rollout:{r.id}")
-    if missed == 0:
-        r.state = "rolled_back"
-    _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
-           {"restored": restored, "not_restored": missed, "reason": reason})
+    if _restore(session, r, rows, settings=settings, keys=keys, reason=reason, actor=f"rollout:{r.id}"):
+        r.state = "rolling_back"  # more chunks to restore: the scheduler's next steps, each its own transaction
+        return
+    _finish_restore(session, r, rows)
 
 
 def _lock(session: Session, rollout_id: str) -> Rollout | None:
@@ -603,7 +618,7 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
         return None
     rows = list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
                                 .order_by(RolloutNode.position)).scalars())
-    failed_now = _observe(session, r, rows, now)
+    failed_now = [] if r.state in domain.RESTORING else _observe(session, r, rows, now)
     for name in failed_now:
         n = next(x for x in rows if x.node_name == name)
         _event(session, r, "node_failed", {"unit": n.unit, "evidence": n.evidence}, node=name, plan_id=n.new_plan_id)
@@ -625,11 +640,17 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
             r.updated_at = utcnow()
         return "none"
     r.updated_at = utcnow()
+    if d.action == "restore":  # the next chunk of a rollback or an abort
+        actor = f"rollout:{r.id}"
+        if _restore(session, r, rows, settings=settings, keys=keys, reason=r.reason or r.state, actor=actor):
+            return "restoring"
+        _finish_restore(session, r, rows)
+        return "restore"
     if d.action == "halt":
         if 0 <= r.wave < len(waves):
             waves[r.wave].state = "halted"
         _halt(session, r, rows, d.reason or "failures", settings=settings, keys=keys)
-        return "halt"
+        return _halted(r)
     if d.action == "bake":
         wave = waves[r.wave]
         wave.state, wave.settled_at = "baking", _at(now)
@@ -658,6 +679,11 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
     return _sign_next(session, r, waves[d.wave], rows, settings=settings, keys=keys, now=now)
 
 
+def _halted(r: Rollout) -> str:
+    """The step's answer to a halt: "halt", or "halting" when restores are left (``tick`` steps again at once)."""
+    return "halting" if r.state == "rolling_back" else "halt"
+
+
 def _sign_next(session: Session, r: Rollout, wave: RolloutWave, rows: list[RolloutNode], *, settings: Settings,
                keys: KeyStore, now: float) -> str:
     """Sign the wave's next chunk; "signing" while chunks remain (``tick`` steps again at once), "sign" when the
@@ -668,11 +694,11 @@ def _sign_next(session: Session, r: Rollout, wave: RolloutWave, rows: list[Rollo
             plan_id, done = _sign_chunk(session, r, wave, rows, settings=settings, keys=keys, now=now)
     except PartialGroup as exc:
         _halt(session, r, rows, exc.message[:1000], settings=settings, keys=keys, evidence=exc.evidence)
-        return "halt"
+        return _halted(r)
     except (ApiError, DomainError) as exc:  # the savepoint's rollback undid the chunk's rows (expired: reloaded)
         reason = f"signing wave {wave.index} was refused: {getattr(exc, 'detail', None) or exc}"[:1000]
         _halt(session, r, rows, reason, settings=settings, keys=keys)
-        return "halt"
+        return _halted(r)
     if not done:
         _event(session, r, "wave_chunk_signed", {"plan_id": plan_id,
                                                  "nodes": [n.node_name for n in rows if n.new_plan_id == plan_id]})
@@ -720,12 +746,16 @@ def command(session: Session, rollout_id: str, verb: str, *, actor: str, setting
         rows = list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
                                     .order_by(RolloutNode.position)).scalars())
         why = f"aborted by {actor}" + (f": {reason}" if reason else "")
-        r.state, r.reason = "aborted", why
+        if payload["from"] == "halted":  # the restores refused before are tried again
+            for n in rows:
+                if n.outcome == "not_restored" and n.restored_plan_id is None:
+                    n.outcome = "retry_restore"
+        r.state, r.reason = "aborting", why
         _event(session, r, "aborted", payload, actor=actor)
-        restored, missed = _restore(session, r, rows, settings=settings, keys=keys, reason=why, actor=actor,
-                                    retry=payload["from"] == "halted")
-        _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
-               {"restored": restored, "not_restored": missed, "reason": why}, actor=actor)
+        # the first chunk here; a large rollout answers "aborting" and the scheduler restores the rest, a chunk per
+        # transaction (the write lock is never held for the whole fleet)
+        if not _restore(session, r, rows, settings=settings, keys=keys, reason=why, actor=actor):
+            _finish_restore(session, r, rows, actor=actor)
     return rollout_dict(session, r)
 
 
@@ -762,7 +792,7 @@ def tick(db, *, settings: Settings, keys: KeyStore, now: float | None = None,
                                       now=time.time() if now is None else now)
                         if after_step is not None and action is not None:
                             after_step(rid, action)
-                    if action != "signing":
+                    if action not in ("signing", "restoring", "halting"):
                         break
                 if action is not None:
                     done[rid] = action
