@@ -14,19 +14,19 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(help="Preflight: validate, sign and audit vLLM launch configurations.", no_args_is_help=True)
-manifest_app = typer.Typer(help="Weight manifests.", no_args_is_help=True)
-agent_app = typer.Typer(help="The GPU node bootstrap agent.", no_args_is_help=True)
-keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True)
-audit_app = typer.Typer(help="The audit log.", no_args_is_help=True)
+app = typer.Typer(help="Preflight: validate, sign and audit vLLM launch configurations.", no_args_is_help=True, rich_markup_mode="markdown")
+manifest_app = typer.Typer(help="Weight manifests.", no_args_is_help=True, rich_markup_mode="markdown")
+agent_app = typer.Typer(help="The GPU node bootstrap agent.", no_args_is_help=True, rich_markup_mode="markdown")
+keys_app = typer.Typer(help="Signing keys.", no_args_is_help=True, rich_markup_mode="markdown")
+audit_app = typer.Typer(help="The audit log.", no_args_is_help=True, rich_markup_mode="markdown")
 tune_app = typer.Typer(help="The tuning loop: from vLLM's live metrics to the next plan (docs/operating.md §9).",
-                       no_args_is_help=True)
+                       no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(agent_app, name="agent")
 app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
-rollout_app = typer.Typer(help="Staged rollouts: a launch config changed over nodes in waves (issue 19).",
-                          no_args_is_help=True)
+rollout_app = typer.Typer(help="Staged rollouts: a launch config changed over nodes in waves.",
+                          no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(tune_app, name="tune")
 
@@ -239,8 +239,36 @@ def _slow_client(server: str, token: str):
 
 def _fail_on_problem(r) -> None:
     if r.status_code >= 400:
-        typer.echo(f"preflight: HTTP {r.status_code}: {r.text}", err=True)
+        typer.echo(f"preflight: HTTP {r.status_code}: {_problem_text(r)}", err=True)
         raise typer.Exit(1)
+
+
+def _problem_text(r) -> str:
+    """A problem+json answer as a person reads it: the detail, then each field error and finding on its own line
+    (control characters escaped: the text comes from the server); anything else as sent, cut at 2,000 characters."""
+    try:
+        body = r.json()
+    except ValueError:
+        return _printable(r.text[:2000])
+    if not isinstance(body, dict) or not isinstance(body.get("detail") or body.get("title"), str):
+        return _printable(r.text[:2000])
+    lines = [str(body.get("detail") or body.get("title"))]
+    for e in (body.get("errors") or [])[:20]:
+        if isinstance(e, dict):
+            lines.append(f"  {e.get('field', '')}: {e.get('message', '')}")
+    for f in (body.get("findings") or [])[:20]:
+        if isinstance(f, dict) and f.get("severity") == "error":
+            lines.append(f"  [{f.get('rule', '')}] {f.get('message', '')}")
+    return _printable("\n".join(lines))
+
+
+def _printable(text: str) -> str:
+    """``text`` with control and bidi-override characters escaped (never written raw to an operator's terminal);
+    newlines and tabs kept."""
+    import unicodedata
+
+    return "".join(c if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf") else
+                   c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 @manifest_app.command("push")
@@ -1261,7 +1289,7 @@ def upgrade_check(to: str = typer.Option(..., "--to", help="The vLLM version to 
     raise typer.Exit(1 if out["breaking"] else 0)
 
 
-tokens_app = typer.Typer(help="Bearer tokens (admin).", no_args_is_help=True)
+tokens_app = typer.Typer(help="Bearer tokens (admin).", no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(tokens_app, name="tokens")
 
 
@@ -1305,8 +1333,22 @@ def tokens_rotate(token_id: int, server: str = typer.Option(..., envvar="PREFLIG
     typer.echo(json.dumps(r.json(), indent=2))
 
 
+def main() -> None:
+    """The ``preflight`` command: the CLI, with a service that cannot be reached said in one line (not a
+    traceback) and exit status 69 (EX_UNAVAILABLE)."""
+    import httpx
+
+    try:
+        app()
+    except (httpx.TransportError, httpx.InvalidURL) as e:
+        reason = str(e) or e.__class__.__name__
+        hint = " (give the address with http:// or https://)" if isinstance(e, httpx.UnsupportedProtocol) else ""
+        typer.echo(f"preflight: cannot reach the service: {_printable(reason)}{hint}", err=True)
+        sys.exit(69)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    main()
 
 
 # -- rollouts (issue 19) ---------------------------------------------------------------------------------------------

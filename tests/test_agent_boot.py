@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import textwrap
@@ -614,3 +615,17 @@ def test_the_node_keeps_an_audit_checkpoint_and_raises_the_alarm_when_the_chain_
     out = CliRunner().invoke(cli, ["audit", "verify", "--checkpoint", str(copy)], env=env)
     assert out.exit_code == 1, out.stdout  # the chain grew again since, over other events: no longer the kept head
     assert json.loads(out.stdout)["checkpoint"]["source"] == str(copy)
+
+
+def test_the_readme_stand_ins_boot_a_node_without_a_gpu(fleet):
+    """README (the node agent): scripts/stand-ins holds an nvidia-smi replaying a real 8 × H100 node and a vllm that
+    prints its arguments; first on PATH, `agent run --exec` boots the plan on a machine without a GPU."""
+    url, c, node = fleet
+    plan = c.post("/v1/plans", json=PLAN).json()
+    stand_ins = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "stand-ins"
+    env = {**node.env(), "PATH": f"{stand_ins}:{os.environ['PATH']}"}
+    run = subprocess.run(node.args(), env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "stand-in vllm: serve " in run.stdout + run.stderr, (run.stdout, run.stderr)
+    runs = c.get("/v1/nodes/gpu-01/runs").json()["items"]
+    assert runs[0]["plan_id"] == plan["id"] and runs[0]["end"] == "exited"

@@ -72,6 +72,21 @@ def test_audit_filters_by_model_node_plan_and_time_with_cursor(client):
     assert len(since) + len(until) == len(everything) and since[0]["ts"] >= mid
 
 
+def test_audit_filters_by_subject(client):
+    fleet(client)
+    p70 = plan(client, "llama-70b", ["gpu-17"], tensor_parallel_size=8)
+    plan(client, "llama-8b", ["gpu-18"])
+    mine = client.get("/v1/audit", params={"subject": f"plan:{p70['id']}"}).json()["items"]
+    assert [e["kind"] for e in mine] == ["plan.created"] and mine[0]["plan_id"] == p70["id"]
+    manifest = client.get("/v1/audit", params={"subject": "manifest:llama-8b@1"}).json()["items"]
+    assert [e["kind"] for e in manifest] == ["manifest.registered"]
+    assert client.get("/v1/audit", params={"subject": "rollout:nope"}).json()["items"] == []
+    exported = client.get("/v1/audit/export", params={"subject": f"plan:{p70['id']}"}).text.splitlines()
+    assert [json.loads(line)["kind"] for line in exported] == ["plan.created"]
+    r = client.get("/v1/audit", params={"subject": "x" * 513})
+    assert r.status_code == 422 and "subject" in r.text
+
+
 def test_export_jsonl_and_csv_match_the_log(client):
     fleet(client)
     plan(client, "llama-8b", ["gpu-18"])

@@ -96,3 +96,35 @@ def test_agent_verify_needs_only_the_trust_file_and_keys_export_writes_one(tmp_p
     broken.write_text('{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}')
     unusable = runner.invoke(app, ["agent", "verify", str(plan), "--node", "gpu-01", "--trust", str(broken)])
     assert unusable.exit_code == 2 and "not a usable JWKS" in unusable.stderr
+
+
+def test_a_service_that_cannot_be_reached_is_one_line_and_status_69():
+    import pathlib
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = str(pathlib.Path(sys.executable).parent / "preflight")
+    for server in (f"http://127.0.0.1:{port}", f"127.0.0.1:{port}"):
+        r = subprocess.run([exe, "tokens", "list", "--server", server, "--token", "x"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 69, r.stderr
+        assert r.stderr.startswith("preflight: cannot reach the service: ") and r.stderr.count("\n") == 1, r.stderr
+        assert "Traceback" not in r.stderr
+    assert "http:// or https://" in r.stderr
+
+
+def test_problems_are_printed_as_a_person_reads_them_and_never_raw_control_characters():
+    import httpx
+
+    from service.cli import _problem_text
+
+    r = httpx.Response(422, json={"type": "about:blank", "title": "Unprocessable", "status": 422,
+                                  "detail": "rejected \x1b]0;pwned\x07",
+                                  "errors": [{"field": "waves.0.percent", "message": "must rise"}],
+                                  "findings": [{"rule": "tp_heads", "severity": "error", "message": "TP 3"}]})
+    assert _problem_text(r) == ("rejected \\x1b]0;pwned\\x07\n  waves.0.percent: must rise\n  [tp_heads] TP 3")
+    assert _problem_text(httpx.Response(502, text="bad \u202egateway")) == "bad \\u202egateway"

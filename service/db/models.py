@@ -191,6 +191,7 @@ class AuditEvent(Base):
         Index("ix_audit_events_node_id", "node", "id"),
         Index("ix_audit_events_plan_id", "plan_id", "id"),
         Index("ix_audit_events_model_id", "model", "id"),
+        Index("ix_audit_events_subject_id", "subject", "id"),
         Index("ix_audit_events_ts", "ts"),
         # the sealer's work list: only unsealed events are in it, so finding them never scans the chain
         Index("ix_audit_events_pending", "id", postgresql_where=text("chain_seq IS NULL"),

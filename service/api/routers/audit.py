@@ -48,11 +48,11 @@ def plan_placements(plan_id: str, session: SessionDep, p: Reader):
     return history.plan_placements(session, plan_id)
 
 
-def audit_query(node, plan, model, kind, since, until):
+def audit_query(node, plan, model, kind, since, until, subject=None):
     since, until = parse_time("since", since), parse_time("until", until)
     q = select(AuditEvent).order_by(AuditEvent.id)
     for col, value in ((AuditEvent.node, node), (AuditEvent.plan_id, plan), (AuditEvent.model, model),
-                       (AuditEvent.kind, kind)):
+                       (AuditEvent.kind, kind), (AuditEvent.subject, subject)):
         if value:
             q = q.where(col == value)
     if since:
@@ -66,10 +66,12 @@ def audit_query(node, plan, model, kind, since, until):
 def list_audit(request: Request, p: Auditor, node: str | None = None, plan: str | None = None,
                model: str | None = None, kind: str | None = None, since: TimeQuery = None,
                until: TimeQuery = None, after: Annotated[int, Query(ge=0, le=2**62)] = 0,
-               limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+               subject: Annotated[str | None, Query(max_length=512, description="what an event is about, e.g. "
+                                              "``rollout:<id>``, ``plan:<id>``, ``manifest:<name>@<version>``")] = None):
     """Audit events in the order they were written, filtered; ``next`` is the cursor (pass it as ``after``).
     Each event carries its chain position ``seq`` and ``hash`` (null for the moment before it is sealed)."""
-    q = audit_query(node, plan, model, kind, since, until).where(AuditEvent.id > after).limit(limit)
+    q = audit_query(node, plan, model, kind, since, until, subject).where(AuditEvent.id > after).limit(limit)
     with request.app.state.db.transaction() as session:
         rows = list(session.execute(q).scalars())
     return {"items": [audit.event_dict(e) for e in rows], "next": rows[-1].id if len(rows) == limit else None}
@@ -79,11 +81,13 @@ def list_audit(request: Request, p: Auditor, node: str | None = None, plan: str 
             responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}})
 def export_audit(request: Request, p: Auditor, format: Annotated[str, Query(pattern="^(jsonl|csv)$")] = "jsonl",
                  node: str | None = None, plan: str | None = None, model: str | None = None,
-                 kind: str | None = None, since: TimeQuery = None, until: TimeQuery = None):
+                 kind: str | None = None, since: TimeQuery = None, until: TimeQuery = None,
+                 subject: Annotated[str | None, Query(max_length=512, description="what an event is about, e.g. "
+                                              "``rollout:<id>``, ``plan:<id>``, ``manifest:<name>@<version>``")] = None):
     """The filtered audit log as JSON Lines or CSV, streamed in chain order."""
     db = request.app.state.db
     db.sealer.flush()
-    q = audit_query(node, plan, model, kind, since, until)
+    q = audit_query(node, plan, model, kind, since, until, subject)
     media = "application/x-ndjson" if format == "jsonl" else "text/csv"
     return StreamingResponse(audit_export.stream(db, q, format), media_type=media)
 
