@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import pathlib
 import shlex
 import sys
@@ -286,10 +285,10 @@ def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model dire
     quantization tag, hf_quant_config.json, the safetensors index's shards and sizes (nodes check them at boot)."""
     from .agent.weights import WeightsError
 
-    try:
-        body = read_model_dir(directory)
-        body["files"] = _describe_weights(directory, hash_shards)
-    except (OSError, ValueError, WeightsError) as exc:
+    try:  # the directory read as hostile first (no FIFO, no symlink out of it, bounded), then its JSON files
+        files = _describe_weights(directory, hash_shards)
+        body = {**read_model_dir(directory), "files": files}
+    except (OSError, ValueError, RecursionError, WeightsError) as exc:
         typer.echo(f"preflight: {exc}", err=True)
         raise typer.Exit(2)
     body.update(name=name or directory.name, version=version, uri=uri or str(directory.resolve()),
@@ -479,24 +478,27 @@ class Reporter:
 
 
 def _agent_token(token: str | None, token_file: pathlib.Path | None) -> str:
+    """--token as given, or the token in --token-file (a link is followed: a mounted Secret), only a regular file,
+    at most 4 KiB, and only a token of the service's shape (agent/files.py)."""
+    from .agent.files import UnsafeFile, read_token_file
+
     if token:
         return token
     if token_file is None:
         typer.echo("preflight agent: give --token or --token-file (PREFLIGHT_TOKEN / PREFLIGHT_TOKEN_FILE)", err=True)
         raise typer.Exit(2)
     try:
-        secret = token_file.read_text(encoding="ascii")[:4096].strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        typer.echo(f"preflight agent: cannot read the token file {token_file}: "
-                   f"{getattr(exc, 'strerror', None) or 'not an ASCII token'}", err=True)
+        return read_token_file(token_file)
+    except FileNotFoundError:
+        typer.echo(f"preflight agent: the token file {token_file} does not exist (run `preflight agent register`)",
+                   err=True)
         raise typer.Exit(2)
-    if secret and not re.fullmatch(r"[A-Za-z0-9_.~+/=-]{1,512}", secret):
-        typer.echo(f"preflight agent: the token file {token_file} does not hold a token", err=True)
+    except UnsafeFile as exc:
+        typer.echo(f"preflight agent: {exc}", err=True)
         raise typer.Exit(2)
-    if not secret:
-        typer.echo(f"preflight agent: the token file {token_file} is empty (run `preflight agent register`)", err=True)
+    except OSError as exc:
+        typer.echo(f"preflight agent: cannot read the token file {token_file}: {exc.strerror or exc}", err=True)
         raise typer.Exit(2)
-    return secret
 
 
 def _resolve_vllm(vllm: str | None) -> str:
@@ -570,9 +572,12 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                                                         help="vLLM's Prometheus endpoint (default: "
                                                              "http://127.0.0.1:PORT/metrics, PORT from the plan's "
                                                              "--port, else 8000).")) -> None:
-    """Boot this node's current plan: fetch it with a fresh freshness statement, verify both against the pinned
-    trust root, save it, then print or run exactly its argv with the node's vllm. Every start runs the current plan
-    again (after a reboot, a crash or a restart); a plan older than the last one accepted never runs."""
+    """Boot this node's current plan: verify it, check the node, then print or run it.
+
+    Fetch the plan with a fresh freshness statement, verify both against the pinned trust root, save it, then print
+    or run exactly its argv with the node's vllm (with --exec, after the GPU, weights and free-memory checks). Every
+    start runs the current plan again (after a reboot, a crash or a restart); a plan older than the last one
+    accepted never runs."""
     import datetime as dt
 
     import httpx
@@ -695,8 +700,6 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         plan_token, header_id = st.plan, st.plan_id
         offline = {"plan_verified_at": dt.datetime.fromtimestamp(st.verified_at, dt.timezone.utc).isoformat(),
                    "age_seconds": int(boot - st.verified_at)}
-        typer.echo(f"preflight agent: the service is unreachable: OFFLINE BOOT of the last verified plan "
-                   f"{st.plan_id} (seq {st.last_seq}, confirmed current {offline['age_seconds']} s ago)", err=True)
     elif r.status_code == 304 and st.plan:
         plan_token, header_id = st.plan, st.plan_id
     elif r.status_code == 200:
@@ -742,10 +745,13 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     if offline is not None and plan.grouped:
         # the freshness statement is what says the head holds the same group plan: without it, no start
         refuse(plan.claims["jti"], VerificationError(
-            "group_offline", f"this node is the {plan.role} (rank {plan.claims['rank']}) of a "
+            "group_offline", f"the service is unreachable and this node is the {plan.role} (rank {plan.claims['rank']}) of a "
             f"{plan.claims['nnodes']}-node group: it boots only with the service's word that its head holds the same "
             f"group plan, never offline"), "freshness")
         raise typer.Exit(EXIT_UNAVAILABLE)
+    if offline is not None:  # said once the saved plan verified and may boot offline (never before a refusal)
+        typer.echo(f"preflight agent: the service is unreachable: OFFLINE BOOT of the last verified plan "
+                   f"{st.plan_id} (seq {st.last_seq}, confirmed current {offline['age_seconds']} s ago)", err=True)
     report = Reporter(client, st, plan_id=plan.claims["jti"], seq=plan.seq, offline=offline, send_pending=True,
                       placement=placement)
     if witnessed is not None:
@@ -842,13 +848,16 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                    rotate_token: bool = typer.Option(False, "--rotate-token",
                                                      help="Issue a new agent token even when TOKEN_FILE holds one "
                                                           "(the node's other tokens are revoked).")) -> None:
-    """Register this node from what nvidia-smi reads (GPU model, count, memory, capability, NVLink or PCIe), or update
-    its facts when it exists. Safe to re-run: while TOKEN_FILE holds the node's live agent token, the facts are sent
-    with it and it is kept; otherwise (a new or re-imaged node, a revoked token) the enrollment token registers or
-    updates the node and a new agent token is issued, the node's old ones revoked."""
+    """Register this node (or update its facts) from what nvidia-smi reads, with an enrollment token.
+
+    The facts: GPU model, count, memory, compute capability, NVLink or PCIe. Safe to re-run: while TOKEN_FILE holds
+    the node's live agent token, the facts are sent with it and it is kept; otherwise (a new or re-imaged node, a
+    revoked token) the enrollment token registers or updates the node and a new agent token is issued, the node's
+    old ones revoked. TOKEN_FILE must not be a symlink (register writes it)."""
     import httpx
 
-    from .agent.gpus import NvidiaSmiError, node_facts, read_gpus, read_interconnect
+    from .agent.files import UnsafeFile, read_token_file
+    from .agent.gpus import NvidiaSmiError, mixed_models, node_facts, read_gpus, read_interconnect
     from .agent.trust import write_text_atomic
 
     try:
@@ -857,12 +866,22 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     except NvidiaSmiError as exc:
         typer.echo(f"preflight agent register: {exc}", err=True)
         raise typer.Exit(2)
+    mixed = mixed_models(gpus)
+    if mixed:
+        typer.echo(f"preflight agent register: {mixed}: nothing registered", err=True)
+        raise typer.Exit(2)
+    if token_file.is_symlink():  # register writes this file: a link is never replaced behind the operator's back
+        typer.echo(f"preflight agent register: the token file {token_file} is a symlink: refused (register writes "
+                   f"the token file; name the file itself): nothing changed", err=True)
+        raise typer.Exit(2)
     try:
-        kept = token_file.read_text(encoding="ascii")[:4096].strip() if token_file.is_file() else ""
-    except (OSError, UnicodeDecodeError):
+        kept = read_token_file(token_file)
+    except FileNotFoundError:
         kept = ""
-    if kept and not re.fullmatch(r"[A-Za-z0-9_.~+/=-]{1,512}", kept):
-        kept = ""  # not a token (a corrupted file): enrol again
+    except UnsafeFile:
+        kept = ""  # not a token (a corrupted file) or not a regular file: enrol again (a directory fails below)
+    except OSError:
+        kept = ""
     # the new token must be writable before the service rotates anything (a failed write would lock the node out)
     try:
         token_file.parent.mkdir(parents=True, exist_ok=True)
@@ -872,7 +891,7 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     except OSError as exc:
         typer.echo(f"preflight agent register: {exc}: nothing changed", err=True)
         raise typer.Exit(2)
-    body = {**facts, "address": address}
+    body = {**facts, **({"address": address} if address is not None else {})}  # left out: the stored one stays
     try:
         r = None
         if kept and not rotate_token:  # the kept token proves itself: it may update its own node's facts
@@ -918,7 +937,9 @@ def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact 
                  issuer: str = typer.Option("preflight", envvar="PREFLIGHT_ISSUER", help="The iss plans must carry."),
                  audience: str = typer.Option("preflight-agent", envvar="PREFLIGHT_AUDIENCE",
                                               help="The aud plans must carry.")) -> None:
-    """Verify a saved plan offline against the node's trust file (no server is asked anything)."""
+    """Verify a saved plan offline against the node's trust file.
+
+    No server is asked anything; with --freshness the saved freshness statement is checked too."""
     from .agent.verify import VerificationError, verify_freshness, verify_plan
 
     tr = _load_trust(trust)
@@ -941,14 +962,20 @@ def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact 
 @agent_app.command("reset")
 def agent_reset(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                 node: str = typer.Option(..., envvar="PREFLIGHT_NODE"),
-                token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+                token: Optional[str] = typer.Option(None, envvar="PREFLIGHT_TOKEN"),
+                token_file: Optional[pathlib.Path] = typer.Option(
+                    None, envvar="PREFLIGHT_TOKEN_FILE", help="Read the agent token from this file (as `preflight "
+                    "agent register --token-file` wrote it) instead of --token."),
                 state: Optional[pathlib.Path] = typer.Option(None, help="State file (default ~/.preflight/agent-NODE.json)."),
                 reason: str = typer.Option(..., help="Why (recorded in the audit).")) -> None:
-    """Reset this node's agent state on purpose (e.g. it holds a seq no genuine plan reaches). The reset is first
-    recorded in the service's audit (agent.reset, with the state it replaces); without that record nothing changes.
-    The old file is kept beside the new one."""
+    """Reset this node's agent state on purpose, recorded in the audit first.
+
+    For a state that holds a seq no genuine plan reaches, say. The reset is first recorded in the service's audit
+    (agent.reset, with the state it replaces); without that record nothing changes. The old file is kept beside the
+    new one as STATE.reset-<UTC time>."""
     from .agent.client import AgentClient, AgentState, StateCorrupt
 
+    token = _agent_token(token, token_file)
     path = state or pathlib.Path.home() / ".preflight" / f"agent-{node}.json"
     try:
         old = AgentState.load(path)
@@ -960,8 +987,8 @@ def agent_reset(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                          {"reason": reason[:1000], "previous": previous}):
         typer.echo("preflight agent: the service did not record the reset; the state is unchanged", err=True)
         raise typer.Exit(1)
-    if path.exists():
-        aside = AgentState(path=path).set_aside()
+    if os.path.lexists(path):
+        aside = AgentState(path=path).set_aside("reset")
         typer.echo(f"previous state kept as {aside}")
     AgentState(path=path).save()
     typer.echo(f"reset {path} (recorded in the audit as agent.reset)")
@@ -1265,8 +1292,9 @@ def upgrade_check(to: str = typer.Option(..., "--to", help="The vLLM version to 
                   server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                   token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
                   as_json: bool = typer.Option(False, "--json", help="Print the service's answer as JSON.")) -> None:
-    """Re-validate every active plan (and every manifest's newest plan) against another vLLM version and list what
-    would break. Exit 0 nothing breaks, 1 something breaks, 2 bad input."""
+    """Re-validate every active plan against another vLLM version and list what would break.
+
+    Every active plan and every manifest's newest plan. Exit 0 nothing breaks, 1 something breaks, 2 bad input."""
     r = _client(server, token).get("/v1/upgrade-impact", params={"vllm_version": to})
     if r.status_code == 422:
         typer.echo(f"preflight: {r.json().get('detail', r.text)}", err=True)
@@ -1333,6 +1361,19 @@ def tokens_rotate(token_id: int, server: str = typer.Option(..., envvar="PREFLIG
     typer.echo(json.dumps(r.json(), indent=2))
 
 
+def _reflow_help(*apps: typer.Typer) -> None:
+    """Typer's Rich help keeps a docstring's source line breaks (a ragged run-on block in ``--help`` and in the
+    command lists): each paragraph becomes one line, which Rich wraps to the terminal; the first paragraph is what
+    the command lists show."""
+    import inspect
+
+    for a in apps:
+        for info in a.registered_commands:
+            doc = info.help or inspect.getdoc(info.callback) or ""
+            info.help = "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n") if p.strip())
+        _reflow_help(*(g.typer_instance for g in a.registered_groups if g.typer_instance is not None))
+
+
 def main() -> None:
     """The ``preflight`` command: the CLI, with a service that cannot be reached said in one line (not a
     traceback) and exit status 69 (EX_UNAVAILABLE)."""
@@ -1345,10 +1386,6 @@ def main() -> None:
         hint = " (give the address with http:// or https://)" if isinstance(e, httpx.UnsupportedProtocol) else ""
         typer.echo(f"preflight: cannot reach the service: {_printable(reason)}{hint}", err=True)
         sys.exit(69)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
 
 
 # -- rollouts (issue 19) ---------------------------------------------------------------------------------------------
@@ -1436,3 +1473,10 @@ for _verb, _doc in (("pause", "Stop advancing the rollout (failures past the lim
                     ("promote", "Skip the current wave's bake."),
                     ("abort", "Stop the rollout and restore every node it changed to its previous plan.")):
     _rollout_verb(_verb, _doc)
+
+
+_reflow_help(app)  # every command of every group, registered above
+
+
+if __name__ == "__main__":  # pragma: no cover  (last: every command is registered by now)
+    main()

@@ -392,6 +392,8 @@ def test_reset_on_purpose_is_recorded_then_the_genuine_plan_boots(fleet):
                             "--state", str(node.state), "--reason", "state poisoned by a spoofed server"],
                            env=node.env(), capture_output=True, text=True, timeout=60)
     assert reset.returncode == 0, reset.stderr
+    [aside] = node.dir.glob("state.json.reset-*")  # set aside on purpose: not called corrupt
+    assert f"previous state kept as {aside}" in reset.stdout and not list(node.dir.glob("state.json.corrupt-*"))
     events = c.get("/v1/audit", params={"node": "gpu-01", "kind": "agent.reset"}).json()["items"]
     assert events[0]["payload"]["details"]["previous"] == {"last_seq": 10**9, "plan_id": "spoofed"}
     run = node.run()

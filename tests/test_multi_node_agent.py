@@ -55,6 +55,7 @@ def test_a_group_member_never_boots_offline(servers, tmp_path):
     down = f"http://127.0.0.1:{free_port()}"
     offline = worker.run(url=down)
     assert offline.returncode == 75 and "never offline" in offline.stderr
+    assert "OFFLINE BOOT" not in offline.stderr  # only the refusal is said, not a boot that does not happen
     assert len(worker.launches()) == 1
 
 

@@ -75,9 +75,11 @@ def run_checks(claims: dict, *, nvidia_smi: str, weights_root: pathlib.Path | No
     if differences:
         facts = gpu_mod.node_facts(observed, interconnect if interconnect is not None else
                                    (gpu_mod.read_interconnect_quietly(nvidia_smi, len(observed))))
+        mixed = gpu_mod.mixed_models(observed)  # not facts the service takes: said instead of sent
         return Refusal("gpus", "inventory_drift",
-                       "the node's GPUs differ from the hardware the plan was validated for: " + "; ".join(differences),
-                       {"differences": differences, "observed": facts}, observed_facts=facts)
+                       "the node's GPUs differ from the hardware the plan was validated for: " + "; ".join(differences)
+                       + (f" ({mixed}: the node's facts are not updated)" if mixed else ""),
+                       {"differences": differences, "observed": facts}, observed_facts=None if mixed else facts)
     say(f"GPUs: {len(observed)} × {observed[0].name} as the plan was validated for")
 
     # 2. the weights on disk are the manifest's

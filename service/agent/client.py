@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
 import threading
 import time
@@ -12,9 +13,11 @@ from typing import Any
 
 import httpx
 
+from .files import UnsafeFile, read_file
 from .trust import write_atomic
 
 STATE_VERSION = 2
+MAX_STATE_BYTES = 64 << 20  # a plan (at most 1 MiB as fetched) and up to 200 undelivered reports
 
 
 class StateCorrupt(Exception):
@@ -44,12 +47,16 @@ class AgentState:
     def load(cls, path: pathlib.Path) -> "AgentState":
         """A missing file is a new node (an empty state). Raises StateCorrupt for anything unusable."""
         path = pathlib.Path(path)
-        try:
-            text = path.read_text()
+        try:  # never through a symlink, only a regular file, bounded (agent/files.py)
+            text = read_file(path, limit=MAX_STATE_BYTES, what="the state file").decode("utf-8")
         except FileNotFoundError:
             return cls(path=path)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise StateCorrupt(f"cannot read {path}: {exc}") from None
+        except UnsafeFile as exc:
+            raise StateCorrupt(str(exc)) from None
+        except OSError as exc:
+            raise StateCorrupt(f"cannot read {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise StateCorrupt(f"{path} is not UTF-8 text") from None
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as exc:
@@ -76,9 +83,16 @@ class AgentState:
         data = {k: v for k, v in asdict(self).items() if k != "path"}
         write_atomic(self.path, {"version": STATE_VERSION, **data})
 
-    def set_aside(self) -> pathlib.Path:
-        """Move an unusable state file out of the way (kept for inspection). Returns where it went."""
-        dest = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+    def set_aside(self, why: str = "corrupt") -> pathlib.Path:
+        """Move the state file out of the way (kept for inspection) as ``NAME.<why>-<UTC time>``: ``corrupt`` when it
+        was unusable, ``reset`` for ``preflight agent reset``. Returns where it went (a link is moved, never
+        followed)."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        dest = self.path.with_name(f"{self.path.name}.{why}-{stamp}")
+        n = 1
+        while os.path.lexists(dest):  # two in the same second: never overwrite an earlier copy
+            n += 1
+            dest = self.path.with_name(f"{self.path.name}.{why}-{stamp}-{n}")
         self.path.replace(dest)
         return dest
 

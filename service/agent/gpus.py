@@ -218,13 +218,26 @@ def read_compute_apps(nvidia_smi: str = "nvidia-smi") -> list[ComputeApp]:
 def node_facts(gpus: list[ObservedGpu], interconnect: str | None) -> dict:
     """The body of ``PUT /v1/nodes/{name}/facts``: the GPU model by its catalogue id when nvidia-smi's name is in
     the catalogue, else a custom GPU with the reported memory and capability; the count; the interconnect; and each
-    GPU as read. A node with mixed models is described by its first GPU (its plans are refused as drift)."""
+    GPU as read. The service refuses a node of mixed models (422 ``gpus.N.name``; ``mixed_models`` says it first).
+    With several GPUs, an interconnect of None means ``topo -m`` could not be read: it is left out, so the facts
+    keep the stored one (an omitted field is kept, an explicit null clears it)."""
     first = gpus[0]
     known = lookup(first.name)
     gpu: str | dict = known.id if known is not None else {
         "name": first.name, "compute_capability": first.compute_capability, "memory_bytes": first.memory_total_bytes}
-    return {"gpu": gpu, "gpu_count": len(gpus), "interconnect": interconnect,
-            "gpus": [asdict(g) for g in gpus]}
+    out: dict = {"gpu": gpu, "gpu_count": len(gpus), "gpus": [asdict(g) for g in gpus]}
+    if interconnect is not None or len(gpus) <= 1:
+        out["interconnect"] = interconnect
+    return out
+
+
+def mixed_models(gpus: list[ObservedGpu]) -> str | None:
+    """Why the GPUs cannot be one node's facts (None when they can): Preflight validates a node as one GPU model."""
+    for g in gpus[1:]:
+        if g.name.strip().lower() != gpus[0].name.strip().lower():
+            return (f"the node mixes GPU models (GPU {gpus[0].index} is {gpus[0].name}, GPU {g.index} is {g.name}): "
+                    f"Preflight validates a node as one GPU model")
+    return None
 
 
 # --- boot check 1: drift --------------------------------------------------------------------------------------

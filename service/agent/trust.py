@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..signing import KEYSET_MEDIA_TYPE
+from .files import UnsafeFile, read_file
 from .verify import VerificationError, verify_jws
 
 KEYSET_ISSUER = "preflight-keys"
 MAX_KEYS = 64
+MAX_TRUST_BYTES = 1 << 20  # 64 public keys are a few kB
 
 
 class TrustError(Exception):
@@ -55,8 +57,10 @@ class Trust:
 
     @classmethod
     def load(cls, path: pathlib.Path) -> "Trust":
-        try:
-            data = json.loads(pathlib.Path(path).read_text())
+        try:  # never through a symlink, only a regular file, bounded (agent/files.py)
+            data = json.loads(read_file(path, limit=MAX_TRUST_BYTES, what="trust file", follow=True))
+        except UnsafeFile as exc:
+            raise TrustError(str(exc)) from None
         except FileNotFoundError:
             raise TrustError(f"trust file {path} does not exist: install the service's JWKS at provisioning "
                              f"(curl $S/.well-known/jwks.json > {path}, or `preflight keys export --out {path}`)") \

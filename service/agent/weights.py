@@ -7,14 +7,18 @@ The record (a manifest's ``files``, carried into each signed plan as ``node_chec
                                            "sha256": hex (with --hash-shards)}, ...]}
 
 Bounded work on hostile input: small files are read up to a limit, the index is parsed only below 64 MiB and may
-name at most MAX_SHARDS shards, shard names are plain file names (no ``/``, ``\\``, ``..``, NUL or control
-characters: path traversal is refused, not normalised), only regular files are read (a FIFO or a device never
-blocks the agent), and a symlink is followed only to a file inside the weights directory — or, for a Hugging Face
-cache snapshot (``…/snapshots/REV``), inside that repository's cache folder (``…/blobs``).
+name at most MAX_SHARDS shards, shard names are plain file names (no ``/``, ``\\``, ``..``, NUL, control,
+invisible formatting or bidirectional characters: path traversal is refused, not normalised), only regular files
+are read (a FIFO or a device never blocks the agent), and a symlink is followed only to a file inside the weights
+directory — or, for a Hugging Face cache snapshot (``…/snapshots/REV``), to a blob of that repository
+(``…/blobs/<sha>``: the shape huggingface_hub writes, ``snapshots/REV/file -> ../../blobs/SHA``). Whatever the disk
+holds (a dangling or looping symlink, permission denied, a directory where a file is expected) is a WeightsError or
+a Mismatch naming the file, never a traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -26,6 +30,7 @@ from typing import Callable
 
 from ..domain.errors import DomainError
 from ..domain.quant_tag import parse_quantization_txt
+from ..domain.text import display_text_problem
 from ..domain.versions import ALL_QUANT_METHODS
 
 INDEX = "model.safetensors.index.json"
@@ -35,6 +40,7 @@ MAX_TAG = 64 << 10  # quantization.txt
 MAX_INDEX = 64 << 20
 MAX_SHARDS = 4096
 SHARD_NAME = re.compile(r"^(?!\.{1,2}$)[^/\\\x00-\x1f\x7f]{1,255}$")
+HF_BLOB = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # git blob SHA-1 (small files) or the LFS SHA-256
 CHUNK = 8 << 20
 
 
@@ -43,43 +49,100 @@ class WeightsError(Exception):
 
 
 def shard_name_problem(name: object) -> str | None:
-    """Why ``name`` is not a plain file name inside the weights directory (None when it is)."""
+    """Why ``name`` is not a plain file name inside the weights directory (None when it is): no path, and nothing
+    that displays as another name (control, invisible formatting or bidirectional characters: domain/text.py)."""
     if not isinstance(name, str) or not SHARD_NAME.fullmatch(name) or name in (".", ".."):
         return f"shard name {str(name)[:80]!r} is not a plain file name (no '/', '\\\\', '..' or control characters)"
+    problem = display_text_problem(name)
+    if problem:
+        return f"shard name {name[:80]!r} {problem}"
     return None
 
 
-def _allowed_root(directory: pathlib.Path) -> pathlib.Path:
-    d = directory.resolve()
-    if d.parent.name == "snapshots":  # huggingface_hub's cache: snapshots/REV/file -> ../../blobs/SHA
-        return d.parent.parent
-    return d
+def _why(exc: OSError) -> str:
+    """What an OSError means for a weights file, in words (never a traceback)."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if exc.errno == errno.ELOOP:
+        return "a symlink loop"
+    if exc.errno == errno.ENOENT:
+        return "a dangling symlink (its target does not exist)"
+    if exc.errno == errno.ENOTDIR:
+        return "a path through something that is not a directory"
+    if exc.errno == errno.EISDIR:
+        return "a directory where a file is expected"
+    return exc.strerror or exc.__class__.__name__
+
+
+def _hf_blobs(root: pathlib.Path) -> pathlib.Path | None:
+    """For a Hugging Face cache snapshot (``models--org--name/snapshots/REV``, resolved), the repository's
+    ``blobs`` folder, where its files link to (``snapshots/REV/file -> ../../blobs/SHA``); None otherwise."""
+    if root.parent.name != "snapshots":
+        return None
+    return (root.parent.parent / "blobs").resolve()
 
 
 def open_regular(directory: pathlib.Path, name: str) -> tuple[pathlib.Path, os.stat_result] | None:
-    """The file ``name`` in ``directory`` when it is a regular file inside the allowed root; None when missing.
-    Raises WeightsError for a hostile name, a symlink out of the directory, or something not a regular file."""
+    """The file ``name`` in ``directory`` when it is a regular file there; None when there is nothing by that name.
+    A symlink is followed only to a file inside the directory or — in a Hugging Face cache snapshot — to a blob of
+    the same repository (``…/blobs/<40 or 64 hex digits>``, the layout huggingface_hub writes); anything else
+    (an absolute target elsewhere, an escape through ``..``, another snapshot, ``refs/``) is refused. Raises
+    WeightsError, never an OSError: a hostile name, a dangling or looping symlink, permission denied, a directory
+    or a special file where a file is expected."""
     problem = shard_name_problem(name)
     if problem:
         raise WeightsError(problem)
     path = directory / name
     try:
-        os.lstat(path)
+        link = stat.S_ISLNK(os.lstat(path).st_mode)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise WeightsError(f"{name}: {exc.strerror}") from None
+        raise WeightsError(f"{name}: {_why(exc)}") from None
+    real = path
+    if link:
+        try:
+            real = path.resolve(strict=True)
+        except RuntimeError:  # pathlib's "Symlink loop"
+            raise WeightsError(f"{name}: a symlink loop") from None
+        except OSError as exc:
+            raise WeightsError(f"{name}: {_why(exc)}") from None
+        try:
+            root = directory.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise WeightsError(f"{name}: the weights directory {directory} cannot be resolved") from None
+        blobs = _hf_blobs(root)
+        inside = root in real.parents
+        blob = blobs is not None and real.parent == blobs and HF_BLOB.fullmatch(real.name) is not None
+        if not (inside or blob):
+            where = (f"outside the weights directory {root}" if blobs is None else
+                     f"neither inside the snapshot {root} nor a blob of its repository ({blobs}/<sha>)")
+            raise WeightsError(f"{name}: a symlink to {real}, {where}")
     try:
-        real = path.resolve(strict=True)
-    except (FileNotFoundError, RuntimeError):
-        raise WeightsError(f"{name}: a dangling or looping symlink") from None
-    root = _allowed_root(directory)
-    if real != root and root not in real.parents:
-        raise WeightsError(f"{name}: a symlink to {real}, outside the weights directory {root}")
-    st = os.stat(real)
+        st = os.stat(real)
+    except OSError as exc:
+        raise WeightsError(f"{name}: {_why(exc)}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise WeightsError(f"{name}: a directory where a file is expected")
     if not stat.S_ISREG(st.st_mode):
         raise WeightsError(f"{name}: not a regular file")
     return real, st
+
+
+def _open_fd(real: pathlib.Path, name: str) -> int:
+    """A read descriptor on the regular file ``real`` (checked again on the descriptor: it may have been swapped
+    since ``open_regular``; O_NONBLOCK so a FIFO put there meanwhile never blocks). Raises WeightsError."""
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise WeightsError(f"{name}: {_why(exc)}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise WeightsError(f"{name}: not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _read_small(directory: pathlib.Path, name: str, limit: int) -> bytes | None:
@@ -89,22 +152,31 @@ def _read_small(directory: pathlib.Path, name: str, limit: int) -> bytes | None:
     real, st = found
     if st.st_size > limit:
         raise WeightsError(f"{name}: {st.st_size} bytes, more than the {limit} this file may have")
-    with open(real, "rb") as fh:
-        return fh.read(limit + 1)[:limit]
+    fd = _open_fd(real, name)
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read(limit + 1)[:limit]
+    except OSError as exc:
+        raise WeightsError(f"{name}: {_why(exc)}") from None
 
 
 def sha256_file(path: pathlib.Path, size: int, on_bytes: Callable[[int], None] | None = None) -> str:
-    """SHA-256 of the first ``size`` bytes (the size already checked): never reads past what was recorded."""
+    """SHA-256 of the first ``size`` bytes (the size already checked): never reads past what was recorded.
+    Raises WeightsError when the file cannot be read."""
     h, left = hashlib.sha256(), size
-    with open(path, "rb") as fh:
-        while left > 0:
-            chunk = fh.read(min(CHUNK, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            left -= len(chunk)
-            if on_bytes:
-                on_bytes(len(chunk))
+    fd = _open_fd(pathlib.Path(path), pathlib.Path(path).name)
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            while left > 0:
+                chunk = fh.read(min(CHUNK, left))
+                if not chunk:
+                    break
+                h.update(chunk)
+                left -= len(chunk)
+                if on_bytes:
+                    on_bytes(len(chunk))
+    except OSError as exc:
+        raise WeightsError(f"{pathlib.Path(path).name}: {_why(exc)}") from None
     return h.hexdigest()
 
 
@@ -144,8 +216,11 @@ def shard_list(directory: pathlib.Path) -> tuple[int | None, list[str]]:
 
 def describe(directory: pathlib.Path, *, hash_shards: bool = False,
              on_bytes: Callable[[int], None] | None = None) -> dict:
-    """The record of a model directory (see the module docstring). Raises WeightsError."""
+    """The record of a model directory (see the module docstring). Raises WeightsError (never an OSError)."""
     directory = pathlib.Path(directory)
+    problem = directory_problem(directory)
+    if problem:
+        raise WeightsError(f"{directory}: {problem}")
     config = _read_small(directory, "config.json", MAX_SMALL)
     if config is None:
         raise WeightsError(f"{directory} has no config.json")
@@ -165,6 +240,17 @@ def describe(directory: pathlib.Path, *, hash_shards: bool = False,
             "quantization": quant_method(tag) if tag is not None else None,
             "hf_quant_config_sha256": hashlib.sha256(hf_quant).hexdigest() if hf_quant is not None else None,
             "total_size": total, "shards": shards}
+
+
+def directory_problem(directory: pathlib.Path) -> str | None:
+    """Why ``directory`` cannot be the weights directory (None when it can)."""
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        return "no such directory"
+    except OSError as exc:
+        return _why(exc)
+    return None if stat.S_ISDIR(st.st_mode) else "not a directory"
 
 
 @dataclass(frozen=True)
@@ -192,8 +278,9 @@ def check(directory: pathlib.Path, record: dict, *, verify_hashes: bool = False,
         except (WeightsError, OSError) as exc:
             return None, str(exc)
 
-    if not directory.is_dir():
-        return [Mismatch(str(directory), "a weights directory", "no such directory")]
+    problem = directory_problem(directory)
+    if problem:
+        return [Mismatch(str(directory), "a weights directory", problem)]
     config, err = small("config.json", MAX_SMALL)
     want = record.get("config_sha256")
     if err or config is None:
@@ -232,7 +319,11 @@ def check(directory: pathlib.Path, record: dict, *, verify_hashes: bool = False,
         elif found[1].st_size != shard.get("size"):
             out.append(Mismatch(name, f"{shard.get('size')} bytes", f"{found[1].st_size} bytes"))
         elif verify_hashes and shard.get("sha256"):
-            digest = sha256_file(found[0], found[1].st_size, on_bytes)
+            try:
+                digest = sha256_file(found[0], found[1].st_size, on_bytes)
+            except (WeightsError, OSError) as exc:
+                out.append(Mismatch(name, f"sha256 {shard['sha256']}", str(exc)))
+                continue
             if digest != shard["sha256"]:
                 out.append(Mismatch(name, f"sha256 {shard['sha256']}", f"sha256 {digest}"))
     return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..signing import CHECKPOINT_MEDIA_TYPE, b64json
+from .files import read_file
 from .trust import write_text_atomic
 from .verify import VerificationError, verify_jws
 
@@ -53,8 +54,8 @@ def read_kept(path: pathlib.Path, jwks: dict) -> tuple[str | None, dict[str, Any
     """The copy the node keeps: (token, claims), or (None, None) when there is none or it is unusable. A copy whose
     key the node no longer trusts (retired since) still counts: the agent verified it before writing it, and only
     the node itself writes that file — so retiring a key does not wipe the node's memory of the chain."""
-    try:
-        token = path.read_text(encoding="utf-8").strip()
+    try:  # never through a symlink, only a regular file, bounded (agent/files.py)
+        token = read_file(path, limit=16_384 + 2, what="the audit checkpoint copy").decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None, None
     if len(token) > 16_384:

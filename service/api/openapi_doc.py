@@ -16,13 +16,20 @@ PROBLEM_SCHEMA = {
                    "rejected launch's rule findings (with remedies).",
     "required": ["type", "title", "status", "detail"],
     "properties": {
-        "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
-        "detail": {"type": "string"},
-        "errors": {"type": "array", "items": {"type": "object", "properties": {
-            "field": {"type": "string"}, "rule": {"type": "string"}, "message": {"type": "string"},
-            "accepted": {"type": "array", "items": {"type": "string"}}}}},
-        "findings": {"type": "array", "items": {"type": "object"}},
-        "field": {"type": "string"},
+        "type": {"type": "string", "description": "A URI naming the kind of problem (about:blank: the status says it)."},
+        "title": {"type": "string", "description": "The HTTP status's phrase."},
+        "status": {"type": "integer", "description": "The HTTP status code."},
+        "detail": {"type": "string", "description": "What went wrong, for people."},
+        "errors": {"type": "array", "description": "Each offending field: its path, the rule it broke, a message.",
+                   "items": {"type": "object", "properties": {
+                       "field": {"type": "string", "description": "Dotted path of the field (engine_args.x, waves.0)."},
+                       "rule": {"type": "string", "description": "The rule or check it broke."},
+                       "message": {"type": "string", "description": "Why, for people."},
+                       "accepted": {"type": "array", "items": {"type": "string"},
+                                    "description": "Values that would be accepted, when a list says it."}}}},
+        "findings": {"type": "array", "items": {"type": "object"},
+                     "description": "A rejected launch's findings (rule, severity, message, remedy, source)."},
+        "field": {"type": "string", "description": "The one field the problem is about, when there is one."},
     },
 }
 BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": (

@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..domain.jsoncheck import JsonValueError, check_json
-from ..domain.request import ENV_NAME, Checkpoint, CustomGpu, Workload
+from ..domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, Workload
+from ..domain.text import display_text_problem
 from ..domain.topology import MAX_ADDRESS, address_problem
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -35,6 +36,9 @@ def _env_names(env: dict[str, str]) -> dict[str, str]:
                              "or its value is longer than 4096")
         if any(c in value for c in "\n\r\0"):
             raise ValueError(f"env: the value of {key!r} holds a line break or NUL")
+        problem = display_text_problem(value, allow_tab=True)
+        if problem:  # printed in the node's command line: it must read as what runs
+            raise ValueError(f"env: the value of {key!r} {problem}")
     size = sum(len(k) + len(v) for k, v in env.items())
     if size > MAX_ENV_BYTES:
         raise ValueError(f"env: {len(env)} variables of {size} characters in all, more than {MAX_ENV_BYTES} (it is "
@@ -55,22 +59,35 @@ class Strict(BaseModel):
 
 
 class ObservedGpuIn(Strict):
-    index: Annotated[int, Field(ge=0, le=1023, strict=True)]
-    name: str = Field(min_length=1, max_length=128)
-    memory_total_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
-    memory_used_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
-    compute_capability: str = Field(pattern=r"^\d{1,2}\.\d$")
-    bus_id: str = Field(max_length=32)
+    index: Annotated[int, Field(ge=0, le=1023, strict=True)] = Field(description="nvidia-smi's GPU index.")
+    name: DisplayStr = Field(min_length=1, max_length=128, description="The GPU's name as nvidia-smi prints it.")
+    memory_total_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] = Field(
+        description="memory.total, in bytes.")
+    memory_used_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] = Field(
+        description="memory.used when it was read, in bytes.")
+    compute_capability: str = Field(pattern=r"^\d{1,2}\.\d$", description="compute_cap, e.g. 9.0.")
+    bus_id: DisplayStr = Field(max_length=32, description="pci.bus_id, e.g. 00000000:18:00.0.")
 
 
 class NodeFactsIn(Strict):
-    """A node's hardware facts as nvidia-smi reads them (``preflight agent register``; the agent after drift)."""
+    """A node's hardware facts as nvidia-smi reads them (``preflight agent register``; the agent after drift).
 
-    gpu: str | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
-    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)]
-    interconnect: Literal["nvlink", "pcie"] | None = None
-    gpus: list[ObservedGpuIn] | None = Field(default=None, max_length=64, description="Each GPU as read.")
-    address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
+    ``gpu`` and ``gpu_count`` are required and replace the stored ones. The optional facts (``interconnect``,
+    ``gpus``, ``address``) are merged: a field left out keeps the stored value, an explicit ``null`` clears it. The
+    facts must agree with themselves (else 422 naming the field): ``gpus`` lists ``gpu_count`` GPUs with distinct
+    indices, all of one model (a node of mixed models is refused: Preflight validates a node as one GPU model), the
+    model ``gpu`` names."""
+
+    gpu: DisplayStr | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
+    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] = Field(
+        description="GPUs in the node (replaces the stored count).")
+    interconnect: Literal["nvlink", "pcie"] | None = Field(default=None, description=(
+        "Left out: the stored interconnect stays; null: unknown (cleared)."))
+    gpus: list[ObservedGpuIn] | None = Field(default=None, max_length=64, description=(
+        "Each GPU as read (gpu_count of them, one model). Left out: the stored list stays (if it still agrees with "
+        "gpu and gpu_count, else 422); null clears it."))
+    address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=(
+        ADDRESS_DOC + ". Left out: the stored address stays; null clears it."))
     rotate_token: bool = Field(default=False, description=(
         "Issue a new agent token (revoking the node's others). Always done when the node is created; an agent "
         "token may not ask for it."))
@@ -80,11 +97,14 @@ class NodeFactsIn(Strict):
 
 class NodeIn(Strict):
     name: str = Field(pattern=NAME, description="Node name (hostname-like).")
-    gpu: str | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
-    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)]
-    interconnect: Literal["nvlink", "pcie"] | None = None
+    gpu: DisplayStr | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
+    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] = Field(description="GPUs in the node.")
+    interconnect: Literal["nvlink", "pcie"] | None = Field(
+        default=None,
+        description="nvlink or pcie between the node's GPUs; unknown when left out.")
     address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
-    labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=64)
+    labels: dict[Annotated[DisplayStr, Field(min_length=1, max_length=128)], Annotated[DisplayStr, Field(max_length=256)]] = Field(
+        default_factory=dict, max_length=64, description="Free-form labels (rollout selectors match them).")
 
     _check_address = field_validator("address")(_address)
 
@@ -94,8 +114,10 @@ SHA256_HEX = r"^[0-9a-f]{64}$"
 
 class WeightsShard(Strict):
     name: str = Field(min_length=1, max_length=255, description="A plain file name in the weights directory.")
-    size: Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
-    sha256: str | None = Field(default=None, pattern=SHA256_HEX)
+    size: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] = Field(description="The file's size in bytes.")
+    sha256: str | None = Field(
+        default=None, pattern=SHA256_HEX,
+        description="SHA-256 of the file's bytes (checked by the agent with --verify-hashes).")
 
     @field_validator("name")
     @classmethod
@@ -115,9 +137,15 @@ class WeightsFiles(Strict):
     config_sha256: str = Field(pattern=SHA256_HEX, description="SHA-256 of config.json's bytes.")
     quantization: str | None = Field(default=None, max_length=64,
                                      description="Set by the service from quantization_txt (any value sent is replaced).")
-    hf_quant_config_sha256: str | None = Field(default=None, pattern=SHA256_HEX)
-    total_size: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = None
-    shards: list[WeightsShard] = Field(default_factory=list, max_length=4096)
+    hf_quant_config_sha256: str | None = Field(
+        default=None, pattern=SHA256_HEX,
+        description="SHA-256 of hf_quant_config.json's bytes, when the checkpoint has one.")
+    total_size: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = Field(
+        default=None,
+        description="The index's metadata.total_size (bytes of all shards).")
+    shards: list[WeightsShard] = Field(
+        default_factory=list, max_length=4096,
+        description="Every weight file the node must hold, with its size (and digest).")
 
     @field_validator("shards")
     @classmethod
@@ -129,15 +157,29 @@ class WeightsFiles(Strict):
 
 
 class ManifestIn(Strict):
-    name: str = Field(min_length=1, max_length=256)
-    version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-    uri: str = Field(min_length=1, max_length=2048, description="Where nodes load the weights from.")
+    name: DisplayStr = Field(
+        min_length=1, max_length=256,
+        description="The model's name (a Hugging Face id or your own); with version, what plans name.")
+    version: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$",
+        description="The weight version (letters, digits, . _ + -).")
+    uri: DisplayStr = Field(min_length=1, max_length=2048, description="Where nodes load the weights from.")
     config: dict[str, Any] = Field(description="The model's config.json object.")
-    quantization_txt: str | None = Field(default=None, max_length=65536)
-    hf_quant_config: dict[str, Any] | None = None
-    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
-    weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = None
-    digests: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=4096)
+    quantization_txt: str | None = Field(
+        default=None, max_length=65536,
+        description="The weight version's quantization.txt (its format tag): the quantization Preflight "
+                    "renders.")
+    hf_quant_config: dict[str, Any] | None = Field(
+        default=None,
+        description="hf_quant_config.json (ModelOpt checkpoints), when the checkpoint has one.")
+    checkpoint: Checkpoint = Field(
+        default_factory=Checkpoint,
+        description="How the weights are laid out on disk (merged, or saved per rank).")
+    weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = Field(
+        default=None,
+        description="Total size of the weight files in bytes (the memory model splits it when given).")
+    digests: dict[Annotated[DisplayStr, Field(max_length=1024)], Annotated[DisplayStr, Field(max_length=256)]] = Field(
+        default_factory=dict, max_length=4096, description="Digests of the weight files by name (recorded as given).")
     allow_remote_code: bool = Field(default=False, description=(
         "Whether plans for this model may set trust_remote_code in production (the code in the model repository "
         "runs on the node); without it such a plan is refused (rule trust_remote_code_not_allowed)."))
@@ -148,12 +190,25 @@ class ManifestIn(Strict):
 class PlanIn(Strict):
     manifest: str | Annotated[int, Field(ge=1, le=2**62)] | dict[str, str] = Field(
         description="Manifest id, name@version, or name (newest).")
-    nodes: list[Annotated[str, Field(pattern=NAME)]] = Field(min_length=1, max_length=256)
-    engine_args: dict[str, Any] = Field(default_factory=dict)
+    nodes: list[Annotated[str, Field(pattern=NAME)]] = Field(
+        min_length=1, max_length=256,
+        description="The registered nodes the plan runs on (a multi-node instance: its nodes in rank "
+                    "order).")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vllm serve options by name (any spelling), with JSON values as vLLM's parser reads "
+                    "them.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for vLLM (A-Z, 0-9, _).")
-    environment: Literal["production", "benchmark"] = "production"
-    workload: Workload | None = None
-    vllm_version: str | None = Field(default=None, max_length=32)
+    environment: Literal["production", "benchmark"] = Field(
+        default="production",
+        description="production (the operators' policy applies) or benchmark.")
+    workload: Workload | None = Field(
+        default=None,
+        description="Expected traffic; with it, left-out engine arguments are filled with recommended "
+                    "values.")
+    vllm_version: str | None = Field(
+        default=None, max_length=32,
+        description="The vLLM release the nodes run (default: the newest line Preflight knows).")
     kv_cache_pool: Literal["utilization", "pinned"] = Field(default="utilization", description=(
         "utilization: vLLM sizes the KV pool from gpu_memory_utilization at every start. pinned: render "
         "--kv-cache-memory-bytes with the pool a node of this plan reported for the same manifest, vLLM version and "
@@ -195,9 +250,15 @@ class ReportIn(Strict):
     ``reset`` (the node's state reset on purpose; may name no plan) and ``failed`` (older agents).
     ``details.run_id`` ties the reports of one run together (``GET /v1/nodes/{name}/runs``)."""
 
-    plan_id: str | None = Field(default=None, min_length=1, max_length=36)
-    status: Literal["fetched", "started", "running", "heartbeat", "stopped", "exited", "refused", "reset", "failed"]
-    message: str | None = Field(default=None, max_length=65536)
+    plan_id: str | None = Field(
+        default=None, min_length=1, max_length=36,
+        description="The plan the report is about (may be null only for refused and reset).")
+    status: Literal["fetched", "started", "running", "heartbeat", "stopped", "exited", "refused", "reset", "failed"] = Field(
+        description="What happened: fetched, started, running, heartbeat, stopped, exited, refused, reset "
+                    "or failed.")
+    message: str | None = Field(
+        default=None, max_length=65536,
+        description="A line for people (what vLLM printed last, why the agent refused, …).")
     details: dict[str, Any] = Field(default_factory=dict, description=(
         "Free-form; ``details.vllm`` carries what vLLM printed at start-up for the calibration loop: "
         f"``kv_cache_tokens`` (integer, 1..2^40) and ``available_kv_cache_gib`` (number, 0..{MAX_KV_GIB:.0f})."))
@@ -232,17 +293,26 @@ class ReportIn(Strict):
 
 
 class TokenIn(Strict):
-    role: Literal["admin", "deployer", "auditor", "enroller"]
-    label: str | None = Field(default=None, max_length=256)
+    role: Literal["admin", "deployer", "auditor", "enroller"] = Field(
+        description="admin, deployer (plans, manifests, rollouts), auditor (reads and the audit) or "
+                    "enroller (registers nodes).")
+    label: DisplayStr | None = Field(
+        default=None, max_length=256,
+        description="A name for people (shown in listings and the audit).")
 
 
 class NodeUpdate(Strict):
-    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = None
-    interconnect: Literal["nvlink", "pcie"] | None = None
+    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = Field(
+        default=None,
+        description="GPUs in the node.")
+    interconnect: Literal["nvlink", "pcie"] | None = Field(
+        default=None,
+        description="nvlink or pcie between the node's GPUs.")
     address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
 
     _check_address = field_validator("address")(_address)
-    labels: dict[str, Annotated[str, Field(max_length=256)]] | None = Field(default=None, max_length=64)
+    labels: dict[Annotated[DisplayStr, Field(min_length=1, max_length=128)], Annotated[DisplayStr, Field(max_length=256)]] | None = Field(
+        default=None, max_length=64, description="Free-form labels; replaces the stored ones.")
 
 
 # -- tuning (issue 16) -------------------------------------------------------------------------------------------
@@ -266,8 +336,13 @@ class MetricsWindowIn(Strict):
     num_requests_waiting: _num(1e9, "vllm:num_requests_waiting at the window's end")
     kv_cache_usage_perc: _num(1.0, "vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before its rename), 0..1")
     num_preemptions: _num(1e9, "the increase of vllm:num_preemptions_total over the window")
-    ttft_p99_s: _num(1e6, "P99 of vllm:time_to_first_token_seconds over the window") | None = None
-    e2e_p99_s: _num(1e6, "P99 of vllm:e2e_request_latency_seconds over the window") | None = None
+    ttft_p99_s: _num(1e6, "P99 of vllm:time_to_first_token_seconds over the window") | None = Field(
+        default=None,
+        description="P99 of vllm:time_to_first_token_seconds over the window (null: no request finished its"
+                    " prefill).")
+    e2e_p99_s: _num(1e6, "P99 of vllm:e2e_request_latency_seconds over the window") | None = Field(
+        default=None,
+        description="P99 of vllm:e2e_request_latency_seconds over the window (null: no request finished).")
     generation_tokens_per_s: _num(1e9, "the increase of vllm:generation_tokens_total over the window ÷ window_s")
 
 
@@ -276,9 +351,15 @@ class TuningIn(Strict):
     whose P99 goes beyond it fails like one that preempts) and ``auto_apply`` (the service applies the loop's next
     plan itself as soon as the windows decide it: allowed only in the ``benchmark`` environment)."""
 
-    auto_apply: bool = False
-    slo_ttft_p99_s: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
-    slo_e2e_p99_s: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
+    auto_apply: bool = Field(
+        default=False,
+        description="Apply the loop's next plan by itself (benchmark environment only).")
+    slo_ttft_p99_s: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = Field(
+        default=None,
+        description="Time-to-first-token P99 the loop must keep, in seconds.")
+    slo_e2e_p99_s: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = Field(
+        default=None,
+        description="End-to-end latency P99 the loop must keep, in seconds.")
 
 
 PlanIn.model_rebuild()  # its tuning block is defined below it

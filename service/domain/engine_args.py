@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import DomainError
+from .text import display_text_problem
 from .versions import Kind, Option, VersionLine
 
 _SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -153,9 +153,10 @@ def _text(name: str, value: Any, what: str = "a string") -> str:
         raise DomainError(
             fld, f"{name} = {text!r} begins with '-': vLLM's parser would read it as an option, not as the value of "
             f"{_flag(name)}", rule="argv_injection")
-    if any(unicodedata.category(c) in ("Cf", "Zl", "Zp") for c in text):
-        raise DomainError(fld, f"{name} contains invisible formatting characters (bidi overrides, separators) that "
-                               f"would make the signed command read differently from what runs", rule="argv_injection")
+    invisible = display_text_problem(text, allow_tab=True)
+    if invisible:
+        raise DomainError(fld, f"{name} {invisible}: the signed command would read differently from what runs",
+                          rule="argv_injection")
     return text
 
 

@@ -10,7 +10,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from .gpus import catalogue
+from .errors import DomainError
+from .gpus import Gpu, catalogue, lookup
+
+
+def check_facts(*, gpu: Gpu, gpu_count: int, gpus: list[dict[str, Any]] | None, kept: bool = False) -> None:
+    """A node's hardware facts must agree with themselves (``PUT /v1/nodes/{name}/facts``): the per-GPU list, when
+    there is one, has ``gpu_count`` entries with distinct indices, all of one model (Preflight validates a node as
+    one GPU model: a mixed node is refused, not described by one of its GPUs), and that model is ``gpu`` (by
+    catalogue id, or by name for a custom GPU). ``kept``: the list is the one stored before (the request left
+    ``gpus`` out), and the message says how to replace or clear it. Raises DomainError naming the field."""
+    if not gpus:
+        return
+    hint = (" (the stored per-GPU list, kept because the request left `gpus` out: send the GPUs as read, or "
+            "`\"gpus\": null` to clear it)" if kept else "")
+    if len(gpus) != gpu_count:
+        raise DomainError("gpus", f"gpus lists {len(gpus)} GPU(s) but gpu_count is {gpu_count}{hint}",
+                          rule="facts_inconsistent")
+    seen: set[int] = set()
+    first = str(gpus[0].get("name", ""))
+    for i, g in enumerate(gpus):
+        if g.get("index") in seen:
+            raise DomainError(f"gpus.{i}.index", f"GPU index {g.get('index')} is listed twice{hint}",
+                              rule="facts_inconsistent")
+        seen.add(g.get("index"))
+        name = str(g.get("name", ""))
+        if name.strip().lower() != first.strip().lower():
+            raise DomainError(f"gpus.{i}.name", f"the node mixes GPU models (gpus.0 is {first!r}, gpus.{i} is "
+                              f"{name!r}): Preflight validates a node as one GPU model; give each model its own "
+                              f"node{hint}", rule="facts_mixed_gpus")
+    known = lookup(first)
+    same = (known.id == gpu.id) if known is not None else (gpu.id == "custom" and gpu.name.strip().lower()
+                                                             == first.strip().lower())
+    if not same:
+        raise DomainError("gpus.0.name", f"nvidia-smi's name {first!r} is "
+                          f"{known.id if known is not None else 'not in the GPU catalogue'}, but gpu is {gpu.id}"
+                          f"{' (' + gpu.name + ')' if gpu.id == 'custom' else ''}{hint}", rule="facts_inconsistent")
 
 
 def hardware_claim(*, gpu_id: str, gpu: dict[str, Any], count: int, interconnect: str | None) -> dict[str, Any]:

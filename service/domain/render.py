@@ -29,6 +29,7 @@ from .context import LaunchContext
 from .engine_args import coerce, scalar
 from .findings import Finding, Severity
 from .rules.quantization import effective_quantization
+from .text import display_text_problem
 from .versions import Kind, Option, VersionLine
 
 PINNED = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens")
@@ -50,7 +51,7 @@ def model_reference_problem(ref: str) -> str | None:
     if ".." in ref.split("/") or "/../" in ref:
         return f"model reference {ref!r} contains '..'"
     if (_ASCII_SPACE_OR_CONTROL.search(ref) if ref.isascii() else
-            any(unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp") for c in ref)):
+            display_text_problem(ref) or any(unicodedata.category(c) == "Zs" for c in ref)):
         return f"model reference {ref!r} contains spaces or invisible formatting characters"
     if _URI.fullmatch(ref) or _PATH.fullmatch(ref) or (_REPO_ID.fullmatch(ref) and ".." not in ref):
         return None

@@ -82,7 +82,9 @@ def etag(n: Node) -> str:
 
 
 def update(session: Session, *, actor: str, name: str, if_match: str | None, changes: dict[str, Any]) -> Node:
-    """Update gpu_count / interconnect / address / labels (plans already signed keep the address they carry). With ``If-Match`` the current ETag must match (else 412). The row
+    """Update gpu_count / interconnect / address / labels (plans already signed keep the address they carry; a
+    gpu_count that disagrees with the per-GPU list nvidia-smi read clears that list). With ``If-Match`` the current
+    ETag must match (else 412). The row
     is read locked (``FOR UPDATE``), so concurrent conditional updates with one ETag serialize and only the first
     matches: a compare-and-set on both databases."""
     from ..db.models import utcnow
@@ -94,6 +96,8 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, cha
     before = node_dict(node)
     for key, value in changes.items():
         setattr(node, key, value)
+    if node.gpus and len(node.gpus) != node.gpu_count:  # the per-GPU list nvidia-smi read no longer describes it
+        node.gpus = None
     node.updated_at = utcnow()
     session.flush()
     audit.append(session, actor=actor, kind="node.updated", subject=f"node:{name}", node=name,
@@ -103,33 +107,44 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, cha
 
 # --- issue 17: hardware facts as the node reads them ------------------------------------------------------------
 
+FACT_FIELDS = ("interconnect", "gpus", "address")  # optional: omitted keeps the stored value, null clears it
+
+
 def put_facts(session: Session, *, actor: str, role: str, name: str, facts: dict[str, Any]) -> tuple[Node, bool, str | None]:
     """Create the node (an enroller or admin) or update its hardware facts (gpu, gpu_count, interconnect, the GPUs as
-    nvidia-smi read them; ``address``, where the other nodes of a multi-node instance reach it). Returns ``(node, created, agent token or
-    None)``: a token is issued when the node is created, or when ``rotate_token`` is asked by an enroller or admin
-    (the node's other agent tokens are revoked). An agent may update only its own node and never rotates (the route
-    checks who may call). Audited as node.registered / node.facts_updated with before and after."""
+    nvidia-smi read them; ``address``, where the other nodes of a multi-node instance reach it). Returns ``(node,
+    created, agent token or None)``: a token is issued when the node is created, or when ``rotate_token`` is asked
+    by an enroller or admin (the node's other agent tokens are revoked). An agent may update only its own node and
+    never rotates (the route checks who may call). Audited as node.registered / node.facts_updated with before and
+    after.
+
+    ``facts`` holds only the fields the request sent. ``gpu`` and ``gpu_count`` are required and replace the stored
+    ones; the optional ``interconnect``, ``gpus`` and ``address`` are merged: left out, the stored value stays; an
+    explicit null clears it. The result must agree with itself (domain/node_checks.py ``check_facts``: the per-GPU
+    list has gpu_count GPUs, of one model, the model ``gpu`` names) — else DomainError naming the field, and
+    nothing is written."""
     from ..db.models import utcnow
+    from ..domain.node_checks import check_facts
     from ..errors import Forbidden
 
     gpu = facts["gpu"]
     resolved = resolve(gpu, "gpu")
-    address = facts.get("address")
     existing = session.execute(select(Node).where(Node.name == name).with_for_update()).scalar_one_or_none()
     if existing is None:
         if role == "agent":
             raise Forbidden(f"an agent token may not create node {name!r}")
+        check_facts(gpu=resolved, gpu_count=facts["gpu_count"], gpus=facts.get("gpus"))
         node, secret = register(session, actor=actor, name=name, gpu=gpu, gpu_count=facts["gpu_count"],
-                                interconnect=facts.get("interconnect"), labels={}, address=address)
+                                interconnect=facts.get("interconnect"), labels={}, address=facts.get("address"))
         node.gpus = facts.get("gpus")
         session.flush()
         return node, True, secret
     if facts.get("rotate_token") and role == "agent":
         raise Forbidden("an agent token may not rotate its node's token")
+    merged = {k: facts[k] if k in facts else getattr(existing, k) for k in FACT_FIELDS}
+    check_facts(gpu=resolved, gpu_count=facts["gpu_count"], gpus=merged["gpus"], kept="gpus" not in facts)
     before = node_dict(existing)
-    after = {"gpu_id": resolved.id, "gpu": resolved.as_dict(), "gpu_count": facts["gpu_count"],
-             "interconnect": facts.get("interconnect"), "gpus": facts.get("gpus") or existing.gpus,
-             "address": address or existing.address}
+    after = {"gpu_id": resolved.id, "gpu": resolved.as_dict(), "gpu_count": facts["gpu_count"], **merged}
     if any(getattr(existing, k) != v for k, v in after.items()):  # a re-run with the same facts changes nothing
         for k, v in after.items():
             setattr(existing, k, v)

@@ -31,8 +31,14 @@ def register_node(body: NodeIn, session: SessionDep, p: Admin):
 def put_node_facts(request: Request, name: NodeName, body: NodeFactsIn, session: SessionDep, p: NodeFactsWriter):
     """Create the node or update its hardware facts as nvidia-smi reads them (``preflight agent register``; the
     agent after inventory drift). Enroller or admin: any node, a new node gets its agent token, ``rotate_token``
-    issues a new one. Agent: its own node, no token."""
-    facts = body.model_dump(mode="json")
+    issues a new one. Agent: its own node, no token.
+
+    ``gpu`` and ``gpu_count`` replace the stored ones; the optional ``interconnect``, ``gpus`` and ``address`` are
+    merged: left out, the stored value stays; an explicit ``null`` clears it. The facts must agree with themselves
+    (422 naming the field): ``gpus`` has ``gpu_count`` entries with distinct indices, all of the one model ``gpu``
+    names (a node of mixed GPU models is refused). Names are refused when they hold control, invisible formatting
+    or bidirectional characters (422 naming the field)."""
+    facts = body.model_dump(mode="json", exclude_unset=True)  # an omitted optional fact keeps the stored one
     if not isinstance(body.gpu, str):
         facts["gpu"] = body.gpu.model_dump()
     node, created, secret = node_service.put_facts(session, actor=p.name, role=p.role, name=name, facts=facts)

@@ -1,0 +1,42 @@
+"""Strings shown to people — names (nodes' labels, GPU names, manifest names, shard file names, token labels) and the
+values printed in a node's command line (environment values, engine arguments) — must read as what they are.
+
+Refused: Unicode category C ("other": Cc control characters — C0, DEL, C1 —, Cf format characters — the
+bidirectional overrides and isolates U+202A..U+202E and U+2066..U+2069 that make ``abc‮gpj.exe`` display as
+``abcexe.jpg``, the zero-width U+200B..U+200D, U+2060, U+FEFF, the soft hyphen —, Cs lone surrogates, Co private use,
+Cn unassigned) and the line and paragraph separators (Zl U+2028, Zp U+2029). A tab is allowed only where a caller
+says so. Printable text in any script passes.
+
+``display_text_problem`` is the one check; ``display_text`` raises ValueError for Pydantic validators (the 422 names
+the field).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def display_text_problem(text: str, *, allow_tab: bool = False) -> str | None:
+    """Why ``text`` cannot be shown as it is (None when it can): names the first refused character."""
+    if text.isascii() and text.isprintable():
+        return None
+    for i, ch in enumerate(text):
+        if allow_tab and ch == "\t":
+            continue
+        cat = unicodedata.category(ch)
+        if cat in REFUSED_CATEGORIES:
+            name = unicodedata.name(ch, "") if cat != "Cs" else ""
+            return (f"contains U+{ord(ch):04X}{' ' + name if name else ''} (Unicode category {cat}) at position {i}: "
+                    f"control, invisible formatting and bidirectional characters are refused (the text would "
+                    f"display differently from what it is)")
+    return None
+
+
+def display_text(value: str) -> str:
+    """A Pydantic ``AfterValidator``: ``value`` unchanged, or ValueError naming the refused character."""
+    problem = display_text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
