@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shlex
 import sys
 import time
@@ -1393,7 +1394,7 @@ SERVER = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL.")
 TOKEN = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer or admin token (auditor: status only).")
 
 
-# an abort of a large rollout restores its nodes in the request (a few plans of up to 256 nodes each): wait for it
+# creating a large rollout validates it, and an abort restores its first chunk (up to 256 nodes), in the request
 ROLLOUT_TIMEOUT_S = 300
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
@@ -1404,9 +1405,10 @@ def _safe(text) -> str:
 
 
 def _rollout_summary(r: dict) -> str:
-    lines = [f"rollout {_safe(r['id'])}: {_safe(r['state'])}" + (f" (wave {r['wave']})" if r.get("wave", -1) >= 0 else "")
-             + f", failures {r.get('failures', 0)}/{r['failure_limit']}" + (f": {_safe(r['reason'])}" if r.get("reason")
-                                                                             else "")]
+    lines = [f"rollout {_safe(r['id'])}: {_safe(r['state'])}"
+             + (f" (wave {r['wave']})" if r.get("wave", -1) >= 0 else "")
+             + f", failures {r.get('failures', 0)}/{r['failure_limit']}"
+             + (f": {_safe(r['reason'])}" if r.get("reason") else "")]
     for w in r.get("warnings") or ():
         lines.append(f"  warning {_safe(w.get('rule'))}: {_safe(w.get('message'))}")
     for w in r.get("waves") or ():
@@ -1415,7 +1417,8 @@ def _rollout_summary(r: dict) -> str:
                          f"{len(w['nodes'])} node(s)")
     for n in r.get("nodes") or ():
         reason = (n.get("evidence") or {}).get("reason")
-        lines.append(f"  {_safe(n['node'])}: wave {n['wave']}, {_safe(n['outcome'])}" + (f" ({_safe(reason)})" if reason else "")
+        lines.append(f"  {_safe(n['node'])}: wave {n['wave']}, {_safe(n['outcome'])}"
+                     + (f" ({_safe(reason)})" if reason else "")
                      + (f", seq {n['new_seq']}" if n.get("new_seq") else "")
                      + (f", restored at seq {n['restored_seq']}" if n.get("restored_seq") else ""))
     return "\n".join(lines)

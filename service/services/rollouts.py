@@ -309,7 +309,8 @@ def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: 
                                                       .order_by(RolloutNode.position)).scalars())
     total, failures = counts if counts is not None else (len(rows), _failures(rows))
     out = {"id": r.id, "state": r.state, "wave": r.wave, "promote": r.promote, "paused_from": r.paused_from,
-           "target": _target_view(r.target, secrets), "pinned": r.target.get("pinned"), "selector": r.selector, "failure_limit": r.failure_limit,
+           "target": _target_view(r.target, secrets), "pinned": r.target.get("pinned"), "selector": r.selector,
+           "failure_limit": r.failure_limit,
            "failures": failures, "gates": r.gates, "bake_until": iso(r.bake_until), "reason": r.reason,
            "nodes_total": total, "created_by": r.created_by, "created_at": iso(r.created_at),
            "updated_at": iso(r.updated_at)}
