@@ -550,6 +550,10 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                                                          "this many seconds ago (0: never)."),
               heartbeat_seconds: float = typer.Option(60.0, envvar="PREFLIGHT_HEARTBEAT_SECONDS",
                                                       help="Seconds between heartbeat reports while vLLM runs."),
+              group_wait: float = typer.Option(
+                  600.0, envvar="PREFLIGHT_GROUP_WAIT",
+                  help="A worker of a multi-node group waits this many seconds for its head to start the same plan "
+                       "(the service withholds the plan until then), then exits 75 (with --wait: no limit)."),
               issuer: str = typer.Option("preflight", envvar="PREFLIGHT_ISSUER", help="The iss plans must carry."),
               audience: str = typer.Option("preflight-agent", envvar="PREFLIGHT_AUDIENCE",
                                            help="The aud plans must carry."),
@@ -659,6 +663,7 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
 
     # 2. the node's current plan, with a freshness statement signed by the service at fetch time
     said = None
+    held_since, hold_delay = None, 1.0
     while True:
         try:
             r = client.fetch(st.etag if st.plan else None) if reachable or wait else None
@@ -667,6 +672,30 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         except ResponseTooLarge as exc:
             refuse(None, VerificationError("too_large", str(exc)), "plan")
             raise typer.Exit(EXIT_REFUSED)
+        hold = _group_hold(r)
+        if hold is not None:  # a worker whose head does not run this plan yet (domain/group_gate.py): no start
+            held_since = time.monotonic() if held_since is None else held_since
+            waited = time.monotonic() - held_since
+            if hold["final"] and not wait:
+                typer.echo(f"preflight agent: REFUSED group {hold['plan_id']}: {hold['message']}. vLLM was not "
+                           f"started.", err=True)
+                Reporter(client, st, plan_id=hold["plan_id"], seq=None)(
+                    "refused", f"group refused: {hold['message']}",
+                    {"reason": hold["reason"], "check": "group", "head": hold["head"],
+                     "head_report": hold["head_report"]})
+                raise typer.Exit(EXIT_REFUSED)
+            if not wait and waited >= group_wait:
+                typer.echo(f"preflight agent: gave up after {int(waited)} s (--group-wait {int(group_wait)}): "
+                           f"{hold['message']}. vLLM was not started.", err=True)
+                raise typer.Exit(EXIT_UNAVAILABLE)
+            if said != ("hold", hold["reason"], hold["head_report"]):
+                typer.echo(f"preflight agent: HOLD {hold['plan_id']}: {hold['message']}"
+                           f"{'' if wait else f' (at most {int(group_wait)} s, --group-wait)'}", err=True)
+                said = ("hold", hold["reason"], hold["head_report"])
+            time.sleep(min(hold_delay, hold["retry_after"]) if wait else
+                       max(0.0, min(hold_delay, hold["retry_after"], group_wait - waited)))
+            hold_delay *= 1.5
+            continue
         if r is not None and r.status_code < 500 and r.status_code != 429:
             if r.status_code == 404 and "has no current plan" in r.text and st.verified_at is not None:
                 # the service says the saved plan is not current (revoked): it may no longer boot offline
@@ -681,9 +710,12 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
             break
         # the service cannot be reached (or fails): the last verified plan, if recent enough
         age = boot - st.verified_at if st.verified_at else None
-        if st.plan and not lost and offline_max_age > 0 and age is not None and -300 <= age <= offline_max_age:
+        may_boot = bool(st.plan and not lost and offline_max_age > 0 and age is not None
+                        and -300 <= age <= offline_max_age)
+        if may_boot and not (wait and _group_member(st.plan)):  # a group member is refused offline (below)
             break
-        why = ("no verified plan is saved" if not st.plan else "offline boot is disabled (--offline-max-age 0)"
+        why = ("the saved plan is a multi-node group member's, which never boots offline" if may_boot else
+               "no verified plan is saved" if not st.plan else "offline boot is disabled (--offline-max-age 0)"
                if offline_max_age <= 0 else f"the saved plan was last confirmed {int(age or 0)} s ago, more than "
                f"--offline-max-age {int(offline_max_age)} s")
         if not wait:
@@ -797,6 +829,44 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, "-m", "service.cli", *sys.argv[1:]])
     raise typer.Exit(code)
+
+
+def _group_member(token: str) -> bool:
+    """Whether a saved plan (verified when saved; only read here, to choose to wait) is a multi-node group member's:
+    with --wait such a node waits for the service instead of going to an offline boot it would refuse."""
+    from .signing import b64json
+
+    try:
+        claims = b64json(token.split(".")[1])
+    except (ValueError, IndexError, RecursionError, UnicodeDecodeError):
+        return False
+    return isinstance(claims, dict) and claims.get("role") in ("head", "worker")
+
+
+def _group_hold(r) -> dict | None:
+    """The service's 409 ``group-hold`` answer (api/app.py), read defensively: reason, message (printable, bounded),
+    final, head, head_report, plan_id and the Retry-After seconds (1..30). None for any other answer."""
+    if r is None or r.status_code != 409:
+        return None
+    try:
+        body = r.json()
+    except (ValueError, RecursionError):
+        return None
+    hold = body.get("hold") if isinstance(body, dict) else None
+    if not isinstance(hold, dict) or not str(body.get("type", "")).endswith("/group-hold"):
+        return None
+
+    def text_of(v, n=300):
+        return "".join(ch if ch.isprintable() else "?" for ch in str(v))[:n] if v is not None else None
+
+    try:
+        retry = min(30.0, max(1.0, float(r.headers.get("Retry-After", "5"))))
+    except ValueError:
+        retry = 5.0
+    return {"reason": text_of(hold.get("reason"), 40), "message": text_of(hold.get("message")),
+            "final": hold.get("final") is True, "head": text_of(hold.get("head"), 128),
+            "head_report": text_of(hold.get("head_report"), 16), "plan_id": text_of(hold.get("plan_id"), 36),
+            "retry_after": retry}
 
 
 def _node_checks_pass(client, report, claims: dict, *, node: str, nvidia_smi: str,

@@ -60,3 +60,14 @@ class Busy(ApiError):
     def __init__(self, detail: str, *, retry_after: int = 5, **extra: Any):
         super().__init__(detail, **extra)
         self.retry_after = retry_after
+
+
+class GroupHold(Conflict):
+    """A worker of a multi-node group asked for its plan before its head runs it (409, ``Retry-After``, ``hold``:
+    domain/group_gate.py)."""
+
+    type_suffix = "group-hold"
+
+    def __init__(self, detail: str, *, retry_after: int = 5, **extra: Any):
+        super().__init__(detail, **extra)
+        self.retry_after = retry_after

@@ -266,14 +266,85 @@ def test_group_is_running_when_the_head_is_ready_and_failed_when_a_worker_fails(
     assert {x["node"]: x["rank"] for x in placements["placements"]} == {"g-a": 0, "g-b": 1}
 
 
+def eventually(call, done, polls=40):
+    """Call until ``done(answer)``: a head's report reaches the agents' caches through the epoch poll
+    (services/epochs.py), a poll or two after it commits."""
+    import time
+
+    for _ in range(polls):
+        answer = call()
+        if done(answer):
+            return answer
+        time.sleep(0.1)
+    return answer
+
+
+def held(client, name, token):
+    r = client.get(f"/v1/nodes/{name}/plan", headers=agent_headers(token))
+    return r
+
+
+def test_a_worker_is_held_until_its_head_reports_the_same_plan_started(client):
+    """The defect: after a plan change a worker fetched and started the new plan while its head still ran the old
+    one (until the head's next heartbeat). Now the worker's fetch answers 409 group-hold until the head reports the
+    new plan started; the head's reports on the old plan never open it; a head refusal holds it for good."""
+    ta = node(client, "w-a", "10.0.7.1")["agent_token"]
+    tb = node(client, "w-b", "10.0.7.2")["agent_token"]
+    deepseek(client)
+    p1 = plan(client, ["w-a", "w-b"], TP16)
+    r = held(client, "w-b", tb)
+    assert r.status_code == 409 and r.headers["Retry-After"] == "5", r.text
+    body = r.json()
+    assert body["type"].endswith("/group-hold") and body["hold"]["reason"] == "head_pending"
+    assert (body["hold"]["plan_id"], body["hold"]["head"], body["hold"]["final"]) == (p1["id"], "w-a", False)
+    assert body["detail"] == body["hold"]["message"] and "w-a has not started plan" in body["detail"]
+    assert client.get("/v1/nodes/w-b/plan").status_code == 200  # an admin reading the node's plan is not held
+    assert client.get("/v1/nodes/w-a/plan", headers=agent_headers(ta)).status_code == 200  # the head never is
+
+    def report(status, plan_id, token=ta, name="w-a"):
+        return client.post(f"/v1/nodes/{name}/reports", headers=agent_headers(token),
+                           json={"plan_id": plan_id, "status": status})
+
+    assert report("fetched", p1["id"]).status_code == 201
+    r = eventually(lambda: held(client, "w-b", tb), lambda r: r.json().get("hold", {}).get("reason") != "head_pending")
+    assert r.status_code == 409 and r.json()["hold"]["reason"] == "head_fetched"
+    assert report("started", p1["id"]).status_code == 201
+    r = eventually(lambda: held(client, "w-b", tb), lambda r: r.status_code != 409)
+    assert r.status_code == 200 and r.headers["X-Plan-Id"] == p1["id"]
+    assert report("running", p1["id"]).status_code == 201
+
+    # the plan changes: the worker waits for the head to run the new one
+    p2 = plan(client, ["w-a", "w-b"], {**TP16, "max_model_len": 16384})
+    r = eventually(lambda: held(client, "w-b", tb), lambda r: r.status_code == 409)
+    assert r.json()["hold"]["plan_id"] == p2["id"] and r.json()["hold"]["reason"] == "head_pending"
+    # the head, not yet told, still says it runs the old plan: that opens nothing
+    report("running", p1["id"])
+    report("heartbeat", p1["id"])
+    r = held(client, "w-b", tb)
+    assert r.status_code == 409 and r.json()["hold"]["reason"] == "head_pending"
+    # an etag the worker holds does not turn the hold into a 304 (the agent would boot its saved plan)
+    r = client.get("/v1/nodes/w-b/plan", headers={**agent_headers(tb), "If-None-Match": "*"})
+    assert r.status_code == 409
+    # the head refuses the new plan: the worker never starts it, and the group says failed
+    assert report("refused", p2["id"]).status_code == 201
+    r = eventually(lambda: held(client, "w-b", tb), lambda r: r.json().get("hold", {}).get("final") is True)
+    assert r.status_code == 409 and r.json()["hold"]["reason"] == "head_refused"
+    assert r.json()["hold"]["head_report"] == "refused" and "does not start it" in r.json()["detail"]
+    assert client.get(f"/v1/plans/{p2['id']}").json()["groups"][0]["status"] == "failed"
+    audit = client.get("/v1/audit", params={"node": "w-b", "kind": "plan.fetched"}).json()["items"]
+    assert [e["plan_id"] for e in audit] == [p1["id"]]  # a held fetch is no delivery
+
+
 def test_freshness_carries_the_heads_group_digest_and_the_agent_checks_it(client, keys):
     from service.agent.verify import VerificationError, verify_freshness
 
-    node(client, "f-a", "10.0.9.1")
+    ta = node(client, "f-a", "10.0.9.1")["agent_token"]
     tb = node(client, "f-b", "10.0.9.2")["agent_token"]
     deepseek(client)
     p = plan(client, ["f-a", "f-b"], TP16)
-    r = client.get("/v1/nodes/f-b/plan", headers=agent_headers(tb))
+    assert client.post("/v1/nodes/f-a/reports", headers=agent_headers(ta),
+                       json={"plan_id": p["id"], "status": "started"}).status_code == 201  # the worker's gate
+    r = eventually(lambda: client.get("/v1/nodes/f-b/plan", headers=agent_headers(tb)), lambda r: r.status_code != 409)
     assert r.status_code == 200
     mine = verify_plan(r.text, keys.jwks(), node="f-b", audience="preflight-agent")
     fresh = verify_freshness(r.headers["X-Plan-Freshness"], keys.jwks(), plan_token=r.text, plan=mine, node="f-b",

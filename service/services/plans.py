@@ -18,6 +18,7 @@ from ..db.models import Assignment, Manifest, Node, Plan, Report, iso, utcnow
 from ..domain.render import shell_command
 from ..domain.errors import DomainError
 from ..domain.recommend import recommend
+from ..domain.group_gate import changes_hold, group_hold
 from ..domain.topology import (PER_NODE, Placement, Topology, group_arguments, group_digest, member_argvs,
                                plan_topology)
 from ..domain.request import LaunchRequest
@@ -159,15 +160,16 @@ def _member_argv(topo: dict | None, a: Assignment) -> list[str] | None:
 def group_state(members: list[Assignment]) -> str:
     """A group's state from its members' assignments and last reports: ``revoked`` / ``superseded`` when its
     assignments are; ``failed`` when any member's vLLM ended (``exited``, ``failed``: a worker's failure fails the
-    instance); ``running`` when the head (rank 0) reports vLLM ready; ``stopped`` when the head was stopped;
-    else ``pending`` (not every member started yet) or ``starting``."""
+    instance) or a member refused the plan (``refused``: its checks, or a worker whose head refused it); ``running``
+    when the head (rank 0) reports vLLM ready; ``stopped`` when the head was stopped; else ``pending`` (not every
+    member started yet) or ``starting``."""
     statuses = {a.status for a in members}
     if statuses & {"revoked"}:
         return "revoked"
     if "active" not in statuses:
         return "superseded"
     reports = {a.last_report for a in members}
-    if reports & {"exited", "failed"}:
+    if reports & {"exited", "failed", "refused"}:
         return "failed"
     head = next((a for a in members if (a.rank or 0) == 0), members[0])
     if head.last_report == "running":
@@ -529,7 +531,7 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
         if row is None:
             out.append((None, False) if f.node in registered else
                        NotFound(f"node {f.node!r} is not registered", field="name"))
-        elif etag_matches(row["etag"], f.etags):
+        elif etag_matches(row["etag"], f.etags) or (f.record and row.get("hold")):  # a held worker: no delivery
             out.append((row, False))
         else:
             metrics.AGENT_FETCHES.labels("served").inc()
@@ -558,18 +560,29 @@ def heads_of(session: Session, rows: list[dict]) -> None:
     """Set ``head_group_digest`` on each assignment row of a multi-node group: the group digest of its group's head's
     current assignment (rank 0 of the same plan and group, active), or None when the head has none. The freshness
     statement carries it, and an agent refuses a plan whose own group digest differs (agent/verify.py): a member
-    never starts against a head that is not on the same group plan."""
+    never starts against a head that is not on the same group plan.
+
+    A worker's row also gets ``hold`` (domain/group_gate.py): None once the head reported this same assignment
+    ``started`` or ``running``, else why the worker waits — the fetch answers 409 instead of the plan. Rows of
+    single-node plans cost nothing here (no query)."""
     grouped = [r for r in rows if r.get("role") in ("head", "worker")]
     for r in rows:
         r["head_group_digest"] = None
+        r["hold"] = None
     if not grouped:
         return
-    heads = dict(((p, g), d) for p, g, d in session.execute(
-        select(ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.group_index, ASSIGNMENTS.c.group_digest)
+    heads = {(p, g): (d, n, rep) for p, g, d, n, rep in session.execute(
+        select(ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.group_index, ASSIGNMENTS.c.group_digest,
+               ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.last_report)
         .where(ASSIGNMENTS.c.plan_id.in_(sorted({r["plan_id"] for r in grouped})), ASSIGNMENTS.c.rank == 0,
-               ASSIGNMENTS.c.status == "active")))
+               ASSIGNMENTS.c.status == "active"))}
     for r in grouped:
-        r["head_group_digest"] = heads.get((r["plan_id"], r["group_index"]))
+        digest, head, report = heads.get((r["plan_id"], r["group_index"]), (None, None, None))
+        r["head_group_digest"] = digest
+        hold = group_hold(role=r["role"], plan_id=r["plan_id"], group=r["group_index"], head=head,
+                          head_assigned=head is not None, head_digest=digest, own_digest=r.get("group_digest"),
+                          head_report=report)
+        r["hold"] = hold.as_dict() if hold is not None else None
 
 
 def fetch_recorded_recently(row: dict) -> bool:
@@ -619,13 +632,17 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
     seqs: dict[tuple[str, str], int] = {}
     current: set[tuple[str, str]] = set()
     stale: dict[tuple[str, str], str] = {}  # assigned once, but superseded or revoked since
+    heads: dict[tuple[str, str], str | None] = {}  # active head assignments of multi-node groups: last report
     if pairs:
-        for node, plan_id, seq, status in session.execute(
-                select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.status)
+        for node, plan_id, seq, status, role, last in session.execute(
+                select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.status,
+                       ASSIGNMENTS.c.role, ASSIGNMENTS.c.last_report)
                 .where(tuple_(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id).in_(pairs))):
             seqs[(node, plan_id)] = max(seq, seqs.get((node, plan_id), seq))
             if status == "active":
                 current.add((node, plan_id))
+                if role == "head":
+                    heads[(node, plan_id)] = last
             else:
                 stale.setdefault((node, plan_id), status)
     for pair in current:
@@ -659,6 +676,10 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
             [{"plan_id": r.plan_id, "node_name": r.node, "status": r.status, "message": r.message,
               "details": r.details, "created_at": now} for r in ok]).scalars().all()
         done.update(zip(ok_idx, new_ids))
+        if any((r.node, r.plan_id) in heads and changes_hold(heads[(r.node, r.plan_id)], r.status) for r in ok):
+            # a head's report opens or closes its workers' gate (domain/group_gate.py): the agents' caches of the
+            # group's assignments are refreshed like after a plan change (services/epochs.py)
+            epochs.bump(session, "plans", ok[0].plan_id or "")
         for r in ok:
             metrics.AGENT_REPORTS.labels(r.status).inc()
             if r.status == "running" and isinstance(r.details.get("vllm"), dict):  # compare with the prediction

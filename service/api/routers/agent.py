@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from ... import metrics
-from ...errors import ApiError, NotFound
+from ...errors import ApiError, GroupHold, NotFound
 from ...services import plans as plan_service
 from ...services import tokens as token_service
 from ...services.agent_writes import Fetch, Report
@@ -23,6 +23,7 @@ from ..schemas import ReportIn
 router = APIRouter()
 
 FRESHNESS_CACHE_SECONDS = 60.0  # a freshness statement is re-signed per assignment at most this often
+GROUP_HOLD_RETRY_SECONDS = 5  # a held worker asks again (domain/group_gate.py): the head reports when vLLM starts
 PLAN_HEADERS = {
     "ETag": {"description": "the plan's entity tag (send it as If-None-Match)", "schema": {"type": "string"}},
     "X-Plan-Id": {"description": "the plan id", "schema": {"type": "string"}},
@@ -44,6 +45,11 @@ def _signed_at(statement: str) -> tuple[int, str, str] | None:
     except (ValueError, KeyError, TypeError):
         return None
     return (iat, kid, digest) if type(iat) is int and type(kid) is str and type(digest) is str else None
+
+
+def held(a: dict, principal: token_service.Principal | None) -> bool:
+    """A multi-node worker's own agent waits for its head (an admin reading the node's plan is not held)."""
+    return bool(a.get("hold")) and principal is not None and principal.role == "agent"
 
 
 def etag_list(if_none_match: str | None) -> list[str]:
@@ -104,6 +110,8 @@ class PlanServer:
         if a is None:
             return None, False
         authorize_node(name, principal)
+        if held(a, principal):  # the route answers the hold, from the cache (the head's report refreshes it)
+            return a, False
         if plan_service.etag_matches(a["etag"], etags):
             return a, False
         if principal.role == "agent" and not plan_service.fetch_recorded_recently(a):
@@ -118,20 +126,25 @@ class PlanServer:
             a, served = self.from_plan_cache(name, principal, etag_list(if_none_match))
         except ApiError:  # the route answers errors
             return None
-        return self.plan_response(a, served) if a is not None else None
+        return self.plan_response(a, served) if a is not None and not held(a, principal) else None
 
 
 @router.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
             responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan",
                              "headers": PLAN_HEADERS},
-                       304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS}})
+                       304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS},
+                       409: {"description": "group-hold: a multi-node worker's plan is withheld until its head "
+                             "reports the same plan started (problem+json with ``hold``, ``Retry-After``)",
+                             "content": {"application/problem+json": {}}}})
 async def fetch_node_plan(request: Request, name: NodeName, authorization: Annotated[str | None, Header()] = None,
                           if_none_match: Annotated[str | None, Header()] = None,
                           wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
     """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
     the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
     call authenticates and fetches in one transaction, group-committed with other agents' fetches and reports
-    (services/agent_writes.py)."""
+    (services/agent_writes.py). A worker of a multi-node group gets 409 ``group-hold`` (with ``hold``: reason,
+    head, the head's last report; ``Retry-After``) until its head has reported the same plan ``started`` or
+    ``running`` (domain/group_gate.py): it never starts against a head still on another plan."""
     state = request.app.state
     server: PlanServer = state.plan_server
     principals: Principals = state.principals
@@ -148,11 +161,16 @@ async def fetch_node_plan(request: Request, name: NodeName, authorization: Annot
             principal_cache.put(token_service.hash_token(secret), principal, tags_seen[0])
             if a is not None:
                 plan_cache.put(name, a, tags_seen[1])
-        if a is None or served or time.monotonic() >= deadline:
+        if a is None or served or held(a, principal) or time.monotonic() >= deadline:
             break
         await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
     if a is None:
         raise NotFound(f"node {name!r} has no current plan", field="name")
+    if held(a, principal):
+        metrics.AGENT_FETCHES.labels("held").inc()
+        hold = a["hold"]
+        raise GroupHold(hold["message"], retry_after=GROUP_HOLD_RETRY_SECONDS,
+                        hold={**hold, "plan_id": a["plan_id"], "seq": a["seq"]})
     return server.plan_response(a, served)
 
 
