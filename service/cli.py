@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shlex
 import sys
 import time
@@ -225,6 +226,15 @@ def _client(server: str, token: str):
     import httpx
 
     return httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def _slow_client(server: str, token: str):
+    """A client for rollout commands: creating or aborting a large rollout signs plans in the request."""
+    import httpx
+
+    c = _client(server, token)
+    c.timeout = httpx.Timeout(ROLLOUT_TIMEOUT_S)
+    return c
 
 
 def _fail_on_problem(r) -> None:
@@ -1481,17 +1491,31 @@ SERVER = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL.")
 TOKEN = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer or admin token (auditor: status only).")
 
 
+# creating a large rollout validates it, and an abort restores its first chunk (up to 256 nodes), in the request
+ROLLOUT_TIMEOUT_S = 300
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _safe(text) -> str:
+    """Text from the service as printable: control and bidi characters escaped (\\x1b, \\u202e), never emitted."""
+    return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
 def _rollout_summary(r: dict) -> str:
-    lines = [f"rollout {r['id']}: {r['state']}" + (f" (wave {r['wave']})" if r.get("wave", -1) >= 0 else "")
-             + f", failures {r.get('failures', 0)}/{r['failure_limit']}" + (f": {r['reason']}" if r.get("reason")
-                                                                             else "")]
+    lines = [f"rollout {_safe(r['id'])}: {_safe(r['state'])}"
+             + (f" (wave {r['wave']})" if r.get("wave", -1) >= 0 else "")
+             + f", failures {r.get('failures', 0)}/{r['failure_limit']}"
+             + (f": {_safe(r['reason'])}" if r.get("reason") else "")]
+    for w in r.get("warnings") or ():
+        lines.append(f"  warning {_safe(w.get('rule'))}: {_safe(w.get('message'))}")
     for w in r.get("waves") or ():
         if "index" in w:
             lines.append(f"  wave {w['index']}: {w['percent']} %, bake {w['bake_s']} s, {w['state']}, "
                          f"{len(w['nodes'])} node(s)")
     for n in r.get("nodes") or ():
         reason = (n.get("evidence") or {}).get("reason")
-        lines.append(f"  {n['node']}: wave {n['wave']}, {n['outcome']}" + (f" ({reason})" if reason else "")
+        lines.append(f"  {_safe(n['node'])}: wave {n['wave']}, {_safe(n['outcome'])}"
+                     + (f" ({_safe(reason)})" if reason else "")
                      + (f", seq {n['new_seq']}" if n.get("new_seq") else "")
                      + (f", restored at seq {n['restored_seq']}" if n.get("restored_seq") else ""))
     return "\n".join(lines)
@@ -1509,7 +1533,7 @@ def rollout_create(file: pathlib.Path = typer.Argument(..., help="The rollout as
     except (OSError, ValueError) as exc:
         typer.echo(f"preflight: {file}: {exc}", err=True)
         raise typer.Exit(2)
-    r = _client(server, token).post("/v1/rollouts", json=body)
+    r = _slow_client(server, token).post("/v1/rollouts", json=body)
     _fail_on_problem(r)
     typer.echo(json.dumps(r.json(), indent=2) if as_json else _rollout_summary(r.json()))
 
@@ -1535,7 +1559,7 @@ def _rollout_verb(verb: str, doc: str):
     def run(rollout_id: str = typer.Argument(..., help="The rollout id."), server: str = SERVER, token: str = TOKEN,
             reason: Optional[str] = typer.Option(None, help="Why (recorded in the audit)."),
             as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
-        r = _client(server, token).post(f"/v1/rollouts/{rollout_id}/{verb}",
+        r = _slow_client(server, token).post(f"/v1/rollouts/{rollout_id}/{verb}",
                                         json={"reason": reason} if reason else None)
         _fail_on_problem(r)
         typer.echo(json.dumps(r.json(), indent=2) if as_json else _rollout_summary(r.json()))

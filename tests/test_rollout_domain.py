@@ -240,3 +240,39 @@ def test_random_runs_sign_each_wave_once_in_order_and_halt_only_past_the_limit(e
         if d.action in ("sign", "bake", "complete", "halt"):
             state, wave, bake_until = d.state, d.wave, d.bake_until
     assert signed == list(range(len(signed)))
+
+
+# -- the break-it pass ---------------------------------------------------------------------------------------------------
+
+def test_empty_waves_are_skipped_without_a_bake():
+    v = R.View(state="waiting", wave=0, waves=(W(25), W(50, bake_s=3600), W(75, bake_s=60), W(100)), failure_limit=0,
+               failures=0, wave_units=1, wave_settled=1, wave_sizes=(2, 0, 0, 2))
+    assert R.step(v, 0) == R.Decision("sign", "waiting", 3)
+    done = R.View(state="baking", wave=1, waves=(W(50), W(75), W(100)), failure_limit=0, failures=0, wave_units=1,
+                  wave_settled=1, bake_until=5, wave_sizes=(2, 2, 0))
+    assert R.step(done, 10).action == "complete"
+
+
+def test_restoring_states_restore_until_done_and_take_only_abort():
+    for state in R.RESTORING:
+        v = R.View(state=state, wave=0, waves=(W(100),), failure_limit=0, failures=3, wave_units=1, wave_settled=1)
+        assert R.step(v, 0) == R.Decision("restore", state, 0)
+        for verb in ("pause", "resume", "promote"):
+            with pytest.raises(DomainError):
+                R.command(state, verb)
+    assert R.command("rolling_back", "abort") == "aborted"
+    with pytest.raises(DomainError, match="aborting"):
+        R.command("aborting", "abort")
+
+
+def test_a_second_promote_is_refused_and_pending_takes_one():
+    assert R.command("pending", "promote") == "pending"
+    with pytest.raises(DomainError, match="already promoted"):
+        R.command("pending", "promote", promoted=True)
+
+
+def test_a_unit_superseded_by_hand_is_settled_not_failed():
+    hand = R.Outcome("superseded_by_hand")
+    assert R.unit_outcome([hand]).state == "superseded_by_hand"
+    assert R.unit_outcome([R.Outcome("ready"), hand]).state == "ready"
+    assert R.unit_outcome([hand, R.Outcome("pending")], [True, True]).state == "pending"

@@ -629,3 +629,203 @@ def test_a_wave_refused_at_signing_halts_and_restores_what_changed(fleet):
     assert [n["outcome"] for n in s["nodes"]] == ["restored", "unchanged", "unchanged", "unchanged"]
     assert [fleet.assignments(n) for n in NODES] == [3, 1, 1, 1]  # nothing of wave 1 was kept
     assert s["waves"][1]["plan_ids"] == [] and s["waves"][1]["signed_at"] is None
+
+
+# -- the break-it pass (issue 19 follow-up): what the canary proved is what the fleet gets -----------------------------
+
+GIB = 1 << 30
+WORKLOAD = {"avg_seq_len": 3000, "p99_seq_len": 12000, "shape": "long_in_short_out", "stage": "initial"}
+
+
+def _argv(fleet, plan_id):
+    return fleet.api.get(f"/v1/plans/{plan_id}").json()["argv"]
+
+
+def test_a_pinned_pool_is_decided_once_and_every_wave_gets_it(fleet):
+    # only gpu-03 ran this launch and reported its pool; the canary gpu-01 never did
+    fleet.report("gpu-03", fleet.old["id"], "running", vllm={"available_kv_cache_gib": 21.5})
+    r = fleet.rollout(engine_args=OLD, kv_cache_pool="pinned", nodes=["gpu-01", "gpu-03"],
+                      waves=[{"percent": 50, "bake_s": 1}, {"percent": 100}], gates={"kv_tolerance": None})
+    [pin] = r["pinned"].values()
+    assert pin["kv_cache_memory_bytes"] == int(21.5 * GIB) and pin["vllm_version"] == fleet.old["vllm_version"]
+    t0 = time.time()
+    assert fleet.tick(t0) == {r["id"]: "sign"}  # before: a refusal (gpu-01 alone has no report) and a rollback
+    s = fleet.status(r["id"])
+    first = s["waves"][0]["plan_ids"][0]
+    argv0 = _argv(fleet, first)
+    assert s["state"] == "waiting" and argv0[argv0.index("--kv-cache-memory-bytes") + 1] == str(int(21.5 * GIB))
+    fleet.report("gpu-01", first, "running")
+    fleet.tick(t0 + 1)
+    assert fleet.tick(t0 + 3) == {r["id"]: "sign"}
+    second = fleet.status(r["id"])["waves"][1]["plan_ids"][0]
+    assert _argv(fleet, second) == argv0
+
+
+def test_every_wave_signs_the_command_the_canary_ran(fleet):
+    r = fleet.rollout(workload=WORKLOAD, environment="benchmark", gates={"kv_tolerance": None},
+                      waves=[{"percent": 25, "bake_s": 1}, {"percent": 100}])
+    [pin] = r["pinned"].values()
+    assert pin["vllm_version"] and "max_num_seqs" in pin["engine_args"]  # recommendations filled in and pinned
+    t0 = time.time()
+    fleet.tick(t0)
+    canary = fleet.status(r["id"])["waves"][0]["plan_ids"][0]
+    fleet.report("gpu-01", canary, "running")
+    fleet.tick(t0 + 1)
+    assert fleet.tick(t0 + 3) == {r["id"]: "sign"}
+    rest = fleet.status(r["id"])["waves"][1]["plan_ids"][0]
+    a, b = _argv(fleet, canary), _argv(fleet, rest)
+    assert a == b and a[a.index("--max-num-seqs") + 1] == str(pin["engine_args"]["max_num_seqs"])
+    versions = {fleet.api.get(f"/v1/plans/{p}").json()["vllm_version"] for p in (canary, rest)}
+    assert versions == {pin["vllm_version"]}
+
+
+def test_a_wave_never_splits_a_multi_node_instance_planned_since_creation(fleet):
+    r = fleet.rollout(nodes=NODES[:3], waves=[{"percent": 33}, {"percent": 100}], gates={"kv_tolerance": None})
+    t0 = time.time()
+    fleet.tick(t0)
+    fleet.report("gpu-01", fleet.status(r["id"])["waves"][0]["plan_ids"][0], "running")
+    # by hand: gpu-02 (wave 1 of the rollout) and gpu-04 (outside it) become one two-node instance
+    assert fleet.api.patch("/v1/nodes/gpu-02", json={"address": "10.0.0.2"}).status_code == 200
+    hand = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-02", "gpu-04"],
+                                             "engine_args": {**OLD, "pipeline_parallel_size": 2}})
+    assert hand.status_code == 201, hand.text
+    [warning] = hand.json()["warnings"]
+    assert warning["rule"] == "rollout_in_progress" and warning["rollout"] == r["id"] and warning["nodes"] == ["gpu-02"]
+    assert fleet.tick(t0 + 1) == {r["id"]: "halt"}
+    s = fleet.status(r["id"])
+    assert s["state"] == "rolled_back" and "gpu-02, gpu-04" in s["reason"] and "split" in s["reason"]
+    halted = next(p for k, _, p in fleet.events(r["id"]) if k == "rollout.halted")
+    assert halted["refused"]["group"] == ["gpu-02", "gpu-04"] and halted["refused"]["outside"] == ["gpu-04"]
+    # the instance is whole: both members still on the hand-made plan
+    assert fleet.current("gpu-02")[0] == fleet.current("gpu-04")[0] == hand.json()["id"]
+    assert s["nodes"][0]["outcome"] == "restored"
+
+
+def test_a_node_planned_by_hand_during_its_wave_is_superseded_not_failed(fleet):
+    r = fleet.rollout()
+    t0 = time.time()
+    fleet.tick(t0)
+    manual = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
+                                               "engine_args": {**OLD, "max_model_len": 4096}})
+    assert manual.status_code == 201 and manual.json()["warnings"][0]["rollout"] == r["id"]
+    assert fleet.tick(t0 + 400) == {r["id"]: "bake"}  # past ready_timeout_s: not "not_ready", no rollback
+    s = fleet.status(r["id"])
+    first = s["nodes"][0]
+    assert s["failures"] == 0 and first["outcome"] == "superseded_by_hand" and first["failed"] is False
+    assert first["evidence"]["current_plan_id"] == manual.json()["id"]
+    ab = fleet.api.post(f"/v1/rollouts/{r['id']}/abort").json()
+    assert ab["nodes"][0]["outcome"] == "superseded_by_hand" and fleet.current("gpu-01")[0] == manual.json()["id"]
+    done = [p for k, _, p in fleet.events(r["id"]) if k == "rollout.rolled_back"]
+    assert done[-1]["not_restored"] == 0
+    # no rollout in progress now: no warning
+    again = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-02"],
+                                              "engine_args": OLD})
+    assert "warnings" not in again.json()
+
+
+def test_a_large_wave_is_signed_and_restored_in_chunks_of_the_plan_cap(api, db, quiet, keys, monkeypatch):
+    monkeypatch.setattr(rollout_service, "SIGN_CHUNK", 16)  # 256 in service: 16 keeps the test small
+    names = [f"n-{i:03d}" for i in range(40)]
+    fleet = Fleet(api, db, quiet, keys, nodes=names)
+    r = fleet.rollout(nodes=names, waves=[{"percent": 100}], gates={"kv_tolerance": None})
+
+    chunks = []
+
+    def die_on_the_second_chunk(rid, action):
+        chunks.append(action)
+        if len(chunks) == 2:
+            raise Died(action)
+
+    # the first chunk commits, the second dies before its commit: 16 nodes signed, nothing more
+    assert fleet.tick(after_step=die_on_the_second_chunk) == {} and chunks == ["signing", "signing"]
+    assert sum(fleet.assignments(n) == 2 for n in names) == 16
+    assert fleet.tick() == {r["id"]: "sign"}  # resumes: the other 24, each once
+    assert [fleet.assignments(n) for n in names] == [2] * 40
+    s = fleet.status(r["id"])
+    assert len(s["waves"][0]["plan_ids"]) == 3
+    sizes = [len(fleet.api.get(f"/v1/plans/{p}").json()["assignments"]) for p in s["waves"][0]["plan_ids"]]
+    assert sizes == [16, 16, 8]
+    # abort restores one chunk in the request and answers "aborting"; the scheduler restores the rest, a chunk per
+    # transaction
+    ab = fleet.api.post(f"/v1/rollouts/{r['id']}/abort")
+    assert ab.status_code == 200 and ab.json()["state"] == "aborting"
+    assert [n["outcome"] for n in ab.json()["nodes"]].count("restored") == 16
+    assert fleet.api.post(f"/v1/rollouts/{r['id']}/abort").status_code == 409  # already aborting
+    steps = []
+    assert fleet.tick(after_step=lambda rid, action: steps.append(action)) == {r["id"]: "restore"}
+    assert steps == ["restoring", "restore"]
+    s = fleet.status(r["id"])
+    assert s["state"] == "aborted" and {n["outcome"] for n in s["nodes"]} == {"restored"}
+    restored = {n["restored_plan_id"] for n in s["nodes"]}
+    assert sorted(len(fleet.api.get(f"/v1/plans/{p}").json()["assignments"]) for p in restored) == [8, 16, 16]
+    assert all(fleet.current(n)[2] == fleet.old["argv"] for n in names[::13])
+    assert [k for k, _, _ in fleet.events(r["id"])].count("rollout.rolled_back") == 1
+
+
+def test_a_large_halt_restores_a_chunk_per_transaction(api, db, quiet, keys, monkeypatch):
+    monkeypatch.setattr(rollout_service, "SIGN_CHUNK", 10)
+    names = [f"m-{i:03d}" for i in range(25)]
+    fleet = Fleet(api, db, quiet, keys, nodes=names)
+    r = fleet.rollout(nodes=names, waves=[{"percent": 100}], gates={"kv_tolerance": None})
+    assert fleet.tick() == {r["id"]: "sign"}
+    plan_id = fleet.status(r["id"])["waves"][0]["plan_ids"][0]
+    fleet.report(names[3], plan_id, "failed")
+    steps = []
+    assert fleet.tick(after_step=lambda rid, action: steps.append(action)) == {r["id"]: "restore"}
+    assert steps == ["halting", "restoring", "restore"]  # 10 + 10 + 5 nodes, three transactions
+    s = fleet.status(r["id"])
+    assert s["state"] == "rolled_back" and {n["outcome"] for n in s["nodes"]} == {"restored"}
+    restored = {n["restored_plan_id"] for n in s["nodes"]}
+    assert sorted(len(fleet.api.get(f"/v1/plans/{p}").json()["assignments"]) for p in restored) == [5, 10, 10]
+
+
+def test_reasons_with_control_characters_are_refused_and_printed_escaped(fleet):
+    from service import cli
+
+    r = fleet.rollout()
+    for bad in ("\x1b]0;pwned\x07", "ok\x9b31m", "abc\u202egnp.exe", "line\nbreak"):
+        got = fleet.api.post(f"/v1/rollouts/{r['id']}/pause", json={"reason": bad})
+        assert got.status_code == 422 and "reason" in got.text, bad
+    assert fleet.status(r["id"])["state"] == "pending"
+    text = cli._rollout_summary({**fleet.status(r["id"]), "reason": "\x1b[2Jgone\u202e",
+                                 "nodes": [{"node": "gpu-01", "wave": 0, "outcome": "failed",
+                                            "evidence": {"reason": "x\x07"}}]})
+    assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    assert "\\x1b[2Jgone\\u202e" in text and "x\\x07" in text
+
+
+def test_promote_in_pending_skips_wave_0s_bake_once(fleet):
+    r = fleet.rollout()  # wave 0 bakes 60 s
+    assert fleet.api.post(f"/v1/rollouts/{r['id']}/promote").status_code == 200
+    again = fleet.api.post(f"/v1/rollouts/{r['id']}/promote")
+    assert again.status_code == 409 and "already promoted" in again.text
+    t0 = time.time()
+    fleet.tick(t0)
+    assert fleet.status(r["id"])["promote"] is True  # kept past wave 0's signing
+    fleet.report("gpu-01", fleet.status(r["id"])["nodes"][0]["new_plan_id"], "running")
+    assert fleet.tick(t0 + 1) == {r["id"]: "sign"}  # no bake
+    assert [k for k, _, _ in fleet.events(r["id"])].count("rollout.promoted") == 1
+
+
+def test_an_empty_wave_is_skipped_without_a_bake(groups):
+    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
+            "nodes": H200, "waves": [{"percent": 25}, {"percent": 50, "bake_s": 3600}, {"percent": 100}],
+            "gates": {"kv_tolerance": None}}
+    r = groups.api.post("/v1/rollouts", json=body).json()
+    assert [w["nodes"] for w in r["waves"]] == [["h200-a", "h200-b"], [], ["h200-c", "h200-d"]]
+    t0 = time.time()
+    groups.tick(t0)
+    groups.report("h200-a", groups.status(r["id"])["waves"][0]["plan_ids"][0], "running")
+    assert groups.tick(t0 + 1) == {r["id"]: "sign"}  # wave 1 is empty: straight to wave 2, no hour of baking
+    s = groups.status(r["id"])
+    assert s["wave"] == 2 and [w["state"] for w in s["waves"]] == ["done", "skipped", "waiting"]
+
+
+def test_failure_limit_at_the_units_warns_and_kv_tolerance_is_a_number(fleet):
+    r = fleet.rollout(failure_limit=4)
+    [w] = r["warnings"]
+    assert w["rule"] == "failure_limit_not_limiting" and w["field"] == "failure_limit"
+    bad = fleet.api.post("/v1/rollouts", json={"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": NEW,
+                                               "nodes": NODES, "waves": [{"percent": 100}],
+                                               "gates": {"kv_tolerance": "0.2"}})
+    assert bad.status_code == 422 and "kv_tolerance" in bad.text

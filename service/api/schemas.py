@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -371,7 +373,7 @@ class WaveIn(Strict):
 class GatesIn(Strict):
     ready_timeout_s: Annotated[int, Field(ge=1, le=86400, strict=True, description=(
         "Every node of a wave reports running within this many seconds of its signing, or it failed."))] = 600
-    kv_tolerance: Annotated[float, Field(ge=0, le=10, description=(
+    kv_tolerance: Annotated[float, Field(ge=0, le=10, strict=True, description=(
         "The KV cache tokens vLLM printed may differ from the prediction by at most this fraction of it (null: not "
         "judged)."))] | None = 0.2
 
@@ -411,5 +413,20 @@ class RolloutIn(Strict):
     _check_env = field_validator("env")(_env_names)
 
 
+# raw control characters (C0, DEL, C1) and bidi overrides/isolates: a reason is printed to terminals and logs, where
+# they would move the cursor, retitle the window or reorder what an operator reads
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 class RolloutCommandIn(Strict):
-    reason: str | None = Field(default=None, max_length=1000, description="Recorded in the audit event.")
+    reason: str | None = Field(default=None, max_length=1000, description=(
+        "Recorded in the audit event. Plain text: control characters (C0, DEL, C1) and bidi controls are refused."))
+
+    @field_validator("reason")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        if v is not None:
+            m = _CONTROL.search(v)
+            if m:
+                raise ValueError(f"control character U+{ord(m.group()):04X} at {m.start()}: give plain text")
+        return v

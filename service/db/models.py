@@ -279,7 +279,7 @@ class Rollout(Base):
     __tablename__ = "rollouts"
     __table_args__ = (Index("ix_rollouts_state", "state"),)
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    # pending | waiting | baking | paused | halted | completed | rolled_back | aborted
+    # pending | waiting | baking | paused | halted | rolling_back | aborting | completed | rolled_back | aborted
     state: Mapped[str] = mapped_column(String(16))
     wave: Mapped[int] = mapped_column(Integer, default=-1)  # the current wave's index; -1 before the first
     paused_from: Mapped[str | None] = mapped_column(String(16), nullable=True)
@@ -335,7 +335,7 @@ class RolloutNode(Base):
     restored_plan_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     restored_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # unchanged | pending | ready | failed | restored | not_restored
-    outcome: Mapped[str] = mapped_column(String(16), default="unchanged")
+    outcome: Mapped[str] = mapped_column(String(32), default="unchanged")
     failed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))  # counted a failure
     evidence: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     signed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

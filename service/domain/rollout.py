@@ -31,8 +31,13 @@ MAX_BAKE_S = 7 * 86400
 MAX_ROLLOUT_NODES = 1024
 
 FINAL = ("completed", "rolled_back", "aborted")
-ACTIVE = ("pending", "waiting", "baking", "paused", "halted")  # the scheduler looks at these
+ACTIVE = ("pending", "waiting", "baking", "paused", "halted", "rolling_back", "aborting")
+# restores left to do, a chunk per step (halted with more to restore; aborted with more to restore)
+RESTORING = ("rolling_back", "aborting")
 FAILED_REPORTS = ("failed", "refused", "exited")  # a report on the new plan that fails its unit
+# settled without failing: ready, or planned by hand during its wave (someone else's decision: not the rollout's
+# failure, not restored)
+SETTLED_OK = ("ready", "superseded_by_hand")
 
 
 @dataclass(frozen=True)
@@ -181,7 +186,9 @@ def unit_outcome(members: Sequence[Outcome], heads: Sequence[bool] | None = None
         return Outcome("failed", failed[0].reason, failed[0].evidence)
     heads = list(heads) if heads is not None else [True] * len(members)
     judged = [m for m, h in zip(members, heads) if h]
-    if judged and all(m.state == "ready" for m in judged):
+    if judged and all(m.state == "superseded_by_hand" for m in judged):
+        return Outcome("superseded_by_hand", None, judged[0].evidence)
+    if judged and all(m.state in SETTLED_OK for m in judged):
         return Outcome("ready", None, judged[0].evidence)
     return Outcome("pending")
 
@@ -201,6 +208,7 @@ class View:
     wave_settled: int  # of those, ready or failed
     bake_until: float | None = None
     promote: bool = False
+    wave_sizes: tuple[int, ...] | None = None  # nodes per wave (None: none empty); an empty wave is skipped
 
 
 @dataclass(frozen=True)
@@ -220,13 +228,16 @@ def step(v: View, now: float) -> Decision:
     rollout still protects the fleet); a halted rollout stays halted until the service has restored it."""
     if v.state in FINAL or v.state == "halted":
         return Decision("none", v.state, v.wave)
+    if v.state in RESTORING:
+        return Decision("restore", v.state, v.wave)
     if v.failures > v.failure_limit:
         return Decision("halt", "halted", v.wave, f"{v.failures} unit(s) failed, more than failure_limit "
                                                  f"{v.failure_limit}")
     if v.state == "paused":
         return Decision("none", "paused", v.wave)
     if v.state == "pending":
-        return Decision("sign", "waiting", 0)
+        first = _next_wave(v, -1)
+        return Decision("sign", "waiting", first) if first < len(v.waves) else Decision("complete", "completed", -1)
     if v.state == "waiting":
         if v.wave_settled < v.wave_units:
             return Decision("none", "waiting", v.wave)
@@ -241,18 +252,32 @@ def step(v: View, now: float) -> Decision:
     raise ValueError(f"unknown rollout state {v.state!r}")
 
 
+def _next_wave(v: View, after: int) -> int:
+    """The first wave after ``after`` with nodes to change (waves a multi-node unit overshot are empty: skipped, no
+    bake); ``len(v.waves)`` when none is left."""
+    i = after + 1
+    while v.wave_sizes is not None and i < len(v.waves) and v.wave_sizes[i] == 0:
+        i += 1
+    return i
+
+
 def _after_bake(v: View) -> Decision:
-    if v.wave + 1 >= len(v.waves):
+    nxt = _next_wave(v, v.wave)
+    if nxt >= len(v.waves):
         return Decision("complete", "completed", v.wave)
-    return Decision("sign", "waiting", v.wave + 1)
+    return Decision("sign", "waiting", nxt)
 
 
-def command(state: str, verb: str) -> str:
+def command(state: str, verb: str, promoted: bool = False) -> str:
     """The state an operator's ``pause``/``resume``/``promote``/``abort`` leads to; raises DomainError (the service
     answers 409) when the verb does not apply. ``resume`` returns ``resume`` (the service restores the state the
-    rollout was paused in), ``promote`` returns the state unchanged (the flag skips the bake)."""
+    rollout was paused in), ``promote`` returns the state unchanged (the flag skips the bake of the current wave, or
+    in ``pending`` of wave 0); a second promote before the flag is used (``promoted``) is refused."""
     if state in FINAL:
         raise DomainError("state", f"the rollout is {state}: nothing to {verb}", rule="rollout_final")
+    if state == "aborting" or (state == "rolling_back" and verb != "abort"):
+        raise DomainError("state", f"the rollout is {state} (its nodes are being restored): nothing to {verb}",
+                          rule="rollout_state")
     if verb == "pause":
         if state == "paused":
             raise DomainError("state", "the rollout is already paused", rule="rollout_state")
@@ -268,6 +293,9 @@ def command(state: str, verb: str) -> str:
         if state not in ("waiting", "baking", "pending"):
             raise DomainError("state", f"the rollout is {state}: promote skips the bake of a running wave (resume "
                               f"a paused rollout first)", rule="rollout_state")
+        if promoted:
+            raise DomainError("state", "already promoted: the current wave's bake is skipped once it settles",
+                              rule="rollout_state")
         return state
     if verb == "abort":
         return "aborted"

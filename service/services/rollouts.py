@@ -36,7 +36,8 @@ from . import plans as plan_service
 log = logging.getLogger("preflight.rollouts")
 TARGET_FIELDS = ("manifest", "engine_args", "env", "environment", "workload", "vllm_version", "kv_cache_pool",
                  "multi_node_form")
-SCHEDULED = ("pending", "waiting", "baking", "paused")  # what the scheduler steps (halted waits for an operator)
+# what the scheduler steps (halted waits for an operator; rolling_back and aborting have restores left, a chunk a step)
+SCHEDULED = ("pending", "waiting", "baking", "paused") + domain.RESTORING
 REPORTED = ("running", "failed", "refused", "exited")
 MAX_SELECTED = domain.MAX_ROLLOUT_NODES
 # The hook for a gate over vLLM's metrics (preemptions, P99 from the tuning loop's windows, when it exists): a
@@ -59,6 +60,22 @@ def _at(now: float) -> dt.datetime:
 
 def _shape(n: Node) -> tuple:
     return (n.gpu_id, n.gpu.get("memory_bytes"), n.gpu.get("compute_capability"), n.gpu_count)
+
+
+def _shape_key(n: Node) -> str:
+    """A hardware shape as a JSON key (the rollout's ``pinned`` is per shape)."""
+    return "|".join(str(x) for x in _shape(n))
+
+
+SIGN_CHUNK = 256  # nodes per signed plan: POST /v1/plans' cap (schemas.PlanIn.nodes); a wave is signed in chunks
+
+
+class PartialGroup(Exception):
+    """Signing would take part of a multi-node instance that runs now (formed after the rollout was created)."""
+
+    def __init__(self, message: str, evidence: dict[str, Any]):
+        super().__init__(message)
+        self.message, self.evidence = message, evidence
 
 
 # -- create ----------------------------------------------------------------------------------------------------------
@@ -177,11 +194,13 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
     together: list[list[str]] = [list(g) for g in previous]
     judged = []
     heads: set[str] = set()
+    pinned: dict[str, dict[str, Any]] = {}
     for shape_nodes in shapes.values():
         j = plan_service.judge(session, manifest, shape_nodes, {**target, "nodes": [n.name for n in shape_nodes]})
         if j.result.verdict == "reject":
             raise j.rejection(session)
         topo = j.layout.topo
+        pinned[_shape_key(shape_nodes[0])] = _pin(session, manifest, shape_nodes, target, j)
         together.extend(list(g) for g in topo.groups if len(g) > 1)
         heads.update(g[0] for g in topo.groups)
         judged.append({"nodes": len(shape_nodes), "gpu": shape_nodes[0].gpu_id, "gpu_count": shape_nodes[0].gpu_count,
@@ -190,8 +209,14 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
     unit_list = domain.units(names, together)
     per_wave = domain.wave_units(unit_list, waves)
     wave_of = {u: w for w, us in enumerate(per_wave) for u in us}
+    warnings = []
+    if body.get("failure_limit", 0) >= len(unit_list):
+        warnings.append({"rule": "failure_limit_not_limiting", "field": "failure_limit",
+                         "message": f"failure_limit {body.get('failure_limit', 0)} is not below the rollout's "
+                                    f"{len(unit_list)} unit(s): no number of failures halts it (it never rolls back "
+                                    f"by itself)"})
     now = utcnow()
-    r = Rollout(id=str(uuid.uuid4()), state="pending", wave=-1, promote=False, target=target,
+    r = Rollout(id=str(uuid.uuid4()), state="pending", wave=-1, promote=False, target={**target, "pinned": pinned},
                 selector=body.get("selector"), waves=[{"percent": w.percent, "bake_s": w.bake_s} for w in waves],
                 failure_limit=body.get("failure_limit", 0),
                 gates={"ready_timeout_s": gates.ready_timeout_s, "kv_tolerance": gates.kv_tolerance},
@@ -211,13 +236,66 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
                  payload={"rollout": r.id, "manifest": f"{manifest.name}@{manifest.version}", "nodes": len(names),
                           "units": len(unit_list), "waves": r.waves,
                           "nodes_per_wave": [sum(len(unit_list[u]) for u in us) for us in per_wave],
-                          "failure_limit": r.failure_limit, "gates": r.gates, "judged": judged})
-    return rollout_dict(session, r)
+                          "failure_limit": r.failure_limit, "gates": r.gates, "judged": judged,
+                          "pinned": pinned, **({"warnings": warnings} if warnings else {})})
+    out = rollout_dict(session, r)
+    if warnings:
+        out["warnings"] = warnings
+    return out
+
+
+def _pin(session: Session, manifest, shape_nodes: list[Node], target: dict[str, Any], j) -> dict[str, Any]:
+    """What every wave of one hardware shape is signed with, decided once here (the canary proves what the fleet
+    gets): the engine arguments with the recommended values filled in, the KV pool measured over all the shape's
+    nodes when ``kv_cache_pool`` is pinned (as ``kv_cache_memory_bytes``), and the vLLM version resolved."""
+    if j.layout.topo.nodes_per_instance > 1:
+        # multi-node instances: every wave signs whole instances, the same shape judge() filled here
+        args = j.request.model_dump(mode="json")["engine_args"]
+    else:
+        # replicas: each node runs what one node alone is judged to run (a wave of one node and one of many sign
+        # the same command): the single-node judgement, with the pool decided over all the nodes (j.body)
+        one = plan_service.judge(session, manifest, shape_nodes[:1], {**j.body, "kv_cache_pool": "utilization",
+                                                                       "nodes": [shape_nodes[0].name]})
+        if one.result.verdict == "reject":
+            raise one.rejection(session)
+        req = one.result.context.request if one.result.context is not None else one.request
+        args = req.model_dump(mode="json")["engine_args"]
+    pool = (j.body.get("engine_args") or {}).get("kv_cache_memory_bytes") \
+        if target.get("kv_cache_pool") == "pinned" else None
+    return {"engine_args": args, "vllm_version": j.result.vllm_version,
+            **({"kv_cache_memory_bytes": pool} if pool is not None else {})}
+
+
+def _pinned_body(r: Rollout, node: Node) -> dict[str, Any]:
+    """The plan body a wave signs for a node of this shape: the target with the values pinned at creation."""
+    base = {k: v for k, v in r.target.items() if k != "pinned"}
+    pin = (r.target.get("pinned") or {}).get(_shape_key(node))
+    if pin is None:  # a rollout created before pinning: its target as given
+        return base
+    return {**base, "engine_args": pin["engine_args"], "vllm_version": pin["vllm_version"],
+            "kv_cache_pool": "utilization"}  # a pinned pool is in engine_args.kv_cache_memory_bytes now
+
+
+def plan_warnings(session: Session, names: list[str]) -> list[dict[str, Any]]:
+    """POST /v1/plans: a warning per unfinished rollout that holds some of these nodes (the plan is signed; the
+    rollout counts those nodes ``superseded_by_hand`` and leaves them alone)."""
+    rows = session.execute(select(RolloutNode.rollout_id, RolloutNode.node_name)
+                           .join(Rollout, Rollout.id == RolloutNode.rollout_id)
+                           .where(RolloutNode.node_name.in_(names), Rollout.state.in_(SCHEDULED + ("halted",)))
+                           .order_by(RolloutNode.rollout_id, RolloutNode.position)).all()
+    by: dict[str, list[str]] = {}
+    for rid, node in rows:
+        by.setdefault(rid, []).append(node)
+    return [{"rule": "rollout_in_progress", "rollout": rid, "nodes": nodes[:50],
+             "message": f"rollout {rid} (not over) includes {len(nodes)} of these node(s): this plan replaces the "
+                        f"rollout's for them; the rollout counts them superseded_by_hand (not a failure) and will "
+                        f"not restore them"} for rid, nodes in by.items()]
 
 
 # -- view ------------------------------------------------------------------------------------------------------------
 
 def _target_view(target: dict[str, Any], secrets: bool) -> dict[str, Any]:
+    target = {k: v for k, v in target.items() if k != "pinned"}
     if secrets or not target.get("env"):
         return target
     return {**target, "env": {k: plan_service.REDACTED for k in target["env"]}}
@@ -231,7 +309,8 @@ def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: 
                                                       .order_by(RolloutNode.position)).scalars())
     total, failures = counts if counts is not None else (len(rows), _failures(rows))
     out = {"id": r.id, "state": r.state, "wave": r.wave, "promote": r.promote, "paused_from": r.paused_from,
-           "target": _target_view(r.target, secrets), "selector": r.selector, "failure_limit": r.failure_limit,
+           "target": _target_view(r.target, secrets), "pinned": r.target.get("pinned"), "selector": r.selector,
+           "failure_limit": r.failure_limit,
            "failures": failures, "gates": r.gates, "bake_until": iso(r.bake_until), "reason": r.reason,
            "nodes_total": total, "created_by": r.created_by, "created_at": iso(r.created_at),
            "updated_at": iso(r.updated_at)}
@@ -327,7 +406,17 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
     budgets = dict(session.execute(select(Plan.id, Plan.budget)
                                    .where(Plan.id.in_(sorted({n.new_plan_id for n in signed})))).all())
     failed_now = []
+    current = _current(session, [n.node_name for n in signed])
     for n in signed:
+        cur = current.get(n.node_name)
+        if cur is None or cur.plan_id != n.new_plan_id:
+            # planned (or revoked) by hand during its wave: someone else's decision, not the rollout's failure
+            n.outcome, n.updated_at = "superseded_by_hand", utcnow()
+            n.evidence = {"reason": "superseded_by_hand", "current_plan_id": cur.plan_id if cur else None,
+                          "current_seq": cur.seq if cur else None}
+            _event(session, r, "node_superseded_by_hand", {"unit": n.unit, "evidence": n.evidence},
+                   node=n.node_name, plan_id=n.new_plan_id)
+            continue
         s = seen.get((n.node_name, n.new_plan_id), {})
         running = s.get("running")
         predicted = (budgets.get(n.new_plan_id) or {}).get("kv_cache_tokens")
@@ -353,49 +442,82 @@ def _units_of(rows: list[RolloutNode], wave: int) -> dict[int, list[RolloutNode]
 
 
 def _unit_outcomes(rows: list[RolloutNode], wave: int) -> dict[int, domain.Outcome]:
-    return {u: domain.unit_outcome([domain.Outcome(m.outcome if m.outcome in ("pending", "ready", "failed")
+    return {u: domain.unit_outcome([domain.Outcome(m.outcome if m.outcome in ("pending", "ready", "failed",
+                                                                              "superseded_by_hand")
                                                    else "pending") for m in members], [m.head for m in members])
             for u, members in _units_of(rows, wave).items()}
 
 
-def _sign_wave(session: Session, r: Rollout, wave: RolloutWave, rows: list[RolloutNode], *, settings: Settings,
-               keys: KeyStore, now: float) -> list[str]:
-    """Sign the wave's plans (one per hardware shape, the nodes in the rollout's order so the target's groups come
-    out as validated) and record them on the wave and its nodes, in this transaction."""
-    mine = sorted((n for n in rows if n.wave == wave.index), key=lambda n: n.position)
-    current = _current(session, [n.node_name for n in mine])
+def _sign_chunk(session: Session, r: Rollout, wave: RolloutWave, rows: list[RolloutNode], *, settings: Settings,
+                keys: KeyStore, now: float) -> tuple[str | None, bool]:
+    """Sign the next chunk of the wave: whole units of one hardware shape not signed yet, at most SIGN_CHUNK nodes
+    (POST /v1/plans' cap), as one plan of the values pinned at creation, recorded on the wave and its nodes in this
+    transaction (a crash before the commit signed nothing; after it, the next step goes on with the next chunk).
+    Raises PartialGroup when the chunk would take part of a multi-node instance running now. Returns (the plan id,
+    whether the wave is now fully signed)."""
+    todo = sorted((n for n in rows if n.wave == wave.index and n.new_plan_id is None
+                   and n.outcome == "unchanged"), key=lambda n: n.position)
+    if not todo:
+        return None, True
     by_name = {n.name: n for n in session.execute(select(Node).where(
-        Node.name.in_([n.node_name for n in mine]))).scalars()}
-    shapes: dict[tuple, list[RolloutNode]] = {}
-    for n in mine:
-        shapes.setdefault(_shape(by_name[n.node_name]), []).append(n)
-    plan_ids = []
+        Node.name.in_([n.node_name for n in todo]))).scalars()}
+    pinned = r.target.get("pinned")
+    changed = [n.node_name for n in todo if pinned is not None and _shape_key(by_name[n.node_name]) not in pinned]
+    if changed:  # checked before any chunk is signed: the whole wave is refused, nothing of it kept
+        raise DomainError("nodes", f"the hardware of {', '.join(changed[:5])} changed since the rollout was "
+                          f"validated (no command was pinned for it): roll it out again", rule="rollout_shape")
+    shape = _shape_key(by_name[todo[0].node_name])
+    units: dict[int, list[RolloutNode]] = {}
+    for n in todo:
+        if _shape_key(by_name[n.node_name]) == shape:
+            units.setdefault(n.unit, []).append(n)
+    chunk: list[RolloutNode] = []
+    for members in units.values():
+        if chunk and len(chunk) + len(members) > SIGN_CHUNK:
+            break
+        chunk.extend(members)
+    names = [n.node_name for n in chunk]
+    current = _current(session, names)
+    inside = set(names)
+    for members in _previous_groups(session, current):
+        outside = [m for m in members if m not in inside]
+        if outside:
+            plan_id = next(current[m].plan_id for m in members if m in current)
+            raise PartialGroup(
+                f"wave {wave.index} would take part of a multi-node instance (plan {plan_id}: "
+                f"{', '.join(members)}) that runs now: {', '.join(outside)} are not signed with it; planned by hand "
+                f"after the rollout was created, it would be split",
+                {"rule": "partial_group", "plan_id": plan_id, "group": members,
+                 "in_wave": [m for m in members if m in inside], "outside": outside})
+    out = plan_service.create(session, actor=f"rollout:{r.id}", settings=settings, keys=keys,
+                              body={**_pinned_body(r, by_name[chunk[0].node_name]), "nodes": names})
+    seqs = {a["node"]: a["seq"] for a in out["assignments"]}
     at = _at(now)
-    for members in shapes.values():
-        out = plan_service.create(session, actor=f"rollout:{r.id}", settings=settings, keys=keys,
-                                  body={**r.target, "nodes": [n.node_name for n in members]})
-        plan_ids.append(out["id"])
-        seqs = {a["node"]: a["seq"] for a in out["assignments"]}
-        for n in members:
-            prev = current.get(n.node_name)
-            n.previous_plan_id = prev.plan_id if prev is not None else None
-            n.new_plan_id, n.new_seq, n.signed_at = out["id"], seqs[n.node_name], at
-            n.outcome, n.evidence, n.updated_at = "pending", {}, utcnow()
-    wave.plan_ids, wave.signed_at, wave.state = plan_ids, at, "waiting"
-    return plan_ids
+    for n in chunk:
+        prev = current.get(n.node_name)
+        n.previous_plan_id = prev.plan_id if prev is not None else None
+        n.new_plan_id, n.new_seq, n.signed_at = out["id"], seqs[n.node_name], at
+        n.outcome, n.evidence, n.updated_at = "pending", {}, utcnow()
+    wave.plan_ids = [*(wave.plan_ids or []), out["id"]]
+    if wave.signed_at is None:
+        wave.signed_at = at
+    wave.state = "waiting"
+    return out["id"], len(chunk) == len(todo)
 
 
 def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings: Settings, keys: KeyStore,
-             reason: str, actor: str, retry: bool = False) -> tuple[int, int]:
+             reason: str, actor: str) -> bool:
     """Give every node the rollout changed its previous plan's content again, as a new plan with a higher seq (the
     agents' replay protection accepts it): per unit and previous plan, the whole previous groups together. A node
     whose current plan is no longer the rollout's (someone planned it since) is left alone. Each node restored is an
-    audit event with the reason and the evidence. ``retry`` (an operator's abort of a halted rollout) tries the
-    nodes whose restore was refused before again. Returns (restored, not restored)."""
+    audit event with the reason and the evidence. At most one chunk (SIGN_CHUNK nodes, whole units; more when one
+    unit is larger) per call, so one transaction holds the write lock for one chunk: returns whether nodes are left
+    to restore (the caller's next step, in a new transaction, goes on). Nodes an operator's abort of a halted
+    rollout marked ``retry_restore`` are tried again."""
     todo = [n for n in rows if n.new_plan_id and n.restored_plan_id is None
-            and (retry or n.outcome != "not_restored")]
+            and n.outcome not in ("superseded_by_hand", "not_restored")]
     if not todo:
-        return 0, 0
+        return False
     current = _current(session, [n.node_name for n in todo])
     batches: dict[tuple[int, str | None], list[RolloutNode]] = {}
     restored = missed = 0
@@ -407,8 +529,21 @@ def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings:
                                                    f"the rollout's {n.new_plan_id}: left as it is"}
             missed += 1
             continue
-        batches.setdefault((n.unit, n.previous_plan_id), []).append(n)
-    for (unit, previous_id), members in sorted(batches.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        batches.setdefault((n.previous_plan_id, n.unit), []).append(n)
+    # nodes whose previous plan is the same are restored together (its content is identical), whole units, at most
+    # SIGN_CHUNK nodes per plan (POST /v1/plans' cap)
+    chunks: list[tuple[str | None, list[RolloutNode]]] = []
+    for (previous_id, _unit), members in sorted(batches.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+        if chunks and chunks[-1][0] == previous_id and previous_id is not None \
+                and len(chunks[-1][1]) + len(members) <= SIGN_CHUNK:
+            chunks[-1][1].extend(members)
+        else:
+            chunks.append((previous_id, list(members)))
+    size = 0
+    for i, (previous_id, members) in enumerate(chunks):
+        if size and size + len(members) > SIGN_CHUNK:
+            return True
+        size += len(members)
         failure = None
         if previous_id is None:
             failure = "it had no plan before the rollout"
@@ -437,7 +572,17 @@ def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings:
                                                  "rollout_plan_id": n.new_plan_id, "rollout_seq": n.new_seq,
                                                  "seq": seq, "evidence": evidence},
                    actor=actor, node=n.node_name, plan_id=out["id"])
-    return restored, missed
+    return False
+
+
+def _finish_restore(session: Session, r: Rollout, rows: list[RolloutNode], *, actor: str | None = None) -> None:
+    """Every restore done: aborting → aborted; a halt → rolled_back, or halted when a node could not be restored
+    (an operator's abort tries again). One event with the totals."""
+    restored = sum(1 for n in rows if n.outcome == "restored")
+    missed = sum(1 for n in rows if n.outcome == "not_restored")
+    r.state = "aborted" if r.state == "aborting" else ("rolled_back" if missed == 0 else "halted")
+    _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
+           {"restored": restored, "not_restored": missed, "reason": r.reason}, actor=actor)
 
 
 def _evidence_of(rows: list[RolloutNode]) -> list[dict[str, Any]]:
@@ -446,15 +591,14 @@ def _evidence_of(rows: list[RolloutNode]) -> list[dict[str, Any]]:
 
 
 def _halt(session: Session, r: Rollout, rows: list[RolloutNode], reason: str, *, settings: Settings,
-          keys: KeyStore) -> None:
+          keys: KeyStore, evidence: dict[str, Any] | None = None) -> None:
     r.state, r.reason = "halted", reason
-    _event(session, r, "halted", {"reason": reason, "evidence": _evidence_of(rows)})
-    restored, missed = _restore(session, r, rows, settings=settings, keys=keys, reason=reason,
-                                actor=f"rollout:{r.id}")
-    if missed == 0:
-        r.state = "rolled_back"
-    _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
-           {"restored": restored, "not_restored": missed, "reason": reason})
+    _event(session, r, "halted", {"reason": reason, "evidence": _evidence_of(rows),
+                                  **({"refused": evidence} if evidence else {})})
+    if _restore(session, r, rows, settings=settings, keys=keys, reason=reason, actor=f"rollout:{r.id}"):
+        r.state = "rolling_back"  # more chunks to restore: the scheduler's next steps, each its own transaction
+        return
+    _finish_restore(session, r, rows)
 
 
 def _lock(session: Session, rollout_id: str) -> Rollout | None:
@@ -475,7 +619,7 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
         return None
     rows = list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
                                 .order_by(RolloutNode.position)).scalars())
-    failed_now = _observe(session, r, rows, now)
+    failed_now = [] if r.state in domain.RESTORING else _observe(session, r, rows, now)
     for name in failed_now:
         n = next(x for x in rows if x.node_name == name)
         _event(session, r, "node_failed", {"unit": n.unit, "evidence": n.evidence}, node=name, plan_id=n.new_plan_id)
@@ -485,18 +629,29 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
     view = domain.View(state=r.state, wave=r.wave, waves=tuple(domain.Wave(w.percent, w.bake_s) for w in waves),
                        failure_limit=r.failure_limit, failures=_failures(rows), wave_units=len(units),
                        wave_settled=sum(1 for o in units.values() if o.state != "pending"),
-                       bake_until=_epoch(r.bake_until), promote=r.promote)
+                       bake_until=_epoch(r.bake_until), promote=r.promote,
+                       wave_sizes=tuple(sum(1 for n in rows if n.wave == w.index) for w in waves))
     d = domain.step(view, now)
+    if d.action == "none" and r.state == "waiting" and 0 <= r.wave < len(waves) \
+            and any(n.wave == r.wave and n.new_plan_id is None and n.outcome == "unchanged" for n in rows):
+        r.updated_at = utcnow()
+        return _sign_next(session, r, waves[r.wave], rows, settings=settings, keys=keys, now=now)
     if d.action == "none":
         if failed_now:
             r.updated_at = utcnow()
         return "none"
     r.updated_at = utcnow()
+    if d.action == "restore":  # the next chunk of a rollback or an abort
+        actor = f"rollout:{r.id}"
+        if _restore(session, r, rows, settings=settings, keys=keys, reason=r.reason or r.state, actor=actor):
+            return "restoring"
+        _finish_restore(session, r, rows)
+        return "restore"
     if d.action == "halt":
         if 0 <= r.wave < len(waves):
             waves[r.wave].state = "halted"
         _halt(session, r, rows, d.reason or "failures", settings=settings, keys=keys)
-        return "halt"
+        return _halted(r)
     if d.action == "bake":
         wave = waves[r.wave]
         wave.state, wave.settled_at = "baking", _at(now)
@@ -510,23 +665,47 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
             w.settled_at = _at(now)
         w.state, w.done_at = "done", _at(now)
         _event(session, r, "wave_done", {"units": _unit_summary(units), "promoted": r.promote})
-    r.promote, r.bake_until = False, None
+    if r.wave >= 0:  # a promote given in pending skips wave 0's bake: kept until wave 0 is left
+        r.promote = False
+    r.bake_until = None
     if d.action == "complete":
         r.state = "completed"
         _event(session, r, "completed", {"failures": view.failures})
         return "complete"
     # sign: a refusal now (the manifest or the vLLM catalogue changed since the rollout was validated) halts it
-    wave = waves[d.wave]
+    for skipped in waves[max(r.wave, -1) + 1:d.wave]:  # empty (a unit overshot them): nothing to sign or bake
+        skipped.state = "skipped"
+        _event(session, r, "wave_skipped", {"index": skipped.index, "reason": "no nodes left for this wave"})
     r.state, r.wave = "waiting", d.wave
+    return _sign_next(session, r, waves[d.wave], rows, settings=settings, keys=keys, now=now)
+
+
+def _halted(r: Rollout) -> str:
+    """The step's answer to a halt: "halt", or "halting" when restores are left (``tick`` steps again at once)."""
+    return "halting" if r.state == "rolling_back" else "halt"
+
+
+def _sign_next(session: Session, r: Rollout, wave: RolloutWave, rows: list[RolloutNode], *, settings: Settings,
+               keys: KeyStore, now: float) -> str:
+    """Sign the wave's next chunk; "signing" while chunks remain (``tick`` steps again at once), "sign" when the
+    wave is fully signed, "halt" when signing was refused (the manifest or the vLLM catalogue changed since the
+    rollout was validated, or a multi-node instance formed since would be split)."""
     try:
         with session.begin_nested():
-            plan_ids = _sign_wave(session, r, wave, rows, settings=settings, keys=keys, now=now)
-    except (ApiError, DomainError) as exc:  # the savepoint's rollback undid the wave's rows (expired: reloaded)
-        reason = f"signing wave {d.wave} was refused: {getattr(exc, 'detail', None) or exc}"[:1000]
+            plan_id, done = _sign_chunk(session, r, wave, rows, settings=settings, keys=keys, now=now)
+    except PartialGroup as exc:
+        _halt(session, r, rows, exc.message[:1000], settings=settings, keys=keys, evidence=exc.evidence)
+        return _halted(r)
+    except (ApiError, DomainError) as exc:  # the savepoint's rollback undid the chunk's rows (expired: reloaded)
+        reason = f"signing wave {wave.index} was refused: {getattr(exc, 'detail', None) or exc}"[:1000]
         _halt(session, r, rows, reason, settings=settings, keys=keys)
-        return "halt"
-    _event(session, r, "wave_signed", {"plan_ids": plan_ids,
-                                       "nodes": [n.node_name for n in rows if n.wave == d.wave]})
+        return _halted(r)
+    if not done:
+        _event(session, r, "wave_chunk_signed", {"plan_id": plan_id,
+                                                 "nodes": [n.node_name for n in rows if n.new_plan_id == plan_id]})
+        return "signing"
+    _event(session, r, "wave_signed", {"plan_ids": wave.plan_ids,
+                                       "nodes": [n.node_name for n in rows if n.wave == wave.index]})
     return "sign"
 
 
@@ -545,7 +724,7 @@ def command(session: Session, rollout_id: str, verb: str, *, actor: str, setting
     scheduler step may hold. Raises NotFound, Conflict (the verb does not apply to the state)."""
     r = get(session, rollout_id, for_update=True)
     try:
-        domain.command(r.state, verb)  # raises when the verb does not apply to the state
+        domain.command(r.state, verb, promoted=r.promote)  # raises when the verb does not apply to the state
     except DomainError as exc:
         raise Conflict(exc.message, field="state") from None
     now = time.time()
@@ -568,12 +747,16 @@ def command(session: Session, rollout_id: str, verb: str, *, actor: str, setting
         rows = list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
                                     .order_by(RolloutNode.position)).scalars())
         why = f"aborted by {actor}" + (f": {reason}" if reason else "")
-        r.state, r.reason = "aborted", why
+        if payload["from"] == "halted":  # the restores refused before are tried again
+            for n in rows:
+                if n.outcome == "not_restored" and n.restored_plan_id is None:
+                    n.outcome = "retry_restore"
+        r.state, r.reason = "aborting", why
         _event(session, r, "aborted", payload, actor=actor)
-        restored, missed = _restore(session, r, rows, settings=settings, keys=keys, reason=why, actor=actor,
-                                    retry=payload["from"] == "halted")
-        _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
-               {"restored": restored, "not_restored": missed, "reason": why}, actor=actor)
+        # the first chunk here; a large rollout answers "aborting" and the scheduler restores the rest, a chunk per
+        # transaction (the write lock is never held for the whole fleet)
+        if not _restore(session, r, rows, settings=settings, keys=keys, reason=why, actor=actor):
+            _finish_restore(session, r, rows, actor=actor)
     return rollout_dict(session, r)
 
 
@@ -604,11 +787,14 @@ def tick(db, *, settings: Settings, keys: KeyStore, now: float | None = None,
         done: dict[str, str] = {}
         for rid in due(db):
             try:
-                with db.transaction() as session:
-                    action = step(session, rid, settings=settings, keys=keys,
-                                  now=time.time() if now is None else now)
-                    if after_step is not None and action is not None:
-                        after_step(rid, action)
+                for _ in range(domain.MAX_ROLLOUT_NODES):  # a wave's chunks, each its own transaction
+                    with db.transaction() as session:
+                        action = step(session, rid, settings=settings, keys=keys,
+                                      now=time.time() if now is None else now)
+                        if after_step is not None and action is not None:
+                            after_step(rid, action)
+                    if action not in ("signing", "restoring", "halting"):
+                        break
                 if action is not None:
                     done[rid] = action
             except Exception as exc:  # noqa: BLE001 - one rollout's failed step never stops the others

@@ -56,9 +56,18 @@ def create_plan(request: Request, body: PlanIn, p: Deployer,
     settings, keys = state.settings, state.keys
     status, out, replayed = idempotency.run(
         state.db, route="POST /v1/plans", principal=p.name, key=idempotency_key, body=data, status_code=201,
-        action=lambda s: plan_service.create(s, actor=p.name, settings=settings, keys=keys, body=data))
+        action=lambda s: _with_rollout_warnings(s, plan_service.create(s, actor=p.name, settings=settings, keys=keys,
+                                                                       body=data), data["nodes"]))
     state.plan_cache.clear()
     return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
+
+
+def _with_rollout_warnings(session, out: dict, names: list[str]) -> dict:
+    """A plan for nodes an unfinished rollout holds is signed, with a ``rollout_in_progress`` warning naming it."""
+    from ...services import rollouts as rollout_service
+
+    warnings = rollout_service.plan_warnings(session, list(dict.fromkeys(names)))
+    return {**out, "warnings": warnings} if warnings else out
 
 
 @router.get("/v1/plans", operation_id="listPlans", tags=["plans"])

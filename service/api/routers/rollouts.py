@@ -15,7 +15,8 @@ from ..schemas import RolloutCommandIn, RolloutIn
 
 router = APIRouter()
 RolloutId = Annotated[str, Path(min_length=1, max_length=36, description="Rollout id.")]
-STATES = Literal["pending", "waiting", "baking", "paused", "halted", "completed", "rolled_back", "aborted"]
+STATES = Literal["pending", "waiting", "baking", "paused", "halted", "rolling_back", "aborting", "completed", "rolled_back",
+                 "aborted"]
 
 
 @router.post("/v1/rollouts", status_code=201, operation_id="createRollout", tags=["rollouts"])
