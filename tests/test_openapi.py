@@ -49,3 +49,18 @@ def test_request_examples_reach_the_verdicts_their_summaries_claim():
     assert validate(LaunchRequest.model_validate(ex["phi3-tp4-rejected"]["value"])).verdict == "reject"
     ok = validate(LaunchRequest.model_validate(ex["phi3-tp2"]["value"]))
     assert ok.verdict != "reject" and ok.recommendations
+
+
+def test_every_operation_and_schema_field_has_a_description():
+    """Issue 15: the API documents itself — every operation and every field of every schema (request bodies, the
+    problem document) says what it is."""
+    import json
+    import pathlib
+
+    doc = json.loads((pathlib.Path(__file__).resolve().parent.parent / "openapi" / "openapi.json").read_text())
+    bare = [f"{name}.{field}" for name, schema in doc["components"]["schemas"].items()
+            for field, spec in (schema.get("properties") or {}).items() if not spec.get("description")]
+    assert bare == []
+    undocumented = [f"{method.upper()} {path}" for path, ops in doc["paths"].items() for method, op in ops.items()
+                    if not (op.get("description") or op.get("summary"))]
+    assert undocumented == []

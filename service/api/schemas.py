@@ -375,12 +375,14 @@ class GatesIn(Strict):
         "Every node of a wave reports running within this many seconds of its signing, or it failed."))] = 600
     kv_tolerance: Annotated[float, Field(ge=0, le=10, strict=True, description=(
         "The KV cache tokens vLLM printed may differ from the prediction by at most this fraction of it (null: not "
-        "judged)."))] | None = 0.2
+        "judged)."))] | None = Field(default=0.2, description="Tolerance on KV cache tokens vs the prediction (0.2: ±20 %; null: not judged).")
 
 
 class SelectorIn(Strict):
     gpu: str | None = Field(default=None, min_length=1, max_length=128, description="Catalogue id or nvidia-smi name.")
-    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = None
+    gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = Field(
+        default=None,
+        description="Only nodes with this many GPUs.")
     labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=64,
                                                                        description="Every label must match.")
 
@@ -394,21 +396,42 @@ class RolloutIn(Strict):
 
     manifest: str | Annotated[int, Field(ge=1, le=2**62)] | dict[str, str] = Field(
         description="Manifest id, name@version, or name (newest, pinned when the rollout is created).")
-    engine_args: dict[str, Any] = Field(default_factory=dict)
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vllm serve options by name (any spelling), as for a plan; pinned per hardware shape at"
+                    " creation.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for vLLM (A-Z, 0-9, _).")
-    environment: Literal["production", "benchmark"] = "production"
-    workload: Workload | None = None
-    vllm_version: str | None = Field(default=None, max_length=32)
-    kv_cache_pool: Literal["utilization", "pinned"] = "utilization"
-    multi_node_form: Literal["nnodes", "data_parallel"] | None = None
+    environment: Literal["production", "benchmark"] = Field(
+        default="production",
+        description="production (the operators' policy applies) or benchmark.")
+    workload: Workload | None = Field(
+        default=None,
+        description="Expected traffic; with it, left-out engine arguments are filled (once, at creation) "
+                    "with recommended values.")
+    vllm_version: str | None = Field(
+        default=None, max_length=32,
+        description="The vLLM release the nodes run (default: the newest line Preflight knows; pinned at "
+                    "creation).")
+    kv_cache_pool: Literal["utilization", "pinned"] = Field(
+        default="utilization",
+        description="utilization (vLLM sizes the pool from gpu_memory_utilization) or pinned (--kv-cache-"
+                    "memory-bytes from the pool the nodes reported, decided at creation).")
+    multi_node_form: Literal["nnodes", "data_parallel"] | None = Field(
+        default=None,
+        description="For an instance over several nodes: nnodes (--nnodes/--node-rank) or data_parallel.")
     nodes: list[Annotated[str, Field(pattern=NAME)]] | None = Field(
         default=None, min_length=1, max_length=MAX_ROLLOUT_NODES, description="Node names, in the order waves take them.")
     selector: SelectorIn | None = Field(default=None, description="Or: every registered node matching (by name).")
-    waves: list[WaveIn] = Field(min_length=1, max_length=20)
+    waves: list[WaveIn] = Field(
+        min_length=1, max_length=20,
+        description="The waves, in order: cumulative percents of the nodes (the last 100), each with its "
+                    "bake time.")
     failure_limit: Annotated[int, Field(ge=0, le=MAX_ROLLOUT_NODES, strict=True, description=(
         "Units (a node, or a multi-node instance) that may fail before the rollout halts and restores every node it "
         "changed."))] = 0
-    gates: GatesIn = Field(default_factory=GatesIn)
+    gates: GatesIn = Field(
+        default_factory=GatesIn,
+        description="What each node of a wave must show before the rollout moves on.")
 
     _check_env = field_validator("env")(_env_names)
 
