@@ -209,3 +209,99 @@ def test_any_windows_give_a_bounded_proposal(mns, util, cap, state, held, failed
         assert cap is None or d.next.max_num_seqs <= max(cap, mns)
         assert (d.next.max_num_seqs, d.next.gpu_memory_utilization) != (mns, util) or d.action == "settle"
     assert Memo.from_dict(d.memo.as_dict()) == d.memo
+
+
+def _drive(start, ws_of, *, cap=None, kv_bound=None, limit=60):
+    """Apply every proposal as the service would (a new plan per step) and return the decisions in order."""
+    lvl, out = Level("p0", start.max_num_seqs, start.gpu_memory_utilization, Memo(), cap, kv_bound), []
+    for i in range(limit):
+        d = decide(lvl, [win(j, plan=lvl.plan, **ws_of(lvl)) for j in range(1, 5)])
+        out.append(d)
+        if d.next is None:
+            break
+        lvl = Level(f"p{i + 1}", d.next.max_num_seqs, d.next.gpu_memory_utilization, d.memo, cap, kv_bound)
+    return out
+
+
+def test_kv_pool_limit_settles_where_running_saturates_instead_of_walking_max_num_seqs_up():
+    # the break-it pass: Llama-70B TP8 initial plan 312 @ 0.85, max_num_batched_tokens 8192; the pool is full,
+    # 50 wait, only 300 ever run, no preemptions. The old loop raised max_num_seqs 13 times to 8192.
+    ds = _drive(Point(312, 0.85), lambda lvl: dict(running=300, waiting=50, kv=0.95, pre=0), cap=8192)
+    actions = [d.action for d in ds]
+    assert actions == ["raise_gpu_memory_utilization", "raise_gpu_memory_utilization", "raise_max_num_seqs",
+                       "settle", "hold"]
+    assert max(d.next.max_num_seqs for d in ds if d.next) == 375  # 300 ran × 1.25, never 8192
+    settle = ds[3]
+    assert settle.next == Point(240, 0.9)  # 0.8 × 300 (where running saturated), utilization at the cap
+    assert settle.memo.knee == 300 and settle.memo.saturation == 300 and settle.memo.state == "settled"
+    assert any("KV pool is the limit" in r and "§5, §9" in r for r in settle.reasons)
+
+
+def test_pool_full_at_the_utilization_cap_settles_at_once_when_few_run():
+    d = decide(level(600, 0.9, Memo(initial=312)), windows(4, running=300, waiting=50, kv=0.95))
+    assert (d.state, d.action, d.next) == ("knee_found", "settle", Point(240, 0.9))
+    assert d.memo.knee == 300
+
+
+def test_the_plans_kv_bound_is_a_ceiling():
+    lv = Level(PLAN, 90, 0.9, Memo(), None, 100)
+    d = decide(lv, windows(4, running=90))
+    assert (d.action, d.next) == ("raise_max_num_seqs", Point(100, 0.9))  # not 112
+    assert any("KV bound 100" in r for r in d.reasons)
+    d = decide(Level(PLAN, 100, 0.9, Memo(), None, 100), windows(4, running=100))
+    assert (d.action, d.next, d.memo.knee) == ("settle", Point(80, 0.9), 100)
+
+
+def test_a_level_that_keeps_preempting_stops_at_the_floor_as_stuck():
+    # noisy windows at every level: the old loop halved 64 → 32 → ... → 1
+    ds = _drive(Point(64, 0.85), lambda lvl: dict(pre=5))
+    assert [d.next.max_num_seqs for d in ds if d.next] == [32, 16]  # floor 0.25 × 64 = 16
+    assert (ds[-1].state, ds[-1].action, ds[-1].next) == ("stuck", "hold", None)
+    assert any("floor" in r for r in ds[-1].reasons) and any("needs a person" in r for r in ds[-1].reasons)
+
+
+def test_floor_is_a_setting_and_at_least_one():
+    s = TuningSettings(floor_fraction=0.5)
+    d = decide(level(64, memo=Memo(initial=64)), windows(4, pre=5), s)
+    assert d.next == Point(32, 0.85)
+    d = decide(level(32, memo=Memo(initial=64, failed=Point(64, 0.85))), windows(4, pre=5), s)
+    assert (d.state, d.next) == ("stuck", None)
+    d = decide(level(1, memo=Memo(initial=1)), windows(4, pre=5, running=1))
+    assert (d.state, d.next) == ("stuck", None)
+    with pytest.raises(ValueError, match="floor_fraction"):
+        TuningSettings(floor_fraction=0)
+
+
+def test_settled_back_off_honours_max_steps_and_the_floor():
+    burst = windows(4, pre=5)
+    d = decide(level(80, memo=Memo("settled", Point(100, 0.9, "p"), None, 100, 24, initial=64)), burst)
+    assert (d.state, d.action, d.next) == ("stuck", "hold", None)  # 24 plans made: no 25th
+    assert any("max_steps 24" in r for r in d.reasons)
+    d = decide(level(16, memo=Memo("backing_off", Point(20, 0.9, "p"), None, 20, 5, initial=64)), burst)
+    assert (d.state, d.next) == ("stuck", None)  # 16 is 0.25 × 64: no lower
+    d = decide(level(20, memo=Memo("backing_off", Point(25, 0.9, "p"), None, 25, 5, initial=64)), burst)
+    assert (d.action, d.next) == ("back_off", Point(16, 0.85))  # 0.8 × 20 = 16, the floor
+    assert d.memo.initial == 64 and d.memo.steps == 6
+
+
+def test_exploring_without_a_held_level_stops_at_max_steps():
+    memo = Memo(failed=Point(128, 0.85), steps=24, initial=256)
+    d = decide(level(128, memo=memo), windows(4, pre=5))
+    assert (d.state, d.next) == ("stuck", None)
+
+
+def test_a_stuck_memo_holds():
+    d = decide(level(64, memo=Memo("stuck", steps=3)), windows(4, pre=5))
+    assert (d.state, d.action, d.next) == ("stuck", "hold", None)
+
+
+def test_step_back_of_a_back_off_keeps_the_floor():
+    lv = level(20, memo=Memo(initial=64))
+    assert step_back(lv, Point(17, 0.85)) == Point(16, 0.85)
+    assert step_back(lv, Point(16, 0.85)) is None
+
+
+def test_memo_carries_initial_and_saturation():
+    m = Memo("stuck", initial=312, saturation=300)
+    assert Memo.from_dict(m.as_dict()) == m
+    assert Memo.from_dict({"initial": -3, "saturation": float("nan")}).initial is None

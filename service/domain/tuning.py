@@ -19,7 +19,14 @@ The procedure (docs/operating.md §9, steps 3, 5, 6):
   ``knee_found``: the knee is the last level that held.
 - ``settled``: production = ``production_fraction`` (0.8) × knee, utilization at the last level that held (never
   above 0.90). A settled level that shows a burst of preemptions again is backed off by ``backoff_fraction``
-  (``backing_off``).
+  (``backing_off``), never below the floor ``floor_fraction`` × the starting level.
+- The KV pool as the limit: when the pool is full (KV usage ≥ ``kv_high_water``, requests waiting) and
+  utilization is at its cap yet fewer than ``loaded_running_fraction`` × ``max_num_seqs`` run, a larger
+  ``max_num_seqs`` admits nothing and tests nothing — the knee is where running saturated and the loop settles at
+  ``production_fraction`` × that (docs/operating.md §5, §9). With the pool full it never raises ``max_num_seqs`` more
+  than a step above what ran, nor ever above the plan's KV bound when the caller passes one (``Level.kv_bound``).
+- ``stuck``: a level that keeps preempting at the floor, or a loop that has made ``max_steps`` tuning plans (in any
+  state) with nothing left to settle on, proposes nothing more: a person decides (docs/operating.md §4, §5).
 
 Robust to noise: a level is judged on the last ``windows`` windows of its plan (after ``warmup_windows``), and
 it takes ``fail_windows`` bad ones to fail it — one outlier window moves nothing. Every decision carries its reasons
@@ -32,7 +39,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Sequence
 
-State = Literal["exploring", "knee_found", "settled", "backing_off"]
+State = Literal["exploring", "knee_found", "settled", "backing_off", "stuck"]
+STATES = ("exploring", "knee_found", "settled", "backing_off", "stuck")
 Action = Literal["measure", "hold", "raise_max_num_seqs", "raise_gpu_memory_utilization", "refine", "settle",
                  "back_off"]
 
@@ -53,7 +61,9 @@ class TuningSettings:
     fail_windows: int = 2  # ... and fail it only when 2 of them are bad (one outlier moves nothing)
     warmup_windows: int = 1  # the first window of a plan (vLLM starting, caches cold) is not judged
     loaded_running_fraction: float = 0.95  # running ≥ 95 % of max_num_seqs also means "under load"
-    max_steps: int = 24  # a loop that has not settled after this many plans settles at what held
+    max_steps: int = 24  # a loop that has not settled after this many plans settles at what held; in every state
+    # the loop proposes no plan beyond it (``stuck``: a person decides)
+    floor_fraction: float = 0.25  # never propose max_num_seqs below 0.25 × the starting level (or below 1)
 
     def __post_init__(self) -> None:
         checks = {"step_fraction": 0 < self.step_fraction <= 4, "util_step": 0 <= self.util_step <= 0.2,
@@ -63,6 +73,7 @@ class TuningSettings:
                   "preemptions_per_min_max": 0 <= self.preemptions_per_min_max,
                   "windows": 1 <= self.windows <= 100, "fail_windows": 1 <= self.fail_windows <= self.windows,
                   "warmup_windows": 0 <= self.warmup_windows <= 100, "max_steps": 1 <= self.max_steps <= 1000,
+                  "floor_fraction": 0 < self.floor_fraction <= 1,
                   "loaded_running_fraction": 0 < self.loaded_running_fraction <= 1}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -133,11 +144,14 @@ class Memo:
     util_ceiling: float | None = None
     slo: Slo = field(default_factory=Slo)
     auto_apply: bool = False
+    initial: int | None = None  # the max_num_seqs the loop started from (the floor is a fraction of it)
+    saturation: int | None = None  # the most requests that ran while the KV pool was full (the pool's real bound)
 
     def as_dict(self) -> dict[str, Any]:
         return {"state": self.state, "held": self.held.as_dict() if self.held else None,
                 "failed": self.failed.as_dict() if self.failed else None, "knee": self.knee, "steps": self.steps,
-                "util_ceiling": self.util_ceiling, "slo": asdict(self.slo), "auto_apply": self.auto_apply}
+                "util_ceiling": self.util_ceiling, "slo": asdict(self.slo), "auto_apply": self.auto_apply,
+                "initial": self.initial, "saturation": self.saturation}
 
     @classmethod
     def from_dict(cls, d: Any) -> "Memo":
@@ -145,29 +159,35 @@ class Memo:
         if not isinstance(d, dict):
             return cls()
         slo = d.get("slo") if isinstance(d.get("slo"), dict) else {}
-        state = d.get("state") if d.get("state") in ("exploring", "knee_found", "settled", "backing_off") \
-            else "exploring"
+        state = d.get("state") if d.get("state") in STATES else "exploring"
 
         def num(v, kind):
             return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+        def pos(v):
+            return v if v is not None and 1 <= v <= 10_000_000 else None
 
         return cls(state=state, held=Point.from_dict(d.get("held")), failed=Point.from_dict(d.get("failed")),
                    knee=num(d.get("knee"), int), steps=num(d.get("steps"), int) or 0,
                    util_ceiling=num(d.get("util_ceiling"), float),
                    slo=Slo(num(slo.get("ttft_p99_s"), float), num(slo.get("e2e_p99_s"), float)),
-                   auto_apply=d.get("auto_apply") is True)
+                   auto_apply=d.get("auto_apply") is True,
+                   initial=pos(num(d.get("initial"), int)), saturation=pos(num(d.get("saturation"), int)))
 
 
 @dataclass(frozen=True)
 class Level:
     """The node's current plan as the loop sees it: its knobs, its memo, and the largest ``max_num_seqs`` the rest
-    of the launch allows (vLLM refuses max_num_seqs above max_num_batched_tokens: none when unknown)."""
+    of the launch allows (vLLM refuses max_num_seqs above max_num_batched_tokens: none when unknown) and, when the
+    caller knows it, the KV bound of the plan's budget (how many sequences of the workload the KV pool holds at once;
+    the loop never proposes more, docs/operating.md §5)."""
 
     plan: str
     max_num_seqs: int
     gpu_memory_utilization: float
     memo: Memo = field(default_factory=Memo)
     max_num_seqs_cap: int | None = None
+    kv_bound: int | None = None
 
     @property
     def point(self) -> Point:
@@ -268,31 +288,69 @@ def _raise_mns(current: int, s: TuningSettings, cap: int | None) -> int:
     return min(nxt, cap) if cap is not None else nxt
 
 
+def floor_of(initial: int, s: TuningSettings = DEFAULTS) -> int:
+    """The lowest max_num_seqs the loop proposes: ``floor_fraction`` × the starting level, at least 1."""
+    return max(1, math.ceil(s.floor_fraction * initial))
+
+
+_NEEDS_A_PERSON = ("needs a person: a smaller max_model_len, more GPUs or less traffic per replica "
+                   "(docs/operating.md §4, §5)")
+
+
 def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS) -> Decision:
     """The next step of the loop for the node's current level (see the module docstring)."""
     memo = level.memo
     v = judge(level, windows, s)
     here = level.point
     reasons = list(v.reasons)
+    initial = memo.initial if memo.initial is not None else level.max_num_seqs
+    floor = floor_of(initial, s)
+    saturation = memo.saturation
+    judged = [w for w in windows if w.plan == level.plan and w.id in v.evidence]
+    run_max = max((w.num_requests_running for w in judged), default=0.0)
+    # the KV pool is full and requests wait: the pool, not max_num_seqs, decides how many run (docs/operating.md §3)
+    kv_full = v.outcome == "held" and v.kv_usage is not None and v.kv_usage >= s.kv_high_water \
+        and _median([w.num_requests_waiting for w in judged]) >= 1
+    if kv_full and run_max >= 1:
+        saturation = max(saturation or 0, math.floor(run_max))
+
+    def mk(state: State, held: Point | None, failed: Point | None, knee: int | None, steps: int,
+           ceiling: float | None) -> Memo:
+        return Memo(state, held, failed, knee, steps, ceiling, memo.slo, memo.auto_apply, initial, saturation)
 
     def out(state: State, action: Action, nxt: Point | None, new_memo: Memo, *extra: str) -> Decision:
         if nxt is not None and level.max_num_seqs_cap is not None and nxt.max_num_seqs > level.max_num_seqs_cap:
             nxt = replace(nxt, max_num_seqs=level.max_num_seqs_cap)  # vLLM refuses more (max_num_batched_tokens)
+        if nxt is not None and level.kv_bound is not None and nxt.max_num_seqs > level.kv_bound:
+            nxt = replace(nxt, max_num_seqs=max(1, level.kv_bound))  # the pool holds no more (docs/operating.md §5)
         if nxt is not None and action != "settle" \
                 and (nxt.max_num_seqs, nxt.gpu_memory_utilization) == (here.max_num_seqs, here.gpu_memory_utilization):
             return Decision(state, "hold", None, memo, tuple(reasons + list(extra) + [
                 "the step lands on the current level: nothing to change"]), v.evidence)
         return Decision(state, action, nxt, new_memo, tuple(reasons + list(extra)), v.evidence)
 
+    def stuck(why: str) -> Decision:
+        return out("stuck", "hold", None, mk("stuck", memo.held, memo.failed, memo.knee, memo.steps,
+                                             memo.util_ceiling), why, _NEEDS_A_PERSON)
+
+    if memo.state == "stuck":
+        return stuck(f"the loop stopped at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
+                     f"{level.gpu_memory_utilization:g}: it proposes no further plan")
+
     if memo.state in ("settled", "backing_off"):
-        if v.outcome == "failed" and any(preempting(w, s) for w in windows if w.id in v.evidence):
-            mns = max(1, math.floor(level.max_num_seqs * (1 - s.backoff_fraction)))
-            if mns < level.max_num_seqs:
-                return out("backing_off", "back_off", Point(mns, level.gpu_memory_utilization),
-                           replace(memo, state="backing_off", failed=here, steps=memo.steps + 1),
-                           f"a burst of preemptions at the settled max_num_seqs {level.max_num_seqs}: back off "
-                           f"{s.backoff_fraction:.0%} to {mns} (docs/operating.md §3: a climbing preemption count → lower "
-                           f"max_num_seqs)")
+        if v.outcome == "failed" and any(preempting(w, s) for w in judged):
+            if memo.steps + 1 > s.max_steps:
+                return stuck(f"a burst of preemptions at max_num_seqs {level.max_num_seqs}, but {memo.steps} "
+                             f"tuning plans already made (limit max_steps {s.max_steps})")
+            mns = max(floor, math.floor(level.max_num_seqs * (1 - s.backoff_fraction)))
+            if mns >= level.max_num_seqs:
+                return stuck(f"max_num_seqs {level.max_num_seqs} is the floor ({s.floor_fraction:g} × the starting "
+                             f"level {initial}) and still preempts: lowering it further does not help")
+            return out("backing_off", "back_off", Point(mns, level.gpu_memory_utilization),
+                       replace(memo, state="backing_off", failed=here, steps=memo.steps + 1, initial=initial),
+                       f"a burst of preemptions at the settled max_num_seqs {level.max_num_seqs}: back off "
+                       f"{s.backoff_fraction:.0%} to {mns} (docs/operating.md §3: a climbing preemption count → lower "
+                       f"max_num_seqs; never below the floor {floor})")
         return out(memo.state, "hold", None, memo,
                    f"settled at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
                    f"{level.gpu_memory_utilization:g}" + (f" (knee {memo.knee})" if memo.knee else ""))
@@ -315,21 +373,24 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
     steps = memo.steps + 1
     cap = level.max_num_seqs_cap
 
-    def settle(why: str) -> Decision:
-        if held is None:  # nothing held, not even the start: halve and explore again from there
-            mns = max(1, level.max_num_seqs // 2)
-            if mns == level.max_num_seqs:
-                return out("exploring", "hold", None, memo, f"max_num_seqs {mns} fails too: the launch does not "
-                           f"serve this traffic (a smaller max_model_len or more GPUs; docs/operating.md §4, §5)")
+    def settle(why: str, knee: int | None = None) -> Decision:
+        if held is None:  # nothing held, not even the start: halve (not below the floor) and explore again
+            if steps > s.max_steps:
+                return stuck(f"{memo.steps} tuning plans (limit max_steps {s.max_steps}) and no level held")
+            mns = max(floor, level.max_num_seqs // 2)
+            if mns >= level.max_num_seqs:
+                return stuck(f"max_num_seqs {level.max_num_seqs} fails and is the floor ({s.floor_fraction:g} × the "
+                             f"starting level {initial}, at least 1): the launch does not serve this traffic")
             return out("exploring", "back_off", Point(mns, level.gpu_memory_utilization),
-                       Memo("exploring", None, here, None, steps, ceiling, memo.slo, memo.auto_apply),
-                       f"the starting level failed: no level held yet; halve max_num_seqs to {mns}")
-        knee = held.max_num_seqs
+                       mk("exploring", None, here, None, steps, ceiling),
+                       f"the starting level failed: no level held yet; halve max_num_seqs to {mns} (never below the "
+                       f"floor {floor})")
+        knee = held.max_num_seqs if knee is None else knee
         prod = max(1, math.floor(knee * s.production_fraction))
         util = min(held.gpu_memory_utilization, s.util_cap)
         return out("knee_found", "settle", Point(prod, util),
-                   Memo("settled", held, failed, knee, steps, ceiling, memo.slo, memo.auto_apply), why,
-                   f"knee = {knee} (the last level that held, plan {held.plan}); production max_num_seqs = "
+                   mk("settled", held, failed, knee, steps, ceiling), why,
+                   f"knee = {knee} (plan {held.plan}); production max_num_seqs = "
                    f"{s.production_fraction:g} × {knee} = {prod}, gpu_memory_utilization {util:g} (the last level that "
                    f"held, never above {s.util_cap:g}; docs/operating.md §5, §9)")
 
@@ -345,35 +406,55 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
         if mid <= lo:
             return settle(f"no level between {lo} (held) and {hi} (failed)")
         return out("exploring", "refine", Point(mid, held.gpu_memory_utilization),
-                   Memo("exploring", held, failed, None, steps, ceiling, memo.slo, memo.auto_apply),
+                   mk("exploring", held, failed, None, steps, ceiling),
                    f"the knee lies between {lo} (held) and {hi} (failed), {hi - lo} apart (> "
                    f"{s.refine_tolerance:.0%} of {lo}): try the midpoint {mid}")
 
     # held, no failure yet: step up
     util_limit = min(s.util_cap, ceiling) if ceiling is not None else s.util_cap
-    if v.kv_usage is not None and v.kv_usage >= s.kv_high_water \
-            and level.gpu_memory_utilization + 1e-9 < util_limit:
+    if kv_full and level.gpu_memory_utilization + 1e-9 < util_limit:
         util = round(min(util_limit, level.gpu_memory_utilization + s.util_step), 4)
         return out("exploring", "raise_gpu_memory_utilization", Point(level.max_num_seqs, util),
-                   Memo("exploring", held, None, None, steps, ceiling, memo.slo, memo.auto_apply),
+                   mk("exploring", held, None, None, steps, ceiling),
                    f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting and no preemptions: the "
                    f"pool limits — raise gpu_memory_utilization to {util:g} (docs/operating.md §3; cap {util_limit:g})")
+    if kv_full and run_max < s.loaded_running_fraction * level.max_num_seqs:
+        # the pool is full, requests wait, yet fewer than max_num_seqs run: a larger max_num_seqs admits nothing
+        # more and tests nothing — the knee is where running saturates (docs/operating.md §5, §9)
+        knee = max(1, math.floor(run_max))
+        return settle(f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting, yet at most "
+                      f"{run_max:g} of max_num_seqs {level.max_num_seqs} run and gpu_memory_utilization is at its cap "
+                      f"{util_limit:g}: the KV pool is the limit, raising max_num_seqs admits nothing more; the knee "
+                      f"is where running saturates (docs/operating.md §5, §9)", knee)
     mns = _raise_mns(level.max_num_seqs, s, cap)
+    limits = []
+    if kv_full:  # the pool is full: go no further than a step past what ran
+        sat_cap = max(level.max_num_seqs, math.floor(run_max * (1 + s.step_fraction)))
+        if mns > sat_cap:
+            mns = sat_cap
+            limits.append(f"capped at {s.step_fraction:.0%} above the {run_max:g} requests that ran with the KV pool "
+                          f"full (KV usage {v.kv_usage:.2f}; docs/operating.md §5)")
+    if level.kv_bound is not None and mns > level.kv_bound:
+        mns = max(level.max_num_seqs, level.kv_bound)
+        limits.append(f"capped at the plan's KV bound {level.kv_bound} (docs/operating.md §5)")
     if mns <= level.max_num_seqs:
-        return settle(f"max_num_seqs {level.max_num_seqs} is the most the launch allows (max_num_batched_tokens "
-                      f"{cap}): it is the knee")
+        what = (f"max_num_batched_tokens {cap}" if cap is not None and level.max_num_seqs >= cap
+                else f"the KV bound {level.kv_bound}" if level.kv_bound is not None
+                and level.max_num_seqs >= level.kv_bound else "the KV pool")
+        return settle(f"max_num_seqs {level.max_num_seqs} is the most the launch allows ({what}): it is the knee")
     return out("exploring", "raise_max_num_seqs", Point(mns, level.gpu_memory_utilization),
-               Memo("exploring", held, None, None, steps, ceiling, memo.slo, memo.auto_apply),
-               f"raise max_num_seqs by {s.step_fraction:.0%}: {level.max_num_seqs} → {mns} (docs/operating.md §9)")
+               mk("exploring", held, None, None, steps, ceiling),
+               f"raise max_num_seqs by {s.step_fraction:.0%}: {level.max_num_seqs} → {mns} (docs/operating.md §9)",
+               *limits)
 
 
-def step_back(level: Level, proposed: Point) -> Point | None:
+def step_back(level: Level, proposed: Point, s: TuningSettings = DEFAULTS) -> Point | None:
     """A smaller proposal when ``proposed`` fails validation: halfway back towards the current level (the service
-    re-validates it); None when nothing lies between."""
+    re-validates it), a back-off never below the floor; None when nothing lies between."""
     mns = (level.max_num_seqs + proposed.max_num_seqs) // 2
     util = round((level.gpu_memory_utilization + proposed.gpu_memory_utilization) / 2, 4)
     if proposed.max_num_seqs < level.max_num_seqs:  # a back-off that fails validation: keep going down
-        mns = max(1, proposed.max_num_seqs // 2)
+        mns = max(floor_of(level.memo.initial or level.max_num_seqs, s), proposed.max_num_seqs // 2)
     cand = Point(mns, util)
     if (cand.max_num_seqs, cand.gpu_memory_utilization) in ((proposed.max_num_seqs, proposed.gpu_memory_utilization),
                                                              (level.max_num_seqs, level.gpu_memory_utilization)):
