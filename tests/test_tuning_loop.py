@@ -256,6 +256,34 @@ def test_windows_are_pruned_per_node(client, monkeypatch):
     assert kept == ids[-5:]
 
 
+def test_retention_holds_per_node_whatever_ids_other_nodes_take(client, monkeypatch):
+    """Ids are global: with other nodes posting in between, a node's windows are still bounded by its own count
+    (RETENTION + PRUNE_EVERY at most), not by which ids it happens to get."""
+    from sqlalchemy import func, insert, select
+
+    from service.db.models import MetricWindow
+    from service.services import tuning as ts
+    from service.db.models import utcnow
+
+    monkeypatch.setattr(ts, "RETENTION", 5)
+    monkeypatch.setattr(ts, "PRUNE_EVERY", 4)
+    agent, plan = setup_node(client, "h100", "short_chat")
+    body = {"plan": plan["id"], "window_s": 15, "num_requests_running": 10, "num_requests_waiting": 2,
+            "kv_cache_usage_perc": 0.4, "num_preemptions": 0, "generation_tokens_per_s": 8}
+    other = {"node_name": "gpu-elsewhere", "plan_id": plan["id"], "window_s": 15, "running": 1, "waiting": 0,
+             "kv_usage": 0.1, "preemptions": 0, "gen_tokens_per_s": 1}
+    counts = []
+    for i in range(40):
+        with client.app.state.db.transaction() as s:  # another node's window takes the next id(s)
+            s.execute(insert(MetricWindow.__table__), [{**other, "created_at": utcnow()}] * (1 + i % 3))
+        r = client.post("/v1/nodes/gpu-01/metrics", json=body, headers={"Authorization": f"Bearer {agent}"})
+        assert r.status_code == 201, r.text
+        with client.app.state.db.transaction() as s:
+            counts.append(s.scalar(select(func.count()).select_from(MetricWindow)
+                                   .where(MetricWindow.node_name == "gpu-01")))
+    assert max(counts) <= 5 + 4 and counts[-1] >= 5
+
+
 def test_auto_apply_only_in_benchmark(client):
     r = client.post("/v1/nodes", json={"name": "gpu-01", "gpu": "h100-sxm-80gb", "gpu_count": 1})
     client.post("/v1/manifests", json={"name": "m", "version": "1", "uri": "s3://m", "config": model_config(MODEL)})
@@ -263,6 +291,8 @@ def test_auto_apply_only_in_benchmark(client):
             "tuning": {"auto_apply": True}}
     r = client.post("/v1/plans", json=body)
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "tuning.auto_apply"
+    dry = client.post("/v1/plans", params={"dry_run": "true"}, json=body)  # the dry run refuses it too
+    assert dry.status_code == 422 and dry.json()["errors"][0]["field"] == "tuning.auto_apply"
     r = client.post("/v1/plans", json={**body, "environment": "benchmark", "tuning": {"auto_apply": True,
                                                                                        "slo_e2e_p99_s": 60}})
     assert r.status_code == 201, r.text

@@ -123,3 +123,27 @@ def test_sampler_posts_windows_of_the_simulator_and_skips_failed_scrapes():
     assert w["plan"] == "plan-1" and w["window_s"] == 15 and w["num_requests_running"] == 64
     assert w["kv_cache_usage_perc"] == pytest.approx(64 * 500 / 100_000, rel=0.05)
     assert w["e2e_p99_s"] is not None and w["generation_tokens_per_s"] > 0
+
+
+def test_a_missing_preemption_counter_is_no_window_not_zero_preemptions():
+    """Break-it: a renamed or missing counter must not read as 0 preemptions (the loop would keep raising)."""
+    without = "\n".join(line for line in exposition(pre=5).splitlines() if "preemptions" not in line) + "\n"
+    a, b = parse(without, at=100), parse(without, at=115)
+    assert window("p1", a, b) is None
+    # the counter without its TYPE line, or OpenMetrics-style (TYPE names the family without _total): still read
+    untyped = "\n".join(line for line in exposition(pre=7).splitlines()
+                        if line != "# TYPE vllm:num_preemptions_total counter") + "\n"
+    assert parse(untyped).counters["vllm:num_preemptions"] == 7.0
+    om = exposition(pre=9).replace("# TYPE vllm:num_preemptions_total counter", "# TYPE vllm:num_preemptions counter")
+    assert parse(om).counters["vllm:num_preemptions"] == 9.0
+    w = window("p1", parse(exposition(pre=1), at=100), parse(untyped, at=115))
+    assert w is not None and w["num_preemptions"] == 6.0
+
+
+def test_absurd_histogram_bounds_are_dropped_and_an_absurd_p99_is_unknown():
+    bad = exposition(e2e=[("NaN", 5), ("-1", 5), ("1.0", 10), ("+Inf", 10)])
+    assert sorted(parse(bad).buckets["vllm:e2e_request_latency_seconds"]) == [1.0, float("inf")]
+    huge_a = parse(exposition(e2e=[("1e300", 0), ("+Inf", 0)]), at=100)
+    huge_b = parse(exposition(e2e=[("1e300", 50), ("+Inf", 50)]), at=115)
+    w = window("p1", huge_a, huge_b)
+    assert w is not None and w["e2e_p99_s"] is None  # the window still goes out, without that figure

@@ -68,15 +68,23 @@ def parse(text: str, at: float = 0.0) -> Scrape:
                     kv_old += vals
                 elif vals:  # a name may come in several blocks: they add up
                     s.gauges[name] = s.gauges.get(name, 0.0) + sum(vals)
-            elif name in COUNTERS:
-                vals = [x.value for x in fam.samples if x.name == name + "_total" and math.isfinite(x.value)]
+            elif name in COUNTERS or (name.endswith("_total") and name[:-6] in COUNTERS):
+                # a counter with its TYPE line (family "x", samples "x_total"), or without one / OpenMetrics-style
+                # (the parser files the "x_total" samples under an untyped family of that name)
+                base = name if name in COUNTERS else name[:-6]
+                vals = [x.value for x in fam.samples if x.name == base + "_total" and math.isfinite(x.value)]
                 if vals:
-                    s.counters[name] = s.counters.get(name, 0.0) + sum(vals)
+                    s.counters[base] = s.counters.get(base, 0.0) + sum(vals)
             elif name in HISTOGRAMS:
                 b = s.buckets.setdefault(name, {})
                 for x in fam.samples:
                     if x.name == name + "_bucket" and "le" in x.labels and math.isfinite(x.value):
-                        le = float(x.labels["le"])
+                        try:
+                            le = float(x.labels["le"])
+                        except ValueError:
+                            continue
+                        if le != le or le < 0:  # a NaN or negative bound says nothing about latency
+                            continue
                         b[le] = b.get(le, 0.0) + x.value
                 if not b:
                     del s.buckets[name]
@@ -113,11 +121,17 @@ def quantile(q: float, before: dict[float, float] | None, after: dict[float, flo
     return prev_le
 
 
+MAX_P99_S = 1e6  # the largest P99 a window may carry (service/api/schemas.py MetricsWindowIn)
+
+
 def window(plan: str, prev: Scrape, cur: Scrape) -> dict | None:
     """The window between two scrapes as ``POST /v1/nodes/{name}/metrics`` takes it; None when the scrapes lack a
-    gauge the loop needs or the interval is under a second."""
+    gauge the loop needs, the preemption counter (its absence must not read as zero preemptions), or the interval
+    is under a second."""
     span = cur.at - prev.at
     if span < 1 or any(g not in cur.gauges for g in (RUNNING, WAITING, KV_USAGE)):
+        return None
+    if PREEMPTIONS not in cur.counters:  # no preemption count is not zero preemptions: the loop would fail open
         return None
 
     def delta(name: str) -> float:
@@ -126,7 +140,8 @@ def window(plan: str, prev: Scrape, cur: Scrape) -> dict | None:
 
     def p99(name: str) -> float | None:
         v = quantile(0.99, prev.buckets.get(name), cur.buckets.get(name))
-        return round(v, 6) if v is not None else None
+        # beyond what a window may carry (the service takes ≤ 10^6 s): unknown, not a window lost to a 422
+        return round(v, 6) if v is not None and 0 <= v <= MAX_P99_S else None
 
     return {"plan": plan, "window_s": round(min(span, 3600.0), 3),
             "num_requests_running": max(0.0, cur.gauges[RUNNING]),

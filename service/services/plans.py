@@ -328,7 +328,11 @@ class Judgement:
 
 def judge(session: Session, manifest: Manifest, nodes: list[Node], body: dict[str, Any]) -> Judgement:
     """Validate a plan body for a manifest on nodes, as ``create`` signs it (the measured KV pool when pinned, the
-    nodes' topology, one validation per instance shape). Reads only: ``create`` and the dry run share it."""
+    nodes' topology, one validation per instance shape). Reads only: ``create`` and the dry run share it, so a dry
+    run refuses what the create would (``tuning.auto_apply`` outside benchmark among them)."""
+    from .tuning import initial_memo
+
+    initial_memo(body.get("tuning"), body.get("environment"))  # Invalid (422, tuning.auto_apply)
     body = kv_pool.apply(session, manifest, nodes, body)  # kv_cache_pool "pinned": the measured pool
     request = launch_request(manifest, nodes, body)
     check_node_safety(manifest, request)

@@ -24,7 +24,7 @@ from . import plans as plan_service
 
 WINDOWS = MetricWindow.__table__
 RETENTION = 240  # windows kept per node (an hour at 15 s): a tuning step needs a handful of its plan's newest
-PRUNE_EVERY = 16  # prune a node's old windows on every 16th insert (ids are global: on average), not on each
+PRUNE_EVERY = 16  # a node holds at most RETENTION + PRUNE_EVERY windows: cut back to RETENTION in one delete
 RECENT_PLANS = 3  # a window may name the node's current plan or one of its 2 previous (in flight at a switch)
 VALIDATION_TRIES = 3  # proposals tried (each halfway back) before the loop says it cannot propose one
 READ_WINDOWS = 16
@@ -38,8 +38,8 @@ def window_dict(row) -> dict[str, Any]:
 
 
 def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Store one window (one read of the node's newest assignments, one INSERT; every ``PRUNE_EVERY``-th insert
-    also deletes the node's windows beyond ``RETENTION``). The plan must be the node's current plan or one of its
+    """Store one window (one read of the node's newest assignments, one INSERT, one indexed look-up; a node that
+    holds ``RETENTION + PRUNE_EVERY`` windows has those beyond ``RETENTION`` deleted). The plan must be the node's current plan or one of its
     recent ones, else NotFound (field ``plan``)."""
     rows = session.execute(select(Assignment.plan_id, Assignment.status, Plan.tuning)
                            .join(Plan, Plan.id == Assignment.plan_id).where(Assignment.node_name == node)
@@ -55,7 +55,12 @@ def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[
         "kv_usage": body["kv_cache_usage_perc"], "preemptions": body["num_preemptions"],
         "ttft_p99_s": body.get("ttft_p99_s"), "e2e_p99_s": body.get("e2e_p99_s"),
         "gen_tokens_per_s": body["generation_tokens_per_s"]}]).scalar_one()
-    if new_id % PRUNE_EVERY == 0:
+    # the node's own count decides (ids are global: nodes posting in turn would never see a multiple of 16): once it
+    # holds RETENTION + PRUNE_EVERY windows, the oldest are cut back to RETENTION — one indexed look-up per insert, a
+    # delete every PRUNE_EVERY inserts of that node
+    over = session.scalar(select(WINDOWS.c.id).where(WINDOWS.c.node_name == node).order_by(desc(WINDOWS.c.id))
+                          .offset(RETENTION + PRUNE_EVERY - 1).limit(1))
+    if over is not None:
         prune(session, node)
     current = rows[0][0] == body["plan"] and rows[0][1] == "active"
     auto = current and isinstance(rows[0][2], dict) and rows[0][2].get("auto_apply") is True
