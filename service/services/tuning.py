@@ -96,6 +96,9 @@ def _level(plan: Plan) -> tuple[dt_.Level | None, str | None]:
         return None, ("the plan sets no max_num_seqs or gpu_memory_utilization (vLLM's defaults run): make a plan "
                       "with a workload (stage initial fills both from the KV bound, docs/operating.md §9) to start the loop")
     cap = args.get("max_num_batched_tokens")
+    # no kv_bound ceiling: the plan's bound (pool ÷ KV per request at its full average length, docs/operating.md §5)
+    # is below the real knee — a running request holds its prompt and part of its output, not its final length —,
+    # so the loop finds the knee from what ran (the pool-limit rule in domain/tuning.py) instead
     return dt_.Level(plan.id, int(mns), float(util), dt_.Memo.from_dict(plan.tuning),
                      int(cap) if cap is not None else None), None
 

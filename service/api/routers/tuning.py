@@ -31,7 +31,8 @@ def post_node_metrics(request: Request, name: NodeName, body: MetricsWindowIn, s
 @router.get("/v1/nodes/{name}/tuning", operation_id="getNodeTuning", tags=["tuning"])
 def get_node_tuning(request: Request, name: NodeName, session: SessionDep, p: Reader):
     """The tuning loop for the node's current plan (docs/operating.md §9): ``state`` (exploring, knee_found,
-    settled, backing_off), ``action``, ``current`` and ``next`` engine args (``next`` null: keep the current plan),
+    settled, backing_off, stuck — a level that still preempts at the floor, or no steps left: needs a person),
+    ``action``, ``current`` and ``next`` engine args (``next`` null: keep the current plan),
     ``reasons`` and ``evidence`` (the windows the decision was made from). Nothing is written."""
     return tuning_service.status(session, name, request.app.state.settings.tuning_settings)
 
