@@ -148,6 +148,9 @@ def test_loop_settles_at_0_8_of_the_simulators_knee(client, gpu, workload):
     events = client.get("/v1/audit", params={"kind": "tuning.applied", "limit": 100}).json()["items"]
     assert len(events) == len(plans)
     assert all(e["payload"]["reasons"] and e["payload"]["windows"] for e in events)
+    # the windows' figures themselves, kept by the audit when the windows are pruned
+    assert all({"id", "num_requests_running", "num_preemptions", "kv_cache_usage_perc"} <= set(w)
+               for e in events for w in e["payload"]["windows"])
     # the plans superseded each other: one active plan on the node
     active = client.get("/v1/plans", params={"node": "gpu-01", "status": "active"}).json()["items"]
     assert [p["id"] for p in active] == [final["id"]]
@@ -370,3 +373,12 @@ def test_thresholds_and_steps_come_from_the_settings(settings, db, keys):
         st = h.status()
         assert st["action"] == "raise_max_num_seqs" and len(st["evidence"]) == 2
         assert st["next"]["max_num_seqs"] == math.floor(knobs(plan)[0] * 1.5)
+
+
+def test_a_reissue_keeps_the_tuning_memo_and_its_slo(client):
+    agent, plan = setup_node(client, "h100", "short_chat", tuning={"slo_e2e_p99_s": 30})
+    assert plan["tuning"]["slo"]["e2e_p99_s"] == 30
+    r = client.post(f"/v1/plans/{plan['id']}/reissue")
+    assert r.status_code == 201, r.text
+    again = client.get(f"/v1/plans/{r.json()['id']}").json()
+    assert again["tuning"]["slo"]["e2e_p99_s"] == 30 and again["tuning"]["auto_apply"] is False

@@ -753,7 +753,10 @@ def reissue(session: Session, *, actor: str, settings: Settings, keys: KeyStore,
     """Rollback: the earlier plan's content (manifest, nodes, engine args, env, workload, version), re-validated
     and signed as a new plan with a new per-node seq."""
     old, assignments = get(session, plan_id)
-    out = create(session, actor=actor, settings=settings, keys=keys, body=content_body(old, assignments))
+    # the tuning memo travels with the content (its SLO, auto_apply, the levels that held): a reissue does not
+    # restart the loop or drop its SLO
+    out = create(session, actor=actor, settings=settings, keys=keys, body=content_body(old, assignments),
+                 tuning=old.tuning if isinstance(old.tuning, dict) else None)
     audit.append(session, actor=actor, kind="plan.reissued", subject=f"plan:{out['id']}", plan_id=out["id"],
                  model=model_of(session, out["id"]),
                  payload={"from": plan_id})

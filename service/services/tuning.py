@@ -213,7 +213,8 @@ def apply(session: Session, *, actor: str, settings: Settings, keys: KeyStore, n
           tuning_settings: dt_.TuningSettings = dt_.DEFAULTS) -> dict[str, Any]:
     """``POST /v1/nodes/{name}/tuning/apply``: create the loop's next plan (validated, signed, audited, superseding
     the current one on all its nodes, as ``POST /v1/plans`` does) carrying the decision's memo; audit
-    ``tuning.applied`` with the reasons and the window ids. Conflict (409) when the loop proposes nothing now."""
+    ``tuning.applied`` with the reasons and the windows it was decided from (their figures: windows are pruned, the
+    audit keeps them). Conflict (409) when the loop proposes nothing now."""
     plan, assignments = current_plan(session, node)
     node_service.lock(session, sorted({a.node_name for a in assignments if a.status == "active"}))
     if current_plan(session, node)[0].id != plan.id:  # another apply (or a plan) got there first
@@ -230,7 +231,9 @@ def apply(session: Session, *, actor: str, settings: Settings, keys: KeyStore, n
                  node=node, model=plan_service.model_of(session, created["id"]),
                  payload={"from": plan.id, "state": out["state"], "action": out["action"],
                           "max_num_seqs": d.next.max_num_seqs, "gpu_memory_utilization": d.next.gpu_memory_utilization,
-                          "reasons": out["reasons"], "windows": [e["id"] for e in out["evidence"]]})
+                          "reasons": out["reasons"],
+                          # the windows themselves, not only their ids: they are pruned (RETENTION), the audit stays
+                          "windows": out["evidence"]})
     return {**created, "tuning": {"from": plan.id, "state": out["state"], "action": out["action"],
                                   "reasons": out["reasons"], "evidence": out["evidence"], "memo": d.memo.as_dict()}}
 
