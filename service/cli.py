@@ -813,7 +813,9 @@ def agent_run(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
     # the agent's own settings (its token among them) never reach vLLM or the model code it may run
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_")}, **plan.claims["env"]}
     sampler = None
-    if metrics_seconds > 0:  # issue 16: windows of vLLM's live metrics for the tuning loop (best effort)
+    # issue 16: windows of vLLM's live metrics for the tuning loop (best effort); a headless worker of a multi-node
+    # instance serves no API and no /metrics — its head does
+    if metrics_seconds > 0 and plan.role != "worker":
         from .agent.vllm_metrics import Sampler, metrics_url as default_metrics_url
 
         sampler = Sampler(metrics_url or default_metrics_url(plan.argv), plan.claims["jti"], client.post_metrics,

@@ -382,3 +382,18 @@ def test_a_reissue_keeps_the_tuning_memo_and_its_slo(client):
     assert r.status_code == 201, r.text
     again = client.get(f"/v1/plans/{r.json()['id']}").json()
     assert again["tuning"]["slo"]["e2e_p99_s"] == 30 and again["tuning"]["auto_apply"] is False
+
+
+def test_a_multi_node_instance_is_measured_by_its_head_not_its_workers(client):
+    from tests.test_multi_node import TP16, deepseek, node, plan as make_plan
+
+    head = node(client, "tn-a", "10.0.7.1")["agent_token"]
+    worker = node(client, "tn-b", "10.0.7.2")["agent_token"]
+    deepseek(client)
+    p = make_plan(client, ["tn-a", "tn-b"], TP16)
+    body = {"plan": p["id"], "window_s": 15, "num_requests_running": 10, "num_requests_waiting": 2,
+            "kv_cache_usage_perc": 0.4, "num_preemptions": 0, "generation_tokens_per_s": 8}
+    r = client.post("/v1/nodes/tn-b/metrics", json=body, headers={"Authorization": f"Bearer {worker}"})
+    assert r.status_code == 422 and r.json()["errors"][0]["rule"] == "metrics_from_head", r.text
+    r = client.post("/v1/nodes/tn-a/metrics", json=body, headers={"Authorization": f"Bearer {head}"})
+    assert r.status_code == 201, r.text

@@ -41,7 +41,7 @@ def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[
     """Store one window (one read of the node's newest assignments, one INSERT, one indexed look-up; a node that
     holds ``RETENTION + PRUNE_EVERY`` windows has those beyond ``RETENTION`` deleted). The plan must be the node's current plan or one of its
     recent ones, else NotFound (field ``plan``)."""
-    rows = session.execute(select(Assignment.plan_id, Assignment.status, Plan.tuning)
+    rows = session.execute(select(Assignment.plan_id, Assignment.status, Plan.tuning, Assignment.role)
                            .join(Plan, Plan.id == Assignment.plan_id).where(Assignment.node_name == node)
                            .order_by(desc(Assignment.seq)).limit(RECENT_PLANS)).all()
     recent = [r[0] for r in rows]
@@ -49,6 +49,12 @@ def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[
         if not recent:
             node_service.get(session, node)  # NotFound for an unregistered node
         raise NotFound(f"plan {body['plan']!r} is not the current or a recent plan of node {node!r}", field="plan")
+    if next(r[3] for r in rows if r[0] == body["plan"]) == "worker":
+        # a multi-node instance is served (and measured) by its head: a worker's windows would steer the whole
+        # group's plan from a node that serves nothing
+        raise Invalid(f"node {node!r} is a worker of plan {body['plan']!r}: a multi-node instance's metrics come "
+                      f"from its head", errors=[{"field": "plan", "rule": "metrics_from_head",
+                                                  "message": "post the windows from the group's head"}])
     new_id = session.execute(insert(WINDOWS).returning(WINDOWS.c.id), [{
         "node_name": node, "plan_id": body["plan"], "created_at": utcnow(), "window_s": body["window_s"],
         "running": body["num_requests_running"], "waiting": body["num_requests_waiting"],
