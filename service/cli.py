@@ -1506,7 +1506,7 @@ def _safe(text) -> str:
 def _rollout_summary(r: dict) -> str:
     lines = [f"rollout {_safe(r['id'])}: {_safe(r['state'])}"
              + (f" (wave {r['wave']})" if r.get("wave", -1) >= 0 else "")
-             + f", failures {r.get('failures', 0)}/{r['failure_limit']}"
+             + f", failures {r.get('failures', 0)} (limit {r['failure_limit']})"
              + (f": {_safe(r['reason'])}" if r.get("reason") else "")]
     for w in r.get("warnings") or ():
         lines.append(f"  warning {_safe(w.get('rule'))}: {_safe(w.get('message'))}")
@@ -1544,7 +1544,8 @@ def rollout_create(file: pathlib.Path = typer.Argument(..., help="The rollout as
 def rollout_status(rollout_id: Optional[str] = typer.Argument(None, help="A rollout id (default: list them)."),
                    server: str = SERVER, token: str = TOKEN,
                    as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
-    """One rollout's state, waves and per-node outcome, or the list of rollouts."""
+    """One rollout's state, waves and per-node outcome, or the list of rollouts. With a rollout id, the exit status
+    says how it stands, for scripts: 0 running or completed, 3 halted, rolling back or rolled back, 4 aborted."""
     c = _client(server, token)
     r = c.get(f"/v1/rollouts/{rollout_id}") if rollout_id else c.get("/v1/rollouts")
     _fail_on_problem(r)
@@ -1555,6 +1556,12 @@ def rollout_status(rollout_id: Optional[str] = typer.Argument(None, help="A roll
     else:
         for item in r.json()["items"]:
             typer.echo(_rollout_summary(item))
+    if rollout_id:
+        state = r.json().get("state")
+        if state in ("halted", "rolling_back", "rolled_back"):
+            raise typer.Exit(3)
+        if state in ("aborting", "aborted"):
+            raise typer.Exit(4)
 
 
 def _rollout_verb(verb: str, doc: str):

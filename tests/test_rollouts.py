@@ -564,7 +564,7 @@ def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, m
     rid = json.loads(out.output)["id"]
     fleet.tick()
     out = run("rollout", "status", rid)
-    assert out.exit_code == 0 and f"rollout {rid}: waiting (wave 0), failures 0/0" in out.output
+    assert out.exit_code == 0 and f"rollout {rid}: waiting (wave 0), failures 0 (limit 0)" in out.output
     assert "gpu-01: wave 0, pending, seq 2" in out.output and "gpu-02: wave 1, unchanged" in out.output
     assert run("rollout", "pause", rid, "--reason", "lunch").exit_code == 0
     assert "paused" in run("rollout", "status").output
@@ -574,6 +574,7 @@ def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, m
     assert run("rollout", "promote", rid).exit_code == 0
     out = run("rollout", "abort", rid)
     assert out.exit_code == 0 and "aborted" in out.output and "gpu-01: wave 0, restored" in out.output
+    assert run("rollout", "status", rid).exit_code == 4  # scripts can tell an aborted rollout
     bad_file = tmp_path / "bad.json"
     bad_file.write_text("{not json")
     assert run("rollout", "create", str(bad_file)).exit_code == 2
