@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
 import shlex
 import sys
 import time
@@ -262,12 +261,12 @@ def _problem_text(r) -> str:
     return _printable("\n".join(lines))
 
 
-def _printable(text: str) -> str:
-    """``text`` with control and bidi-override characters escaped (never written raw to an operator's terminal);
-    newlines and tabs kept."""
+def _printable(text: str, keep: str = "\n\t") -> str:
+    """``text`` with control and format characters (bidi overrides among them) escaped, never written raw to an
+    operator's terminal; the characters in ``keep`` (newlines and tabs) stay."""
     import unicodedata
 
-    return "".join(c if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf") else
+    return "".join(c if c in keep or unicodedata.category(c) not in ("Cc", "Cf") else
                    c.encode("unicode_escape").decode("ascii") for c in text)
 
 
@@ -1495,12 +1494,12 @@ TOKEN = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer or admin to
 
 # creating a large rollout validates it, and an abort restores its first chunk (up to 256 nodes), in the request
 ROLLOUT_TIMEOUT_S = 300
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _safe(text) -> str:
-    """Text from the service as printable: control and bidi characters escaped (\\x1b, \\u202e), never emitted."""
-    return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], str(text))
+    """One line of text from the service as printable: every control and format character escaped (\\x1b,
+    \\u202e; newlines and tabs too), never emitted."""
+    return _printable(str(text), keep="")
 
 
 def _rollout_summary(r: dict) -> str:

@@ -107,6 +107,19 @@ class ResponseTooLarge(ValueError):
     """The server sent more than MAX_RESPONSE_BYTES (read no further)."""
 
 
+def read_body(r: httpx.Response, url: str, *, max_bytes: int, start: float, deadline: float) -> bytes:
+    """The raw body of a streamed response, at most ``max_bytes`` (ResponseTooLarge beyond) and complete within
+    ``deadline`` seconds of ``start`` (httpx.ReadTimeout after: a server that drips bytes is not waited on)."""
+    body = bytearray()
+    for chunk in r.iter_raw():
+        body += chunk
+        if len(body) > max_bytes:
+            raise ResponseTooLarge(f"{url}: the response exceeds {max_bytes} bytes")
+        if time.monotonic() - start > deadline:
+            raise httpx.ReadTimeout(f"{url}: no complete answer within {deadline:.0f} s", request=r.request)
+    return bytes(body)
+
+
 class AgentClient:
     def __init__(self, server: str, node: str, token: str, *, transport: httpx.BaseTransport | None = None,
                  timeout: float = 30.0):
@@ -126,14 +139,8 @@ class AgentClient:
         with self.http.stream("GET", url, headers=headers, **kw) as r:
             if r.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
                 raise ResponseTooLarge(f"{url}: a {r.headers['content-encoding']} response was not asked for")
-            body = bytearray()
-            for chunk in r.iter_raw():
-                body += chunk
-                if len(body) > MAX_RESPONSE_BYTES:
-                    raise ResponseTooLarge(f"{url}: the response exceeds {MAX_RESPONSE_BYTES} bytes")
-                if time.monotonic() - start > limit:
-                    raise httpx.ReadTimeout(f"{url}: no complete answer within {limit:.0f} s", request=r.request)
-            return httpx.Response(r.status_code, headers=r.headers, content=bytes(body), request=r.request)
+            body = read_body(r, url, max_bytes=MAX_RESPONSE_BYTES, start=start, deadline=limit)
+            return httpx.Response(r.status_code, headers=r.headers, content=body, request=r.request)
 
     def keysets(self, after: int) -> list:
         """The key-set statements above version ``after`` (to be verified by the caller: never trusted as sent)."""

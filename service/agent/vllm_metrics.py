@@ -28,6 +28,8 @@ from typing import Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from .client import ResponseTooLarge, read_body
+
 MAX_BYTES = 4 << 20  # vLLM's /metrics is tens of kB; a few MB with many LoRA adapters or engines
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 KV_USAGE, KV_USAGE_OLD = "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"
@@ -161,13 +163,13 @@ def read(url: str, *, timeout: float = 5.0, transport: httpx.BaseTransport | Non
                 c.stream("GET", url, headers={"Accept-Encoding": "identity", "Accept": "text/plain"}) as r:
             if r.status_code != 200:
                 raise ScrapeError(f"{url}: HTTP {r.status_code}")
-            body = bytearray()
-            for chunk in r.iter_raw():
-                body += chunk
-                if len(body) > MAX_BYTES:
-                    raise ScrapeError(f"{url}: more than {MAX_BYTES} bytes")
-                if time.monotonic() - start > timeout:
-                    raise ScrapeError(f"{url}: no complete answer within {timeout:g} s")
+            body = read_body(r, url, max_bytes=MAX_BYTES, start=start, deadline=timeout)
+    except ResponseTooLarge:
+        raise ScrapeError(f"{url}: more than {MAX_BYTES} bytes") from None
+    except httpx.ReadTimeout as exc:
+        if "no complete answer" in str(exc):  # read_body's deadline, not httpx's own read timeout
+            raise ScrapeError(f"{url}: no complete answer within {timeout:g} s") from None
+        raise ScrapeError(f"{url}: {exc.__class__.__name__}") from None
     except httpx.HTTPError as exc:
         raise ScrapeError(f"{url}: {exc.__class__.__name__}") from None
     return body.decode("utf-8", errors="replace")
