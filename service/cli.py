@@ -1503,10 +1503,16 @@ def _safe(text) -> str:
 
 
 def _rollout_summary(r: dict) -> str:
+    manifest = (r.get("target") or {}).get("manifest")
     lines = [f"rollout {_safe(r['id'])}: {_safe(r['state'])}"
              + (f" (wave {r['wave']})" if r.get("wave", -1) >= 0 else "")
+             + (f", {_safe(manifest)}" if manifest is not None else "")
              + f", failures {r.get('failures', 0)} (limit {r['failure_limit']})"
              + (f": {_safe(r['reason'])}" if r.get("reason") else "")]
+    for j in r.get("judged") or ():  # the create's answer: the target's verdict per hardware shape
+        rules = [f.get("rule") for f in j.get("findings") or () if isinstance(f, dict)]
+        lines.append(f"  judged {j.get('nodes')} node(s) of {_safe(j.get('gpu_count'))} x {_safe(j.get('gpu'))}: "
+                     f"{_safe(j.get('verdict'))}" + (f" ({_safe(', '.join(map(str, rules)))})" if rules else ""))
     for w in r.get("warnings") or ():
         lines.append(f"  warning {_safe(w.get('rule'))}: {_safe(w.get('message'))}")
     for w in r.get("waves") or ():

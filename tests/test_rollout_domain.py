@@ -110,7 +110,20 @@ def test_kv_gate_off_and_missing_figures_pass():
     off = R.Gates(ready_timeout_s=300, kv_tolerance=None)
     assert R.node_outcome(R.Observed("a", 0.0, running_at=1.0, predicted_kv_tokens=400_000,
                                      measured_kv_tokens=1), off, 2.0).state == "ready"
-    assert R.node_outcome(R.Observed("a", 0.0, running_at=1.0, predicted_kv_tokens=400_000), G, 2.0).state == "ready"
+    missing = R.node_outcome(R.Observed("a", 0.0, running_at=1.0, predicted_kv_tokens=400_000), G, 2.0)
+    assert missing.state == "ready"
+    assert missing.evidence["kv_gate"] == "not judged: the running report carried no KV cache figure"
+    unpredicted = R.node_outcome(R.Observed("a", 0.0, running_at=1.0, measured_kv_tokens=5), G, 2.0)
+    assert unpredicted.evidence["kv_gate"] == "not judged: the plan has no KV cache prediction"
+    assert "kv_gate" not in R.node_outcome(R.Observed("a", 0.0, running_at=1.0), off, 2.0).evidence
+
+
+def test_a_headless_worker_never_times_out_and_is_ready_with_its_head():
+    assert R.node_outcome(R.Observed("w", 0.0, head_ready=False), G, 10_000.0).state == "pending"
+    o = R.node_outcome(R.Observed("w", 0.0, head_ready=True), G, 10_000.0)
+    assert o.state == "ready" and o.evidence == {"ready_with_head": True}
+    failed = R.node_outcome(R.Observed("w", 0.0, failure=("exited", 5.0, None), head_ready=True), G, 6.0)
+    assert failed.state == "failed" and failed.reason == "report_exited"  # its own failure still fails the unit
 
 
 def test_not_ready_in_time_fails_after_the_timeout_only():

@@ -5,6 +5,7 @@ the tests call ``tick`` with the time they mean."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -108,6 +109,7 @@ def test_failed_report_in_wave_1_halts_and_restores_only_the_first_node(fleet):
     assert fleet.tick() == {r["id"]: "halt"}
     s = fleet.status(r["id"])
     assert s["state"] == "rolled_back" and "failure_limit 0" in s["reason"] and s["failures"] == 1
+    assert [w["state"] for w in s["waves"]] == ["halted", "cancelled"]  # the waves end with the rollout
     first = s["nodes"][0]
     assert first["outcome"] == "restored" and first["failed"] is True and first["restored_seq"] == 3
     assert first["evidence"]["reason"] == "report_failed" and first["evidence"]["status"] == "failed"
@@ -131,6 +133,12 @@ def test_failed_report_in_wave_1_halts_and_restores_only_the_first_node(fleet):
 
 def test_a_clean_wave_advances_after_the_bake_and_completes(fleet):
     r = fleet.rollout()
+    # the create answer says how the target was judged, and names the manifest as the caller did
+    [judged] = r["judged"]
+    assert judged["nodes"] == 4 and judged["gpu"] == "h100-sxm-80gb" and judged["verdict"] in ("accept", "warn")
+    assert all({"rule", "severity", "message"} <= set(f) for f in judged["findings"])
+    assert r["target"]["manifest"] == "meta-llama/Llama-3.1-70B@1" and isinstance(r["target"]["manifest_id"], int)
+    assert "judged" not in fleet.status(r["id"])  # the answer to the create; the audit event keeps the rules
     t0 = time.time()
     fleet.tick(t0)
     new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
@@ -148,11 +156,15 @@ def test_a_clean_wave_advances_after_the_bake_and_completes(fleet):
     assert s["state"] == "waiting" and s["wave"] == 1 and [w["state"] for w in s["waves"]] == ["done", "waiting"]
     wave2 = s["waves"][1]["plan_ids"]
     assert len(wave2) == 1 and all(fleet.current(n)[:2] == (wave2[0], 2) for n in NODES[1:])
-    for n in NODES[1:]:
+    for n in NODES[1:3]:
         fleet.report(n, wave2[0], "running", vllm={"kv_cache_tokens": predicted})
+    fleet.report("gpu-04", wave2[0], "running")  # no KV figure: the gate passes it and says it judged nothing
     assert fleet.tick(t0 + 64) == {r["id"]: "complete"}
     s = fleet.status(r["id"])
     assert s["state"] == "completed" and {n["outcome"] for n in s["nodes"]} == {"ready"}
+    assert s["nodes"][3]["evidence"]["kv_gate"] == "not judged: the running report carried no KV cache figure"
+    assert "kv_gate" not in s["nodes"][1]["evidence"]
+    assert [w["state"] for w in s["waves"]] == ["done", "done"]
     kinds = [k for k, _, _ in fleet.events(r["id"])]
     assert kinds == ["rollout.created", "rollout.wave_signed", "rollout.wave_settled", "rollout.wave_done",
                      "rollout.wave_signed", "rollout.wave_done", "rollout.completed"]
@@ -252,6 +264,7 @@ def test_pause_resume_promote_abort(fleet):
     s = ab.json()
     assert s["state"] == "aborted" and s["reason"] == "aborted by admin: wrong model"
     assert {n["outcome"] for n in s["nodes"]} == {"restored"}
+    assert [w["state"] for w in s["waves"]] == ["done", "aborted"]
     for n in NODES:  # every node back on max_model_len 8192, each at seq 3
         plan_id, seq, argv = fleet.current(n)
         assert seq == 3 and plan_id not in (new_id, wave2) and argv[argv.index("--max-model-len") + 1] == "8192"
@@ -476,8 +489,33 @@ def test_a_group_head_running_settles_its_unit(groups):
     rid = groups.api.post("/v1/rollouts", json=body).json()["id"]
     groups.tick()
     plan_id = groups.status(rid)["waves"][0]["plan_ids"][0]
+    t0 = time.time()
     groups.report("h200-a", plan_id, "running")  # the head is ready; its headless worker reports nothing
-    assert groups.tick() == {rid: "sign"}
+    assert groups.tick(t0 + 1) == {rid: "sign"}
+    s = groups.status(rid)
+    assert [(n["node"], n["outcome"]) for n in s["nodes"][:2]] == [("h200-a", "ready"), ("h200-b", "ready")]
+    assert s["nodes"][1]["evidence"] == {"ready_with_head": True}
+    # long after ready_timeout_s (600 s), the worker that never reports running is still not a failure
+    plan2 = s["waves"][1]["plan_ids"][0]
+    assert groups.tick(t0 + 700) == {rid: "halt"}  # wave 2's head never reported: that unit fails, not wave 1's
+    s = groups.status(rid)
+    assert s["failures"] == 1 and [n["failed"] for n in s["nodes"]] == [False, False, True, False]
+    assert s["nodes"][2]["evidence"]["reason"] == "not_ready" and plan2
+    assert [w["state"] for w in s["waves"]] == ["done", "halted"]
+
+
+def test_a_completed_group_rollout_shows_every_member_ready(groups):
+    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
+            "nodes": H200, "waves": [{"percent": 100}], "gates": {"kv_tolerance": None}}
+    rid = groups.api.post("/v1/rollouts", json=body).json()["id"]
+    t0 = time.time()
+    groups.tick(t0)
+    plan_id = groups.status(rid)["waves"][0]["plan_ids"][0]
+    for head in ("h200-a", "h200-c"):
+        groups.report(head, plan_id, "running")
+    assert groups.tick(t0 + 1) == {rid: "complete"}
+    s = groups.status(rid)
+    assert s["state"] == "completed" and [n["outcome"] for n in s["nodes"]] == ["ready"] * 4
 
 
 def test_a_rollout_may_not_split_a_running_group(groups):
@@ -488,6 +526,21 @@ def test_a_rollout_may_not_split_a_running_group(groups):
 
 
 # -- hostile input -----------------------------------------------------------------------------------------------------
+
+def test_a_node_listed_twice_is_422_naming_the_repeat_for_rollouts_plans_and_dry_runs(fleet):
+    twice = ["gpu-01", "gpu-02", "gpu-01"]
+    r = fleet.api.post("/v1/rollouts", json={"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": NEW,
+                                              "nodes": twice, "waves": [{"percent": 100}]})
+    p = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": twice,
+                                          "engine_args": NEW})
+    d = fleet.api.post("/v1/plans?dry_run=true", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": twice,
+                                                       "engine_args": NEW})
+    for resp in (r, p, d):
+        assert resp.status_code == 422, resp.text
+        [err] = resp.json()["errors"]
+        assert err["field"] == "nodes.2" and err["rule"] == "duplicate_node" and "nodes.0" in err["message"]
+    assert _stored(fleet)[0] == 0 and all(fleet.assignments(n) == 1 for n in NODES)
+
 
 def _stored(fleet):
     with fleet.db.sessions() as s:
@@ -559,12 +612,15 @@ def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, m
     spec = tmp_path / "rollout.json"
     spec.write_text(json.dumps({"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": NEW, "nodes": NODES,
                                 "waves": [{"percent": 25, "bake_s": 600}, {"percent": 100}]}))
-    out = run("rollout", "create", str(spec), "--json")
+    out = run("rollout", "create", str(spec))
     assert out.exit_code == 0, out.output
-    rid = json.loads(out.output)["id"]
+    rid = out.output.split()[1].rstrip(":")
+    assert "meta-llama/Llama-3.1-70B@1" in out.output.splitlines()[0]
+    assert re.search(r"^  judged 4 node\(s\) of 8 x h100-sxm-80gb: (accept|warn)", out.output, re.M), out.output
     fleet.tick()
     out = run("rollout", "status", rid)
-    assert out.exit_code == 0 and f"rollout {rid}: waiting (wave 0), failures 0 (limit 0)" in out.output
+    assert out.exit_code == 0
+    assert f"rollout {rid}: waiting (wave 0), meta-llama/Llama-3.1-70B@1, failures 0 (limit 0)" in out.output
     assert "gpu-01: wave 0, pending, seq 2" in out.output and "gpu-02: wave 1, unchanged" in out.output
     assert run("rollout", "pause", rid, "--reason", "lunch").exit_code == 0
     assert "paused" in run("rollout", "status").output
@@ -616,6 +672,28 @@ def test_the_fleet_page_lists_rollouts(fleet):
     row = row[:row.index("</tr>")]
     assert "rolled_back" in row and "1 of 2" in row and "25 %, 100 %" in row and "1 / 0" in row
     assert "failure_limit 0" in row
+
+
+def test_a_rollouts_page_shows_its_waves_nodes_evidence_and_steps(fleet):
+    r = fleet.rollout()
+    fleet.tick()
+    new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
+    fleet.report("gpu-01", new_id, "failed", tail="torch.OutOfMemoryError: <b>CUDA</b>")
+    fleet.tick()
+    fleet_page = fleet.api.get("/ui/").text
+    assert f'<a href="/ui/rollouts/{r["id"]}">' in fleet_page and "meta-llama/Llama-3.1-70B@1" in fleet_page
+    page = fleet.api.get(f"/ui/rollouts/{r['id']}")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    row = html[html.index('data-node="gpu-01"'):]
+    row = row[:row.index("</tr>")]
+    assert "restored" in row and f'/ui/plans/{new_id}' in row and "report_failed" in row
+    assert "&lt;b&gt;CUDA&lt;/b&gt;" in row and "<b>CUDA</b>" not in html  # what an agent sent is escaped
+    waves = html[html.index('id="waves"'):html.index('id="rollout-nodes"')]
+    assert waves.count("status-halted") == 1 and waves.count("status-cancelled") == 1
+    assert 'data-kind="rollout.halted"' in html and 'data-kind="rollout.node_restored"' in html
+    assert fleet.api.get("/ui/rollouts/no-such-rollout").status_code == 404
+    assert fleet.api.get("/ui/rollouts/" + "x" * 300).status_code == 404
 
 
 def test_a_wave_refused_at_signing_halts_and_restores_what_changed(fleet):

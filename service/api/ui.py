@@ -58,6 +58,7 @@ AUDITORS = ("admin", "auditor")
 DEPLOYERS = ("admin", "deployer")
 SECRET_LABEL = b"preflight ui session v1"
 ROLLOUTS_SHOWN = 10  # the newest staged rollouts listed on the fleet page
+ROLLOUT_EVENTS = 200  # the newest audit events shown on a rollout's page
 MAX_NODES = 10_000  # the fleet page reads the inventory in pages of 500 up to this many
 AUDIT_PAGE = 100
 KNOWN_KINDS = ("node.registered", "node.updated", "manifest.registered", "manifest.superseded", "plan.created",
@@ -447,6 +448,25 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
             raise PageError(404, "no such plan", "plan_id")
         data = await run_in_threadpool(plan_data, plan_id, p)
         return page(request, "plan.html", **data, **ctx)
+
+    # -- rollout -------------------------------------------------------------------------------------------------
+    def rollout_data(rollout_id: str, p: Principal) -> dict[str, Any]:
+        with db.read() as s:
+            r = rollout_service.rollout_dict(s, rollout_service.get(s, rollout_id), secrets=p.role in SECRETS)
+            events = [] if p.role not in AUDITORS else [  # the steps and their reasons, as the audit holds them
+                {"id": e.id, "at": iso(e.ts), "kind": e.kind, "actor": e.actor, "node": e.node, "payload": e.payload}
+                for e in s.execute(select(AuditEvent).where(AuditEvent.subject == f"rollout:{rollout_id}")
+                                   .order_by(AuditEvent.id.desc()).limit(ROLLOUT_EVENTS)).scalars()]
+        return {"r": r, "events": events}
+
+    @app.get("/ui/rollouts/{rollout_id}", include_in_schema=False)
+    @guarded("fleet")
+    async def rollout_page(request: Request, p: Principal, cookie, ctx):
+        rollout_id = request.path_params["rollout_id"]
+        if len(rollout_id) > 36:
+            raise PageError(404, "no such rollout", "rollout_id")
+        data = await run_in_threadpool(rollout_data, rollout_id, p)
+        return page(request, "rollout.html", **data, **ctx)
 
     # -- audit ---------------------------------------------------------------------------------------------------
     def audit_data(f: dict[str, Any], before: int | None, verify: bool) -> dict[str, Any]:

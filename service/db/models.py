@@ -308,7 +308,8 @@ class RolloutWave(Base):
     index: Mapped[int] = mapped_column(Integer)
     percent: Mapped[int] = mapped_column(Integer)
     bake_s: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending | waiting | baking | done | halted
+    # pending | waiting | baking | done | skipped | halted | aborted | cancelled (not started when the rollout ended)
+    state: Mapped[str] = mapped_column(String(16), default="pending")
     plan_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
     signed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     settled_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -50,7 +50,8 @@ class Wave:
 class Gates:
     """``ready_timeout_s``: every unit of a wave reports ``running`` within this many seconds of its signing.
     ``kv_tolerance``: the KV cache tokens vLLM printed may differ from the prediction by at most this fraction of
-    the prediction (None: not judged). A report without the figures passes the KV gate (nothing to compare)."""
+    the prediction (None: not judged). A report without the figures passes the KV gate (nothing to compare; the
+    node's evidence says ``kv_gate: not judged …``)."""
 
     ready_timeout_s: int = 600
     kv_tolerance: float | None = 0.2
@@ -137,6 +138,9 @@ class Observed:
     failure: tuple[str, float, str | None] | None = None  # (status, at, message): the first failed/refused/exited
     predicted_kv_tokens: int | None = None
     measured_kv_tokens: int | None = None
+    # a headless worker of a multi-node instance (it never reports ``running``): ``head_ready`` says whether its
+    # instance's head is ready; None for a head or a replica (judged on its own reports)
+    head_ready: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -152,11 +156,14 @@ MetricsGate = Callable[[Observed], Outcome | None]  # the hook for windows of vL
 def node_outcome(o: Observed, gates: Gates, now: float, metrics_gate: MetricsGate | None = None) -> Outcome:
     """One node's outcome: ``failed`` on a failed/refused/exited report, a KV figure out of tolerance, or no
     ``running`` report ``ready_timeout_s`` after signing; ``ready`` once it reports ``running`` and the gates pass;
-    else ``pending``. The evidence says what was seen."""
+    else ``pending``. A headless worker (``head_ready`` not None) fails only on its own failure report (its head's
+    timeout and gates judge the instance) and is ready when its head is. The evidence says what was seen."""
     if o.failure is not None:
         status, at, message = o.failure
         return Outcome("failed", f"report_{status}", {"status": status, "after_s": round(at - o.signed_at, 3),
                                                       **({"message": message[:500]} if message else {})})
+    if o.head_ready is not None:
+        return Outcome("ready", None, {"ready_with_head": True}) if o.head_ready else Outcome("pending")
     if o.running_at is not None:
         ev: dict[str, Any] = {"running_after_s": round(o.running_at - o.signed_at, 3)}
         if o.measured_kv_tokens is not None and o.predicted_kv_tokens:
@@ -166,6 +173,9 @@ def node_outcome(o: Observed, gates: Gates, now: float, metrics_gate: MetricsGat
             if gates.kv_tolerance is not None and abs(err) > gates.kv_tolerance:
                 ev["kv_tolerance"] = gates.kv_tolerance
                 return Outcome("failed", "kv_out_of_range", ev)
+        elif gates.kv_tolerance is not None:  # said, so that a gate that judged nothing is not read as passed
+            ev["kv_gate"] = ("not judged: the running report carried no KV cache figure" if o.predicted_kv_tokens
+                             else "not judged: the plan has no KV cache prediction")
         if metrics_gate is not None:
             verdict = metrics_gate(o)
             if verdict is not None and verdict.state != "ready":

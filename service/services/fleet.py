@@ -225,7 +225,7 @@ def dry_run(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     stored (no plan, no assignment, no seq, no audit event, nothing signed). Raises LaunchRejected (422) when vLLM
     would refuse the launch, as the real call does; NotFound / Invalid for bad input."""
     manifest = manifest_service.resolve_ref(session, body["manifest"])
-    names = list(dict.fromkeys(body["nodes"]))
+    names = node_service.distinct(body["nodes"])
     nodes = [node_service.get(session, n) for n in names]
     j = plan_service.judge(session, manifest, nodes, body)
     result = j.result

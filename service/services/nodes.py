@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from .. import audit
 from ..db.models import Node, iso
 from ..domain.gpus import resolve
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, Invalid, NotFound
 from . import tokens
 
 
@@ -39,6 +39,19 @@ def register(session: Session, *, actor: str, name: str, gpu: str | dict, gpu_co
     audit.append(session, actor=actor, kind="node.registered", subject=f"node:{name}", node=name,
                  payload=node_dict(node))
     return node, secret
+
+
+def distinct(names: list[str], field: str = "nodes") -> list[str]:
+    """``names`` when no name appears twice; else Invalid naming the repeat (``nodes.J``): a node listed twice is a
+    mistake in the caller's list (in a multi-node plan the order gives the ranks), never silently dropped."""
+    first: dict[str, int] = {}
+    for j, n in enumerate(names):
+        if n in first:
+            raise Invalid(f"node {n!r} is listed twice ({field}.{first[n]} and {field}.{j}): list each node once",
+                          field=f"{field}.{j}", errors=[{"field": f"{field}.{j}", "rule": "duplicate_node",
+                                                         "message": f"{n!r} already at {field}.{first[n]}"}])
+        first[n] = j
+    return list(names)
 
 
 def get(session: Session, name: str, *, for_update: bool = False) -> Node:

@@ -367,7 +367,7 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     if tuning is None:  # a plan's own tuning block starts the loop (issue 16); the loop passes its memo
         tuning = initial_memo(body.get("tuning"), body.get("environment"))
     manifest = manifest_service.resolve_ref(session, body["manifest"])
-    names = list(dict.fromkeys(body["nodes"]))
+    names = node_service.distinct(body["nodes"])
     nodes = [node_service.get(session, n) for n in names]
     node_service.lock(session, sorted(names))  # per-node seq: concurrent plans for a node queue here
     j = judge(session, manifest, nodes, body)

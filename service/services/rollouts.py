@@ -22,7 +22,7 @@ from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 
 from .. import audit
-from ..db.models import Assignment, Node, Plan, Report, Rollout, RolloutNode, RolloutWave, iso, utcnow
+from ..db.models import Assignment, Manifest, Node, Plan, Report, Rollout, RolloutNode, RolloutWave, iso, utcnow
 from ..domain import rollout as domain
 from ..domain.errors import DomainError
 from ..domain.gpus import resolve
@@ -87,7 +87,7 @@ def _select_nodes(session: Session, body: dict[str, Any]) -> list[Node]:
         raise Invalid("give either nodes (names) or selector (inventory fields)", field="nodes",
                       errors=[{"field": "nodes", "rule": "rollout_nodes", "message": "give nodes or selector"}])
     if names is not None:
-        names = list(dict.fromkeys(names))
+        names = node_service.distinct(names)
         found = {n.name: n for n in session.execute(select(Node).where(Node.name.in_(names))).scalars()}
         missing = [(i, n) for i, n in enumerate(body["nodes"]) if n not in found]
         if missing:
@@ -205,7 +205,7 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
         heads.update(g[0] for g in topo.groups)
         judged.append({"nodes": len(shape_nodes), "gpu": shape_nodes[0].gpu_id, "gpu_count": shape_nodes[0].gpu_count,
                        "verdict": j.result.verdict, "nodes_per_instance": topo.nodes_per_instance,
-                       "findings": [f["rule"] for f in j.findings]})
+                       "findings": j.findings})
     unit_list = domain.units(names, together)
     per_wave = domain.wave_units(unit_list, waves)
     wave_of = {u: w for w, us in enumerate(per_wave) for u in us}
@@ -236,9 +236,11 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
                  payload={"rollout": r.id, "manifest": f"{manifest.name}@{manifest.version}", "nodes": len(names),
                           "units": len(unit_list), "waves": r.waves,
                           "nodes_per_wave": [sum(len(unit_list[u]) for u in us) for us in per_wave],
-                          "failure_limit": r.failure_limit, "gates": r.gates, "judged": judged,
+                          "failure_limit": r.failure_limit, "gates": r.gates,
+                          "judged": [{**x, "findings": [f["rule"] for f in x["findings"]]} for x in judged],
                           "pinned": pinned, **({"warnings": warnings} if warnings else {})})
     out = rollout_dict(session, r)
+    out["judged"] = judged  # the target's verdict and findings per hardware shape (the audit event keeps the rules)
     if warnings:
         out["warnings"] = warnings
     return out
@@ -294,22 +296,36 @@ def plan_warnings(session: Session, names: list[str]) -> list[dict[str, Any]]:
 
 # -- view ------------------------------------------------------------------------------------------------------------
 
-def _target_view(target: dict[str, Any], secrets: bool) -> dict[str, Any]:
+def _manifest_refs(session: Session, ids: set[Any]) -> dict[Any, str]:
+    """``name@version`` of the pinned manifests (stored by id), one query for a page of rollouts."""
+    ids = {i for i in ids if isinstance(i, int)}
+    if not ids:
+        return {}
+    return {i: f"{name}@{version}" for i, name, version in
+            session.execute(select(Manifest.id, Manifest.name, Manifest.version).where(Manifest.id.in_(ids)))}
+
+
+def _target_view(target: dict[str, Any], secrets: bool, refs: dict[Any, str]) -> dict[str, Any]:
+    """The target as given, with the manifest as ``name@version`` (``manifest_id``: the id it is pinned by)."""
     target = {k: v for k, v in target.items() if k != "pinned"}
+    mid = target.get("manifest")
+    target = {**target, "manifest": refs.get(mid, mid), "manifest_id": mid}
     if secrets or not target.get("env"):
         return target
     return {**target, "env": {k: plan_service.REDACTED for k in target["env"]}}
 
 
 def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: bool = True,
-                 counts: tuple[int, int] | None = None) -> dict[str, Any]:
+                 counts: tuple[int, int] | None = None, refs: dict[Any, str] | None = None) -> dict[str, Any]:
     """A rollout as the API shows it; without ``detail`` (the listing) no waves' or nodes' rows, and ``counts``
-    (nodes, failed units) given by the caller."""
+    (nodes, failed units) and the manifests' ``refs`` given by the caller."""
+    if refs is None:
+        refs = _manifest_refs(session, {r.target.get("manifest")})
     rows = [] if not detail else list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
                                                       .order_by(RolloutNode.position)).scalars())
     total, failures = counts if counts is not None else (len(rows), _failures(rows))
     out = {"id": r.id, "state": r.state, "wave": r.wave, "promote": r.promote, "paused_from": r.paused_from,
-           "target": _target_view(r.target, secrets), "pinned": r.target.get("pinned"), "selector": r.selector,
+           "target": _target_view(r.target, secrets, refs), "pinned": r.target.get("pinned"), "selector": r.selector,
            "failure_limit": r.failure_limit,
            "failures": failures, "gates": r.gates, "bake_until": iso(r.bake_until), "reason": r.reason,
            "nodes_total": total, "created_by": r.created_by, "created_at": iso(r.created_at),
@@ -363,7 +379,8 @@ def list_rollouts(session: Session, *, state: str | None, limit: int, after: str
     failed = dict(session.execute(select(RolloutNode.rollout_id, func.count(RolloutNode.unit.distinct()))
                                   .where(RolloutNode.rollout_id.in_(ids), RolloutNode.failed.is_(True))
                                   .group_by(RolloutNode.rollout_id)).all()) if ids else {}
-    return {"items": [rollout_dict(session, r, detail=False, secrets=secrets,
+    refs = _manifest_refs(session, {r.target.get("manifest") for r in rows})
+    return {"items": [rollout_dict(session, r, detail=False, secrets=secrets, refs=refs,
                                    counts=(totals.get(r.id, 0), failed.get(r.id, 0))) for r in rows],
             "next": rows[-1].id if len(rows) == limit else None}
 
@@ -407,7 +424,7 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
                                    .where(Plan.id.in_(sorted({n.new_plan_id for n in signed})))).all())
     failed_now = []
     current = _current(session, [n.node_name for n in signed])
-    for n in signed:
+    for n in sorted(signed, key=lambda n: not n.head):  # heads first: a headless worker is ready with its head
         cur = current.get(n.node_name)
         if cur is None or cur.plan_id != n.new_plan_id:
             # planned (or revoked) by hand during its wave: someone else's decision, not the rollout's failure
@@ -423,7 +440,9 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
         o = domain.node_outcome(domain.Observed(
             node=n.node_name, signed_at=_epoch(n.signed_at) or now, running_at=running[0] if running else None,
             failure=s.get("failure"), predicted_kv_tokens=predicted if isinstance(predicted, int) else None,
-            measured_kv_tokens=running[1] if running else None), gates, now, metrics_gate=METRICS_GATE)
+            measured_kv_tokens=running[1] if running else None,
+            head_ready=None if n.head else all(m.outcome == "ready" for m in rows if m.unit == n.unit and m.head)),
+            gates, now, metrics_gate=METRICS_GATE)
         evidence = {**o.evidence, **({"reason": o.reason} if o.reason else {})}
         if o.state != n.outcome or (o.state != "pending" and evidence != n.evidence):
             if o.state == "failed":
@@ -590,9 +609,20 @@ def _evidence_of(rows: list[RolloutNode]) -> list[dict[str, Any]]:
             for n in rows if n.failed][:50]
 
 
+def _close_waves(session: Session, r: Rollout, state: str) -> None:
+    """A halt or an abort ends the waves: the current one (signed, not done) becomes ``state`` (halted, aborted),
+    the ones not started ``cancelled``; done and skipped waves keep theirs."""
+    for w in session.execute(select(RolloutWave).where(RolloutWave.rollout_id == r.id)).scalars():
+        if w.state in ("waiting", "baking"):
+            w.state = state
+        elif w.state == "pending":
+            w.state = "cancelled"
+
+
 def _halt(session: Session, r: Rollout, rows: list[RolloutNode], reason: str, *, settings: Settings,
           keys: KeyStore, evidence: dict[str, Any] | None = None) -> None:
     r.state, r.reason = "halted", reason
+    _close_waves(session, r, "halted")
     _event(session, r, "halted", {"reason": reason, "evidence": _evidence_of(rows),
                                   **({"refused": evidence} if evidence else {})})
     if _restore(session, r, rows, settings=settings, keys=keys, reason=reason, actor=f"rollout:{r.id}"):
@@ -648,8 +678,6 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
         _finish_restore(session, r, rows)
         return "restore"
     if d.action == "halt":
-        if 0 <= r.wave < len(waves):
-            waves[r.wave].state = "halted"
         _halt(session, r, rows, d.reason or "failures", settings=settings, keys=keys)
         return _halted(r)
     if d.action == "bake":
@@ -752,6 +780,7 @@ def command(session: Session, rollout_id: str, verb: str, *, actor: str, setting
                 if n.outcome == "not_restored" and n.restored_plan_id is None:
                     n.outcome = "retry_restore"
         r.state, r.reason = "aborting", why
+        _close_waves(session, r, "aborted")
         _event(session, r, "aborted", payload, actor=actor)
         # the first chunk here; a large rollout answers "aborting" and the scheduler restores the rest, a chunk per
         # transaction (the write lock is never held for the whole fleet)

@@ -66,7 +66,7 @@ def _with_rollout_warnings(session, out: dict, names: list[str]) -> dict:
     """A plan for nodes an unfinished rollout holds is signed, with a ``rollout_in_progress`` warning naming it."""
     from ...services import rollouts as rollout_service
 
-    warnings = rollout_service.plan_warnings(session, list(dict.fromkeys(names)))
+    warnings = rollout_service.plan_warnings(session, names)
     return {**out, "warnings": warnings} if warnings else out
 
 
