@@ -13,6 +13,12 @@ those cases). Known misses at the printing release, each for a reason a pre-laun
   either), against 0.01-0.28 GiB on every later one-GPU log: nothing in the inputs says what held it. dsv2-lite is
   also a pre-MLA PR build (K and V cached as full heads padded to 256).
 
+Seven cases were added from public start-up logs for issue 18's second look (tests/cases/kv/*llmdplanner*, *qwen2-7b-
+instruct-*, llama3-8b-instruct-a6000-*: each quotes the lines it relies on in ``notes.log_excerpt`` with its URL);
+two of them found faults that are fixed now: a four-segment release (0.10.1.1) parsed as no version at all, so the
+newest release's accounting was used (CUDA graphs inside the budget, -18 %), and phi-2's two-matrix MLP counted as a
+gated one (weights 6.74 vs 5.19 GiB loaded).
+
 The two Qwen2-VL-7B fine-tunes carry the processor their sources give (qwen2vl-7b-ft: the max_pixels 1280 × 28 × 28
 its merge notebook saved; ui-tars-7b: max_pixels 2.1-3.2 MP, bounded by its own log — see each case's notes); with
 the official processor's 16,384-token dummy image they would be at -10.9 % and -28.6 %.
@@ -56,18 +62,32 @@ def test_known_misses_still_miss():
 
 def test_accuracy_summary_achieved():
     s = summary(list(PRINTING.values()))
-    assert s["cases"] == 13
-    assert s["within_10"] >= 11 / 13
-    assert s["within_5"] >= 7 / 13
-    assert s["median_abs_error"] <= 0.05
+    assert s["cases"] == 20
+    assert s["within_5"] >= 12 / 20
+    assert s["median_abs_error"] <= 0.04
     s = summary(list(RESULTS.values()))
-    assert s["within_10"] >= 10 / 13 and s["median_abs_error"] <= 0.06
+    assert s["within_10"] >= 17 / 20 and s["median_abs_error"] <= 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 target (±10 % on 90 % of cases) not met: 2 of 13 cases are known "
-                                       "misses at their printing release, see module docstring")
 def test_accuracy_issue_target():
-    assert summary(list(PRINTING.values()))["within_10"] >= 0.9
+    """Issue 18: KV tokens within ±10 % of vLLM's printed figure on at least 90 % of the memory cases, at the
+    release that printed them; the misses are the known ones above (18 of 20; the first 13 cases alone: 11)."""
+    results = list(PRINTING.values())
+    assert summary(results)["within_10"] >= 0.9
+    assert {r.id for r in results if abs(r.error) > 0.10} == KNOWN_MISSES
+
+
+# Printed "Model loading took X GiB" against the weights the model estimates from config.json alone. The one miss:
+# qwen25-05b-bnb (0.44 vs 0.52 GiB: bitsandbytes 4-bit of a 0.5 B model, where what bitsandbytes keeps unquantized
+# and its quant state are a large share; not modelled).
+WEIGHTS_MISSES = {"qwen25-05b-bnb-rtx4090-48gb-v0100-unsloth"}
+
+
+@pytest.mark.parametrize("case_id", sorted(i for i, r in PRINTING.items()
+                                           if r.component("weights_gib") is not None and i not in WEIGHTS_MISSES))
+def test_weights_within_3_percent_of_what_vllm_loaded(case_id):
+    c = PRINTING[case_id].component("weights_gib")
+    assert abs(c.error) <= 0.03, f"{case_id}: {c.predicted_gib:.2f} GiB vs {c.printed_gib:.2f} printed"
 
 
 def judge(case_id: str):

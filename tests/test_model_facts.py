@@ -87,3 +87,20 @@ def test_missing_or_invalid_keys_name_the_field(mutate, field):
     with pytest.raises(DomainError) as exc:
         read_model_facts(cfg)
     assert field in exc.value.field
+
+
+# Parameter counts the model pages publish (Hugging Face's safetensors metadata: "Model size"), against the estimate
+# from config.json alone — a two-matrix MLP (Falcon: dense_h_to_4h, dense_4h_to_h; vllm 0.33.0
+# model_executor/models/falcon.py:225-257) counted as a gated one put Falcon-40B at 57.9 B.
+@pytest.mark.parametrize("name, published_b, matrices", [
+    ("tiiuae__falcon-40b", 41.8, 2),
+    ("meta-llama__Meta-Llama-3.1-8B", 8.03, 3),
+    ("meta-llama__Meta-Llama-3.1-70B", 70.6, 3),
+])
+def test_parameter_count_from_config_matches_the_published_size(name, published_b, matrices):
+    from service.domain.memory import estimate_weights
+
+    facts = read_model_facts(model_config(name))
+    assert facts.mlp_matrices == matrices
+    params = estimate_weights(facts, 1, 1, False, 2, None).total_params / 1e9
+    assert params == pytest.approx(published_b, rel=0.005)

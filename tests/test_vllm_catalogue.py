@@ -318,6 +318,19 @@ def test_junk_versions_are_refused(version):
     assert e.value.field == "vllm_version"
 
 
+@pytest.mark.parametrize("version, line, accounting", [
+    ("0.10.1.1", "0.10", (0, 10, 1)),  # a real release with four segments (PyPI vllm 0.10.1.1)
+    ("0.10.1.1+cu128", "0.10", (0, 10, 1)),
+    ("0.6.4.post2.dev", "0.6", (0, 6, 4)),
+    ("v0.26.0", "0.26", (0, 26, 0)),
+])
+def test_every_pep440_release_spelling_resolves_to_its_line_and_accounting(version, line, accounting):
+    from service.domain.memory import Accounting
+
+    assert resolve_version(version)[1].line == line
+    assert Accounting.for_version(version).version == accounting  # never silently the newest release's rules
+
+
 def test_load_format_dummy_and_unjudged_loads():
     req = request(MODEL, count=1, load_format="dummy")
     r = validate(LaunchRequest.model_validate(req), alternatives=False)

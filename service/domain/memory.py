@@ -344,7 +344,7 @@ def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: f
     norms = 2 * H * act_bytes
     # MLP of a dense layer
     inter = facts.intermediate_size or 4 * H
-    dense_params = 3 * H * inter
+    dense_params = facts.mlp_matrices * H * inter
     dense_rank = int(attn_rank + dense_params * qb.dense_mlp / tp + norms)
     dense_bytes = attn_params * qb.attention + dense_params * qb.dense_mlp + norms
     n_exp = facts.num_experts
@@ -573,7 +573,7 @@ def activation_peak(ctx: LaunchContext, tokens: int, num_seqs: int, act_bytes: i
     """Activation peak of the profile run (gpu_model_runner ``profile_run``; vllm-rules.md §6 transient headroom).
 
     Forward pass over ``tokens`` tokens: per token the widest live intermediates — QKV, the MLP's gate/up output and
-    its activation (dense: 3 × intermediate / TP; MoE: top-k × 3 × expert width / (TP×DP)) and two hidden states —
+    its activation (dense: 3 × intermediate / TP, 2 × for a two-matrix MLP; MoE: top-k × 3 × expert width / (TP×DP)) and two hidden states —
     in the activation dtype; does not shrink with TP for the hidden states. Then the dummy sampler over
     ``min(max_num_seqs, tokens)`` rows of full-vocabulary fp32 logits (V1: ``sampler_fp32_copies_v1`` live copies;
     V0: one).
@@ -587,7 +587,7 @@ def activation_peak(ctx: LaunchContext, tokens: int, num_seqs: int, act_bytes: i
         if f.shared_expert_intermediate_size or f.n_shared_experts:
             width = max(width, 3 * (f.shared_expert_intermediate_size or f.n_shared_experts * moe_i) / tp)
     else:
-        width = 3 * (f.intermediate_size or 4 * H) / tp
+        width = f.mlp_matrices * (f.intermediate_size or 4 * H) / tp  # gate_up out + act out, or up out + act out
     qkv = (f.num_attention_heads + 2 * f.total_num_kv_heads) * f.head_dim / tp
     per_token = (2 * H + max(width, qkv)) * act_bytes * CALIBRATION["activation_token_factor"]
     rows = min(num_seqs, tokens)

@@ -174,6 +174,19 @@ class QuantConfig:
     kv_cache_quant: str | None = None
 
 
+# Decoders whose MLP is two matrices (up, down: 2·H·I parameters), not a gated pair (gate_up, down: 3·H·I). Read from
+# vLLM 0.33.0's model files: model_executor/models/falcon.py:225-257 (FalconMLP: dense_h_to_4h, dense_4h_to_h),
+# gpt2.py:115-141 (c_fc, c_proj), gpt_j.py:126-150 (fc_in, fc_out), opt.py:126-169 (fc1, fc2), bloom.py:150-173
+# (dense_h_to_4h, dense_4h_to_h), nemotron.py:138-165 (up_proj, down_proj: relu²); and those 0.33 serves through the
+# Transformers backend (registry.py:753-767) with transformers' own two-matrix MLPs: PhiForCausalLM (fc1, fc2),
+# GPTNeoXForCausalLM (dense_h_to_4h, dense_4h_to_h), GPTBigCodeForCausalLM and Starcoder2ForCausalLM (c_fc, c_proj).
+# Every other decoder is counted gated (LlamaMLP and its many copies: gate_up_proj as MergedColumnParallelLinear).
+NON_GATED_MLP = frozenset({
+    "FalconForCausalLM", "RWForCausalLM", "GPT2LMHeadModel", "GPTJForCausalLM", "OPTForCausalLM", "BloomForCausalLM",
+    "NemotronForCausalLM", "PhiForCausalLM", "GPTNeoXForCausalLM", "GPTBigCodeForCausalLM", "Starcoder2ForCausalLM",
+})
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     """What vLLM needs to know about a model, read from its config.json.
@@ -220,6 +233,11 @@ class ModelFacts:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of H × intermediate in a dense layer's MLP: 2 (up, down) or 3 (gate, up, down)."""
+        return 2 if any(a in NON_GATED_MLP for a in self.architectures) else 3
 
 
 def text_config_of(config: dict) -> dict:

@@ -177,9 +177,10 @@ QUANT_PLUGINS: dict[str, str] = {
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
-    # X.Y[.Z] with PEP 440 pre/post/dev suffixes (the number may be implicit: 0.6.4.post2.dev, 0.8.5.dev) and a local
-    # part (0.6.3.dev114+g4f95ffee, 0.8.5.post1, 0.11.0rc2)
-    m = re.fullmatch(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,6}))?(?:\.?(?:post|dev|rc|a|b)\d{0,9})*"
+    # X.Y[.Z[.W…]] (PEP 440 release segments: vLLM published 0.10.1.1; segments past the third are kept out of the
+    # triple) with pre/post/dev suffixes (the number may be implicit: 0.6.4.post2.dev, 0.8.5.dev) and a local part
+    # (0.6.3.dev114+g4f95ffee, 0.8.5.post1, 0.11.0rc2)
+    m = re.fullmatch(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,6}))?(?:\.\d{1,6}){0,3}(?:\.?(?:post|dev|rc|a|b)\d{0,9})*"
                      r"(?:\+[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?", text.strip())
     if not m:
         return None
