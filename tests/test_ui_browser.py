@@ -256,3 +256,58 @@ def test_docs_load_offline_with_authorize(browser, live):
     page.screenshot(path=str(SHOTS / "docs-1280.png"))
     assert_only_own_host(page, live["base"])
     ctx.close()
+
+
+def test_a_rollout_from_the_fleet_page_to_its_own_page(browser, live):
+    """Last in this module: the rollout changes gpu-03's plan. Its page shows the waves, the node's outcome with the
+    agent's words as text (the failure message carries markup), the plans as links, and the steps from the audit."""
+    import time
+
+    c = live["client"]
+    r = c.post("/v1/rollouts", json={"manifest": f"{XSS_MODEL}@1", "nodes": ["gpu-03"],
+                                     "engine_args": {"max_model_len": 2048, "gpu_memory_utilization": 0.9},
+                                     "waves": [{"percent": 100}]})
+    assert r.status_code == 201, r.text
+    rid = r.json()["id"]
+    deadline = time.time() + 60
+    while (s := c.get(f"/v1/rollouts/{rid}").json())["nodes"][0]["new_plan_id"] is None:  # the scheduler signs it
+        assert time.time() < deadline, s
+        time.sleep(0.5)
+    token = c.post("/v1/nodes/gpu-03/token").json()["agent_token"]
+    rep = c.post("/v1/nodes/gpu-03/reports", headers={"Authorization": f"Bearer {token}"},
+                 json={"plan_id": s["nodes"][0]["new_plan_id"], "status": "failed",
+                       "message": "<img src=x onerror=window.__pwned=2>"})
+    assert rep.status_code == 201, rep.text
+    while c.get(f"/v1/rollouts/{rid}").json()["state"] != "rolled_back":
+        assert time.time() < deadline
+        time.sleep(0.5)
+
+    ctx, page = new_page(browser, live)
+    sign_in(page, live)
+    row = page.locator(f'tr[data-rollout="{rid}"]')
+    expect(row).to_contain_text("rolled_back")
+    expect(row).to_contain_text(XSS_MODEL)
+    row.get_by_role("link", name=rid[:8]).click()
+    page.wait_for_url(live["base"] + f"/ui/rollouts/{rid}")
+    expect(page.locator("main h1")).to_contain_text(rid)
+    expect(page.locator("#rollout-facts")).to_contain_text(f"{XSS_MODEL}@1")
+    expect(page.locator('#waves tr[data-wave="0"] .status')).to_have_text("halted")
+    node = page.locator('#rollout-nodes tr[data-node="gpu-03"]')
+    expect(node.locator(".status")).to_have_text("restored")
+    expect(node).to_contain_text("<img src=x onerror=window.__pwned=2>")  # the agent's words, as text
+    expect(page.locator('#rollout-events li[data-kind="rollout.node_restored"]')).to_have_count(1)
+    assert page.evaluate("window.__pwned === undefined")
+    node.get_by_role("link", name=s["nodes"][0]["new_plan_id"][:8]).click()
+    page.wait_for_url(live["base"] + f"/ui/plans/{s['nodes'][0]['new_plan_id']}")
+    page.go_back()
+    page.screenshot(path=str(SHOTS / "rollout-1280.png"), full_page=True)
+    assert not page.errors, page.errors
+    assert_only_own_host(page, live["base"])
+    state = ctx.storage_state()
+    ctx.close()
+    ctx, phone = new_page(browser, live, width=390, height=844, storage=state)
+    phone.goto(f"/ui/rollouts/{rid}")
+    expect(phone.locator("main h1")).to_be_visible()
+    assert phone.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    phone.screenshot(path=str(SHOTS / "rollout-390.png"), full_page=True)
+    ctx.close()

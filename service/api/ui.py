@@ -454,7 +454,8 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
         with db.read() as s:
             r = rollout_service.rollout_dict(s, rollout_service.get(s, rollout_id), secrets=p.role in SECRETS)
             events = [] if p.role not in AUDITORS else [  # the steps and their reasons, as the audit holds them
-                {"id": e.id, "at": iso(e.ts), "kind": e.kind, "actor": e.actor, "node": e.node, "payload": e.payload}
+                {"id": e.id, "at": iso(e.ts), "kind": e.kind, "actor": e.actor, "node": e.node, "plan_id": e.plan_id,
+                 "payload": e.payload}
                 for e in s.execute(select(AuditEvent).where(AuditEvent.subject == f"rollout:{rollout_id}")
                                    .order_by(AuditEvent.id.desc()).limit(ROLLOUT_EVENTS)).scalars()]
         return {"r": r, "events": events}
