@@ -440,14 +440,20 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
         return {"plan": out, "manifest": manifest, "placements": placements, "states": states, "reports": reports,
                 "recommendations": plan.recommendations, "bar": memory_bar(plan.budget), "tuning": tuning}
 
-    @app.get("/ui/plans/{plan_id}", include_in_schema=False)
-    @guarded("fleet")
-    async def plan_page(request: Request, p: Principal, cookie, ctx):
-        plan_id = request.path_params["plan_id"]
-        if len(plan_id) > 36:
-            raise PageError(404, "no such plan", "plan_id")
-        data = await run_in_threadpool(plan_data, plan_id, p)
-        return page(request, "plan.html", **data, **ctx)
+    def detail_page(what: str, data: Callable[[str, Principal], dict[str, Any]]) -> None:
+        """``/ui/{what}s/{id}``: one plan or rollout by its id (a uuid: a longer id is a 404 before any read)."""
+        param = f"{what}_id"
+
+        async def show(request: Request, p: Principal, cookie, ctx):
+            key = request.path_params[param]
+            if len(key) > 36:
+                raise PageError(404, f"no such {what}", param)
+            return page(request, f"{what}.html", **await run_in_threadpool(data, key, p), **ctx)
+
+        show.__name__ = f"{what}_page"
+        app.get(f"/ui/{what}s/{{{param}}}", include_in_schema=False)(guarded("fleet")(show))
+
+    detail_page("plan", plan_data)
 
     # -- rollout -------------------------------------------------------------------------------------------------
     def rollout_data(rollout_id: str, p: Principal) -> dict[str, Any]:
@@ -460,14 +466,7 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
                                    .order_by(AuditEvent.id.desc()).limit(ROLLOUT_EVENTS)).scalars()]
         return {"r": r, "events": events}
 
-    @app.get("/ui/rollouts/{rollout_id}", include_in_schema=False)
-    @guarded("fleet")
-    async def rollout_page(request: Request, p: Principal, cookie, ctx):
-        rollout_id = request.path_params["rollout_id"]
-        if len(rollout_id) > 36:
-            raise PageError(404, "no such rollout", "rollout_id")
-        data = await run_in_threadpool(rollout_data, rollout_id, p)
-        return page(request, "rollout.html", **data, **ctx)
+    detail_page("rollout", rollout_data)
 
     # -- audit ---------------------------------------------------------------------------------------------------
     def audit_data(f: dict[str, Any], before: int | None, verify: bool) -> dict[str, Any]:
