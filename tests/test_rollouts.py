@@ -284,7 +284,8 @@ def test_abort_leaves_a_node_someone_planned_since(fleet):
     manual = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
                                                "engine_args": {**OLD, "max_model_len": 4096}}).json()
     s = fleet.api.post(f"/v1/rollouts/{r['id']}/abort").json()
-    assert s["nodes"][0]["outcome"] == "not_restored" and "no longer the rollout's" in s["nodes"][0]["evidence"]["restore"]
+    assert s["state"] == "aborted" and s["nodes"][0]["outcome"] == "superseded_by_hand"
+    assert "no longer the rollout's" in s["nodes"][0]["evidence"]["restore"]
     assert fleet.current("gpu-01")[0] == manual["id"]
 
 
@@ -299,11 +300,15 @@ def test_a_refused_restore_leaves_it_halted_until_an_operator_aborts(fleet):
     s = fleet.status(r["id"])
     first = s["nodes"][0]
     assert s["state"] == "halted" and first["outcome"] == "not_restored" and first["failed"] is True
-    assert first["evidence"]["restore"].startswith("LaunchRejected")
+    assert "4 GPUs" in first["evidence"]["restore"] and "LaunchRejected" not in first["evidence"]["restore"]
     assert fleet.current("gpu-01")[:2] == (new_id, 2)  # nothing half-done: the rollout's plan is still current
     assert "rollout.rollback_incomplete" in [k for k, _, _ in fleet.events(r["id"])]
     assert fleet.tick() == {}  # a halted rollout waits for an operator
     assert fleet.api.post(f"/v1/rollouts/{r['id']}/pause").status_code == 409
+    # an abort while the restore is still refused keeps it halted (never a final state with a node left behind)
+    s = fleet.api.post(f"/v1/rollouts/{r['id']}/abort", json={"reason": "try again"}).json()
+    assert s["state"] == "halted" and s["nodes"][0]["outcome"] == "not_restored"
+    assert s["reason"].startswith("1 node(s) could not be restored")
     assert fleet.api.patch("/v1/nodes/gpu-01", json={"gpu_count": 8}).status_code == 200  # repaired
     s = fleet.api.post(f"/v1/rollouts/{r['id']}/abort", json={"reason": "GPUs back"}).json()
     assert s["state"] == "aborted" and s["nodes"][0]["outcome"] == "restored" and s["nodes"][0]["restored_seq"] == 3
@@ -708,6 +713,7 @@ def test_a_wave_refused_at_signing_halts_and_restores_what_changed(fleet):
     assert [n["outcome"] for n in s["nodes"]] == ["restored", "unchanged", "unchanged", "unchanged"]
     assert [fleet.assignments(n) for n in NODES] == [3, 1, 1, 1]  # nothing of wave 1 was kept
     assert s["waves"][1]["plan_ids"] == [] and s["waves"][1]["signed_at"] is None
+    assert [w["state"] for w in s["waves"]] == ["done", "halted"]  # the wave refused at signing, not "cancelled"
 
 
 # -- the break-it pass (issue 19 follow-up): what the canary proved is what the fleet gets -----------------------------
@@ -770,14 +776,13 @@ def test_a_wave_never_splits_a_multi_node_instance_planned_since_creation(fleet)
     assert hand.status_code == 201, hand.text
     [warning] = hand.json()["warnings"]
     assert warning["rule"] == "rollout_in_progress" and warning["rollout"] == r["id"] and warning["nodes"] == ["gpu-02"]
-    assert fleet.tick(t0 + 1) == {r["id"]: "halt"}
+    assert fleet.tick(t0 + 1) == {r["id"]: "sign"}  # gpu-02 was planned since creation: left alone, not split
     s = fleet.status(r["id"])
-    assert s["state"] == "rolled_back" and "gpu-02, gpu-04" in s["reason"] and "split" in s["reason"]
-    halted = next(p for k, _, p in fleet.events(r["id"]) if k == "rollout.halted")
-    assert halted["refused"]["group"] == ["gpu-02", "gpu-04"] and halted["refused"]["outside"] == ["gpu-04"]
+    assert [n["outcome"] for n in s["nodes"]] == ["ready", "superseded_by_hand", "pending"]
+    assert s["nodes"][1]["new_plan_id"] is None and s["nodes"][1]["evidence"]["current_plan_id"] == hand.json()["id"]
     # the instance is whole: both members still on the hand-made plan
     assert fleet.current("gpu-02")[0] == fleet.current("gpu-04")[0] == hand.json()["id"]
-    assert s["nodes"][0]["outcome"] == "restored"
+    assert fleet.current("gpu-03")[0] == s["nodes"][2]["new_plan_id"]
 
 
 def test_a_node_planned_by_hand_during_its_wave_is_superseded_not_failed(fleet):
@@ -800,6 +805,67 @@ def test_a_node_planned_by_hand_during_its_wave_is_superseded_not_failed(fleet):
     again = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-02"],
                                               "engine_args": OLD})
     assert "warnings" not in again.json()
+
+
+def test_a_node_planned_by_hand_before_its_wave_is_left_alone(fleet):
+    r = fleet.rollout(waves=[{"percent": 25}, {"percent": 100}])
+    assert [n["previous_plan_id"] for n in r["nodes"]] == [fleet.old["id"]] * 4  # recorded at creation
+    t0 = time.time()
+    fleet.tick(t0)
+    fleet.report("gpu-01", fleet.status(r["id"])["nodes"][0]["new_plan_id"], "running")
+    hotfix = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-03"],
+                                               "engine_args": {**OLD, "max_model_len": 4096}})
+    assert hotfix.status_code == 201 and hotfix.json()["warnings"][0]["rule"] == "rollout_in_progress"
+    assert fleet.tick(t0 + 1) == {r["id"]: "sign"}
+    s = fleet.status(r["id"])
+    third = s["nodes"][2]
+    assert third["outcome"] == "superseded_by_hand" and third["new_plan_id"] is None
+    assert third["evidence"]["current_plan_id"] == hotfix.json()["id"] and third["evidence"]["before_wave"] is True
+    assert fleet.current("gpu-03")[0] == hotfix.json()["id"]  # the operator's plan was not overwritten
+    assert s["waves"][1]["nodes"] == ["gpu-02", "gpu-03", "gpu-04"]
+    signed = {n["node"] for n in s["nodes"] if n["new_plan_id"] and n["wave"] == 1}
+    assert signed == {"gpu-02", "gpu-04"}
+    for n in ("gpu-02", "gpu-04"):
+        fleet.report(n, s["nodes"][NODES.index(n)]["new_plan_id"], "running")
+    assert fleet.tick(t0 + 2) == {r["id"]: "complete"}
+    s = fleet.status(r["id"])
+    assert s["outcomes"] == {"ready": 3, "superseded_by_hand": 1}
+
+
+def test_a_rollback_never_signs_a_revoked_plan_again(fleet):
+    r = fleet.rollout(waves=[{"percent": 25}, {"percent": 100}])
+    fleet.tick()
+    new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
+    # the plan gpu-01 ran before is withdrawn (gpu-02..04 still run it, so the revoke is allowed)
+    assert fleet.api.post(f"/v1/plans/{fleet.old['id']}/revoke").status_code == 200
+    fleet.report("gpu-01", new_id, "failed")
+    assert fleet.tick() == {r["id"]: "halt"}
+    s = fleet.status(r["id"])
+    first = s["nodes"][0]
+    assert s["state"] == "halted" and first["outcome"] == "not_restored"
+    assert "revoked" in first["evidence"]["restore"] and fleet.current("gpu-01")[0] == new_id
+    # the operator gives gpu-01 a plan, then aborts: it is left with theirs
+    fix = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
+                                            "engine_args": OLD})
+    assert fix.status_code == 201
+    ab = fleet.api.post(f"/v1/rollouts/{r['id']}/abort").json()
+    assert ab["state"] == "aborted" and ab["nodes"][0]["outcome"] == "superseded_by_hand"
+    assert fleet.current("gpu-01")[0] == fix.json()["id"]
+
+
+def test_a_restore_keeps_the_previous_plans_tuning(fleet):
+    tuned = fleet.api.post("/v1/plans", json={
+        "manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"], "engine_args": OLD,
+        "workload": {"avg_seq_len": 2000, "p99_seq_len": 6000, "shape": "balanced", "stage": "initial"},
+        "tuning": {"slo_ttft_p99_s": 0.5, "slo_e2e_p99_s": 9}})
+    assert tuned.status_code == 201, tuned.text
+    slo = fleet.api.get(f"/v1/plans/{tuned.json()['id']}").json()["tuning"]["slo"]
+    r = fleet.rollout(waves=[{"percent": 25}, {"percent": 100}])
+    fleet.tick()
+    fleet.report("gpu-01", fleet.status(r["id"])["nodes"][0]["new_plan_id"], "failed")
+    assert fleet.tick() == {r["id"]: "halt"}
+    restored = fleet.status(r["id"])["nodes"][0]["restored_plan_id"]
+    assert fleet.api.get(f"/v1/plans/{restored}").json()["tuning"]["slo"] == slo
 
 
 def test_a_large_wave_is_signed_and_restored_in_chunks_of_the_plan_cap(api, db, quiet, keys, monkeypatch):
@@ -898,6 +964,20 @@ def test_an_empty_wave_is_skipped_without_a_bake(groups):
     assert groups.tick(t0 + 1) == {r["id"]: "sign"}  # wave 1 is empty: straight to wave 2, no hour of baking
     s = groups.status(r["id"])
     assert s["wave"] == 2 and [w["state"] for w in s["waves"]] == ["done", "skipped", "waiting"]
+
+
+def test_waves_left_empty_at_the_end_are_skipped_when_the_rollout_completes(groups):
+    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
+            "nodes": H200[:2], "waves": [{"percent": 1}, {"percent": 50, "bake_s": 5}, {"percent": 100}],
+            "gates": {"kv_tolerance": None}}
+    r = groups.api.post("/v1/rollouts", json=body).json()
+    t0 = time.time()
+    groups.tick(t0)
+    groups.report("h200-a", groups.status(r["id"])["waves"][0]["plan_ids"][0], "running")
+    assert groups.tick(t0 + 1) == {r["id"]: "complete"}
+    s = groups.status(r["id"])
+    assert [w["state"] for w in s["waves"]] == ["done", "skipped", "skipped"]
+    assert [k for k, _, _ in groups.events(r["id"])].count("rollout.wave_skipped") == 2
 
 
 def test_failure_limit_at_the_units_warns_and_kv_tolerance_is_a_number(fleet):

@@ -9,7 +9,7 @@ import threading
 import types
 from typing import Any, Callable
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
@@ -25,7 +25,7 @@ from ..services import rollouts as rollout_service
 from ..settings import Settings
 from ..signing import KeyStore
 from . import docs, openapi_doc, ui
-from .deps import PLAN_CACHE_SECONDS, PRINCIPAL_CACHE_SECONDS, Principals
+from .deps import PLAN_CACHE_SECONDS, PRINCIPAL_CACHE_SECONDS, Principals, known_query
 from .observability import Observability
 from .routers import agent, manifests, nodes, ops, plans, rollouts, tokens, tuning
 from .routers import audit as audit_routes
@@ -243,7 +243,9 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
     # path is matched before any other route --------------------------------------------------------------------
     for router in (agent.router, ops.router, keys_routes.router, nodes.router, manifests.router, plans.router,
                    rollouts.router, audit_routes.router, tokens.router, tuning.router):
-        app.include_router(router)
+        # probes, metrics and the published key set answer whatever a load balancer or cache-buster appends
+        open_query = router in (ops.router, keys_routes.router)
+        app.include_router(router, dependencies=[] if open_query else [Depends(known_query)])
 
     openapi_doc.install(app)
     docs.install(app)  # Swagger UI from a local package (api/docs.py)

@@ -25,6 +25,36 @@ PRINCIPAL_CACHE_SECONDS = 60.0  # TTLs bound an entry's life; coherence comes fr
 PLAN_CACHE_SECONDS = 30.0
 
 
+# -- query parameters -------------------------------------------------------------------------------------------------
+_DECLARED: dict[int, tuple[str, ...]] = {}  # id(route) → its query parameters (routes live as long as the app)
+
+
+def _query_names(dependant) -> set[str]:
+    """The query parameters a route declares, its dependencies' included."""
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+async def known_query(request: Request) -> None:  # async: no thread hop on the agent's hot path
+    """On every API route: a query parameter the operation does not declare is a 422 naming it — a misspelt filter
+    (``?nod=gpu-01``) would otherwise list everything, and a misspelt switch (``?dryrun=true``) act for real."""
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    if route is None or not hasattr(route, "dependant"):
+        return
+    declared = _DECLARED.get(id(route))
+    if declared is None:
+        declared = _DECLARED[id(route)] = tuple(sorted(_query_names(route.dependant)))
+    unknown = sorted(set(request.query_params) - set(declared))
+    if unknown:
+        takes = f"this operation takes: {', '.join(declared)}" if declared else "this operation takes none"
+        raise DomainError(f"query.{unknown[0]}" if unknown[0] else "query",
+                          f"unknown query parameter {unknown[0][:64]!r} ({takes})", rule="unknown_query")
+
+
 # -- the database session ---------------------------------------------------------------------------------------------
 def session_dep(request: Request):
     with request.app.state.db.transaction() as s:

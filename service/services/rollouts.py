@@ -230,7 +230,8 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
     for u, members in enumerate(unit_list):
         for n in members:
             session.add(RolloutNode(rollout_id=r.id, node_name=n, position=position[n], unit=u, wave=wave_of[u],
-                                    head=n in heads, outcome="unchanged", failed=False, evidence={}, updated_at=now))
+                                    head=n in heads, outcome="unchanged", failed=False, evidence={}, updated_at=now,
+                                    previous_plan_id=current[n].plan_id))
     session.flush()
     audit.append(session, actor=actor, kind="rollout.created", subject=f"rollout:{r.id}", model=manifest.name,
                  payload={"rollout": r.id, "manifest": f"{manifest.name}@{manifest.version}", "nodes": len(names),
@@ -339,10 +340,19 @@ def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: 
                      "plan_ids": w.plan_ids, "signed_at": iso(w.signed_at), "settled_at": iso(w.settled_at),
                      "done_at": iso(w.done_at), "nodes": [n.node_name for n in rows if n.wave == w.index]}
                     for w in waves]
+    out["outcomes"] = _outcome_counts(rows)  # e.g. {"ready": 3, "superseded_by_hand": 1}: what it changed
     out["nodes"] = [{"node": n.node_name, "unit": n.unit, "wave": n.wave, "head": n.head, "outcome": n.outcome,
                      "failed": n.failed, "previous_plan_id": n.previous_plan_id, "new_plan_id": n.new_plan_id,
                      "new_seq": n.new_seq, "restored_plan_id": n.restored_plan_id, "restored_seq": n.restored_seq,
                      "signed_at": iso(n.signed_at), "evidence": n.evidence} for n in rows]
+    return out
+
+
+def _outcome_counts(rows: list[RolloutNode]) -> dict[str, int]:
+    """Nodes per outcome (``ready``, ``superseded_by_hand``, ``restored``, …): what a rollout changed, in one line."""
+    out: dict[str, int] = {}
+    for n in rows:
+        out[n.outcome] = out.get(n.outcome, 0) + 1
     return out
 
 
@@ -496,7 +506,16 @@ def _sign_chunk(session: Session, r: Rollout, wave: RolloutWave, rows: list[Roll
             break
         chunk.extend(members)
     names = [n.node_name for n in chunk]
+    node_service.lock(session, sorted(names))  # a plan given by hand now waits for this chunk, never interleaves
     current = _current(session, names)
+    moved = _planned_by_hand(session, r, chunk, current)
+    if moved:
+        chunk = [n for n in chunk if n.unit not in moved]
+        if not chunk:
+            wave.state = "waiting"
+            return None, len(todo) == sum(1 for n in todo if n.unit in moved)
+        names = [n.node_name for n in chunk]
+        current = {k: v for k, v in current.items() if k in names}
     inside = set(names)
     for members in _previous_groups(session, current):
         outside = [m for m in members if m not in inside]
@@ -513,15 +532,35 @@ def _sign_chunk(session: Session, r: Rollout, wave: RolloutWave, rows: list[Roll
     seqs = {a["node"]: a["seq"] for a in out["assignments"]}
     at = _at(now)
     for n in chunk:
-        prev = current.get(n.node_name)
-        n.previous_plan_id = prev.plan_id if prev is not None else None
+        if n.previous_plan_id is None and n.node_name in current:  # a rollout created before it was recorded
+            n.previous_plan_id = current[n.node_name].plan_id
         n.new_plan_id, n.new_seq, n.signed_at = out["id"], seqs[n.node_name], at
         n.outcome, n.evidence, n.updated_at = "pending", {}, utcnow()
     wave.plan_ids = [*(wave.plan_ids or []), out["id"]]
     if wave.signed_at is None:
         wave.signed_at = at
     wave.state = "waiting"
-    return out["id"], len(chunk) == len(todo)
+    return out["id"], len(chunk) + sum(1 for n in todo if n.unit in moved) == len(todo)
+
+
+def _planned_by_hand(session: Session, r: Rollout, chunk: list[RolloutNode], current: dict[str, Assignment]) -> set[int]:
+    """Units of the chunk with a node whose current plan is no longer the one it ran when the rollout was created
+    (``previous_plan_id``): someone planned it since — their decision, left alone. Every node of such a unit is
+    ``superseded_by_hand`` (not signed, not a failure, not restored), one audit event each."""
+    moved: dict[int, tuple[str, Assignment | None]] = {}
+    for n in chunk:
+        cur = current.get(n.node_name)
+        if n.previous_plan_id is not None and (cur is None or cur.plan_id != n.previous_plan_id):
+            moved.setdefault(n.unit, (n.node_name, cur))
+    for n in chunk:
+        if n.unit not in moved:
+            continue
+        who, cur = moved[n.unit]
+        n.outcome, n.updated_at = "superseded_by_hand", utcnow()
+        n.evidence = {"reason": "superseded_by_hand", "before_wave": True, "planned_node": who,
+                      "current_plan_id": cur.plan_id if cur else None, "current_seq": cur.seq if cur else None}
+        _event(session, r, "node_superseded_by_hand", {"unit": n.unit, "evidence": n.evidence}, node=n.node_name)
+    return set(moved)
 
 
 def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings: Settings, keys: KeyStore,
@@ -537,16 +576,16 @@ def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings:
             and n.outcome not in ("superseded_by_hand", "not_restored")]
     if not todo:
         return False
+    node_service.lock(session, sorted(n.node_name for n in todo))  # a plan given by hand now is seen, never lost
     current = _current(session, [n.node_name for n in todo])
     batches: dict[tuple[int, str | None], list[RolloutNode]] = {}
     restored = missed = 0
     for n in todo:
         cur = current.get(n.node_name)
-        if cur is None or cur.plan_id != n.new_plan_id:
-            n.outcome, n.updated_at = "not_restored", utcnow()
+        if cur is None or cur.plan_id != n.new_plan_id:  # planned (or revoked) by hand since: their decision
+            n.outcome, n.updated_at = "superseded_by_hand", utcnow()
             n.evidence = {**n.evidence, "restore": f"its current plan is {cur.plan_id if cur else 'none'}, no longer "
                                                    f"the rollout's {n.new_plan_id}: left as it is"}
-            missed += 1
             continue
         batches.setdefault((n.previous_plan_id, n.unit), []).append(n)
     # nodes whose previous plan is the same are restored together (its content is identical), whole units, at most
@@ -570,12 +609,15 @@ def _restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings:
             old, assignments = plan_service.get(session, previous_id)
             wanted = {n.node_name for n in members}
             body = plan_service.content_body(old, [a for a in assignments if a.node_name in wanted])
-            try:
-                with session.begin_nested():  # a refusal undoes only this restore
-                    out = plan_service.create(session, actor=f"rollout:{r.id}", settings=settings, keys=keys,
-                                              body=body)
-            except (ApiError, DomainError) as exc:
-                failure = f"{exc.__class__.__name__}: {getattr(exc, 'detail', None) or exc}"[:500]
+            if old.status == "revoked":  # withdrawn since: its content is never signed again by a rollback
+                failure = f"its previous plan {previous_id} was revoked since: not signed again (give the node a plan)"
+            else:
+                try:
+                    with session.begin_nested():  # a refusal undoes only this restore
+                        out = plan_service.create(session, actor=f"rollout:{r.id}", settings=settings, keys=keys,
+                                                  body=body, tuning=old.tuning if isinstance(old.tuning, dict) else None)
+                except (ApiError, DomainError) as exc:
+                    failure = str(getattr(exc, "detail", None) or getattr(exc, "message", None) or exc)[:500]
         for n in members:
             evidence = dict(n.evidence or {})
             if failure is not None:
@@ -599,7 +641,11 @@ def _finish_restore(session: Session, r: Rollout, rows: list[RolloutNode], *, ac
     (an operator's abort tries again). One event with the totals."""
     restored = sum(1 for n in rows if n.outcome == "restored")
     missed = sum(1 for n in rows if n.outcome == "not_restored")
-    r.state = "aborted" if r.state == "aborting" else ("rolled_back" if missed == 0 else "halted")
+    if missed:  # halted until an operator's abort restores them (it tries the refused restores again)
+        r.state = "halted"
+        r.reason = f"{missed} node(s) could not be restored (see their evidence): {r.reason or ''}"[:1000]
+    else:
+        r.state = "aborted" if r.state == "aborting" else "rolled_back"
     _event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
            {"restored": restored, "not_restored": missed, "reason": r.reason}, actor=actor)
 
@@ -613,7 +659,7 @@ def _close_waves(session: Session, r: Rollout, state: str) -> None:
     """A halt or an abort ends the waves: the current one (signed, not done) becomes ``state`` (halted, aborted),
     the ones not started ``cancelled``; done and skipped waves keep theirs."""
     for w in session.execute(select(RolloutWave).where(RolloutWave.rollout_id == r.id)).scalars():
-        if w.state in ("waiting", "baking"):
+        if w.state in ("waiting", "baking") or (w.index == r.wave and w.state == "pending"):  # (refused at signing)
             w.state = state
         elif w.state == "pending":
             w.state = "cancelled"
@@ -697,8 +743,12 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
         r.promote = False
     r.bake_until = None
     if d.action == "complete":
+        for skipped in waves[r.wave + 1:]:  # left empty (a unit overshot them): nothing to sign or bake
+            if skipped.state == "pending":
+                skipped.state = "skipped"
+                _event(session, r, "wave_skipped", {"index": skipped.index, "reason": "no nodes left for this wave"})
         r.state = "completed"
-        _event(session, r, "completed", {"failures": view.failures})
+        _event(session, r, "completed", {"failures": view.failures, "outcomes": _outcome_counts(rows)})
         return "complete"
     # sign: a refusal now (the manifest or the vLLM catalogue changed since the rollout was validated) halts it
     for skipped in waves[max(r.wave, -1) + 1:d.wave]:  # empty (a unit overshot them): nothing to sign or bake
@@ -729,11 +779,12 @@ def _sign_next(session: Session, r: Rollout, wave: RolloutWave, rows: list[Rollo
         _halt(session, r, rows, reason, settings=settings, keys=keys)
         return _halted(r)
     if not done:
-        _event(session, r, "wave_chunk_signed", {"plan_id": plan_id,
-                                                 "nodes": [n.node_name for n in rows if n.new_plan_id == plan_id]})
+        if plan_id is not None:  # (None: every unit of that chunk was planned by hand since: nothing signed)
+            _event(session, r, "wave_chunk_signed", {"plan_id": plan_id,
+                                                     "nodes": [n.node_name for n in rows if n.new_plan_id == plan_id]})
         return "signing"
     _event(session, r, "wave_signed", {"plan_ids": wave.plan_ids,
-                                       "nodes": [n.node_name for n in rows if n.wave == wave.index]})
+                                       "nodes": [n.node_name for n in rows if n.wave == wave.index and n.new_plan_id]})
     return "sign"
 
 
