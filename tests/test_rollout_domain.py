@@ -89,6 +89,11 @@ def test_failed_report_fails_the_node_with_evidence():
     assert o.evidence == {"status": "failed", "after_s": 12.5, "message": "CUDA out of memory"}
 
 
+def test_an_exited_report_keeps_vllms_exit_status():
+    o = R.node_outcome(R.Observed("a", 0.0, failure=("exited", 3.0, "vLLM exited"), exit_status=137), G, 4.0)
+    assert o.reason == "report_exited" and o.evidence["exit_status"] == 137
+
+
 def test_refused_and_exited_fail_too():
     for status in ("refused", "exited"):
         assert R.node_outcome(R.Observed("a", 0.0, failure=(status, 1.0, None)), G, 2.0).reason == f"report_{status}"
@@ -115,7 +120,8 @@ def test_kv_gate_off_and_missing_figures_pass():
     assert missing.evidence["kv_gate"] == "not judged: the running report carried no KV cache figure"
     unpredicted = R.node_outcome(R.Observed("a", 0.0, running_at=1.0, measured_kv_tokens=5), G, 2.0)
     assert unpredicted.evidence["kv_gate"] == "not judged: the plan has no KV cache prediction"
-    assert "kv_gate" not in R.node_outcome(R.Observed("a", 0.0, running_at=1.0), off, 2.0).evidence
+    assert R.node_outcome(R.Observed("a", 0.0, running_at=1.0), off, 2.0).evidence["kv_gate"] == (
+        "not judged: kv_tolerance is null")
 
 
 def test_a_headless_worker_never_times_out_and_is_ready_with_its_head():

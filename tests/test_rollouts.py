@@ -138,7 +138,7 @@ def test_a_clean_wave_advances_after_the_bake_and_completes(fleet):
     assert judged["nodes"] == 4 and judged["gpu"] == "h100-sxm-80gb" and judged["verdict"] in ("accept", "warn")
     assert all({"rule", "severity", "message"} <= set(f) for f in judged["findings"])
     assert r["target"]["manifest"] == "meta-llama/Llama-3.1-70B@1" and isinstance(r["target"]["manifest_id"], int)
-    assert "judged" not in fleet.status(r["id"])  # the answer to the create; the audit event keeps the rules
+    assert fleet.status(r["id"])["judged"] == r["judged"]  # kept: readable until (and after) wave 0 is signed
     t0 = time.time()
     fleet.tick(t0)
     new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
@@ -179,6 +179,36 @@ def test_kv_far_below_the_prediction_halts(fleet):
     first = fleet.status(r["id"])["nodes"][0]
     assert first["evidence"]["reason"] == "kv_out_of_range" and first["outcome"] == "restored"
     assert first["evidence"]["kv_relative_error"] == pytest.approx(-0.5, abs=1e-3)
+
+
+def test_the_kv_gate_judges_the_newest_running_report(fleet):
+    r = fleet.rollout(waves=[{"percent": 25, "bake_s": 600}, {"percent": 100}])
+    t0 = time.time()
+    fleet.tick(t0)
+    new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
+    fleet.report("gpu-01", new_id, "running")  # no figure yet: ready, "not judged"
+    assert fleet.tick(t0 + 1) == {r["id"]: "bake"}
+    # vLLM restarted and printed a pool half the prediction: judged now, during the bake
+    fleet.report("gpu-01", new_id, "running", vllm={"kv_cache_tokens": fleet.predicted(new_id) // 2})
+    assert fleet.tick(t0 + 2) == {r["id"]: "halt"}
+    assert fleet.status(r["id"])["nodes"][0]["evidence"]["reason"] == "kv_out_of_range"
+
+
+def test_a_rollout_created_paused_signs_nothing_until_resumed(fleet):
+    r = fleet.rollout(paused=True)
+    assert r["state"] == "paused" and r["paused_from"] == "pending" and r["judged"][0]["verdict"] in ("accept", "warn")
+    assert fleet.tick() == {r["id"]: "none"} and all(fleet.assignments(n) == 1 for n in NODES)
+    assert fleet.api.post(f"/v1/rollouts/{r['id']}/resume").json()["state"] == "pending"
+    assert fleet.tick() == {r["id"]: "sign"}
+
+
+def test_an_exited_report_keeps_vllms_exit_status_in_the_evidence(fleet):
+    r = fleet.rollout()
+    fleet.tick()
+    fleet.report("gpu-01", fleet.status(r["id"])["nodes"][0]["new_plan_id"], "exited", status=137)
+    assert fleet.tick() == {r["id"]: "halt"}
+    ev = fleet.status(r["id"])["nodes"][0]["evidence"]
+    assert ev["reason"] == "report_exited" and ev["exit_status"] == 137
 
 
 def test_kv_gate_off_lets_a_small_pool_pass_and_idempotency_key_replays(fleet):

@@ -311,7 +311,9 @@ def test_model_references_with_invisible_characters_are_refused(uri):
     assert any(f.rule == "model_reference" for f in r.errors)
 
 
-@pytest.mark.parametrize("version", ["0.33.0+++", "0.33.0-anything", "0.6.6-", "0.33.x", "0.33.0."])
+@pytest.mark.parametrize("version", ["0.33.0+++", "0.33.0-anything", "0.6.6-", "0.33.x", "0.33.0.",
+                                     "\uff10.\uff13\uff13.\uff10", "\u0660.\u0663\u0663.\u0660",  # non-ASCII digits
+                                     "0.10.1.1.1.1.1", "0." + "3" * 40])
 def test_junk_versions_are_refused(version):
     with pytest.raises(DomainError) as e:
         resolve_version(version)
@@ -329,6 +331,15 @@ def test_every_pep440_release_spelling_resolves_to_its_line_and_accounting(versi
 
     assert resolve_version(version)[1].line == line
     assert Accounting.for_version(version).version == accounting  # never silently the newest release's rules
+
+
+@pytest.mark.parametrize("given, signed", [
+    ("00.33.0", "0.33.0"), ("0.0033.0", "0.33.0"), ("0.33.00000", "0.33.0"), ("v0.26.0", "0.26.0"),
+    ("0.33", "0.33.0"), ("0.33rc1", "0.33.0rc1"), ("0.10.1.1", "0.10.1.1"), ("0.6.3.dev114+g4f95ffee",
+                                                                              "0.6.3.dev114+g4f95ffee"),
+])
+def test_one_version_is_signed_in_one_spelling(given, signed):
+    assert resolve_version(given)[0] == signed
 
 
 def test_load_format_dummy_and_unjudged_loads():

@@ -432,6 +432,9 @@ class RolloutIn(Strict):
     gates: GatesIn = Field(
         default_factory=GatesIn,
         description="What each node of a wave must show before the rollout moves on.")
+    paused: bool = Field(default=False, description=(
+        "Create it paused: nothing is signed until POST /v1/rollouts/{id}/resume (read the 201's judged findings "
+        "first)."))
 
     _check_env = field_validator("env")(_env_names)
 

@@ -136,6 +136,7 @@ class Observed:
     signed_at: float
     running_at: float | None = None
     failure: tuple[str, float, str | None] | None = None  # (status, at, message): the first failed/refused/exited
+    exit_status: int | None = None  # vLLM's exit status, on an exited report
     predicted_kv_tokens: int | None = None
     measured_kv_tokens: int | None = None
     # a headless worker of a multi-node instance (it never reports ``running``): ``head_ready`` says whether its
@@ -161,6 +162,8 @@ def node_outcome(o: Observed, gates: Gates, now: float, metrics_gate: MetricsGat
     if o.failure is not None:
         status, at, message = o.failure
         return Outcome("failed", f"report_{status}", {"status": status, "after_s": round(at - o.signed_at, 3),
+                                                      **({"exit_status": o.exit_status}
+                                                         if o.exit_status is not None else {}),
                                                       **({"message": message[:500]} if message else {})})
     if o.head_ready is not None:
         return Outcome("ready", None, {"ready_with_head": True}) if o.head_ready else Outcome("pending")
@@ -173,7 +176,9 @@ def node_outcome(o: Observed, gates: Gates, now: float, metrics_gate: MetricsGat
             if gates.kv_tolerance is not None and abs(err) > gates.kv_tolerance:
                 ev["kv_tolerance"] = gates.kv_tolerance
                 return Outcome("failed", "kv_out_of_range", ev)
-        elif gates.kv_tolerance is not None:  # said, so that a gate that judged nothing is not read as passed
+        if gates.kv_tolerance is None:
+            ev["kv_gate"] = "not judged: kv_tolerance is null"
+        elif "kv_relative_error" not in ev:  # said, so that a gate that judged nothing is not read as passed
             ev["kv_gate"] = ("not judged: the running report carried no KV cache figure" if o.predicted_kv_tokens
                              else "not judged: the plan has no KV cache prediction")
         if metrics_gate is not None:

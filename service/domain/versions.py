@@ -176,15 +176,37 @@ QUANT_PLUGINS: dict[str, str] = {
 }
 
 
-def parse_version(text: str) -> tuple[int, int, int] | None:
-    # X.Y[.Z[.W…]] (PEP 440 release segments: vLLM published 0.10.1.1; segments past the third are kept out of the
-    # triple) with pre/post/dev suffixes (the number may be implicit: 0.6.4.post2.dev, 0.8.5.dev) and a local part
-    # (0.6.3.dev114+g4f95ffee, 0.8.5.post1, 0.11.0rc2)
-    m = re.fullmatch(r"v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,6}))?(?:\.\d{1,6}){0,3}(?:\.?(?:post|dev|rc|a|b)\d{0,9})*"
-                     r"(?:\+[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?", text.strip())
+# X.Y[.Z[.W…]] (PEP 440 release segments, ASCII digits only: vLLM published 0.10.1.1; segments past the third are kept
+# out of the triple) with pre/post/dev suffixes (the number may be implicit: 0.6.4.post2.dev, 0.8.5.dev) and a local
+# part (0.6.3.dev114+g4f95ffee, 0.8.5.post1, 0.11.0rc2)
+_VERSION = re.compile(r"v?(?P<release>\d{1,4}\.\d{1,4}(?:\.\d{1,6}){0,4})"
+                      r"(?P<rest>(?:\.?(?:post|dev|rc|a|b)\d{0,9})*(?:\+[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?)", re.ASCII)
+
+
+def _version_parts(text: str) -> tuple[list[int], str] | None:
+    m = _VERSION.fullmatch(text.strip())
     if not m:
         return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    return [int(x) for x in m["release"].split(".")], m["rest"]
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    parts = _version_parts(text)
+    if parts is None:
+        return None
+    release = parts[0] + [0] * (3 - len(parts[0]))
+    return release[0], release[1], release[2]
+
+
+def canonical_version(text: str) -> str | None:
+    """One spelling per version, as signed into a plan: numbers without leading zeros, at least three release
+    segments, the suffix kept (``v0.26.0`` → ``0.26.0``, ``00.33`` → ``0.33.0``, ``0.33rc1`` → ``0.33.0rc1``,
+    ``0.10.1.1`` unchanged); None when it is not a version."""
+    parts = _version_parts(text)
+    if parts is None:
+        return None
+    release, rest = parts
+    return ".".join(str(x) for x in release + [0] * (3 - len(release))) + rest
 
 
 def _option(raw: dict) -> Option:
@@ -308,8 +330,7 @@ def resolve_version(version: str | None) -> tuple[str, VersionLine]:
         candidates = [l for l in lines if l.release[:2] <= parsed[:2]]
         oldest_major_minor = lines[0].release[:2]
         if candidates and parsed[:2] <= lines[-1].release[:2] and parsed[:2] >= oldest_major_minor:
-            full = text.lstrip("v") if re.match(r"v?\d+\.\d+\.\d+", text) else "%d.%d.%d" % parsed
-            return full, candidates[-1]
+            return canonical_version(text) or "%d.%d.%d" % parsed, candidates[-1]
     raise DomainError(
         "vllm_version",
         f"vLLM version {version!r} is not supported; supported: {lines[0].line}.x … {lines[-1].line}.x "

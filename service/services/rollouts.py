@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import func, or_, select, tuple_
 from sqlalchemy.orm import Session
 
 from .. import audit
@@ -34,11 +34,12 @@ from . import nodes as node_service
 from . import plans as plan_service
 
 log = logging.getLogger("preflight.rollouts")
+INTERNAL = ("pinned", "judged")  # kept in Rollout.target beside the target as given; never part of a plan body
 TARGET_FIELDS = ("manifest", "engine_args", "env", "environment", "workload", "vllm_version", "kv_cache_pool",
                  "multi_node_form")
 # what the scheduler steps (halted waits for an operator; rolling_back and aborting have restores left, a chunk a step)
 SCHEDULED = ("pending", "waiting", "baking", "paused") + domain.RESTORING
-REPORTED = ("running", "failed", "refused", "exited")
+FAILED = domain.FAILED_REPORTS  # a report on the rollout's plan that fails its node
 MAX_SELECTED = domain.MAX_ROLLOUT_NODES
 # The hook for a gate over vLLM's metrics (preemptions, P99 from the tuning loop's windows, when it exists): a
 # function of domain.Observed returning an Outcome (not "ready": the node fails with its reason) or None. None here:
@@ -216,7 +217,9 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
                                     f"{len(unit_list)} unit(s): no number of failures halts it (it never rolls back "
                                     f"by itself)"})
     now = utcnow()
-    r = Rollout(id=str(uuid.uuid4()), state="pending", wave=-1, promote=False, target={**target, "pinned": pinned},
+    paused = bool(body.get("paused"))
+    r = Rollout(id=str(uuid.uuid4()), state="paused" if paused else "pending", wave=-1, promote=False,
+                paused_from="pending" if paused else None, target={**target, "pinned": pinned, "judged": judged},
                 selector=body.get("selector"), waves=[{"percent": w.percent, "bake_s": w.bake_s} for w in waves],
                 failure_limit=body.get("failure_limit", 0),
                 gates={"ready_timeout_s": gates.ready_timeout_s, "kv_tolerance": gates.kv_tolerance},
@@ -241,7 +244,6 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
                           "judged": [{**x, "findings": [f["rule"] for f in x["findings"]]} for x in judged],
                           "pinned": pinned, **({"warnings": warnings} if warnings else {})})
     out = rollout_dict(session, r)
-    out["judged"] = judged  # the target's verdict and findings per hardware shape (the audit event keeps the rules)
     if warnings:
         out["warnings"] = warnings
     return out
@@ -271,7 +273,7 @@ def _pin(session: Session, manifest, shape_nodes: list[Node], target: dict[str, 
 
 def _pinned_body(r: Rollout, node: Node) -> dict[str, Any]:
     """The plan body a wave signs for a node of this shape: the target with the values pinned at creation."""
-    base = {k: v for k, v in r.target.items() if k != "pinned"}
+    base = {k: v for k, v in r.target.items() if k not in INTERNAL}
     pin = (r.target.get("pinned") or {}).get(_shape_key(node))
     if pin is None:  # a rollout created before pinning: its target as given
         return base
@@ -308,7 +310,7 @@ def _manifest_refs(session: Session, ids: set[Any]) -> dict[Any, str]:
 
 def _target_view(target: dict[str, Any], secrets: bool, refs: dict[Any, str]) -> dict[str, Any]:
     """The target as given, with the manifest as ``name@version`` (``manifest_id``: the id it is pinned by)."""
-    target = {k: v for k, v in target.items() if k != "pinned"}
+    target = {k: v for k, v in target.items() if k not in INTERNAL}
     mid = target.get("manifest")
     target = {**target, "manifest": refs.get(mid, mid), "manifest_id": mid}
     if secrets or not target.get("env"):
@@ -326,7 +328,7 @@ def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: 
                                                       .order_by(RolloutNode.position)).scalars())
     total, failures = counts if counts is not None else (len(rows), _failures(rows))
     out = {"id": r.id, "state": r.state, "wave": r.wave, "promote": r.promote, "paused_from": r.paused_from,
-           "target": _target_view(r.target, secrets, refs), "pinned": r.target.get("pinned"), "selector": r.selector,
+           "target": _target_view(r.target, secrets, refs), "pinned": r.target.get("pinned"), "judged": r.target.get("judged"), "selector": r.selector,
            "failure_limit": r.failure_limit,
            "failures": failures, "gates": r.gates, "bake_until": iso(r.bake_until), "reason": r.reason,
            "nodes_total": total, "created_by": r.created_by, "created_at": iso(r.created_at),
@@ -413,13 +415,17 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
     gates = domain.Gates(**r.gates)
     pairs = sorted({(n.node_name, n.new_plan_id) for n in signed})
     seen: dict[tuple[str, str], dict[str, Any]] = {}
-    # the first report of each status on each (node, plan): at most four rows per node, however much it reported
-    firsts = (select(func.min(Report.id)).where(tuple_(Report.node_name, Report.plan_id).in_(pairs),
-                                                Report.status.in_(REPORTED))
+    # per (node, plan) the first report of each failing status and the newest "running" (a vLLM that restarted
+    # prints its pool again: the gate judges what runs now): at most four rows per node, however much it reported
+    mine = tuple_(Report.node_name, Report.plan_id).in_(pairs)
+    firsts = (select(func.min(Report.id)).where(mine, Report.status.in_(FAILED))
               .group_by(Report.node_name, Report.plan_id, Report.status))
+    newest = (select(func.max(Report.id)).where(mine, Report.status == "running")
+              .group_by(Report.node_name, Report.plan_id))
     for node, plan_id, status, message, details, created in session.execute(
             select(Report.node_name, Report.plan_id, Report.status, Report.message, Report.details,
-                   Report.created_at).where(Report.id.in_(firsts)).order_by(Report.id)):
+                   Report.created_at).where(or_(Report.id.in_(firsts), Report.id.in_(newest)))
+            .order_by(Report.id)):
         s = seen.setdefault((node, plan_id), {})
         at = _epoch(created)
         if status == "running":
@@ -430,6 +436,8 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
             d = details if isinstance(details, dict) else {}
             said = message or d.get("reason") or d.get("tail")  # what the agent said it was: evidence
             s["failure"] = (status, at, said if isinstance(said, str) else None)
+            code = d.get("status")  # vLLM's exit status on an "exited" report
+            s["exit_status"] = code if isinstance(code, int) and not isinstance(code, bool) else None
     budgets = dict(session.execute(select(Plan.id, Plan.budget)
                                    .where(Plan.id.in_(sorted({n.new_plan_id for n in signed})))).all())
     failed_now = []
@@ -449,7 +457,8 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
         predicted = (budgets.get(n.new_plan_id) or {}).get("kv_cache_tokens")
         o = domain.node_outcome(domain.Observed(
             node=n.node_name, signed_at=_epoch(n.signed_at) or now, running_at=running[0] if running else None,
-            failure=s.get("failure"), predicted_kv_tokens=predicted if isinstance(predicted, int) else None,
+            failure=s.get("failure"), exit_status=s.get("exit_status"),
+            predicted_kv_tokens=predicted if isinstance(predicted, int) else None,
             measured_kv_tokens=running[1] if running else None,
             head_ready=None if n.head else all(m.outcome == "ready" for m in rows if m.unit == n.unit and m.head)),
             gates, now, metrics_gate=METRICS_GATE)
