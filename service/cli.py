@@ -1519,10 +1519,15 @@ def _rollout_summary(r: dict) -> str:
         if "index" in w:
             lines.append(f"  wave {w['index']}: {w['percent']} %, bake {w['bake_s']} s, {w['state']}, "
                          f"{len(w['nodes'])} node(s)")
+    if r.get("outcomes"):
+        lines.append("  nodes: " + ", ".join(f"{_safe(k)} {v}" for k, v in sorted(r["outcomes"].items())))
     for n in r.get("nodes") or ():
-        reason = (n.get("evidence") or {}).get("reason")
+        evidence = n.get("evidence") or {}
+        reason = evidence.get("reason")
         lines.append(f"  {_safe(n['node'])}: wave {n['wave']}, {_safe(n['outcome'])}"
-                     + (f" ({_safe(reason)})" if reason else "")
+                     + (f" ({_safe(reason)})" if reason and reason != n["outcome"] else "")
+                     + (f" [restore: {_safe(evidence['restore'])}]" if n["outcome"] == "not_restored"
+                        and evidence.get("restore") else "")
                      + (f", seq {n['new_seq']}" if n.get("new_seq") else "")
                      + (f", restored at seq {n['restored_seq']}" if n.get("restored_seq") else ""))
     return "\n".join(lines)
@@ -1550,7 +1555,8 @@ def rollout_status(rollout_id: Optional[str] = typer.Argument(None, help="A roll
                    server: str = SERVER, token: str = TOKEN,
                    as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
     """One rollout's state, waves and per-node outcome, or the list of rollouts. With a rollout id, the exit status
-    says how it stands, for scripts: 0 running or completed, 3 halted, rolling back or rolled back, 4 aborted."""
+    says how it stands, for scripts: 0 completed, 3 halted, rolling back or rolled back, 4 aborted, 5 still going
+    (``preflight rollout wait`` waits for the end)."""
     c = _client(server, token)
     r = c.get(f"/v1/rollouts/{rollout_id}") if rollout_id else c.get("/v1/rollouts")
     _fail_on_problem(r)
@@ -1562,11 +1568,46 @@ def rollout_status(rollout_id: Optional[str] = typer.Argument(None, help="A roll
         for item in r.json()["items"]:
             typer.echo(_rollout_summary(item))
     if rollout_id:
-        state = r.json().get("state")
-        if state in ("halted", "rolling_back", "rolled_back"):
-            raise typer.Exit(3)
-        if state in ("aborting", "aborted"):
-            raise typer.Exit(4)
+        raise typer.Exit(_rollout_exit(r.json().get("state")))
+
+
+ROLLOUT_FINAL = ("completed", "rolled_back", "aborted")
+
+
+def _rollout_exit(state) -> int:
+    """0 completed; 3 halted, rolling back or rolled back; 4 aborting or aborted; 5 still going (pending, waiting,
+    baking, paused)."""
+    if state == "completed":
+        return 0
+    if state in ("halted", "rolling_back", "rolled_back"):
+        return 3
+    if state in ("aborting", "aborted"):
+        return 4
+    return 5
+
+
+@rollout_app.command("wait")
+def rollout_wait(rollout_id: str = typer.Argument(..., help="The rollout id."), server: str = SERVER,
+                 token: str = TOKEN,
+                 timeout: float = typer.Option(3600.0, min=1, help="Give up after this many seconds (exit 5)."),
+                 interval: float = typer.Option(5.0, min=0.5, help="Seconds between polls.")) -> None:
+    """Wait until the rollout is over or halted, printing each change of state; the exit status is
+    ``rollout status``'s (0 completed, 3 halted or rolled back, 4 aborted, 5 still going when the timeout passed)."""
+    c = _client(server, token)
+    deadline, seen = time.monotonic() + timeout, None
+    while True:
+        r = c.get(f"/v1/rollouts/{rollout_id}")
+        _fail_on_problem(r)
+        body = r.json()
+        now = (body.get("state"), body.get("wave"), body.get("failures"))
+        if now != seen:
+            typer.echo(_rollout_summary(body).splitlines()[0])
+            seen = now
+        if body.get("state") in ROLLOUT_FINAL + ("halted",) or time.monotonic() >= deadline:
+            if body.get("state") not in ROLLOUT_FINAL + ("halted",):
+                typer.echo(f"preflight: still {_safe(body.get('state'))} after {timeout:g} s", err=True)
+            raise typer.Exit(_rollout_exit(body.get("state")))
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
 def _rollout_verb(verb: str, doc: str):

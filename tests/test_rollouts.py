@@ -628,6 +628,8 @@ def test_a_node_without_a_plan_or_in_another_rollout_is_refused(fleet):
     register_node(fleet.api, "gpu-05")
     body = fleet.rollout(status=422, nodes=NODES + ["gpu-05"])
     assert body["errors"][0]["field"] == "nodes.4" and body["errors"][0]["rule"] == "no_current_plan"
+    by_selector = fleet.rollout(status=422, nodes=None, selector={"gpu": "h100-sxm-80gb"})
+    assert by_selector["errors"][0]["field"] == "selector" and "gpu-05" in by_selector["detail"]
     fleet.rollout(nodes=["gpu-02"], waves=[{"percent": 100}])
     busy = fleet.rollout(status=409)
     assert busy["field"] == "nodes.1"
@@ -654,7 +656,7 @@ def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, m
     assert re.search(r"^  judged 4 node\(s\) of 8 x h100-sxm-80gb: (accept|warn)", out.output, re.M), out.output
     fleet.tick()
     out = run("rollout", "status", rid)
-    assert out.exit_code == 0
+    assert out.exit_code == 5  # still going
     assert f"rollout {rid}: waiting (wave 0), meta-llama/Llama-3.1-70B@1, failures 0 (limit 0)" in out.output
     assert "gpu-01: wave 0, pending, seq 2" in out.output and "gpu-02: wave 1, unchanged" in out.output
     assert run("rollout", "pause", rid, "--reason", "lunch").exit_code == 0
@@ -666,6 +668,8 @@ def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, m
     out = run("rollout", "abort", rid)
     assert out.exit_code == 0 and "aborted" in out.output and "gpu-01: wave 0, restored" in out.output
     assert run("rollout", "status", rid).exit_code == 4  # scripts can tell an aborted rollout
+    waited = run("rollout", "wait", rid, "--interval", "0.5")
+    assert waited.exit_code == 4 and waited.output.startswith(f"rollout {rid}: aborted")
     bad_file = tmp_path / "bad.json"
     bad_file.write_text("{not json")
     assert run("rollout", "create", str(bad_file)).exit_code == 2
@@ -705,7 +709,7 @@ def test_the_fleet_page_lists_rollouts(fleet):
     assert page.status_code == 200
     row = page.text[page.text.index(f'data-rollout="{r["id"]}"'):]
     row = row[:row.index("</tr>")]
-    assert "rolled_back" in row and "1 of 2" in row and "25 %, 100 %" in row and "1 / 0" in row
+    assert "rolled_back" in row and "0 of 0–1" in row and "25 %, 100 %" in row and "1 / 0" in row
     assert "failure_limit 0" in row
 
 

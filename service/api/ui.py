@@ -22,6 +22,7 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import re
 import secrets as pysecrets
 from importlib import resources
 from typing import Any, Callable
@@ -170,8 +171,14 @@ def thousands(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else ("—" if value is None else str(value))
 
 
+# characters that would move or hide text where a page shows JSON (JSON itself escapes C0): shown as \uXXXX
+_INVISIBLE = re.compile("[\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
 def pretty_json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True)
+    """JSON for reading: ×, é and 中 as themselves, invisible and bidi controls escaped."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _environment() -> jinja2.Environment:

@@ -158,6 +158,10 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
     names = [n.name for n in nodes]
     if len(names) > domain.MAX_ROLLOUT_NODES:
         raise Invalid(f"{len(names)} nodes: at most {domain.MAX_ROLLOUT_NODES} per rollout", field="nodes")
+
+    def at(i: int) -> str:  # the field a node of the rollout came from: its place in nodes, or the selector
+        return f"nodes.{i}" if body.get("nodes") is not None else "selector"
+
     node_service.lock(session, sorted(names))  # plans and rollouts for these nodes queue here
     busy = session.execute(select(RolloutNode.node_name, RolloutNode.rollout_id)
                            .join(Rollout, Rollout.id == RolloutNode.rollout_id)
@@ -165,14 +169,14 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
                            .limit(1)).first()
     if busy is not None:
         raise Conflict(f"node {busy[0]!r} is already in rollout {busy[1]} (not over): finish, abort or wait for it",
-                       field=f"nodes.{names.index(busy[0])}")
+                       field=at(names.index(busy[0])))
     current = _current(session, names)
     unplanned = [i for i, n in enumerate(names) if n not in current]
     if unplanned:
         raise Invalid(f"node {names[unplanned[0]]!r} has no current plan: a rollout changes running nodes and "
                       f"restores their previous plan on failure (give the first plan with POST /v1/plans)",
-                      field=f"nodes.{unplanned[0]}",
-                      errors=[{"field": f"nodes.{i}", "rule": "no_current_plan",
+                      field=at(unplanned[0]),
+                      errors=[{"field": at(i), "rule": "no_current_plan",
                                "message": f"node {names[i]!r} has no current plan"} for i in unplanned[:50]])
     previous = _previous_groups(session, current)
     inside = set(names)
@@ -182,8 +186,8 @@ def create(session: Session, *, actor: str, body: dict[str, Any]) -> dict[str, A
             member = next(m for m in members if m in inside)
             raise Invalid(f"node {member!r} runs one multi-node instance with {', '.join(outside)} (plan "
                           f"{current[member].plan_id}), which the rollout does not include: a group moves "
-                          f"together, so include every member", field=f"nodes.{names.index(member)}",
-                          errors=[{"field": f"nodes.{names.index(member)}", "rule": "partial_group",
+                          f"together, so include every member", field=at(names.index(member)),
+                          errors=[{"field": at(names.index(member)), "rule": "partial_group",
                                    "message": f"its instance also spans {', '.join(outside)}"}])
     manifest = manifest_service.resolve_ref(session, body["manifest"])
     target = {k: body[k] for k in TARGET_FIELDS if body.get(k) is not None}
