@@ -227,15 +227,6 @@ def _client(server: str, token: str):
     return httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
-def _slow_client(server: str, token: str):
-    """A client for rollout commands: creating or aborting a large rollout signs plans in the request."""
-    import httpx
-
-    c = _client(server, token)
-    c.timeout = httpx.Timeout(ROLLOUT_TIMEOUT_S)
-    return c
-
-
 def _fail_on_problem(r) -> None:
     if r.status_code >= 400:
         typer.echo(f"preflight: HTTP {r.status_code}: {_problem_text(r)}", err=True)
@@ -1496,41 +1487,97 @@ TOKEN = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer or admin to
 ROLLOUT_TIMEOUT_S = 300
 
 
-def _safe(text) -> str:
+def _safe(text, limit: int = 500) -> str:
     """One line of text from the service as printable: every control and format character escaped (\\x1b,
-    \\u202e; newlines and tabs too), never emitted."""
-    return _printable(str(text), keep="")
+    \\u202e; newlines and tabs too), never emitted; at most ``limit`` characters."""
+    text = str(text)
+    return _printable(text[:limit], keep="") + ("…" if len(text) > limit else "")
+
+
+ROLLOUT_MAX_BYTES = 16 << 20  # a rollout of 1,024 nodes with evidence is well under this
+
+
+def _rollout_call(c, method: str, url: str, *, timeout: float, body=None):
+    """One rollout request whose whole answer (headers and body, at most ROLLOUT_MAX_BYTES) arrives within
+    ``timeout`` seconds — a server that drips bytes is given up on, not waited on — and is a JSON object; exit 1
+    (saying so) otherwise, and on a problem answer."""
+    import httpx
+
+    from .agent.client import ResponseTooLarge, read_body
+
+    start = time.monotonic()
+    try:
+        with c.stream(method, url, json=body, timeout=httpx.Timeout(max(1.0, timeout))) as r:
+            raw = read_body(r, url, max_bytes=ROLLOUT_MAX_BYTES, start=start, deadline=max(1.0, timeout))
+            full = httpx.Response(r.status_code, headers=r.headers, content=raw, request=r.request)
+    except ResponseTooLarge as exc:
+        typer.echo(f"preflight: {exc}", err=True)
+        raise typer.Exit(1)
+    _fail_on_problem(full)
+    try:
+        out = json.loads(raw)
+    except (ValueError, RecursionError):
+        out = None
+    if not isinstance(out, dict):
+        typer.echo(f"preflight: {url}: the service's answer is not a JSON object", err=True)
+        raise typer.Exit(1)
+    return out
 
 
 def _rollout_summary(r: dict) -> str:
-    manifest = (r.get("target") or {}).get("manifest")
-    lines = [f"rollout {_safe(r['id'])}: {_safe(r['state'])}"
-             + (f" (wave {r['wave']})" if r.get("wave", -1) >= 0 else "")
-             + (f", {_safe(manifest)}" if manifest is not None else "")
-             + f", failures {r.get('failures', 0)} (limit {r['failure_limit']})"
+    """A rollout as lines of text; every value from the service printed escaped and bounded. Raises ValueError for
+    an answer that is not a rollout."""
+    try:
+        return _rollout_lines(r)
+    except (KeyError, TypeError, AttributeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"the service's answer is not a rollout ({exc.__class__.__name__})") from None
+
+
+def _rollout_lines(r: dict) -> str:
+    def num(v) -> str:
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else _safe(v, 40)
+
+    target = r.get("target") if isinstance(r.get("target"), dict) else {}
+    wave = r.get("wave")
+    lines = [f"rollout {_safe(r['id'], 64)}: {_safe(r['state'], 40)}"
+             + (f" (wave {wave})" if isinstance(wave, int) and not isinstance(wave, bool) and wave >= 0 else "")
+             + (f", {_safe(target['manifest'])}" if target.get("manifest") is not None else "")
+             + f", failures {num(r.get('failures', 0))} (limit {num(r.get('failure_limit'))})"
              + (f": {_safe(r['reason'])}" if r.get("reason") else "")]
-    for j in r.get("judged") or ():  # the create's answer: the target's verdict per hardware shape
-        rules = [f.get("rule") for f in j.get("findings") or () if isinstance(f, dict)]
-        lines.append(f"  judged {j.get('nodes')} node(s) of {_safe(j.get('gpu_count'))} x {_safe(j.get('gpu'))}: "
-                     f"{_safe(j.get('verdict'))}" + (f" ({_safe(', '.join(map(str, rules)))})" if rules else ""))
-    for w in r.get("warnings") or ():
-        lines.append(f"  warning {_safe(w.get('rule'))}: {_safe(w.get('message'))}")
-    for w in r.get("waves") or ():
+    for j in (r.get("judged") or ())[:64]:  # the target's verdict per hardware shape
+        rules = [f.get("rule") for f in (j.get("findings") or ())[:64] if isinstance(f, dict)]
+        lines.append(f"  judged {num(j.get('nodes'))} node(s) of {num(j.get('gpu_count'))} x {_safe(j.get('gpu'))}: "
+                     f"{_safe(j.get('verdict'), 40)}" + (f" ({_safe(', '.join(map(str, rules)))})" if rules else ""))
+    for w in (r.get("warnings") or ())[:64]:
+        lines.append(f"  warning {_safe(w.get('rule'), 64)}: {_safe(w.get('message'))}")
+    for w in (r.get("waves") or ())[:64]:
         if "index" in w:
-            lines.append(f"  wave {w['index']}: {w['percent']} %, bake {w['bake_s']} s, {w['state']}, "
-                         f"{len(w['nodes'])} node(s)")
-    if r.get("outcomes"):
-        lines.append("  nodes: " + ", ".join(f"{_safe(k)} {v}" for k, v in sorted(r["outcomes"].items())))
-    for n in r.get("nodes") or ():
-        evidence = n.get("evidence") or {}
-        reason = evidence.get("reason")
-        lines.append(f"  {_safe(n['node'])}: wave {n['wave']}, {_safe(n['outcome'])}"
-                     + (f" ({_safe(reason)})" if reason and reason != n["outcome"] else "")
-                     + (f" [restore: {_safe(evidence['restore'])}]" if n["outcome"] == "not_restored"
+            lines.append(f"  wave {num(w['index'])}: {num(w.get('percent'))} %, bake {num(w.get('bake_s'))} s, "
+                         f"{_safe(w.get('state'), 40)}, {len(w.get('nodes') or ())} node(s)")
+    outcomes = r.get("outcomes")
+    if isinstance(outcomes, dict) and outcomes:
+        lines.append("  nodes: " + ", ".join(f"{_safe(k, 40)} {num(v)}" for k, v in sorted(outcomes.items())[:16]))
+    for n in (r.get("nodes") or ())[:2048]:
+        evidence = n.get("evidence") if isinstance(n.get("evidence"), dict) else {}
+        reason, outcome = evidence.get("reason"), n.get("outcome")
+        lines.append(f"  {_safe(n['node'], 128)}: wave {num(n.get('wave'))}, {_safe(outcome, 40)}"
+                     + (f" ({_safe(reason, 64)})" if reason and reason != outcome else "")
+                     + (f" [restore: {_safe(evidence['restore'])}]" if outcome == "not_restored"
                         and evidence.get("restore") else "")
-                     + (f", seq {n['new_seq']}" if n.get("new_seq") else "")
-                     + (f", restored at seq {n['restored_seq']}" if n.get("restored_seq") else ""))
+                     + (f", seq {num(n['new_seq'])}" if n.get("new_seq") else "")
+                     + (f", restored at seq {num(n['restored_seq'])}" if n.get("restored_seq") else ""))
     return "\n".join(lines)
+
+
+def _echo_rollout(r: dict, as_json: bool = False) -> None:
+    if as_json:
+        typer.echo(json.dumps(r, indent=2))
+        return
+    try:
+        typer.echo(_rollout_summary(r))
+    except ValueError as exc:
+        typer.echo(f"preflight: {exc}", err=True)
+        raise typer.Exit(1)
 
 
 @rollout_app.command("create")
@@ -1545,9 +1592,8 @@ def rollout_create(file: pathlib.Path = typer.Argument(..., help="The rollout as
     except (OSError, ValueError) as exc:
         typer.echo(f"preflight: {file}: {exc}", err=True)
         raise typer.Exit(2)
-    r = _slow_client(server, token).post("/v1/rollouts", json=body)
-    _fail_on_problem(r)
-    typer.echo(json.dumps(r.json(), indent=2) if as_json else _rollout_summary(r.json()))
+    _echo_rollout(_rollout_call(_client(server, token), "POST", "/v1/rollouts", body=body,
+                                timeout=ROLLOUT_TIMEOUT_S), as_json)
 
 
 @rollout_app.command("status")
@@ -1558,17 +1604,17 @@ def rollout_status(rollout_id: Optional[str] = typer.Argument(None, help="A roll
     says how it stands, for scripts: 0 completed, 3 halted, rolling back or rolled back, 4 aborted, 5 still going
     (``preflight rollout wait`` waits for the end)."""
     c = _client(server, token)
-    r = c.get(f"/v1/rollouts/{rollout_id}") if rollout_id else c.get("/v1/rollouts")
-    _fail_on_problem(r)
+    body = _rollout_call(c, "GET", f"/v1/rollouts/{rollout_id}" if rollout_id else "/v1/rollouts", timeout=60)
     if as_json:
-        typer.echo(json.dumps(r.json(), indent=2))
+        typer.echo(json.dumps(body, indent=2))
     elif rollout_id:
-        typer.echo(_rollout_summary(r.json()))
+        _echo_rollout(body)
     else:
-        for item in r.json()["items"]:
-            typer.echo(_rollout_summary(item))
+        items = body.get("items")
+        for item in (items if isinstance(items, list) else [])[:100]:
+            _echo_rollout(item if isinstance(item, dict) else {})
     if rollout_id:
-        raise typer.Exit(_rollout_exit(r.json().get("state")))
+        raise typer.Exit(_rollout_exit(body.get("state")))
 
 
 ROLLOUT_FINAL = ("completed", "rolled_back", "aborted")
@@ -1596,17 +1642,22 @@ def rollout_wait(rollout_id: str = typer.Argument(..., help="The rollout id."), 
     c = _client(server, token)
     deadline, seen = time.monotonic() + timeout, None
     while True:
-        r = c.get(f"/v1/rollouts/{rollout_id}")
-        _fail_on_problem(r)
-        body = r.json()
-        now = (body.get("state"), body.get("wave"), body.get("failures"))
+        # each poll within what is left of --timeout (at most 60 s): a server that stalls cannot hold the wait open
+        body = _rollout_call(c, "GET", f"/v1/rollouts/{rollout_id}",
+                             timeout=min(60.0, max(1.0, deadline - time.monotonic())))
+        state = body.get("state")
+        now = (state, body.get("wave"), body.get("failures"))
         if now != seen:
-            typer.echo(_rollout_summary(body).splitlines()[0])
+            try:
+                typer.echo(_rollout_summary(body).splitlines()[0])
+            except ValueError as exc:
+                typer.echo(f"preflight: {exc}", err=True)
+                raise typer.Exit(1)
             seen = now
-        if body.get("state") in ROLLOUT_FINAL + ("halted",) or time.monotonic() >= deadline:
-            if body.get("state") not in ROLLOUT_FINAL + ("halted",):
-                typer.echo(f"preflight: still {_safe(body.get('state'))} after {timeout:g} s", err=True)
-            raise typer.Exit(_rollout_exit(body.get("state")))
+        if state in ROLLOUT_FINAL + ("halted",) or time.monotonic() >= deadline:
+            if state not in ROLLOUT_FINAL + ("halted",):
+                typer.echo(f"preflight: still {_safe(state, 40)} after {timeout:g} s", err=True)
+            raise typer.Exit(_rollout_exit(state))
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
@@ -1614,10 +1665,8 @@ def _rollout_verb(verb: str, doc: str):
     def run(rollout_id: str = typer.Argument(..., help="The rollout id."), server: str = SERVER, token: str = TOKEN,
             reason: Optional[str] = typer.Option(None, help="Why (recorded in the audit)."),
             as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
-        r = _slow_client(server, token).post(f"/v1/rollouts/{rollout_id}/{verb}",
-                                        json={"reason": reason} if reason else None)
-        _fail_on_problem(r)
-        typer.echo(json.dumps(r.json(), indent=2) if as_json else _rollout_summary(r.json()))
+        _echo_rollout(_rollout_call(_client(server, token), "POST", f"/v1/rollouts/{rollout_id}/{verb}",
+                                    body={"reason": reason} if reason else None, timeout=ROLLOUT_TIMEOUT_S), as_json)
 
     run.__doc__ = doc
     rollout_app.command(verb)(run)

@@ -194,6 +194,16 @@ def test_the_kv_gate_judges_the_newest_running_report(fleet):
     assert fleet.status(r["id"])["nodes"][0]["evidence"]["reason"] == "kv_out_of_range"
 
 
+def test_a_later_running_report_without_a_figure_hides_no_bad_pool(fleet):
+    r = fleet.rollout(waves=[{"percent": 25, "bake_s": 600}, {"percent": 100}])
+    fleet.tick()
+    new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
+    fleet.report("gpu-01", new_id, "running", vllm={"kv_cache_tokens": 10})
+    fleet.report("gpu-01", new_id, "running")
+    assert fleet.tick() == {r["id"]: "halt"}
+    assert fleet.status(r["id"])["nodes"][0]["evidence"]["measured_kv_tokens"] == 10
+
+
 def test_a_rollout_created_paused_signs_nothing_until_resumed(fleet):
     r = fleet.rollout(paused=True)
     assert r["state"] == "paused" and r["paused_from"] == "pending" and r["judged"][0]["verdict"] in ("accept", "warn")
@@ -717,7 +727,7 @@ def test_a_rollouts_page_shows_its_waves_nodes_evidence_and_steps(fleet):
     r = fleet.rollout()
     fleet.tick()
     new_id = fleet.status(r["id"])["nodes"][0]["new_plan_id"]
-    fleet.report("gpu-01", new_id, "failed", tail="torch.OutOfMemoryError: <b>CUDA</b>")
+    fleet.report("gpu-01", new_id, "failed", tail="torch.OutOfMemoryError: <b>CUDA</b> \u202eevil\u3164")
     fleet.tick()
     fleet_page = fleet.api.get("/ui/").text
     assert f'<a href="/ui/rollouts/{r["id"]}">' in fleet_page and "meta-llama/Llama-3.1-70B@1" in fleet_page
@@ -728,6 +738,7 @@ def test_a_rollouts_page_shows_its_waves_nodes_evidence_and_steps(fleet):
     row = row[:row.index("</tr>")]
     assert "restored" in row and f'/ui/plans/{new_id}' in row and "report_failed" in row
     assert "&lt;b&gt;CUDA&lt;/b&gt;" in row and "<b>CUDA</b>" not in html  # what an agent sent is escaped
+    assert "\\u202eevil\\u3164" in row and "\u202e" not in html and "\u3164" not in html  # and shown as it is
     waves = html[html.index('id="waves"'):html.index('id="rollout-nodes"')]
     assert waves.count("status-halted") == 1 and waves.count("status-cancelled") == 1
     assert 'data-kind="rollout.halted"' in html and 'data-kind="rollout.node_restored"' in html
@@ -1022,3 +1033,44 @@ def test_failure_limit_at_the_units_warns_and_kv_tolerance_is_a_number(fleet):
                                                "nodes": NODES, "waves": [{"percent": 100}],
                                                "gates": {"kv_tolerance": "0.2"}})
     assert bad.status_code == 422 and "kv_tolerance" in bad.text
+
+
+@pytest.mark.parametrize("body, code", [
+    (b"{not json", 1), (b"[1, 2]", 1), (b'{"state": "completed"}', 1), (b'{"id": "x", "state": "waiting", "wave": "2"}', 5),
+    (b'{"id": "x", "state": "completed", "nodes": [{"node": "a"}]}', 0), (b"[" * 100_000 + b"]" * 100_000, 1),
+    (b'{"id": "x", "state": "\\u001b]0;pwned\\u0007", "failure_limit": "\\u001b[31mRED", "failures": 0,'
+     b' "waves": [{"index": 0, "percent": 100, "bake_s": 0, "state": "\\u001b[2J", "nodes": []}],'
+     b' "outcomes": {"ready": "\\u001b[1m"}}', 5),
+])
+def test_rollout_cli_survives_a_hostile_answer(monkeypatch, body, code):
+    """What a server (or something in the middle) answers is never a traceback and never reaches the terminal raw."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from service import cli
+
+    transport = httpx.MockTransport(lambda req: httpx.Response(200, content=iter([body])))  # streamed, as sent
+    monkeypatch.setattr(cli, "_client", lambda server, token: httpx.Client(base_url="http://x", transport=transport))
+    for args in (["status", "x"], ["wait", "x", "--timeout", "1", "--interval", "0.5"]):
+        out = CliRunner().invoke(cli.app, ["rollout", *args, "--server", "http://x", "--token", "t"])
+        assert out.exit_code == code and (out.exception is None or isinstance(out.exception, SystemExit)), (
+            args, out.output, out.exception)
+        assert "\x1b" not in out.output and "\x07" not in out.output
+
+
+def test_rollout_wait_gives_up_on_a_server_that_drips(monkeypatch):
+    import httpx
+    from typer.testing import CliRunner
+
+    from service import cli
+
+    def drip():
+        for _ in range(120):  # a byte every half second: a minute for the whole answer
+            time.sleep(0.5)
+            yield b" "
+
+    transport = httpx.MockTransport(lambda req: httpx.Response(200, content=drip()))
+    monkeypatch.setattr(cli, "_client", lambda server, token: httpx.Client(base_url="http://x", transport=transport))
+    out = CliRunner().invoke(cli.app, ["rollout", "wait", "x", "--timeout", "1", "--server", "http://x",
+                                       "--token", "t"])
+    assert isinstance(out.exception, httpx.ReadTimeout)  # given up within --timeout, not after the minute

@@ -45,3 +45,5 @@ def test_a_query_parameter_no_operation_declares_is_a_422_naming_it(client):
     for url in ("/v1/plans?node=gpu-01&limit=5", "/healthz?probe=1", "/.well-known/jwks.json?v=2",
                 "/v1/audit?subject=rollout:x"):
         assert client.get(url).status_code == 200, url
+    long = client.get("/v1/plans", params={"x" * 3000 + "\u202e": "1"}).json()["errors"][0]
+    assert len(long["field"]) <= 6 + 64 and "\u202e" not in long["field"]  # bounded, and as readable text

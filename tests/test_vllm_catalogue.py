@@ -313,7 +313,8 @@ def test_model_references_with_invisible_characters_are_refused(uri):
 
 @pytest.mark.parametrize("version", ["0.33.0+++", "0.33.0-anything", "0.6.6-", "0.33.x", "0.33.0.",
                                      "\uff10.\uff13\uff13.\uff10", "\u0660.\u0663\u0663.\u0660",  # non-ASCII digits
-                                     "0.10.1.1.1.1.1", "0." + "3" * 40])
+                                     "0.10.1.1.1.1.1", "0." + "3" * 40,
+                                     "0.33rc1+abcdefghijklmnopqrstuvw"])  # 33 characters once normalised
 def test_junk_versions_are_refused(version):
     with pytest.raises(DomainError) as e:
         resolve_version(version)
@@ -337,6 +338,8 @@ def test_every_pep440_release_spelling_resolves_to_its_line_and_accounting(versi
     ("00.33.0", "0.33.0"), ("0.0033.0", "0.33.0"), ("0.33.00000", "0.33.0"), ("v0.26.0", "0.26.0"),
     ("0.33", "0.33.0"), ("0.33rc1", "0.33.0rc1"), ("0.10.1.1", "0.10.1.1"), ("0.6.3.dev114+g4f95ffee",
                                                                               "0.6.3.dev114+g4f95ffee"),
+    ("0.33.0post1", "0.33.0.post1"), ("0.33.0.post1", "0.33.0.post1"), ("0.33.0rc01", "0.33.0rc1"),
+    ("0.33.0.rc1", "0.33.0rc1"), ("0.33.0.dev", "0.33.0.dev0"), ("0.33.0+A", "0.33.0+a"),
 ])
 def test_one_version_is_signed_in_one_spelling(given, signed):
     assert resolve_version(given)[0] == signed

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..db.session import Database
 from ..domain.errors import DomainError
+from ..domain.text import escape_invisible
 from ..errors import Forbidden, Unauthorized
 from ..services import tokens as token_service
 from ..services.epochs import EpochCache
@@ -26,7 +27,8 @@ PLAN_CACHE_SECONDS = 30.0
 
 
 # -- query parameters -------------------------------------------------------------------------------------------------
-_DECLARED: dict[int, tuple[str, ...]] = {}  # id(route) → its query parameters (routes live as long as the app)
+# id(route) → (the route, its query parameter names): the route is kept, so its id is never reused for another
+_DECLARED: dict[int, tuple[object, tuple[str, ...]]] = {}
 
 
 def _query_names(dependant) -> set[str]:
@@ -45,14 +47,16 @@ async def known_query(request: Request) -> None:  # async: no thread hop on the 
     route = request.scope.get("route")
     if route is None or not hasattr(route, "dependant"):
         return
-    declared = _DECLARED.get(id(route))
-    if declared is None:
-        declared = _DECLARED[id(route)] = tuple(sorted(_query_names(route.dependant)))
+    entry = _DECLARED.get(id(route))
+    if entry is None or entry[0] is not route:
+        entry = _DECLARED[id(route)] = (route, tuple(sorted(_query_names(route.dependant))))
+    declared = entry[1]
     unknown = sorted(set(request.query_params) - set(declared))
     if unknown:
         takes = f"this operation takes: {', '.join(declared)}" if declared else "this operation takes none"
-        raise DomainError(f"query.{unknown[0]}" if unknown[0] else "query",
-                          f"unknown query parameter {unknown[0][:64]!r} ({takes})", rule="unknown_query")
+        name = escape_invisible(unknown[0][:64])  # echoed bounded, and as text a person can read
+        raise DomainError(f"query.{name}" if name else "query",
+                          f"unknown query parameter {name!r} ({takes})", rule="unknown_query")
 
 
 # -- the database session ---------------------------------------------------------------------------------------------

@@ -432,7 +432,7 @@ class RolloutIn(Strict):
     gates: GatesIn = Field(
         default_factory=GatesIn,
         description="What each node of a wave must show before the rollout moves on.")
-    paused: bool = Field(default=False, description=(
+    paused: Annotated[bool, Field(strict=True)] | None = Field(default=False, description=(
         "Create it paused: nothing is signed until POST /v1/rollouts/{id}/resume (read the 201's judged findings "
         "first)."))
 

@@ -39,6 +39,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..db.models import AuditEvent, Manifest, Report, Token, iso
 from ..domain.errors import DomainError
+from ..domain.text import escape_invisible
 from ..errors import ApiError, Busy, LaunchRejected
 from ..services import fleet, history
 from ..services import manifests as manifest_service
@@ -171,20 +172,16 @@ def thousands(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else ("—" if value is None else str(value))
 
 
-# characters that would move or hide text where a page shows JSON (JSON itself escapes C0): shown as \uXXXX
-_INVISIBLE = re.compile("[\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-
-
 def pretty_json(value: Any) -> str:
-    """JSON for reading: ×, é and 中 as themselves, invisible and bidi controls escaped."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """JSON for reading: ×, é and 中 as themselves; invisible, format and bidi characters escaped (text.py)."""
+    return escape_invisible(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False), keep="\n")
 
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resources.files("service.api") / "templates")),
                              autoescape=True)  # every value escaped (XSS), .html or not
-    env.filters.update(short_time=short_time, ago=ago, thousands=thousands, pretty_json=pretty_json)
+    env.filters.update(short_time=short_time, ago=ago, thousands=thousands, pretty_json=pretty_json,
+                       visible=lambda v: escape_invisible(str(v)))
     env.globals["urlencode"] = urlencode
     return env
 

@@ -198,15 +198,31 @@ def parse_version(text: str) -> tuple[int, int, int] | None:
     return release[0], release[1], release[2]
 
 
+MAX_VERSION_CHARS = 32  # what a plan stores (Plan.vllm_version)
+
+
 def canonical_version(text: str) -> str | None:
-    """One spelling per version, as signed into a plan: numbers without leading zeros, at least three release
-    segments, the suffix kept (``v0.26.0`` → ``0.26.0``, ``00.33`` → ``0.33.0``, ``0.33rc1`` → ``0.33.0rc1``,
-    ``0.10.1.1`` unchanged); None when it is not a version."""
-    parts = _version_parts(text)
-    if parts is None:
+    """One spelling per version, as signed into a plan: PEP 440's normal form (packaging) with at least three
+    release segments (``v0.26.0`` → ``0.26.0``, ``00.33`` → ``0.33.0``, ``0.33rc01`` → ``0.33.0rc1``,
+    ``0.33.0post1`` → ``0.33.0.post1``, ``0.10.1.1`` unchanged); None when it is not a version."""
+    from packaging.version import InvalidVersion, Version
+
+    if _version_parts(text) is None:  # ASCII digits, bounded segments: checked before packaging reads it
         return None
-    release, rest = parts
-    return ".".join(str(x) for x in release + [0] * (3 - len(release))) + rest
+    try:
+        v = Version(text.strip())
+    except InvalidVersion:
+        return None
+    out = ".".join(str(x) for x in list(v.release) + [0] * (3 - len(v.release)))
+    if v.pre is not None:
+        out += f"{v.pre[0]}{v.pre[1]}"
+    if v.post is not None:
+        out += f".post{v.post}"
+    if v.dev is not None:
+        out += f".dev{v.dev}"
+    if v.local is not None:
+        out += f"+{v.local}"
+    return out
 
 
 def _option(raw: dict) -> Option:
@@ -330,7 +346,11 @@ def resolve_version(version: str | None) -> tuple[str, VersionLine]:
         candidates = [l for l in lines if l.release[:2] <= parsed[:2]]
         oldest_major_minor = lines[0].release[:2]
         if candidates and parsed[:2] <= lines[-1].release[:2] and parsed[:2] >= oldest_major_minor:
-            return canonical_version(text) or "%d.%d.%d" % parsed, candidates[-1]
+            full = canonical_version(text) or "%d.%d.%d" % parsed
+            if len(full) <= MAX_VERSION_CHARS:
+                return full, candidates[-1]
+            raise DomainError("vllm_version", f"vLLM version {full[:40]!r}…: at most {MAX_VERSION_CHARS} characters "
+                              f"in its normal form", rule="version_unsupported")
     raise DomainError(
         "vllm_version",
         f"vLLM version {version!r} is not supported; supported: {lines[0].line}.x … {lines[-1].line}.x "

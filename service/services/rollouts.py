@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import func, or_, select, tuple_
+from sqlalchemy import Text, cast, func, or_, select, tuple_
 from sqlalchemy.orm import Session
 
 from .. import audit
@@ -419,23 +419,28 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
     gates = domain.Gates(**r.gates)
     pairs = sorted({(n.node_name, n.new_plan_id) for n in signed})
     seen: dict[tuple[str, str], dict[str, Any]] = {}
-    # per (node, plan) the first report of each failing status and the newest "running" (a vLLM that restarted
-    # prints its pool again: the gate judges what runs now): at most four rows per node, however much it reported
+    # per (node, plan) the first report of each status, and the newest "running" that carries vLLM's KV figure (a
+    # vLLM that restarted prints its pool again: the gate judges what runs now; a later report without the figure
+    # hides nothing): at most five rows per node, however much it reported
     mine = tuple_(Report.node_name, Report.plan_id).in_(pairs)
-    firsts = (select(func.min(Report.id)).where(mine, Report.status.in_(FAILED))
+    firsts = (select(func.min(Report.id)).where(mine, Report.status.in_(("running",) + FAILED))
               .group_by(Report.node_name, Report.plan_id, Report.status))
-    newest = (select(func.max(Report.id)).where(mine, Report.status == "running")
-              .group_by(Report.node_name, Report.plan_id))
-    for node, plan_id, status, message, details, created in session.execute(
-            select(Report.node_name, Report.plan_id, Report.status, Report.message, Report.details,
-                   Report.created_at).where(or_(Report.id.in_(firsts), Report.id.in_(newest)))
+    figured = set(session.scalars(
+        select(func.max(Report.id)).where(mine, Report.status == "running",
+                                          cast(Report.details, Text).like('%"kv_cache_tokens"%'))
+        .group_by(Report.node_name, Report.plan_id)))
+    for rid, node, plan_id, status, message, details, created in session.execute(
+            select(Report.id, Report.node_name, Report.plan_id, Report.status, Report.message, Report.details,
+                   Report.created_at).where(or_(Report.id.in_(firsts), Report.id.in_(figured)))
             .order_by(Report.id)):
         s = seen.setdefault((node, plan_id), {})
         at = _epoch(created)
         if status == "running":
             vllm = (details or {}).get("vllm") if isinstance(details, dict) else None
             tokens = vllm.get("kv_cache_tokens") if isinstance(vllm, dict) else None
-            s["running"] = (at, tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None)
+            first = s.get("running", (at, None))[0]  # when it first ran; the figure of the newest that has one
+            s["running"] = (first, tokens if isinstance(tokens, int) and not isinstance(tokens, bool)
+                            else s.get("running", (at, None))[1])
         elif "failure" not in s:
             d = details if isinstance(details, dict) else {}
             said = message or d.get("reason") or d.get("tail")  # what the agent said it was: evidence
