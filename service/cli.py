@@ -1617,9 +1617,6 @@ def rollout_status(rollout_id: Optional[str] = typer.Argument(None, help="A roll
         raise typer.Exit(_rollout_exit(body.get("state")))
 
 
-ROLLOUT_FINAL = ("completed", "rolled_back", "aborted")
-
-
 def _rollout_exit(state) -> int:
     """0 completed; 3 halted, rolling back or rolled back; 4 aborting or aborted; 5 still going (pending, waiting,
     baking, paused)."""
@@ -1639,6 +1636,9 @@ def rollout_wait(rollout_id: str = typer.Argument(..., help="The rollout id."), 
                  interval: float = typer.Option(5.0, min=0.5, help="Seconds between polls.")) -> None:
     """Wait until the rollout is over or halted, printing each change of state; the exit status is
     ``rollout status``'s (0 completed, 3 halted or rolled back, 4 aborted, 5 still going when the timeout passed)."""
+    from .domain.rollout import FINAL
+
+    over = FINAL + ("halted",)  # what it waits for
     c = _client(server, token)
     deadline, seen = time.monotonic() + timeout, None
     while True:
@@ -1654,8 +1654,8 @@ def rollout_wait(rollout_id: str = typer.Argument(..., help="The rollout id."), 
                 typer.echo(f"preflight: {exc}", err=True)
                 raise typer.Exit(1)
             seen = now
-        if state in ROLLOUT_FINAL + ("halted",) or time.monotonic() >= deadline:
-            if state not in ROLLOUT_FINAL + ("halted",):
+        if state in over or time.monotonic() >= deadline:
+            if state not in over:
                 typer.echo(f"preflight: still {_safe(state, 40)} after {timeout:g} s", err=True)
             raise typer.Exit(_rollout_exit(state))
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))

@@ -187,13 +187,12 @@ class ManifestIn(Strict):
         "The weights files the launch depends on; recorded, every node checks them before vLLM starts."))
 
 
-class PlanIn(Strict):
+class LaunchTarget(Strict):
+    """What a plan (or every wave of a rollout) launches: the manifest, the engine arguments and the rest of the
+    launch request, without the nodes."""
+
     manifest: str | Annotated[int, Field(ge=1, le=2**62)] | dict[str, str] = Field(
         description="Manifest id, name@version, or name (newest).")
-    nodes: list[Annotated[str, Field(pattern=NAME)]] = Field(
-        min_length=1, max_length=256,
-        description="The registered nodes the plan runs on (a multi-node instance: its nodes in rank "
-                    "order).")
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="vllm serve options by name (any spelling), with JSON values as vLLM's parser reads "
@@ -219,14 +218,21 @@ class PlanIn(Strict):
         "--node-rank/--master-addr/--master-port, --headless workers; the default) or ``data_parallel`` (only DP "
         "spans nodes: --data-parallel-size-local/--data-parallel-start-rank/--data-parallel-address/"
         "--data-parallel-rpc-port, --headless followers)."))
+
+    _check_env = field_validator("env")(_env_names)
+
+
+class PlanIn(LaunchTarget):
+    nodes: list[Annotated[str, Field(pattern=NAME)]] = Field(
+        min_length=1, max_length=256,
+        description="The registered nodes the plan runs on (a multi-node instance: its nodes in rank "
+                    "order).")
     group_env: list[dict[str, str]] | None = Field(default=None, max_length=256, description=(
         "Environment per group (instance), in group order, added to ``env`` on every node of that group (e.g. "
         "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); the same env policy applies."))
     tuning: "TuningIn | None" = Field(default=None, description=(
         "The tuning loop (GET /v1/nodes/{name}/tuning): the SLO its levels are judged against and auto_apply "
         "(benchmark only)."))
-
-    _check_env = field_validator("env")(_env_names)
 
     @field_validator("group_env")
     @classmethod
@@ -390,35 +396,11 @@ class SelectorIn(Strict):
 MAX_ROLLOUT_NODES = 1024
 
 
-class RolloutIn(Strict):
-    """A staged rollout: the target (as for a plan, without nodes), the nodes (names or a selector), the waves, the
-    failure limit and the gates."""
+class RolloutIn(LaunchTarget):
+    """A staged rollout: the target (as for a plan, without nodes; the manifest, the engine arguments with the
+    recommended values filled in, the vLLM version and a pinned KV pool are decided once, at creation), the nodes
+    (names or a selector), the waves, the failure limit and the gates."""
 
-    manifest: str | Annotated[int, Field(ge=1, le=2**62)] | dict[str, str] = Field(
-        description="Manifest id, name@version, or name (newest, pinned when the rollout is created).")
-    engine_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="vllm serve options by name (any spelling), as for a plan; pinned per hardware shape at"
-                    " creation.")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for vLLM (A-Z, 0-9, _).")
-    environment: Literal["production", "benchmark"] = Field(
-        default="production",
-        description="production (the operators' policy applies) or benchmark.")
-    workload: Workload | None = Field(
-        default=None,
-        description="Expected traffic; with it, left-out engine arguments are filled (once, at creation) "
-                    "with recommended values.")
-    vllm_version: str | None = Field(
-        default=None, max_length=32,
-        description="The vLLM release the nodes run (default: the newest line Preflight knows; pinned at "
-                    "creation).")
-    kv_cache_pool: Literal["utilization", "pinned"] = Field(
-        default="utilization",
-        description="utilization (vLLM sizes the pool from gpu_memory_utilization) or pinned (--kv-cache-"
-                    "memory-bytes from the pool the nodes reported, decided at creation).")
-    multi_node_form: Literal["nnodes", "data_parallel"] | None = Field(
-        default=None,
-        description="For an instance over several nodes: nnodes (--nnodes/--node-rank) or data_parallel.")
     nodes: list[Annotated[str, Field(pattern=NAME)]] | None = Field(
         default=None, min_length=1, max_length=MAX_ROLLOUT_NODES, description="Node names, in the order waves take them.")
     selector: SelectorIn | None = Field(default=None, description="Or: every registered node matching (by name).")
@@ -435,8 +417,6 @@ class RolloutIn(Strict):
     paused: Annotated[bool, Field(strict=True)] | None = Field(default=False, description=(
         "Create it paused: nothing is signed until POST /v1/rollouts/{id}/resume (read the 201's judged findings "
         "first)."))
-
-    _check_env = field_validator("env")(_env_names)
 
 
 # raw control characters (C0, DEL, C1) and bidi overrides/isolates: a reason is printed to terminals and logs, where

@@ -16,7 +16,8 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from collections import Counter
+from typing import Any, Iterable
 
 from sqlalchemy import Text, cast, func, or_, select, tuple_
 from sqlalchemy.orm import Session
@@ -346,7 +347,7 @@ def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: 
                      "plan_ids": w.plan_ids, "signed_at": iso(w.signed_at), "settled_at": iso(w.settled_at),
                      "done_at": iso(w.done_at), "nodes": [n.node_name for n in rows if n.wave == w.index]}
                     for w in waves]
-    out["outcomes"] = _outcome_counts(rows)  # e.g. {"ready": 3, "superseded_by_hand": 1}: what it changed
+    out["outcomes"] = _counts(n.outcome for n in rows)  # e.g. {"ready": 3, "superseded_by_hand": 1}: what it changed
     out["nodes"] = [{"node": n.node_name, "unit": n.unit, "wave": n.wave, "head": n.head, "outcome": n.outcome,
                      "failed": n.failed, "previous_plan_id": n.previous_plan_id, "new_plan_id": n.new_plan_id,
                      "new_seq": n.new_seq, "restored_plan_id": n.restored_plan_id, "restored_seq": n.restored_seq,
@@ -354,12 +355,9 @@ def rollout_dict(session: Session, r: Rollout, *, detail: bool = True, secrets: 
     return out
 
 
-def _outcome_counts(rows: list[RolloutNode]) -> dict[str, int]:
-    """Nodes per outcome (``ready``, ``superseded_by_hand``, ``restored``, …): what a rollout changed, in one line."""
-    out: dict[str, int] = {}
-    for n in rows:
-        out[n.outcome] = out.get(n.outcome, 0) + 1
-    return out
+def _counts(states: Iterable[str]) -> dict[str, int]:
+    """How many of each: nodes per outcome (``{"ready": 3, "superseded_by_hand": 1}``), units per state."""
+    return dict(Counter(states))
 
 
 def _failures(rows: list[RolloutNode]) -> int:
@@ -748,7 +746,7 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
         wave = waves[r.wave]
         wave.state, wave.settled_at = "baking", _at(now)
         r.state, r.bake_until = "baking", _at(d.bake_until)
-        _event(session, r, "wave_settled", {"bake_until": iso(r.bake_until), "units": _unit_summary(units)})
+        _event(session, r, "wave_settled", {"bake_until": iso(r.bake_until), "units": _counts(o.state for o in units.values())})
         return "bake"
     # leaving the current wave: it is done
     if 0 <= r.wave < len(waves):
@@ -756,7 +754,7 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
         if w.settled_at is None:
             w.settled_at = _at(now)
         w.state, w.done_at = "done", _at(now)
-        _event(session, r, "wave_done", {"units": _unit_summary(units), "promoted": r.promote})
+        _event(session, r, "wave_done", {"units": _counts(o.state for o in units.values()), "promoted": r.promote})
     if r.wave >= 0:  # a promote given in pending skips wave 0's bake: kept until wave 0 is left
         r.promote = False
     r.bake_until = None
@@ -766,7 +764,7 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
                 skipped.state = "skipped"
                 _event(session, r, "wave_skipped", {"index": skipped.index, "reason": "no nodes left for this wave"})
         r.state = "completed"
-        _event(session, r, "completed", {"failures": view.failures, "outcomes": _outcome_counts(rows)})
+        _event(session, r, "completed", {"failures": view.failures, "outcomes": _counts(n.outcome for n in rows)})
         return "complete"
     # sign: a refusal now (the manifest or the vLLM catalogue changed since the rollout was validated) halts it
     for skipped in waves[max(r.wave, -1) + 1:d.wave]:  # empty (a unit overshot them): nothing to sign or bake
@@ -804,13 +802,6 @@ def _sign_next(session: Session, r: Rollout, wave: RolloutWave, rows: list[Rollo
     _event(session, r, "wave_signed", {"plan_ids": wave.plan_ids,
                                        "nodes": [n.node_name for n in rows if n.wave == wave.index and n.new_plan_id]})
     return "sign"
-
-
-def _unit_summary(units: dict[int, domain.Outcome]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for o in units.values():
-        out[o.state] = out.get(o.state, 0) + 1
-    return out
 
 
 # -- operators ---------------------------------------------------------------------------------------------------------
