@@ -4,6 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
+JOBS   ?= auto  # pytest-xdist workers (auto: one per core)
 
 .PHONY: run test install install-dev migrate openapi docs cases clean
 
@@ -22,7 +23,7 @@ migrate: $(VENV)/.installed
 	$(VENV)/bin/preflight migrate
 
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(JOBS)
 
 # Regenerate the checked-in documents that tests keep in sync.
 openapi: $(VENV)/.installed
