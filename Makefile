@@ -4,7 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
-JOBS   ?= auto  # pytest-xdist workers (auto: one per core)
+# pytest-xdist workers (auto: one per core)
+JOBS   ?= auto
 
 .PHONY: run test install install-dev migrate openapi docs cases clean
 
