@@ -112,7 +112,7 @@ def test_fixed_field_records_are_rfc8785():
     import rfc8785
     from hypothesis import given, settings, strategies as st
 
-    from service.audit import _HASH_KEYS, _MAC_KEYS, _SEALED_KEYS, _record
+    from service.audit.encoding import _HASH_KEYS, _MAC_KEYS, _SEALED_KEYS, _record
 
     value = st.one_of(st.none(), st.booleans(), st.integers(-(2**60), 2**60),
                       st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))

@@ -14,7 +14,6 @@ Kinds: ``plans`` (assignments: plan create, revoke, reissue) and ``tokens`` (rev
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import zlib
 
@@ -25,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models import CacheEpoch
 from ..db.session import READ_ONLY
+from ..periodic import PeriodicWorker
 
 SHARDS = 16
 POLL_SECONDS = 0.25
@@ -63,8 +63,7 @@ class EpochWatcher:
         self._epochs: dict[str, int] = {}
         self._last_ok = float("-inf")
         self.polls = 0  # successful polls so far (tests count polls, not seconds)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = PeriodicWorker("cache-epochs", self.poll, poll_seconds, log=log, log_level=logging.DEBUG)
 
     def current(self, kind: str) -> int | None:
         """The epoch last seen, or None while the poll is not fresh (then nothing should be cached)."""
@@ -84,28 +83,15 @@ class EpochWatcher:
         self.polls += 1
 
     def start(self) -> None:
-        self._stop.clear()
         try:
             self.poll()
-        except Exception as exc:  # noqa: BLE001 - the database may be down at start: the thread keeps trying
+        except Exception as exc:  # noqa: BLE001 - the database may be down at start: the worker keeps trying
             log.warning("cache epochs: %s", exc.__class__.__name__)
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._run, name="cache-epochs", daemon=True)
-            self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._worker.stop(timeout=5)
         self._last_ok = float("-inf")
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.poll_seconds):
-            try:
-                self.poll()
-            except Exception as exc:  # noqa: BLE001 - database down: caches go unused until a poll succeeds
-                log.debug("cache epochs: %s", exc.__class__.__name__)
 
 
 class EpochCache:
