@@ -7,13 +7,20 @@ PORT   ?= 8000
 # pytest-xdist workers (auto: one per core)
 JOBS   ?= auto
 
-.PHONY: run test install install-dev migrate openapi docs cases clean
+.PHONY: run test install install-dev lock migrate openapi docs cases clean
 
-$(VENV)/.installed: pyproject.toml
+UV_VERSION := 0.13.9
+
+# The virtual environment holds exactly what uv.lock pins (the project itself editable, with the dev extras).
+$(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet "uv==$(UV_VERSION)"
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(VENV)/bin/uv sync --frozen --inexact --extra dev --quiet
 	touch $@
+
+# After changing dependencies in pyproject.toml: refresh the lock (then commit uv.lock).
+lock: $(VENV)/.installed
+	$(VENV)/bin/uv lock
 
 install install-dev: $(VENV)/.installed
 
