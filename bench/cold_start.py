@@ -1,0 +1,78 @@
+"""Cold start of the offline check: the CPU one `preflight check` process spends on one file, and on 50 files in one
+call (a pre-commit hook over a deploy repository), beside a bare interpreter.
+
+    python -m bench.cold_start [--runs 15] [--python PATH] [--cwd DIR]
+
+Real input: tests/fixtures/models/meta-llama__Meta-Llama-3.1-70B/config.json inlined into a launch request on
+8 × H100 SXM (the request bench.inprocess times). Each figure is user + system CPU of the child process
+(os.wait4), the median of ``--runs`` runs; CPU, not wall time, so a busy machine changes it less. ``--python`` and
+``--cwd`` run another checkout's interpreter and tree (e.g. the commit before, side by side in the same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from .common import ENGINE_ARGS, FIXTURE, ROOT, machine, table
+
+FLOOR_ONE_FILE = 0.3  # s of CPU for one file
+FLOOR_FIFTY_FILES = 3.0  # s of CPU for 50 files in one call
+
+
+def request_file(directory: pathlib.Path, i: int, root: pathlib.Path) -> pathlib.Path:
+    config = json.loads((root / "tests" / "fixtures" / "models" / FIXTURE / "config.json").read_text())
+    body = {"model": {"name": "meta-llama/Llama-3.1-70B", "config": config},
+            "hardware": {"gpu": "h100-sxm-80gb", "count": 8, "nodes": 1, "interconnect": "nvlink"},
+            "environment": "production", "engine_args": {**ENGINE_ARGS, "max_num_seqs": 64 + i}}
+    path = directory / f"launch-{i:02d}.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def cpu_of(argv: list[str], cwd: pathlib.Path) -> float:
+    """User + system CPU seconds of one run of ``argv`` (its exit status is not judged: a warn exits 0, a reject 1)."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv[:4])} … exited {proc.returncode}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def median_cpu(argv: list[str], cwd: pathlib.Path, runs: int) -> float:
+    cpu_of(argv, cwd)  # warm the page cache and the .pyc files
+    return statistics.median(cpu_of(argv, cwd) for _ in range(runs))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--python", default=sys.executable, help="the interpreter of the checkout to measure")
+    ap.add_argument("--cwd", default=str(ROOT), help="the checkout to measure (its tests/fixtures are read)")
+    args = ap.parse_args(argv)
+    cwd = pathlib.Path(args.cwd)
+    with tempfile.TemporaryDirectory(prefix="preflight-bench-check-") as tmp:
+        files = [str(request_file(pathlib.Path(tmp), i, cwd)) for i in range(50)]
+        check = [args.python, "-m", "service.cli", "check"]
+        figures = {
+            "python -c pass": median_cpu([args.python, "-c", "pass"], cwd, args.runs),
+            "check, 1 file": median_cpu([*check, files[0]], cwd, args.runs),
+            "check, 50 files": median_cpu([*check, *files], cwd, max(3, args.runs // 3)),
+        }
+    print(f"preflight check, CPU per process (median) — {machine()}; {cwd}")
+    print(table(["command", "CPU s"], [[k, v] for k, v in figures.items()]))
+    one, fifty = figures["check, 1 file"], figures["check, 50 files"]
+    print(f"one file ≤ {FLOOR_ONE_FILE} s: {'met' if one <= FLOOR_ONE_FILE else 'MISSED'}; "
+          f"50 files ≤ {FLOOR_FIFTY_FILES} s: {'met' if fifty <= FLOOR_FIFTY_FILES else 'MISSED'}")
+    return figures
+
+
+if __name__ == "__main__":
+    main()
