@@ -37,18 +37,18 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from ..db.models import AuditEvent, Manifest, Report, Token, iso
-from ..domain.errors import DomainError
-from ..domain.text import escape_invisible
-from ..errors import ApiError, Busy, LaunchRejected
-from ..services import fleet, history
-from ..services import manifests as manifest_service
-from ..services import nodes as node_service
-from ..services import plans as plan_service
-from ..services import tuning as tuning_service
-from ..services import rollouts as rollout_service
-from ..services.tokens import Principal, hash_token
-from .schemas import PlanIn
+from ...db.models import AuditEvent, Manifest, Report, Token, iso
+from ...domain.errors import DomainError
+from ...domain.text import escape_invisible
+from ...errors import ApiError, Busy, LaunchRejected
+from ...services import fleet, history
+from ...services import manifests as manifest_service
+from ...services import nodes as node_service
+from ...services import plans as plan_service
+from ...services import tuning as tuning_service
+from ...services import rollouts as rollout_service
+from ...services.tokens import Principal, hash_token
+from ..schemas import PlanIn
 
 SESSION_COOKIE = "pf_session"
 LOGIN_COOKIE = "pf_login"
