@@ -14,7 +14,9 @@ from starlette.concurrency import run_in_threadpool
 
 from ...db.models import AuditEvent, iso
 from ...db.session import Database
+from ...domain.errors import DomainError
 from ...errors import Busy
+from ..deps import parse_time
 from .auth import Auditor
 from .render import PageError, PageRoute, bounded, page
 from .state import UiState
@@ -41,16 +43,11 @@ class AuditFilters:
 
 
 def page_time(field: str, value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    if len(value) > 40:
-        raise PageError(422, f"{field}: not an ISO 8601 time", field)
+    """deps.parse_time on a form's field: surrounding spaces forgiven, and the error says how a time is written."""
     try:
-        t = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise PageError(422, f"{field}: {value!r} is not an ISO 8601 time (e.g. 2026-12-01T10:00:00Z)", field) \
-            from None
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+        return parse_time(field, value.strip() if value else None)
+    except DomainError as exc:
+        raise PageError(422, f"{exc.message} (e.g. 2026-12-01T10:00:00Z)", field) from None
 
 
 def audit_filters(q) -> AuditFilters:
