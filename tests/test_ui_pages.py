@@ -225,3 +225,68 @@ def test_a_multi_node_group_is_one_fleet_row_as_healthy_as_its_least_healthy_mem
     assert 'data-label="Status"><span class="status status-failed">failed</span>' in row
     failed = client.get("/ui/", params={"status": "failed"}).text
     assert 'data-group="grp-a grp-b"' in failed and 'data-node="solo"' not in failed
+
+
+def test_the_bearer_header_comes_before_the_cookie_and_needs_no_csrf(client):
+    fleet_of_two(client)
+    admin = {"Authorization": client.headers["Authorization"]}
+    deployer = client.post("/v1/tokens", json={"role": "deployer"}).json()["token"]
+    auditor = client.post("/v1/tokens", json={"role": "auditor"}).json()["token"]
+    assert login(client, auditor).status_code == 303  # the cookie speaks for an auditor
+    as_deployer = {"Authorization": f"Bearer {deployer}"}
+    r = client.get("/ui/try", headers=as_deployer)
+    assert r.status_code == 200 and "(deployer)" in r.text and 'action="/ui/logout"' not in r.text
+    form = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"], "engine_args": "{}"}
+    r = client.post("/ui/try", data=form, headers=as_deployer)  # the cookie is there too: still no CSRF needed
+    assert r.status_code == 200 and 'id="verdict">' in r.text
+    r = client.get("/ui/", headers={"Authorization": "Bearer nope"})  # a bad header: no falling back on the cookie
+    assert r.status_code == 401 and "Signed in as" not in r.text
+    assert client.get("/ui/audit").status_code == 200  # the cookie alone
+    assert client.get("/ui/audit", headers=admin).status_code == 200
+
+
+def test_authorization_header_refusals_are_html_pages(client):
+    agent = register_node(client)["agent_token"]
+    made = client.post("/v1/tokens", json={"role": "deployer"}).json()
+    assert client.post(f"/v1/tokens/{made['id']}/revoke").status_code == 200
+    client.headers.pop("Authorization")
+    for headers, status, text in (([("Authorization", f"Bearer {ADMIN}")] * 2, 401, "exactly one"),
+                                  ([("Authorization", f"Basic {ADMIN}")], 401, "exactly one"),
+                                  ([("Authorization", f"Bearer {made['token']}")], 401, "revoked"),
+                                  ([("Authorization", f"Bearer {agent}")], 403, "agent tokens cannot use")):
+        r = client.get("/ui/", headers=headers, follow_redirects=False)
+        assert r.status_code == status and text in r.text, (headers, r.status_code, r.text[-500:])
+        assert r.headers["content-type"].startswith("text/html") and "Signed in as" not in r.text
+        assert r.headers["content-security-policy"].startswith("default-src 'self'")
+
+
+def test_a_role_the_page_does_not_admit_is_403_with_the_viewers_navigation(client):
+    deployer = client.post("/v1/tokens", json={"role": "deployer"}).json()["token"]
+    auditor = client.post("/v1/tokens", json={"role": "auditor"}).json()["token"]
+    for token, path, needs in ((auditor, "/ui/try", "admin or deployer"), (deployer, "/ui/audit", "admin or auditor")):
+        client.cookies.clear()
+        assert login(client, token).status_code == 303
+        r = client.get(path)
+        assert r.status_code == 403 and f"needs {needs}" in r.text and "Signed in as" in r.text, r.text[-500:]
+        assert 'action="/ui/logout"' in r.text  # signed in by cookie: the sign-out form is there
+    r = client.get("/ui/plans/no-such-plan")  # an API error on a page is the HTML error page, never problem+json
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html") and "Signed in as" in r.text
+
+
+def test_a_csrf_token_is_bound_to_its_session(client):
+    fleet_of_two(client)
+    form = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"], "engine_args": "{}"}
+    login(client)
+    first = csrf_of(client.get("/ui/try").text)
+    login_form_token = csrf_of(client.get("/ui/login").text)
+    login(client)  # a second session: a new cookie
+    second = csrf_of(client.get("/ui/try").text)
+    assert first != second
+    for token in (first, login_form_token, "", "0" * 64, second[:-1]):
+        r = client.post("/ui/try", data={**form, "csrf": token})
+        assert r.status_code == 403 and "<code>csrf</code>" in r.text, token
+    assert client.post("/ui/try", data={**form, "csrf": second}).status_code == 200
+    assert client.post("/ui/logout", data={"csrf": first}, follow_redirects=False).status_code == 403
+    r = client.post("/ui/logout", data={"csrf": second}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/login"
+    assert client.get("/ui/try", follow_redirects=False).status_code == 303  # signed out
