@@ -40,9 +40,9 @@ openapi: $(VENV)/.installed
 docs: $(VENV)/.installed
 	$(PY) -m service.domain.rules.catalogue > docs/rules.md
 
-# All handed launch cases through the CLI (needs ../shared).
+# The handed launch cases alone (tests/cases/handed: real launches with the verdict vLLM reached).
 cases: $(VENV)/.installed
-	$(PYTHON) ../shared/tools/run_cases.py --cli $(VENV)/bin/preflight ../shared/cases/handed
+	$(PY) -m pytest -q tests/test_handed_cases.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
