@@ -5,7 +5,7 @@ A fleet booting at once sends each of its agents' first fetch (authenticate, rea
 fetch) and report (record it) at the same moment. One transaction per request costs a commit, a connection checkout
 and a handful of statements each; here the requests of one process queue up while the previous batch commits, and
 the next batch runs them together: one token query, one assignment query, one UPDATE, one audit INSERT, one commit
-(services/plans.py ``serve_to_agents`` / ``report_many``). A quiet service does not wait to fill a batch: a lone
+(services/agent_serving.py ``serve_to_agents``, services/reports.py ``report_many``). A quiet service does not wait to fill a batch: a lone
 request runs at once as a batch of one.
 
 Each request gets its own outcome: a request that fails its own checks (unknown token, another node's token, an
@@ -29,7 +29,8 @@ from typing import Any
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from ..errors import ApiError, Unauthorized
-from . import plans as plan_service
+from .agent_serving import AgentFetch, serve_to_agents
+from .reports import AgentReport, report_many
 from . import tokens as token_service
 
 log = logging.getLogger("preflight.agent_writes")
@@ -147,10 +148,10 @@ def run_batch(session, items: list[Fetch | Report]) -> list[Any]:
     lookups = [it.secret for it in items if isinstance(it, Fetch) and it.principal is None]
     principals = token_service.authenticate_many(session, lookups) if lookups else {}
     fetches: list[tuple[int, token_service.Principal, Fetch]] = []
-    reports: list[tuple[int, plan_service.AgentReport]] = []
+    reports: list[tuple[int, AgentReport]] = []
     for i, it in enumerate(items):
         if isinstance(it, Report):
-            reports.append((i, plan_service.AgentReport(actor=it.principal.name, node=it.node, plan_id=it.plan_id,
+            reports.append((i, AgentReport(actor=it.principal.name, node=it.node, plan_id=it.plan_id,
                                                         status=it.status, message=it.message, details=it.details)))
             continue
         p = it.principal or principals.get(it.secret)
@@ -161,12 +162,12 @@ def run_batch(session, items: list[Fetch | Report]) -> list[Any]:
         except ApiError as exc:
             outcomes[i] = exc
     if fetches:
-        served = plan_service.serve_to_agents(session, [plan_service.AgentFetch(p.name, f.node, f.etags,
+        served = serve_to_agents(session, [AgentFetch(p.name, f.node, f.etags,
                                                                                 record=p.role == "agent")
                                                         for _, p, f in fetches])
         for (i, p, _), out in zip(fetches, served):
             outcomes[i] = out if isinstance(out, ApiError) else (p, *out)
     if reports:
-        for (i, _), out in zip(reports, plan_service.report_many(session, [r for _, r in reports])):
+        for (i, _), out in zip(reports, report_many(session, [r for _, r in reports])):
             outcomes[i] = out
     return outcomes

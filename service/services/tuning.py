@@ -21,6 +21,7 @@ from ..signing import KeyStore
 from . import manifests as manifest_service
 from . import nodes as node_service
 from . import plans as plan_service
+from .plan_layout import engine_args_with
 
 WINDOWS = MetricWindow.__table__
 RETENTION = 240  # windows kept per node (an hour at 15 s): a tuning step needs a handful of its plan's newest
@@ -120,7 +121,7 @@ def _engine_args(plan: Plan, point: dt_.Point | None) -> dict[str, Any]:
     if point is None:
         return raw
     _, line = resolve_version(plan.vllm_version)
-    return plan_service._engine_args_with(raw, {"max_num_seqs": point.max_num_seqs,
+    return engine_args_with(raw, {"max_num_seqs": point.max_num_seqs,
                                                 "gpu_memory_utilization": point.gpu_memory_utilization}, line)
 
 

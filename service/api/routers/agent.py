@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from ... import metrics
 from ...errors import ApiError, GroupHold, NotFound
-from ...services import plans as plan_service
+from ...services.agent_serving import etag_matches, fetch_recorded_recently
 from ...services import tokens as token_service
 from ...services.agent_writes import Fetch, Report
 from ...services.epochs import EpochCache
@@ -80,7 +80,7 @@ class PlanServer:
             return hit[2]
         if len(freshness_cache) > 200_000:
             freshness_cache.clear()
-        stored = a.get("freshness")  # signed with the plan (services/plans.py create)
+        stored = a.get("freshness")  # signed with the plan (services/plans.py ``create``)
         if stored:
             made = _signed_at(stored)
             if made is not None and made[1] == kid and made[0] <= now < made[0] + window \
@@ -112,9 +112,9 @@ class PlanServer:
         authorize_node(name, principal)
         if held(a, principal):  # the route answers the hold, from the cache (the head's report refreshes it)
             return a, False
-        if plan_service.etag_matches(a["etag"], etags):
+        if etag_matches(a["etag"], etags):
             return a, False
-        if principal.role == "agent" and not plan_service.fetch_recorded_recently(a):
+        if principal.role == "agent" and not fetch_recorded_recently(a):
             return None, False  # a delivery to record: the database
         metrics.AGENT_FETCHES.labels("served").inc()
         return a, True
