@@ -16,6 +16,7 @@ from service.api.app import create_app
 from service.db.models import Assignment, AuditEvent, Plan, Rollout
 from service.db.session import Database
 from service.services import rollouts as rollout_service
+from service.services.context import Context
 from service.services.rollouts import common as rollout_common
 from service.services.rollouts import stepping
 from tests.conftest import ADMIN
@@ -59,7 +60,7 @@ class Fleet:
         return r.json()
 
     def tick(self, at=None, db=None, **kw):
-        return rollout_service.tick(db or self.db, settings=self.settings, keys=self.keys,
+        return rollout_service.tick(db or self.db, Context(self.settings, self.keys),
                                     now=time.time() if at is None else at, **kw)
 
     def status(self, rid):
@@ -423,7 +424,7 @@ def test_a_worker_killed_after_signing_the_next_resumes_without_signing_twice(fl
 
     def tick(i, at):
         app = instances[i][0]
-        return rollout_service.tick(app.state.db, settings=app.state.settings, keys=app.state.keys, now=at)
+        return rollout_service.tick(app.state.db, app.state.context, now=at)
 
     try:
         t0 = time.time()

@@ -572,7 +572,7 @@ def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
 
     def judge(body: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, str]]]:
         try:
-            data = PlanIn.model_validate(body).model_dump(mode="json")
+            data = PlanIn.model_validate(body)
         except ValidationError as exc:
             return None, [{"field": ".".join(str(x) for x in e["loc"]) or "body", "message": e["msg"]}
                           for e in exc.errors()[:10]]

@@ -3,13 +3,15 @@ ETags, a multi-node worker's head (its group digest and the group-hold), and the
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from .. import audit, metrics
-from ..db.models import Assignment, Node, utcnow
+from ..clock import Clock, utc
+from ..db.models import Assignment, Node
 from ..domain.group_gate import group_hold
 from ..errors import ApiError, NotFound
 from .plans import models_of
@@ -38,7 +40,8 @@ def etag_matches(etag: str, tags) -> bool:
     return any(t == "*" or (t[2:] if t.startswith("W/") else t) == strong for t in tags)
 
 
-def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[dict | None, bool] | ApiError]:
+def serve_to_agents(session: Session, fetches: list[AgentFetch], *,
+                    clock: Clock) -> list[tuple[dict | None, bool] | ApiError]:
     """The agents' fetches, in bulk (one query for the nodes' active assignments, one UPDATE and one audit INSERT for
     the fetches to record). Per fetch, in order: (assignment dict — ``id``, ``plan_id``, ``seq``, ``etag``,
     ``signed``, ``last_fetched_at``, ``fetch_count``, ``node_name`` —, served), with served False when the agent's
@@ -71,11 +74,11 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch]) -> list[tuple[d
             out.append((row, False))
         else:
             metrics.AGENT_FETCHES.labels("served").inc()
-            if f.record and not fetch_recorded_recently(row) and row["id"] not in record:
+            if f.record and not fetch_recorded_recently(row, clock) and row["id"] not in record:
                 record[row["id"]] = (f, row)
             out.append((row, True))
     if record:
-        now = utcnow()
+        now = utc(clock)
         session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.id == bindparam("_id")).values(
             first_fetched_at=func.coalesce(ASSIGNMENTS.c.first_fetched_at, bindparam("_now")),
             last_fetched_at=bindparam("_now"), fetch_count=bindparam("_count")),
@@ -121,12 +124,11 @@ def heads_of(session: Session, rows: list[dict]) -> None:
         r["hold"] = hold.as_dict() if hold is not None else None
 
 
-def fetch_recorded_recently(row: dict) -> bool:
+def fetch_recorded_recently(row: dict, clock: Clock) -> bool:
     """True when serving this assignment again needs no new record (see ``serve_to_agents``)."""
     last = row.get("last_fetched_at")
     if last is None:
         return False
-    now = utcnow()
-    if last.tzinfo is None:
-        last = last.replace(tzinfo=now.tzinfo)
-    return (now - last).total_seconds() < REFETCH_RECORD_SECONDS
+    if last.tzinfo is None:  # SQLite hands back naive UTC
+        last = last.replace(tzinfo=dt.timezone.utc)
+    return clock.time() - last.timestamp() < REFETCH_RECORD_SECONDS

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..api.schemas import LaunchTarget, PlanIn
 from ..db.models import Manifest, Node
 from ..domain import env_policy, node_checks
 from ..domain.code_policy import code_loading
@@ -16,13 +17,14 @@ from ..domain.engine_args import parse_engine_args, resolve_name
 from ..domain.errors import DomainError
 from ..domain.request import LaunchRequest
 from ..domain.topology import PER_NODE, Placement, Topology, group_arguments, plan_topology
+from ..domain.validate import ValidationResult
 from ..domain.versions import resolve_version
 from ..errors import Invalid
 
 
-def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any], *,
+def launch_request(manifest: Manifest, nodes: list[Node], target: LaunchTarget, *,
                    nodes_per_instance: int | None = None) -> LaunchRequest:
-    """The launch request a plan body implies: the manifest's model, the nodes' hardware (``hardware.nodes``: the
+    """The launch request a plan's target implies: the manifest's model, the nodes' hardware (``hardware.nodes``: the
     nodes one instance spans, ``nodes_per_instance``; by default all the plan's nodes)."""
     first = nodes[0]
     shapes = {(n.gpu_id, n.gpu["memory_bytes"], n.gpu["compute_capability"], n.gpu_count) for n in nodes}
@@ -41,11 +43,11 @@ def launch_request(manifest: Manifest, nodes: list[Node], body: dict[str, Any], 
                       "checkpoint": manifest.checkpoint, "weights_bytes": manifest.weights_bytes},
             "hardware": {"gpu": gpu, "count": first.gpu_count, "nodes": nodes_per_instance or len(nodes),
                          "interconnect": interconnects.pop() if len(interconnects) == 1 else None},
-            "environment": body.get("environment") or "production",
-            "workload": body.get("workload"),
-            "engine_args": body.get("engine_args") or {},
-            "env": body.get("env") or {},
-            "vllm_version": body.get("vllm_version"),
+            "environment": target.environment,
+            "workload": target.workload,
+            "engine_args": target.engine_args,
+            "env": target.env,
+            "vllm_version": target.vllm_version,
         })
     except ValidationError as exc:
         raise Invalid("the plan does not make a valid launch request: " + "; ".join(
@@ -78,7 +80,7 @@ def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
                               for f, w in loading])
 
 
-def node_checks_claim(node: Node, manifest: Manifest, result, gpus_used: int) -> dict[str, Any]:
+def node_checks_claim(node: Node, manifest: Manifest, result: ValidationResult, gpus_used: int) -> dict[str, Any]:
     """The signed ``node_checks`` claim (issue 17): hardware, memory, and the weights files the manifest recorded."""
     args = result.context.args if result.context is not None else None
     return node_checks.node_checks_claim(
@@ -112,7 +114,7 @@ def engine_args_with(raw: dict[str, Any], extra: dict[str, Any], line) -> dict[s
     return out
 
 
-def plan_layout(request: LaunchRequest, nodes: list[Node], body: dict[str, Any]) -> Layout:
+def plan_layout(request: LaunchRequest, nodes: list[Node], plan: PlanIn) -> Layout:
     """Group the plan's nodes into instances (vLLM's world TP × PP × DP over the nodes' GPUs) and check what a
     multi-node plan needs: no per-node argument in engine_args (Preflight renders them), ``--nnodes`` if given equal
     to the instance's node count, an address on every head, one env per group. Raises DomainError / Invalid (422)
@@ -122,7 +124,7 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], body: dict[str, Any])
     tp, pp, dp = args.tensor_parallel_size, args.pipeline_parallel_size, args.data_parallel_size
     names = [n.name for n in nodes]
     gpus = nodes[0].gpu_count
-    group_env = list(body.get("group_env") or [])
+    group_env = list(plan.group_env or [])
     world = tp * pp * dp
     k = -(-world // gpus) if world > 0 else 1
     if len(nodes) == 1 or world <= 0 or k > len(nodes):
@@ -131,7 +133,7 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], body: dict[str, Any])
                         {n: Placement(n, i, 0, "replica", 1, n) for i, n in enumerate(names)}, world)
     else:
         topo = plan_topology(names, gpus, tp, pp, dp, line, backend=args.get("distributed_executor_backend"),
-                             form=body.get("multi_node_form"))
+                             form=plan.multi_node_form)
     # per-node flags are Preflight's to render from the topology — on a one-node plan too, where a signed
     # --headless or --node-rank would make the node a worker of an instance that does not exist (and the agent
     # refuses a replica that is told to be headless)

@@ -8,24 +8,27 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from .. import audit, metrics
-from ..db.models import Assignment, Manifest, Node, Plan, iso, utcnow
+from ..api.schemas import PlanIn
+from ..clock import Clock, utc
+from ..db.models import Assignment, Manifest, Node, Plan, iso
 from ..domain.recommend import recommend
 from ..domain.render import shell_command
 from ..domain.request import LaunchRequest
 from ..domain.topology import group_digest, member_argvs
-from ..domain.validate import validate
+from ..domain.validate import ValidationResult, validate
 from ..domain.versions import resolve_version
-from ..errors import Conflict, LaunchRejected, NotFound
-from ..settings import Settings
-from ..signing import FRESHNESS_MEDIA_TYPE, PLACEMENT_CLAIMS, KeyStore, freshness_claims, plan_claims, plan_digest
+from ..errors import Conflict, Invalid, LaunchRejected, NotFound
+from ..signing import FRESHNESS_MEDIA_TYPE, PLACEMENT_CLAIMS, freshness_claims, plan_claims, plan_digest
 from . import epochs, kv_pool, variants
 from . import manifests as manifest_service
 from . import nodes as node_service
-from .plan_layout import check_node_safety, engine_args_with, launch_request, node_checks_claim, plan_layout
+from .context import Context
+from .plan_layout import Layout, check_node_safety, engine_args_with, launch_request, node_checks_claim, plan_layout
 
 
 def _retire_plan_if_done(session: Session, plan_id: str, *, exclude: int) -> None:
@@ -140,16 +143,29 @@ def _supersede_groups(session: Session, *, actor: str, names: list[str], plan: P
                      node=prev.node_name, plan_id=prev.plan_id, model=model, payload=payload)
 
 
+def plan_in(data: dict[str, Any]) -> PlanIn:
+    """A plan body made from stored content (an earlier plan's, a rollout's pinned target), validated as ``POST
+    /v1/plans`` validates one: Invalid (422) naming the field when it no longer passes."""
+    try:
+        return PlanIn.model_validate(data)
+    except ValidationError as exc:
+        raise Invalid("the stored content does not make a valid plan body: " + "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]),
+            errors=[{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
+                    for e in exc.errors()]) from None
+
+
 @dataclass
 class Judgement:
-    """A plan body judged for a manifest on nodes (``judge``): what ``create`` signs, or a dry run shows."""
+    """A plan body judged for a manifest on nodes (``judge``): what ``create`` signs, or a dry run shows. ``plan`` is
+    the body as judged (a pinned KV pool filled in)."""
 
     manifest: Manifest
     nodes: list[Node]
-    body: dict[str, Any]
+    plan: PlanIn
     request: LaunchRequest
-    result: Any
-    layout: Any
+    result: ValidationResult
+    layout: Layout
     line: Any
     findings: list[dict[str, Any]]
 
@@ -160,39 +176,126 @@ class Judgement:
         return LaunchRejected(
             f"vLLM {r.vllm_version} would refuse this launch: " + "; ".join(f"{f.rule}: {f.message}" for f in r.errors),
             findings=self.findings, argv=r.argv, budget=r.budget, alternatives=r.alternatives,
-            variants=variants.fitting_variants(session, self.manifest, self.nodes, self.body)
+            variants=variants.fitting_variants(session, self.manifest, self.nodes, self.plan)
             if variants.needs_memory(self.findings) else [])
 
 
-def judge(session: Session, manifest: Manifest, nodes: list[Node], body: dict[str, Any]) -> Judgement:
+def judge(session: Session, manifest: Manifest, nodes: list[Node], plan: PlanIn) -> Judgement:
     """Validate a plan body for a manifest on nodes, as ``create`` signs it (the measured KV pool when pinned, the
     nodes' topology, one validation per instance shape). Reads only: ``create`` and the dry run share it, so a dry
     run refuses what the create would (``tuning.auto_apply`` outside benchmark among them)."""
     from .tuning import initial_memo
 
-    initial_memo(body.get("tuning"), body.get("environment"))  # Invalid (422, tuning.auto_apply)
-    body = kv_pool.apply(session, manifest, nodes, body)  # kv_cache_pool "pinned": the measured pool
-    request = launch_request(manifest, nodes, body)
+    initial_memo(plan.tuning, plan.environment)  # Invalid (422, tuning.auto_apply)
+    plan = kv_pool.apply(session, manifest, nodes, plan)  # kv_cache_pool "pinned": the measured pool
+    request = launch_request(manifest, nodes, plan)
     check_node_safety(manifest, request)
     recommendations: list[dict[str, Any]] | None = None
     if len(nodes) > 1 and request.workload is not None:  # the topology follows from the filled TP/PP/DP
         filled, recommendations = recommend(request)
         request = request.model_copy(update={"engine_args": filled})
-    layout = plan_layout(request, nodes, body)
+    layout = plan_layout(request, nodes, plan)
     _, line = resolve_version(request.vllm_version)
     if len(nodes) > 1:
-        judged_in = launch_request(manifest, nodes, {**body, "engine_args": engine_args_with(
-            request.engine_args, layout.group_args, line)}, nodes_per_instance=layout.topo.nodes_per_instance)
+        judged_in = launch_request(manifest, nodes, plan.model_copy(update={"engine_args": engine_args_with(
+            request.engine_args, layout.group_args, line)}), nodes_per_instance=layout.topo.nodes_per_instance)
         result = validate(judged_in, model_ref=manifest.uri, fill=False)
         if recommendations is not None:
             result.recommendations = recommendations
     else:
         result = validate(request, model_ref=manifest.uri)
-    return Judgement(manifest, nodes, body, request, result, layout, line, [f.as_dict() for f in result.findings])
+    return Judgement(manifest, nodes, plan, request, result, layout, line, [f.as_dict() for f in result.findings])
 
 
-def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, body: dict[str, Any],
-           tuning: dict[str, Any] | None = None) -> dict:
+@dataclass
+class Signed:
+    """A plan ``create`` signed and stored: the plan, one assignment per node (in the order given) and the
+    recommendations its validation made."""
+
+    plan: Plan
+    assignments: list[Assignment]
+    recommendations: list[dict[str, Any]]
+
+    def seqs(self) -> dict[str, int]:
+        """Each node's seq of this plan."""
+        return {a.node_name: a.seq for a in self.assignments}
+
+
+def created_dict(signed: Signed) -> dict[str, Any]:
+    """A plan just created as the API answers it: the plan with its assignments and the recommendations."""
+    return {**plan_dict(signed.plan, signed.assignments), "recommendations": signed.recommendations}
+
+
+@dataclass
+class _Member:
+    """What one node of a plan is signed: its argv and env, and its place in its group."""
+
+    argv: list[str]
+    env: dict[str, str]
+    group: int
+    rank: int
+    role: str
+    nnodes: int
+    head: str
+    group_digest: str
+
+    def placement(self) -> dict[str, Any]:
+        return {"group": self.group, "rank": self.rank, "role": self.role, "nnodes": self.nnodes, "head": self.head,
+                "group_digest": self.group_digest}
+
+
+def _groups(j: Judgement, plan_id: str) -> tuple[list[dict[str, Any]], dict[str, _Member]]:
+    """The plan's groups as its topology stores them (nodes, head and its address, digest, argv per node, group env)
+    and what each node is signed (``_Member``)."""
+    layout, result, manifest = j.layout, j.result, j.manifest
+    topo = layout.topo
+    groups: list[dict[str, Any]] = []
+    members: dict[str, _Member] = {}
+    for g, names in enumerate(topo.groups):
+        argvs, _ = member_argvs(topo, g, result.argv, j.line, head_address=layout.head_addresses[g] or "",
+                                tp=layout.tp, pp=layout.pp, dp=layout.dp)
+        env = {**j.request.env, **layout.group_env[g]}
+        k = topo.nodes_per_instance
+        content = {"plan": plan_id, "group": g, "nnodes": k, "vllm_version": result.vllm_version,
+                   "manifest_digest": manifest.digest, "model_uri": manifest.uri,
+                   "members": [{"node": n, "rank": topo.placements[n].rank, "role": topo.placements[n].role,
+                                "argv": argvs[n], "env": env} for n in names]}
+        digest = group_digest(content)
+        groups.append({"group": g, "nodes": list(names), "head": names[0],
+                       "head_address": layout.head_addresses[g] if k > 1 else None, "nnodes": k, "digest": digest,
+                       "argv": argvs, "env": dict(layout.group_env[g])})
+        for n in names:
+            p = topo.placements[n]
+            members[n] = _Member(argvs[n], env, g, p.rank, p.role, k, names[0], digest)
+    return groups, members
+
+
+def _assign(ctx: Context, j: Judgement, plan: Plan, node: Node, seq: int, mine: _Member) -> Assignment:
+    """The node's assignment of ``plan``: its signed plan, and a freshness statement signed with it (the first
+    fetches after a rollout — a fleet booting at once — are answered without a signature each). A group member's
+    statement carries its head's group digest: in this transaction, the group's own."""
+    settings, keys, manifest, result = ctx.settings, ctx.keys, j.manifest, j.result
+    claims = plan_claims(issuer=settings.issuer, audience=settings.audience, node=node.name, plan_id=plan.id,
+                         seq=seq, manifest_digest=manifest.digest, vllm_version=result.vllm_version,
+                         argv=mine.argv, env=mine.env, model_uri=manifest.uri,
+                         placement={k: v for k, v in mine.placement().items() if k in PLACEMENT_CLAIMS},
+                         node_checks=node_checks_claim(node, manifest, result, j.layout.topo.local_world),
+                         now=int(ctx.clock.time()))
+    signed = keys.sign(claims)
+    grouped = mine.role in ("head", "worker")
+    fresh = keys.sign(freshness_claims(issuer=settings.issuer, audience=settings.audience, node=node.name,
+                                       plan_id=plan.id, seq=seq, digest=plan_digest(signed),
+                                       ttl=settings.freshness_ttl_seconds, grouped=grouped,
+                                       head_group_digest=mine.group_digest if grouped else None,
+                                       now=int(ctx.clock.time())),
+                      typ=FRESHNESS_MEDIA_TYPE, refresh=False)
+    return Assignment(plan_id=plan.id, node_name=node.name, seq=seq, signed=signed, freshness=fresh,
+                      etag='"' + audit.sha256_hex(signed.encode())[:32] + '"', group_index=mine.group,
+                      rank=mine.rank, role=mine.role, group_digest=mine.group_digest, created_at=ctx.now())
+
+
+def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn,
+           tuning: dict[str, Any] | None = None) -> Signed:
     """Validate, sign and store a plan for every named node. Raises LaunchRejected (422, nothing stored) when the
     verdict is reject; DomainError / NotFound / Invalid for bad input.
 
@@ -203,84 +306,42 @@ def create(session: Session, *, actor: str, settings: Settings, keys: KeyStore, 
     from .tuning import initial_memo
 
     if tuning is None:  # a plan's own tuning block starts the loop (issue 16); the loop passes its memo
-        tuning = initial_memo(body.get("tuning"), body.get("environment"))
-    manifest = manifest_service.resolve_ref(session, body["manifest"])
-    names = node_service.distinct(body["nodes"])
+        tuning = initial_memo(plan.tuning, plan.environment)
+    manifest = manifest_service.resolve_ref(session, plan.manifest)
+    names = node_service.distinct(plan.nodes)
     nodes = [node_service.get(session, n) for n in names]
     node_service.lock(session, sorted(names))  # per-node seq: concurrent plans for a node queue here
-    j = judge(session, manifest, nodes, body)
-    body, request, result, layout, line, findings = j.body, j.request, j.result, j.layout, j.line, j.findings
-    metrics.observe_result("plans", result.verdict, findings)
+    j = judge(session, manifest, nodes, plan)
+    result, topo = j.result, j.layout.topo
+    metrics.observe_result("plans", result.verdict, j.findings)
     if result.verdict == "reject":
         raise j.rejection(session)
-    judged = result.context.request if result.context is not None else request  # with recommended values filled
+    judged = result.context.request if result.context is not None else j.request  # with recommended values filled
     plan_id = str(uuid.uuid4())
-    topo = layout.topo
-    groups = []
-    member_claims: dict[str, dict[str, Any]] = {}
-    for g, members in enumerate(topo.groups):
-        argvs, _ = member_argvs(topo, g, result.argv, line, head_address=layout.head_addresses[g] or "",
-                                tp=layout.tp, pp=layout.pp, dp=layout.dp)
-        env = {**request.env, **layout.group_env[g]}
-        k = topo.nodes_per_instance
-        content = {"plan": plan_id, "group": g, "nnodes": k, "vllm_version": result.vllm_version,
-                   "manifest_digest": manifest.digest, "model_uri": manifest.uri,
-                   "members": [{"node": n, "rank": topo.placements[n].rank, "role": topo.placements[n].role,
-                                "argv": argvs[n], "env": env} for n in members]}
-        digest = group_digest(content)
-        groups.append({"group": g, "nodes": list(members), "head": members[0],
-                       "head_address": layout.head_addresses[g] if k > 1 else None, "nnodes": k, "digest": digest,
-                       "argv": argvs, "env": dict(layout.group_env[g])})
-        for n in members:
-            p = topo.placements[n]
-            member_claims[n] = {"argv": argvs[n], "env": env, "group": g, "rank": p.rank, "role": p.role,
-                                "nnodes": k, "head": members[0], "group_digest": digest}
-    plan = Plan(id=plan_id, manifest_id=manifest.id, request=judged.model_dump(mode="json"),
-                verdict=result.verdict, findings=findings, argv=result.argv, command=result.command,
-                env=dict(request.env), budget=result.budget, recommendations=result.recommendations,
-                vllm_version=result.vllm_version, created_by=actor, tuning=tuning,
-                topology={"form": topo.form, "nodes_per_instance": topo.nodes_per_instance, "groups": groups,
-                          "multi_node_form": body.get("multi_node_form"),
-                          "group_env": body.get("group_env")})
-    session.add(plan)
+    groups, members = _groups(j, plan_id)
+    row = Plan(id=plan_id, manifest_id=manifest.id, request=judged.model_dump(mode="json"),
+               verdict=result.verdict, findings=j.findings, argv=result.argv, command=result.command,
+               env=dict(j.request.env), budget=result.budget, recommendations=result.recommendations,
+               vllm_version=result.vllm_version, created_by=actor, tuning=tuning, created_at=ctx.now(),
+               topology={"form": topo.form, "nodes_per_instance": topo.nodes_per_instance, "groups": groups,
+                         "multi_node_form": j.plan.multi_node_form, "group_env": j.plan.group_env})
+    session.add(row)
     session.flush()
-    _supersede_groups(session, actor=actor, names=names, plan=plan, model=manifest.name)
+    _supersede_groups(session, actor=actor, names=names, plan=row, model=manifest.name)
     seqs = dict(session.execute(select(Assignment.node_name, func.max(Assignment.seq))
                                 .where(Assignment.node_name.in_(names)).group_by(Assignment.node_name)).all())
-    assignments = []
-    for node in nodes:
-        mine = member_claims[node.name]
-        seq = (seqs.get(node.name) or 0) + 1
-        claims = plan_claims(issuer=settings.issuer, audience=settings.audience, node=node.name, plan_id=plan.id,
-                             seq=seq, manifest_digest=manifest.digest,
-                             vllm_version=result.vllm_version, argv=mine["argv"], env=mine["env"],
-                             model_uri=manifest.uri, placement={k: mine[k] for k in PLACEMENT_CLAIMS},
-                             node_checks=node_checks_claim(node, manifest, result, layout.topo.local_world))
-        signed = keys.sign(claims)
-        # "this is the node's current plan", signed now with the plan: the first fetches after a rollout (a fleet
-        # booting at once) are answered without a signature each. A group member's carries its head's group digest:
-        # in this transaction, the group's own
-        grouped = mine["role"] in ("head", "worker")
-        fresh = keys.sign(freshness_claims(issuer=settings.issuer, audience=settings.audience, node=node.name,
-                                           plan_id=plan.id, seq=seq, digest=plan_digest(signed),
-                                           ttl=settings.freshness_ttl_seconds, grouped=grouped,
-                                           head_group_digest=mine["group_digest"] if grouped else None),
-                          typ=FRESHNESS_MEDIA_TYPE, refresh=False)
-        a = Assignment(plan_id=plan.id, node_name=node.name, seq=seq, signed=signed, freshness=fresh,
-                       etag='"' + audit.sha256_hex(signed.encode())[:32] + '"', group_index=mine["group"],
-                       rank=mine["rank"], role=mine["role"], group_digest=mine["group_digest"])
-        session.add(a)
-        assignments.append(a)
+    assignments = [_assign(ctx, j, row, node, (seqs.get(node.name) or 0) + 1, members[node.name]) for node in nodes]
+    session.add_all(assignments)
     session.flush()
-    audit.append(session, actor=actor, kind="plan.created", subject=f"plan:{plan.id}", plan_id=plan.id,
+    audit.append(session, actor=actor, kind="plan.created", subject=f"plan:{row.id}", plan_id=row.id,
                  node=names[0] if len(names) == 1 else None, model=manifest.name,
                  payload={"manifest": manifest.digest, "nodes": names, "seqs": [a.seq for a in assignments],
                           "plan_digests": [plan_digest(a.signed) for a in assignments],
-                          "verdict": result.verdict, "argv": result.argv, "kid": keys.active_kid,
+                          "verdict": result.verdict, "argv": result.argv, "kid": ctx.keys.active_kid,
                           "topology": {"form": topo.form, "nodes_per_instance": topo.nodes_per_instance,
                                        "group_digests": [g["digest"] for g in groups]}})
-    epochs.bump(session, "plans", plan.id)  # other processes' plan caches drop the superseded assignments
-    return {**plan_dict(plan, assignments), "recommendations": result.recommendations}
+    epochs.bump(session, "plans", row.id)  # other processes' plan caches drop the superseded assignments
+    return Signed(row, assignments, result.recommendations)
 
 
 def get(session: Session, plan_id: str) -> tuple[Plan, list[Assignment]]:
@@ -311,7 +372,7 @@ def models_of(session: Session, plan_ids: list[str]) -> dict[str, str | None]:
     return {p: _MODEL_OF.get(p) for p in plan_ids}
 
 
-def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
+def revoke(session: Session, *, actor: str, plan_id: str, clock: Clock) -> Plan:
     plan, assignments = get(session, plan_id)
     if plan.status == "revoked":
         return plan  # already withdrawn: the same answer, no second event
@@ -324,38 +385,39 @@ def revoke(session: Session, *, actor: str, plan_id: str) -> Plan:
             a.status = "revoked"
     audit.append(session, actor=actor, kind="plan.revoked", subject=f"plan:{plan_id}", plan_id=plan_id,
                  model=model_of(session, plan_id),
-                 payload={"nodes": [a.node_name for a in assignments], "at": utcnow().isoformat()})
+                 payload={"nodes": [a.node_name for a in assignments], "at": utc(clock).isoformat()})
     epochs.bump(session, "plans", plan_id)
     return plan
 
 
-def content_body(old: Plan, assignments: list[Assignment]) -> dict[str, Any]:
+def content(old: Plan, assignments: list[Assignment], **changes: Any) -> PlanIn:
     """A plan body with ``old``'s content (manifest, engine args, env, workload, version, multi-node form) for the
     nodes of ``assignments`` — whole groups of ``old`` —, in the order given at first (ranks follow it: by rank within
-    each group, groups in order), with the group env of those groups."""
-    req = old.request
+    each group, groups in order), with the group env of those groups; ``changes`` replace fields (the tuning loop's
+    engine args)."""
+    req = old.request or {}
     topo = old.topology or {}
     ordered = sorted(assignments, key=lambda a: (a.group_index or 0, a.rank or 0, a.id))
     group_env = topo.get("group_env")
     if group_env:
         kept = sorted({a.group_index or 0 for a in ordered})
         group_env = [group_env[g] for g in kept if g < len(group_env)]
-    return {"manifest": old.manifest_id, "nodes": [a.node_name for a in ordered],
-            "engine_args": req.get("engine_args") or {}, "env": req.get("env") or {},
-            "environment": req.get("environment"), "workload": req.get("workload"),
-            "vllm_version": req.get("vllm_version"), "multi_node_form": topo.get("multi_node_form"),
-            "group_env": group_env}
+    return plan_in({"manifest": old.manifest_id, "nodes": [a.node_name for a in ordered],
+                    "engine_args": req.get("engine_args") or {}, "env": req.get("env") or {},
+                    "environment": req.get("environment") or "production", "workload": req.get("workload"),
+                    "vllm_version": req.get("vllm_version"), "multi_node_form": topo.get("multi_node_form"),
+                    "group_env": group_env, **changes})
 
 
-def reissue(session: Session, *, actor: str, settings: Settings, keys: KeyStore, plan_id: str) -> dict:
+def reissue(session: Session, ctx: Context, *, actor: str, plan_id: str) -> Signed:
     """Rollback: the earlier plan's content (manifest, nodes, engine args, env, workload, version), re-validated
     and signed as a new plan with a new per-node seq."""
     old, assignments = get(session, plan_id)
     # the tuning memo travels with the content (its SLO, auto_apply, the levels that held): a reissue does not
     # restart the loop or drop its SLO
-    out = create(session, actor=actor, settings=settings, keys=keys, body=content_body(old, assignments),
+    out = create(session, ctx, actor=actor, plan=content(old, assignments),
                  tuning=old.tuning if isinstance(old.tuning, dict) else None)
-    audit.append(session, actor=actor, kind="plan.reissued", subject=f"plan:{out['id']}", plan_id=out["id"],
-                 model=model_of(session, out["id"]),
+    audit.append(session, actor=actor, kind="plan.reissued", subject=f"plan:{out.plan.id}", plan_id=out.plan.id,
+                 model=model_of(session, out.plan.id),
                  payload={"from": plan_id})
     return out

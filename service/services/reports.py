@@ -3,7 +3,6 @@ rows, the audit events, the calibration comparison, and a head's report opening 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +10,8 @@ from sqlalchemy import bindparam, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from .. import audit, metrics
-from ..db.models import Assignment, Node, Plan, Report, utcnow
+from ..clock import Clock, utc
+from ..db.models import Assignment, Node, Plan, Report
 from ..domain.group_gate import changes_hold
 from ..errors import ApiError, Conflict, NotFound
 from . import calibration, epochs
@@ -42,36 +42,32 @@ PLANLESS_STATUSES = ("refused", "reset")  # may name no plan: a refusal before a
 STALE_OK = ("heartbeat", "stopped", "exited", "failed")  # what a node may still say about a plan it no longer runs
 
 
-def late(r: AgentReport) -> bool:
+def late(r: AgentReport, clock: Clock) -> bool:
     """A report the agent queued (offline boot, service away) and delivers now, stamped with its own time: history,
     which may name a plan superseded since."""
     at = r.details.get("at") if isinstance(r.details, dict) else None
     if not isinstance(at, (int, float)) or isinstance(at, bool):
         return False
-    now = time.time()
+    now = clock.time()
     return now - LATE_WINDOW <= at <= now + 300  # the window the runs view believes an agent's own time in
 
 
 LATE_WINDOW = 30 * 86400
 
 
-def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, Any] | ApiError]:
-    """Agent reports, in bulk and in order (one read of the assignments, one UPDATE, one INSERT of the reports, one
-    audit INSERT). Each report's plan must have been assigned to its node, else that report is NotFound and writes
-    nothing; ``refused`` and ``reset`` may name no plan (an audit event for the node only). A ``heartbeat`` only
-    stamps the assignment's ``last_heartbeat_at`` (no report row, no audit event: cheap at fleet scale) and answers
-    ``current``: whether the plan is still the node's current one (false once superseded or revoked). A report on a
-    plan the node no longer runs (superseded or revoked) is a Conflict and writes nothing — except a heartbeat (it
-    learns that the plan is not current) and the end of a run (``stopped``, ``exited``, ``failed``: the record of when
-    the old config stopped) and a report the agent queued and delivers late (``details.at``). A report
-    whose details carry vLLM's start-up figures (``details.vllm``) also stores the calibration comparison
-    (services/calibration.py). Returns per report ``{"id", "plan_id", "node", "status"}`` (``id`` null for a
-    heartbeat and a planless report) or the error."""
+Pair = tuple[str, str]  # (node, plan id)
+
+
+def _assigned(session: Session, reports: list[AgentReport]) -> tuple[dict[Pair, int], set[Pair], dict[Pair, str],
+                                                                     dict[Pair, str | None]]:
+    """The assignments the reports name, in one read: per (node, plan) its highest seq; the pairs current (active);
+    those assigned once but superseded or revoked since (their status); and the active heads of multi-node groups
+    (their last report)."""
     pairs = sorted({(r.node, r.plan_id) for r in reports if r.plan_id is not None})
-    seqs: dict[tuple[str, str], int] = {}
-    current: set[tuple[str, str]] = set()
-    stale: dict[tuple[str, str], str] = {}  # assigned once, but superseded or revoked since
-    heads: dict[tuple[str, str], str | None] = {}  # active head assignments of multi-node groups: last report
+    seqs: dict[Pair, int] = {}
+    current: set[Pair] = set()
+    stale: dict[Pair, str] = {}
+    heads: dict[Pair, str | None] = {}
     if pairs:
         for node, plan_id, seq, status, role, last in session.execute(
                 select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.status,
@@ -86,16 +82,32 @@ def report_many(session: Session, reports: list[AgentReport]) -> list[dict[str, 
                 stale.setdefault((node, plan_id), status)
     for pair in current:
         stale.pop(pair, None)
+    return seqs, current, stale, heads
+
+
+def report_many(session: Session, reports: list[AgentReport], *, clock: Clock) -> list[dict[str, Any] | ApiError]:
+    """Agent reports, in bulk and in order (one read of the assignments, one UPDATE, one INSERT of the reports, one
+    audit INSERT). Each report's plan must have been assigned to its node, else that report is NotFound and writes
+    nothing; ``refused`` and ``reset`` may name no plan (an audit event for the node only). A ``heartbeat`` only
+    stamps the assignment's ``last_heartbeat_at`` (no report row, no audit event: cheap at fleet scale) and answers
+    ``current``: whether the plan is still the node's current one (false once superseded or revoked). A report on a
+    plan the node no longer runs (superseded or revoked) is a Conflict and writes nothing — except a heartbeat (it
+    learns that the plan is not current) and the end of a run (``stopped``, ``exited``, ``failed``: the record of when
+    the old config stopped) and a report the agent queued and delivers late (``details.at``). A report
+    whose details carry vLLM's start-up figures (``details.vllm``) also stores the calibration comparison
+    (services/calibration.py). Returns per report ``{"id", "plan_id", "node", "status"}`` (``id`` null for a
+    heartbeat and a planless report) or the error."""
+    seqs, current, stale, heads = _assigned(session, reports)
     planless_nodes = {r.node for r in reports if r.plan_id is None}
     known = set(session.scalars(select(Node.name).where(Node.name.in_(planless_nodes)))) if planless_nodes else set()
     assigned = [i for i, r in enumerate(reports) if (r.node, r.plan_id) in seqs
-                and ((r.node, r.plan_id) not in stale or r.status in STALE_OK or late(r))]
+                and ((r.node, r.plan_id) not in stale or r.status in STALE_OK or late(r, clock))]
     beats = [reports[i] for i in assigned if reports[i].status == "heartbeat"]
     ok_idx = [i for i in assigned if reports[i].status != "heartbeat"]
     ok = [reports[i] for i in ok_idx]
     planless_idx = [i for i, r in enumerate(reports) if r.plan_id is None and r.node in known]
     done: dict[int, int | None] = {}  # index in ``reports`` -> new report id (None: nothing stored but accepted)
-    now = utcnow()
+    now = utc(clock)
     if beats:
         session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.node_name == bindparam("_node"),
                                                   ASSIGNMENTS.c.plan_id == bindparam("_plan"))

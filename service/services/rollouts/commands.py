@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ...db.models import RolloutNode, RolloutWave, utcnow
+from ...db.models import Rollout, RolloutNode, RolloutWave
 from ...domain import rollout as domain
 from ...domain.errors import DomainError
 from ...errors import Conflict
-from ...settings import Settings
-from ...signing import KeyStore
+from ..context import Context
 from .common import at_time, event, get
 from .restore import close_waves, finish_restore, restore
-from .views import rollout_dict
 
 
-def command(session: Session, rollout_id: str, verb: str, *, actor: str, settings: Settings, keys: KeyStore,
-            reason: str | None = None) -> dict[str, Any]:
+def command(session: Session, ctx: Context, rollout_id: str, verb: str, *, actor: str,
+            reason: str | None = None) -> Rollout:
     """``pause``, ``resume``, ``promote`` or ``abort`` (restores what the rollout changed). Waits for the row lock a
     scheduler step may hold. Raises NotFound, Conflict (the verb does not apply to the state)."""
     r = get(session, rollout_id, for_update=True)
@@ -28,8 +25,8 @@ def command(session: Session, rollout_id: str, verb: str, *, actor: str, setting
         domain.command(r.state, verb, promoted=r.promote)  # raises when the verb does not apply to the state
     except DomainError as exc:
         raise Conflict(exc.message, field="state") from None
-    now = time.time()
-    r.updated_at = utcnow()
+    now = ctx.clock.time()
+    r.updated_at = at_time(now)
     payload: dict[str, Any] = {"from": r.state, **({"reason": reason} if reason else {})}
     if verb == "pause":
         r.paused_from, r.state = r.state, "paused"
@@ -57,6 +54,6 @@ def command(session: Session, rollout_id: str, verb: str, *, actor: str, setting
         event(session, r, "aborted", payload, actor=actor)
         # the first chunk here; a large rollout answers "aborting" and the scheduler restores the rest, a chunk per
         # transaction (the write lock is never held for the whole fleet)
-        if not restore(session, r, rows, settings=settings, keys=keys, reason=why, actor=actor):
+        if not restore(session, r, rows, ctx=ctx, reason=why, actor=actor):
             finish_restore(session, r, rows, actor=actor)
-    return rollout_dict(session, r)
+    return r

@@ -8,18 +8,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ...db.models import Rollout, RolloutNode, RolloutWave, utcnow
+from ...db.models import Rollout, RolloutNode, RolloutWave
 from ...domain.errors import DomainError
 from ...errors import ApiError
-from ...settings import Settings
-from ...signing import KeyStore
+from ..context import Context
 from .. import nodes as node_service
 from .. import plans as plan_service
 from . import common
 from .common import current_assignments, event
 
 
-def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings: Settings, keys: KeyStore,
+def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, ctx: Context,
              reason: str, actor: str) -> bool:
     """Give every node the rollout changed its previous plan's content again, as a new plan with a higher seq (the
     agents' replay protection accepts it): per unit and previous plan, the whole previous groups together. A node
@@ -39,7 +38,7 @@ def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings: 
     for n in todo:
         cur = current.get(n.node_name)
         if cur is None or cur.plan_id != n.new_plan_id:  # planned (or revoked) by hand since: their decision
-            n.outcome, n.updated_at = "superseded_by_hand", utcnow()
+            n.outcome, n.updated_at = "superseded_by_hand", ctx.now()
             n.evidence = {**n.evidence, "restore": f"its current plan is {cur.plan_id if cur else 'none'}, no longer "
                                                    f"the rollout's {n.new_plan_id}: left as it is"}
             continue
@@ -58,38 +57,42 @@ def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, settings: 
         if size and size + len(members) > common.SIGN_CHUNK:
             return True
         size += len(members)
-        failure = None
-        if previous_id is None:
-            failure = "it had no plan before the rollout"
-        else:
-            old, assignments = plan_service.get(session, previous_id)
-            wanted = {n.node_name for n in members}
-            body = plan_service.content_body(old, [a for a in assignments if a.node_name in wanted])
-            if old.status == "revoked":  # withdrawn since: its content is never signed again by a rollback
-                failure = f"its previous plan {previous_id} was revoked since: not signed again (give the node a plan)"
-            else:
-                try:
-                    with session.begin_nested():  # a refusal undoes only this restore
-                        out = plan_service.create(session, actor=f"rollout:{r.id}", settings=settings, keys=keys,
-                                                  body=body, tuning=old.tuning if isinstance(old.tuning, dict) else None)
-                except (ApiError, DomainError) as exc:
-                    failure = str(getattr(exc, "detail", None) or getattr(exc, "message", None) or exc)[:500]
+        out: plan_service.Signed | None = None
+        failure: str | None = "it had no plan before the rollout"
+        if previous_id is not None:
+            out, failure = _restore_previous(session, ctx, r, previous_id, {n.node_name for n in members})
         for n in members:
             evidence = dict(n.evidence or {})
-            if failure is not None:
-                n.outcome, n.updated_at = "not_restored", utcnow()
+            if failure is not None or out is None:
+                n.outcome, n.updated_at = "not_restored", ctx.now()
                 n.evidence = {**evidence, "restore": failure}
                 missed += 1
                 continue
-            seq = next(a["seq"] for a in out["assignments"] if a["node"] == n.node_name)
-            n.restored_plan_id, n.restored_seq, n.outcome, n.updated_at = out["id"], seq, "restored", utcnow()
+            seq = out.seqs()[n.node_name]
+            n.restored_plan_id, n.restored_seq, n.outcome, n.updated_at = out.plan.id, seq, "restored", ctx.now()
             n.evidence = evidence
             restored += 1
             event(session, r, "node_restored", {"reason": reason, "previous_plan_id": previous_id,
                                                  "rollout_plan_id": n.new_plan_id, "rollout_seq": n.new_seq,
                                                  "seq": seq, "evidence": evidence},
-                   actor=actor, node=n.node_name, plan_id=out["id"])
+                  actor=actor, node=n.node_name, plan_id=out.plan.id)
     return False
+
+
+def _restore_previous(session: Session, ctx: Context, r: Rollout, previous_id: str,
+                      wanted: set[str]) -> tuple[plan_service.Signed | None, str | None]:
+    """Sign the content of the plan ``previous_id`` again for the nodes ``wanted`` (whole groups of it), in a
+    savepoint: a refusal undoes only this restore. Returns (the new plan, None) or (None, why it was refused)."""
+    old, assignments = plan_service.get(session, previous_id)
+    if old.status == "revoked":  # withdrawn since: its content is never signed again by a rollback
+        return None, f"its previous plan {previous_id} was revoked since: not signed again (give the node a plan)"
+    try:
+        with session.begin_nested():
+            plan = plan_service.content(old, [a for a in assignments if a.node_name in wanted])
+            return plan_service.create(session, ctx, actor=f"rollout:{r.id}", plan=plan,
+                                       tuning=old.tuning if isinstance(old.tuning, dict) else None), None
+    except (ApiError, DomainError) as exc:
+        return None, str(getattr(exc, "detail", None) or getattr(exc, "message", None) or exc)[:500]
 
 
 def finish_restore(session: Session, r: Rollout, rows: list[RolloutNode], *, actor: str | None = None) -> None:
@@ -121,13 +124,13 @@ def close_waves(session: Session, r: Rollout, state: str) -> None:
             w.state = "cancelled"
 
 
-def halt(session: Session, r: Rollout, rows: list[RolloutNode], reason: str, *, settings: Settings,
-          keys: KeyStore, evidence: dict[str, Any] | None = None) -> None:
+def halt(session: Session, r: Rollout, rows: list[RolloutNode], reason: str, *, ctx: Context,
+         evidence: dict[str, Any] | None = None) -> None:
     r.state, r.reason = "halted", reason
     close_waves(session, r, "halted")
     event(session, r, "halted", {"reason": reason, "evidence": _evidence_of(rows),
                                   **({"refused": evidence} if evidence else {})})
-    if restore(session, r, rows, settings=settings, keys=keys, reason=reason, actor=f"rollout:{r.id}"):
+    if restore(session, r, rows, ctx=ctx, reason=reason, actor=f"rollout:{r.id}"):
         r.state = "rolling_back"  # more chunks to restore: the scheduler's next steps, each its own transaction
         return
     finish_restore(session, r, rows)

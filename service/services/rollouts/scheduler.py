@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from sqlalchemy import select
 
 from ...db.models import Rollout
 from ...domain import rollout as domain
-from ...settings import Settings
-from ...signing import KeyStore
+from ..context import Context
 from .common import SCHEDULED
 from .stepping import step
 
@@ -33,8 +31,7 @@ def due(db) -> list[str]:
                                     .order_by(Rollout.created_at, Rollout.id).limit(MAX_PER_TICK)).scalars())
 
 
-def tick(db, *, settings: Settings, keys: KeyStore, now: float | None = None,
-         after_step=None) -> dict[str, str]:
+def tick(db, ctx: Context, *, now: float | None = None, after_step=None) -> dict[str, str]:
     """Step every scheduled rollout once, each in its own transaction (the tests call this directly; the scheduler
     thread calls it every ``PREFLIGHT_ROLLOUT_TICK_SECONDS``). Returns {rollout id: action} for the rollouts it
     stepped (locked elsewhere: left out). ``after_step`` (tests) runs inside each step's transaction before it
@@ -47,8 +44,7 @@ def tick(db, *, settings: Settings, keys: KeyStore, now: float | None = None,
             try:
                 for _ in range(domain.MAX_ROLLOUT_NODES):  # a wave's chunks, each its own transaction
                     with db.transaction() as session:
-                        action = step(session, rid, settings=settings, keys=keys,
-                                      now=time.time() if now is None else now)
+                        action = step(session, rid, ctx=ctx, now=ctx.clock.time() if now is None else now)
                         if after_step is not None and action is not None:
                             after_step(rid, action)
                     if action not in ("signing", "restoring", "halting"):
@@ -66,8 +62,8 @@ def tick(db, *, settings: Settings, keys: KeyStore, now: float | None = None,
 class RolloutScheduler:
     """The background thread of a service process: ``tick`` every ``interval`` seconds (0: never started)."""
 
-    def __init__(self, db, settings: Settings, keys: KeyStore, interval: float, on_change=None):
-        self.db, self.settings, self.keys, self.interval, self.on_change = db, settings, keys, interval, on_change
+    def __init__(self, db, ctx: Context, interval: float, on_change=None):
+        self.db, self.ctx, self.interval, self.on_change = db, ctx, interval, on_change
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -88,7 +84,7 @@ class RolloutScheduler:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                done = tick(self.db, settings=self.settings, keys=self.keys)
+                done = tick(self.db, self.ctx)
                 if done and self.on_change is not None:
                     self.on_change()
             except Exception as exc:  # noqa: BLE001 - database down: the next tick tries again

@@ -8,10 +8,9 @@ from typing import Any
 from sqlalchemy import Text, cast, func, or_, select, tuple_
 from sqlalchemy.orm import Session
 
-from ...db.models import Plan, Report, Rollout, RolloutNode, RolloutWave, iso, utcnow
+from ...db.models import Plan, Report, Rollout, RolloutNode, RolloutWave, iso
 from ...domain import rollout as domain
-from ...settings import Settings
-from ...signing import KeyStore
+from ..context import Context
 from .common import FAILED, SCHEDULED, at_time, count_by, current_assignments, epoch, event, failed_units
 from .restore import finish_restore, halt, halted, restore
 from .signing import sign_next
@@ -32,7 +31,7 @@ def lock_for_step(session: Session, rollout_id: str) -> Rollout | None:
     return session.execute(q).scalar_one_or_none()
 
 
-def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStore, now: float) -> str | None:
+def step(session: Session, rollout_id: str, *, ctx: Context, now: float) -> str | None:
     """One step of one rollout, in the caller's transaction: observe the nodes, then do what the state machine says
     (sign the next wave, start the bake, complete, halt and restore). Returns the action taken ("none" when only
     observations changed), or None when the rollout was not available (locked elsewhere, or over)."""
@@ -56,21 +55,21 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
     d = domain.step(view, now)
     if d.action == "none" and r.state == "waiting" and 0 <= r.wave < len(waves) \
             and any(n.wave == r.wave and n.new_plan_id is None and n.outcome == "unchanged" for n in rows):
-        r.updated_at = utcnow()
-        return sign_next(session, r, waves[r.wave], rows, settings=settings, keys=keys, now=now)
+        r.updated_at = at_time(now)
+        return sign_next(session, r, waves[r.wave], rows, ctx=ctx, now=now)
     if d.action == "none":
         if failed_now:
-            r.updated_at = utcnow()
+            r.updated_at = at_time(now)
         return "none"
-    r.updated_at = utcnow()
+    r.updated_at = at_time(now)
     if d.action == "restore":  # the next chunk of a rollback or an abort
         actor = f"rollout:{r.id}"
-        if restore(session, r, rows, settings=settings, keys=keys, reason=r.reason or r.state, actor=actor):
+        if restore(session, r, rows, ctx=ctx, reason=r.reason or r.state, actor=actor):
             return "restoring"
         finish_restore(session, r, rows)
         return "restore"
     if d.action == "halt":
-        halt(session, r, rows, d.reason or "failures", settings=settings, keys=keys)
+        halt(session, r, rows, d.reason or "failures", ctx=ctx)
         return halted(r)
     if d.action == "bake":
         wave = waves[r.wave]
@@ -101,7 +100,7 @@ def step(session: Session, rollout_id: str, *, settings: Settings, keys: KeyStor
         skipped.state = "skipped"
         event(session, r, "wave_skipped", {"index": skipped.index, "reason": "no nodes left for this wave"})
     r.state, r.wave = "waiting", d.wave
-    return sign_next(session, r, waves[d.wave], rows, settings=settings, keys=keys, now=now)
+    return sign_next(session, r, waves[d.wave], rows, ctx=ctx, now=now)
 
 
 def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) -> list[str]:
@@ -149,7 +148,7 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
         cur = current.get(n.node_name)
         if cur is None or cur.plan_id != n.new_plan_id:
             # planned (or revoked) by hand during its wave: someone else's decision, not the rollout's failure
-            n.outcome, n.updated_at = "superseded_by_hand", utcnow()
+            n.outcome, n.updated_at = "superseded_by_hand", at_time(now)
             n.evidence = {"reason": "superseded_by_hand", "current_plan_id": cur.plan_id if cur else None,
                           "current_seq": cur.seq if cur else None}
             event(session, r, "node_superseded_by_hand", {"unit": n.unit, "evidence": n.evidence},
@@ -170,7 +169,7 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
             if o.state == "failed":
                 failed_now.append(n.node_name)
                 n.failed = True
-            n.outcome, n.evidence, n.updated_at = o.state, evidence, utcnow()
+            n.outcome, n.evidence, n.updated_at = o.state, evidence, at_time(now)
     return failed_now
 
 
