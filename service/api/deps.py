@@ -6,7 +6,9 @@ plan_cache)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hmac
+import inspect
 from typing import Annotated, Callable
 
 from fastapi import Depends, Header, Path, Query, Request, Response
@@ -31,11 +33,25 @@ PLAN_CACHE_SECONDS = 30.0
 
 class Route(APIRoute):
     """Every API route: its response model validates what the service built and writes back only the keys it held
-    (``exclude_unset``), so an optional key the service leaves out stays out of the answer."""
+    (``exclude_unset``), so an optional key the service leaves out stays out of the answer.
 
-    def __init__(self, *args, **kwargs):
+    A blocking endpoint still runs in the thread pool, but its answer is serialized on the event loop: FastAPI
+    serializes inside the session dependency's scope, so a second thread hop there would hold the transaction (on
+    SQLite, the write lock) while waiting for a thread that may itself be waiting for that lock."""
+
+    def __init__(self, path: str, endpoint: Callable, **kwargs):
         kwargs["response_model_exclude_unset"] = True
-        super().__init__(*args, **kwargs)
+        if not inspect.iscoroutinefunction(endpoint):
+            endpoint = _in_thread(endpoint)
+        super().__init__(path, endpoint, **kwargs)
+
+
+def _in_thread(endpoint: Callable) -> Callable:
+    @functools.wraps(endpoint)
+    async def run(*args, **kwargs):
+        return await run_in_threadpool(endpoint, *args, **kwargs)
+
+    return run
 
 
 # -- query parameters -------------------------------------------------------------------------------------------------

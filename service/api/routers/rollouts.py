@@ -1,5 +1,5 @@
 """Staged rollouts (issue 19): create, list, read, and the operators' pause / resume / promote / abort. The steps
-themselves are made by the scheduler (services/rollouts.py), not by these routes."""
+themselves are made by the scheduler (services/rollouts/), not by these routes."""
 
 from typing import Annotated, Literal
 

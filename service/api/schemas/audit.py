@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from .base import JSON, Number, Out
 
@@ -32,6 +32,8 @@ class AuditListOut(Out):
 
 class VerifyOut(Out):
     """The chain recomputed: ``ok``, or what is broken."""
+
+    model_config = ConfigDict(extra="allow")  # what service/audit.py reports beyond these is passed on as it is
 
     ok: bool = Field(description="Every link, hash, MAC and checkpoint holds.")
     events: int = Field(description="Events in the chain (up to the first broken one).")

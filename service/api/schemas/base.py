@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Number = int | float  # an int stays an int and a float a float on the way out (never 5 → 5.0)
 JSON = dict[str, Any]
 
 
 class Out(BaseModel):
-    """A response body."""
+    """A response body: exactly these keys (a key a service adds without its model here fails the tests, and the
+    document says ``additionalProperties: false``)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class Warning_(Out):

@@ -120,8 +120,8 @@ def _judge_shapes(session: Session, manifest: Manifest, nodes: list[Node], rollo
     for shape_nodes in shapes.values():
         # judged, never signed, as one body: a shape may hold more nodes than one plan's cap (the fields were
         # validated as RolloutIn)
-        plan = PlanIn.model_construct(**{k: getattr(rollout, k) for k in TARGET_FIELDS}, manifest=manifest.id,
-                                      nodes=[n.name for n in shape_nodes])
+        plan = PlanIn.model_construct(**{**{k: getattr(rollout, k) for k in TARGET_FIELDS}, "manifest": manifest.id,
+                                         "nodes": [n.name for n in shape_nodes]})
         j = plan_service.judge(session, manifest, shape_nodes, plan)
         if j.result.verdict == "reject":
             raise j.rejection(session)
