@@ -19,7 +19,7 @@ class Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Warning_(Out):
+class WarningOut(Out):
     """A warning beside a success: what the caller should know (the request was carried out)."""
 
     rule: str = Field(description="What the warning is about.")

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .base import JSON, Out, Warning_
+from .base import JSON, Out, WarningOut
 
 
 class FindingOut(Out):
@@ -125,7 +125,7 @@ class PlanOut(Out):
 
 class PlanCreatedOut(PlanOut):
     recommendations: list[JSON] | None = Field(description="Values filled in for a workload, each with why.")
-    warnings: list[Warning_] | None = Field(default=None, description=(
+    warnings: list[WarningOut] | None = Field(default=None, description=(
         "Present when an unfinished rollout holds some of the nodes (``rollout_in_progress``)."))
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from .base import JSON, Out, Warning_
+from .base import JSON, Out, WarningOut
 
 
 class WaveSpecOut(Out):
@@ -76,7 +76,7 @@ class RolloutOut(RolloutBaseOut):
 
 
 class RolloutCreatedOut(RolloutOut):
-    warnings: list[Warning_] | None = Field(default=None, description="Present when a setting will not act as its "
+    warnings: list[WarningOut] | None = Field(default=None, description="Present when a setting will not act as its "
                                             "name says (``failure_limit_not_limiting``).")
 
 
