@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
+from service.clock import SYSTEM
 from service.db.session import Database
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.services import agent_writes, epochs
@@ -196,7 +197,7 @@ def test_batch_gives_each_request_its_own_outcome(client, db):
         agent_writes.Fetch(t1, None, "gpu-01", ()),                         # same node again: recorded once
     ]
     with db.transaction() as s:
-        out = agent_writes.run_batch(s, items)
+        out = agent_writes.run_batch(s, items, clock=SYSTEM)
     principal, assignment, served = out[0]
     assert principal.node == "gpu-01" and served and assignment["plan_id"] == p1
     assert isinstance(out[1], Unauthorized) and isinstance(out[2], Forbidden)
@@ -213,7 +214,7 @@ def test_batch_gives_each_request_its_own_outcome(client, db):
 def test_a_batch_failing_in_the_database_is_retried_one_by_one(db, monkeypatch):
     real = agent_writes.run_batch
 
-    def poisoned(session, items):
+    def poisoned(session, items, *, clock):
         if any(getattr(it, "message", None) == "poison" for it in items):
             raise ValueError("one request's data broke the batch")
         return [f"ok:{it.node}" for it in items]

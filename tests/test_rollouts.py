@@ -16,6 +16,9 @@ from service.api.app import create_app
 from service.db.models import Assignment, AuditEvent, Plan, Rollout
 from service.db.session import Database
 from service.services import rollouts as rollout_service
+from service.services.context import Context
+from service.services.rollouts import common as rollout_common
+from service.services.rollouts import stepping
 from tests.conftest import ADMIN
 from tests.test_api_flow import register_manifest, register_node
 
@@ -57,7 +60,7 @@ class Fleet:
         return r.json()
 
     def tick(self, at=None, db=None, **kw):
-        return rollout_service.tick(db or self.db, settings=self.settings, keys=self.keys,
+        return rollout_service.tick(db or self.db, Context(self.settings, self.keys),
                                     now=time.time() if at is None else at, **kw)
 
     def status(self, rid):
@@ -244,7 +247,7 @@ def test_the_metrics_gate_hook_can_halt_a_running_wave(fleet, monkeypatch):
         seen.append(o.node)
         return Outcome("failed", "p99_above_slo", {"p99_s": 4.2, "slo_s": 2.0})
 
-    monkeypatch.setattr(rollout_service, "METRICS_GATE", p99_gate)
+    monkeypatch.setattr(stepping, "METRICS_GATE", p99_gate)
     r = fleet.rollout()
     fleet.tick()
     fleet.report("gpu-01", fleet.status(r["id"])["nodes"][0]["new_plan_id"], "running")
@@ -421,7 +424,7 @@ def test_a_worker_killed_after_signing_the_next_resumes_without_signing_twice(fl
 
     def tick(i, at):
         app = instances[i][0]
-        return rollout_service.tick(app.state.db, settings=app.state.settings, keys=app.state.keys, now=at)
+        return rollout_service.tick(app.state.db, app.state.context, now=at)
 
     try:
         t0 = time.time()
@@ -450,7 +453,7 @@ def test_two_workers_on_postgresql_never_step_one_rollout_at_once(fleet, db_url)
     other = Database(db_url)
     try:
         with other.transaction() as s:  # worker B holds the rollout's row mid-step
-            assert rollout_service._lock(s, r["id"]) is not None
+            assert stepping.lock_for_step(s, r["id"]) is not None
             assert fleet.tick() == {}  # worker A skips it instead of waiting or signing too
         assert fleet.tick() == {r["id"]: "sign"}
         assert fleet.assignments("gpu-01") == 2
@@ -914,7 +917,7 @@ def test_a_restore_keeps_the_previous_plans_tuning(fleet):
 
 
 def test_a_large_wave_is_signed_and_restored_in_chunks_of_the_plan_cap(api, db, quiet, keys, monkeypatch):
-    monkeypatch.setattr(rollout_service, "SIGN_CHUNK", 16)  # 256 in service: 16 keeps the test small
+    monkeypatch.setattr(rollout_common, "SIGN_CHUNK", 16)  # 256 in service: 16 keeps the test small
     names = [f"n-{i:03d}" for i in range(40)]
     fleet = Fleet(api, db, quiet, keys, nodes=names)
     r = fleet.rollout(nodes=names, waves=[{"percent": 100}], gates={"kv_tolerance": None})
@@ -953,7 +956,7 @@ def test_a_large_wave_is_signed_and_restored_in_chunks_of_the_plan_cap(api, db, 
 
 
 def test_a_large_halt_restores_a_chunk_per_transaction(api, db, quiet, keys, monkeypatch):
-    monkeypatch.setattr(rollout_service, "SIGN_CHUNK", 10)
+    monkeypatch.setattr(rollout_common, "SIGN_CHUNK", 10)
     names = [f"m-{i:03d}" for i in range(25)]
     fleet = Fleet(api, db, quiet, keys, nodes=names)
     r = fleet.rollout(nodes=names, waves=[{"percent": 100}], gates={"kv_tolerance": None})

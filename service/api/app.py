@@ -19,9 +19,11 @@ from .. import __version__, audit
 from ..db.session import THREADS, Database
 from ..domain.errors import DomainError
 from ..errors import ApiError
-from ..services.agent_writes import AgentWrites
-from ..services.epochs import EpochCache, EpochWatcher
+from ..clock import SYSTEM, Clock
 from ..services import rollouts as rollout_service
+from ..services.agent_writes import AgentWrites
+from ..services.context import Context
+from ..services.epochs import EpochCache, EpochWatcher
 from ..settings import Settings
 from ..signing import KeyStore
 from . import docs, openapi_doc, ui
@@ -129,39 +131,9 @@ class CachedPlanFetch:
         return await self.app(scope, receive, send)
 
 
-def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None) -> FastAPI:
-    db = db or Database(settings.resolved_database_url)
-    keys = keys or KeyStore(settings.key_dir, create=settings.env != "production")
-    if db.audit_keys is None:  # every audit event this process writes carries a MAC the sealer checks
-        db.audit_keys = audit.AuditKeys(keys)
-    db.sealer.checkpointer = audit.Checkpointer(
-        keys, settings.issuer, settings.checkpoint_file, every_events=settings.audit_checkpoint_events,
-        every_seconds=settings.audit_checkpoint_seconds)
-    writes = AgentWrites(db)  # the agents' fetches and reports, group-committed (services/agent_writes.py)
-    watcher = EpochWatcher(db)  # keeps the agents' caches coherent across processes (services/epochs.py)
-    scheduler = rollout_service.RolloutScheduler(db, settings, keys, settings.rollout_tick_seconds)  # issue 19
-    @contextlib.asynccontextmanager
-    async def lifespan(_app):
-        import anyio.to_thread
-
-        anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS  # = the database pool's size
-        db.sealer.start()  # audit events are sealed into the chain by a background thread per process
-        watcher.start()  # until it has polled once, the agents' caches stay unused
-        scheduler.start()  # steps the staged rollouts (services/rollouts.py)
-        try:
-            yield
-        finally:
-            scheduler.stop()
-            watcher.stop()
-            writes.stop()  # answer what is queued before the last seal
-            db.sealer.stop()
-
-    app = FastAPI(title="Preflight", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
-    app.state.db, app.state.keys, app.state.settings = db, keys, settings
-    app.state.epochs, app.state.rollouts = watcher, scheduler
-
-    # -- errors -----------------------------------------------------------------------------------------------
+def install_error_handlers(app: FastAPI) -> None:
+    """One error contract (RFC 9457 problem+json) for every error: the service's, the domain's, FastAPI's
+    validation, Starlette's HTTP errors, the database's (never its own text) and anything unexpected (logged)."""
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError):
         retry = getattr(exc, "retry_after", None)
@@ -224,33 +196,92 @@ def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore
         return problem_response(500, {"type": "https://preflight.dev/problems/internal", "title": "Internal error",
                                       "status": 500, "detail": "an unexpected error; it has been logged"})
 
-    # -- per-process caches for the agents' hot path, coherent across processes (services/epochs.py) -------------
-    # a token's principal (a fleet booting at once fetches and reports with the same token) and a node's current
-    # assignment (repeated fetches are answered from memory; a fetch that must be recorded — the first of an
-    # assignment, or a minute after the last record — always goes to the database). A plan or token change made in
-    # any process reaches every cache within epochs.POLL_SECONDS; in the process that made it, at once.
-    principal_cache = EpochCache(watcher, "tokens", PRINCIPAL_CACHE_SECONDS)
-    plan_cache = EpochCache(watcher, "plans", PLAN_CACHE_SECONDS)
-    principals = Principals(settings, db, principal_cache)
-    plan_server = agent.PlanServer(settings, keys, principals, plan_cache)
-    app.state.writes, app.state.principals, app.state.plan_server = writes, principals, plan_server
-    app.state.principal_cache, app.state.plan_cache = principal_cache, plan_cache
-    scheduler.on_change = plan_cache.clear  # waves signed or restored in this process: its plan cache drops at once
-    app.state.audit_verifying = threading.Lock()  # one whole-chain verification per process at a time
-    app.state.verify_audit = lambda: audit_routes.verify_chain_now(app.state)  # the API's and the UI's
 
-    # -- routes, one router per domain (service/api/routers/), in this order: the agent's first, so the fleet's hot
-    # path is matched before any other route --------------------------------------------------------------------
+class Workers:
+    """The background work of one app: the agents' group-committed writes (services/agent_writes.py), the epoch
+    watcher that keeps the agents' caches coherent across processes (services/epochs.py) and the rollout scheduler
+    (services/rollouts/); ``lifespan`` starts and stops them with the audit sealer."""
+
+    def __init__(self, db: Database, ctx: Context):
+        self.db = db
+        self.writes = AgentWrites(db, clock=ctx.clock)
+        self.watcher = EpochWatcher(db)
+        self.scheduler = rollout_service.RolloutScheduler(db, ctx, ctx.settings.rollout_tick_seconds)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app):
+        import anyio.to_thread
+
+        anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS  # = the database pool's size
+        self.db.sealer.start()  # audit events are sealed into the chain by a background thread per process
+        self.watcher.start()  # until it has polled once, the agents' caches stay unused
+        self.scheduler.start()  # steps the staged rollouts
+        try:
+            yield
+        finally:
+            self.scheduler.stop()
+            self.watcher.stop()
+            self.writes.stop()  # answer what is queued before the last seal
+            self.db.sealer.stop()
+
+
+def _seal_with_keys(db: Database, keys: KeyStore, settings: Settings, clock: Clock) -> None:
+    """Every audit event this process writes carries a MAC the sealer checks; the sealer signs checkpoints."""
+    if db.audit_keys is None:
+        db.audit_keys = audit.AuditKeys(keys)
+    db.sealer.checkpointer = audit.Checkpointer(
+        keys, settings.issuer, settings.checkpoint_file, every_events=settings.audit_checkpoint_events,
+        every_seconds=settings.audit_checkpoint_seconds, clock=clock)
+
+
+def _install_caches(app: FastAPI, ctx: Context, workers: Workers) -> None:
+    """Per-process caches for the agents' hot path, coherent across processes (services/epochs.py): a token's
+    principal (a fleet booting at once fetches and reports with the same token) and a node's current assignment
+    (repeated fetches are answered from memory; a fetch that must be recorded — the first of an assignment, or a
+    minute after the last record — always goes to the database). A plan or token change made in any process reaches
+    every cache within epochs.POLL_SECONDS; in the process that made it, at once."""
+    state = app.state
+    state.principal_cache = EpochCache(workers.watcher, "tokens", PRINCIPAL_CACHE_SECONDS)
+    state.plan_cache = EpochCache(workers.watcher, "plans", PLAN_CACHE_SECONDS)
+    state.principals = Principals(ctx.settings, state.db, state.principal_cache)
+    state.plan_server = agent.PlanServer(ctx.settings, ctx.keys, state.principals, state.plan_cache, ctx.clock)
+    # waves signed or restored in this process: its plan cache drops at once
+    workers.scheduler.on_change = state.plan_cache.clear
+    state.audit_verifying = threading.Lock()  # one whole-chain verification per process at a time
+    state.verify_audit = lambda: audit_routes.verify_chain_now(state)  # the API's and the UI's
+
+
+def _install_routes(app: FastAPI) -> None:
+    """One router per domain (service/api/routers/), in this order: the agent's first, so the fleet's hot path is
+    matched before any other route."""
     for router in (agent.router, ops.router, keys_routes.router, nodes.router, manifests.router, plans.router,
                    rollouts.router, audit_routes.router, tokens.router, tuning.router):
         # probes, metrics and the published key set answer whatever a load balancer or cache-buster appends
         open_query = router in (ops.router, keys_routes.router)
         app.include_router(router, dependencies=[] if open_query else [Depends(known_query)])
 
+
+def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None,
+               clock: Clock = SYSTEM) -> FastAPI:
+    """The app: ``clock`` is what its services read the time from (a test passes a ManualClock)."""
+    db = db or Database(settings.resolved_database_url)
+    keys = keys or KeyStore(settings.key_dir, create=settings.env != "production")
+    _seal_with_keys(db, keys, settings, clock)
+    ctx = Context(settings, keys, clock)
+    workers = Workers(db, ctx)
+    app = FastAPI(title="Preflight", version=__version__, lifespan=workers.lifespan, docs_url=None, redoc_url=None,
+                  description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
+    state = app.state
+    state.db, state.keys, state.settings, state.clock, state.context = db, keys, settings, clock, ctx
+    state.epochs, state.rollouts, state.writes = workers.watcher, workers.scheduler, workers.writes
+    install_error_handlers(app)
+    _install_caches(app, ctx, workers)
+    _install_routes(app)
     openapi_doc.install(app)
     docs.install(app)  # Swagger UI from a local package (api/docs.py)
-    ui.install(app, authenticate=principals.authenticate)  # /ui/
+    ui.install(app, authenticate=state.principals.authenticate)  # /ui/
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    app.add_middleware(CachedPlanFetch, answer=plan_server.cached_answer)  # inside Observability: logged and counted alike
+    # inside Observability: logged and counted alike
+    app.add_middleware(CachedPlanFetch, answer=state.plan_server.cached_answer)
     app.add_middleware(Observability)
     return app

@@ -1,14 +1,18 @@
 """The routes' shared dependencies: the database session, the caller (bearer token → principal, through the
 per-process caches), role requirements and query-time parsing. Everything per app is read from ``request.app.state``
-(set by ``create_app``: db, keys, settings, epochs, writes, principals, principal_cache, plan_cache)."""
+(set by ``create_app``: db, keys, settings, clock, context, epochs, writes, principals, principal_cache,
+plan_cache)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hmac
+import inspect
 from typing import Annotated, Callable
 
-from fastapi import Depends, Header, Path, Query, Request
+from fastapi import Depends, Header, Path, Query, Request, Response
+from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -17,13 +21,37 @@ from ..domain.errors import DomainError
 from ..domain.text import escape_invisible
 from ..errors import Forbidden, Unauthorized
 from ..services import tokens as token_service
+from ..services.context import Context
 from ..services.epochs import EpochCache
 from ..settings import Settings
-from .schemas import NAME
+from .schemas.requests import NAME
 
 NodeName = Annotated[str, Path(pattern=NAME, description="Node name (hostname-like).")]
 PRINCIPAL_CACHE_SECONDS = 60.0  # TTLs bound an entry's life; coherence comes from services/epochs.py
 PLAN_CACHE_SECONDS = 30.0
+
+
+class Route(APIRoute):
+    """Every API route: its response model validates what the service built and writes back only the keys it held
+    (``exclude_unset``), so an optional key the service leaves out stays out of the answer.
+
+    A blocking endpoint still runs in the thread pool, but its answer is serialized on the event loop: FastAPI
+    serializes inside the session dependency's scope, so a second thread hop there would hold the transaction (on
+    SQLite, the write lock) while waiting for a thread that may itself be waiting for that lock."""
+
+    def __init__(self, path: str, endpoint: Callable, **kwargs):
+        kwargs["response_model_exclude_unset"] = True
+        if not inspect.iscoroutinefunction(endpoint):
+            endpoint = _in_thread(endpoint)
+        super().__init__(path, endpoint, **kwargs)
+
+
+def _in_thread(endpoint: Callable) -> Callable:
+    @functools.wraps(endpoint)
+    async def run(*args, **kwargs):
+        return await run_in_threadpool(endpoint, *args, **kwargs)
+
+    return run
 
 
 # -- query parameters -------------------------------------------------------------------------------------------------
@@ -68,6 +96,14 @@ def session_dep(request: Request):
 # scope="function": the transaction commits when the route returns, before the response is sent (FastAPI's default
 # for a yield dependency would commit after it, so a client could act on an acknowledgement not yet durable)
 SessionDep = Annotated[Session, Depends(session_dep, scope="function")]
+
+
+# -- the services' context: settings, signing keys, clock ------------------------------------------------------------
+async def context_dep(request: Request) -> Context:  # async: no thread hop
+    return request.app.state.context
+
+
+ContextDep = Annotated[Context, Depends(context_dep)]
 
 
 # -- the caller -------------------------------------------------------------------------------------------------------
@@ -170,3 +206,13 @@ def parse_time(field: str, value: str | None) -> dt.datetime | None:
     except ValueError:
         raise DomainError(field, f"{field} {value!r} is not an ISO 8601 time") from None
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+# -- answers ----------------------------------------------------------------------------------------------------------
+def replayable(response: Response, status: int, out: dict, replayed: bool) -> dict:
+    """An ``Idempotency-Key`` route's answer (services/idempotency.py ``run``): ``out`` with the status it was first
+    answered with, and ``Idempotent-Replayed: true`` on a replay."""
+    response.status_code = status
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return out

@@ -5,7 +5,7 @@ A fleet booting at once sends each of its agents' first fetch (authenticate, rea
 fetch) and report (record it) at the same moment. One transaction per request costs a commit, a connection checkout
 and a handful of statements each; here the requests of one process queue up while the previous batch commits, and
 the next batch runs them together: one token query, one assignment query, one UPDATE, one audit INSERT, one commit
-(services/plans.py ``serve_to_agents`` / ``report_many``). A quiet service does not wait to fill a batch: a lone
+(services/agent_serving.py ``serve_to_agents``, services/reports.py ``report_many``). A quiet service does not wait to fill a batch: a lone
 request runs at once as a batch of one.
 
 Each request gets its own outcome: a request that fails its own checks (unknown token, another node's token, an
@@ -28,8 +28,10 @@ from typing import Any
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from ..clock import SYSTEM, Clock
 from ..errors import ApiError, Unauthorized
-from . import plans as plan_service
+from .agent_serving import AgentFetch, serve_to_agents
+from .reports import AgentReport, report_many
 from . import tokens as token_service
 
 log = logging.getLogger("preflight.agent_writes")
@@ -61,8 +63,8 @@ class AgentWrites:
     """The per-process batcher. ``fetch`` and ``report`` are awaited from the event loop; ``THREADS`` daemon threads
     (started on first use) run the batches with the service's ``Database``."""
 
-    def __init__(self, db, *, threads: int = THREADS, max_batch: int = MAX_BATCH):
-        self.db, self.threads, self.max_batch = db, threads, max_batch
+    def __init__(self, db, *, clock: Clock = SYSTEM, threads: int = THREADS, max_batch: int = MAX_BATCH):
+        self.db, self.clock, self.threads, self.max_batch = db, clock, threads, max_batch
         self._queue: collections.deque[tuple[Fetch | Report, concurrent.futures.Future]] = collections.deque()
         self._cv = threading.Condition()
         self._workers: list[threading.Thread] = []
@@ -125,7 +127,7 @@ class AgentWrites:
     def _settle(self, batch: list[tuple[Fetch | Report, concurrent.futures.Future]]) -> None:
         try:
             with self.db.transaction() as session:
-                outcomes = run_batch(session, [item for item, _ in batch])
+                outcomes = run_batch(session, [item for item, _ in batch], clock=self.clock)
         except (OperationalError, InterfaceError) as exc:  # the database is unreachable: every request gets 503
             outcomes = [exc] * len(batch)
         except Exception as exc:  # noqa: BLE001 - one request's data may have failed the batch: retry one by one
@@ -141,16 +143,16 @@ class AgentWrites:
                 fut.set_result(outcome)
 
 
-def run_batch(session, items: list[Fetch | Report]) -> list[Any]:
+def run_batch(session, items: list[Fetch | Report], *, clock: Clock) -> list[Any]:
     """Run a batch in the caller's transaction; per item its result or its error (an exception instance)."""
     outcomes: list[Any] = [None] * len(items)
     lookups = [it.secret for it in items if isinstance(it, Fetch) and it.principal is None]
     principals = token_service.authenticate_many(session, lookups) if lookups else {}
     fetches: list[tuple[int, token_service.Principal, Fetch]] = []
-    reports: list[tuple[int, plan_service.AgentReport]] = []
+    reports: list[tuple[int, AgentReport]] = []
     for i, it in enumerate(items):
         if isinstance(it, Report):
-            reports.append((i, plan_service.AgentReport(actor=it.principal.name, node=it.node, plan_id=it.plan_id,
+            reports.append((i, AgentReport(actor=it.principal.name, node=it.node, plan_id=it.plan_id,
                                                         status=it.status, message=it.message, details=it.details)))
             continue
         p = it.principal or principals.get(it.secret)
@@ -161,12 +163,11 @@ def run_batch(session, items: list[Fetch | Report]) -> list[Any]:
         except ApiError as exc:
             outcomes[i] = exc
     if fetches:
-        served = plan_service.serve_to_agents(session, [plan_service.AgentFetch(p.name, f.node, f.etags,
-                                                                                record=p.role == "agent")
-                                                        for _, p, f in fetches])
+        served = serve_to_agents(session, [AgentFetch(p.name, f.node, f.etags, record=p.role == "agent")
+                                           for _, p, f in fetches], clock=clock)
         for (i, p, _), out in zip(fetches, served):
             outcomes[i] = out if isinstance(out, ApiError) else (p, *out)
     if reports:
-        for (i, _), out in zip(reports, plan_service.report_many(session, [r for _, r in reports])):
+        for (i, _), out in zip(reports, report_many(session, [r for _, r in reports], clock=clock)):
             outcomes[i] = out
     return outcomes

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from ..api.schemas import PlanIn
 from ..db.models import Assignment, Calibration, Manifest, Node, Plan, Report, iso, utcnow
 from ..errors import NotFound
 from . import manifests as manifest_service
@@ -220,14 +221,14 @@ def get_node(session: Session, name: str) -> dict[str, Any]:
 
 # -- dry run ----------------------------------------------------------------------------------------------------------
 
-def dry_run(session: Session, body: dict[str, Any]) -> dict[str, Any]:
+def dry_run(session: Session, plan: PlanIn) -> dict[str, Any]:
     """What ``POST /v1/plans`` would decide for this body, by manifest and node names: validated and rendered, nothing
     stored (no plan, no assignment, no seq, no audit event, nothing signed). Raises LaunchRejected (422) when vLLM
     would refuse the launch, as the real call does; NotFound / Invalid for bad input."""
-    manifest = manifest_service.resolve_ref(session, body["manifest"])
-    names = node_service.distinct(body["nodes"])
+    manifest = manifest_service.resolve_ref(session, plan.manifest)
+    names = node_service.distinct(plan.nodes)
     nodes = [node_service.get(session, n) for n in names]
-    j = plan_service.judge(session, manifest, nodes, body)
+    j = plan_service.judge(session, manifest, nodes, plan)
     result = j.result
     if result.verdict == "reject":
         exc = j.rejection(session)

@@ -62,9 +62,9 @@ def group_statuses(session: Session, assignments: list[Assignment]) -> dict[tupl
 
 
 def _node_argv(plan: Plan, a: Assignment) -> list[str]:
-    from .plans import _member_argv
+    from .plans import member_argv
 
-    return _member_argv(plan.topology, a) or plan.argv
+    return member_argv(plan.topology, a) or plan.argv
 
 
 def node_history(session: Session, name: str, *, limit: int = 100, before_seq: int | None = None) -> dict[str, Any]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from .. import audit
 from ..db.models import IdempotencyKey
@@ -21,16 +23,17 @@ def scope(route: str, principal: str) -> str:
     return f"{route} {audit.sha256_hex(principal.encode())[:24]}"
 
 
-def run(db: Database, *, route: str, principal: str, key: str | None, body: dict[str, Any], status_code: int,
-        action: Callable[[Any], dict[str, Any]]) -> tuple[int, dict[str, Any], bool]:
-    """Run ``action(session)`` once per (route, principal, key). Returns (status, response, replayed)."""
+def run(db: Database, *, route: str, principal: str, key: str | None, request: BaseModel, status_code: int,
+        action: Callable[[Session], dict[str, Any]]) -> tuple[int, dict[str, Any], bool]:
+    """Run ``action(session)`` once per (route, principal, key): the request is compared by its JSON's digest, the
+    answer (``action``'s JSON) stored with the key. Returns (status, response, replayed)."""
     route = scope(route, principal)
     if not key:
         with db.transaction() as s:
             return status_code, action(s), False
     if len(key) > 256:
         raise Invalid("Idempotency-Key is longer than 256 characters", field="Idempotency-Key")
-    digest = audit.sha256_hex(audit.canonical(body))
+    digest = audit.sha256_hex(audit.canonical(request.model_dump(mode="json")))
     for _ in range(3):
         stored = _lookup(db, route, key)
         if stored is not None:
@@ -63,3 +66,4 @@ def _replay(stored, digest: str) -> tuple[int, dict[str, Any], bool]:
     if request_hash != digest:
         raise Invalid("this Idempotency-Key was used with a different request body", field="Idempotency-Key")
     return status_code, response, True
+

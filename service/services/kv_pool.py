@@ -19,11 +19,12 @@ figures, so the pool fits every one. Nothing reported yet: 422 ``kv_pool_not_mea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..api.schemas import LaunchTarget
 from ..db.models import Manifest, Node, Plan, Report
 from ..domain.versions import resolve_version
 from ..errors import Invalid
@@ -32,6 +33,7 @@ GIB = 1 << 30
 POOL_KEYS = ("gpu_memory_utilization", "kv_cache_memory_bytes")
 MAX_POOL_BYTES = 1 << 50
 SCAN_LIMIT = 1000  # the most recent running reports looked at per request (bounded work)
+T = TypeVar("T", bound=LaunchTarget)
 
 
 def _launch_key(engine_args: dict[str, Any] | None) -> dict[str, Any]:
@@ -52,16 +54,16 @@ def measured_pool(details: dict[str, Any] | None) -> tuple[int, str] | None:
     return None
 
 
-def apply(session: Session, manifest: Manifest, nodes: list[Node], body: dict[str, Any]) -> dict[str, Any]:
-    """The plan body with ``engine_args.kv_cache_memory_bytes`` set when ``kv_cache_pool`` is ``pinned``."""
-    if body.get("kv_cache_pool", "utilization") != "pinned":
-        return body
-    if any(k.lstrip("-").replace("-", "_") == "kv_cache_memory_bytes" for k in body.get("engine_args") or {}):
+def apply(session: Session, manifest: Manifest, nodes: list[Node], target: T) -> T:
+    """The target with ``engine_args.kv_cache_memory_bytes`` set when ``kv_cache_pool`` is ``pinned``."""
+    if target.kv_cache_pool != "pinned":
+        return target
+    if any(k.lstrip("-").replace("-", "_") == "kv_cache_memory_bytes" for k in target.engine_args):
         raise Invalid("kv_cache_pool pinned takes the pool nodes reported: leave engine_args.kv_cache_memory_bytes "
                       "out (or use kv_cache_pool utilization with your own value)", field="kv_cache_pool",
                       errors=[{"field": "engine_args.kv_cache_memory_bytes", "rule": "kv_pool_conflict",
                                "message": "kv_cache_memory_bytes given with kv_cache_pool pinned"}])
-    wanted = _launch_key(body.get("engine_args"))
+    wanted = _launch_key(target.engine_args)
     names = [n.name for n in nodes]
     # a figure a node reports is believed only below its GPU's memory: one node cannot pin an impossible pool
     ceiling = min(int(n.gpu["memory_bytes"]) for n in nodes)
@@ -71,7 +73,7 @@ def apply(session: Session, manifest: Manifest, nodes: list[Node], body: dict[st
         .where(Plan.manifest_id == manifest.id, Report.status == "running", Report.node_name.in_(names))
         .order_by(Report.id.desc()).limit(SCAN_LIMIT)).all()
     latest: dict[str, tuple[int, str]] = {}
-    target_version = resolve_version(body.get("vllm_version"))[0]
+    target_version = resolve_version(target.vllm_version)[0]
     for node, details, request, version in rows:
         if node in latest or version != target_version or _launch_key((request or {}).get("engine_args")) != wanted:
             continue
@@ -86,6 +88,4 @@ def apply(session: Session, manifest: Manifest, nodes: list[Node], body: dict[st
             errors=[{"field": "kv_cache_pool", "rule": "kv_pool_not_measured",
                      "message": "no reported KV pool for this manifest and launch on these nodes"}])
     pool, _source = min(latest.values())
-    engine_args = dict(body.get("engine_args") or {})
-    engine_args["kv_cache_memory_bytes"] = pool
-    return {**body, "engine_args": engine_args}
+    return target.model_copy(update={"engine_args": {**target.engine_args, "kv_cache_memory_bytes": pool}})

@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .. import audit
+from ..api.schemas import ManifestIn
 from ..db.models import Manifest, iso
 from ..domain.errors import DomainError
 from ..domain.manifest_checks import check_manifest
@@ -50,9 +51,10 @@ def _with_files(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "files": files}
 
 
-def register(session: Session, *, actor: str, body: dict[str, Any]) -> Manifest:
+def register(session: Session, *, actor: str, manifest: ManifestIn) -> Manifest:
     """Register a manifest after reading its config.json and tag the way the validator will (so a manifest that
-    could never be judged is refused now). Raises DomainError / Conflict."""
+    could never be judged is refused now). Raises DomainError / Conflict. Stored, and digested, as its JSON."""
+    body = manifest.model_dump(mode="json")
     read_model_facts(body["config"], body.get("hf_quant_config"))
     if body.get("quantization_txt") is not None:  # an empty tag file is refused, not ignored
         parse_quantization_txt(body["quantization_txt"], ALL_QUANT_METHODS)

@@ -9,7 +9,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .. import audit
+from ..api.schemas import NodeFactsIn, NodeUpdate
+from ..clock import Clock, utc
 from ..db.models import Node, iso
+from ..domain.errors import DomainError
 from ..domain.gpus import resolve
 from ..errors import Conflict, Invalid, NotFound
 from . import tokens
@@ -94,15 +97,17 @@ def etag(n: Node) -> str:
     return '"' + audit.sha256_hex(audit.canonical({**node_dict(n), "updated_at": iso(n.updated_at)}))[:32] + '"'
 
 
-def update(session: Session, *, actor: str, name: str, if_match: str | None, changes: dict[str, Any]) -> Node:
+def update(session: Session, *, actor: str, name: str, if_match: str | None, update: NodeUpdate, clock: Clock) -> Node:
     """Update gpu_count / interconnect / address / labels (plans already signed keep the address they carry; a
     gpu_count that disagrees with the per-GPU list nvidia-smi read clears that list). With ``If-Match`` the current
     ETag must match (else 412). The row
     is read locked (``FOR UPDATE``), so concurrent conditional updates with one ETag serialize and only the first
     matches: a compare-and-set on both databases."""
-    from ..db.models import utcnow
     from ..errors import PreconditionFailed
 
+    changes = update.model_dump(exclude_unset=True)  # a field left out keeps the stored value
+    if "gpu_count" in changes and changes["gpu_count"] is None:
+        raise DomainError("gpu_count", "gpu_count cannot be null")
     node = get(session, name, for_update=True)
     if if_match is not None and if_match.strip() not in ("*", etag(node)):
         raise PreconditionFailed(f"node {name!r} changed since you read it (ETag {etag(node)})", field="If-Match")
@@ -111,7 +116,7 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, cha
         setattr(node, key, value)
     if node.gpus and len(node.gpus) != node.gpu_count:  # the per-GPU list nvidia-smi read no longer describes it
         node.gpus = None
-    node.updated_at = utcnow()
+    node.updated_at = utc(clock)
     session.flush()
     audit.append(session, actor=actor, kind="node.updated", subject=f"node:{name}", node=name,
                  payload={"before": before, "after": node_dict(node)})
@@ -123,7 +128,8 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, cha
 FACT_FIELDS = ("interconnect", "gpus", "address")  # optional: omitted keeps the stored value, null clears it
 
 
-def put_facts(session: Session, *, actor: str, role: str, name: str, facts: dict[str, Any]) -> tuple[Node, bool, str | None]:
+def put_facts(session: Session, *, actor: str, role: str, name: str, body: NodeFactsIn,
+              clock: Clock) -> tuple[Node, bool, str | None]:
     """Create the node (an enroller or admin) or update its hardware facts (gpu, gpu_count, interconnect, the GPUs as
     nvidia-smi read them; ``address``, where the other nodes of a multi-node instance reach it). Returns ``(node,
     created, agent token or None)``: a token is issued when the node is created, or when ``rotate_token`` is asked
@@ -131,16 +137,16 @@ def put_facts(session: Session, *, actor: str, role: str, name: str, facts: dict
     never rotates (the route checks who may call). Audited as node.registered / node.facts_updated with before and
     after.
 
-    ``facts`` holds only the fields the request sent. ``gpu`` and ``gpu_count`` are required and replace the stored
+    Only the fields the request sent count. ``gpu`` and ``gpu_count`` are required and replace the stored
     ones; the optional ``interconnect``, ``gpus`` and ``address`` are merged: left out, the stored value stays; an
     explicit null clears it. The result must agree with itself (domain/node_checks.py ``check_facts``: the per-GPU
     list has gpu_count GPUs, of one model, the model ``gpu`` names) — else DomainError naming the field, and
     nothing is written."""
-    from ..db.models import utcnow
     from ..domain.node_checks import check_facts
     from ..errors import Forbidden
 
-    gpu = facts["gpu"]
+    facts = body.model_dump(mode="json", exclude_unset=True)  # an omitted optional fact keeps the stored one
+    gpu = facts["gpu"] = body.gpu if isinstance(body.gpu, str) else body.gpu.model_dump()
     resolved = resolve(gpu, "gpu")
     existing = session.execute(select(Node).where(Node.name == name).with_for_update()).scalar_one_or_none()
     if existing is None:
@@ -161,7 +167,7 @@ def put_facts(session: Session, *, actor: str, role: str, name: str, facts: dict
     if any(getattr(existing, k) != v for k, v in after.items()):  # a re-run with the same facts changes nothing
         for k, v in after.items():
             setattr(existing, k, v)
-        existing.updated_at = utcnow()
+        existing.updated_at = utc(clock)
         session.flush()
         audit.append(session, actor=actor, kind="node.facts_updated", subject=f"node:{name}", node=name,
                      payload={"before": before, "after": node_dict(existing)})

@@ -4,23 +4,26 @@ the next plan through the same path ``POST /v1/plans`` uses (validated, signed, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, desc, insert, select
 from sqlalchemy.orm import Session
 
 from .. import audit
-from ..db.models import Assignment, MetricWindow, Plan, iso, utcnow
+from ..api.schemas import MetricsWindowIn, PlanIn, TuningIn
+from ..clock import Clock, utc
+from ..db.models import Assignment, MetricWindow, Plan, iso
 from ..domain import tuning as dt_
 from ..domain.engine_args import parse_engine_args
 from ..domain.errors import DomainError
 from ..domain.versions import resolve_version
 from ..errors import ApiError, Conflict, Invalid, NotFound
-from ..settings import Settings
-from ..signing import KeyStore
 from . import manifests as manifest_service
 from . import nodes as node_service
 from . import plans as plan_service
+from .context import Context
+from .plan_layout import engine_args_with
 
 WINDOWS = MetricWindow.__table__
 RETENTION = 240  # windows kept per node (an hour at 15 s): a tuning step needs a handful of its plan's newest
@@ -37,7 +40,22 @@ def window_dict(row) -> dict[str, Any]:
             "e2e_p99_s": row.e2e_p99_s, "generation_tokens_per_s": row.gen_tokens_per_s}
 
 
-def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Recorded:
+    """A window stored: its id, whether its plan is the node's current one, and whether that plan's memo asks the
+    service to apply the loop's next plan itself (``auto_apply``)."""
+
+    id: int
+    node: str
+    plan: str
+    current: bool
+    auto_apply: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "node": self.node, "plan": self.plan, "current": self.current}
+
+
+def record_window(session: Session, *, node: str, window: MetricsWindowIn, clock: Clock) -> Recorded:
     """Store one window (one read of the node's newest assignments, one INSERT, one indexed look-up; a node that
     holds ``RETENTION + PRUNE_EVERY`` windows has those beyond ``RETENTION`` deleted). The plan must be the node's current plan or one of its
     recent ones, else NotFound (field ``plan``)."""
@@ -45,22 +63,22 @@ def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[
                            .join(Plan, Plan.id == Assignment.plan_id).where(Assignment.node_name == node)
                            .order_by(desc(Assignment.seq)).limit(RECENT_PLANS)).all()
     recent = [r[0] for r in rows]
-    if body["plan"] not in recent:
+    if window.plan not in recent:
         if not recent:
             node_service.get(session, node)  # NotFound for an unregistered node
-        raise NotFound(f"plan {body['plan']!r} is not the current or a recent plan of node {node!r}", field="plan")
-    if next(r[3] for r in rows if r[0] == body["plan"]) == "worker":
+        raise NotFound(f"plan {window.plan!r} is not the current or a recent plan of node {node!r}", field="plan")
+    if next(r[3] for r in rows if r[0] == window.plan) == "worker":
         # a multi-node instance is served (and measured) by its head: a worker's windows would steer the whole
         # group's plan from a node that serves nothing
-        raise Invalid(f"node {node!r} is a worker of plan {body['plan']!r}: a multi-node instance's metrics come "
+        raise Invalid(f"node {node!r} is a worker of plan {window.plan!r}: a multi-node instance's metrics come "
                       f"from its head", errors=[{"field": "plan", "rule": "metrics_from_head",
                                                   "message": "post the windows from the group's head"}])
     new_id = session.execute(insert(WINDOWS).returning(WINDOWS.c.id), [{
-        "node_name": node, "plan_id": body["plan"], "created_at": utcnow(), "window_s": body["window_s"],
-        "running": body["num_requests_running"], "waiting": body["num_requests_waiting"],
-        "kv_usage": body["kv_cache_usage_perc"], "preemptions": body["num_preemptions"],
-        "ttft_p99_s": body.get("ttft_p99_s"), "e2e_p99_s": body.get("e2e_p99_s"),
-        "gen_tokens_per_s": body["generation_tokens_per_s"]}]).scalar_one()
+        "node_name": node, "plan_id": window.plan, "created_at": utc(clock), "window_s": window.window_s,
+        "running": window.num_requests_running, "waiting": window.num_requests_waiting,
+        "kv_usage": window.kv_cache_usage_perc, "preemptions": window.num_preemptions,
+        "ttft_p99_s": window.ttft_p99_s, "e2e_p99_s": window.e2e_p99_s,
+        "gen_tokens_per_s": window.generation_tokens_per_s}]).scalar_one()
     # the node's own count decides (ids are global: nodes posting in turn would never see a multiple of 16): once it
     # holds RETENTION + PRUNE_EVERY windows, the oldest are cut back to RETENTION — one indexed look-up per insert, a
     # delete every PRUNE_EVERY inserts of that node
@@ -68,9 +86,9 @@ def record_window(session: Session, *, node: str, body: dict[str, Any]) -> dict[
                           .offset(RETENTION + PRUNE_EVERY - 1).limit(1))
     if over is not None:
         prune(session, node)
-    current = rows[0][0] == body["plan"] and rows[0][1] == "active"
+    current = rows[0][0] == window.plan and rows[0][1] == "active"
     auto = current and isinstance(rows[0][2], dict) and rows[0][2].get("auto_apply") is True
-    return {"id": new_id, "node": node, "plan": body["plan"], "current": current, "_auto_apply": auto}
+    return Recorded(new_id, node, window.plan, current, auto)
 
 
 def prune(session: Session, node: str, keep: int | None = None) -> None:
@@ -120,20 +138,26 @@ def _engine_args(plan: Plan, point: dt_.Point | None) -> dict[str, Any]:
     if point is None:
         return raw
     _, line = resolve_version(plan.vllm_version)
-    return plan_service._engine_args_with(raw, {"max_num_seqs": point.max_num_seqs,
+    return engine_args_with(raw, {"max_num_seqs": point.max_num_seqs,
                                                 "gpu_memory_utilization": point.gpu_memory_utilization}, line)
 
 
-def _body(plan: Plan, assignments: list[Assignment], engine_args: dict[str, Any]) -> dict[str, Any]:
+def _nodes(assignments: list[Assignment]) -> list[str]:
+    """The plan's active nodes in the order it was given (groups in order, by rank within each)."""
+    ordered = sorted((a for a in assignments if a.status == "active"),
+                     key=lambda a: (a.group_index or 0, a.rank or 0, a.id))
+    return [a.node_name for a in ordered]
+
+
+def _body(plan: Plan, assignments: list[Assignment], engine_args: dict[str, Any]) -> PlanIn:
     """The plan body of the next plan: the current plan's content (as a reissue takes it) with new engine args."""
     req = plan.request or {}
     topo = plan.topology or {}
-    ordered = sorted((a for a in assignments if a.status == "active"),
-                     key=lambda a: (a.group_index or 0, a.rank or 0, a.id))
-    return {"manifest": plan.manifest_id, "nodes": [a.node_name for a in ordered], "engine_args": engine_args,
-            "env": dict(plan.env or {}), "environment": req.get("environment"), "workload": req.get("workload"),
-            "vllm_version": req.get("vllm_version"), "multi_node_form": topo.get("multi_node_form"),
-            "group_env": topo.get("group_env")}
+    return plan_service.plan_in({
+        "manifest": plan.manifest_id, "nodes": _nodes(assignments), "engine_args": engine_args,
+        "env": dict(plan.env or {}), "environment": req.get("environment") or "production",
+        "workload": req.get("workload"), "vllm_version": req.get("vllm_version"),
+        "multi_node_form": topo.get("multi_node_form"), "group_env": topo.get("group_env")})
 
 
 def _validated(session: Session, plan: Plan, assignments, level: dt_.Level, proposed: dt_.Point,
@@ -141,14 +165,13 @@ def _validated(session: Session, plan: Plan, assignments, level: dt_.Level, prop
     """The proposal, or a smaller one (``domain.tuning.step_back``) when vLLM would refuse it; None when none of
     ``VALIDATION_TRIES`` passes. Each refusal is added to ``reasons``."""
     manifest = manifest_service.resolve_ref(session, plan.manifest_id)
-    body = _body(plan, assignments, {})
-    nodes = [node_service.get(session, n) for n in body["nodes"]]
+    nodes = [node_service.get(session, n) for n in _nodes(assignments)]
     point: dt_.Point | None = proposed
     for _ in range(VALIDATION_TRIES):
         if point is None:
             break
         try:
-            j = plan_service.judge(session, manifest, nodes, {**body, "engine_args": _engine_args(plan, point)})
+            j = plan_service.judge(session, manifest, nodes, _body(plan, assignments, _engine_args(plan, point)))
             errors = [f for f in j.findings if f.get("severity") == "error"]
             verdict = j.result.verdict
         except DomainError as exc:
@@ -201,22 +224,34 @@ def _status(session: Session, node: str, plan: Plan, assignments, settings: dt_.
             "reasons": reasons, "evidence": [e for e in evidence if e["id"] in used]}, (d if nxt is not None else None)
 
 
-def initial_memo(tuning: dict[str, Any] | None, environment: str | None) -> dict[str, Any] | None:
+def initial_memo(tuning: TuningIn | None, environment: str) -> dict[str, Any] | None:
     """The memo of a plan made with a ``tuning`` block (``POST /v1/plans``): the start of the loop with its SLO and
     ``auto_apply`` — refused (422, field ``tuning.auto_apply``) outside the ``benchmark`` environment."""
-    if not tuning:
+    if tuning is None:
         return None
-    if tuning.get("auto_apply") and (environment or "production") != "benchmark":
+    if tuning.auto_apply and environment != "benchmark":
         why = ("tuning.auto_apply is allowed only in the benchmark environment: in production a person or a deploy "
                "script applies each step (POST /v1/nodes/{name}/tuning/apply)")
         raise Invalid(why, errors=[{"field": "tuning.auto_apply", "rule": "auto_apply_benchmark_only",
                                     "message": why}])
-    return dt_.Memo(slo=dt_.Slo(tuning.get("slo_ttft_p99_s"), tuning.get("slo_e2e_p99_s")),
-                    auto_apply=bool(tuning.get("auto_apply"))).as_dict()
+    return dt_.Memo(slo=dt_.Slo(tuning.slo_ttft_p99_s, tuning.slo_e2e_p99_s),
+                    auto_apply=tuning.auto_apply).as_dict()
 
 
-def apply(session: Session, *, actor: str, settings: Settings, keys: KeyStore, node: str,
-          tuning_settings: dt_.TuningSettings = dt_.DEFAULTS) -> dict[str, Any]:
+@dataclass
+class Applied:
+    """The loop's next plan, signed (``apply``), and the decision it carries out: from which plan, the state and
+    action, the reasons, the windows (``evidence``) and the memo."""
+
+    signed: plan_service.Signed
+    tuning: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``POST /v1/nodes/{name}/tuning/apply`` answers: the plan created, its ``tuning`` the decision."""
+        return {**plan_service.created_dict(self.signed), "tuning": self.tuning}
+
+
+def apply(session: Session, ctx: Context, *, actor: str, node: str) -> Applied:
     """``POST /v1/nodes/{name}/tuning/apply``: create the loop's next plan (validated, signed, audited, superseding
     the current one on all its nodes, as ``POST /v1/plans`` does) carrying the decision's memo; audit
     ``tuning.applied`` with the reasons and the windows it was decided from (their figures: windows are pruned, the
@@ -226,40 +261,39 @@ def apply(session: Session, *, actor: str, settings: Settings, keys: KeyStore, n
     if current_plan(session, node)[0].id != plan.id:  # another apply (or a plan) got there first
         raise Conflict(f"node {node!r} got a new plan while this one was being applied: read "
                        f"GET /v1/nodes/{node}/tuning again", field="name")
-    out, d = _status(session, node, plan, assignments, tuning_settings)
+    out, d = _status(session, node, plan, assignments, ctx.settings.tuning_settings)
     if d is None or d.next is None:
         raise Conflict("the tuning loop proposes no new plan now: " + "; ".join(out["reasons"])[:1500],
                        field="name")
-    body = _body(plan, assignments, out["next"]["engine_args"])
-    created = plan_service.create(session, actor=actor, settings=settings, keys=keys, body=body,
+    created = plan_service.create(session, ctx, actor=actor, plan=_body(plan, assignments, out["next"]["engine_args"]),
                                   tuning=d.memo.as_dict())
-    audit.append(session, actor=actor, kind="tuning.applied", subject=f"plan:{created['id']}", plan_id=created["id"],
-                 node=node, model=plan_service.model_of(session, created["id"]),
+    new_id = created.plan.id
+    audit.append(session, actor=actor, kind="tuning.applied", subject=f"plan:{new_id}", plan_id=new_id,
+                 node=node, model=plan_service.model_of(session, new_id),
                  payload={"from": plan.id, "state": out["state"], "action": out["action"],
                           "max_num_seqs": d.next.max_num_seqs, "gpu_memory_utilization": d.next.gpu_memory_utilization,
                           "reasons": out["reasons"],
                           # the windows themselves, not only their ids: they are pruned (RETENTION), the audit stays
                           "windows": out["evidence"]})
-    return {**created, "tuning": {"from": plan.id, "state": out["state"], "action": out["action"],
-                                  "reasons": out["reasons"], "evidence": out["evidence"], "memo": d.memo.as_dict()}}
+    return Applied(created, {"from": plan.id, "state": out["state"], "action": out["action"],
+                             "reasons": out["reasons"], "evidence": out["evidence"], "memo": d.memo.as_dict()})
 
 
-def auto_apply(session: Session, *, settings: Settings, keys: KeyStore, node: str, plan_id: str) -> dict | None:
+def auto_apply(session: Session, ctx: Context, *, node: str, plan_id: str) -> dict[str, Any] | None:
     """After a window of the node's current plan whose memo has ``auto_apply`` (only a benchmark plan can): when the
     loop proposes a next plan, apply it as the actor ``tuning:auto``. Returns ``{"plan", "action"}`` of the new plan,
     or None."""
     plan, assignments = plan_service.get(session, plan_id)
     if (plan.request or {}).get("environment") != "benchmark":
         return None  # never outside benchmark, whatever the memo says
-    _, d = _status(session, node, plan, assignments, settings.tuning_settings)
+    _, d = _status(session, node, plan, assignments, ctx.settings.tuning_settings)
     if d is None:
         return None
     try:  # what create refuses, it refuses before writing anything: the window stays stored either way
-        out = apply(session, actor="tuning:auto", settings=settings, keys=keys, node=node,
-                    tuning_settings=settings.tuning_settings)
+        out = apply(session, ctx, actor="tuning:auto", node=node)
     except (ApiError, DomainError):
         return None
-    return {"plan": out["id"], "action": out["tuning"]["action"]}
+    return {"plan": out.signed.plan.id, "action": out.tuning["action"]}
 
 
 def trajectory(session: Session, node: str, limit: int = RETENTION) -> list[dict[str, Any]]:

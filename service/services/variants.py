@@ -8,10 +8,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..api.schemas import LaunchTarget
 from ..db.models import Manifest, Node
 from ..domain.errors import DomainError
 from ..domain.validate import validate
 from ..errors import ApiError
+from .plan_layout import launch_request
 
 FIT_RULES = ("weights_fit", "kv_pool_empty", "kv_cache_fits_max_len")  # the rejections more memory would cure
 GEOMETRY = ("architectures", "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
@@ -43,17 +45,15 @@ def needs_memory(findings: list[dict[str, Any]]) -> bool:
     return any(f.get("rule") in FIT_RULES and f.get("severity") == "error" for f in findings)
 
 
-def fitting_variants(session: Session, manifest: Manifest, nodes: list[Node], body: dict[str, Any],
+def fitting_variants(session: Session, manifest: Manifest, nodes: list[Node], target: LaunchTarget,
                      limit: int = 5) -> list[dict[str, Any]]:
     """Up to ``limit`` quantized manifests of ``manifest``'s model (newest version per name) that these nodes would
-    run with the body's engine args (quantization and dtype left to the variant): ``{"manifest", "quantization",
+    run with the target's engine args (quantization and dtype left to the variant): ``{"manifest", "quantization",
     "verdict", "kv_cache_tokens"}``. Bounded: the newest ``SCANNED`` manifests, judged only on a geometry match."""
-    from .plans import launch_request  # plans imports this module's caller
-
     want = geometry(manifest.config)
     out: list[dict[str, Any]] = []
     seen: set[str] = {manifest.name}
-    args = {k: v for k, v in (body.get("engine_args") or {}).items()
+    args = {k: v for k, v in target.engine_args.items()
             if str(k).lstrip("-").replace("-", "_") not in QUANT_ARGS}
     for m in session.execute(select(Manifest).order_by(Manifest.id.desc()).limit(SCANNED)).scalars():
         if m.name in seen:
@@ -63,7 +63,7 @@ def fitting_variants(session: Session, manifest: Manifest, nodes: list[Node], bo
         if tag is None or geometry(m.config) != want:
             continue
         try:
-            result = validate(launch_request(m, nodes, {**body, "engine_args": args}), model_ref=m.uri,
+            result = validate(launch_request(m, nodes, target.model_copy(update={"engine_args": args})), model_ref=m.uri,
                               alternatives=False)
         except (DomainError, ApiError):
             continue

@@ -11,16 +11,17 @@ from fastapi.responses import JSONResponse
 
 from ... import metrics
 from ...errors import ApiError, GroupHold, NotFound
-from ...services import plans as plan_service
+from ...services.agent_serving import etag_matches, fetch_recorded_recently
 from ...services import tokens as token_service
 from ...services.agent_writes import Fetch, Report
 from ...services.epochs import EpochCache
 from ...settings import Settings
 from ...signing import FRESHNESS_MEDIA_TYPE, KeyStore, b64json, freshness_claims, plan_digest
-from ..deps import NodeAgent, NodeName, Principals, authorize_node, bearer_secret
-from ..schemas import ReportIn
+from ...clock import Clock
+from ..deps import NodeAgent, NodeName, Principals, Route, authorize_node, bearer_secret
+from ..schemas import SIGNED_PLAN, ReportIn, ReportOut
 
-router = APIRouter()
+router = APIRouter(route_class=Route)
 
 FRESHNESS_CACHE_SECONDS = 60.0  # a freshness statement is re-signed per assignment at most this often
 GROUP_HOLD_RETRY_SECONDS = 5  # a held worker asks again (domain/group_gate.py): the head reports when vLLM starts
@@ -62,8 +63,10 @@ class PlanServer:
     — the first of an assignment, or a minute after the last record — always goes to the database) and the
     freshness statements signed per assignment."""
 
-    def __init__(self, settings: Settings, keys: KeyStore, principals: Principals, plan_cache: EpochCache):
+    def __init__(self, settings: Settings, keys: KeyStore, principals: Principals, plan_cache: EpochCache,
+                 clock: Clock):
         self.settings, self.keys, self.principals, self.plan_cache = settings, keys, principals, plan_cache
+        self.clock = clock
         self.freshness_cache: dict[int, tuple[float, str, str]] = {}  # assignment id -> (valid until, kid, statement)
         self.freshness_window = min(FRESHNESS_CACHE_SECONDS, settings.freshness_ttl_seconds / 10)
 
@@ -71,7 +74,7 @@ class PlanServer:
         """The freshness statement for a current assignment (signs.py ``freshness_claims``): signed at most once per
         ``freshness_window`` per assignment and process — a small fraction of its lifetime —, so a fleet fetching
         at once costs a dictionary look-up, not a signature, per request."""
-        now = time.time()
+        now = self.clock.time()
         keys, freshness_cache, window = self.keys, self.freshness_cache, self.freshness_window
         keys.refresh_soon()  # a rotation or retirement made by the CLI reaches the cache within a second
         kid = keys.active_kid
@@ -80,7 +83,7 @@ class PlanServer:
             return hit[2]
         if len(freshness_cache) > 200_000:
             freshness_cache.clear()
-        stored = a.get("freshness")  # signed with the plan (services/plans.py create)
+        stored = a.get("freshness")  # signed with the plan (services/plans.py ``create``)
         if stored:
             made = _signed_at(stored)
             if made is not None and made[1] == kid and made[0] <= now < made[0] + window \
@@ -112,9 +115,9 @@ class PlanServer:
         authorize_node(name, principal)
         if held(a, principal):  # the route answers the hold, from the cache (the head's report refreshes it)
             return a, False
-        if plan_service.etag_matches(a["etag"], etags):
+        if etag_matches(a["etag"], etags):
             return a, False
-        if principal.role == "agent" and not plan_service.fetch_recorded_recently(a):
+        if principal.role == "agent" and not fetch_recorded_recently(a, self.clock):
             return None, False  # a delivery to record: the database
         metrics.AGENT_FETCHES.labels("served").inc()
         return a, True
@@ -129,8 +132,9 @@ class PlanServer:
         return self.plan_response(a, served) if a is not None and not held(a, principal) else None
 
 
-@router.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"],
-            responses={200: {"content": {"application/jose": {}}, "description": "the node's signed plan",
+@router.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"], response_class=Response,
+            responses={200: {"content": {"application/jose": {"schema": SIGNED_PLAN}},
+                             "description": "the node's signed plan",
                              "headers": PLAN_HEADERS},
                        304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS},
                        409: {"description": "group-hold: a multi-node worker's plan is withheld until its head "
@@ -174,7 +178,9 @@ async def fetch_node_plan(request: Request, name: NodeName, authorization: Annot
     return server.plan_response(a, served)
 
 
-@router.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"])
+# the fleet's hot path answers the report as built (no response validation); the model documents it
+@router.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"],
+             response_model=ReportOut)
 async def report(request: Request, name: NodeName, body: ReportIn, p: NodeAgent):
     """The node agent's report (see ReportIn for the lifecycle). A ``heartbeat`` stores nothing but the time."""
     out = await request.app.state.writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))

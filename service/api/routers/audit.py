@@ -13,12 +13,14 @@ from ...db.models import AuditEvent
 from ...domain.errors import DomainError
 from ...errors import Busy, Conflict, NotFound
 from ...services import audit_export, calibration, history
-from ..deps import Auditor, NodeName, Reader, ReaderOrAgent, SessionDep, TimeQuery, parse_time
+from ..deps import Auditor, NodeName, Reader, ReaderOrAgent, Route, SessionDep, TimeQuery, parse_time
+from ..schemas import (AuditListOut, CalibrationOut, CheckpointOut, HistoryOut, PlacementsOut, RunsOut,
+                       VerifyOut)
 
-router = APIRouter()
+router = APIRouter(route_class=Route)
 
 
-@router.get("/v1/nodes/{name}/history", operation_id="nodeHistory", tags=["audit"])
+@router.get("/v1/nodes/{name}/history", operation_id="nodeHistory", tags=["audit"], response_model=HistoryOut)
 def node_history(name: NodeName, session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                  before_seq: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None):
     """Plans assigned to the node, newest first: who approved them, what ran, when it was fetched, started,
@@ -26,7 +28,7 @@ def node_history(name: NodeName, session: SessionDep, p: Reader, limit: Annotate
     return history.node_history(session, name, limit=limit, before_seq=before_seq)
 
 
-@router.get("/v1/nodes/{name}/runs", operation_id="nodeRuns", tags=["audit"])
+@router.get("/v1/nodes/{name}/runs", operation_id="nodeRuns", tags=["audit"], response_model=RunsOut)
 def node_runs(name: NodeName, session: SessionDep, p: Reader, since: TimeQuery = None, until: TimeQuery = None,
               at: TimeQuery = None):
     """Which plan ran on the node in ``[since, until)`` (or at the instant ``at``): one item per run of vLLM
@@ -42,7 +44,8 @@ def node_runs(name: NodeName, session: SessionDep, p: Reader, since: TimeQuery =
     return history.node_runs(session, name, since=lo, until=hi)
 
 
-@router.get("/v1/plans/{plan_id}/placements", operation_id="planPlacements", tags=["audit"])
+@router.get("/v1/plans/{plan_id}/placements", operation_id="planPlacements", tags=["audit"],
+            response_model=PlacementsOut)
 def plan_placements(plan_id: str, session: SessionDep, p: Reader):
     """Where one plan went: per node, when it was assigned, fetched, started, running, stopped or exited."""
     return history.plan_placements(session, plan_id)
@@ -62,7 +65,7 @@ def audit_query(node, plan, model, kind, since, until, subject=None):
     return q
 
 
-@router.get("/v1/audit", operation_id="listAudit", tags=["audit"])
+@router.get("/v1/audit", operation_id="listAudit", tags=["audit"], response_model=AuditListOut)
 def list_audit(request: Request, p: Auditor, node: str | None = None, plan: str | None = None,
                model: str | None = None, kind: str | None = None, since: TimeQuery = None,
                until: TimeQuery = None, after: Annotated[int, Query(ge=0, le=2**62)] = 0,
@@ -77,8 +80,12 @@ def list_audit(request: Request, p: Auditor, node: str | None = None, plan: str 
     return {"items": [audit.event_dict(e) for e in rows], "next": rows[-1].id if len(rows) == limit else None}
 
 
-@router.get("/v1/audit/export", operation_id="exportAudit", tags=["audit"],
-            responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}})
+@router.get("/v1/audit/export", operation_id="exportAudit", tags=["audit"], response_class=StreamingResponse,
+            responses={200: {"content": {
+                "application/x-ndjson": {"schema": {"type": "string", "description": "One audit event per line (the "
+                                                    "fields of listAudit's items)."}},
+                "text/csv": {"schema": {"type": "string", "description": "A header line, then one audit event per "
+                                        "line; the payload as JSON."}}}}})
 def export_audit(request: Request, p: Auditor, format: Annotated[str, Query(pattern="^(jsonl|csv)$")] = "jsonl",
                  node: str | None = None, plan: str | None = None, model: str | None = None,
                  kind: str | None = None, since: TimeQuery = None, until: TimeQuery = None,
@@ -92,7 +99,7 @@ def export_audit(request: Request, p: Auditor, format: Annotated[str, Query(patt
     return StreamingResponse(audit_export.stream(db, q, format), media_type=media)
 
 
-@router.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"])
+@router.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"], response_model=VerifyOut)
 def verify_audit(request: Request, p: Auditor):
     """Recompute the whole chain, read-only (verify never seals): every link, hash and MAC, rows not in the chain
     (``pending``; ``forged`` for rows the service did not write), and the chain against the newest signed
@@ -140,7 +147,8 @@ def checkpoint_body(keys, row) -> dict:
     return {"checkpoint": row.signed, "claims": claims}
 
 
-@router.post("/v1/audit/checkpoints", status_code=201, operation_id="createAuditCheckpoint", tags=["audit"])
+@router.post("/v1/audit/checkpoints", status_code=201, operation_id="createAuditCheckpoint", tags=["audit"],
+             response_model=CheckpointOut)
 def create_checkpoint(request: Request, p: Auditor):
     """A signed checkpoint of the chain now (compact JWS, typ audit-checkpoint: its length, head hash and id
     digest), stored and written to the data dir like the automatic ones: keep it, and later check any copy of
@@ -149,7 +157,7 @@ def create_checkpoint(request: Request, p: Auditor):
     db.sealer.flush()
     try:
         with db.transaction() as session:
-            audit._lock(session, wait=True)
+            audit.chain_lock(session, wait=True)
             row = db.sealer.checkpointer.make(session) or db.sealer.checkpointer.newest_row(session)
             if row is None:
                 raise Conflict("the audit chain is empty: nothing to checkpoint")
@@ -160,7 +168,8 @@ def create_checkpoint(request: Request, p: Auditor):
     return body
 
 
-@router.get("/v1/audit/checkpoints/latest", operation_id="latestAuditCheckpoint", tags=["audit"])
+@router.get("/v1/audit/checkpoints/latest", operation_id="latestAuditCheckpoint", tags=["audit"],
+            response_model=CheckpointOut)
 def latest_checkpoint(request: Request, p: ReaderOrAgent, session: SessionDep):
     """The newest signed checkpoint (any token but an enroller's: agents and auditors keep copies, so that a later cut of the
     chain shows against them)."""
@@ -170,7 +179,7 @@ def latest_checkpoint(request: Request, p: ReaderOrAgent, session: SessionDep):
     return checkpoint_body(request.app.state.keys, row)
 
 
-@router.get("/v1/calibration", operation_id="calibration", tags=["audit"])
+@router.get("/v1/calibration", operation_id="calibration", tags=["audit"], response_model=CalibrationOut)
 def calibration_summary(session: SessionDep, p: Reader, model: str | None = None, gpu: str | None = None,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100):
     """Predicted vs printed KV cache tokens over the fleet (agents send vLLM's start-up figures)."""

@@ -2,31 +2,30 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Header, Query, Request, Response
 
 from ...services import idempotency
 from ...services import manifests as manifest_service
-from ..deps import Deployer, Reader, SessionDep
-from ..schemas import ManifestIn
+from ..deps import Deployer, Reader, Route, SessionDep, replayable
+from ..schemas import ManifestFullOut, ManifestIn, ManifestListOut, ManifestOut
 
-router = APIRouter()
+router = APIRouter(route_class=Route)
 
 
-@router.post("/v1/manifests", status_code=201, operation_id="registerManifest", tags=["manifests"])
-def register_manifest(request: Request, body: ManifestIn, p: Deployer,
+@router.post("/v1/manifests", status_code=201, operation_id="registerManifest", tags=["manifests"],
+             response_model=ManifestOut)
+def register_manifest(request: Request, response: Response, body: ManifestIn, p: Deployer,
                       idempotency_key: Annotated[str | None, Header(max_length=256)] = None):
     """Register a model version's weight manifest (config.json, quantization tag, layout, size, URI). Refused
     (422) when its tag and quantization configs disagree; ``Idempotency-Key`` makes a retry safe."""
-    data = body.model_dump(mode="json")
     status, out, replayed = idempotency.run(
-        request.app.state.db, route="POST /v1/manifests", principal=p.name, key=idempotency_key, body=data,
+        request.app.state.db, route="POST /v1/manifests", principal=p.name, key=idempotency_key, request=body,
         status_code=201,
-        action=lambda s: manifest_service.manifest_dict(manifest_service.register(s, actor=p.name, body=data)))
-    return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
+        action=lambda s: manifest_service.manifest_dict(manifest_service.register(s, actor=p.name, manifest=body)))
+    return replayable(response, status, out, replayed)
 
 
-@router.get("/v1/manifests", operation_id="listManifests", tags=["manifests"])
+@router.get("/v1/manifests", operation_id="listManifests", tags=["manifests"], response_model=ManifestListOut)
 def list_manifests(session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                    after: Annotated[int | None, Query(ge=0, le=2**62)] = None):
     """Registered manifests by id; ``next`` is the cursor (pass it as ``after``)."""
@@ -35,7 +34,7 @@ def list_manifests(session: SessionDep, p: Reader, limit: Annotated[int, Query(g
             "next": rows[-1].id if len(rows) == limit else None}
 
 
-@router.get("/v1/manifests/{ref:path}", operation_id="getManifest", tags=["manifests"])
+@router.get("/v1/manifests/{ref:path}", operation_id="getManifest", tags=["manifests"], response_model=ManifestFullOut)
 def get_manifest(ref: str, session: SessionDep, p: Reader):
     """A manifest by id, ``name@version`` or ``name`` (its newest version); names may contain ``/``."""
     m = manifest_service.resolve_ref(session, int(ref) if ref.isdigit() and len(ref) < 19 else ref)

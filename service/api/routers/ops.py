@@ -5,17 +5,19 @@ from sqlalchemy import text
 
 from ... import metrics
 from ...errors import Unavailable
+from ..deps import Route
+from ..schemas import HealthOut, ReadyOut
 
-router = APIRouter()
+router = APIRouter(route_class=Route)
 
 
-@router.get("/healthz", operation_id="healthz", tags=["ops"])
+@router.get("/healthz", operation_id="healthz", tags=["ops"], response_model=HealthOut)
 def healthz():
     """The process is up (no database check: see /readyz)."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", operation_id="readyz", tags=["ops"])
+@router.get("/readyz", operation_id="readyz", tags=["ops"], response_model=ReadyOut)
 def readyz(request: Request):
     """Ready when the database answers and a signing key is loaded (else 503 problem+json)."""
     state = request.app.state
@@ -27,7 +29,8 @@ def readyz(request: Request):
 
 
 @router.get("/metrics", operation_id="metrics", tags=["ops"], response_class=Response,
-            responses={200: {"content": {"text/plain": {}}}})
+            responses={200: {"content": {"text/plain": {"schema": {
+                "type": "string", "description": "The Prometheus text exposition format."}}}}})
 def metrics_endpoint():
     """Prometheus metrics: requests and latency per route, verdicts, findings by rule, agent fetches and
     reports, audit appends."""

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from ... import metrics
@@ -13,13 +13,14 @@ from ...domain.validate import validate
 from ...services import fleet, idempotency
 from ...services import plans as plan_service
 from ...services import upgrade as upgrade_service
-from ..deps import Deployer, Reader, SessionDep, TimeQuery, parse_time
-from ..schemas import PlanIn
+from ...services import rollouts as rollout_service
+from ..deps import ContextDep, Deployer, Reader, Route, SessionDep, TimeQuery, parse_time, replayable
+from ..schemas import (DryRunOut, JudgementOut, PlanCreatedOut, PlanIn, PlanListOut, PlanOut, UpgradeImpactOut)
 
-router = APIRouter()
+router = APIRouter(route_class=Route)
 
 
-@router.post("/v1/validate", operation_id="validateLaunch", tags=["plans"])
+@router.post("/v1/validate", operation_id="validateLaunch", tags=["plans"], response_model=JudgementOut)
 def validate_launch(body: LaunchRequest, p: Reader):
     """Judge a launch given inline (config.json object, hardware, engine args, workload): the verdict, findings
     with remedies, the budget, recommendations and the argv. Stores nothing (see createPlan ``dry_run`` to judge
@@ -31,7 +32,7 @@ def validate_launch(body: LaunchRequest, p: Reader):
     return out
 
 
-@router.get("/v1/upgrade-impact", operation_id="upgradeImpact", tags=["plans"])
+@router.get("/v1/upgrade-impact", operation_id="upgradeImpact", tags=["plans"], response_model=UpgradeImpactOut)
 def upgrade_impact(session: SessionDep, p: Reader,
                    vllm_version: Annotated[str, Query(min_length=1, max_length=32)]):
     """Every active plan and every manifest's newest plan re-validated against ``vllm_version``: what would
@@ -39,9 +40,10 @@ def upgrade_impact(session: SessionDep, p: Reader,
     return upgrade_service.upgrade_impact(session, vllm_version)
 
 
-@router.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"],
-             responses={200: {"description": "dry run: the verdict, findings, budget and argv; nothing stored"}})
-def create_plan(request: Request, body: PlanIn, p: Deployer,
+@router.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"], response_model=PlanCreatedOut,
+             responses={200: {"description": "dry run: the verdict, findings, budget and argv; nothing stored",
+                              "model": DryRunOut}})
+def create_plan(request: Request, response: Response, body: PlanIn, p: Deployer, ctx: ContextDep,
                 idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
                 dry_run: Annotated[bool, Query(description="validate and render only: no plan, no seq, no "
                                                            "audit event (200, or 422 when rejected)")] = False):
@@ -49,28 +51,25 @@ def create_plan(request: Request, body: PlanIn, p: Deployer,
     node's current plan (the previous one is superseded). 422 with findings and remedies when vLLM would refuse
     it; nothing is stored then. With ``dry_run=true`` nothing is ever stored."""
     state = request.app.state
-    data = body.model_dump(mode="json")
-    if dry_run:
+    if dry_run:  # the 200 (not the route's 201 model): validated against its own model here
         with state.db.read() as session:
-            return JSONResponse(fleet.dry_run(session, data))
-    settings, keys = state.settings, state.keys
+            out = DryRunOut.model_validate(fleet.dry_run(session, body))
+        return JSONResponse(out.model_dump(mode="json", by_alias=True, exclude_unset=True))
     status, out, replayed = idempotency.run(
-        state.db, route="POST /v1/plans", principal=p.name, key=idempotency_key, body=data, status_code=201,
-        action=lambda s: _with_rollout_warnings(s, plan_service.create(s, actor=p.name, settings=settings, keys=keys,
-                                                                       body=data), data["nodes"]))
+        state.db, route="POST /v1/plans", principal=p.name, key=idempotency_key, request=body, status_code=201,
+        action=lambda s: _created(s, plan_service.create(s, ctx, actor=p.name, plan=body)))
     state.plan_cache.clear()
-    return JSONResponse(out, status_code=status, headers={"Idempotent-Replayed": "true"} if replayed else None)
+    return replayable(response, status, out, replayed)
 
 
-def _with_rollout_warnings(session, out: dict, names: list[str]) -> dict:
+def _created(session, signed: plan_service.Signed) -> dict:
     """A plan for nodes an unfinished rollout holds is signed, with a ``rollout_in_progress`` warning naming it."""
-    from ...services import rollouts as rollout_service
-
-    warnings = rollout_service.plan_warnings(session, names)
+    out = plan_service.created_dict(signed)
+    warnings = rollout_service.plan_warnings(session, [a.node_name for a in signed.assignments])
     return {**out, "warnings": warnings} if warnings else out
 
 
-@router.get("/v1/plans", operation_id="listPlans", tags=["plans"])
+@router.get("/v1/plans", operation_id="listPlans", tags=["plans"], response_model=PlanListOut)
 def list_plans(request: Request, session: SessionDep, p: Reader,
                node: Annotated[str | None, Query(max_length=128)] = None,
                model: Annotated[str | None, Query(max_length=256)] = None,
@@ -89,7 +88,7 @@ def list_plans(request: Request, session: SessionDep, p: Reader,
                             after=after, secrets=p.role in ("admin", "deployer"))
 
 
-@router.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"])
+@router.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"], response_model=PlanOut)
 def get_plan(plan_id: str, session: SessionDep, p: Reader):
     """One plan with its findings, budget, argv and command, and its assignments (node, seq, status, last
     report). Env values and the signed JWS only for admins and deployers."""
@@ -98,19 +97,19 @@ def get_plan(plan_id: str, session: SessionDep, p: Reader):
     return plan_service.plan_dict(plan, assignments, secrets=p.role in ("admin", "deployer"))
 
 
-@router.post("/v1/plans/{plan_id}/revoke", operation_id="revokePlan", tags=["plans"])
-def revoke_plan(request: Request, plan_id: str, session: SessionDep, p: Deployer):
+@router.post("/v1/plans/{plan_id}/revoke", operation_id="revokePlan", tags=["plans"], response_model=PlanOut)
+def revoke_plan(request: Request, plan_id: str, session: SessionDep, p: Deployer, ctx: ContextDep):
     """Withdraw a plan: its nodes' next heartbeat answer says it is no longer current and the agents stop it."""
-    out = plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id))
+    out = plan_service.plan_dict(plan_service.revoke(session, actor=p.name, plan_id=plan_id, clock=ctx.clock))
     after_commit(session, request.app.state.plan_cache.clear)
     return out
 
 
-@router.post("/v1/plans/{plan_id}/reissue", status_code=201, operation_id="reissuePlan", tags=["plans"])
-def reissue_plan(request: Request, plan_id: str, session: SessionDep, p: Deployer):
+@router.post("/v1/plans/{plan_id}/reissue", status_code=201, operation_id="reissuePlan", tags=["plans"],
+             response_model=PlanCreatedOut)
+def reissue_plan(request: Request, plan_id: str, session: SessionDep, p: Deployer, ctx: ContextDep):
     """Rollback: re-validate an earlier plan's content and issue it as a new plan with a new seq per node
     (an old JWS is never re-served)."""
-    state = request.app.state
-    out = plan_service.reissue(session, actor=p.name, settings=state.settings, keys=state.keys, plan_id=plan_id)
-    after_commit(session, state.plan_cache.clear)
+    out = plan_service.created_dict(plan_service.reissue(session, ctx, actor=p.name, plan_id=plan_id))
+    after_commit(session, request.app.state.plan_cache.clear)
     return out

@@ -7,13 +7,14 @@ from fastapi import APIRouter, Path, Query, Request
 from ... import audit
 from ...db.session import after_commit
 from ...services import tokens as token_service
-from ..deps import Admin, SessionDep
-from ..schemas import TokenIn
+from ..deps import Admin, Route, SessionDep
+from ..schemas import TokenCreatedOut, TokenIn, TokenListOut, TokenOut
 
-router = APIRouter()
+router = APIRouter(route_class=Route)
 
 
-@router.post("/v1/tokens", status_code=201, operation_id="createToken", tags=["tokens"])
+@router.post("/v1/tokens", status_code=201, operation_id="createToken", tags=["tokens"],
+             response_model=TokenCreatedOut)
 def create_token(body: TokenIn, session: SessionDep, p: Admin):
     """Create an admin, deployer or auditor token; the secret is in the response once."""
     secret, row = token_service.create(session, role=body.role, label=body.label)
@@ -22,7 +23,7 @@ def create_token(body: TokenIn, session: SessionDep, p: Admin):
     return {**token_service.token_dict(row), "token": secret}
 
 
-@router.get("/v1/tokens", operation_id="listTokens", tags=["tokens"])
+@router.get("/v1/tokens", operation_id="listTokens", tags=["tokens"], response_model=TokenListOut)
 def list_tokens(session: SessionDep, p: Admin, limit: Annotated[int, Query(ge=1, le=500)] = 100,
                 after: Annotated[int | None, Query(ge=0, le=2**62)] = None):
     """Bearer tokens (never their secrets) by id; ``next`` is the cursor (pass it as ``after``)."""
@@ -31,7 +32,7 @@ def list_tokens(session: SessionDep, p: Admin, limit: Annotated[int, Query(ge=1,
             "next": rows[-1].id if len(rows) == limit else None}
 
 
-@router.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"])
+@router.post("/v1/tokens/{token_id}/revoke", operation_id="revokeToken", tags=["tokens"], response_model=TokenOut)
 def revoke_token(request: Request, token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
     """Revoke a token (409 for the last active admin token unless PREFLIGHT_ADMIN_TOKEN is set)."""
     # the env admin token (PREFLIGHT_ADMIN_TOKEN) keeps the service administrable; without it, the last active
@@ -44,7 +45,8 @@ def revoke_token(request: Request, token_id: Annotated[int, Path(ge=1, le=2**62)
     return token_service.token_dict(row)
 
 
-@router.post("/v1/tokens/{token_id}/rotate", operation_id="rotateToken", tags=["tokens"])
+@router.post("/v1/tokens/{token_id}/rotate", operation_id="rotateToken", tags=["tokens"],
+             response_model=TokenCreatedOut)
 def rotate_token(request: Request, token_id: Annotated[int, Path(ge=1, le=2**62)], session: SessionDep, p: Admin):
     """Revoke a token and issue its replacement (same role, a new id; the secret shown once)."""
     secret, row = token_service.rotate(session, token_id)

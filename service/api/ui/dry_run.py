@@ -77,7 +77,7 @@ def form_body(form) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, str]
 def judge(db: Database, body: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, str]]]:
     """The dry run's result (a verdict, a rejection included), or the errors naming the field."""
     try:
-        data = PlanIn.model_validate(body).model_dump(mode="json")
+        data = PlanIn.model_validate(body)
     except ValidationError as exc:
         return None, [{"field": ".".join(str(x) for x in e["loc"]) or "body", "message": e["msg"]}
                       for e in exc.errors()[:10]]

@@ -1,4 +1,4 @@
-"""Request and response bodies of the HTTP API (unknown fields are refused)."""
+"""Request bodies of the HTTP API (unknown fields are refused)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..domain.jsoncheck import JsonValueError, check_json
-from ..domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, Workload
-from ..domain.text import display_text_problem
-from ..domain.topology import MAX_ADDRESS, address_problem
+from ...domain.jsoncheck import JsonValueError, check_json
+from ...domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, Workload
+from ...domain.text import display_text_problem
+from ...domain.topology import MAX_ADDRESS, address_problem
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 ADDRESS_DOC = ("IP address or DNS name the other nodes of a multi-node instance reach this node at (rendered as "
@@ -122,7 +122,7 @@ class WeightsShard(Strict):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, name: str) -> str:
-        from ..agent.weights import shard_name_problem
+        from ...agent.weights import shard_name_problem
 
         problem = shard_name_problem(name)
         if problem:  # a path in a shard name would send the node's check outside its weights directory
