@@ -27,14 +27,14 @@ from typing import Any
 
 from .context import LaunchContext
 from .engine_args import coerce, scalar
-from .findings import Finding, Severity
+from .findings import Finding
+from .rules import Emit
 from .rules.quantization import effective_quantization
 from .text import display_text_problem
 from .versions import Kind, Option, VersionLine
 
 PINNED = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens")
 SKIP = {"quantization"}  # rendered from the tag
-SRC_PARSER = "vllm 0.33.0 vllm/utils/argparse_utils.py:313-514 (FlexibleArgumentParser.parse_args); argparse"
 # A model reference: a Hugging Face repository id, an absolute path, or an object-store URI (runai streamer)
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 _PATH = re.compile(r"/[^\x00-\x20\x7f]{0,4095}")
@@ -247,40 +247,37 @@ def _read_scalar(dest: str, opt: Option, text: str) -> Any:
     return scalar(dest, opt, text)
 
 
-def roundtrip_findings(ctx: LaunchContext, argv: list[str]) -> list[Finding]:
-    """The rendered argv, parsed back, must give exactly the validated arguments and the intended model."""
-    out = []
+def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit) -> list[Finding]:
+    """The rendered argv, parsed back, must give exactly the validated arguments and the intended model (the
+    ``argv_roundtrip`` rule's findings, built with its ``emit``)."""
     if len(argv) > 2 and not ctx.request.model.uri:
         # no uri: a check or /v1/validate of a described model, where the name is a label and nothing is signed
         argv = [*argv[:2], "model", *argv[3:]]
     problem = model_reference_problem(argv[2]) if len(argv) > 2 else "no model argument"
     if problem:
-        out.append(Finding(
-            rule="model_reference", severity=Severity.ERROR,
-            message=f"{problem}; Preflight will not sign a command whose model vLLM could read as something else.",
-            remedy={"uri": "a repository id, an absolute path or an s3:// URI"}, source=SRC_PARSER,
-            field="model.uri",
-        ))
-        return out
+        return [emit.error(
+            "model_reference",
+            f"{problem}; Preflight will not sign a command whose model vLLM could read as something else.",
+            remedy={"uri": "a repository id, an absolute path or an s3:// URI"}, field="model.uri",
+        )]
     expected = validated_arguments(ctx)
     try:
         model, parsed = parse_argv(argv, ctx.line)
     except ArgvError as e:
-        out.append(Finding(
-            rule="argv_roundtrip", severity=Severity.ERROR,
-            message=f"The rendered vllm serve argv does not parse back to the validated arguments: {e}.",
-            remedy=None, source=SRC_PARSER, field="engine_args",
-        ))
-        return out
+        return [emit.error(
+            "argv_roundtrip",
+            f"The rendered vllm serve argv does not parse back to the validated arguments: {e}.",
+            remedy=None, field="engine_args",
+        )]
     diffs = sorted(k for k in set(expected) | set(parsed) if _norm(expected.get(k)) != _norm(parsed.get(k)))
     if model != argv[2] or diffs:
         shown = ", ".join(f"{k}: validated {expected.get(k)!r}, parsed {parsed.get(k)!r}" for k in diffs[:5])
-        out.append(Finding(
-            rule="argv_roundtrip", severity=Severity.ERROR,
-            message=f"The rendered vllm serve argv parses back to other arguments than the ones validated ({shown}).",
-            remedy=None, source=SRC_PARSER, field="engine_args",
-        ))
-    return out
+        return [emit.error(
+            "argv_roundtrip",
+            f"The rendered vllm serve argv parses back to other arguments than the ones validated ({shown}).",
+            remedy=None, field="engine_args",
+        )]
+    return []
 
 
 def _norm(v: Any) -> Any:

@@ -4,7 +4,8 @@ FP8 weight blocks must not straddle a tensor-parallel shard (../shared/vllm-rule
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, rule
+from ..findings import Finding
+from . import Emit, rule
 from .parallel import tp_candidates
 from .quant_checks import resolved_method
 from .shapes import Linear, ignored, linear_layers
@@ -52,7 +53,7 @@ def group_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, int]]:
 
 
 @rule("quant_group_alignment", severity="error", source=SRC_GROUP)
-def quant_group_alignment(ctx: LaunchContext):
+def quant_group_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Every row-parallel layer of a grouped int4/int8 checkpoint (AWQ, GPTQ, compressed-tensors WNA16) must get a
     whole number of quant groups per TP rank: ``(K / TP) % group_size == 0`` for ``o_proj`` and ``down_proj``
     (dense and shared-expert MLPs). AWQ then raises "The input size is not aligned with the quantized weight shape";
@@ -68,12 +69,12 @@ def quant_group_alignment(ctx: LaunchContext):
                  "tensor parallel size." if method == "auto_awq" else
                  f"Weight input_size_per_partition={lin.in_rank} is not divisible by group_size={g}.")
     layers = ", ".join(f"{b.name.rsplit('.', 2)[-2]}.{b.name.rsplit('.', 1)[-1]} K={b.full_in}" for b, _ in bad)
-    return [error(
+    return [emit.error(
         "quant_group_alignment",
         f"{vllm_text} At tensor_parallel_size={ctx.tp} the row-parallel {lin.name.rsplit('.', 1)[-1]} input "
         f"{lin.full_in} splits into {lin.in_rank} per rank = {lin.in_rank / g:g} groups of {g} (a group straddles "
         f"the shard). Affected: {layers}. Tensor parallel sizes that keep whole groups: {ok}.",
-        remedy={"tensor_parallel_size": ok}, source=SRC_GROUP, field="engine_args.tensor_parallel_size",
+        remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
         group_size=g, input_size=lin.full_in, input_size_per_partition=lin.in_rank,
     )]
 
@@ -113,7 +114,7 @@ def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int
 
 
 @rule("fp8_block_alignment", severity="error", source=SRC_BLOCK)
-def fp8_block_alignment(ctx: LaunchContext):
+def fp8_block_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """With an FP8 ``weight_block_size`` [block_n, block_k], every dense and shared-expert layer's per-rank output
     partition must be a multiple of block_n and every row-parallel per-rank input a multiple of block_k
     (DeepSeek-V3/R1 at TP=32: 18432/32 = 576, 576 % 128 ≠ 0). Routed MoE experts are refined by the Triton MoE path
@@ -131,9 +132,9 @@ def fp8_block_alignment(ctx: LaunchContext):
         text = f"Weight output_partition_size = {size} is not divisible by weight quantization block_n = {block}."
     layers = "; ".join(f"{b.name.split('.', 3)[-1]} ({'in' if ax == 'k' else 'out'} {s} per rank)"
                        for b, ax, s, _ in bad)
-    return [error(
+    return [emit.error(
         "fp8_block_alignment",
         f"{text} At tensor_parallel_size={ctx.tp}: {layers}. Tensor parallel sizes that keep whole blocks: {ok}.",
-        remedy={"tensor_parallel_size": ok}, source=SRC_BLOCK, field="engine_args.tensor_parallel_size",
+        remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
         weight_block_size=list(_block(ctx)),
     )]
