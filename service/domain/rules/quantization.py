@@ -19,9 +19,9 @@ ONLINE = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channe
           "mxfp8", "online", "experts_int8"}
 
 SRC_UNKNOWN = "vllm 0.33.0 vllm/config/model.py:1464-1469; quantization/__init__.py:15-55"
-SRC_MISMATCH = "vllm 0.33.0 vllm/config/model.py:1383-1462 (override table: auto_awq.py:263-286, auto_gptq.py:213-233, mxfp4.py:128-146)"
-SRC_NO_CONFIG = "vllm 0.33.0 vllm/model_executor/model_loader/weight_utils.py:375-380"
-SRC_FP8_ONLINE = "vllm 0.33.0 vllm/model_executor/model_loader/weight_utils.py:355-363"
+SRC_MISMATCH = ("vllm 0.33.0 vllm/config/model.py:1383-1462 (override table: auto_awq.py:263-286, "
+                "auto_gptq.py:213-233, mxfp4.py:128-146); no config: vllm/model_executor/model_loader/"
+                "weight_utils.py:375-380; online fp8: weight_utils.py:355-363")
 
 
 def canonical(method: str | None, ctx: LaunchContext) -> str | None:
