@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.domain.rules.parallel_extras import pp_partition
+from service.domain.memory import pp_partition
 from tests.rule_helpers import FIXTURES, TP_SIZES, errors, found, head_valid
 from tests.support import model_config, request
 

@@ -152,16 +152,12 @@ def _text(name: str, value: Any, what: str = "a string") -> str:
         # is read as a value
         raise DomainError(
             fld, f"{name} = {text!r} begins with '-': vLLM's parser would read it as an option, not as the value of "
-            f"{_flag(name)}", rule="argv_injection")
+            f"{flag(name)}", rule="argv_injection")
     invisible = display_text_problem(text, allow_tab=True)
     if invisible:
         raise DomainError(fld, f"{name} {invisible}: the signed command would read differently from what runs",
                           rule="argv_injection")
     return text
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def _number(name: str, value: Any, integer: bool) -> int | float:
@@ -296,15 +292,26 @@ def unknown_keys(value: dict, schema: dict, prefix: str = "", depth: int = 0) ->
     return None
 
 
+def arg_name(key: object) -> str:
+    """An ``engine_args`` key without its dashes: ``--max-model-len`` / ``max-model-len`` → ``max_model_len``
+    (short spellings such as ``-tp`` need the release's catalogue: ``resolve_name``)."""
+    return str(key).lstrip("-").replace("-", "_")
+
+
+def flag(name: str) -> str:
+    """The long option spelling of a dest: ``max_model_len`` → ``--max-model-len``."""
+    return "--" + name.replace("_", "-")
+
+
 def resolve_name(key: Any, line: VersionLine) -> str:
     """The dest an ``engine_args`` key names: ``max_model_len``, ``max-model-len``, ``--max-model-len``, ``-tp``."""
     raw = str(key).strip()
     if raw.startswith("-") and raw in line.spellings:
         return line.spellings[raw]
-    name = raw.lstrip("-").replace("-", "_")
+    name = arg_name(raw)
     if not _NAME.fullmatch(name):
         raise DomainError(f"engine_args.{key}", f"{key!r} is not an engine argument name", rule="flag_name")
-    spelled = "--" + name.replace("_", "-")
+    spelled = flag(name)
     if name not in line.options and spelled in line.spellings:
         return line.spellings[spelled]  # e.g. --no-enforce-eager given as a key
     return name
@@ -339,7 +346,7 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
             if not isinstance(value, bool):
                 out.bool_with_value[name] = value
                 continue
-            spelled = "--" + str(key).strip().lstrip("-").replace("_", "-")
+            spelled = flag(arg_name(str(key).strip()))
             if spelled in opt.negative:  # {"no_enforce_eager": true} means --no-enforce-eager
                 value = not value
             out.values[name] = value

@@ -33,7 +33,7 @@ from typing import Any
 
 from .context import LaunchContext
 from .gpus import GIB, MIB
-from .model_facts import MAX_LAYERS, ModelFacts, config_int, round_up
+from .model_facts import MAX_LAYERS, ModelFacts, config_int, padded_vocab
 from .multimodal import EncoderProfile, encoder_profile, vision_tower
 from .versions import parse_version
 
@@ -317,7 +317,7 @@ def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: f
     H = facts.hidden_size
     L = facts.num_hidden_layers
     qb = quant_bytes(facts, requested_quant, act_bytes)
-    vocab = round_up(facts.vocab_size or 32000, 64)
+    vocab = padded_vocab(facts.vocab_size or 32000)
     embed = vocab * H
     embed_rank_b = embed * qb.embedding / tp
     lm_head_rank_b = 0.0 if facts.tie_word_embeddings else embed * qb.embedding / tp

@@ -571,5 +571,35 @@ def divisors(n: int, limit: int | None = None) -> list[int]:
     return [x for x in small + large[::-1] if x <= top]
 
 
+VOCAB_PADDING = 64  # vllm 0.33.0 vllm/model_executor/layers/vocab_parallel_embedding.py:36 (DEFAULT_VOCAB_PADDING_SIZE)
+
+
+def padded_vocab(vocab_size: int) -> int:
+    """The vocabulary as vLLM shards it: padded to a multiple of 64 (vocab_parallel_embedding.py:95-97)."""
+    return round_up(vocab_size, VOCAB_PADDING)
+
+
 def round_up(x: int, multiple: int) -> int:
-    return int(math.ceil(x / multiple) * multiple)
+    """The smallest multiple of ``multiple`` that is ≥ ``x`` (integer arithmetic: exact for any size)."""
+    return -(-x // multiple) * multiple
+
+
+def kv_heads_ok(kv: int, tp: int, is_mla: bool) -> bool:
+    """KV heads divisible by TP (TP ≤ KV heads) or dividing it (each KV head replicated); MLA is exempt
+    (vllm 0.33.0 vllm/model_executor/layers/linear.py:1065-1071)."""
+    if is_mla:
+        return True
+    return kv % tp == 0 if tp <= kv else tp % kv == 0
+
+
+def tp_accepted(facts: ModelFacts, tp: int) -> bool:
+    """vLLM can shard the text model over ``tp`` ranks: heads divisible (vllm 0.33.0 vllm/config/model.py:1557-1564),
+    the KV-head rule, and the padded vocabulary divisible (vocab_parallel_embedding.py:286-306); the MLP and
+    quantization rules judge the rest."""
+    return (facts.num_attention_heads % tp == 0 and kv_heads_ok(facts.total_num_kv_heads, tp, facts.is_mla)
+            and (not facts.vocab_size or padded_vocab(facts.vocab_size) % tp == 0))
+
+
+def accepted_tp_sizes(facts: ModelFacts, limit: int) -> list[int]:
+    """The TP sizes up to ``limit`` that ``tp_accepted`` holds for, ascending (a valid TP divides the heads)."""
+    return [t for t in divisors(facts.num_attention_heads, limit) if tp_accepted(facts, t)]

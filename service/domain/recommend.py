@@ -26,11 +26,11 @@ import math
 from typing import Any
 
 from .context import build_context
+from .engine_args import arg_name
 from .errors import DomainError
 from .memory import Budget, compute_budget, format_gib
-from .model_facts import round_up
+from .model_facts import accepted_tp_sizes
 from .request import LaunchRequest
-from .rules.parallel import valid_tp_sizes
 
 MNBT_BY_SHAPE = {"long_in_short_out": 4096, "balanced": 8192, "short_in_long_out": 16384}
 STAGES = {"initial": (0.85, 0.5), "production": (0.90, 0.75)}
@@ -38,7 +38,7 @@ SHORT_PROMPTS = 512
 
 
 def _norm(args: dict[str, Any]) -> dict[str, Any]:
-    return {str(k).lstrip("-").replace("-", "_"): v for k, v in args.items()}
+    return {arg_name(k): v for k, v in args.items()}
 
 
 def _budget_for(request: LaunchRequest, args: dict[str, Any]) -> Budget:
@@ -46,11 +46,8 @@ def _budget_for(request: LaunchRequest, args: dict[str, Any]) -> Budget:
 
 
 def valid_tps(request: LaunchRequest, limit: int) -> list[int]:
-    """TPs up to ``limit`` that vLLM accepts for this model: the head rules (rules/parallel.py: heads divisible, KV
-    heads divisible or dividing, MLA exempt) and the padded vocabulary divisible (§1.7)."""
-    ctx = build_context(request.model_copy(update={"engine_args": {}}))
-    vocab = ctx.facts.vocab_size
-    return [t for t in valid_tp_sizes(ctx, limit) if not vocab or round_up(vocab, 64) % t == 0]
+    """TPs up to ``limit`` that vLLM accepts for this model (model_facts.py ``tp_accepted``)."""
+    return accepted_tp_sizes(build_context(request.model_copy(update={"engine_args": {}})).facts, limit)
 
 
 def recommended_max_model_len(p99: int, derived: int) -> int:

@@ -7,12 +7,15 @@ These run in phase ``budget``, after ``ctx.budget`` is computed. GiB figures are
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ..context import LaunchContext, build_context
+from ..engine_args import arg_name
 from ..errors import DomainError
 from ..findings import Finding
 from ..gpus import GIB
 from ..memory import Budget, compute_budget, format_gib
-from ..model_facts import divisors
+from ..model_facts import accepted_tp_sizes
 from . import Emit, rule
 
 SRC_NO_MEM = "vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:56-64"
@@ -40,38 +43,38 @@ def _budget(ctx: LaunchContext) -> Budget | None:
     return b if isinstance(b, Budget) else None
 
 
-def _valid_tp(ctx: LaunchContext, t: int) -> bool:
-    f = ctx.facts
-    if f.num_attention_heads % t:
-        return False
-    kv = f.total_num_kv_heads
-    if not f.is_mla and not (kv % t == 0 or t % kv == 0):
-        return False
-    if f.vocab_size and ((f.vocab_size + 63) // 64 * 64) % t:
-        return False
-    return True
+def _budget_at_tp(ctx: LaunchContext, tp: int, *, drop: tuple[str, ...] = (),
+                  gpus: int | None = None) -> Budget | None:
+    """The budget of this launch at tensor_parallel_size ``tp`` (without the engine arguments ``drop``; on one node
+    of ``gpus`` GPUs when given), or None when that launch cannot be judged."""
+    args = {k: v for k, v in ctx.request.engine_args.items() if arg_name(k) not in ("tensor_parallel_size", *drop)}
+    args["tensor_parallel_size"] = tp
+    update: dict[str, Any] = {"engine_args": args}
+    if gpus is not None:
+        update["hardware"] = ctx.request.hardware.model_copy(update={"count": gpus, "nodes": 1})
+    try:
+        return compute_budget(build_context(ctx.request.model_copy(update=update)))
+    except DomainError:
+        return None
+
+
+def _smallest_tp(ctx: LaunchContext, fits: Callable[[Budget], bool]) -> int | None:
+    """The smallest TP above the requested one, within the GPUs of the instance and accepted for the model (heads,
+    KV heads, vocabulary), whose budget ``fits``."""
+    for t in accepted_tp_sizes(ctx.facts, ctx.total_gpus // max(1, ctx.pp)):
+        if t > ctx.tp and (b := _budget_at_tp(ctx, t)) is not None and fits(b):
+            return t
+    return None
 
 
 def smallest_fitting_tp(ctx: LaunchContext) -> int | None:
-    """The smallest TP above the requested one (within the GPUs of the instance, heads/KV/vocab divisible) whose
-    budget holds one ``max_model_len`` sequence."""
-    top = ctx.total_gpus // max(1, ctx.pp)
-    for t in (d for d in divisors(ctx.facts.num_attention_heads, top) if d > ctx.tp):  # a valid TP divides the heads
-        if not _valid_tp(ctx, t):
-            continue
-        args = dict(ctx.request.engine_args)
-        for k in list(args):
-            if k.lstrip("-").replace("-", "_") == "tensor_parallel_size":
-                del args[k]
-        args["tensor_parallel_size"] = t
-        try:
-            other = build_context(ctx.request.model_copy(update={"engine_args": args}))
-            b = compute_budget(other)
-        except DomainError:
-            continue
-        if b.fits_max_model_len:
-            return t
-    return None
+    """The smallest larger TP whose budget holds one ``max_model_len`` sequence."""
+    return _smallest_tp(ctx, lambda b: b.fits_max_model_len)
+
+
+def smallest_tp_for_weights(ctx: LaunchContext) -> int | None:
+    """The smallest larger TP that leaves the KV pool at least one block."""
+    return _smallest_tp(ctx, lambda b: b.pool_raw_bytes > 0 and b.num_gpu_blocks > 0)
 
 
 @rule("weights_fit", severity="error", source=SRC_NO_MEM, phase="budget")
@@ -116,23 +119,6 @@ def kv_cache_memory_fits(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                        field="engine_args.kv_cache_memory_bytes", room_bytes=room)]
 
 
-def smallest_tp_for_weights(ctx: LaunchContext) -> int | None:
-    top = ctx.total_gpus // max(1, ctx.pp)
-    for t in (d for d in divisors(ctx.facts.num_attention_heads, top) if d > ctx.tp):  # a valid TP divides the heads
-        if not _valid_tp(ctx, t):
-            continue
-        args = {k: v for k, v in ctx.request.engine_args.items()
-                if k.lstrip("-").replace("-", "_") != "tensor_parallel_size"}
-        args["tensor_parallel_size"] = t
-        try:
-            b = compute_budget(build_context(ctx.request.model_copy(update={"engine_args": args})))
-        except DomainError:
-            continue
-        if b.pool_raw_bytes > 0 and b.num_gpu_blocks > 0:
-            return t
-    return None
-
-
 MAX_GPUS_SEARCHED = 64  # the most GPUs of one model a single node holds (request.MAX_GPUS_PER_NODE)
 
 
@@ -140,20 +126,11 @@ def smallest_gpu_count(ctx: LaunchContext) -> int | None:
     """The fewest GPUs of this model (tensor parallel across them, one pipeline stage, up to 64) on which the launch
     fits — the weights, the overhead and one ``max_model_len`` request (or any KV when max_model_len is left to vLLM)
     — whatever the node has. None when not even 64 would do."""
-    for t in divisors(ctx.facts.num_attention_heads, MAX_GPUS_SEARCHED):
-        if t <= ctx.tp * max(1, ctx.pp) or not _valid_tp(ctx, t):
+    for t in accepted_tp_sizes(ctx.facts, MAX_GPUS_SEARCHED):
+        if t <= ctx.tp * max(1, ctx.pp):
             continue
-        args = {k: v for k, v in ctx.request.engine_args.items()
-                if k.lstrip("-").replace("-", "_") not in ("tensor_parallel_size", "pipeline_parallel_size",
-                                                          "cpu_offload_gb")}
-        args["tensor_parallel_size"] = t
-        hardware = ctx.request.hardware.model_copy(update={"count": t, "nodes": 1})
-        try:
-            b = compute_budget(build_context(ctx.request.model_copy(update={"engine_args": args,
-                                                                             "hardware": hardware})))
-        except DomainError:
-            continue
-        if b.num_gpu_blocks > 0 and (b.fits_max_model_len or ctx.max_model_len_auto):
+        b = _budget_at_tp(ctx, t, drop=("pipeline_parallel_size", "cpu_offload_gb"), gpus=t)
+        if b is not None and b.num_gpu_blocks > 0 and (b.fits_max_model_len or ctx.max_model_len_auto):
             return t
     return None
 

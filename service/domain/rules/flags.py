@@ -6,15 +6,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..context import LaunchContext
+from ..engine_args import flag
 from ..findings import Finding
 from . import Emit, rule
 
 SRC_FLAGS = ("service/data/vllm/<release>.json (generated from vLLM's parser); boolean flags: vllm 0.33.0 "
              "vllm/utils/argparse_utils.py:120-145 (EnableDisableAction)")
-
-
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 @lru_cache(maxsize=4096)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..context import LaunchContext
 from ..findings import Finding
-from ..model_facts import divisors
+from ..model_facts import divisors, kv_heads_ok
 from . import Emit, rule
 
 
@@ -21,12 +21,6 @@ def tp_candidates(ctx: LaunchContext) -> list[int]:
     """The TP sizes a remedy may offer: those passing both head rules, up to the hardware's GPUs (or the requested
     TP, when a request asks for more than it has)."""
     return valid_tp_sizes(ctx, max(ctx.total_gpus, ctx.tp))
-
-
-def kv_heads_ok(kv: int, tp: int, is_mla: bool) -> bool:
-    if is_mla:
-        return True
-    return kv % tp == 0 if tp <= kv else tp % kv == 0
 
 
 SRC_HEADS = ("vllm 0.33.0 vllm/config/model.py:1557-1564 (text model); vllm/distributed/utils.py:51-55 (divide: "

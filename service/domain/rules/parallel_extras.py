@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ..context import LaunchContext
 from ..findings import Finding
-from ..model_facts import round_up
+from ..memory import pp_partition
+from ..model_facts import padded_vocab
 from . import Emit, rule
 from .parallel import tp_candidates
 from .shapes import dense_mlp_present, moe_ranks, shared_expert_size
@@ -17,7 +18,6 @@ SRC_PP_LAYERS = "vllm 0.33.0 vllm/distributed/utils.py:198-241"
 SRC_EP = "vllm 0.33.0 vllm/config/model.py:1498-1503, 1566-1567; vllm/config/parallel.py:570-592"
 SRC_DP_EXT = "vllm 0.33.0 vllm/engine/arg_utils.py:2456-2465"
 SRC_NNODES = "vllm 0.33.0 vllm/config/parallel.py:1106-1114; vllm/engine/arg_utils.py:2390-2420"
-VOCAB_PADDING = 64
 
 
 def mlp_splits(ctx: LaunchContext, tp: int) -> list[tuple[str, int, int]]:
@@ -67,7 +67,7 @@ def tp_vocab_divisible(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     vocab, tp = ctx.facts.vocab_size, ctx.tp
     if not vocab or tp == 1:
         return []
-    padded = round_up(vocab, VOCAB_PADDING)
+    padded = padded_vocab(vocab)
     if padded % tp == 0:
         return []
     ok = [t for t in tp_candidates(ctx) if padded % t == 0]
@@ -77,15 +77,6 @@ def tp_vocab_divisible(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         f"tensor_parallel_size={tp}. Valid tensor_parallel_size: {ok}.",
         remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
     )]
-
-
-def pp_partition(layers: int, pp: int) -> list[int]:
-    """vLLM's default layer split: ``L // pp`` each, the remainder added to stages -2, -3, … (never the last)."""
-    base, rem = divmod(layers, pp)
-    parts = [base] * pp
-    for i in range(rem):
-        parts[-2 - i if pp > 1 else 0] += 1
-    return parts
 
 
 @rule("pp_layers", severity="error", source=SRC_PP_LAYERS)
