@@ -22,7 +22,6 @@ added, and one ``{"field", "value", "why"}`` per filled value. Choices (document
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .context import build_context
@@ -31,6 +30,7 @@ from .errors import DomainError
 from .memory import Budget, compute_budget, format_gib
 from .model_facts import accepted_tp_sizes
 from .request import LaunchRequest
+from .rules.policy import p99_with_headroom, recommended_max_model_len
 
 MNBT_BY_SHAPE = {"long_in_short_out": 4096, "balanced": 8192, "short_in_long_out": 16384}
 STAGES = {"initial": (0.85, 0.5), "production": (0.90, 0.75)}
@@ -48,12 +48,6 @@ def _budget_for(request: LaunchRequest, args: dict[str, Any]) -> Budget:
 def valid_tps(request: LaunchRequest, limit: int) -> list[int]:
     """TPs up to ``limit`` that vLLM accepts for this model (model_facts.py ``tp_accepted``)."""
     return accepted_tp_sizes(build_context(request.model_copy(update={"engine_args": {}})).facts, limit)
-
-
-def recommended_max_model_len(p99: int, derived: int) -> int:
-    """``min(ceil(P99 × 1.2) rounded up to a multiple of 1024, derived)`` (docs/operating.md §4)."""
-    want = math.ceil(p99 * 1.2)
-    return min(int(math.ceil(want / 1024) * 1024), derived)
 
 
 def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -76,7 +70,7 @@ def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, An
     if "max_model_len" not in given and wl and wl.p99_seq_len:
         mml = recommended_max_model_len(wl.p99_seq_len, derived)
         explain("max_model_len", mml,
-                f"P99 {wl.p99_seq_len} tokens × 1.2 = {math.ceil(wl.p99_seq_len * 1.2)}, rounded up to a multiple of "
+                f"P99 {wl.p99_seq_len} tokens × 1.2 = {p99_with_headroom(wl.p99_seq_len)}, rounded up to a multiple of "
                 f"1024, capped at the model's maximum {derived} (docs/operating.md §4: from the traffic, not the model card)")
     # chunked prefill (§6)
     if "enable_chunked_prefill" not in given:

@@ -125,35 +125,44 @@ def chunked_prefill_disabled(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     )]
 
 
-def recommended_max_model_len(ctx: LaunchContext) -> int | None:
-    """docs/operating.md §4: min(P99 × 1.2, the model's maximum), rounded up to a multiple of 1024."""
-    wl = ctx.request.workload
-    if wl is None or not wl.p99_seq_len:
-        return None
-    return min(round_up(int(wl.p99_seq_len * 1.2), 1024), ctx.facts.derived_max_model_len)
+MAX_MODEL_LEN_MULTIPLE = 1024  # docs/operating.md §4: "peak ≈ 6k → 8192"
+
+
+def p99_with_headroom(p99_seq_len: int) -> int:
+    """``ceil(P99 × 1.2)`` in integers (no float rounding at a multiple's edge)."""
+    return -(-p99_seq_len * 6 // 5)
+
+
+def recommended_max_model_len(p99_seq_len: int, derived_max_model_len: int) -> int:
+    """docs/operating.md §4: ``min(ceil(P99 × 1.2) rounded up to a multiple of 1024, the model's maximum)`` — the
+    value the recommender fills and the one ``max_model_len_oversized`` measures against (one rounding for both)."""
+    return min(round_up(p99_with_headroom(p99_seq_len), MAX_MODEL_LEN_MULTIPLE), derived_max_model_len)
 
 
 @rule("max_model_len_oversized", "max_model_len_below_workload", severity="warning", source=SRC_LEN)
 def max_model_len_oversized(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """Production with a workload: max_model_len should be min(P99 × 1.2, model maximum) — larger multiplies the KV
-    cost per request and cuts concurrency (``max_model_len_oversized``); below the P99 it truncates long requests
-    (``max_model_len_below_workload``)."""
-    rec = recommended_max_model_len(ctx)
-    if not production(ctx) or rec is None:
+    """Production with a workload: max_model_len should be min(P99 × 1.2 rounded up to a multiple of 1024, model
+    maximum), the value the recommender fills — larger multiplies the KV cost per request and cuts concurrency
+    (``max_model_len_oversized``); below the P99 it truncates long requests (``max_model_len_below_workload``)."""
+    wl = ctx.request.workload
+    if not production(ctx) or wl is None or not wl.p99_seq_len:
         return []
-    mml, p99 = ctx.max_model_len, ctx.request.workload.p99_seq_len
+    p99 = wl.p99_seq_len
+    rec = recommended_max_model_len(p99, ctx.facts.derived_max_model_len)
+    mml = ctx.max_model_len
     if mml > rec:
         return [emit.warning(
             "max_model_len_oversized",
-            f"max_model_len {mml} is far above the workload's P99 ({p99} tokens): the guide sets min(P99 × 1.2, model "
-            f"maximum) = {rec}. Every request may claim {mml / rec:.1f}× the KV cache it needs, cutting concurrency.",
+            f"max_model_len {mml} is far above the workload's P99 ({p99} tokens): the guide sets min(P99 × 1.2 rounded "
+            f"up to a multiple of 1024, model maximum) = {rec}. Every request may claim {mml / rec:.1f}× the KV cache "
+            f"it needs, cutting concurrency.",
             remedy={"max_model_len": rec}, field="engine_args.max_model_len",
         )]
     if mml < p99:
         return [emit.warning(
             "max_model_len_below_workload",
             f"max_model_len {mml} is below the workload's P99 ({p99} tokens): long requests will be refused or "
-            f"truncated. The guide sets min(P99 × 1.2, model maximum) = {rec}.",
+            f"truncated. The guide sets min(P99 × 1.2 rounded up to a multiple of 1024, model maximum) = {rec}.",
             remedy={"max_model_len": rec}, field="engine_args.max_model_len",
         )]
     return []
