@@ -71,7 +71,7 @@ MAX_VOCAB = 1 << 26
 MAX_LENGTH = 1 << 40  # tokens: position embeddings, sliding windows, derived lengths
 MAX_ROPE_FACTOR = 1e6
 MAX_BITS = 64
-# keys other modules read from the raw text config (memory.py, rules/shapes.py): checked here, once
+# keys other modules read from the raw text config (memory/, rules/shapes.py): checked here, once
 RAW_INT_KEYS: dict[str, tuple[int, int]] = {
     "num_experts_per_tok": (0, MAX_EXPERTS),
     "experts_per_token": (0, MAX_EXPERTS),

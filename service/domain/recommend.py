@@ -16,7 +16,7 @@ added, and one ``{"field", "value", "why"}`` per filled value. Choices (document
 - ``gpu_memory_utilization`` and ``max_num_seqs`` (§3, §5, §9): stage ``initial`` (the default: the guide's
   conservative start) → 0.85 and 0.5 × bound; ``production`` → 0.90 and 0.75 × bound, where
   ``bound = KV pool / (KV bytes per token × avg_seq_len)`` (``max_model_len`` when the workload gives no average),
-  computed with the memory model (service/domain/memory.py) for the recommended values; capped at
+  computed with the memory model (service/domain/memory/) for the recommended values; capped at
   max_num_batched_tokens (vLLM requires max_num_batched_tokens ≥ max_num_seqs).
 """
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from .context import LaunchContext, build_context
 from .findings import Finding, Severity, verdict_of
+from .memory import compute_budget
 from .render import render_argv, shell_command
 from .request import LaunchRequest
 from .rules import run_rules
@@ -92,9 +93,7 @@ def validate(request: LaunchRequest, *, model_ref: str | None = None, fill: bool
         request = request.model_copy(update={"engine_args": engine_args})
     ctx = build_context(request)
     findings = run_rules(ctx, "config")
-    from . import memory  # local import: memory depends on rules' helpers
-
-    ctx.budget = memory.compute_budget(ctx)
+    ctx.budget = compute_budget(ctx)
     findings += run_rules(ctx, "budget")
     findings.sort(key=lambda f: _ORDER[f.severity])
     argv = ctx.notes.get("argv")

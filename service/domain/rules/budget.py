@@ -1,4 +1,4 @@
-"""Budget rules: the per-GPU memory budget (service/domain/memory.py) against what vLLM 0.33 needs at start-up
+"""Budget rules: the per-GPU memory budget (service/domain/memory/) against what vLLM 0.33 needs at start-up
 (../shared/vllm-rules.md §4 KV fit check, §6 memory accounting; docs/operating.md §5 max_num_seqs bound).
 
 These run in phase ``budget``, after ``ctx.budget`` is computed. GiB figures are printed as vLLM prints them,
