@@ -313,9 +313,64 @@ def derive_max_model_len(text: dict, model_type: str | None,
     return length, key, mml
 
 
-def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig | None:
-    """The checkpoint's quantization config (§2.3): config.json ``quantization_config`` (or the text config's, or
-    ``compression_config``), else a ModelOpt ``hf_quant_config.json`` (``producer.name == "modelopt"``).
+MODELOPT_ALGOS = {  # vllm 0.33.0 model_arch_config_convertor.py:241-292
+    "FP8": "modelopt",
+    "FP8_PER_CHANNEL_PER_TOKEN": "modelopt",
+    "FP8_PB_WO": "modelopt",
+    "NVFP4": "modelopt_fp4",
+    "MXFP8": "modelopt_mxfp8",
+    "MIXED_PRECISION": "modelopt_mixed",
+}
+
+
+def _modelopt(raw: dict[str, Any], source: str) -> QuantConfig | None:
+    """A ModelOpt config (``producer.name == "modelopt"`` or the legacy ``quantization.quant_algo``), or None."""
+    producer = (raw.get("producer") or {}).get("name") if isinstance(raw.get("producer"), dict) else None
+    modelopt = raw.get("quantization") if isinstance(raw.get("quantization"), dict) else None
+    if producer != "modelopt" and (modelopt is None or "quant_algo" not in modelopt):
+        return None
+    q = modelopt or raw
+    algo = str(q.get("quant_algo") or "").upper()
+    if algo not in MODELOPT_ALGOS:
+        raise DomainError(
+            "model.hf_quant_config", f"Unknown ModelOpt quant algo: {algo or None}", rule="quant_unknown",
+            accepted=sorted(MODELOPT_ALGOS),
+        )
+    kvq = q.get("kv_cache_quant_algo")
+    return QuantConfig(method=MODELOPT_ALGOS[algo], raw=raw, source=source,
+                       kv_cache_quant=str(kvq).lower() if kvq else None)
+
+
+def _ct_weights(raw: dict[str, Any], qf: str) -> tuple[dict[str, Any] | None, str]:
+    """A compressed-tensors config's first weight scheme and its field prefix (every group checked for shape)."""
+    weights: dict[str, Any] | None = None
+    wf = ""
+    groups = config_dict(raw.get("config_groups"), qf + "config_groups") or {}
+    for name, grp in groups.items():
+        config_dict(grp, f"{qf}config_groups.{name}")
+        if isinstance(grp, dict):
+            for part in ("weights", "input_activations", "output_activations"):
+                config_dict(grp.get(part), f"{qf}config_groups.{name}.{part}")
+        if isinstance(grp, dict) and isinstance(grp.get("weights"), dict) and weights is None:
+            weights = grp["weights"]
+            wf = f"{qf}config_groups.{name}.weights."
+    return weights, wf
+
+
+def _block_pair(block: Any, field: str) -> tuple[int, int] | None:
+    if block is None:
+        return None
+    n = config_int(block[0], field + "[0]", 1, MAX_WIDTH)
+    k = config_int(block[1], field + "[1]", 1, MAX_WIDTH)
+    if n is None or k is None:
+        raise DomainError(field, f"{field} must be a list of two integers", rule="config_invalid")
+    return n, k
+
+
+def read_quant_config(config: dict[str, Any], hf_quant_config: dict[str, Any] | None) -> QuantConfig | None:
+    """The checkpoint's quantization config: config.json ``quantization_config`` (or the text config's, or
+    ``compression_config``), else a ModelOpt ``hf_quant_config.json`` (``producer.name == "modelopt"``)
+    (vllm 0.33.0 model_arch_config_convertor.py:241-292; vllm/config/model.py:1383-1462).
 
     Raises DomainError for a ModelOpt ``quant_algo`` vLLM does not know (convertor:241-292).
     """
@@ -326,26 +381,9 @@ def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig
         raw, source = hf_quant_config, "hf_quant_config.json"
     if not isinstance(raw, dict) or not raw:
         return None
-    producer = (raw.get("producer") or {}).get("name") if isinstance(raw.get("producer"), dict) else None
-    modelopt = raw.get("quantization") if isinstance(raw.get("quantization"), dict) else None
-    if producer == "modelopt" or (modelopt is not None and "quant_algo" in modelopt):
-        q = modelopt or raw
-        algo = str(q.get("quant_algo") or "").upper()
-        table = {
-            "FP8": "modelopt",
-            "FP8_PER_CHANNEL_PER_TOKEN": "modelopt",
-            "FP8_PB_WO": "modelopt",
-            "NVFP4": "modelopt_fp4",
-            "MXFP8": "modelopt_mxfp8",
-            "MIXED_PRECISION": "modelopt_mixed",
-        }
-        if algo not in table:
-            raise DomainError(
-                "model.hf_quant_config", f"Unknown ModelOpt quant algo: {algo or None}", rule="quant_unknown",
-                accepted=sorted(table),
-            )
-        kvq = q.get("kv_cache_quant_algo")
-        return QuantConfig(method=table[algo], raw=raw, source=source, kv_cache_quant=str(kvq).lower() if kvq else None)
+    modelopt = _modelopt(raw, source)
+    if modelopt is not None:
+        return modelopt
     method = raw.get("quant_method") or ""
     if not isinstance(method, str):
         raise DomainError("model.config.quantization_config.quant_method", "quant_method must be a string",
@@ -369,16 +407,7 @@ def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig
                           rule="config_invalid")
     block_field = qf + "weight_block_size"
     if method == "compressed-tensors":
-        weights = None
-        groups = config_dict(raw.get("config_groups"), qf + "config_groups") or {}
-        for name, grp in groups.items():
-            config_dict(grp, f"{qf}config_groups.{name}")
-            if isinstance(grp, dict):
-                for part in ("weights", "input_activations", "output_activations"):
-                    config_dict(grp.get(part), f"{qf}config_groups.{name}.{part}")
-            if isinstance(grp, dict) and isinstance(grp.get("weights"), dict) and weights is None:
-                weights = grp["weights"]
-                wf = f"{qf}config_groups.{name}.weights."
+        weights, wf = _ct_weights(raw, qf)
         if weights:
             bits = config_int(weights.get("num_bits", bits), wf + "num_bits", 0, MAX_BITS)
             group = config_int(weights.get("group_size", group), wf + "group_size", -1, MAX_WIDTH)
@@ -388,11 +417,6 @@ def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig
                 block, block_field = structure, wf + "block_structure"
     bits = config_int(bits, qf + "bits", 0, MAX_BITS)
     group = config_int(group, qf + "group_size", -1, MAX_WIDTH)
-    if block is not None:
-        block = (config_int(block[0], block_field + "[0]", 1, MAX_WIDTH),
-                 config_int(block[1], block_field + "[1]", 1, MAX_WIDTH))
-        if None in block:
-            raise DomainError(block_field, f"{block_field} must be a list of two integers", rule="config_invalid")
     kv_scheme = raw.get("kv_cache_scheme")
     return QuantConfig(
         method=method,
@@ -402,7 +426,7 @@ def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig
         group_size=group,
         sym=bool(sym) if sym is not None else None,
         desc_act=bool(raw["desc_act"]) if raw.get("desc_act") is not None else None,
-        weight_block_size=block,
+        weight_block_size=_block_pair(block, block_field),
         kv_cache_quant="fp8" if isinstance(kv_scheme, dict) and kv_scheme.get("type") == "float" else None,
     )
 
@@ -424,8 +448,76 @@ def _vision(config: dict) -> VisionTower | None:
     )
 
 
-def read_model_facts(config: dict, hf_quant_config: dict | None = None,
-                     length_defaults: dict | None = None) -> ModelFacts:
+def _read(text: dict[str, Any], prefix: str, keys: tuple[str, ...], name: str, lo: int = 0,
+          hi: int = MAX_LENGTH) -> int | None:
+    """The first of ``keys`` the text config gives, checked; errors name that key (or ``name`` when none is given)."""
+    key, value = _first_key(text, keys)
+    return config_int(value, prefix + (key if value is not None else name), lo, hi)
+
+
+def _attention_shape(text: dict[str, Any], prefix: str, model_type: str | None) -> tuple[int, int, int, int]:
+    """``(attention heads, layers, hidden size, KV heads)``: the first three required; KV heads from the first KV
+    key, Falcon ``multi_query`` without the new decoder architecture one, otherwise the attention heads (vllm 0.33.0
+    vllm/transformers_utils/config.py:56-63, model_arch_config_convertor.py:152-157)."""
+    heads = _read(text, prefix, HEAD_KEYS, "num_attention_heads", 1, MAX_HEADS)
+    layers = _read(text, prefix, LAYER_KEYS, "num_hidden_layers", 1, MAX_LAYERS)
+    hidden = _read(text, prefix, HIDDEN_KEYS, "hidden_size", 1, MAX_HIDDEN)
+    for name, value in (("num_attention_heads", heads), ("num_hidden_layers", layers), ("hidden_size", hidden)):
+        if not value:
+            raise DomainError(prefix + name, f"config.json has no usable {name} (needed to build the model)",
+                              rule="config_missing_key")
+    assert heads and layers and hidden  # checked just above
+    kv_given = _read(text, prefix, KV_HEAD_KEYS, "num_key_value_heads", 0, MAX_HEADS)
+    if kv_given and kv_given > heads:
+        raise DomainError(prefix + _first_key(text, KV_HEAD_KEYS)[0],
+                          f"{kv_given} key/value heads but only {heads} attention heads (each KV head serves a group "
+                          f"of query heads: there cannot be more)", rule="config_out_of_range")
+    if model_type in FALCON_TYPES and not text.get("new_decoder_architecture") and text.get("multi_query"):
+        kv = 1
+    else:
+        kv = kv_given or heads
+    return heads, layers, hidden, kv
+
+
+def _head_dim(text: dict[str, Any], prefix: str, model_type: str | None, hidden: int,
+              heads: int) -> tuple[int, dict[str, int | None]]:
+    """``(head_dim, MLA dimensions)``: ``head_dim`` if > 0, else ``hidden_size_per_head``, else hidden // heads
+    (convertor:91-118); an MLA model caches the latent, head size = kv_lora_rank + qk_rope_head_dim
+    (convertor:92-98). The MLA dimensions are empty for other model types."""
+    head_dim = _pos_int(text.get("head_dim"), prefix + "head_dim", MAX_HEAD_DIM) or _pos_int(
+        text.get("hidden_size_per_head"), prefix + "hidden_size_per_head", MAX_HEAD_DIM
+    )
+    mla: dict[str, int | None] = {}
+    if model_type in MLA_MODEL_TYPES:
+        for k, hi in (("kv_lora_rank", MAX_HIDDEN), ("q_lora_rank", MAX_HIDDEN), ("qk_rope_head_dim", MAX_HEAD_DIM),
+                      ("qk_nope_head_dim", MAX_HEAD_DIM), ("v_head_dim", MAX_HEAD_DIM)):
+            mla[k] = _pos_int(text.get(k), prefix + k, hi)
+    kv_lora = mla.get("kv_lora_rank")
+    if kv_lora:
+        head_dim = kv_lora + (mla["qk_rope_head_dim"] or 0)
+    return head_dim or hidden // heads, mla
+
+
+def _lengths(text: dict[str, Any], model_type: str | None, prefix: str,
+             length_defaults: dict[str, Any] | None) -> tuple[int, str, int | None]:
+    """The derived maximum length; ``length_defaults`` are the length keys the Transformers config class of this
+    model_type sets when config.json omits them (FalconConfig: max_position_embeddings=2048), from the target
+    release's generated catalogue."""
+    defaults = (length_defaults or {}).get(model_type) if isinstance(model_type, str) else None
+    if defaults and not any(k in text for k in LENGTH_KEYS):
+        return derive_max_model_len({**text, **defaults}, model_type, prefix)
+    return derive_max_model_len(text, model_type, prefix)
+
+
+def _moe_intermediate(text: dict[str, Any], prefix: str, num_experts: int, model_type: str | None) -> int | None:
+    """The expert MLP width: ``moe_intermediate_size``; Mixtral and gpt-oss name it ``intermediate_size``."""
+    return _pos_int(text.get("moe_intermediate_size"), prefix + "moe_intermediate_size", MAX_WIDTH) or (
+        _pos_int(text.get("intermediate_size"), prefix + "intermediate_size", MAX_WIDTH)
+        if num_experts and model_type in ("mixtral", "gpt_oss") else None)
+
+
+def read_model_facts(config: dict[str, Any], hf_quant_config: dict[str, Any] | None = None,
+                     length_defaults: dict[str, Any] | None = None) -> ModelFacts:
     """Read a config.json dict into ModelFacts.
 
     Raises DomainError naming the ``model.config.<key>`` that is missing or invalid (attention heads, layers and
@@ -438,52 +530,15 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None,
     if model_type is not None and not isinstance(model_type, str):
         raise DomainError("model.config.model_type", "model_type must be a string", rule="config_invalid")
     prefix = "model.config." + ("text_config." if text is not config else "")
-
-    def read(keys: tuple[str, ...], name: str, lo: int = 0, hi: int = MAX_LENGTH) -> int | None:
-        key, value = _first_key(text, keys)
-        return config_int(value, prefix + (key if value is not None else name), lo, hi)
-
-    heads = read(HEAD_KEYS, "num_attention_heads", 1, MAX_HEADS)
-    layers = read(LAYER_KEYS, "num_hidden_layers", 1, MAX_LAYERS)
-    hidden = read(HIDDEN_KEYS, "hidden_size", 1, MAX_HIDDEN)
-    for name, value in (("num_attention_heads", heads), ("num_hidden_layers", layers), ("hidden_size", hidden)):
-        if not value:
-            raise DomainError(prefix + name, f"config.json has no usable {name} (needed to build the model)",
-                              rule="config_missing_key")
-    kv_given = read(KV_HEAD_KEYS, "num_key_value_heads", 0, MAX_HEADS)
-    if kv_given and kv_given > heads:
-        raise DomainError(prefix + _first_key(text, KV_HEAD_KEYS)[0],
-                          f"{kv_given} key/value heads but only {heads} attention heads (each KV head serves a group "
-                          f"of query heads: there cannot be more)", rule="config_out_of_range")
-    if model_type in FALCON_TYPES and not text.get("new_decoder_architecture") and text.get("multi_query"):
-        kv = 1
-    else:
-        kv = kv_given or heads
-    head_dim = _pos_int(text.get("head_dim"), prefix + "head_dim", MAX_HEAD_DIM) or _pos_int(
-        text.get("hidden_size_per_head"), prefix + "hidden_size_per_head", MAX_HEAD_DIM
-    )
-    mla: dict[str, int | None] = {}
-    if model_type in MLA_MODEL_TYPES:
-        for k, hi in (("kv_lora_rank", MAX_HIDDEN), ("q_lora_rank", MAX_HIDDEN), ("qk_rope_head_dim", MAX_HEAD_DIM),
-                      ("qk_nope_head_dim", MAX_HEAD_DIM), ("v_head_dim", MAX_HEAD_DIM)):
-            mla[k] = _pos_int(text.get(k), prefix + k, hi)
+    heads, layers, hidden, kv = _attention_shape(text, prefix, model_type)
+    head_dim, mla = _head_dim(text, prefix, model_type, hidden, heads)
     is_mla = bool(mla.get("kv_lora_rank"))
-    if is_mla:  # MLA caches the latent: head size = kv_lora_rank + qk_rope_head_dim (convertor:92-98)
-        head_dim = mla["kv_lora_rank"] + (mla["qk_rope_head_dim"] or 0)
-    if not head_dim:
-        head_dim = hidden // heads
     for k, (lo, hi) in RAW_INT_KEYS.items():
         config_int(text.get(k), prefix + k, lo, hi)
     _layer_lists(text, prefix)
-    # ``length_defaults``: the length keys the Transformers config class of this model_type sets when config.json
-    # omits them (FalconConfig: max_position_embeddings=2048), from the target release's generated catalogue
-    defaults = (length_defaults or {}).get(model_type) if isinstance(model_type, str) else None
-    if defaults and not any(k in text for k in LENGTH_KEYS):
-        derived, key, mml = derive_max_model_len({**text, **defaults}, model_type, prefix)
-    else:
-        derived, key, mml = derive_max_model_len(text, model_type, prefix)
+    derived, key, mml = _lengths(text, model_type, prefix, length_defaults)
     rtype, factor, _ = _rope(text, prefix)
-    num_experts = read(EXPERT_KEYS, "num_experts", 0, MAX_EXPERTS) or 0
+    num_experts = _read(text, prefix, EXPERT_KEYS, "num_experts", 0, MAX_EXPERTS) or 0
     arch = config.get("architectures") or text.get("architectures") or []
     if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
         raise DomainError("model.config.architectures", "architectures must be a list of class names (strings)",
@@ -502,10 +557,8 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None,
         head_dim=head_dim,
         num_hidden_layers=layers,
         hidden_size=hidden,
-        intermediate_size=read(INTERMEDIATE_KEYS, "intermediate_size", 0, MAX_WIDTH),
-        moe_intermediate_size=_pos_int(text.get("moe_intermediate_size"), prefix + "moe_intermediate_size", MAX_WIDTH)
-        or (_pos_int(text.get("intermediate_size"), prefix + "intermediate_size", MAX_WIDTH)
-            if num_experts and model_type in ("mixtral", "gpt_oss") else None),
+        intermediate_size=_read(text, prefix, INTERMEDIATE_KEYS, "intermediate_size", 0, MAX_WIDTH),
+        moe_intermediate_size=_moe_intermediate(text, prefix, num_experts, model_type),
         shared_expert_intermediate_size=_pos_int(text.get("shared_expert_intermediate_size"),
                                                  prefix + "shared_expert_intermediate_size", MAX_WIDTH),
         num_experts=num_experts,

@@ -158,14 +158,8 @@ def _looks_like_option(arg: str) -> bool:
     return arg[:1] == "-" and arg != "-" and not _NEGATIVE_NUMBER.match(arg)
 
 
-def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]:
-    """Read ``vllm serve MODEL ...`` the way the release's parser would: returns (model, {dest: value}) with values
-    typed as parse_engine_args types them. Raises ArgvError for anything vLLM would read differently from a plain
-    left-to-right reading (a relocated ``--model``, ``--config``, ``-O``, dotted keys, an unknown option, a value
-    that is an option, a repeated option)."""
-    if argv[:2] != ["vllm", "serve"] or len(argv) < 3:
-        raise ArgvError("the argv must start with 'vllm serve MODEL'")
-    rest = argv[2:]
+def _refuse_rewrites(rest: list[str]) -> None:
+    """Elements vLLM's parser rewrites before argparse reads them: ``--model`` anywhere, ``--config``, ``-O…``."""
     for arg in rest:
         if arg[:1] != "-":
             continue
@@ -175,6 +169,17 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
             raise ArgvError(f"{arg!r}: vLLM reads further arguments from a config file")
         if arg.startswith("-O"):
             raise ArgvError(f"{arg!r}: vLLM rewrites '-O…' to --optimization-level")
+
+
+def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]:
+    """Read ``vllm serve MODEL ...`` the way the release's parser would: returns (model, {dest: value}) with values
+    typed as parse_engine_args types them. Raises ArgvError for anything vLLM would read differently from a plain
+    left-to-right reading (a relocated ``--model``, ``--config``, ``-O``, dotted keys, an unknown option, a value
+    that is an option, a repeated option)."""
+    if argv[:2] != ["vllm", "serve"] or len(argv) < 3:
+        raise ArgvError("the argv must start with 'vllm serve MODEL'")
+    rest = argv[2:]
+    _refuse_rewrites(rest)
     model = rest[0]
     if _looks_like_option(model):
         raise ArgvError(f"the model argument {model!r} would be read as an option")
