@@ -1,4 +1,4 @@
-"""Recommendations (GUIDE.md §9): the newcomer's Llama-3.1-70B on 8 × H100 and the guide's individual choices."""
+"""Recommendations (docs/operating.md §9): the newcomer's Llama-3.1-70B on 8 × H100 and the guide's individual choices."""
 
 from __future__ import annotations
 

@@ -60,7 +60,8 @@ def test_vision_tower_heads_divisible():
 
 
 def test_internvit_falls_back_to_replicated_attention():
-    # InternVL3-78B: 25-head InternViT at TP=8 is replicated, not refused (correction 4)
+    # InternVL3-78B: 25-head InternViT at TP=8 is replicated, not refused (vllm 0.33.0
+    # vllm/model_executor/models/intern_vit.py falls back to replicated attention)
     assert errors(_vlm("intern_vit_6b", 25), "tp_heads_divisible") == []
 
 

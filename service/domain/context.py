@@ -30,7 +30,8 @@ class SchedulerDefaults:
 
 
 def scheduler_defaults(gpu: Gpu) -> SchedulerDefaults:
-    """Tier by torch-reported total memory of device 0 and its name (vllm-rules.md §5): ≥160 GiB → 16384/1024;
+    """Tier by torch-reported total memory of device 0 and its name (vllm 0.33.0
+    vllm/engine/arg_utils.py:2958-3006): ≥160 GiB → 16384/1024;
     ≥70 GiB and not an A100 → 8192/1024; else 2048/256. torch reports a few hundred MiB below nvidia-smi, which
     does not move any catalogue GPU across a tier boundary."""
     gib = gpu.memory_bytes / GIB

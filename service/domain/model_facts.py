@@ -1,16 +1,17 @@
 """Model facts read from a Hugging Face ``config.json`` the way vLLM 0.33 reads them.
 
-Sources (vLLM 0.33.0 wheel, see ../shared/vllm-rules.md):
-- text config of multimodal models: ``text_config`` (also ``llm_config`` / ``language_config``), §1.1;
+Sources (vLLM 0.33.0 wheel, paths under vllm/):
+- text config of multimodal models: ``text_config`` (also ``llm_config`` / ``language_config``)
+  (transformers_utils/model_arch_config_convertor.py:82-83);
 - KV heads: first of ``n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num, num_attention_groups``,
   default = attention heads; Falcon ``multi_query`` without the new decoder architecture = 1 KV head
-  (vllm/transformers_utils/config.py:56-63, model_arch_config_convertor.py:152-157), §1.2;
-- head_dim: ``head_dim`` if > 0, else ``hidden_size_per_head``, else hidden // heads (convertor:91-118), §7.1;
+  (transformers_utils/config.py:56-63, model_arch_config_convertor.py:152-157);
+- head_dim: ``head_dim`` if > 0, else ``hidden_size_per_head``, else hidden // heads (convertor:91-118);
 - derived maximum length: smallest of the length keys, ``model_max_length`` overriding, rope scaling factor applied
-  only for scaling rope types (convertor:374-407, model.py:2598-2650), §4;
-- MLA: ``kv_lora_rank`` present on an MLA model type (convertor:294-342), §1.9;
+  only for scaling rope types (convertor:374-407, config/model.py:2598-2650);
+- MLA: ``kv_lora_rank`` present on an MLA model type (convertor:294-342);
 - quantization_config from ``quantization_config`` / ``text_config.quantization_config`` / ``compression_config``,
-  or ``hf_quant_config.json`` for ModelOpt checkpoints (convertor:241-292), §2.3.
+  or ``hf_quant_config.json`` for ModelOpt checkpoints (convertor:241-292).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Rendering: a validated launch as the exact ``vllm serve`` argv for the target version, its shell form, and the
 proof that the argv means what was validated.
 
-Rules (../shared/vllm-rules.md §8): the model is the first positional argument; every option is rendered with the
+Rules (vllm 0.33.0 vllm/entrypoints/cli/serve.py:166-170; vllm/utils/argparse_utils.py:120-145): the model is
+the first positional argument; every option is rendered with the
 spelling the target release's parser defines (service/data/vllm/<release>.json): booleans as ``--x`` / ``--no-x``
 (or ``--enable-x`` / ``--disable-x`` where the release pairs them), never ``--enforce-eager False``; list options
 as one flag followed by its values (append options repeat the flag); JSON options as one compact JSON argument.

@@ -54,7 +54,8 @@ _ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 def effective_values(ctx: LaunchContext) -> dict[str, Any]:
-    """The values vLLM would run with, defaults applied (vllm-rules.md rule 48)."""
+    """The values vLLM would run with, defaults applied (vllm 0.33.0 vllm/config/cache.py:185, 215-224;
+    vllm/engine/arg_utils.py:2940-3039, 3151-3240)."""
     return {
         "tensor_parallel_size": ctx.tp,
         "pipeline_parallel_size": ctx.pp,

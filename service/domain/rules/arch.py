@@ -1,5 +1,7 @@
 """Architecture rules: architectures vLLM 0.33 no longer has, custom config code without
-``--trust-remote-code``, and pipeline parallel where vLLM refuses it (../shared/vllm-rules.md §1.3, §10)."""
+``--trust-remote-code``, and pipeline parallel where vLLM refuses it (vllm 0.33.0
+vllm/model_executor/models/registry.py:841-903, 1225-1252; vllm/transformers_utils/config.py:452-464;
+vllm/config/model.py:1569-1576)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Budget rules: the per-GPU memory budget (service/domain/memory/) against what vLLM 0.33 needs at start-up
-(../shared/vllm-rules.md §4 KV fit check, §6 memory accounting; docs/operating.md §5 max_num_seqs bound).
+(the KV fit check: vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:50-87, 1533-1557; memory accounting:
+vllm/v1/worker/gpu_worker.py:683-757, vllm/v1/worker/utils.py:716-772; docs/operating.md §5 max_num_seqs bound).
 
 These run in phase ``budget``, after ``ctx.budget`` is computed. GiB figures are printed as vLLM prints them,
 ``round(b / 2**30, 2)``.

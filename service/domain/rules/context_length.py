@@ -1,5 +1,5 @@
 """Context-length rules: ``max_model_len`` against the maximum vLLM derives from config.json
-(../shared/vllm-rules.md §4)."""
+(vllm 0.33.0 vllm/config/model.py:2579-2683; model_arch_config_convertor.py:374-407)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """dtype rules: model types vLLM refuses in float16, and casts between float16 and bfloat16
-(../shared/vllm-rules.md §3; docs/operating.md §8)."""
+(vllm 0.33.0 vllm/config/model.py:2397-2420, 2507-2516; docs/operating.md §8)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Flag rules: every engine argument must be a flag the target vLLM version accepts, with a value of the right
-kind (../shared/vllm-rules.md §8, rules 41-42)."""
+kind (the release's parser, generated into service/data/vllm; boolean flags: vllm 0.33.0
+vllm/utils/argparse_utils.py:120-145)."""
 
 from __future__ import annotations
 

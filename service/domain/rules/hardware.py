@@ -1,5 +1,5 @@
 """Hardware rules: GPUs vLLM 0.33 cannot run on at all, and bfloat16 below compute capability 8.0
-(../shared/vllm-rules.md §3, correction 2)."""
+(the vllm 0.33.0 PyPI wheel: torch 2.14.0+cu130, kernels for sm_75 … sm_120; vllm/platforms/cuda.py:638-657)."""
 
 from __future__ import annotations
 

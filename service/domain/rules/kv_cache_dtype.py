@@ -1,5 +1,6 @@
 """KV-cache dtype rules: the value must be one vLLM 0.33 knows and agree with the model dtype, and the attention
-backend must be able to store it on this GPU (../shared/vllm-rules.md §2.5, §3, §1.9)."""
+backend must be able to store it on this GPU (vllm 0.33.0 vllm/config/cache.py:44-67, 468-475;
+vllm/config/vllm.py:1492-1508, 3424-3438; vllm/v1/attention/backends/fa_utils.py:282-311)."""
 
 from __future__ import annotations
 

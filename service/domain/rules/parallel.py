@@ -1,5 +1,6 @@
 """Parallelism rules: tensor/pipeline/expert parallel sizes against the model and the hardware
-(../shared/vllm-rules.md §1)."""
+(vllm 0.33.0 vllm/config/model.py:1557-1564; vllm/model_executor/layers/linear.py:1065-1071;
+vllm/config/parallel.py:1054-1077)."""
 
 from __future__ import annotations
 

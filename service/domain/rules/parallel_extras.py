@@ -1,6 +1,7 @@
-"""More parallelism rules: MLP and vocabulary splits, vision-tower heads, pipeline stages vs layers, expert
-parallel on dense models, EPLB, external-LB data parallel and multi-node settings (../shared/vllm-rules.md
-§1.3, §1.5-§1.7, §10; correction 4)."""
+"""More parallelism rules: MLP and vocabulary splits, pipeline stages vs layers, expert parallel on dense models,
+EPLB, external-LB data parallel and multi-node settings (vllm 0.33.0 vllm/model_executor/layers/linear.py:497,
+502, 1708; vocab_parallel_embedding.py:286-306; vllm/distributed/utils.py:198-241; vllm/config/parallel.py:570-592,
+1106-1114; vllm/engine/arg_utils.py:2390-2465)."""
 
 from __future__ import annotations
 

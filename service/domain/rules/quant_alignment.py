@@ -1,5 +1,7 @@
 """Per-rank alignment of quantized weights: int4/int8 quant groups (AWQ, GPTQ, compressed-tensors WNA16) and
-FP8 weight blocks must not straddle a tensor-parallel shard (../shared/vllm-rules.md §1.8; corrections 1, 5, 6)."""
+FP8 weight blocks must not straddle a tensor-parallel shard (vllm 0.33.0
+vllm/model_executor/layers/quantization/auto_awq.py:819-832; utils/marlin_utils.py:306-325;
+utils/fp8_utils.py:1296-1344; vllm/distributed/utils.py:137-152)."""
 
 from __future__ import annotations
 
@@ -35,8 +37,9 @@ def _group_info(ctx: LaunchContext) -> tuple[int, list[str] | None, str] | None:
 def group_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, int]]:
     """Row-parallel dense layers whose per-rank input is not a whole number of quant groups at ``tp``.
 
-    Routed experts are exempt: Marlin MoE pads, and what it refuses falls back to the MoE-WNA16 kernel (correction
-    6). A group as large as the whole input (or ``-1``) never straddles."""
+    Routed experts are exempt: Marlin MoE pads, and what it refuses falls back to the MoE-WNA16 kernel (vllm
+    0.33.0 quantization/utils/marlin_utils.py:335-397; auto_awq.py:345-358; auto_gptq.py:241-250). A group as
+    large as the whole input (or ``-1``) never straddles."""
     gi = _group_info(ctx)
     if gi is None:
         return []
@@ -90,7 +93,7 @@ def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int
     """Dense and shared-expert layers whose per-rank dims are not multiples of the FP8 block at ``tp``:
     column-parallel output partitions % block_n, row-parallel input % block_k. Routed experts are exempt in 0.33
     (the Triton MoE path refines the scale blocks). The fused GQA ``qkv_proj`` is not judged: its
-    per-rank partitions follow head counts and replicated KV heads, and vllm-rules.md states no 0.33 failure for it
+    per-rank partitions follow head counts and replicated KV heads, and vLLM 0.33 loads such layers
     (MiMo-V2-Flash, head_dim 192, loads at TP=16)."""
     blk = _block(ctx)
     if blk is None:

@@ -1,6 +1,8 @@
 """Quantization vs hardware and dtype: minimum compute capability, supported activation dtypes, deprecated
 methods, GPTQ/AWQ bits / symmetry / desc_act / group size, and FP8 on GPUs without FP8 compute
-(../shared/vllm-rules.md §2.2, §2.4, §2.5, §1.8; corrections 7)."""
+(vllm 0.33.0 vllm/config/vllm.py:916-943; vllm/config/model.py:1472-1485, which also refuses a deprecated method
+read from the checkpoint; vllm/model_executor/layers/quantization/utils/marlin_utils.py:37, 66-67, 143-149;
+utils/gptq_utils.py:29-49; utils/marlin_utils_fp8.py:108-113; online/fp8.py:416-424)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ ONLINE_SHORTHANDS = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8
 # The release's own get_min_capability / get_supported_act_dtypes constants come from the generated catalogue
 # (VersionLine.quant_details). These tables cover only what the catalogue cannot read as a constant (methods whose
 # class computes it at run time, online shorthands, the checkpoint mxfp8 alias) and one deliberate override:
-# GPTQ is effectively 75 because vLLM verifies the Marlin kernel (vllm-rules.md §2.2; marlin_utils.py:66-67).
+# GPTQ is effectively 75 because vLLM verifies the Marlin kernel (vllm 0.33.0
+# quantization/auto_gptq.py:178-183, 316-320; utils/marlin_utils.py:66-67).
 CAPABILITY_OVERRIDES = {"auto_gptq": 75, "gptq": 75, "gptq_marlin": 75}
 MIN_CAPABILITY = {
     "auto_awq": 75, "auto_gptq": 75, "fp8": 75, "modelopt": 80, "modelopt_fp4": 75, "modelopt_mxfp8": 80,
@@ -78,7 +81,8 @@ def resolved_method(ctx: LaunchContext) -> str | None:
 
 
 def _ct_scheme(ctx: LaunchContext) -> tuple[str, int]:
-    """A compressed-tensors checkpoint's first weight scheme and its minimum capability (§2.2 table)."""
+    """A compressed-tensors checkpoint's first weight scheme and its minimum capability (each scheme's
+    get_min_capability: vllm 0.33.0 quantization/compressed_tensors/compressed_tensors.py:392-415, 876-917)."""
     raw = ctx.facts.quant.raw if ctx.facts.quant else {}
     for grp in (raw.get("config_groups") or {}).values():
         if not isinstance(grp, dict):
@@ -110,8 +114,9 @@ def is_fp8_weights(ctx: LaunchContext, method: str | None) -> bool:
 
 @rule("quant_gpu_capability", severity="error", source=SRC_CAP)
 def quant_gpu_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """The GPU's compute capability must reach the quantization method's minimum (§2.2: AWQ/GPTQ 75, FP8 75,
-    ModelOpt FP8 80, MXFP4 / gpt-oss 80, fbgemm_fp8 80, fp_quant 100, compressed-tensors per scheme).
+    """The GPU's compute capability must reach the quantization method's minimum (its get_min_capability:
+    AWQ/GPTQ 75, FP8 75, ModelOpt FP8 80, MXFP4 / gpt-oss 80, fbgemm_fp8 80, fp_quant 100, compressed-tensors per
+    scheme).
 
     vLLM: "The quantization method {q} is not supported for the current GPU. Minimum capability: {min}. Current
     capability: {cc}."

@@ -1,6 +1,7 @@
 """Quantization rules: the method named by ``--quantization``, the checkpoint's ``quantization_config`` (or
 ``hf_quant_config.json``) and the weight's ``quantization.txt`` tag must agree the way vLLM 0.33 reconciles them
-(../shared/vllm-rules.md §2.1, §2.3, §2.4)."""
+(vllm 0.33.0 vllm/model_executor/layers/quantization/__init__.py:15-55; vllm/config/model.py:1383-1469;
+vllm/config/quantization.py:195-227; vllm/model_executor/model_loader/weight_utils.py:355-380)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Scheduler rules: max_num_batched_tokens against max_model_len and max_num_seqs, with vLLM 0.33's defaults
-applied first (../shared/vllm-rules.md §5)."""
+applied first (vllm 0.33.0 vllm/engine/arg_utils.py:2940-3039, 3151-3240; vllm/config/scheduler.py:317-360)."""
 
 from __future__ import annotations
 
