@@ -19,7 +19,7 @@ CODE_LOADING: dict[str, tuple[Any, ...]] = {
 CODE_SUFFIXES = ("_plugin", "_cls", "_class", "_module_path", "_processors")
 CODE_KEYS = {"inductor_passes", "middleware", "custom_ops_module"}
 BUILTIN_EXECUTORS = (None, "mp", "ray", "uni", "external_launcher")
-HARMLESS = (None, "", "auto", [], {}, False)
+HARMLESS: tuple[object, ...] = (None, "", "auto", [], {}, False)
 
 
 def _nested(value: Any, path: str, out: list[tuple[str, str]], field: str, depth: int = 0) -> None:

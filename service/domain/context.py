@@ -5,7 +5,7 @@ values vLLM 0.33 would derive for whatever the request leaves out. Rules read it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .engine_args import EngineArgs, parse_engine_args
 from .errors import DomainError
@@ -14,6 +14,9 @@ from .model_facts import ModelFacts, read_model_facts
 from .quant_tag import QuantTag, parse_quantization_txt
 from .request import LaunchRequest
 from .versions import VersionLine, resolve_version
+
+if TYPE_CHECKING:  # the memory model reads the context
+    from .memory import Budget
 
 FP16_FORBIDDEN_MODEL_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4"}  # vllm/config/model.py:2397-2420
 DTYPE_ALIASES = {"half": "float16", "float": "float32", "float16": "float16", "bfloat16": "bfloat16",
@@ -95,7 +98,7 @@ class LaunchContext:
     kv_cache_dtype: str = "auto"
     block_size: int = 16
     scheduler_tier: SchedulerDefaults | None = None
-    budget: Any = None  # memory.Budget, filled by the validator
+    budget: Budget | None = None  # filled by the validator
     notes: dict[str, Any] = field(default_factory=dict)
 
     @property

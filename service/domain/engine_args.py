@@ -97,7 +97,7 @@ class EngineArgs:
     given: set[str] = field(default_factory=set)
     unsupported: dict[str, Any] = field(default_factory=dict)
     bool_with_value: dict[str, Any] = field(default_factory=dict)
-    bad_choice: dict[str, tuple[Any, tuple]] = field(default_factory=dict)
+    bad_choice: dict[str, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
     bad_keys: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -209,9 +209,9 @@ def scalar(name: str, opt: Option, value: Any) -> Any:
             return -1
     elif kind is Kind.FLOAT:
         out = _number(name, value, integer=False)
-        lo = _MIN.get(name, 0.0)  # no vLLM float option takes a negative value; -x.y would also read as a dotted key
-        if out < lo and name not in RULE_RANGES:
-            raise DomainError(f"engine_args.{name}", f"{name} = {value!r} is out of range (must be >= {lo})",
+        least = _MIN.get(name, 0.0)  # no vLLM float option takes a negative value; -x.y would read as a dotted key
+        if out < least and name not in RULE_RANGES:
+            raise DomainError(f"engine_args.{name}", f"{name} = {value!r} is out of range (must be >= {least})",
                               rule="range")
         return out
     elif kind is Kind.STR:
@@ -277,7 +277,8 @@ def coerce(name: str, opt: Option, value: Any) -> Any:
     return scalar(name, opt, value)
 
 
-def unknown_keys(value: dict, schema: dict, prefix: str = "", depth: int = 0) -> tuple[str, tuple[str, ...]] | None:
+def unknown_keys(value: dict[str, Any], schema: dict[str, Any], prefix: str = "",
+                 depth: int = 0) -> tuple[str, tuple[str, ...]] | None:
     """The first key of a JSON value that the option's config dataclass does not have (vLLM's pydantic validation
     exits with "Unexpected keyword argument"), as (dotted path, the keys it allows)."""
     keys = schema.get("keys") or {}

@@ -84,7 +84,7 @@ RAW_INT_KEYS: dict[str, tuple[int, int]] = {
 }
 
 
-def _first(cfg: dict, keys: tuple[str, ...]) -> Any:
+def _first(cfg: dict[str, Any], keys: tuple[str, ...]) -> Any:
     for k in keys:
         v = cfg.get(k)
         if v is not None:
@@ -92,7 +92,7 @@ def _first(cfg: dict, keys: tuple[str, ...]) -> Any:
     return None
 
 
-def _first_key(cfg: dict, keys: tuple[str, ...]) -> tuple[str, Any]:
+def _first_key(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
     """The first of ``keys`` with a value, and that value (``(keys[0], None)`` when none has one)."""
     for k in keys:
         v = cfg.get(k)
@@ -130,7 +130,7 @@ def config_number(value: Any, field: str, lo: float, hi: float) -> float | None:
     return float(value)
 
 
-def config_dict(value: Any, field: str) -> dict | None:
+def config_dict(value: Any, field: str) -> dict[str, Any] | None:
     if value is None or isinstance(value, dict):
         return value
     raise DomainError(field, f"{field} must be an object, got {type(value).__name__}", rule="config_invalid")
@@ -165,7 +165,7 @@ class QuantConfig:
     """
 
     method: str
-    raw: dict
+    raw: dict[str, Any]
     source: str
     bits: int | None = None
     group_size: int | None = None
@@ -228,8 +228,9 @@ class ModelFacts:
     vision: VisionTower | None
     has_auto_map: bool
     is_multimodal: bool
-    raw_text_config: dict = field(repr=False, default_factory=dict)
-    raw_config: dict = field(repr=False, default_factory=dict, compare=False)  # the whole config.json (vision_config …)
+    raw_text_config: dict[str, Any] = field(repr=False, default_factory=dict)
+    # the whole config.json (vision_config …)
+    raw_config: dict[str, Any] = field(repr=False, default_factory=dict, compare=False)
 
     @property
     def is_moe(self) -> bool:
@@ -241,7 +242,7 @@ class ModelFacts:
         return 2 if any(a in NON_GATED_MLP for a in self.architectures) else 3
 
 
-def text_config_of(config: dict) -> dict:
+def text_config_of(config: dict[str, Any]) -> dict[str, Any]:
     """The text part of a (possibly multimodal) config, as ``hf_text_config`` in vLLM."""
     for key in ("text_config", "llm_config", "language_config"):
         sub = config.get(key)
@@ -257,7 +258,8 @@ def _normalise_dtype(value: Any) -> str | None:
     return {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(text, text)
 
 
-def _rope(text: dict, prefix: str = "model.config.") -> tuple[str | None, float | None, dict | None]:
+def _rope(text: dict[str, Any],
+          prefix: str = "model.config.") -> tuple[str | None, float | None, dict[str, Any] | None]:
     key = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
     rope = text.get(key)
     if not rope:
@@ -280,7 +282,7 @@ def _rope(text: dict, prefix: str = "model.config.") -> tuple[str | None, float 
     return (rtype or None), factor, rope
 
 
-def derive_max_model_len(text: dict, model_type: str | None,
+def derive_max_model_len(text: dict[str, Any], model_type: str | None,
                          prefix: str = "model.config.") -> tuple[int, str, int | None]:
     """The maximum length vLLM 0.33 derives: ``(length, key, model_max_length)``.
 
@@ -432,7 +434,7 @@ def read_quant_config(config: dict[str, Any], hf_quant_config: dict[str, Any] | 
     )
 
 
-def _vision(config: dict) -> VisionTower | None:
+def _vision(config: dict[str, Any]) -> VisionTower | None:
     vis = config.get("vision_config")
     if not isinstance(vis, dict):
         return None
@@ -592,7 +594,7 @@ def read_model_facts(config: dict[str, Any], hf_quant_config: dict[str, Any] | N
     )
 
 
-def _layer_lists(text: dict, prefix: str) -> None:
+def _layer_lists(text: dict[str, Any], prefix: str) -> None:
     """Per-layer lists other modules read (``mlp_only_layers``, ``layer_types``, a ``moe_layer_freq`` list): lists of
     at most MAX_LAYERS entries, layer indices integers in range."""
     for key in ("mlp_only_layers", "layer_types", "moe_layer_freq"):

@@ -158,21 +158,28 @@ class Memo:
         """A memo from a stored plan (None or anything unusable: the start of the loop)."""
         if not isinstance(d, dict):
             return cls()
-        slo = d.get("slo") if isinstance(d.get("slo"), dict) else {}
-        state = d.get("state") if d.get("state") in STATES else "exploring"
-
-        def num(v, kind):
-            return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-        def pos(v):
-            return v if v is not None and 1 <= v <= 10_000_000 else None
-
+        raw_slo = d.get("slo")
+        slo: dict[str, Any] = raw_slo if isinstance(raw_slo, dict) else {}
+        state: State = d["state"] if d.get("state") in STATES else "exploring"
         return cls(state=state, held=Point.from_dict(d.get("held")), failed=Point.from_dict(d.get("failed")),
-                   knee=num(d.get("knee"), int), steps=num(d.get("steps"), int) or 0,
-                   util_ceiling=num(d.get("util_ceiling"), float),
-                   slo=Slo(num(slo.get("ttft_p99_s"), float), num(slo.get("e2e_p99_s"), float)),
+                   knee=_whole(d.get("knee")), steps=_whole(d.get("steps")) or 0,
+                   util_ceiling=_real(d.get("util_ceiling")),
+                   slo=Slo(_real(slo.get("ttft_p99_s")), _real(slo.get("e2e_p99_s"))),
                    auto_apply=d.get("auto_apply") is True,
-                   initial=pos(num(d.get("initial"), int)), saturation=pos(num(d.get("saturation"), int)))
+                   initial=_positive(_whole(d.get("initial"))), saturation=_positive(_whole(d.get("saturation"))))
+
+
+def _real(v: object) -> float | None:
+    """A stored number (not a boolean), if finite."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _whole(v: object) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and _real(v) is not None else None
+
+
+def _positive(v: int | None) -> int | None:
+    return v if v is not None and 1 <= v <= 10_000_000 else None
 
 
 @dataclass(frozen=True)

@@ -72,16 +72,15 @@ def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, li
     total = nccl
     cc = ctx.gpu.compute_capability
     env = ctx.request.env
-    nvidia = cc is not None
     symm = False
-    if tp > 1 and nvidia and nodes == 1 and acct.version >= (0, 11, 0):
+    if tp > 1 and cc is not None and nodes == 1 and acct.version >= (0, 11, 0):
         if env_on(env, "VLLM_ALLREDUCE_USE_SYMM_MEM", True):
             size = SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(cc, {}).get(tp)
             if size:
                 symm = True
                 total += size
                 parts.append(f"symmetric-memory all-reduce buffer {size // MIB} MiB")
-    if (tp in CUSTOM_AR_WORLD_SIZES and nvidia and nodes == 1 and not a.get("disable_custom_all_reduce", False)
+    if (tp in CUSTOM_AR_WORLD_SIZES and cc is not None and nodes == 1 and not a.get("disable_custom_all_reduce", False)
             and (tp == 2 or link == "nvlink")):
         max_size = CUSTOM_AR_MAX_SIZE
         if symm:
@@ -90,7 +89,7 @@ def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, li
         car = max_size + ipc + CUSTOM_AR_RANK_DATA
         total += car
         parts.append(f"custom all-reduce {car / MIB:.1f} MiB")
-    if (tp > 2 and nvidia and cc >= (9, 0) and link == "nvlink"
+    if (tp > 2 and cc is not None and cc >= (9, 0) and link == "nvlink"
             and env_on(env, "NCCL_NVLS_ENABLE", True)):
         heads = min(tp, ctx.gpus_per_node)  # one NVLS head per GPU of the NVSwitch domain (a node)
         nvls = (NVLS_PER_RANK_BYTES if acct.version >= (0, 9, 0) else NVLS_PER_RANK_BYTES_NCCL_221) * heads * tp_comms

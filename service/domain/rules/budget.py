@@ -136,7 +136,7 @@ def smallest_gpu_count(ctx: LaunchContext) -> int | None:
     return None
 
 
-def _needs_more_gpus(ctx: LaunchContext, remedy: dict) -> tuple[str, dict]:
+def _needs_more_gpus(ctx: LaunchContext, remedy: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """When no TP within the node fits: the sentence and data naming the smallest GPU count that would."""
     if remedy.get("tensor_parallel_size"):
         return "", {}
@@ -162,7 +162,7 @@ def kv_pool_empty(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     detail = (f" Estimate per GPU: {format_gib(b.usable_bytes)} GiB usable − {format_gib(b.weights_bytes_per_gpu)} "
               f"GiB weights − {format_gib(b.overhead_bytes)} GiB overhead = {format_gib(b.pool_raw_bytes)} GiB for "
               f"the KV cache (one block is {b.bytes_per_block:,} bytes).")
-    remedy: dict = {}
+    remedy: dict[str, Any] = {}
     t = smallest_tp_for_weights(ctx)
     if t:
         remedy["tensor_parallel_size"] = t
@@ -190,7 +190,7 @@ def kv_cache_fits_max_len(ctx: LaunchContext, emit: Emit) -> list[Finding]:
            f"KV cache memory ({format_gib(available)} GiB). {estimated_msg}Try increasing `gpu_memory_utilization` "
            "(which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the "
            f"engine. See {DOCS} for more details.")
-    remedy: dict = {"max_model_len": est}
+    remedy: dict[str, Any] = {"max_model_len": est}
     t = smallest_fitting_tp(ctx)
     if t:
         remedy["tensor_parallel_size"] = t

@@ -9,6 +9,7 @@ from functools import lru_cache
 from ..context import LaunchContext
 from ..engine_args import flag
 from ..findings import Finding
+from ..versions import VersionLine
 from . import Emit, rule
 
 SRC_FLAGS = ("service/data/vllm/<release>.json (generated from vLLM's parser); boolean flags: vllm 0.33.0 "
@@ -22,7 +23,7 @@ def _nearest(name: str, names: tuple[str, ...], n: int) -> tuple[str, ...]:
     return tuple(difflib.get_close_matches(name, names, n=n, cutoff=0.6))
 
 
-def nearest(name: str, line, n: int = 3) -> list[str]:
+def nearest(name: str, line: VersionLine, n: int = 3) -> list[str]:
     """The release's option names nearest to ``name`` (did you mean ...?); cached, so a request full of near-miss
     names costs one comparison per name, not one per re-validation."""
     return list(_nearest(name[:96], line.option_names, n))

@@ -5,6 +5,8 @@ EPLB, external-LB data parallel and multi-node settings (vllm 0.33.0 vllm/model_
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..context import LaunchContext
 from ..findings import Finding
 from ..memory import pp_partition
@@ -47,7 +49,7 @@ def tp_mlp_divisible(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         return []
     what, size, ranks = bad[0]
     ok = [t for t in tp_candidates(ctx) if not mlp_splits(ctx, t)]
-    remedy: dict = {"tensor_parallel_size": ok}
+    remedy: dict[str, Any] = {"tensor_parallel_size": ok}
     hint = ""
     if what == "moe_intermediate_size":
         remedy["enable_expert_parallel"] = True

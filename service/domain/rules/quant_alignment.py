@@ -82,24 +82,17 @@ def quant_group_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     )]
 
 
-def _block(ctx: LaunchContext) -> tuple[int, int] | None:
-    q = ctx.facts.quant
-    if q is None or q.weight_block_size is None:
-        return None
-    return q.weight_block_size
-
-
 def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int, int]]:
     """Dense and shared-expert layers whose per-rank dims are not multiples of the FP8 block at ``tp``:
     column-parallel output partitions % block_n, row-parallel input % block_k. Routed experts are exempt in 0.33
     (the Triton MoE path refines the scale blocks). The fused GQA ``qkv_proj`` is not judged: its
     per-rank partitions follow head counts and replicated KV heads, and vLLM 0.33 loads such layers
     (MiMo-V2-Flash, head_dim 192, loads at TP=16)."""
-    blk = _block(ctx)
-    if blk is None:
+    q = ctx.facts.quant
+    if q is None or q.weight_block_size is None:
         return []
-    bn, bk = blk
-    ignore = ctx.facts.quant.raw.get("ignored_layers") or ctx.facts.quant.raw.get("modules_to_not_convert")
+    bn, bk = q.weight_block_size
+    ignore = q.raw.get("ignored_layers") or q.raw.get("modules_to_not_convert")
     bad = []
     for lin in linear_layers(ctx, tp):
         if lin.moe or not lin.exact or lin.ranks == 1 or ignored(lin.name, ignore, "substring"):
@@ -124,7 +117,8 @@ def fp8_block_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     in 0.33 and are not checked.
     """
     bad = block_misaligned(ctx, ctx.tp)
-    if not bad:
+    block_size = ctx.facts.quant.weight_block_size if ctx.facts.quant else None
+    if not bad or block_size is None:
         return []
     ok = [t for t in tp_candidates(ctx) if not block_misaligned(ctx, t)]
     lin, axis, size, block = bad[0]
@@ -139,5 +133,5 @@ def fp8_block_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         "fp8_block_alignment",
         f"{text} At tensor_parallel_size={ctx.tp}: {layers}. Tensor parallel sizes that keep whole blocks: {ok}.",
         remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
-        weight_block_size=list(_block(ctx)),
+        weight_block_size=list(block_size),
     )]

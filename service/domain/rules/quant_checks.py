@@ -135,15 +135,15 @@ def quant_gpu_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             f"{cc}. (compressed-tensors {scheme} on {ctx.gpu.name})",
             remedy={"min_compute_capability": need}, field="hardware.gpu",
         )]
-    need = min_capability(method, ctx)
-    if need is None or cc >= need:
+    least = min_capability(method, ctx)
+    if least is None or cc >= least:
         return []
     shown = "mxfp8" if method == "mxfp8_ckpt" else method
     return [emit.error(
         "quant_gpu_capability",
-        f"The quantization method {shown} is not supported for the current GPU. Minimum capability: {need}. "
+        f"The quantization method {shown} is not supported for the current GPU. Minimum capability: {least}. "
         f"Current capability: {cc}. ({ctx.gpu.name})",
-        remedy={"min_compute_capability": need}, field="hardware.gpu",
+        remedy={"min_compute_capability": least}, field="hardware.gpu",
     )]
 
 

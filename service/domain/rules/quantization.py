@@ -98,6 +98,7 @@ def quant_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """
     ckpt, user = ctx.checkpoint_quant, ctx.requested_quantization
     tag = ctx.tag.method if ctx.tag else None
+    ckpt_source = ctx.facts.quant.source if ctx.facts.quant else "config.json"
     out = []
     if user is not None and user not in ctx.line.quant_methods:
         # unknown method: quant_unknown reports it; still a mismatch when the checkpoint names another method
@@ -113,7 +114,7 @@ def quant_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         out.append(emit.error(
             "quant_mismatch",
             f"quantization.txt says the weights are not quantized (none), but the checkpoint's config names "
-            f"{ckpt} (from {ctx.facts.quant.source}); vLLM loads them as {ckpt}.",
+            f"{ckpt} (from {ckpt_source}); vLLM loads them as {ckpt}.",
             remedy={"quantization_txt": ckpt}, field="model.quantization_txt",
         ))
     if ckpt is not None:
@@ -122,7 +123,7 @@ def quant_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             if value is not None and not compatible(ckpt, value, ctx):
                 out.append(emit.error(
                     "quant_mismatch",
-                    f"Quantization method specified in the model config ({ckpt}, from {ctx.facts.quant.source}) "
+                    f"Quantization method specified in the model config ({ckpt}, from {ckpt_source}) "
                     f"does not match the quantization method specified in the {label} ({value}).",
                     remedy={"quantization": tag if (tag and compatible(ckpt, tag, ctx)) else ckpt},
                     field=fld,
