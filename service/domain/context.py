@@ -72,6 +72,19 @@ def effective_dtype(requested: str, checkpoint: str | None, model_type: str | No
     return cands[0]
 
 
+def effective_block_size(args: EngineArgs, facts: ModelFacts, gpu: Gpu) -> int:
+    """The KV block size vLLM runs with: the user's, else 16 unless the MLA backend needs another — FlashInfer-MLA,
+    the first MLA choice on SM100, takes 32; FlashAttn-MLA on SM90 stays 16 (vllm 0.33.0 vllm/config/cache.py:185,
+    455-466; v1/attention/backends/mla/flashinfer_mla.py:205, flashattn_mla.py:50; platforms/cuda.py:96-155)."""
+    given = args.get("block_size") if "block_size" in args.given else None
+    if given is not None:  # an explicit null is vLLM's default (chosen by the backend)
+        return int(given)
+    cc = gpu.compute_capability
+    if facts.is_mla and cc is not None and cc >= (10, 0):
+        return 32
+    return 16
+
+
 @dataclass
 class LaunchContext:
     """Everything a rule may read. Lengths in tokens, memory in bytes."""
@@ -185,7 +198,7 @@ def _apply_defaults(ctx: LaunchContext) -> None:
     ctx.enable_chunked_prefill = bool(a.get("enable_chunked_prefill", True))
     ctx.dtype = effective_dtype(str(a.get("dtype", "auto")).lower(), ctx.facts.torch_dtype, ctx.facts.model_type, ctx.gpu)
     ctx.kv_cache_dtype = str(a.get("kv_cache_dtype", "auto")).lower()
-    ctx.block_size = int(a.get("block_size", 16))
+    ctx.block_size = effective_block_size(a, ctx.facts, ctx.gpu)
     # scheduler defaults and post-processing (vllm 0.33.0 vllm/engine/arg_utils.py:3151-3240)
     tier = scheduler_defaults(ctx.gpu)
     ctx.scheduler_tier = tier

@@ -105,19 +105,6 @@ def draft_layers(ctx: LaunchContext) -> tuple[int, str]:
     return n, method or "draft_model"
 
 
-def kv_block_size(ctx: LaunchContext) -> int:
-    """16 unless the user sets it or the MLA backend needs another: FlashInfer-MLA on SM100 → 32 (first MLA
-    choice there); FlashAttn-MLA on SM90 stays 16 (vllm 0.33.0 vllm/config/cache.py:185, 455-466;
-    v1/attention/backends/mla/flashinfer_mla.py:205, flashattn_mla.py:50; platforms/cuda.py:96-155)."""
-    given = ctx.args.get("block_size") if "block_size" in ctx.args.given else None
-    if given is not None:  # an explicit null is vLLM's default (chosen by the backend)
-        return int(given)
-    cc = ctx.gpu.compute_capability
-    if ctx.facts.is_mla and cc is not None and cc >= (10, 0):
-        return 32
-    return 16
-
-
 @dataclass(frozen=True)
 class KvLayout:
     """The KV cache of one GPU: bytes per token over its layers (the PP stage with the most layers, plus a
@@ -152,7 +139,7 @@ def kv_layout(ctx: LaunchContext, acct: Accounting, start: int, stage_n: int, n_
                                          ctx.kv_cache_dtype, acct)
     layers = stage_n + n_draft
     per_token = per_layer * layers
-    block = kv_block_size(ctx)
+    block = ctx.block_size
     return KvLayout(per_token=per_token, layers=layers, sliding=sliding_layers(ctx.facts, start, stage_n),
                     block=block, bytes_per_block=block * per_token, dcp=ctx.args.decode_context_parallel_size,
                     window=ctx.facts.sliding_window, hybrid=acct.hybrid_sliding_window, tokens=tokens)
