@@ -1,12 +1,12 @@
-"""Every handed launch case (tests/cases/handed/*.json) reaches its expected verdict, judged as
-../shared/tools/run_cases.py judges it:
+"""Every handed launch case (tests/cases/handed/*.json) reaches its expected verdict, judged as the case runner
+judges it:
 
 - reject: verdict reject and an error finding whose rule is in expect.rules;
 - warn: no error, verdict warn, and a warning whose rule is in expect.rules;
 - accept: no error findings.
 
 Cases whose expected rules are all memory-budget rules are pending until a registered rule emits one of those
-codes (the memory model, issue 4); the test then runs them automatically.
+codes; the test then runs them automatically.
 """
 
 from __future__ import annotations

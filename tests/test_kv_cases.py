@@ -1,7 +1,7 @@
 """Accuracy of the memory model against the KV figures vLLM printed (tests/cases/kv), and the handed memory cases.
 
 Every case is judged twice: at the release that printed its figure (``evaluate(printing_version=True)``: cases
-without ``vllm_version`` use ``notes.vllm_version_approx``, the issue-18 target) and as the request says (0.33.0 for
+without ``vllm_version`` use ``notes.vllm_version_approx``) and as the request says (0.33.0 for
 those cases). Known misses at the printing release, each for a reason a pre-launch model cannot remove
 (``python -m bench.kv_accuracy --printing`` prints every component; docs/capacity.md shows it):
 
@@ -13,11 +13,10 @@ those cases). Known misses at the printing release, each for a reason a pre-laun
   either), against 0.01-0.28 GiB on every later one-GPU log: nothing in the inputs says what held it. dsv2-lite is
   also a pre-MLA PR build (K and V cached as full heads padded to 256).
 
-Seven cases were added from public start-up logs for issue 18's second look (tests/cases/kv/*llmdplanner*, *qwen2-7b-
-instruct-*, llama3-8b-instruct-a6000-*: each quotes the lines it relies on in ``notes.log_excerpt`` with its URL);
-two of them found faults that are fixed now: a four-segment release (0.10.1.1) parsed as no version at all, so the
-newest release's accounting was used (CUDA graphs inside the budget, -18 %), and phi-2's two-matrix MLP counted as a
-gated one (weights 6.74 vs 5.19 GiB loaded).
+Seven cases come from public start-up logs (tests/cases/kv/*llmdplanner*, *qwen2-7b-instruct-*,
+llama3-8b-instruct-a6000-*: each quotes the lines it relies on in ``notes.log_excerpt`` with its URL); they cover a
+four-segment release (0.10.1.1, whose own accounting must be used: CUDA graphs outside the budget) and phi-2's
+two-matrix MLP (weights 5.19 GiB loaded).
 
 The two Qwen2-VL-7B fine-tunes carry the processor their sources give (qwen2vl-7b-ft: the max_pixels 1280 × 28 × 28
 its merge notebook saved; ui-tars-7b: max_pixels 2.1-3.2 MP, bounded by its own log — see each case's notes); with
@@ -69,8 +68,8 @@ def test_accuracy_summary_achieved():
     assert s["within_10"] >= 17 / 20 and s["median_abs_error"] <= 0.05
 
 
-def test_accuracy_issue_target():
-    """Issue 18: KV tokens within ±10 % of vLLM's printed figure on at least 90 % of the memory cases, at the
+def test_accuracy_target():
+    """KV tokens within ±10 % of vLLM's printed figure on at least 90 % of the memory cases, at the
     release that printed them; the misses are the known ones above (18 of 20; the first 13 cases alone: 11)."""
     results = list(PRINTING.values())
     assert summary(results)["within_10"] >= 0.9

@@ -1,4 +1,6 @@
-"""The memory model on real configs: vLLM's formulas (../shared/vllm-rules.md §7) and the worked examples of §7.3."""
+"""The memory model on real configs: vLLM's KV-cache formulas (vllm 0.33.0 vllm/v1/kv_cache_interface.py:586-601;
+vllm/v1/core/kv_cache_planning.py:642-683) and worked examples (Llama-3.1-70B at TP 4 on H100, DeepSeek-V3 at TP 8
+on H200)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def budget(model: str, gpu: str = "h100-sxm-80gb", count: int = 8, **engine_args
 
 
 def test_llama31_70b_tp4_h100_worked_example():
-    """§7.3: 2 KV heads/rank × 128 × 2 B × 2 × 80 layers = 81,920 B/token; a block is 1.25 MiB; one 131072-token
+    """Worked example: 2 KV heads/rank × 128 × 2 B × 2 × 80 layers = 81,920 B/token; a block is 1.25 MiB; one 131072-token
     request needs 8192 blocks = 10.0 GiB; weights ≈ 32.9 GiB/rank; KV ≈ 35-37 GiB → 459k-485k tokens, 3.5-3.7×."""
     _, b = budget("meta-llama__Meta-Llama-3.1-70B", tensor_parallel_size=4)
     assert b.kv_bytes_per_token_per_gpu == 81_920
@@ -41,7 +43,7 @@ def test_llama31_70b_params_from_config():
 
 
 def test_deepseek_v3_mla_tp8_h200():
-    """§7.3: MLA latent (512 + 64) × 2 B = 1152 B per layer, not divided by TP; 61 layers = 70,272 B/token;
+    """Worked example: MLA latent (512 + 64) × 2 B = 1152 B per layer, not divided by TP; 61 layers = 70,272 B/token;
     block 16 on Hopper → 1,124,352 B; one 163840-token request = 10.72 GiB; weights 78-80 GiB/rank."""
     _, b = budget("deepseek-ai__DeepSeek-V3", "h200-141gb", tensor_parallel_size=8)
     assert b.kv_bytes_per_token_per_gpu == 70_272
@@ -66,7 +68,8 @@ def test_mla_block_size_32_on_blackwell():
 
 
 def test_kv_heads_replicated_beyond_kv_count():
-    """Llama-3.1-8B has 8 KV heads: per-rank KV heads = max(1, 8 // TP) (§1.2)."""
+    """Llama-3.1-8B has 8 KV heads: per-rank KV heads = max(1, 8 // TP) (vllm 0.33.0
+    vllm/config/model.py:1663-1683)."""
     _, tp4 = budget("meta-llama__Meta-Llama-3.1-8B", tensor_parallel_size=4)
     _, tp8 = budget("meta-llama__Meta-Llama-3.1-8B", tensor_parallel_size=8)
     assert tp4.kv_bytes_per_token_per_gpu == 2 * 2 * 128 * 2 * 32

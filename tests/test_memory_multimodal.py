@@ -1,6 +1,6 @@
-"""Issue 18's memory terms on real configs, each against the vLLM source it mirrors: the vision tower's weights and
-multimodal profile (service/domain/multimodal.py) and the communication buffers at TP > 1 (memory.py
-``communication_buffers``)."""
+"""The multimodal and communication terms of the memory model on real configs, each against the vLLM source it
+mirrors: the vision tower's weights and multimodal profile (service/domain/multimodal.py) and the communication
+buffers at TP > 1 (service/domain/memory/communication.py ``communication_buffers``)."""
 
 from __future__ import annotations
 

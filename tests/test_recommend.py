@@ -1,13 +1,19 @@
-"""Recommendations (GUIDE.md §9): the newcomer's Llama-3.1-70B on 8 × H100 and the guide's individual choices."""
+"""Recommendations (docs/operating.md §9): the newcomer's Llama-3.1-70B on 8 × H100 and the guide's individual choices."""
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from service.domain.context import build_context
 from service.domain.recommend import recommend, recommended_budget, recommended_max_model_len
 from service.domain.request import LaunchRequest
+from service.domain.rules.policy import max_model_len_oversized
 from service.domain.validate import validate
 from tests.support import request
 
 LLAMA70 = "meta-llama__Meta-Llama-3.1-70B"
+LLAMA8 = "meta-llama__Llama-3.1-8B-Instruct"
 
 
 def newcomer(**workload):
@@ -70,6 +76,35 @@ def test_max_model_len_rule():
     assert recommended_max_model_len(6000, 131072) == 8192  # the guide's "peak ≈ 6k → 8192"
     assert recommended_max_model_len(8000, 131072) == 10240
     assert recommended_max_model_len(200000, 131072) == 131072
+    # P99 × 1.2 just above a multiple of 1024 rounds up (854 × 1.2 = 1024.8)
+    assert recommended_max_model_len(854, 131072) == 2048
+    assert recommended_max_model_len(1707, 131072) == 3072
+    assert recommended_max_model_len(3414, 131072) == 5120
+
+
+def test_max_model_len_rounding_for_every_p99():
+    """For every P99 up to 10^6: a multiple of 1024, at least P99 × 1.2, and less than 1024 above it."""
+    for p99 in range(1, 10**6 + 1):
+        rec = recommended_max_model_len(p99, 1 << 40)
+        assert rec % 1024 == 0 and 5 * rec >= 6 * p99 > 5 * (rec - 1024), p99
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p99=st.integers(1, 10**6), derived=st.integers(1, 10**7))
+@example(p99=854, derived=131072).via("the recommender filled 2048, the rule wanted 1024")
+@example(p99=1707, derived=131072).via("3072 vs 2048")
+@example(p99=3414, derived=131072).via("5120 vs 4096")
+@example(p99=10**6, derived=2048).via("capped at the derived maximum")
+def test_a_launch_at_the_recommended_max_model_len_is_never_oversized(p99, derived):
+    req = request(LLAMA8, count=1, environment="production")
+    req["model"]["config"]["max_position_embeddings"] = derived
+    req["workload"] = {"p99_seq_len": p99}
+    launch = LaunchRequest.model_validate(req)
+    args, _ = recommend(launch)
+    assert args["max_model_len"] == recommended_max_model_len(p99, derived)
+    ctx = build_context(launch.model_copy(update={"engine_args": args}))
+    assert ctx.facts.derived_max_model_len == derived
+    assert "max_model_len_oversized" not in {f.rule for f in max_model_len_oversized(ctx)}
 
 
 def test_pcie_prefers_smaller_tp():

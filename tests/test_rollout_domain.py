@@ -261,7 +261,7 @@ def test_random_runs_sign_each_wave_once_in_order_and_halt_only_past_the_limit(e
     assert signed == list(range(len(signed)))
 
 
-# -- the break-it pass ---------------------------------------------------------------------------------------------------
+# -- edge cases: empty waves, bakes, limits ---------------------------------------------------------------------------
 
 def test_empty_waves_are_skipped_without_a_bake():
     v = R.View(state="waiting", wave=0, waves=(W(25), W(50, bake_s=3600), W(75, bake_s=60), W(100)), failure_limit=0,

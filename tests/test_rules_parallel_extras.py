@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.domain.rules.parallel_extras import pp_partition
+from service.domain.memory import pp_partition
 from tests.rule_helpers import FIXTURES, TP_SIZES, errors, found, head_valid
 from tests.support import model_config, request
 
@@ -60,7 +60,8 @@ def test_vision_tower_heads_divisible():
 
 
 def test_internvit_falls_back_to_replicated_attention():
-    # InternVL3-78B: 25-head InternViT at TP=8 is replicated, not refused (correction 4)
+    # InternVL3-78B: 25-head InternViT at TP=8 is replicated, not refused (vllm 0.33.0
+    # vllm/model_executor/models/intern_vit.py falls back to replicated attention)
     assert errors(_vlm("intern_vit_6b", 25), "tp_heads_divisible") == []
 
 

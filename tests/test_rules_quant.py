@@ -34,7 +34,8 @@ def test_accept_side_fixture_models_h100(model, tp):
 
 @pytest.mark.parametrize("tp", (1, 2, 4, 8))
 def test_fp8_block_moe_experts_exempt_qwen3_235b(tp):
-    # correction 1: 1536 / 8 = 192 is not a multiple of 128 but the Triton MoE path refines the blocks
+    # 1536 / 8 = 192 is not a multiple of 128 but the Triton MoE path refines the blocks (vllm 0.33.0
+    # vllm/model_executor/layers/fused_moe/oracle/fp8.py refine_fp8_moe_block_shape)
     assert errors(request("Qwen__Qwen3-235B-A22B-FP8", tensor_parallel_size=tp), "fp8_block_alignment") == []
 
 
@@ -53,7 +54,8 @@ def test_fp8_block_ep_does_not_help_dense_layers():
 
 @pytest.mark.parametrize("tp,bad", [(1, False), (2, True), (4, True), (8, True)])
 def test_awq_group_straddle_qwen25_72b(tp, bad):
-    # intermediate 29568 = 231 groups of 128: any TP > 1 straddles a group in down_proj (vllm-rules.md §1.8)
+    # intermediate 29568 = 231 groups of 128: any TP > 1 straddles a group in down_proj (vllm 0.33.0
+    # quantization/auto_awq.py:819-832)
     got = errors(quantized("Qwen__Qwen2.5-72B-Instruct", AWQ, count=8, tensor_parallel_size=tp),
                  "quant_group_alignment")
     assert bool(got) is bad
@@ -70,7 +72,7 @@ def test_awq_padded_intermediate_passes(tp):
 
 
 def test_gptq_group_straddle_is_rejected_too():
-    # correction 5: GPTQ does not raise in vLLM (Exllama floors the scales: wrong output); Preflight rejects
+    # GPTQ does not raise in vLLM 0.33 (the Exllama kernel floors the scale rows: wrong output); Preflight rejects
     (f,) = errors(quantized("Qwen__Qwen2.5-72B-Instruct", GPTQ, count=8, tensor_parallel_size=8),
                   "quant_group_alignment")
     assert "input_size_per_partition=3696" in f.message
@@ -84,7 +86,8 @@ def test_awq_ignored_modules_are_not_checked():
 
 @pytest.mark.parametrize("tp", (2, 4, 8))
 def test_awq_moe_experts_fall_back_not_refused_qwen3_30b(tp):
-    # correction 6: Qwen3 MoE AWQ/GPTQ at TP=4/8 load (MoE-WNA16 fallback); the attention o_proj 4096 splits fine
+    # Qwen3 MoE AWQ/GPTQ at TP=4/8 load (MoE-WNA16 fallback, vllm 0.33.0 quantization/utils/marlin_utils.py:335-397);
+    # the attention o_proj 4096 splits fine
     req = quantized("Qwen__Qwen3-30B-A3B", AWQ, count=8, tensor_parallel_size=tp)
     assert errors(req, "quant_group_alignment") == []
 

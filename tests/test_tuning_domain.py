@@ -224,7 +224,7 @@ def _drive(start, ws_of, *, cap=None, kv_bound=None, limit=60):
 
 
 def test_kv_pool_limit_settles_where_running_saturates_instead_of_walking_max_num_seqs_up():
-    # the break-it pass: Llama-70B TP8 initial plan 312 @ 0.85, max_num_batched_tokens 8192; the pool is full,
+    # Llama-70B TP8 initial plan 312 @ 0.85, max_num_batched_tokens 8192; the pool is full,
     # 50 wait, only 300 ever run, no preemptions. The old loop raised max_num_seqs 13 times to 8192.
     ds = _drive(Point(312, 0.85), lambda lvl: dict(running=300, waiting=50, kv=0.95, pre=0), cap=8192)
     actions = [d.action for d in ds]

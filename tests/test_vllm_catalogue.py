@@ -257,7 +257,7 @@ def test_quantization_facts_come_from_the_release():
             assert set(TORCH_NAMES.get(n, n) for n in declared) >= set(dtypes), method
 
 
-# ------------------------------------------------------------------------ found by a break-it pass, kept as regressions
+# ------------------------------------------------------------------------ hostile and unusual values, kept as regressions
 
 @pytest.mark.parametrize("args", [
     {"chat_template": "-1.5", "cpu_offload_gb": 20, "served_model_name": ["llama"]},  # '-1.5' is a dotted key to vLLM

@@ -10,11 +10,15 @@ new values; ``None`` means "remove this argument".
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import DomainError
 from .findings import Severity
 from .request import LaunchRequest
+from .versions import Option
+
+if TYPE_CHECKING:  # validate imports this module
+    from .validate import ValidationResult
 
 MAX_RESULTS = 3
 MAX_VALIDATIONS = 80
@@ -32,13 +36,13 @@ def _apply(args: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _rank(current: Any, value: Any) -> tuple:
+def _rank(current: Any, value: Any) -> tuple[Any, ...]:
     if isinstance(current, (int, float)) and isinstance(value, (int, float)) and not isinstance(value, bool):
         return (abs(value - current), -value)
     return (0, 0)
 
 
-def _remedy_patches(result, flags: dict) -> list[dict[str, Any]]:
+def _remedy_patches(result: ValidationResult, flags: dict[str, Option]) -> list[dict[str, Any]]:
     """Single-change patches from the error findings' remedies, nearest values first."""
     ctx = result.context
     current = dict(ctx.request.engine_args) if ctx is not None else {}
@@ -61,7 +65,7 @@ def _remedy_patches(result, flags: dict) -> list[dict[str, Any]]:
     return out
 
 
-def _generic_patches(result) -> list[dict[str, Any]]:
+def _generic_patches(result: ValidationResult) -> list[dict[str, Any]]:
     ctx = result.context
     if ctx is None:
         return []
@@ -92,7 +96,7 @@ def _unique(patches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def nearest_alternatives(request: LaunchRequest, result) -> list[dict[str, Any]]:
+def nearest_alternatives(request: LaunchRequest, result: ValidationResult) -> list[dict[str, Any]]:
     """Up to three ``engine_args`` patches, nearest first, whose launch is not rejected (verdict accept or warn).
 
     ``result`` is the ValidationResult of ``request``; an accepted or warned request gets ``[]``. Each candidate is
@@ -106,7 +110,7 @@ def nearest_alternatives(request: LaunchRequest, result) -> list[dict[str, Any]]
     base_args = dict(request.engine_args)
     budget = [MAX_VALIDATIONS]
 
-    def run(patch: dict[str, Any]):
+    def run(patch: dict[str, Any]) -> ValidationResult | None:
         if budget[0] <= 0:
             return None
         budget[0] -= 1
@@ -118,7 +122,7 @@ def nearest_alternatives(request: LaunchRequest, result) -> list[dict[str, Any]]
 
     singles = _unique(_remedy_patches(result, flags) + _generic_patches(result))
     found: list[dict[str, Any]] = []
-    partial: list[tuple[int, dict[str, Any], Any]] = []
+    partial: list[tuple[int, dict[str, Any], ValidationResult]] = []
     errors_before = len(result.errors)
     rules_before = {f.rule for f in result.errors}
     for patch in singles:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine_args import EngineArgs
+from .engine_args import EngineArgs, flag
 
 # dest -> the values that load nothing (vLLM's defaults)
 CODE_LOADING: dict[str, tuple[Any, ...]] = {
@@ -19,7 +19,7 @@ CODE_LOADING: dict[str, tuple[Any, ...]] = {
 CODE_SUFFIXES = ("_plugin", "_cls", "_class", "_module_path", "_processors")
 CODE_KEYS = {"inductor_passes", "middleware", "custom_ops_module"}
 BUILTIN_EXECUTORS = (None, "mp", "ray", "uni", "external_launcher")
-HARMLESS = (None, "", "auto", [], {}, False)
+HARMLESS: tuple[object, ...] = (None, "", "auto", [], {}, False)
 
 
 def _nested(value: Any, path: str, out: list[tuple[str, str]], field: str, depth: int = 0) -> None:
@@ -38,14 +38,13 @@ def code_loading(args: EngineArgs) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for name, value in args.values.items():
         field = f"engine_args.{name}"
-        flag = "--" + name.replace("_", "-")
         if name in CODE_LOADING:
             if value not in CODE_LOADING[name]:
-                out.append((field, f"{flag} {value!r} loads code on the node"))
+                out.append((field, f"{flag(name)} {value!r} loads code on the node"))
         elif name.endswith(CODE_SUFFIXES) and value not in HARMLESS:
-            out.append((field, f"{flag} {value!r} loads code on the node"))
+            out.append((field, f"{flag(name)} {value!r} loads code on the node"))
         elif name == "distributed_executor_backend" and value not in BUILTIN_EXECUTORS:
-            out.append((field, f"{flag} {value!r} is an executor class path: it loads code on the node"))
+            out.append((field, f"{flag(name)} {value!r} is an executor class path: it loads code on the node"))
         elif isinstance(value, dict):
             _nested(value, name, out, field)
     return out

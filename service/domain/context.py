@@ -5,7 +5,7 @@ values vLLM 0.33 would derive for whatever the request leaves out. Rules read it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .engine_args import EngineArgs, parse_engine_args
 from .errors import DomainError
@@ -14,6 +14,9 @@ from .model_facts import ModelFacts, read_model_facts
 from .quant_tag import QuantTag, parse_quantization_txt
 from .request import LaunchRequest
 from .versions import VersionLine, resolve_version
+
+if TYPE_CHECKING:  # the memory model reads the context
+    from .memory import Budget
 
 FP16_FORBIDDEN_MODEL_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4"}  # vllm/config/model.py:2397-2420
 DTYPE_ALIASES = {"half": "float16", "float": "float32", "float16": "float16", "bfloat16": "bfloat16",
@@ -30,7 +33,8 @@ class SchedulerDefaults:
 
 
 def scheduler_defaults(gpu: Gpu) -> SchedulerDefaults:
-    """Tier by torch-reported total memory of device 0 and its name (vllm-rules.md §5): ≥160 GiB → 16384/1024;
+    """Tier by torch-reported total memory of device 0 and its name (vllm 0.33.0
+    vllm/engine/arg_utils.py:2958-3006): ≥160 GiB → 16384/1024;
     ≥70 GiB and not an A100 → 8192/1024; else 2048/256. torch reports a few hundred MiB below nvidia-smi, which
     does not move any catalogue GPU across a tier boundary."""
     gib = gpu.memory_bytes / GIB
@@ -68,6 +72,19 @@ def effective_dtype(requested: str, checkpoint: str | None, model_type: str | No
     return cands[0]
 
 
+def effective_block_size(args: EngineArgs, facts: ModelFacts, gpu: Gpu) -> int:
+    """The KV block size vLLM runs with: the user's, else 16 unless the MLA backend needs another — FlashInfer-MLA,
+    the first MLA choice on SM100, takes 32; FlashAttn-MLA on SM90 stays 16 (vllm 0.33.0 vllm/config/cache.py:185,
+    455-466; v1/attention/backends/mla/flashinfer_mla.py:205, flashattn_mla.py:50; platforms/cuda.py:96-155)."""
+    given = args.get("block_size") if "block_size" in args.given else None
+    if given is not None:  # an explicit null is vLLM's default (chosen by the backend)
+        return int(given)
+    cc = gpu.compute_capability
+    if facts.is_mla and cc is not None and cc >= (10, 0):
+        return 32
+    return 16
+
+
 @dataclass
 class LaunchContext:
     """Everything a rule may read. Lengths in tokens, memory in bytes."""
@@ -94,7 +111,7 @@ class LaunchContext:
     kv_cache_dtype: str = "auto"
     block_size: int = 16
     scheduler_tier: SchedulerDefaults | None = None
-    budget: Any = None  # memory.Budget, filled by the validator
+    budget: Budget | None = None  # filled by the validator
     notes: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -181,7 +198,7 @@ def _apply_defaults(ctx: LaunchContext) -> None:
     ctx.enable_chunked_prefill = bool(a.get("enable_chunked_prefill", True))
     ctx.dtype = effective_dtype(str(a.get("dtype", "auto")).lower(), ctx.facts.torch_dtype, ctx.facts.model_type, ctx.gpu)
     ctx.kv_cache_dtype = str(a.get("kv_cache_dtype", "auto")).lower()
-    ctx.block_size = int(a.get("block_size", 16))
+    ctx.block_size = effective_block_size(a, ctx.facts, ctx.gpu)
     # scheduler defaults and post-processing (vllm 0.33.0 vllm/engine/arg_utils.py:3151-3240)
     tier = scheduler_defaults(ctx.gpu)
     ctx.scheduler_tier = tier

@@ -97,7 +97,7 @@ class EngineArgs:
     given: set[str] = field(default_factory=set)
     unsupported: dict[str, Any] = field(default_factory=dict)
     bool_with_value: dict[str, Any] = field(default_factory=dict)
-    bad_choice: dict[str, tuple[Any, tuple]] = field(default_factory=dict)
+    bad_choice: dict[str, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
     bad_keys: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -152,16 +152,12 @@ def _text(name: str, value: Any, what: str = "a string") -> str:
         # is read as a value
         raise DomainError(
             fld, f"{name} = {text!r} begins with '-': vLLM's parser would read it as an option, not as the value of "
-            f"{_flag(name)}", rule="argv_injection")
+            f"{flag(name)}", rule="argv_injection")
     invisible = display_text_problem(text, allow_tab=True)
     if invisible:
         raise DomainError(fld, f"{name} {invisible}: the signed command would read differently from what runs",
                           rule="argv_injection")
     return text
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def _number(name: str, value: Any, integer: bool) -> int | float:
@@ -213,9 +209,9 @@ def scalar(name: str, opt: Option, value: Any) -> Any:
             return -1
     elif kind is Kind.FLOAT:
         out = _number(name, value, integer=False)
-        lo = _MIN.get(name, 0.0)  # no vLLM float option takes a negative value; -x.y would also read as a dotted key
-        if out < lo and name not in RULE_RANGES:
-            raise DomainError(f"engine_args.{name}", f"{name} = {value!r} is out of range (must be >= {lo})",
+        least = _MIN.get(name, 0.0)  # no vLLM float option takes a negative value; -x.y would read as a dotted key
+        if out < least and name not in RULE_RANGES:
+            raise DomainError(f"engine_args.{name}", f"{name} = {value!r} is out of range (must be >= {least})",
                               rule="range")
         return out
     elif kind is Kind.STR:
@@ -281,7 +277,8 @@ def coerce(name: str, opt: Option, value: Any) -> Any:
     return scalar(name, opt, value)
 
 
-def unknown_keys(value: dict, schema: dict, prefix: str = "", depth: int = 0) -> tuple[str, tuple[str, ...]] | None:
+def unknown_keys(value: dict[str, Any], schema: dict[str, Any], prefix: str = "",
+                 depth: int = 0) -> tuple[str, tuple[str, ...]] | None:
     """The first key of a JSON value that the option's config dataclass does not have (vLLM's pydantic validation
     exits with "Unexpected keyword argument"), as (dotted path, the keys it allows)."""
     keys = schema.get("keys") or {}
@@ -296,15 +293,26 @@ def unknown_keys(value: dict, schema: dict, prefix: str = "", depth: int = 0) ->
     return None
 
 
+def arg_name(key: object) -> str:
+    """An ``engine_args`` key without its dashes: ``--max-model-len`` / ``max-model-len`` → ``max_model_len``
+    (short spellings such as ``-tp`` need the release's catalogue: ``resolve_name``)."""
+    return str(key).lstrip("-").replace("-", "_")
+
+
+def flag(name: str) -> str:
+    """The long option spelling of a dest: ``max_model_len`` → ``--max-model-len``."""
+    return "--" + name.replace("_", "-")
+
+
 def resolve_name(key: Any, line: VersionLine) -> str:
     """The dest an ``engine_args`` key names: ``max_model_len``, ``max-model-len``, ``--max-model-len``, ``-tp``."""
     raw = str(key).strip()
     if raw.startswith("-") and raw in line.spellings:
         return line.spellings[raw]
-    name = raw.lstrip("-").replace("-", "_")
+    name = arg_name(raw)
     if not _NAME.fullmatch(name):
         raise DomainError(f"engine_args.{key}", f"{key!r} is not an engine argument name", rule="flag_name")
-    spelled = "--" + name.replace("_", "-")
+    spelled = flag(name)
     if name not in line.options and spelled in line.spellings:
         return line.spellings[spelled]  # e.g. --no-enforce-eager given as a key
     return name
@@ -339,7 +347,7 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
             if not isinstance(value, bool):
                 out.bool_with_value[name] = value
                 continue
-            spelled = "--" + str(key).strip().lstrip("-").replace("_", "-")
+            spelled = flag(arg_name(str(key).strip()))
             if spelled in opt.negative:  # {"no_enforce_eager": true} means --no-enforce-eager
                 value = not value
             out.values[name] = value

@@ -10,6 +10,7 @@ refuses to run one (reason ``env_not_allowed``).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # Allowed: a name equal to one of these, or starting with one ending in "_".
 ALLOWED_PREFIXES = (
@@ -38,7 +39,7 @@ def _allowed(name: str) -> bool:
     return any(name == p or (p.endswith("_") and name.startswith(p)) for p in ALLOWED_PREFIXES)
 
 
-def refused(env: dict) -> list[tuple[str, str]]:
+def refused(env: dict[str, Any]) -> list[tuple[str, str]]:
     """``[(name, why)]`` for every variable of ``env`` a plan may not set (empty when all are allowed)."""
     out = []
     for name in sorted(env):

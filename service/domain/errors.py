@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DomainError(ValueError):
     """Input the domain cannot work with.
@@ -17,8 +19,8 @@ class DomainError(ValueError):
         self.rule = rule
         self.accepted = accepted
 
-    def as_dict(self) -> dict:
-        out = {"field": self.field, "rule": self.rule, "message": self.message}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"field": self.field, "rule": self.rule, "message": self.message}
         if self.accepted is not None:
             out["accepted"] = self.accepted
         return out

@@ -22,7 +22,8 @@ class Finding:
 
     ``rule`` is a code from tests/cases/README.md (e.g. ``tp_heads_divisible``); ``message`` carries the numbers;
     ``remedy`` is machine-readable (e.g. ``{"tensor_parallel_size": [1, 2, 4, 8]}``) so a deploy script can act on it;
-    ``source`` names the vLLM file/line or guide section the rule mirrors.
+    ``source`` names the vLLM file/line or guide section the rule mirrors: the source the emitting rule registered
+    (``@rule(..., source=...)``; the registry stamps it).
     """
 
     rule: str

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 from .errors import DomainError
 
@@ -50,7 +51,7 @@ class Gpu:
     def memory_gib(self) -> float:
         return self.memory_bytes / GIB
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "name": self.name,
@@ -78,7 +79,7 @@ def parse_capability(value: str | float | None, field: str = "hardware.gpu.compu
     return major, minor
 
 
-def _entry_to_gpu(e: dict) -> Gpu:
+def _entry_to_gpu(e: dict[str, Any]) -> Gpu:
     name = e["name"]
     smi = re.findall(r"nvidia-smi name: '([^']+)'", name)
     plain = re.sub(r"\s*\(.*\)\s*$", "", name).strip()
@@ -127,7 +128,7 @@ def lookup(key: str) -> Gpu | None:
     return None
 
 
-def resolve(gpu: str | dict, field: str = "hardware.gpu") -> Gpu:
+def resolve(gpu: str | dict[str, Any], field: str = "hardware.gpu") -> Gpu:
     """Resolve a request's ``hardware.gpu``: a catalogue id / nvidia-smi name, or an inline description
     ``{"name", "compute_capability", "memory_bytes"}``.
 

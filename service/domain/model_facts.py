@@ -1,16 +1,17 @@
 """Model facts read from a Hugging Face ``config.json`` the way vLLM 0.33 reads them.
 
-Sources (vLLM 0.33.0 wheel, see ../shared/vllm-rules.md):
-- text config of multimodal models: ``text_config`` (also ``llm_config`` / ``language_config``), §1.1;
+Sources (vLLM 0.33.0 wheel, paths under vllm/):
+- text config of multimodal models: ``text_config`` (also ``llm_config`` / ``language_config``)
+  (transformers_utils/model_arch_config_convertor.py:82-83);
 - KV heads: first of ``n_head_kv, num_kv_heads, num_key_value_heads, multi_query_group_num, num_attention_groups``,
   default = attention heads; Falcon ``multi_query`` without the new decoder architecture = 1 KV head
-  (vllm/transformers_utils/config.py:56-63, model_arch_config_convertor.py:152-157), §1.2;
-- head_dim: ``head_dim`` if > 0, else ``hidden_size_per_head``, else hidden // heads (convertor:91-118), §7.1;
+  (transformers_utils/config.py:56-63, model_arch_config_convertor.py:152-157);
+- head_dim: ``head_dim`` if > 0, else ``hidden_size_per_head``, else hidden // heads (convertor:91-118);
 - derived maximum length: smallest of the length keys, ``model_max_length`` overriding, rope scaling factor applied
-  only for scaling rope types (convertor:374-407, model.py:2598-2650), §4;
-- MLA: ``kv_lora_rank`` present on an MLA model type (convertor:294-342), §1.9;
+  only for scaling rope types (convertor:374-407, config/model.py:2598-2650);
+- MLA: ``kv_lora_rank`` present on an MLA model type (convertor:294-342);
 - quantization_config from ``quantization_config`` / ``text_config.quantization_config`` / ``compression_config``,
-  or ``hf_quant_config.json`` for ModelOpt checkpoints (convertor:241-292), §2.3.
+  or ``hf_quant_config.json`` for ModelOpt checkpoints (convertor:241-292).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ MAX_VOCAB = 1 << 26
 MAX_LENGTH = 1 << 40  # tokens: position embeddings, sliding windows, derived lengths
 MAX_ROPE_FACTOR = 1e6
 MAX_BITS = 64
-# keys other modules read from the raw text config (memory.py, rules/shapes.py): checked here, once
+# keys other modules read from the raw text config (memory/, rules/shapes.py): checked here, once
 RAW_INT_KEYS: dict[str, tuple[int, int]] = {
     "num_experts_per_tok": (0, MAX_EXPERTS),
     "experts_per_token": (0, MAX_EXPERTS),
@@ -83,7 +84,7 @@ RAW_INT_KEYS: dict[str, tuple[int, int]] = {
 }
 
 
-def _first(cfg: dict, keys: tuple[str, ...]) -> Any:
+def _first(cfg: dict[str, Any], keys: tuple[str, ...]) -> Any:
     for k in keys:
         v = cfg.get(k)
         if v is not None:
@@ -91,7 +92,7 @@ def _first(cfg: dict, keys: tuple[str, ...]) -> Any:
     return None
 
 
-def _first_key(cfg: dict, keys: tuple[str, ...]) -> tuple[str, Any]:
+def _first_key(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
     """The first of ``keys`` with a value, and that value (``(keys[0], None)`` when none has one)."""
     for k in keys:
         v = cfg.get(k)
@@ -129,7 +130,7 @@ def config_number(value: Any, field: str, lo: float, hi: float) -> float | None:
     return float(value)
 
 
-def config_dict(value: Any, field: str) -> dict | None:
+def config_dict(value: Any, field: str) -> dict[str, Any] | None:
     if value is None or isinstance(value, dict):
         return value
     raise DomainError(field, f"{field} must be an object, got {type(value).__name__}", rule="config_invalid")
@@ -164,7 +165,7 @@ class QuantConfig:
     """
 
     method: str
-    raw: dict
+    raw: dict[str, Any]
     source: str
     bits: int | None = None
     group_size: int | None = None
@@ -227,8 +228,9 @@ class ModelFacts:
     vision: VisionTower | None
     has_auto_map: bool
     is_multimodal: bool
-    raw_text_config: dict = field(repr=False, default_factory=dict)
-    raw_config: dict = field(repr=False, default_factory=dict, compare=False)  # the whole config.json (vision_config …)
+    raw_text_config: dict[str, Any] = field(repr=False, default_factory=dict)
+    # the whole config.json (vision_config …)
+    raw_config: dict[str, Any] = field(repr=False, default_factory=dict, compare=False)
 
     @property
     def is_moe(self) -> bool:
@@ -240,7 +242,7 @@ class ModelFacts:
         return 2 if any(a in NON_GATED_MLP for a in self.architectures) else 3
 
 
-def text_config_of(config: dict) -> dict:
+def text_config_of(config: dict[str, Any]) -> dict[str, Any]:
     """The text part of a (possibly multimodal) config, as ``hf_text_config`` in vLLM."""
     for key in ("text_config", "llm_config", "language_config"):
         sub = config.get(key)
@@ -256,7 +258,8 @@ def _normalise_dtype(value: Any) -> str | None:
     return {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(text, text)
 
 
-def _rope(text: dict, prefix: str = "model.config.") -> tuple[str | None, float | None, dict | None]:
+def _rope(text: dict[str, Any],
+          prefix: str = "model.config.") -> tuple[str | None, float | None, dict[str, Any] | None]:
     key = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
     rope = text.get(key)
     if not rope:
@@ -279,7 +282,7 @@ def _rope(text: dict, prefix: str = "model.config.") -> tuple[str | None, float 
     return (rtype or None), factor, rope
 
 
-def derive_max_model_len(text: dict, model_type: str | None,
+def derive_max_model_len(text: dict[str, Any], model_type: str | None,
                          prefix: str = "model.config.") -> tuple[int, str, int | None]:
     """The maximum length vLLM 0.33 derives: ``(length, key, model_max_length)``.
 
@@ -313,9 +316,64 @@ def derive_max_model_len(text: dict, model_type: str | None,
     return length, key, mml
 
 
-def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig | None:
-    """The checkpoint's quantization config (§2.3): config.json ``quantization_config`` (or the text config's, or
-    ``compression_config``), else a ModelOpt ``hf_quant_config.json`` (``producer.name == "modelopt"``).
+MODELOPT_ALGOS = {  # vllm 0.33.0 model_arch_config_convertor.py:241-292
+    "FP8": "modelopt",
+    "FP8_PER_CHANNEL_PER_TOKEN": "modelopt",
+    "FP8_PB_WO": "modelopt",
+    "NVFP4": "modelopt_fp4",
+    "MXFP8": "modelopt_mxfp8",
+    "MIXED_PRECISION": "modelopt_mixed",
+}
+
+
+def _modelopt(raw: dict[str, Any], source: str) -> QuantConfig | None:
+    """A ModelOpt config (``producer.name == "modelopt"`` or the legacy ``quantization.quant_algo``), or None."""
+    producer = (raw.get("producer") or {}).get("name") if isinstance(raw.get("producer"), dict) else None
+    modelopt = raw.get("quantization") if isinstance(raw.get("quantization"), dict) else None
+    if producer != "modelopt" and (modelopt is None or "quant_algo" not in modelopt):
+        return None
+    q = modelopt or raw
+    algo = str(q.get("quant_algo") or "").upper()
+    if algo not in MODELOPT_ALGOS:
+        raise DomainError(
+            "model.hf_quant_config", f"Unknown ModelOpt quant algo: {algo or None}", rule="quant_unknown",
+            accepted=sorted(MODELOPT_ALGOS),
+        )
+    kvq = q.get("kv_cache_quant_algo")
+    return QuantConfig(method=MODELOPT_ALGOS[algo], raw=raw, source=source,
+                       kv_cache_quant=str(kvq).lower() if kvq else None)
+
+
+def _ct_weights(raw: dict[str, Any], qf: str) -> tuple[dict[str, Any] | None, str]:
+    """A compressed-tensors config's first weight scheme and its field prefix (every group checked for shape)."""
+    weights: dict[str, Any] | None = None
+    wf = ""
+    groups = config_dict(raw.get("config_groups"), qf + "config_groups") or {}
+    for name, grp in groups.items():
+        config_dict(grp, f"{qf}config_groups.{name}")
+        if isinstance(grp, dict):
+            for part in ("weights", "input_activations", "output_activations"):
+                config_dict(grp.get(part), f"{qf}config_groups.{name}.{part}")
+        if isinstance(grp, dict) and isinstance(grp.get("weights"), dict) and weights is None:
+            weights = grp["weights"]
+            wf = f"{qf}config_groups.{name}.weights."
+    return weights, wf
+
+
+def _block_pair(block: Any, field: str) -> tuple[int, int] | None:
+    if block is None:
+        return None
+    n = config_int(block[0], field + "[0]", 1, MAX_WIDTH)
+    k = config_int(block[1], field + "[1]", 1, MAX_WIDTH)
+    if n is None or k is None:
+        raise DomainError(field, f"{field} must be a list of two integers", rule="config_invalid")
+    return n, k
+
+
+def read_quant_config(config: dict[str, Any], hf_quant_config: dict[str, Any] | None) -> QuantConfig | None:
+    """The checkpoint's quantization config: config.json ``quantization_config`` (or the text config's, or
+    ``compression_config``), else a ModelOpt ``hf_quant_config.json`` (``producer.name == "modelopt"``)
+    (vllm 0.33.0 model_arch_config_convertor.py:241-292; vllm/config/model.py:1383-1462).
 
     Raises DomainError for a ModelOpt ``quant_algo`` vLLM does not know (convertor:241-292).
     """
@@ -326,26 +384,9 @@ def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig
         raw, source = hf_quant_config, "hf_quant_config.json"
     if not isinstance(raw, dict) or not raw:
         return None
-    producer = (raw.get("producer") or {}).get("name") if isinstance(raw.get("producer"), dict) else None
-    modelopt = raw.get("quantization") if isinstance(raw.get("quantization"), dict) else None
-    if producer == "modelopt" or (modelopt is not None and "quant_algo" in modelopt):
-        q = modelopt or raw
-        algo = str(q.get("quant_algo") or "").upper()
-        table = {
-            "FP8": "modelopt",
-            "FP8_PER_CHANNEL_PER_TOKEN": "modelopt",
-            "FP8_PB_WO": "modelopt",
-            "NVFP4": "modelopt_fp4",
-            "MXFP8": "modelopt_mxfp8",
-            "MIXED_PRECISION": "modelopt_mixed",
-        }
-        if algo not in table:
-            raise DomainError(
-                "model.hf_quant_config", f"Unknown ModelOpt quant algo: {algo or None}", rule="quant_unknown",
-                accepted=sorted(table),
-            )
-        kvq = q.get("kv_cache_quant_algo")
-        return QuantConfig(method=table[algo], raw=raw, source=source, kv_cache_quant=str(kvq).lower() if kvq else None)
+    modelopt = _modelopt(raw, source)
+    if modelopt is not None:
+        return modelopt
     method = raw.get("quant_method") or ""
     if not isinstance(method, str):
         raise DomainError("model.config.quantization_config.quant_method", "quant_method must be a string",
@@ -369,16 +410,7 @@ def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig
                           rule="config_invalid")
     block_field = qf + "weight_block_size"
     if method == "compressed-tensors":
-        weights = None
-        groups = config_dict(raw.get("config_groups"), qf + "config_groups") or {}
-        for name, grp in groups.items():
-            config_dict(grp, f"{qf}config_groups.{name}")
-            if isinstance(grp, dict):
-                for part in ("weights", "input_activations", "output_activations"):
-                    config_dict(grp.get(part), f"{qf}config_groups.{name}.{part}")
-            if isinstance(grp, dict) and isinstance(grp.get("weights"), dict) and weights is None:
-                weights = grp["weights"]
-                wf = f"{qf}config_groups.{name}.weights."
+        weights, wf = _ct_weights(raw, qf)
         if weights:
             bits = config_int(weights.get("num_bits", bits), wf + "num_bits", 0, MAX_BITS)
             group = config_int(weights.get("group_size", group), wf + "group_size", -1, MAX_WIDTH)
@@ -388,11 +420,6 @@ def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig
                 block, block_field = structure, wf + "block_structure"
     bits = config_int(bits, qf + "bits", 0, MAX_BITS)
     group = config_int(group, qf + "group_size", -1, MAX_WIDTH)
-    if block is not None:
-        block = (config_int(block[0], block_field + "[0]", 1, MAX_WIDTH),
-                 config_int(block[1], block_field + "[1]", 1, MAX_WIDTH))
-        if None in block:
-            raise DomainError(block_field, f"{block_field} must be a list of two integers", rule="config_invalid")
     kv_scheme = raw.get("kv_cache_scheme")
     return QuantConfig(
         method=method,
@@ -402,12 +429,12 @@ def read_quant_config(config: dict, hf_quant_config: dict | None) -> QuantConfig
         group_size=group,
         sym=bool(sym) if sym is not None else None,
         desc_act=bool(raw["desc_act"]) if raw.get("desc_act") is not None else None,
-        weight_block_size=block,
+        weight_block_size=_block_pair(block, block_field),
         kv_cache_quant="fp8" if isinstance(kv_scheme, dict) and kv_scheme.get("type") == "float" else None,
     )
 
 
-def _vision(config: dict) -> VisionTower | None:
+def _vision(config: dict[str, Any]) -> VisionTower | None:
     vis = config.get("vision_config")
     if not isinstance(vis, dict):
         return None
@@ -424,8 +451,76 @@ def _vision(config: dict) -> VisionTower | None:
     )
 
 
-def read_model_facts(config: dict, hf_quant_config: dict | None = None,
-                     length_defaults: dict | None = None) -> ModelFacts:
+def _read(text: dict[str, Any], prefix: str, keys: tuple[str, ...], name: str, lo: int = 0,
+          hi: int = MAX_LENGTH) -> int | None:
+    """The first of ``keys`` the text config gives, checked; errors name that key (or ``name`` when none is given)."""
+    key, value = _first_key(text, keys)
+    return config_int(value, prefix + (key if value is not None else name), lo, hi)
+
+
+def _attention_shape(text: dict[str, Any], prefix: str, model_type: str | None) -> tuple[int, int, int, int]:
+    """``(attention heads, layers, hidden size, KV heads)``: the first three required; KV heads from the first KV
+    key, Falcon ``multi_query`` without the new decoder architecture one, otherwise the attention heads (vllm 0.33.0
+    vllm/transformers_utils/config.py:56-63, model_arch_config_convertor.py:152-157)."""
+    heads = _read(text, prefix, HEAD_KEYS, "num_attention_heads", 1, MAX_HEADS)
+    layers = _read(text, prefix, LAYER_KEYS, "num_hidden_layers", 1, MAX_LAYERS)
+    hidden = _read(text, prefix, HIDDEN_KEYS, "hidden_size", 1, MAX_HIDDEN)
+    for name, value in (("num_attention_heads", heads), ("num_hidden_layers", layers), ("hidden_size", hidden)):
+        if not value:
+            raise DomainError(prefix + name, f"config.json has no usable {name} (needed to build the model)",
+                              rule="config_missing_key")
+    assert heads and layers and hidden  # checked just above
+    kv_given = _read(text, prefix, KV_HEAD_KEYS, "num_key_value_heads", 0, MAX_HEADS)
+    if kv_given and kv_given > heads:
+        raise DomainError(prefix + _first_key(text, KV_HEAD_KEYS)[0],
+                          f"{kv_given} key/value heads but only {heads} attention heads (each KV head serves a group "
+                          f"of query heads: there cannot be more)", rule="config_out_of_range")
+    if model_type in FALCON_TYPES and not text.get("new_decoder_architecture") and text.get("multi_query"):
+        kv = 1
+    else:
+        kv = kv_given or heads
+    return heads, layers, hidden, kv
+
+
+def _head_dim(text: dict[str, Any], prefix: str, model_type: str | None, hidden: int,
+              heads: int) -> tuple[int, dict[str, int | None]]:
+    """``(head_dim, MLA dimensions)``: ``head_dim`` if > 0, else ``hidden_size_per_head``, else hidden // heads
+    (convertor:91-118); an MLA model caches the latent, head size = kv_lora_rank + qk_rope_head_dim
+    (convertor:92-98). The MLA dimensions are empty for other model types."""
+    head_dim = _pos_int(text.get("head_dim"), prefix + "head_dim", MAX_HEAD_DIM) or _pos_int(
+        text.get("hidden_size_per_head"), prefix + "hidden_size_per_head", MAX_HEAD_DIM
+    )
+    mla: dict[str, int | None] = {}
+    if model_type in MLA_MODEL_TYPES:
+        for k, hi in (("kv_lora_rank", MAX_HIDDEN), ("q_lora_rank", MAX_HIDDEN), ("qk_rope_head_dim", MAX_HEAD_DIM),
+                      ("qk_nope_head_dim", MAX_HEAD_DIM), ("v_head_dim", MAX_HEAD_DIM)):
+            mla[k] = _pos_int(text.get(k), prefix + k, hi)
+    kv_lora = mla.get("kv_lora_rank")
+    if kv_lora:
+        head_dim = kv_lora + (mla["qk_rope_head_dim"] or 0)
+    return head_dim or hidden // heads, mla
+
+
+def _lengths(text: dict[str, Any], model_type: str | None, prefix: str,
+             length_defaults: dict[str, Any] | None) -> tuple[int, str, int | None]:
+    """The derived maximum length; ``length_defaults`` are the length keys the Transformers config class of this
+    model_type sets when config.json omits them (FalconConfig: max_position_embeddings=2048), from the target
+    release's generated catalogue."""
+    defaults = (length_defaults or {}).get(model_type) if isinstance(model_type, str) else None
+    if defaults and not any(k in text for k in LENGTH_KEYS):
+        return derive_max_model_len({**text, **defaults}, model_type, prefix)
+    return derive_max_model_len(text, model_type, prefix)
+
+
+def _moe_intermediate(text: dict[str, Any], prefix: str, num_experts: int, model_type: str | None) -> int | None:
+    """The expert MLP width: ``moe_intermediate_size``; Mixtral and gpt-oss name it ``intermediate_size``."""
+    return _pos_int(text.get("moe_intermediate_size"), prefix + "moe_intermediate_size", MAX_WIDTH) or (
+        _pos_int(text.get("intermediate_size"), prefix + "intermediate_size", MAX_WIDTH)
+        if num_experts and model_type in ("mixtral", "gpt_oss") else None)
+
+
+def read_model_facts(config: dict[str, Any], hf_quant_config: dict[str, Any] | None = None,
+                     length_defaults: dict[str, Any] | None = None) -> ModelFacts:
     """Read a config.json dict into ModelFacts.
 
     Raises DomainError naming the ``model.config.<key>`` that is missing or invalid (attention heads, layers and
@@ -438,52 +533,15 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None,
     if model_type is not None and not isinstance(model_type, str):
         raise DomainError("model.config.model_type", "model_type must be a string", rule="config_invalid")
     prefix = "model.config." + ("text_config." if text is not config else "")
-
-    def read(keys: tuple[str, ...], name: str, lo: int = 0, hi: int = MAX_LENGTH) -> int | None:
-        key, value = _first_key(text, keys)
-        return config_int(value, prefix + (key if value is not None else name), lo, hi)
-
-    heads = read(HEAD_KEYS, "num_attention_heads", 1, MAX_HEADS)
-    layers = read(LAYER_KEYS, "num_hidden_layers", 1, MAX_LAYERS)
-    hidden = read(HIDDEN_KEYS, "hidden_size", 1, MAX_HIDDEN)
-    for name, value in (("num_attention_heads", heads), ("num_hidden_layers", layers), ("hidden_size", hidden)):
-        if not value:
-            raise DomainError(prefix + name, f"config.json has no usable {name} (needed to build the model)",
-                              rule="config_missing_key")
-    kv_given = read(KV_HEAD_KEYS, "num_key_value_heads", 0, MAX_HEADS)
-    if kv_given and kv_given > heads:
-        raise DomainError(prefix + _first_key(text, KV_HEAD_KEYS)[0],
-                          f"{kv_given} key/value heads but only {heads} attention heads (each KV head serves a group "
-                          f"of query heads: there cannot be more)", rule="config_out_of_range")
-    if model_type in FALCON_TYPES and not text.get("new_decoder_architecture") and text.get("multi_query"):
-        kv = 1
-    else:
-        kv = kv_given or heads
-    head_dim = _pos_int(text.get("head_dim"), prefix + "head_dim", MAX_HEAD_DIM) or _pos_int(
-        text.get("hidden_size_per_head"), prefix + "hidden_size_per_head", MAX_HEAD_DIM
-    )
-    mla: dict[str, int | None] = {}
-    if model_type in MLA_MODEL_TYPES:
-        for k, hi in (("kv_lora_rank", MAX_HIDDEN), ("q_lora_rank", MAX_HIDDEN), ("qk_rope_head_dim", MAX_HEAD_DIM),
-                      ("qk_nope_head_dim", MAX_HEAD_DIM), ("v_head_dim", MAX_HEAD_DIM)):
-            mla[k] = _pos_int(text.get(k), prefix + k, hi)
+    heads, layers, hidden, kv = _attention_shape(text, prefix, model_type)
+    head_dim, mla = _head_dim(text, prefix, model_type, hidden, heads)
     is_mla = bool(mla.get("kv_lora_rank"))
-    if is_mla:  # MLA caches the latent: head size = kv_lora_rank + qk_rope_head_dim (convertor:92-98)
-        head_dim = mla["kv_lora_rank"] + (mla["qk_rope_head_dim"] or 0)
-    if not head_dim:
-        head_dim = hidden // heads
     for k, (lo, hi) in RAW_INT_KEYS.items():
         config_int(text.get(k), prefix + k, lo, hi)
     _layer_lists(text, prefix)
-    # ``length_defaults``: the length keys the Transformers config class of this model_type sets when config.json
-    # omits them (FalconConfig: max_position_embeddings=2048), from the target release's generated catalogue
-    defaults = (length_defaults or {}).get(model_type) if isinstance(model_type, str) else None
-    if defaults and not any(k in text for k in LENGTH_KEYS):
-        derived, key, mml = derive_max_model_len({**text, **defaults}, model_type, prefix)
-    else:
-        derived, key, mml = derive_max_model_len(text, model_type, prefix)
+    derived, key, mml = _lengths(text, model_type, prefix, length_defaults)
     rtype, factor, _ = _rope(text, prefix)
-    num_experts = read(EXPERT_KEYS, "num_experts", 0, MAX_EXPERTS) or 0
+    num_experts = _read(text, prefix, EXPERT_KEYS, "num_experts", 0, MAX_EXPERTS) or 0
     arch = config.get("architectures") or text.get("architectures") or []
     if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
         raise DomainError("model.config.architectures", "architectures must be a list of class names (strings)",
@@ -502,10 +560,8 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None,
         head_dim=head_dim,
         num_hidden_layers=layers,
         hidden_size=hidden,
-        intermediate_size=read(INTERMEDIATE_KEYS, "intermediate_size", 0, MAX_WIDTH),
-        moe_intermediate_size=_pos_int(text.get("moe_intermediate_size"), prefix + "moe_intermediate_size", MAX_WIDTH)
-        or (_pos_int(text.get("intermediate_size"), prefix + "intermediate_size", MAX_WIDTH)
-            if num_experts and model_type in ("mixtral", "gpt_oss") else None),
+        intermediate_size=_read(text, prefix, INTERMEDIATE_KEYS, "intermediate_size", 0, MAX_WIDTH),
+        moe_intermediate_size=_moe_intermediate(text, prefix, num_experts, model_type),
         shared_expert_intermediate_size=_pos_int(text.get("shared_expert_intermediate_size"),
                                                  prefix + "shared_expert_intermediate_size", MAX_WIDTH),
         num_experts=num_experts,
@@ -538,7 +594,7 @@ def read_model_facts(config: dict, hf_quant_config: dict | None = None,
     )
 
 
-def _layer_lists(text: dict, prefix: str) -> None:
+def _layer_lists(text: dict[str, Any], prefix: str) -> None:
     """Per-layer lists other modules read (``mlp_only_layers``, ``layer_types``, a ``moe_layer_freq`` list): lists of
     at most MAX_LAYERS entries, layer indices integers in range."""
     for key in ("mlp_only_layers", "layer_types", "moe_layer_freq"):
@@ -571,5 +627,35 @@ def divisors(n: int, limit: int | None = None) -> list[int]:
     return [x for x in small + large[::-1] if x <= top]
 
 
+VOCAB_PADDING = 64  # vllm 0.33.0 vllm/model_executor/layers/vocab_parallel_embedding.py:36 (DEFAULT_VOCAB_PADDING_SIZE)
+
+
+def padded_vocab(vocab_size: int) -> int:
+    """The vocabulary as vLLM shards it: padded to a multiple of 64 (vocab_parallel_embedding.py:95-97)."""
+    return round_up(vocab_size, VOCAB_PADDING)
+
+
 def round_up(x: int, multiple: int) -> int:
-    return int(math.ceil(x / multiple) * multiple)
+    """The smallest multiple of ``multiple`` that is ≥ ``x`` (integer arithmetic: exact for any size)."""
+    return -(-x // multiple) * multiple
+
+
+def kv_heads_ok(kv: int, tp: int, is_mla: bool) -> bool:
+    """KV heads divisible by TP (TP ≤ KV heads) or dividing it (each KV head replicated); MLA is exempt
+    (vllm 0.33.0 vllm/model_executor/layers/linear.py:1065-1071)."""
+    if is_mla:
+        return True
+    return kv % tp == 0 if tp <= kv else tp % kv == 0
+
+
+def tp_accepted(facts: ModelFacts, tp: int) -> bool:
+    """vLLM can shard the text model over ``tp`` ranks: heads divisible (vllm 0.33.0 vllm/config/model.py:1557-1564),
+    the KV-head rule, and the padded vocabulary divisible (vocab_parallel_embedding.py:286-306); the MLP and
+    quantization rules judge the rest."""
+    return (facts.num_attention_heads % tp == 0 and kv_heads_ok(facts.total_num_kv_heads, tp, facts.is_mla)
+            and (not facts.vocab_size or padded_vocab(facts.vocab_size) % tp == 0))
+
+
+def accepted_tp_sizes(facts: ModelFacts, limit: int) -> list[int]:
+    """The TP sizes up to ``limit`` that ``tp_accepted`` holds for, ascending (a valid TP divides the heads)."""
+    return [t for t in divisors(facts.num_attention_heads, limit) if tp_accepted(facts, t)]

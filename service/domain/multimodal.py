@@ -104,7 +104,8 @@ class VisionTower:
         return self.depth * block + patch + proj
 
 
-def _int(v: dict, keys: tuple[str, ...], field: str, default: int | None = None, hi: int = MAX_HIDDEN) -> int | None:
+def _int(v: dict[str, Any], keys: tuple[str, ...], field: str, default: int | None = None,
+         hi: int = MAX_HIDDEN) -> int | None:
     for k in keys:
         if v.get(k) is not None:
             return config_int(v.get(k), f"model.config.vision_config.{k}", 0, hi)
@@ -146,9 +147,10 @@ def _vision_tower(facts: ModelFacts) -> VisionTower | None:
         mlp = _int(vis, ("intermediate_size",), "intermediate_size", 4 * width) or 4 * width
         gated, family = mt == "qwen2_5_vl", ("qwen2_5_vl" if mt == "qwen2_5_vl" else "qwen3_vl")
     else:
-        width = _int(vis, ("hidden_size", "embed_dim", "width"), "hidden_size")
-        if not width:
+        vit_width = _int(vis, ("hidden_size", "embed_dim", "width"), "hidden_size")
+        if not vit_width:
             return None
+        width = vit_width
         mlp = _int(vis, ("intermediate_size",), "intermediate_size", 4 * width) or 4 * width
         gated, family = False, "vit"
     deepstack = vis.get("deepstack_visual_indexes")
@@ -191,7 +193,8 @@ def qwen_image_grid(max_pixels: int, patch: int, merge: int) -> int:
     return 1
 
 
-def _max_pixels(tower: VisionTower, facts: ModelFacts, preprocessor: dict | None, mm_kwargs: Any) -> tuple[int, str]:
+def _max_pixels(tower: VisionTower, facts: ModelFacts, preprocessor: dict[str, Any] | None,
+                mm_kwargs: Any) -> tuple[int, str]:
     """``max_pixels`` as vLLM resolves it: ``--mm-processor-kwargs`` (``max_pixels`` or ``size.longest_edge``) over
     the checkpoint's preprocessor_config.json over the family's official default (qwen2_vl.py:950-978)."""
     def read(d: Any) -> int | None:
@@ -220,7 +223,7 @@ class ModalityItem:
     patches: int  # rows the vision blocks process
 
 
-def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preprocessor: dict | None,
+def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preprocessor: dict[str, Any] | None,
               mm_kwargs: Any) -> tuple[dict[str, ModalityItem], list[str]]:
     """The item of each modality with the most features, as the processing info computes it."""
     notes: list[str] = []
@@ -405,7 +408,8 @@ def per_patch_bytes(tower: VisionTower, tp: int, act_bytes: int, version: tuple[
 
 def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, act_bytes: int, weight_bytes: float,
                     max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int, chunked_prefill: bool,
-                    preprocessor: dict | None, version: tuple[int, int, int] = (0, 33, 0)) -> EncoderProfile | None:
+                    preprocessor: dict[str, Any] | None,
+                    version: tuple[int, int, int] = (0, 33, 0)) -> EncoderProfile | None:
     """The encoder's share of the profile run for this launch, or None for a text-only model.
 
     ``weight_bytes``: bytes per vision parameter (the activation dtype: vision towers stay unquantized in the
@@ -439,20 +443,8 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
         return none("limit_mm_per_prompt is 0 for every modality: no encoder profiling")
     per = per_patch_bytes(tower, tp_w, act_bytes, version)
     if v1_engine:
-        modality, item = max(active.items(), key=lambda kv: (kv[1].tokens, kv[0]))
-        T = item.tokens
-        budget = max(max_num_batched_tokens, T)
-        per_prompt = max(1, min(limits.get(modality, default), max_model_len // T))
-        seqs = max_num_seqs if chunked_prefill else min(max_num_seqs, max_num_batched_tokens // T)
-        n = max(1, min(budget // T, seqs * per_prompt))
-        on_rank = -(-n // tp) if data_mode else n
-        # Qwen3-VL's output carries the deepstack features too: [tokens, out_hidden × mergers] (qwen3_vl.py:885-904)
-        out_width = tower.out_hidden * tower.mergers
-        peak = on_rank * item.patches * per + on_rank * T * out_width * act_bytes
-        out = n * T * out_width * act_bytes
-        notes.append(f"encoder budget {budget:,} tokens: {n} {modality} item(s) of {T:,} tokens in the profile batch")
-        return EncoderProfile(modality, T, item.patches, n, on_rank, int(peak), int(out), vision_w, None, None,
-                              tuple(notes))
+        return _profile_v1(tower, active, limits, per, act_bytes, vision_w, notes, max_model_len,
+                           max_num_batched_tokens, max_num_seqs, chunked_prefill, tp, data_mode)
     if tower.encoder_decoder:
         return _encoder_decoder_v0(tower, facts, per, limits.get("image", default), max_num_seqs,
                                    max_num_batched_tokens, act_bytes, vision_w, notes)
@@ -482,6 +474,27 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
     notes.append(f"V0 profile: {seqs} sequence(s) with {', '.join(dummy)} items, {tokens_all:,} placeholder tokens")
     return EncoderProfile(modality, item.tokens, item.patches, n, n, int(peak), int(out), vision_w, seqs, None,
                           tuple(notes), text_tokens=max(max_num_batched_tokens, tokens_all))
+
+
+def _profile_v1(tower: VisionTower, active: dict[str, ModalityItem], limits: dict[str, int], per: int,
+                act_bytes: int, vision_w: int, notes: list[str], max_model_len: int, max_num_batched_tokens: int,
+                max_num_seqs: int, chunked_prefill: bool, tp: int, data_mode: bool) -> EncoderProfile:
+    """The V1 encoder profile (the module docstring's formulas): the modality whose item has the most tokens, as
+    many items as the encoder budget and the sequences hold, spread over the TP ranks in data mode."""
+    modality, item = max(active.items(), key=lambda kv: (kv[1].tokens, kv[0]))
+    T = item.tokens
+    budget = max(max_num_batched_tokens, T)
+    per_prompt = max(1, min(limits.get(modality, V1_DEFAULT_LIMIT), max_model_len // T))
+    seqs = max_num_seqs if chunked_prefill else min(max_num_seqs, max_num_batched_tokens // T)
+    n = max(1, min(budget // T, seqs * per_prompt))
+    on_rank = -(-n // tp) if data_mode else n
+    # Qwen3-VL's output carries the deepstack features too: [tokens, out_hidden × mergers] (qwen3_vl.py:885-904)
+    out_width = tower.out_hidden * tower.mergers
+    peak = on_rank * item.patches * per + on_rank * T * out_width * act_bytes
+    out = n * T * out_width * act_bytes
+    notes.append(f"encoder budget {budget:,} tokens: {n} {modality} item(s) of {T:,} tokens in the profile batch")
+    return EncoderProfile(modality, T, item.patches, n, on_rank, int(peak), int(out), vision_w, None, None,
+                          tuple(notes))
 
 
 def mllama_image_geometry(tower: VisionTower) -> tuple[int, int]:

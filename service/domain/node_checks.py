@@ -27,7 +27,7 @@ def check_facts(*, gpu: Gpu, gpu_count: int, gpus: list[dict[str, Any]] | None, 
     if len(gpus) != gpu_count:
         raise DomainError("gpus", f"gpus lists {len(gpus)} GPU(s) but gpu_count is {gpu_count}{hint}",
                           rule="facts_inconsistent")
-    seen: set[int] = set()
+    seen: set[object] = set()
     first = str(gpus[0].get("name", ""))
     for i, g in enumerate(gpus):
         if g.get("index") in seen:

@@ -1,7 +1,8 @@
 """Rendering: a validated launch as the exact ``vllm serve`` argv for the target version, its shell form, and the
 proof that the argv means what was validated.
 
-Rules (../shared/vllm-rules.md §8): the model is the first positional argument; every option is rendered with the
+Rules (vllm 0.33.0 vllm/entrypoints/cli/serve.py:166-170; vllm/utils/argparse_utils.py:120-145): the model is
+the first positional argument; every option is rendered with the
 spelling the target release's parser defines (service/data/vllm/<release>.json): booleans as ``--x`` / ``--no-x``
 (or ``--enable-x`` / ``--disable-x`` where the release pairs them), never ``--enforce-eager False``; list options
 as one flag followed by its values (append options repeat the flag); JSON options as one compact JSON argument.
@@ -27,14 +28,14 @@ from typing import Any
 
 from .context import LaunchContext
 from .engine_args import coerce, scalar
-from .findings import Finding, Severity
+from .findings import Finding
+from .rules import Emit
 from .rules.quantization import effective_quantization
 from .text import display_text_problem
 from .versions import Kind, Option, VersionLine
 
 PINNED = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens")
 SKIP = {"quantization"}  # rendered from the tag
-SRC_PARSER = "vllm 0.33.0 vllm/utils/argparse_utils.py:313-514 (FlexibleArgumentParser.parse_args); argparse"
 # A model reference: a Hugging Face repository id, an absolute path, or an object-store URI (runai streamer)
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 _PATH = re.compile(r"/[^\x00-\x20\x7f]{0,4095}")
@@ -158,14 +159,8 @@ def _looks_like_option(arg: str) -> bool:
     return arg[:1] == "-" and arg != "-" and not _NEGATIVE_NUMBER.match(arg)
 
 
-def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]:
-    """Read ``vllm serve MODEL ...`` the way the release's parser would: returns (model, {dest: value}) with values
-    typed as parse_engine_args types them. Raises ArgvError for anything vLLM would read differently from a plain
-    left-to-right reading (a relocated ``--model``, ``--config``, ``-O``, dotted keys, an unknown option, a value
-    that is an option, a repeated option)."""
-    if argv[:2] != ["vllm", "serve"] or len(argv) < 3:
-        raise ArgvError("the argv must start with 'vllm serve MODEL'")
-    rest = argv[2:]
+def _refuse_rewrites(rest: list[str]) -> None:
+    """Elements vLLM's parser rewrites before argparse reads them: ``--model`` anywhere, ``--config``, ``-O…``."""
     for arg in rest:
         if arg[:1] != "-":
             continue
@@ -175,6 +170,17 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
             raise ArgvError(f"{arg!r}: vLLM reads further arguments from a config file")
         if arg.startswith("-O"):
             raise ArgvError(f"{arg!r}: vLLM rewrites '-O…' to --optimization-level")
+
+
+def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]:
+    """Read ``vllm serve MODEL ...`` the way the release's parser would: returns (model, {dest: value}) with values
+    typed as parse_engine_args types them. Raises ArgvError for anything vLLM would read differently from a plain
+    left-to-right reading (a relocated ``--model``, ``--config``, ``-O``, dotted keys, an unknown option, a value
+    that is an option, a repeated option)."""
+    if argv[:2] != ["vllm", "serve"] or len(argv) < 3:
+        raise ArgvError("the argv must start with 'vllm serve MODEL'")
+    rest = argv[2:]
+    _refuse_rewrites(rest)
     model = rest[0]
     if _looks_like_option(model):
         raise ArgvError(f"the model argument {model!r} would be read as an option")
@@ -247,40 +253,37 @@ def _read_scalar(dest: str, opt: Option, text: str) -> Any:
     return scalar(dest, opt, text)
 
 
-def roundtrip_findings(ctx: LaunchContext, argv: list[str]) -> list[Finding]:
-    """The rendered argv, parsed back, must give exactly the validated arguments and the intended model."""
-    out = []
+def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit) -> list[Finding]:
+    """The rendered argv, parsed back, must give exactly the validated arguments and the intended model (the
+    ``argv_roundtrip`` rule's findings, built with its ``emit``)."""
     if len(argv) > 2 and not ctx.request.model.uri:
         # no uri: a check or /v1/validate of a described model, where the name is a label and nothing is signed
         argv = [*argv[:2], "model", *argv[3:]]
     problem = model_reference_problem(argv[2]) if len(argv) > 2 else "no model argument"
     if problem:
-        out.append(Finding(
-            rule="model_reference", severity=Severity.ERROR,
-            message=f"{problem}; Preflight will not sign a command whose model vLLM could read as something else.",
-            remedy={"uri": "a repository id, an absolute path or an s3:// URI"}, source=SRC_PARSER,
-            field="model.uri",
-        ))
-        return out
+        return [emit.error(
+            "model_reference",
+            f"{problem}; Preflight will not sign a command whose model vLLM could read as something else.",
+            remedy={"uri": "a repository id, an absolute path or an s3:// URI"}, field="model.uri",
+        )]
     expected = validated_arguments(ctx)
     try:
         model, parsed = parse_argv(argv, ctx.line)
     except ArgvError as e:
-        out.append(Finding(
-            rule="argv_roundtrip", severity=Severity.ERROR,
-            message=f"The rendered vllm serve argv does not parse back to the validated arguments: {e}.",
-            remedy=None, source=SRC_PARSER, field="engine_args",
-        ))
-        return out
+        return [emit.error(
+            "argv_roundtrip",
+            f"The rendered vllm serve argv does not parse back to the validated arguments: {e}.",
+            remedy=None, field="engine_args",
+        )]
     diffs = sorted(k for k in set(expected) | set(parsed) if _norm(expected.get(k)) != _norm(parsed.get(k)))
     if model != argv[2] or diffs:
         shown = ", ".join(f"{k}: validated {expected.get(k)!r}, parsed {parsed.get(k)!r}" for k in diffs[:5])
-        out.append(Finding(
-            rule="argv_roundtrip", severity=Severity.ERROR,
-            message=f"The rendered vllm serve argv parses back to other arguments than the ones validated ({shown}).",
-            remedy=None, source=SRC_PARSER, field="engine_args",
-        ))
-    return out
+        return [emit.error(
+            "argv_roundtrip",
+            f"The rendered vllm serve argv parses back to other arguments than the ones validated ({shown}).",
+            remedy=None, field="engine_args",
+        )]
+    return []
 
 
 def _norm(v: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Staged rollouts (issue 19), the pure part: waves as node counts, the units that move together, the gates judged
+"""Staged rollouts, the pure part: waves as node counts, the units that move together, the gates judged
 over what the agents reported, the failure count against ``failure_limit``, and the rollout's state machine.
 
 No database and no clock here: the service (services/rollouts.py) reads the rows and the reports, passes ``now``,

@@ -1,4 +1,4 @@
-"""The tuning loop's state machine (issue 16): from vLLM's live metrics to the next launch, as the operators' guide
+"""The tuning loop's state machine: from vLLM's live metrics to the next launch, as the operators' guide
 tunes by hand (docs/operating.md §3, §5, §9).
 
 Pure: plain functions over typed values, no FastAPI, no database. The service (services/tuning.py) hands it the
@@ -158,21 +158,28 @@ class Memo:
         """A memo from a stored plan (None or anything unusable: the start of the loop)."""
         if not isinstance(d, dict):
             return cls()
-        slo = d.get("slo") if isinstance(d.get("slo"), dict) else {}
-        state = d.get("state") if d.get("state") in STATES else "exploring"
-
-        def num(v, kind):
-            return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-        def pos(v):
-            return v if v is not None and 1 <= v <= 10_000_000 else None
-
+        raw_slo = d.get("slo")
+        slo: dict[str, Any] = raw_slo if isinstance(raw_slo, dict) else {}
+        state: State = d["state"] if d.get("state") in STATES else "exploring"
         return cls(state=state, held=Point.from_dict(d.get("held")), failed=Point.from_dict(d.get("failed")),
-                   knee=num(d.get("knee"), int), steps=num(d.get("steps"), int) or 0,
-                   util_ceiling=num(d.get("util_ceiling"), float),
-                   slo=Slo(num(slo.get("ttft_p99_s"), float), num(slo.get("e2e_p99_s"), float)),
+                   knee=_whole(d.get("knee")), steps=_whole(d.get("steps")) or 0,
+                   util_ceiling=_real(d.get("util_ceiling")),
+                   slo=Slo(_real(slo.get("ttft_p99_s")), _real(slo.get("e2e_p99_s"))),
                    auto_apply=d.get("auto_apply") is True,
-                   initial=pos(num(d.get("initial"), int)), saturation=pos(num(d.get("saturation"), int)))
+                   initial=_positive(_whole(d.get("initial"))), saturation=_positive(_whole(d.get("saturation"))))
+
+
+def _real(v: object) -> float | None:
+    """A stored number (not a boolean), if finite."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _whole(v: object) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and _real(v) is not None else None
+
+
+def _positive(v: int | None) -> int | None:
+    return v if v is not None and 1 <= v <= 10_000_000 else None
 
 
 @dataclass(frozen=True)
@@ -297,14 +304,66 @@ _NEEDS_A_PERSON = ("needs a person: a smaller max_model_len, more GPUs or less t
                    "(docs/operating.md §4, §5)")
 
 
-def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS) -> Decision:
-    """The next step of the loop for the node's current level (see the module docstring)."""
+@dataclass
+class _Step:
+    """One call of ``decide``: the level and its verdict, and what every decision built from them shares."""
+
+    level: Level
+    s: TuningSettings
+    v: Verdict
+    reasons: list[str]
+    initial: int  # the max_num_seqs the loop started from
+    floor: int
+    saturation: int | None
+    run_max: float  # the most requests that ran in the judged windows
+    kv_full: bool  # the KV pool is full and requests wait: the pool, not max_num_seqs, decides how many run
+
+    @property
+    def memo(self) -> Memo:
+        return self.level.memo
+
+    @property
+    def here(self) -> Point:
+        return self.level.point
+
+    def memo_for(self, state: State, held: Point | None, failed: Point | None, knee: int | None, steps: int,
+                 ceiling: float | None) -> Memo:
+        m = self.memo
+        return Memo(state, held, failed, knee, steps, ceiling, m.slo, m.auto_apply, self.initial, self.saturation)
+
+    def out(self, state: State, action: Action, nxt: Point | None, new_memo: Memo, *extra: str) -> Decision:
+        level, here = self.level, self.here
+        if nxt is not None and level.max_num_seqs_cap is not None and nxt.max_num_seqs > level.max_num_seqs_cap:
+            nxt = replace(nxt, max_num_seqs=level.max_num_seqs_cap)  # vLLM refuses more (max_num_batched_tokens)
+        if nxt is not None and level.kv_bound is not None and nxt.max_num_seqs > level.kv_bound:
+            nxt = replace(nxt, max_num_seqs=max(1, level.kv_bound))  # the pool holds no more (docs/operating.md §5)
+        if nxt is not None and action != "settle" \
+                and (nxt.max_num_seqs, nxt.gpu_memory_utilization) == (here.max_num_seqs, here.gpu_memory_utilization):
+            return Decision(state, "hold", None, self.memo, tuple(self.reasons + list(extra) + [
+                "the step lands on the current level: nothing to change"]), self.v.evidence)
+        return Decision(state, action, nxt, new_memo, tuple(self.reasons + list(extra)), self.v.evidence)
+
+    def stuck(self, why: str) -> Decision:
+        m = self.memo
+        return self.out("stuck", "hold", None, self.memo_for("stuck", m.held, m.failed, m.knee, m.steps,
+                                                             m.util_ceiling), why, _NEEDS_A_PERSON)
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """What the exploring loop knows after this verdict: the last level that held, the first that failed, the
+    tuning plans made (this one included) and the utilization it may no longer exceed."""
+
+    held: Point | None
+    failed: Point | None
+    steps: int
+    ceiling: float | None
+
+
+def _begin(level: Level, windows: Sequence[Window], s: TuningSettings) -> _Step:
     memo = level.memo
     v = judge(level, windows, s)
-    here = level.point
-    reasons = list(v.reasons)
     initial = memo.initial if memo.initial is not None else level.max_num_seqs
-    floor = floor_of(initial, s)
     saturation = memo.saturation
     judged = [w for w in windows if w.plan == level.plan and w.id in v.evidence]
     run_max = max((w.num_requests_running for w in judged), default=0.0)
@@ -313,122 +372,126 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
         and _median([w.num_requests_waiting for w in judged]) >= 1
     if kv_full and run_max >= 1:
         saturation = max(saturation or 0, math.floor(run_max))
+    return _Step(level, s, v, list(v.reasons), initial, floor_of(initial, s), saturation, run_max, kv_full)
 
-    def mk(state: State, held: Point | None, failed: Point | None, knee: int | None, steps: int,
-           ceiling: float | None) -> Memo:
-        return Memo(state, held, failed, knee, steps, ceiling, memo.slo, memo.auto_apply, initial, saturation)
 
-    def out(state: State, action: Action, nxt: Point | None, new_memo: Memo, *extra: str) -> Decision:
-        if nxt is not None and level.max_num_seqs_cap is not None and nxt.max_num_seqs > level.max_num_seqs_cap:
-            nxt = replace(nxt, max_num_seqs=level.max_num_seqs_cap)  # vLLM refuses more (max_num_batched_tokens)
-        if nxt is not None and level.kv_bound is not None and nxt.max_num_seqs > level.kv_bound:
-            nxt = replace(nxt, max_num_seqs=max(1, level.kv_bound))  # the pool holds no more (docs/operating.md §5)
-        if nxt is not None and action != "settle" \
-                and (nxt.max_num_seqs, nxt.gpu_memory_utilization) == (here.max_num_seqs, here.gpu_memory_utilization):
-            return Decision(state, "hold", None, memo, tuple(reasons + list(extra) + [
-                "the step lands on the current level: nothing to change"]), v.evidence)
-        return Decision(state, action, nxt, new_memo, tuple(reasons + list(extra)), v.evidence)
-
-    def stuck(why: str) -> Decision:
-        return out("stuck", "hold", None, mk("stuck", memo.held, memo.failed, memo.knee, memo.steps,
-                                             memo.util_ceiling), why, _NEEDS_A_PERSON)
-
+def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS) -> Decision:
+    """The next step of the loop for the node's current level (see the module docstring)."""
+    st = _begin(level, windows, s)
+    memo = level.memo
     if memo.state == "stuck":
-        return stuck(f"the loop stopped at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
-                     f"{level.gpu_memory_utilization:g}: it proposes no further plan")
-
+        return st.stuck(f"the loop stopped at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
+                        f"{level.gpu_memory_utilization:g}: it proposes no further plan")
     if memo.state in ("settled", "backing_off"):
-        if v.outcome == "failed" and any(preempting(w, s) for w in judged):
-            if memo.steps + 1 > s.max_steps:
-                return stuck(f"a burst of preemptions at max_num_seqs {level.max_num_seqs}, but {memo.steps} "
-                             f"tuning plans already made (limit max_steps {s.max_steps})")
-            mns = max(floor, math.floor(level.max_num_seqs * (1 - s.backoff_fraction)))
-            if mns >= level.max_num_seqs:
-                return stuck(f"max_num_seqs {level.max_num_seqs} is the floor ({s.floor_fraction:g} × the starting "
-                             f"level {initial}) and still preempts: lowering it further does not help")
-            return out("backing_off", "back_off", Point(mns, level.gpu_memory_utilization),
-                       replace(memo, state="backing_off", failed=here, steps=memo.steps + 1, initial=initial),
-                       f"a burst of preemptions at the settled max_num_seqs {level.max_num_seqs}: back off "
-                       f"{s.backoff_fraction:.0%} to {mns} (docs/operating.md §3: a climbing preemption count → lower "
-                       f"max_num_seqs; never below the floor {floor})")
-        return out(memo.state, "hold", None, memo,
-                   f"settled at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
-                   f"{level.gpu_memory_utilization:g}" + (f" (knee {memo.knee})" if memo.knee else ""))
+        return _settled(st, [w for w in windows if w.plan == level.plan and w.id in st.v.evidence])
+    if st.v.outcome == "untested":
+        return st.out("exploring", "measure", None, memo, "keep the current plan and keep measuring")
+    p = _progress(st)
+    if p.steps > s.max_steps:
+        return _settle(st, p, f"{memo.steps} tuning plans without settling (limit {s.max_steps}): settle at what held")
+    if p.failed is not None:
+        lo = p.held.max_num_seqs if p.held is not None else 0
+        hi = p.failed.max_num_seqs
+        if p.held is None or hi - lo <= max(1, s.refine_tolerance * lo):
+            return _settle(st, p, f"the knee lies between max_num_seqs {lo} (held) and {hi} (failed)")
+        mid = (lo + hi) // 2
+        if mid <= lo:
+            return _settle(st, p, f"no level between {lo} (held) and {hi} (failed)")
+        return st.out("exploring", "refine", Point(mid, p.held.gpu_memory_utilization),
+                      st.memo_for("exploring", p.held, p.failed, None, p.steps, p.ceiling),
+                      f"the knee lies between {lo} (held) and {hi} (failed), {hi - lo} apart (> "
+                      f"{s.refine_tolerance:.0%} of {lo}): try the midpoint {mid}")
+    return _step_up(st, p)
 
-    if v.outcome == "untested":
-        return out("exploring", "measure", None, memo, "keep the current plan and keep measuring")
 
-    held, failed = memo.held, memo.failed
-    ceiling = memo.util_ceiling
-    if v.outcome == "held":
-        held = here
+def _settled(st: _Step, judged: list[Window]) -> Decision:
+    """A settled (or backing-off) level holds, or steps down after a burst of preemptions (never below the floor)."""
+    level, memo, s = st.level, st.memo, st.s
+    if st.v.outcome == "failed" and any(preempting(w, s) for w in judged):
+        if memo.steps + 1 > s.max_steps:
+            return st.stuck(f"a burst of preemptions at max_num_seqs {level.max_num_seqs}, but {memo.steps} "
+                            f"tuning plans already made (limit max_steps {s.max_steps})")
+        mns = max(st.floor, math.floor(level.max_num_seqs * (1 - s.backoff_fraction)))
+        if mns >= level.max_num_seqs:
+            return st.stuck(f"max_num_seqs {level.max_num_seqs} is the floor ({s.floor_fraction:g} × the starting "
+                            f"level {st.initial}) and still preempts: lowering it further does not help")
+        return st.out("backing_off", "back_off", Point(mns, level.gpu_memory_utilization),
+                      replace(memo, state="backing_off", failed=st.here, steps=memo.steps + 1, initial=st.initial),
+                      f"a burst of preemptions at the settled max_num_seqs {level.max_num_seqs}: back off "
+                      f"{s.backoff_fraction:.0%} to {mns} (docs/operating.md §3: a climbing preemption count → lower "
+                      f"max_num_seqs; never below the floor {st.floor})")
+    return st.out(memo.state, "hold", None, memo,
+                  f"settled at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
+                  f"{level.gpu_memory_utilization:g}" + (f" (knee {memo.knee})" if memo.knee else ""))
+
+
+def _progress(st: _Step) -> _Progress:
+    """The held / failed levels after this verdict; a level that failed right after a utilization raise makes that
+    utilization the limit, not max_num_seqs."""
+    level, memo = st.level, st.memo
+    held, failed, ceiling = memo.held, memo.failed, memo.util_ceiling
+    if st.v.outcome == "held":
+        held = st.here
     else:
         if held is not None and held.max_num_seqs == level.max_num_seqs \
                 and level.gpu_memory_utilization > held.gpu_memory_utilization:
-            # the level failed right after a utilization raise: that utilization is the limit, not max_num_seqs
             ceiling = held.gpu_memory_utilization
-            reasons.append(f"failed right after raising gpu_memory_utilization to {level.gpu_memory_utilization:g}: "
-                           f"it stays at {ceiling:g} from here on")
-        failed = here if failed is None or level.max_num_seqs <= failed.max_num_seqs else failed
-    steps = memo.steps + 1
+            st.reasons.append(f"failed right after raising gpu_memory_utilization to "
+                              f"{level.gpu_memory_utilization:g}: it stays at {ceiling:g} from here on")
+        failed = st.here if failed is None or level.max_num_seqs <= failed.max_num_seqs else failed
+    return _Progress(held, failed, memo.steps + 1, ceiling)
+
+
+def _settle(st: _Step, p: _Progress, why: str, knee: int | None = None) -> Decision:
+    """Settle at ``production_fraction`` × the knee (the last level that held, unless given); with nothing held,
+    halve and explore again (never below the floor)."""
+    level, memo, s = st.level, st.memo, st.s
+    held = p.held
+    if held is None:  # nothing held, not even the start: halve (not below the floor) and explore again
+        if p.steps > s.max_steps:
+            return st.stuck(f"{memo.steps} tuning plans (limit max_steps {s.max_steps}) and no level held")
+        mns = max(st.floor, level.max_num_seqs // 2)
+        if mns >= level.max_num_seqs:
+            return st.stuck(f"max_num_seqs {level.max_num_seqs} fails and is the floor ({s.floor_fraction:g} × the "
+                            f"starting level {st.initial}, at least 1): the launch does not serve this traffic")
+        return st.out("exploring", "back_off", Point(mns, level.gpu_memory_utilization),
+                      st.memo_for("exploring", None, st.here, None, p.steps, p.ceiling),
+                      f"the starting level failed: no level held yet; halve max_num_seqs to {mns} (never below the "
+                      f"floor {st.floor})")
+    knee = held.max_num_seqs if knee is None else knee
+    prod = max(1, math.floor(knee * s.production_fraction))
+    util = min(held.gpu_memory_utilization, s.util_cap)
+    return st.out("knee_found", "settle", Point(prod, util),
+                  st.memo_for("settled", held, p.failed, knee, p.steps, p.ceiling), why,
+                  f"knee = {knee} (plan {held.plan}); production max_num_seqs = "
+                  f"{s.production_fraction:g} × {knee} = {prod}, gpu_memory_utilization {util:g} (the last level that "
+                  f"held, never above {s.util_cap:g}; docs/operating.md §5, §9)")
+
+
+def _step_up(st: _Step, p: _Progress) -> Decision:
+    """Held, no failure yet: raise gpu_memory_utilization when the full KV pool limits, settle where running
+    saturates, else raise max_num_seqs by a step (capped by the pool, the KV bound and max_num_batched_tokens)."""
+    level, s, v, run_max = st.level, st.s, st.v, st.run_max
     cap = level.max_num_seqs_cap
-
-    def settle(why: str, knee: int | None = None) -> Decision:
-        if held is None:  # nothing held, not even the start: halve (not below the floor) and explore again
-            if steps > s.max_steps:
-                return stuck(f"{memo.steps} tuning plans (limit max_steps {s.max_steps}) and no level held")
-            mns = max(floor, level.max_num_seqs // 2)
-            if mns >= level.max_num_seqs:
-                return stuck(f"max_num_seqs {level.max_num_seqs} fails and is the floor ({s.floor_fraction:g} × the "
-                             f"starting level {initial}, at least 1): the launch does not serve this traffic")
-            return out("exploring", "back_off", Point(mns, level.gpu_memory_utilization),
-                       mk("exploring", None, here, None, steps, ceiling),
-                       f"the starting level failed: no level held yet; halve max_num_seqs to {mns} (never below the "
-                       f"floor {floor})")
-        knee = held.max_num_seqs if knee is None else knee
-        prod = max(1, math.floor(knee * s.production_fraction))
-        util = min(held.gpu_memory_utilization, s.util_cap)
-        return out("knee_found", "settle", Point(prod, util),
-                   mk("settled", held, failed, knee, steps, ceiling), why,
-                   f"knee = {knee} (plan {held.plan}); production max_num_seqs = "
-                   f"{s.production_fraction:g} × {knee} = {prod}, gpu_memory_utilization {util:g} (the last level that "
-                   f"held, never above {s.util_cap:g}; docs/operating.md §5, §9)")
-
-    if steps > s.max_steps:
-        return settle(f"{memo.steps} tuning plans without settling (limit {s.max_steps}): settle at what held")
-
-    if failed is not None:
-        lo = held.max_num_seqs if held is not None else 0
-        hi = failed.max_num_seqs
-        if held is None or hi - lo <= max(1, s.refine_tolerance * lo):
-            return settle(f"the knee lies between max_num_seqs {lo} (held) and {hi} (failed)")
-        mid = (lo + hi) // 2
-        if mid <= lo:
-            return settle(f"no level between {lo} (held) and {hi} (failed)")
-        return out("exploring", "refine", Point(mid, held.gpu_memory_utilization),
-                   mk("exploring", held, failed, None, steps, ceiling),
-                   f"the knee lies between {lo} (held) and {hi} (failed), {hi - lo} apart (> "
-                   f"{s.refine_tolerance:.0%} of {lo}): try the midpoint {mid}")
-
-    # held, no failure yet: step up
-    util_limit = min(s.util_cap, ceiling) if ceiling is not None else s.util_cap
-    if kv_full and level.gpu_memory_utilization + 1e-9 < util_limit:
+    util_limit = min(s.util_cap, p.ceiling) if p.ceiling is not None else s.util_cap
+    if st.kv_full and level.gpu_memory_utilization + 1e-9 < util_limit:
         util = round(min(util_limit, level.gpu_memory_utilization + s.util_step), 4)
-        return out("exploring", "raise_gpu_memory_utilization", Point(level.max_num_seqs, util),
-                   mk("exploring", held, None, None, steps, ceiling),
-                   f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting and no preemptions: the "
-                   f"pool limits — raise gpu_memory_utilization to {util:g} (docs/operating.md §3; cap {util_limit:g})")
-    if kv_full and run_max < s.loaded_running_fraction * level.max_num_seqs:
+        return st.out("exploring", "raise_gpu_memory_utilization", Point(level.max_num_seqs, util),
+                      st.memo_for("exploring", p.held, None, None, p.steps, p.ceiling),
+                      f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting and no preemptions: the "
+                      f"pool limits — raise gpu_memory_utilization to {util:g} (docs/operating.md §3; cap "
+                      f"{util_limit:g})")
+    if st.kv_full and run_max < s.loaded_running_fraction * level.max_num_seqs:
         # the pool is full, requests wait, yet fewer than max_num_seqs run: a larger max_num_seqs admits nothing
         # more and tests nothing — the knee is where running saturates (docs/operating.md §5, §9)
-        knee = max(1, math.floor(run_max))
-        return settle(f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting, yet at most "
-                      f"{run_max:g} of max_num_seqs {level.max_num_seqs} run and gpu_memory_utilization is at its cap "
-                      f"{util_limit:g}: the KV pool is the limit, raising max_num_seqs admits nothing more; the knee "
-                      f"is where running saturates (docs/operating.md §5, §9)", knee)
+        return _settle(st, p, f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting, yet at most "
+                              f"{run_max:g} of max_num_seqs {level.max_num_seqs} run and gpu_memory_utilization is at "
+                              f"its cap {util_limit:g}: the KV pool is the limit, raising max_num_seqs admits nothing "
+                              f"more; the knee is where running saturates (docs/operating.md §5, §9)",
+                       max(1, math.floor(run_max)))
     mns = _raise_mns(level.max_num_seqs, s, cap)
     limits = []
-    if kv_full:  # the pool is full: go no further than a step past what ran
+    if st.kv_full:  # the pool is full: go no further than a step past what ran
         sat_cap = max(level.max_num_seqs, math.floor(run_max * (1 + s.step_fraction)))
         if mns > sat_cap:
             mns = sat_cap
@@ -441,11 +504,12 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
         what = (f"max_num_batched_tokens {cap}" if cap is not None and level.max_num_seqs >= cap
                 else f"the KV bound {level.kv_bound}" if level.kv_bound is not None
                 and level.max_num_seqs >= level.kv_bound else "the KV pool")
-        return settle(f"max_num_seqs {level.max_num_seqs} is the most the launch allows ({what}): it is the knee")
-    return out("exploring", "raise_max_num_seqs", Point(mns, level.gpu_memory_utilization),
-               mk("exploring", held, None, None, steps, ceiling),
-               f"raise max_num_seqs by {s.step_fraction:.0%}: {level.max_num_seqs} → {mns} (docs/operating.md §9)",
-               *limits)
+        return _settle(st, p, f"max_num_seqs {level.max_num_seqs} is the most the launch allows ({what}): it is the "
+                              f"knee")
+    return st.out("exploring", "raise_max_num_seqs", Point(mns, level.gpu_memory_utilization),
+                  st.memo_for("exploring", p.held, None, None, p.steps, p.ceiling),
+                  f"raise max_num_seqs by {s.step_fraction:.0%}: {level.max_num_seqs} → {mns} (docs/operating.md §9)",
+                  *limits)
 
 
 def step_back(level: Level, proposed: Point, s: TuningSettings = DEFAULTS) -> Point | None:

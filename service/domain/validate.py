@@ -11,6 +11,7 @@ from typing import Any
 
 from .context import LaunchContext, build_context
 from .findings import Finding, Severity, verdict_of
+from .memory import compute_budget
 from .render import render_argv, shell_command
 from .request import LaunchRequest
 from .rules import run_rules
@@ -53,7 +54,8 @@ _ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 def effective_values(ctx: LaunchContext) -> dict[str, Any]:
-    """The values vLLM would run with, defaults applied (vllm-rules.md rule 48)."""
+    """The values vLLM would run with, defaults applied (vllm 0.33.0 vllm/config/cache.py:185, 215-224;
+    vllm/engine/arg_utils.py:2940-3039, 3151-3240)."""
     return {
         "tensor_parallel_size": ctx.tp,
         "pipeline_parallel_size": ctx.pp,
@@ -92,9 +94,7 @@ def validate(request: LaunchRequest, *, model_ref: str | None = None, fill: bool
         request = request.model_copy(update={"engine_args": engine_args})
     ctx = build_context(request)
     findings = run_rules(ctx, "config")
-    from . import memory  # local import: memory depends on rules' helpers
-
-    ctx.budget = memory.compute_budget(ctx)
+    ctx.budget = compute_budget(ctx)
     findings += run_rules(ctx, "budget")
     findings.sort(key=lambda f: _ORDER[f.severity])
     argv = ctx.notes.get("argv")

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from .errors import DomainError
 
@@ -52,14 +52,14 @@ class Option:
     negative: tuple[str, ...]
     kind: Kind
     nargs: Any
-    choices: tuple | None
+    choices: tuple[Any, ...] | None
     default: Any
     const: Any
     optional: bool  # '' and 'None' parse to None
     action: str
     deprecated: bool
     help: str
-    json_keys: dict | None = None  # for a config-dataclass JSON option: {"keys": {field: sub-schema or None}}
+    json_keys: dict[str, Any] | None = None  # for a config-dataclass JSON option: {"keys": {field: sub-schema or None}}
 
     @cached_property
     def flag(self) -> str:
@@ -128,7 +128,7 @@ class VersionLine:
     architectures: dict[str, Architecture]
     previously_supported: dict[str, str]
     out_of_tree: dict[str, str]
-    scheduler_by_gpu: dict[str, dict] | None
+    scheduler_by_gpu: dict[str, dict[str, Any]] | None
     default_gpu_memory_utilization: float
     source: dict[str, str]
     length_defaults: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -225,7 +225,7 @@ def canonical_version(text: str) -> str | None:
     return out
 
 
-def _option(raw: dict) -> Option:
+def _option(raw: dict[str, Any]) -> Option:
     choices = raw.get("choices")
     return Option(
         dest=raw["dest"],
@@ -309,7 +309,7 @@ def _lines() -> tuple[VersionLine, ...]:
     return tuple(out)
 
 
-def _first_without(lines: list[VersionLine], last_with: str, has) -> str:
+def _first_without(lines: list[VersionLine], last_with: str, has: Callable[[VersionLine], bool]) -> str:
     """The first line after ``last_with`` for which ``has(line)`` is false (the line that no longer has it)."""
     after = [l for l in lines if l.release > (parse_version(last_with) or (0, 0, 0))]
     return next((l.newest for l in after if not has(l)), after[0].newest if after else last_with)
@@ -361,7 +361,7 @@ def resolve_version(version: str | None) -> tuple[str, VersionLine]:
 
 
 # Backwards-compatible names
-def __getattr__(name: str):
+def __getattr__(name: str) -> tuple[str, ...] | dict[str, VersionLine]:
     if name == "ALL_QUANT_METHODS":
         return all_quant_methods()
     if name == "VERSION_LINES":

@@ -1,19 +1,57 @@
-"""The rule catalogue. Each rule is one small function ``(ctx: LaunchContext) -> list[Finding]`` registered with
+"""The rule catalogue. Each rule is one small function ``(ctx, emit) -> list[Finding]`` registered with
 ``@rule(codes, severity, source)``; its docstring says what it checks. ``docs/rules.md`` is generated from this
 registry (``python -m service.domain.rules.catalogue``) and a test keeps it current.
+
+A rule builds its findings only through the ``Emit`` the registry hands it: ``emit.error(code, message, ...)``
+(``warning``, ``info``) accepts one of the rule's own codes and stamps the rule's registered source, so a rule
+cannot speak for another and its source is written once, in ``@rule(...)``. The decorated name is the rule as
+callers use it: ``(ctx) -> list[Finding]``.
 
 Every module of this package is imported at the bottom, so adding a module adds its rules.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Literal
 
 from ..context import LaunchContext
 from ..findings import Finding, Severity
 
-RuleFunc = Callable[[LaunchContext], Iterable[Finding]]
+Phase = Literal["config", "budget"]  # "config": before the memory budget; "budget": needs ctx.budget
+RuleFunc = Callable[[LaunchContext], list[Finding]]
+
+
+class Emit:
+    """The finding builder bound to one registered rule: its codes and its source."""
+
+    __slots__ = ("codes", "source")
+
+    def __init__(self, codes: tuple[str, ...], source: str) -> None:
+        self.codes = codes
+        self.source = source
+
+    def _finding(self, code: str, severity: Severity, message: str, remedy: dict[str, Any] | None,
+                 field: str | None, data: dict[str, Any]) -> Finding:
+        if code not in self.codes:  # a programming error: the rule registered other codes
+            raise ValueError(f"a rule registered for {self.codes} emitted {code!r}")
+        return Finding(code, severity, message, remedy, self.source, field, data)
+
+    def error(self, code: str, message: str, *, remedy: dict[str, Any] | None = None, field: str | None = None,
+              **data: Any) -> Finding:
+        return self._finding(code, Severity.ERROR, message, remedy, field, data)
+
+    def warning(self, code: str, message: str, *, remedy: dict[str, Any] | None = None, field: str | None = None,
+                **data: Any) -> Finding:
+        return self._finding(code, Severity.WARNING, message, remedy, field, data)
+
+    def info(self, code: str, message: str, *, remedy: dict[str, Any] | None = None, field: str | None = None,
+             **data: Any) -> Finding:
+        return self._finding(code, Severity.INFO, message, remedy, field, data)
+
+
+RuleBody = Callable[[LaunchContext, Emit], list[Finding]]
 
 
 @dataclass(frozen=True)
@@ -22,7 +60,7 @@ class RuleInfo:
     severity: str
     source: str
     func: RuleFunc
-    phase: str  # "config" (before the memory budget) or "budget" (needs ctx.budget)
+    phase: Phase
 
     @property
     def name(self) -> str:
@@ -37,12 +75,18 @@ class RuleInfo:
 RULES: list[RuleInfo] = []
 
 
-def rule(*codes: str, severity: str, source: str, phase: str = "config") -> Callable[[RuleFunc], RuleFunc]:
+def rule(*codes: str, severity: str, source: str, phase: Phase = "config") -> Callable[[RuleBody], RuleFunc]:
     """Register a rule. ``severity`` documents the worst severity it emits (``error``/``warning``/``info``)."""
 
-    def deco(func: RuleFunc) -> RuleFunc:
-        RULES.append(RuleInfo(codes=tuple(codes), severity=severity, source=source, func=func, phase=phase))
-        return func
+    def deco(body: RuleBody) -> RuleFunc:
+        emit = Emit(tuple(codes), source)
+
+        @functools.wraps(body)
+        def run(ctx: LaunchContext) -> list[Finding]:
+            return body(ctx, emit)
+
+        RULES.append(RuleInfo(codes=tuple(codes), severity=severity, source=source, func=run, phase=phase))
+        return run
 
     return deco
 
@@ -50,7 +94,7 @@ def rule(*codes: str, severity: str, source: str, phase: str = "config") -> Call
 _BY_PHASE: dict[str, tuple[int, tuple[RuleFunc, ...]]] = {}
 
 
-def run_rules(ctx: LaunchContext, phase: str) -> list[Finding]:
+def run_rules(ctx: LaunchContext, phase: Phase) -> list[Finding]:
     """Every registered rule of ``phase``, in registration order."""
     hit = _BY_PHASE.get(phase)
     if hit is None or hit[0] != len(RULES):  # rules register at import; a later registration refreshes the list
@@ -61,21 +105,6 @@ def run_rules(ctx: LaunchContext, phase: str) -> list[Finding]:
         if found:
             out.extend(found)
     return out
-
-
-def error(code: str, message: str, *, remedy: dict | None = None, source: str = "", field: str | None = None,
-          **data) -> Finding:
-    return Finding(code, Severity.ERROR, message, remedy, source, field, data)
-
-
-def warning(code: str, message: str, *, remedy: dict | None = None, source: str = "", field: str | None = None,
-            **data) -> Finding:
-    return Finding(code, Severity.WARNING, message, remedy, source, field, data)
-
-
-def info(code: str, message: str, *, remedy: dict | None = None, source: str = "", field: str | None = None,
-         **data) -> Finding:
-    return Finding(code, Severity.INFO, message, remedy, source, field, data)
 
 
 def _register_all() -> None:

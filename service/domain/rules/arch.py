@@ -1,10 +1,13 @@
 """Architecture rules: architectures vLLM 0.33 no longer has, custom config code without
-``--trust-remote-code``, and pipeline parallel where vLLM refuses it (../shared/vllm-rules.md §1.3, §10)."""
+``--trust-remote-code``, and pipeline parallel where vLLM refuses it (vllm 0.33.0
+vllm/model_executor/models/registry.py:841-903, 1225-1252; vllm/transformers_utils/config.py:452-464;
+vllm/config/model.py:1569-1576)."""
 
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, rule, warning
+from ..findings import Finding
+from . import Emit, rule
 
 SRC_ARCH = "vllm 0.33.0 vllm/model_executor/models/registry.py:841-903, 1225-1252 (service/data/vllm/<release>.json registry)"
 SRC_TRUST = "vllm 0.33.0 vllm/transformers_utils/config.py:452-464"
@@ -29,7 +32,7 @@ def _archs(ctx: LaunchContext) -> tuple[str, ...]:
 
 
 @rule("arch_unsupported", severity="error", source=SRC_ARCH)
-def arch_unsupported(ctx: LaunchContext):
+def arch_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """The checkpoint's ``architectures`` must exist in the target release's model registry (generated from its
     registry.py): an architecture the release lists as removed fails with "was supported in vLLM until v{X}", one
     moved to an out-of-tree plugin needs that plugin. An architecture the registry does not name at all is a
@@ -42,34 +45,34 @@ def arch_unsupported(ctx: LaunchContext):
             continue
         if arch in line.previously_supported:
             until = line.previously_supported[arch]
-            out.append(error(
+            out.append(emit.error(
                 "arch_unsupported",
                 f"Model architecture {arch} was supported in vLLM until v{until}, and is not supported anymore "
                 f"(vLLM {ctx.version}). Serve it with vLLM ≤ {until} or use a successor checkpoint with a supported "
                 f"architecture.",
-                remedy={"vllm_version": until}, source=SRC_ARCH, field="model.config.architectures",
+                remedy={"vllm_version": until}, field="model.config.architectures",
             ))
         elif arch in line.out_of_tree:
-            out.append(error(
+            out.append(emit.error(
                 "arch_unsupported",
                 f"Model architecture {arch} is not supported in-tree anymore (vLLM {ctx.version}); install the plugin "
                 f"{line.out_of_tree[arch]}.",
-                remedy={"plugin": line.out_of_tree[arch]}, source=SRC_ARCH, field="model.config.architectures",
+                remedy={"plugin": line.out_of_tree[arch]}, field="model.config.architectures",
             ))
         elif not any(a in line.architectures for a in archs):
-            out.append(warning(
+            out.append(emit.warning(
                 "arch_unsupported",
                 f"Model architecture {arch} is not in vLLM {line.newest}'s model registry; vLLM falls back to its "
                 f"Transformers backend, which loads it only if the installed Transformers has the model (or with "
                 f"--trust-remote-code and the repository's code). Otherwise it fails with 'Model architectures "
                 f"{list(archs)} are not supported for now'.",
-                remedy=None, source=SRC_ARCH, field="model.config.architectures",
+                remedy=None, field="model.config.architectures",
             ))
     return out
 
 
 @rule("trust_remote_code", severity="warning", source=SRC_TRUST)
-def trust_remote_code(ctx: LaunchContext):
+def trust_remote_code(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """A config.json that ships its own configuration code (``auto_map``) for a model type Transformers does not
     know needs ``--trust-remote-code``; without it vLLM fails with "Failed to load the model config...". Preflight
     cannot resolve every model type offline, so this is a warning for model types outside its list of built-in
@@ -81,19 +84,19 @@ def trust_remote_code(ctx: LaunchContext):
     mtype = cfg.get("model_type")
     if mtype in BUILTIN_MODEL_TYPES:
         return []
-    return [warning(
+    return [emit.warning(
         "trust_remote_code",
         f"config.json maps AutoConfig to repository code ({auto_map['AutoConfig']}) for model_type {mtype!r}, which "
         f"Preflight does not know as a built-in Transformers/vLLM type. Without --trust-remote-code vLLM fails with "
         f"'Failed to load the model config. If the model is a custom model not yet available in the HuggingFace "
         f"transformers library, consider setting `trust_remote_code=True` in LLM or using the `--trust-remote-code` "
         f"flag in the CLI.'",
-        remedy={"trust_remote_code": True}, source=SRC_TRUST, field="engine_args.trust_remote_code",
+        remedy={"trust_remote_code": True}, field="engine_args.trust_remote_code",
     )]
 
 
 @rule("pp_supported", severity="error", source=SRC_PP)
-def pp_supported(ctx: LaunchContext):
+def pp_supported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Pipeline parallel needs an architecture whose class implements ``SupportsPP`` (from the release's registry;
     an architecture whose class could not be read is not refused), the ``mp``, ``ray`` or ``external_launcher``
     executor (``uni`` is refused), and no explicit ``--async-scheduling``."""
@@ -102,27 +105,27 @@ def pp_supported(ctx: LaunchContext):
     out = []
     known = [ctx.line.architectures[a] for a in _archs(ctx) if a in ctx.line.architectures]
     if known and all(a.supports_pp is False for a in known):
-        out.append(error(
+        out.append(emit.error(
             "pp_supported",
             f"Pipeline parallelism is not supported for this model ({known[0].name}). Supported models implement the "
             f"`SupportsPP` interface. (pipeline_parallel_size={ctx.pp}; vLLM {ctx.line.newest}'s registry)",
-            remedy={"pipeline_parallel_size": 1}, source=SRC_PP, field="engine_args.pipeline_parallel_size",
+            remedy={"pipeline_parallel_size": 1}, field="engine_args.pipeline_parallel_size",
         ))
     backend = ctx.args.get("distributed_executor_backend")
     if backend is not None and backend not in ("mp", "ray", "external_launcher"):
         feature = ("Pipeline Parallelism without Ray distributed executor or multiprocessing executor or external "
                    "launcher")
-        out.append(error(
+        out.append(emit.error(
             "pp_supported",
             f"{feature} is not supported. We recommend to remove {feature} from your config. "
             f"(--distributed-executor-backend {backend} with pipeline_parallel_size={ctx.pp})",
-            remedy={"distributed_executor_backend": "mp"}, source=SRC_PP,
+            remedy={"distributed_executor_backend": "mp"},
             field="engine_args.distributed_executor_backend",
         ))
     if ctx.args.get("async_scheduling") is True:
-        out.append(error(
+        out.append(emit.error(
             "pp_supported",
             "Async scheduling is not supported by the V1 model runner with pipeline parallelism.",
-            remedy={"async_scheduling": False}, source=SRC_PP, field="engine_args.async_scheduling",
+            remedy={"async_scheduling": False}, field="engine_args.async_scheduling",
         ))
     return out

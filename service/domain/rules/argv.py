@@ -5,7 +5,8 @@ unjudged."""
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, rule, warning
+from ..findings import Finding
+from . import Emit, rule
 
 SRC_RT = "vllm 0.33.0 vllm/utils/argparse_utils.py:313-514 (FlexibleArgumentParser.parse_args); argparse"
 SRC_LOAD = "vllm 0.33.0 vllm/engine/arg_utils.py (--config, --model-loader-extra-config, --hf-overrides, --tokenizer)"
@@ -20,7 +21,7 @@ UNJUDGED = {
 
 
 @rule("argv_roundtrip", "model_reference", severity="error", source=SRC_RT, phase="budget")
-def argv_roundtrip(ctx: LaunchContext):
+def argv_roundtrip(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """The rendered ``vllm serve`` argv, parsed back with the target release's option catalogue and parser
     semantics (``--model`` anywhere is moved to the front, ``--config`` pulls in a file, a value that begins with
     ``-`` is an option, ``nargs='+'`` reads up to the next option), must give exactly the engine arguments that were
@@ -29,11 +30,11 @@ def argv_roundtrip(ctx: LaunchContext):
 
     argv = render_argv(ctx)
     ctx.notes["argv"] = argv  # the validator signs this same argv (validate.py)
-    return roundtrip_findings(ctx, argv)
+    return roundtrip_findings(ctx, argv, emit)
 
 
 @rule("flag_unjudged", severity="error", source=SRC_LOAD)
-def flag_unjudged(ctx: LaunchContext):
+def flag_unjudged(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Options that change what is loaded must be judged: ``--hf-overrides`` as a JSON object is applied to the
     config.json before every rule (a function name is refused); ``--tokenizer`` must be a repository id, an absolute
     path or a URI; ``--config``, ``--model-loader-extra-config`` and ``--hf-config-path`` carry what Preflight cannot
@@ -48,40 +49,40 @@ def flag_unjudged(ctx: LaunchContext):
         value = ctx.args.values.get(name)
         if value in (None, {}, ""):
             continue
-        out.append(error(
+        out.append(emit.error(
             "flag_unjudged",
             f"--{name.replace('_', '-')} {why}; Preflight refuses to sign a launch whose meaning it has not judged. "
             f"Put the settings in engine_args (or the manifest) instead.",
-            remedy={"drop": [name]}, source=SRC_LOAD, field=f"engine_args.{name}",
+            remedy={"drop": [name]}, field=f"engine_args.{name}",
         ))
     hf = ctx.args.values.get("hf_overrides")
     if isinstance(hf, str) and hf:
-        out.append(error(
+        out.append(emit.error(
             "flag_unjudged",
             f"--hf-overrides {hf!r} names a function that rewrites the config at load time; only a JSON object can be "
             f"judged (it is applied to config.json before the rules).",
-            remedy={"hf_overrides": "a JSON object"}, source=SRC_LOAD, field="engine_args.hf_overrides",
+            remedy={"hf_overrides": "a JSON object"}, field="engine_args.hf_overrides",
         ))
     if ctx.environment == "production" and ctx.args.values.get("load_format") == "dummy":
-        out.append(error("flag_unjudged", "--load-format dummy serves randomly initialised weights, not the "
-                         "manifest's: never in production.", remedy={"drop": ["load_format"]}, source=SRC_LOAD,
-                         field="engine_args.load_format"))
+        out.append(emit.error("flag_unjudged", "--load-format dummy serves randomly initialised weights, not the "
+                              "manifest's: never in production.", remedy={"drop": ["load_format"]},
+                              field="engine_args.load_format"))
     revision = ctx.args.values.get("revision")
     if isinstance(revision, str) and revision:
-        out.append(warning("flag_unjudged", f"--revision {revision!r} loads another commit of the model repository "
-                           f"than the one whose config.json was judged; register that revision as its own manifest "
-                           f"version instead.", remedy={"drop": ["revision"]}, source=SRC_LOAD,
-                           field="engine_args.revision"))
+        out.append(emit.warning(
+            "flag_unjudged", f"--revision {revision!r} loads another commit of the model repository than the one "
+            f"whose config.json was judged; register that revision as its own manifest version instead.",
+            remedy={"drop": ["revision"]}, field="engine_args.revision"))
     spec = ctx.args.values.get("speculative_config")
     if isinstance(spec, dict) and isinstance(spec.get("model"), str):
-        out.append(warning("flag_unjudged", f"speculative_config.model {spec['model']!r}: the draft model's weights and "
-                           f"memory are not judged (only the target model's are).", remedy=None, source=SRC_LOAD,
-                           field="engine_args.speculative_config"))
+        out.append(emit.warning(
+            "flag_unjudged", f"speculative_config.model {spec['model']!r}: the draft model's weights and memory are "
+            f"not judged (only the target model's are).", remedy=None, field="engine_args.speculative_config"))
     for name in ("tokenizer",):
         value = ctx.args.values.get(name)
         if isinstance(value, str):
             problem = model_reference_problem(value)
             if problem:
-                out.append(error("flag_unjudged", f"--{name}: {problem}.", remedy={"drop": [name]}, source=SRC_LOAD,
-                                 field=f"engine_args.{name}"))
+                out.append(emit.error("flag_unjudged", f"--{name}: {problem}.", remedy={"drop": [name]},
+                                      field=f"engine_args.{name}"))
     return out

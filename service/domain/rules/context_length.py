@@ -1,10 +1,11 @@
 """Context-length rules: ``max_model_len`` against the maximum vLLM derives from config.json
-(../shared/vllm-rules.md §4)."""
+(vllm 0.33.0 vllm/config/model.py:2579-2683; model_arch_config_convertor.py:374-407)."""
 
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, rule, warning
+from ..findings import Finding
+from . import Emit, rule
 
 SRC = "vllm 0.33.0 vllm/config/model.py:2657-2683; model_arch_config_convertor.py:374-407"
 ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
@@ -15,7 +16,7 @@ def _env_true(ctx: LaunchContext, name: str) -> bool:
 
 
 @rule("max_len_vs_positions", severity="error", source=SRC)
-def max_len_vs_positions(ctx: LaunchContext):
+def max_len_vs_positions(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``max_model_len`` must not exceed the derived maximum (smallest length key, ``model_max_length`` override,
     rope scaling only for scaling types; YaRN no longer rescales since PR #56446) unless
     ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` is set (then a warning). A value ≤ ``model_max_length`` is tolerated; a
@@ -37,8 +38,8 @@ def max_len_vs_positions(ctx: LaunchContext):
                 f"trained for it.")
     remedy = {"max_model_len": derived, "env": {ENV: "1"}}
     if _env_true(ctx, ENV):
-        return [warning("max_len_vs_positions", msg + f" {ENV}=1 is set: positions beyond {derived} may give NaN "
-                        "(RoPE) or out-of-bounds errors (absolute positions).",
-                        remedy=remedy, source=SRC, field="engine_args.max_model_len")]
-    return [error("max_len_vs_positions", msg + f" To allow overriding this maximum, set the env var {ENV}=1.",
-                  remedy=remedy, source=SRC, field="engine_args.max_model_len", derived_max_model_len=derived)]
+        return [emit.warning("max_len_vs_positions", msg + f" {ENV}=1 is set: positions beyond {derived} may give NaN "
+                             "(RoPE) or out-of-bounds errors (absolute positions).",
+                             remedy=remedy, field="engine_args.max_model_len")]
+    return [emit.error("max_len_vs_positions", msg + f" To allow overriding this maximum, set the env var {ENV}=1.",
+                       remedy=remedy, field="engine_args.max_model_len", derived_max_model_len=derived)]

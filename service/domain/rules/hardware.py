@@ -1,10 +1,11 @@
 """Hardware rules: GPUs vLLM 0.33 cannot run on at all, and bfloat16 below compute capability 8.0
-(../shared/vllm-rules.md §3, correction 2)."""
+(the vllm 0.33.0 PyPI wheel: torch 2.14.0+cu130, kernels for sm_75 … sm_120; vllm/platforms/cuda.py:638-657)."""
 
 from __future__ import annotations
 
 from ..context import DTYPE_ALIASES, LaunchContext
-from . import error, info, rule
+from ..findings import Finding
+from . import Emit, rule
 
 SRC_MIN = "vllm 0.33.0 PyPI wheel: built with torch 2.14.0+cu130, CUDA kernels for sm_75 … sm_120 only"
 SRC_BF16 = "vllm 0.33.0 vllm/platforms/cuda.py:638-657 (gpu_worker.py:498); vllm/config/model.py:2447-2464"
@@ -12,23 +13,23 @@ MIN_CAPABILITY_033 = (7, 5)
 
 
 @rule("gpu_min_capability", severity="error", source=SRC_MIN)
-def gpu_min_capability(ctx: LaunchContext):
+def gpu_min_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """The vLLM 0.33 wheel is built for CUDA 13 with kernels for sm_75 … sm_120 only: an NVIDIA GPU below compute
     capability 7.5 (V100 7.0, P100 6.0) cannot run 0.33 at all. Checked for the 0.33 line only."""
     cc = ctx.gpu.compute_capability
     if cc is None or ctx.line.line != "0.33" or cc >= MIN_CAPABILITY_033:
         return []
-    return [error(
+    return [emit.error(
         "gpu_min_capability",
         f"{ctx.gpu.name} has compute capability {cc[0]}.{cc[1]}; the vLLM {ctx.version} wheel (CUDA 13, torch "
         f"2.14.0+cu130) ships kernels for sm_75 … sm_120 only, so it cannot run on this GPU. Use a GPU with compute "
         f"capability ≥ 7.5 or an older vLLM release.",
-        remedy={"min_compute_capability": 75}, source=SRC_MIN, field="hardware.gpu",
+        remedy={"min_compute_capability": 75}, field="hardware.gpu",
     )]
 
 
 @rule("bf16_capability", severity="error", source=SRC_BF16)
-def bf16_capability(ctx: LaunchContext):
+def bf16_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """bfloat16 needs compute capability ≥ 8.0. An explicit ``--dtype bfloat16`` below that fails in the worker
     (error); with ``auto`` a bfloat16 checkpoint falls back to float16 (or float32 for gemma2/3 and glm4) with a
     warning in vLLM's log (info)."""
@@ -37,18 +38,18 @@ def bf16_capability(ctx: LaunchContext):
         return []
     requested = DTYPE_ALIASES.get(str(ctx.args.get("dtype", "auto")).lower(), "auto")
     if requested == "bfloat16":
-        return [error(
+        return [emit.error(
             "bf16_capability",
             f"Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your {ctx.gpu.name} GPU has "
             f"compute capability {cc[0]}.{cc[1]}. You can use float16 instead by explicitly setting the `dtype` flag "
             f"in CLI, for example: --dtype=half.",
-            remedy={"dtype": "float16"}, source=SRC_BF16, field="engine_args.dtype",
+            remedy={"dtype": "float16"}, field="engine_args.dtype",
         )]
     if requested == "auto" and ctx.facts.torch_dtype == "bfloat16":
-        return [info(
+        return [emit.info(
             "bf16_capability",
             f"Your device '{ctx.gpu.name}' (with compute capability {cc[0]}.{cc[1]}) doesn't support torch.bfloat16. "
             f"Falling back to torch.{ctx.dtype} for compatibility.",
-            remedy={"dtype": ctx.dtype}, source=SRC_BF16, field="engine_args.dtype",
+            remedy={"dtype": ctx.dtype}, field="engine_args.dtype",
         )]
     return []

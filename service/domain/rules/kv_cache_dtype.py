@@ -1,10 +1,12 @@
 """KV-cache dtype rules: the value must be one vLLM 0.33 knows and agree with the model dtype, and the attention
-backend must be able to store it on this GPU (../shared/vllm-rules.md §2.5, §3, §1.9)."""
+backend must be able to store it on this GPU (vllm 0.33.0 vllm/config/cache.py:44-67, 468-475;
+vllm/config/vllm.py:1492-1508, 3424-3438; vllm/v1/attention/backends/fa_utils.py:282-311)."""
 
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, info, rule
+from ..findings import Finding
+from . import Emit, rule
 
 # CacheDType (vllm 0.33.0 vllm/config/cache.py:44-67)
 KV_CACHE_DTYPES = (
@@ -19,27 +21,27 @@ SRC_HW = ("vllm 0.33.0 vllm/v1/attention/backends/fa_utils.py:282-311; flash_att
 
 
 @rule("kv_dtype_invalid", severity="error", source=SRC_INVALID)
-def kv_dtype_invalid(ctx: LaunchContext):
+def kv_dtype_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--kv-cache-dtype`` must be one of vLLM 0.33's cache dtypes, and an explicit float16 / bfloat16 must equal
     the model dtype."""
     kv = ctx.kv_cache_dtype
     if kv not in KV_CACHE_DTYPES:
-        return [error(
+        return [emit.error(
             "kv_dtype_invalid", f"Invalid kv_cache_dtype: {kv!r}. Valid values are: {list(KV_CACHE_DTYPES)}",
-            remedy={"kv_cache_dtype": "auto"}, source=SRC_INVALID, field="engine_args.kv_cache_dtype",
+            remedy={"kv_cache_dtype": "auto"}, field="engine_args.kv_cache_dtype",
         )]
     if kv in ("float16", "bfloat16") and kv != ctx.dtype:
-        return [error(
+        return [emit.error(
             "kv_dtype_invalid",
             f'kv_cache_dtype="{kv}" is incompatible with dtype="{ctx.dtype}". Please set `--kv-cache-dtype` to auto '
             f"or {ctx.dtype}.",
-            remedy={"kv_cache_dtype": "auto"}, source=SRC_INVALID, field="engine_args.kv_cache_dtype",
+            remedy={"kv_cache_dtype": "auto"}, field="engine_args.kv_cache_dtype",
         )]
     return []
 
 
 @rule("kv_dtype_capability", severity="error", source=SRC_HW)
-def kv_dtype_capability(ctx: LaunchContext):
+def kv_dtype_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """The attention backend must store the KV dtype: with ``--attention-backend FLASH_ATTN`` an FP8 KV cache needs
     SM90 or SM100 and ``fp8_e5m2`` is never accepted; an ``nvfp4`` KV cache is refused for MLA models. FP8 KV on
     other GPUs with the automatic backend goes to FlashInfer (SM80+) or Triton (info)."""
@@ -49,12 +51,12 @@ def kv_dtype_capability(ctx: LaunchContext):
     cc = ctx.gpu.capability_int
     backend = str(ctx.args.get("attention_backend") or "").upper()
     if kv.startswith("nvfp4") and ctx.facts.is_mla:
-        return [error(
+        return [emit.error(
             "kv_dtype_capability",
             "nvfp4 KV cache is not supported with MLA (Multi-head Latent Attention) backends. Please use a different "
             "--kv-cache-dtype (e.g., 'fp8', 'auto', or 'nvfp4_ds_mla' with a sparse MLA backend) for MLA models such "
             "as DeepSeek.",
-            remedy={"kv_cache_dtype": "fp8"}, source=SRC_HW, field="engine_args.kv_cache_dtype",
+            remedy={"kv_cache_dtype": "fp8"}, field="engine_args.kv_cache_dtype",
         )]
     if not kv.startswith("fp8") or cc is None:
         return []
@@ -65,19 +67,19 @@ def kv_dtype_capability(ctx: LaunchContext):
             reason = f"FlashAttention stores FP8 KV only on SM90 (FA3) or SM100 (FA4); this GPU is SM{cc}"
         else:
             return []
-        return [error(
+        return [emit.error(
             "kv_dtype_capability",
             f"Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. Reason: "
             f"['{reason}'] (--kv-cache-dtype {kv}).",
-            remedy={"attention_backend": None, "kv_cache_dtype": "auto"}, source=SRC_HW,
+            remedy={"attention_backend": None, "kv_cache_dtype": "auto"},
             field="engine_args.attention_backend",
         )]
     if cc // 10 not in (9, 10) and not backend:
-        return [info(
+        return [emit.info(
             "kv_dtype_capability",
             f"FP8 KV cache on SM{cc}: FlashAttention stores FP8 KV only on SM90/SM100, so vLLM selects FlashInfer "
             f"(SM80+) or Triton attention. Using {kv} data type to store kv cache may cause accuracy drop without a "
             f"proper scaling factor.",
-            remedy=None, source=SRC_HW, field="engine_args.kv_cache_dtype",
+            remedy=None, field="engine_args.kv_cache_dtype",
         )]
     return []

@@ -4,31 +4,32 @@
 from __future__ import annotations
 
 from ..context import LaunchContext
+from ..findings import Finding
 from ..multimodal import V1_DEFAULT_LIMIT, _limits, limit_problems, max_items, size_problems, vision_tower
-from . import error, rule
+from . import Emit, rule
 
 SRC_LIMITS = "vllm 0.33.0 vllm/config/multimodal.py:211-236, 471-495 (limit_per_prompt and its dummy options)"
 
 
 @rule("mm_limits_invalid", severity="error", source=SRC_LIMITS)
-def mm_limits_invalid(ctx: LaunchContext):
+def mm_limits_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--limit-mm-per-prompt`` is validated by vLLM's MultiModalConfig at start-up (counts ≥ 0, sizes > 0, only the
     modality's own options), and the image size fields Preflight's memory profile reads from
     ``--mm-processor-kwargs`` must be positive integers (the processor divides by them)."""
     out = []
     for problem in limit_problems(ctx.args.get("limit_mm_per_prompt")):
-        out.append(error("mm_limits_invalid", f"--limit-mm-per-prompt: {problem}", source=SRC_LIMITS,
-                         field="engine_args.limit_mm_per_prompt", remedy={"limit_mm_per_prompt": None}))
+        out.append(emit.error("mm_limits_invalid", f"--limit-mm-per-prompt: {problem}",
+                              field="engine_args.limit_mm_per_prompt", remedy={"limit_mm_per_prompt": None}))
     for problem in size_problems(ctx.args.get("mm_processor_kwargs"), "mm_processor_kwargs"):
-        out.append(error("mm_limits_invalid", f"--mm-processor-kwargs: {problem}", source=SRC_LIMITS,
-                         field="engine_args.mm_processor_kwargs", remedy={"mm_processor_kwargs": None}))
+        out.append(emit.error("mm_limits_invalid", f"--mm-processor-kwargs: {problem}",
+                              field="engine_args.mm_processor_kwargs", remedy={"mm_processor_kwargs": None}))
     return out[:8]
 
 SRC_CHUNKED_MM = "vllm 0.33.0 vllm/v1/core/encoder_cache_manager.py:360-371 (compute_mm_encoder_budget)"
 
 
 @rule("mm_item_exceeds_batched_tokens", severity="error", source=SRC_CHUNKED_MM)
-def mm_item_exceeds_batched_tokens(ctx: LaunchContext):
+def mm_item_exceeds_batched_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """With ``--disable-chunked-mm-input`` a multimodal item is never split across steps, so its largest item (the
     image or video with the most features, by the checkpoint's processor limits) must fit max_num_batched_tokens;
     vLLM raises at engine start otherwise."""
@@ -44,10 +45,10 @@ def mm_item_exceeds_batched_tokens(ctx: LaunchContext):
     if not active or max(active) <= ctx.max_num_batched_tokens:
         return []
     t, mnbt = max(active), ctx.max_num_batched_tokens
-    return [error(
+    return [emit.error(
         "mm_item_exceeds_batched_tokens",
         f"Chunked MM input disabled but max_tokens_per_mm_item ({t}) is larger than max_num_batched_tokens ({mnbt}). "
         "Please increase max_num_batched_tokens.",
         remedy={"max_num_batched_tokens": t, "disable_chunked_mm_input": False},
-        source=SRC_CHUNKED_MM, field="engine_args.max_num_batched_tokens", max_tokens_per_mm_item=t,
+        field="engine_args.max_num_batched_tokens", max_tokens_per_mm_item=t,
     )]

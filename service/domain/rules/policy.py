@@ -5,8 +5,9 @@ load tests. ``util_range`` and ``chunked_prefill_disabled`` mirror vLLM itself a
 from __future__ import annotations
 
 from ..context import LaunchContext
+from ..findings import Finding
 from ..model_facts import round_up
-from . import error, rule, warning
+from . import Emit, rule
 from .parallel import valid_tp_sizes
 
 PRODUCTION_UTIL_CAP = 0.90  # docs/operating.md §3
@@ -26,48 +27,48 @@ def production(ctx: LaunchContext) -> bool:
 
 
 @rule("util_range", severity="error", source=SRC_RANGE)
-def util_range(ctx: LaunchContext):
+def util_range(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``gpu_memory_utilization`` must lie in (0, 1]; vLLM's CacheConfig refuses anything else (pydantic)."""
     u = ctx.gpu_memory_utilization
     if 0 < u <= 1:
         return []
     bound = "greater than 0 [type=greater_than" if u <= 0 else "less than or equal to 1 [type=less_than_equal"
-    return [error(
+    return [emit.error(
         "util_range",
         f"1 validation error for CacheConfig\ngpu_memory_utilization\n  Input should be {bound}, input_value={u}] "
         f"— gpu_memory_utilization is a fraction of each GPU's total memory in (0, 1].",
-        remedy={"gpu_memory_utilization": PRODUCTION_UTIL_CAP}, source=SRC_RANGE,
+        remedy={"gpu_memory_utilization": PRODUCTION_UTIL_CAP},
         field="engine_args.gpu_memory_utilization",
     )]
 
 
 @rule("util_too_high", severity="warning", source=SRC_UTIL)
-def util_too_high(ctx: LaunchContext):
+def util_too_high(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Production: gpu_memory_utilization above 0.90 (vLLM 0.33's default 0.92 included) leaves too little for bursts
     of long requests and fragmentation; 0.95+ belongs to load tests only. Not applied to benchmark launches."""
     u = ctx.gpu_memory_utilization
     if not production(ctx) or not PRODUCTION_UTIL_CAP < u <= 1:
         return []
     origin = "set" if "gpu_memory_utilization" in ctx.args.given else "vLLM 0.33's default, not set"
-    return [warning(
+    return [emit.warning(
         "util_too_high",
         f"gpu_memory_utilization {u:g} ({origin}) is above the production cap {PRODUCTION_UTIL_CAP:.2f}: steady state "
         f"is 0.85-0.90, and higher values trade headroom for preemption churn.",
-        remedy={"gpu_memory_utilization": PRODUCTION_UTIL_CAP}, source=SRC_UTIL,
+        remedy={"gpu_memory_utilization": PRODUCTION_UTIL_CAP},
         field="engine_args.gpu_memory_utilization",
     )]
 
 
 @rule("enforce_eager_production", severity="warning", source=SRC_EAGER)
-def enforce_eager_production(ctx: LaunchContext):
+def enforce_eager_production(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Production: ``--enforce-eager`` disables CUDA graphs and costs 10-20 % throughput; it is for debugging."""
     if not production(ctx) or not ctx.args.enforce_eager:
         return []
-    return [warning(
+    return [emit.warning(
         "enforce_eager_production",
         "enforce_eager in production: CUDA graphs off costs 10-20 % throughput (1200 vs 1450 tok/s measured); use it "
         "only to debug a graph-replay failure.",
-        remedy={"enforce_eager": False}, source=SRC_EAGER, field="engine_args.enforce_eager",
+        remedy={"enforce_eager": False}, field="engine_args.enforce_eager",
     )]
 
 
@@ -79,18 +80,18 @@ def pcie_only(ctx: LaunchContext) -> bool:
 
 
 @rule("pcie_tp", severity="warning", source=SRC_PCIE)
-def pcie_tp(ctx: LaunchContext):
+def pcie_tp(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Production: tensor parallel over PCIe without NVLink pays an all-reduce per layer over the slow link; a
     smaller TP (with data-parallel replicas) often serves more. Confirm NVLink before sharding across the node."""
     if not production(ctx) or ctx.tp <= 1 or not pcie_only(ctx):
         return []
     smaller = valid_tp_sizes(ctx, ctx.tp - 1)
-    return [warning(
+    return [emit.warning(
         "pcie_tp",
         f"tensor_parallel_size={ctx.tp} over PCIe ({ctx.gpu.name}, no NVLink): every layer all-reduces across the "
         f"PCIe link, and large TP there can be slower than smaller TP. Prefer the smallest TP whose weights fit "
         f"(candidates {smaller}) and serve more replicas with the remaining GPUs.",
-        remedy={"tensor_parallel_size": smaller}, source=SRC_PCIE, field="engine_args.tensor_parallel_size",
+        remedy={"tensor_parallel_size": smaller}, field="engine_args.tensor_parallel_size",
     )]
 
 
@@ -102,7 +103,7 @@ def generative(ctx: LaunchContext) -> bool:
 
 
 @rule("chunked_prefill_disabled", severity="warning", source=SRC_CHUNK)
-def chunked_prefill_disabled(ctx: LaunchContext):
+def chunked_prefill_disabled(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Chunked prefill explicitly disabled on a generative model: vLLM warns that it does not officially support
     this, and with long prompts (workload P99 above ~2k tokens, or no workload and max_model_len above 2k) every
     long prefill blocks all decodes (docs/operating.md §6)."""
@@ -116,43 +117,52 @@ def chunked_prefill_disabled(ctx: LaunchContext):
         basis = f"workload P99 {p99} tokens" if p99 else f"max_model_len {ctx.max_model_len}"
         why = (f" With prompts this long ({basis}) a single prefill blocks every decode and TTFT P99 goes to seconds; "
                f"the guide keeps chunked prefill on whenever prompts exceed ~2k tokens.")
-    return [warning(
+    return [emit.warning(
         "chunked_prefill_disabled",
         "This model does not officially support disabling chunked prefill. Disabling this manually may cause the "
         "engine to crash or produce incorrect outputs." + why,
-        remedy={"enable_chunked_prefill": True}, source=SRC_CHUNK, field="engine_args.enable_chunked_prefill",
+        remedy={"enable_chunked_prefill": True}, field="engine_args.enable_chunked_prefill",
     )]
 
 
-def recommended_max_model_len(ctx: LaunchContext) -> int | None:
-    """docs/operating.md §4: min(P99 × 1.2, the model's maximum), rounded up to a multiple of 1024."""
-    wl = ctx.request.workload
-    if wl is None or not wl.p99_seq_len:
-        return None
-    return min(round_up(int(wl.p99_seq_len * 1.2), 1024), ctx.facts.derived_max_model_len)
+MAX_MODEL_LEN_MULTIPLE = 1024  # docs/operating.md §4: "peak ≈ 6k → 8192"
+
+
+def p99_with_headroom(p99_seq_len: int) -> int:
+    """``ceil(P99 × 1.2)`` in integers (no float rounding at a multiple's edge)."""
+    return -(-p99_seq_len * 6 // 5)
+
+
+def recommended_max_model_len(p99_seq_len: int, derived_max_model_len: int) -> int:
+    """docs/operating.md §4: ``min(ceil(P99 × 1.2) rounded up to a multiple of 1024, the model's maximum)`` — the
+    value the recommender fills and the one ``max_model_len_oversized`` measures against (one rounding for both)."""
+    return min(round_up(p99_with_headroom(p99_seq_len), MAX_MODEL_LEN_MULTIPLE), derived_max_model_len)
 
 
 @rule("max_model_len_oversized", "max_model_len_below_workload", severity="warning", source=SRC_LEN)
-def max_model_len_oversized(ctx: LaunchContext):
-    """Production with a workload: max_model_len should be min(P99 × 1.2, model maximum) — larger multiplies the KV
-    cost per request and cuts concurrency (``max_model_len_oversized``); below the P99 it truncates long requests
-    (``max_model_len_below_workload``)."""
-    rec = recommended_max_model_len(ctx)
-    if not production(ctx) or rec is None:
+def max_model_len_oversized(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Production with a workload: max_model_len should be min(P99 × 1.2 rounded up to a multiple of 1024, model
+    maximum), the value the recommender fills — larger multiplies the KV cost per request and cuts concurrency
+    (``max_model_len_oversized``); below the P99 it truncates long requests (``max_model_len_below_workload``)."""
+    wl = ctx.request.workload
+    if not production(ctx) or wl is None or not wl.p99_seq_len:
         return []
-    mml, p99 = ctx.max_model_len, ctx.request.workload.p99_seq_len
+    p99 = wl.p99_seq_len
+    rec = recommended_max_model_len(p99, ctx.facts.derived_max_model_len)
+    mml = ctx.max_model_len
     if mml > rec:
-        return [warning(
+        return [emit.warning(
             "max_model_len_oversized",
-            f"max_model_len {mml} is far above the workload's P99 ({p99} tokens): the guide sets min(P99 × 1.2, model "
-            f"maximum) = {rec}. Every request may claim {mml / rec:.1f}× the KV cache it needs, cutting concurrency.",
-            remedy={"max_model_len": rec}, source=SRC_LEN, field="engine_args.max_model_len",
+            f"max_model_len {mml} is far above the workload's P99 ({p99} tokens): the guide sets min(P99 × 1.2 rounded "
+            f"up to a multiple of 1024, model maximum) = {rec}. Every request may claim {mml / rec:.1f}× the KV cache "
+            f"it needs, cutting concurrency.",
+            remedy={"max_model_len": rec}, field="engine_args.max_model_len",
         )]
     if mml < p99:
-        return [warning(
+        return [emit.warning(
             "max_model_len_below_workload",
             f"max_model_len {mml} is below the workload's P99 ({p99} tokens): long requests will be refused or "
-            f"truncated. The guide sets min(P99 × 1.2, model maximum) = {rec}.",
-            remedy={"max_model_len": rec}, source=SRC_LEN, field="engine_args.max_model_len",
+            f"truncated. The guide sets min(P99 × 1.2 rounded up to a multiple of 1024, model maximum) = {rec}.",
+            remedy={"max_model_len": rec}, field="engine_args.max_model_len",
         )]
     return []

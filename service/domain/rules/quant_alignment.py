@@ -1,10 +1,13 @@
 """Per-rank alignment of quantized weights: int4/int8 quant groups (AWQ, GPTQ, compressed-tensors WNA16) and
-FP8 weight blocks must not straddle a tensor-parallel shard (../shared/vllm-rules.md §1.8; corrections 1, 5, 6)."""
+FP8 weight blocks must not straddle a tensor-parallel shard (vllm 0.33.0
+vllm/model_executor/layers/quantization/auto_awq.py:819-832; utils/marlin_utils.py:306-325;
+utils/fp8_utils.py:1296-1344; vllm/distributed/utils.py:137-152)."""
 
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, rule
+from ..findings import Finding
+from . import Emit, rule
 from .parallel import tp_candidates
 from .quant_checks import resolved_method
 from .shapes import Linear, ignored, linear_layers
@@ -34,8 +37,9 @@ def _group_info(ctx: LaunchContext) -> tuple[int, list[str] | None, str] | None:
 def group_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, int]]:
     """Row-parallel dense layers whose per-rank input is not a whole number of quant groups at ``tp``.
 
-    Routed experts are exempt: Marlin MoE pads, and what it refuses falls back to the MoE-WNA16 kernel (correction
-    6). A group as large as the whole input (or ``-1``) never straddles."""
+    Routed experts are exempt: Marlin MoE pads, and what it refuses falls back to the MoE-WNA16 kernel (vllm
+    0.33.0 quantization/utils/marlin_utils.py:335-397; auto_awq.py:345-358; auto_gptq.py:241-250). A group as
+    large as the whole input (or ``-1``) never straddles."""
     gi = _group_info(ctx)
     if gi is None:
         return []
@@ -52,7 +56,7 @@ def group_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, int]]:
 
 
 @rule("quant_group_alignment", severity="error", source=SRC_GROUP)
-def quant_group_alignment(ctx: LaunchContext):
+def quant_group_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Every row-parallel layer of a grouped int4/int8 checkpoint (AWQ, GPTQ, compressed-tensors WNA16) must get a
     whole number of quant groups per TP rank: ``(K / TP) % group_size == 0`` for ``o_proj`` and ``down_proj``
     (dense and shared-expert MLPs). AWQ then raises "The input size is not aligned with the quantized weight shape";
@@ -68,34 +72,27 @@ def quant_group_alignment(ctx: LaunchContext):
                  "tensor parallel size." if method == "auto_awq" else
                  f"Weight input_size_per_partition={lin.in_rank} is not divisible by group_size={g}.")
     layers = ", ".join(f"{b.name.rsplit('.', 2)[-2]}.{b.name.rsplit('.', 1)[-1]} K={b.full_in}" for b, _ in bad)
-    return [error(
+    return [emit.error(
         "quant_group_alignment",
         f"{vllm_text} At tensor_parallel_size={ctx.tp} the row-parallel {lin.name.rsplit('.', 1)[-1]} input "
         f"{lin.full_in} splits into {lin.in_rank} per rank = {lin.in_rank / g:g} groups of {g} (a group straddles "
         f"the shard). Affected: {layers}. Tensor parallel sizes that keep whole groups: {ok}.",
-        remedy={"tensor_parallel_size": ok}, source=SRC_GROUP, field="engine_args.tensor_parallel_size",
+        remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
         group_size=g, input_size=lin.full_in, input_size_per_partition=lin.in_rank,
     )]
-
-
-def _block(ctx: LaunchContext) -> tuple[int, int] | None:
-    q = ctx.facts.quant
-    if q is None or q.weight_block_size is None:
-        return None
-    return q.weight_block_size
 
 
 def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int, int]]:
     """Dense and shared-expert layers whose per-rank dims are not multiples of the FP8 block at ``tp``:
     column-parallel output partitions % block_n, row-parallel input % block_k. Routed experts are exempt in 0.33
     (the Triton MoE path refines the scale blocks). The fused GQA ``qkv_proj`` is not judged: its
-    per-rank partitions follow head counts and replicated KV heads, and vllm-rules.md states no 0.33 failure for it
+    per-rank partitions follow head counts and replicated KV heads, and vLLM 0.33 loads such layers
     (MiMo-V2-Flash, head_dim 192, loads at TP=16)."""
-    blk = _block(ctx)
-    if blk is None:
+    q = ctx.facts.quant
+    if q is None or q.weight_block_size is None:
         return []
-    bn, bk = blk
-    ignore = ctx.facts.quant.raw.get("ignored_layers") or ctx.facts.quant.raw.get("modules_to_not_convert")
+    bn, bk = q.weight_block_size
+    ignore = q.raw.get("ignored_layers") or q.raw.get("modules_to_not_convert")
     bad = []
     for lin in linear_layers(ctx, tp):
         if lin.moe or not lin.exact or lin.ranks == 1 or ignored(lin.name, ignore, "substring"):
@@ -113,14 +110,15 @@ def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int
 
 
 @rule("fp8_block_alignment", severity="error", source=SRC_BLOCK)
-def fp8_block_alignment(ctx: LaunchContext):
+def fp8_block_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """With an FP8 ``weight_block_size`` [block_n, block_k], every dense and shared-expert layer's per-rank output
     partition must be a multiple of block_n and every row-parallel per-rank input a multiple of block_k
     (DeepSeek-V3/R1 at TP=32: 18432/32 = 576, 576 % 128 ≠ 0). Routed MoE experts are refined by the Triton MoE path
     in 0.33 and are not checked.
     """
     bad = block_misaligned(ctx, ctx.tp)
-    if not bad:
+    block_size = ctx.facts.quant.weight_block_size if ctx.facts.quant else None
+    if not bad or block_size is None:
         return []
     ok = [t for t in tp_candidates(ctx) if not block_misaligned(ctx, t)]
     lin, axis, size, block = bad[0]
@@ -131,9 +129,9 @@ def fp8_block_alignment(ctx: LaunchContext):
         text = f"Weight output_partition_size = {size} is not divisible by weight quantization block_n = {block}."
     layers = "; ".join(f"{b.name.split('.', 3)[-1]} ({'in' if ax == 'k' else 'out'} {s} per rank)"
                        for b, ax, s, _ in bad)
-    return [error(
+    return [emit.error(
         "fp8_block_alignment",
         f"{text} At tensor_parallel_size={ctx.tp}: {layers}. Tensor parallel sizes that keep whole blocks: {ok}.",
-        remedy={"tensor_parallel_size": ok}, source=SRC_BLOCK, field="engine_args.tensor_parallel_size",
-        weight_block_size=list(_block(ctx)),
+        remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
+        weight_block_size=list(block_size),
     )]

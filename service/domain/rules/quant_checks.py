@@ -1,11 +1,14 @@
 """Quantization vs hardware and dtype: minimum compute capability, supported activation dtypes, deprecated
 methods, GPTQ/AWQ bits / symmetry / desc_act / group size, and FP8 on GPUs without FP8 compute
-(../shared/vllm-rules.md §2.2, §2.4, §2.5, §1.8; corrections 7)."""
+(vllm 0.33.0 vllm/config/vllm.py:916-943; vllm/config/model.py:1472-1485, which also refuses a deprecated method
+read from the checkpoint; vllm/model_executor/layers/quantization/utils/marlin_utils.py:37, 66-67, 143-149;
+utils/gptq_utils.py:29-49; utils/marlin_utils_fp8.py:108-113; online/fp8.py:416-424)."""
 
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, rule, warning
+from ..findings import Finding
+from . import Emit, rule
 from .quantization import canonical
 
 ONLINE_SHORTHANDS = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only",
@@ -13,7 +16,8 @@ ONLINE_SHORTHANDS = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8
 # The release's own get_min_capability / get_supported_act_dtypes constants come from the generated catalogue
 # (VersionLine.quant_details). These tables cover only what the catalogue cannot read as a constant (methods whose
 # class computes it at run time, online shorthands, the checkpoint mxfp8 alias) and one deliberate override:
-# GPTQ is effectively 75 because vLLM verifies the Marlin kernel (vllm-rules.md §2.2; marlin_utils.py:66-67).
+# GPTQ is effectively 75 because vLLM verifies the Marlin kernel (vllm 0.33.0
+# quantization/auto_gptq.py:178-183, 316-320; utils/marlin_utils.py:66-67).
 CAPABILITY_OVERRIDES = {"auto_gptq": 75, "gptq": 75, "gptq_marlin": 75}
 MIN_CAPABILITY = {
     "auto_awq": 75, "auto_gptq": 75, "fp8": 75, "modelopt": 80, "modelopt_fp4": 75, "modelopt_mxfp8": 80,
@@ -77,7 +81,8 @@ def resolved_method(ctx: LaunchContext) -> str | None:
 
 
 def _ct_scheme(ctx: LaunchContext) -> tuple[str, int]:
-    """A compressed-tensors checkpoint's first weight scheme and its minimum capability (§2.2 table)."""
+    """A compressed-tensors checkpoint's first weight scheme and its minimum capability (each scheme's
+    get_min_capability: vllm 0.33.0 quantization/compressed_tensors/compressed_tensors.py:392-415, 876-917)."""
     raw = ctx.facts.quant.raw if ctx.facts.quant else {}
     for grp in (raw.get("config_groups") or {}).values():
         if not isinstance(grp, dict):
@@ -108,9 +113,10 @@ def is_fp8_weights(ctx: LaunchContext, method: str | None) -> bool:
 
 
 @rule("quant_gpu_capability", severity="error", source=SRC_CAP)
-def quant_gpu_capability(ctx: LaunchContext):
-    """The GPU's compute capability must reach the quantization method's minimum (§2.2: AWQ/GPTQ 75, FP8 75,
-    ModelOpt FP8 80, MXFP4 / gpt-oss 80, fbgemm_fp8 80, fp_quant 100, compressed-tensors per scheme).
+def quant_gpu_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """The GPU's compute capability must reach the quantization method's minimum (its get_min_capability:
+    AWQ/GPTQ 75, FP8 75, ModelOpt FP8 80, MXFP4 / gpt-oss 80, fbgemm_fp8 80, fp_quant 100, compressed-tensors per
+    scheme).
 
     vLLM: "The quantization method {q} is not supported for the current GPU. Minimum capability: {min}. Current
     capability: {cc}."
@@ -123,26 +129,26 @@ def quant_gpu_capability(ctx: LaunchContext):
         scheme, need = _ct_scheme(ctx)
         if cc >= need:
             return []
-        return [error(
+        return [emit.error(
             "quant_gpu_capability",
             f"Quantization scheme is not supported for the current GPU. Min capability: {need}. Current capability: "
             f"{cc}. (compressed-tensors {scheme} on {ctx.gpu.name})",
-            remedy={"min_compute_capability": need}, source=SRC_CAP, field="hardware.gpu",
+            remedy={"min_compute_capability": need}, field="hardware.gpu",
         )]
-    need = min_capability(method, ctx)
-    if need is None or cc >= need:
+    least = min_capability(method, ctx)
+    if least is None or cc >= least:
         return []
     shown = "mxfp8" if method == "mxfp8_ckpt" else method
-    return [error(
+    return [emit.error(
         "quant_gpu_capability",
-        f"The quantization method {shown} is not supported for the current GPU. Minimum capability: {need}. "
+        f"The quantization method {shown} is not supported for the current GPU. Minimum capability: {least}. "
         f"Current capability: {cc}. ({ctx.gpu.name})",
-        remedy={"min_compute_capability": need}, source=SRC_CAP, field="hardware.gpu",
+        remedy={"min_compute_capability": least}, field="hardware.gpu",
     )]
 
 
 @rule("quant_dtype", severity="error", source=SRC_DTYPE)
-def quant_dtype(ctx: LaunchContext):
+def quant_dtype(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """The effective model dtype must be one of the quantization method's activation dtypes (e.g. gpt-oss MXFP4
     and ModelOpt MXFP8 are bfloat16-only; AWQ, GPTQ and FP8 refuse float32).
 
@@ -154,15 +160,15 @@ def quant_dtype(ctx: LaunchContext):
         return []
     shown = "mxfp8" if method == "mxfp8_ckpt" else method
     torch_list = "[" + ", ".join(f"torch.{d}" for d in allowed) + "]"
-    return [error(
+    return [emit.error(
         "quant_dtype",
         f"torch.{ctx.dtype} is not supported for quantization method {shown}. Supported dtypes: {torch_list}",
-        remedy={"dtype": allowed[0]}, source=SRC_DTYPE, field="engine_args.dtype",
+        remedy={"dtype": allowed[0]}, field="engine_args.dtype",
     )]
 
 
 @rule("quant_deprecated", severity="error", source=SRC_DEPRECATED)
-def quant_deprecated(ctx: LaunchContext):
+def quant_deprecated(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Methods the release marks deprecated (DEPRECATED_QUANTIZATION_METHODS in its catalogue; 0.33: fbgemm_fp8,
     fp_quant) — whether named by ``--quantization`` or read from the
     checkpoint's config (e.g. Meta's Llama-3.1-405B-Instruct-FP8) — need ``--allow-deprecated-quantization``.
@@ -172,17 +178,17 @@ def quant_deprecated(ctx: LaunchContext):
     method = ctx.checkpoint_quant or (ctx.tag.method if ctx.tag else ctx.requested_quantization)
     if method not in ctx.line.deprecated_quant:
         return []
-    return [error(
+    return [emit.error(
         "quant_deprecated",
         f"('The quantization method %s is deprecated and will be removed in future versions of vLLM. To bypass, set "
         f"`--allow-deprecated-quantization`.', '{method}')",
-        remedy={"allow_deprecated_quantization": True}, source=SRC_DEPRECATED,
+        remedy={"allow_deprecated_quantization": True},
         field="engine_args.allow_deprecated_quantization",
     )]
 
 
 @rule("quant_bits", severity="error", source=SRC_BITS)
-def quant_bits(ctx: LaunchContext):
+def quant_bits(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """GPTQ must be (4 or 8 bits, symmetric), without group activation ordering (``desc_act`` with a group size)
     and with a Marlin group size (-1, 32, 64, 128); AWQ must be 4-bit (8-bit only through the Marlin backend); an
     AWQ group size Marlin cannot take falls back to the slow AWQ kernel (warning)."""
@@ -195,35 +201,35 @@ def quant_bits(ctx: LaunchContext):
     if method == "auto_gptq":
         bits, sym = q.bits if q.bits is not None else 4, q.sym if q.sym is not None else True
         if (bits, sym) not in ((4, True), (8, True)):
-            out.append(error(
+            out.append(emit.error(
                 "quant_bits", f"Unsupported quantization config: bits={bits}, sym={sym} (GPTQ needs 4 or 8 bits, "
-                "symmetric).", remedy=None, source=SRC_BITS, field="model.config.quantization_config"))
+                "symmetric).", remedy=None, field="model.config.quantization_config"))
         if q.desc_act and g != -1:
-            out.append(error(
+            out.append(emit.error(
                 "quant_bits",
                 "GPTQ group activation ordering (desc_act=True) is no longer supported. Use a checkpoint with static "
                 f"activation ordering or desc_act=False. (desc_act=true with group_size={g})",
-                remedy={"checkpoint": {"desc_act": False}}, source=SRC_BITS, field="model.config.quantization_config"))
+                remedy={"checkpoint": {"desc_act": False}}, field="model.config.quantization_config"))
         if g not in MARLIN_GROUP_SIZES:
-            out.append(error(
+            out.append(emit.error(
                 "quant_bits", f"Marlin does not support group_size = {g}. Only group_sizes = [-1, 32, 64, 128] are "
-                "supported.", remedy=None, source=SRC_BITS, field="model.config.quantization_config"))
+                "supported.", remedy=None, field="model.config.quantization_config"))
     else:
         bits = q.bits if q.bits is not None else 4
         if bits != 4:
-            out.append(error(
+            out.append(emit.error(
                 "quant_bits", f"Unsupported num_bits = {bits}. Supported: [4]. For 8-bit AWQ, use Marlin backend by "
-                "setting backend='awq:marlin' or backend='marlin'.", remedy=None, source=SRC_BITS,
+                "setting backend='awq:marlin' or backend='marlin'.", remedy=None,
                 field="model.config.quantization_config"))
         if g not in MARLIN_GROUP_SIZES:
-            out.append(warning(
+            out.append(emit.warning(
                 "quant_bits", f"AWQ group_size {g} is not one Marlin supports ([-1, 32, 64, 128]): vLLM falls back to "
-                "the unoptimized AWQ kernels.", remedy=None, source=SRC_BITS, field="model.config.quantization_config"))
+                "the unoptimized AWQ kernels.", remedy=None, field="model.config.quantization_config"))
     return out
 
 
 @rule("fp8_weight_only", severity="error", source=SRC_FP8_WO)
-def fp8_weight_only(ctx: LaunchContext):
+def fp8_weight_only(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """FP8 weights on a GPU without FP8 compute (compute capability 7.5–8.8) load as Marlin weight-only W8A16:
     memory savings, no FP8 speed-up (warning). Online ``fp8_per_channel`` needs FP8 W8A8 kernels (SM89+) and fails
     below (error)."""
@@ -232,20 +238,20 @@ def fp8_weight_only(ctx: LaunchContext):
     if cc is None or cc >= 89 or cc < 75:
         return []
     if method == "fp8_per_channel":
-        return [error(
+        return [emit.error(
             "fp8_weight_only",
             "FP8 PTPC online quant requires a kernel that honors per-token activation quantization; MarlinFP8 is "
             f"W8A16 weight-only. Requires SM89+ for Cutlass FP8 or ROCm MI3xx for rowwise scaled_mm. ({ctx.gpu.name}: "
             f"capability {cc})",
-            remedy={"quantization": "fp8_per_tensor"}, source=SRC_FP8_WO, field="engine_args.quantization",
+            remedy={"quantization": "fp8_per_tensor"}, field="engine_args.quantization",
         )]
     if not is_fp8_weights(ctx, method):
         return []
-    return [warning(
+    return [emit.warning(
         "fp8_weight_only",
         "Your GPU does not have native support for FP8 computation but FP8 quantization is being used. Weight-only "
         "FP8 compression will be used leveraging the Marlin kernel. This may degrade performance for compute-heavy "
         f"workloads. ({ctx.gpu.name}: capability {cc}; FP8 compute needs 8.9+)",
-        remedy=None, source=SRC_FP8_WO, field="hardware.gpu",
+        remedy=None, field="hardware.gpu",
     )]
 

@@ -1,11 +1,13 @@
 """Quantization rules: the method named by ``--quantization``, the checkpoint's ``quantization_config`` (or
 ``hf_quant_config.json``) and the weight's ``quantization.txt`` tag must agree the way vLLM 0.33 reconciles them
-(../shared/vllm-rules.md §2.1, §2.3, §2.4)."""
+(vllm 0.33.0 vllm/model_executor/layers/quantization/__init__.py:15-55; vllm/config/model.py:1383-1469;
+vllm/config/quantization.py:195-227; vllm/model_executor/model_loader/weight_utils.py:355-380)."""
 
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, rule, warning
+from ..findings import Finding
+from . import Emit, rule
 
 AWQ_FAMILY = {"awq", "awq_marlin", "auto_awq", "marlin"}
 GPTQ_FAMILY = {"gptq", "gptq_marlin", "auto_gptq", "marlin"}
@@ -18,9 +20,9 @@ ONLINE = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channe
           "mxfp8", "online", "experts_int8"}
 
 SRC_UNKNOWN = "vllm 0.33.0 vllm/config/model.py:1464-1469; quantization/__init__.py:15-55"
-SRC_MISMATCH = "vllm 0.33.0 vllm/config/model.py:1383-1462 (override table: auto_awq.py:263-286, auto_gptq.py:213-233, mxfp4.py:128-146)"
-SRC_NO_CONFIG = "vllm 0.33.0 vllm/model_executor/model_loader/weight_utils.py:375-380"
-SRC_FP8_ONLINE = "vllm 0.33.0 vllm/model_executor/model_loader/weight_utils.py:355-363"
+SRC_MISMATCH = ("vllm 0.33.0 vllm/config/model.py:1383-1462 (override table: auto_awq.py:263-286, "
+                "auto_gptq.py:213-233, mxfp4.py:128-146); no config: vllm/model_executor/model_loader/"
+                "weight_utils.py:375-380; online fp8: weight_utils.py:355-363")
 
 
 def canonical(method: str | None, ctx: LaunchContext) -> str | None:
@@ -65,7 +67,7 @@ def effective_quantization(ctx: LaunchContext) -> str | None:
 
 
 @rule("quant_unknown", severity="error", source=SRC_UNKNOWN)
-def quant_unknown(ctx: LaunchContext):
+def quant_unknown(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--quantization`` must be one of the target version's methods; bitsandbytes and GGUF are plugins in 0.33.
 
     vLLM: "Unknown quantization method: {q}. Must be one of {supported}."
@@ -77,18 +79,17 @@ def quant_unknown(ctx: LaunchContext):
         plugin = ctx.line.plugin_only.get(value)
         extra = (f" {value} is not in vLLM core since the {plugin[0]} line (generated catalogues): it needs "
                  f"{plugin[1]}." if plugin else "")
-        out.append(error(
+        out.append(emit.error(
             "quant_unknown",
             f"Unknown quantization method: {value} ({label}). Must be one of {list(ctx.line.quant_methods)}.{extra}",
             remedy={"quantization": list(ctx.line.quant_methods), "plugin": plugin[1] if plugin else None},
-            source=SRC_UNKNOWN,
             field="engine_args.quantization" if label.startswith("--") else "model.config.quantization_config",
         ))
     return out
 
 
 @rule("quant_mismatch", "quant_no_config", "quant_fp8_online_deprecated", severity="error", source=SRC_MISMATCH)
-def quant_mismatch(ctx: LaunchContext):
+def quant_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """The tag, the checkpoint's quant_method and ``--quantization`` must agree after vLLM's override table.
 
     awq ↔ {awq, awq_marlin, auto_awq, marlin}; gptq ↔ {gptq, gptq_marlin, auto_gptq, marlin}; AWQ/GPTQ MoE ↔
@@ -97,59 +98,59 @@ def quant_mismatch(ctx: LaunchContext):
     """
     ckpt, user = ctx.checkpoint_quant, ctx.requested_quantization
     tag = ctx.tag.method if ctx.tag else None
+    ckpt_source = ctx.facts.quant.source if ctx.facts.quant else "config.json"
     out = []
     if user is not None and user not in ctx.line.quant_methods:
         # unknown method: quant_unknown reports it; still a mismatch when the checkpoint names another method
         if ckpt is not None and user != ckpt:
-            out.append(error(
+            out.append(emit.error(
                 "quant_mismatch",
                 f"Quantization method specified in the model config ({ckpt}) does not match the quantization method "
                 f"specified in the `quantization` argument ({user}).",
-                remedy={"quantization": ckpt}, source=SRC_MISMATCH, field="engine_args.quantization",
+                remedy={"quantization": ckpt}, field="engine_args.quantization",
             ))
         return out
     if ckpt is not None and ctx.tag is not None and ctx.tag.method is None:
-        out.append(error(
+        out.append(emit.error(
             "quant_mismatch",
             f"quantization.txt says the weights are not quantized (none), but the checkpoint's config names "
-            f"{ckpt} (from {ctx.facts.quant.source}); vLLM loads them as {ckpt}.",
-            remedy={"quantization_txt": ckpt}, source=SRC_MISMATCH, field="model.quantization_txt",
+            f"{ckpt} (from {ckpt_source}); vLLM loads them as {ckpt}.",
+            remedy={"quantization_txt": ckpt}, field="model.quantization_txt",
         ))
     if ckpt is not None:
         for label, value, fld in (("quantization.txt", tag, "model.quantization_txt"),
                                   ("`quantization` argument", user, "engine_args.quantization")):
             if value is not None and not compatible(ckpt, value, ctx):
-                out.append(error(
+                out.append(emit.error(
                     "quant_mismatch",
-                    f"Quantization method specified in the model config ({ckpt}, from {ctx.facts.quant.source}) "
+                    f"Quantization method specified in the model config ({ckpt}, from {ckpt_source}) "
                     f"does not match the quantization method specified in the {label} ({value}).",
                     remedy={"quantization": tag if (tag and compatible(ckpt, tag, ctx)) else ckpt},
-                    source=SRC_MISMATCH,
                     field=fld,
                 ))
         return out
     # unquantized checkpoint
     if tag is not None and user is not None and tag != user and not (tag == "fp8" and user == "fp8_per_tensor"):
-        out.append(error(
+        out.append(emit.error(
             "quant_mismatch",
             f"quantization.txt names {tag} but the `quantization` argument is {user}; the tag decides.",
-            remedy={"quantization": tag}, source=SRC_MISMATCH, field="engine_args.quantization",
+            remedy={"quantization": tag}, field="engine_args.quantization",
         ))
     for value, fld in ((tag, "model.quantization_txt"), (user, "engine_args.quantization")):
         if value in PRE_QUANTIZED_ONLY:
-            out.append(error(
+            out.append(emit.error(
                 "quant_no_config",
                 f"Cannot find the config file for {value}: the checkpoint's config.json has no quantization_config "
                 f"(and no hf_quant_config.json), so {value} weights cannot be loaded. Use the quantized checkpoint, or "
                 f"an online method such as fp8_per_tensor.",
-                remedy={"quantization": "fp8_per_tensor"}, source=SRC_NO_CONFIG, field=fld,
+                remedy={"quantization": "fp8_per_tensor"}, field=fld,
             ))
             break
     if "fp8" in (tag, user):
-        out.append(warning(
+        out.append(emit.warning(
             "quant_fp8_online_deprecated",
             "--quantization fp8 is deprecated for online quantization; use --quantization fp8_per_tensor instead "
             "(Preflight renders fp8_per_tensor).",
-            remedy={"quantization": "fp8_per_tensor"}, source=SRC_FP8_ONLINE, field="engine_args.quantization",
+            remedy={"quantization": "fp8_per_tensor"}, field="engine_args.quantization",
         ))
     return out

@@ -1,10 +1,11 @@
 """Scheduler rules: max_num_batched_tokens against max_model_len and max_num_seqs, with vLLM 0.33's defaults
-applied first (../shared/vllm-rules.md §5)."""
+applied first (vllm 0.33.0 vllm/engine/arg_utils.py:2940-3039, 3151-3240; vllm/config/scheduler.py:317-360)."""
 
 from __future__ import annotations
 
 from ..context import LaunchContext
-from . import error, rule, warning
+from ..findings import Finding
+from . import Emit, rule
 
 SRC = "vllm 0.33.0 vllm/config/scheduler.py:317-360; vllm/engine/arg_utils.py:2940-3039, 3151-3240"
 
@@ -17,42 +18,42 @@ def _origin(ctx: LaunchContext, name: str) -> str:
 
 
 @rule("batched_tokens_vs_max_len", severity="error", source=SRC)
-def batched_tokens_vs_max_len(ctx: LaunchContext):
+def batched_tokens_vs_max_len(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """With chunked prefill disabled, max_num_batched_tokens must be at least max_model_len (a prompt is prefilled
     in one step)."""
     if ctx.enable_chunked_prefill or ctx.max_num_batched_tokens >= ctx.max_model_len:
         return []
     mnbt, mml = ctx.max_num_batched_tokens, ctx.max_model_len
-    return [error(
+    return [emit.error(
         "batched_tokens_vs_max_len",
         f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({mml}). This effectively limits the maximum "
         f"sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
         f"max_num_batched_tokens or decrease max_model_len. (chunked prefill is disabled)",
         remedy={"max_num_batched_tokens": mml, "max_model_len": mnbt, "enable_chunked_prefill": True},
-        source=SRC, field="engine_args.max_num_batched_tokens",
+        field="engine_args.max_num_batched_tokens",
     )]
 
 
 @rule("batched_tokens_lt_max_num_seqs", "batched_tokens_above_capacity", severity="error", source=SRC)
-def batched_tokens_lt_max_num_seqs(ctx: LaunchContext):
+def batched_tokens_lt_max_num_seqs(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """The effective max_num_batched_tokens must be at least max_num_seqs (defaults by GPU tier: 2048 / 256 on
     A100, L40S, RTX…, 8192 / 1024 on H100/H200, 16384 / 1024 at ≥160 GiB; a user-set value is never raised).
     max_num_batched_tokens above max_num_seqs × max_model_len is a vLLM warning (``batched_tokens_above_capacity``)."""
     mnbt, mns, mml = ctx.max_num_batched_tokens, ctx.max_num_seqs, ctx.max_model_len
     if mnbt < mns:
-        return [error(
+        return [emit.error(
             "batched_tokens_lt_max_num_seqs",
             f"max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({mns}). "
             f"(max_num_batched_tokens: {_origin(ctx, 'max_num_batched_tokens')}; max_num_seqs: "
             f"{_origin(ctx, 'max_num_seqs')})",
             remedy={"max_num_batched_tokens": mns, "max_num_seqs": mnbt},
-            source=SRC, field="engine_args.max_num_batched_tokens",
+            field="engine_args.max_num_batched_tokens",
         )]
     if mnbt > mns * mml:
-        return [warning(
+        return [emit.warning(
             "batched_tokens_above_capacity",
             f"max_num_batched_tokens ({mnbt}) exceeds max_num_seqs * max_model_len ({mns * mml}). This may lead to "
             f"unexpected behavior.",
-            remedy={"max_num_batched_tokens": mns * mml}, source=SRC, field="engine_args.max_num_batched_tokens",
+            remedy={"max_num_batched_tokens": mns * mml}, field="engine_args.max_num_batched_tokens",
         )]
     return []

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..context import LaunchContext
-from ..model_facts import ModelFacts
+from ..model_facts import ModelFacts, kv_heads_ok
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def linear_layers(ctx: LaunchContext, tp: int | None = None) -> list[Linear]:
         heads, kv, hd = f.num_attention_heads, f.total_num_kv_heads, f.head_dim
         hq, ok_q = _split(heads, tp)
         kv_rank = max(1, kv // tp)
-        ok_kv = (kv % tp == 0) if tp <= kv else (tp % kv == 0)
+        ok_kv = kv_heads_ok(kv, tp, False)
         out.append(Linear(f"{attn}.qkv_proj", "column", hidden, (heads + 2 * kv) * hd, hidden,
                           (hq * hd, kv_rank * hd, kv_rank * hd), tp, exact=ok_q and ok_kv))
         out.append(Linear(f"{attn}.o_proj", "row", heads * hd, hidden, hq * hd, (hidden,), tp, exact=ok_q))
