@@ -255,7 +255,7 @@ def test_a_cancelled_request_is_dropped_and_the_writer_keeps_running(client, db)
     assert writes._workers == []
 
 
-# -- found by a break-it pass ----------------------------------------------------------------------------------
+# -- hostile timing and input on the hot path --------------------------------------------------------------
 
 def test_a_long_poll_stops_when_its_token_is_revoked(client):
     import threading

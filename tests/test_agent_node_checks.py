@@ -1,4 +1,4 @@
-"""Issue 17 end to end: the real CLI (`preflight agent register`, `preflight manifest push`, `preflight agent run
+"""End to end: the real CLI (`preflight agent register`, `preflight manifest push`, `preflight agent run
 --exec`) against a live uvicorn, with a stand-in vllm and a fake nvidia-smi replaying real outputs on PATH. A node
 goes from bare metal to running its plan with an enrollment token alone; no launch starts on GPUs or weights that
 differ from what the plan was validated against, and each refusal reaches the service and the audit."""
@@ -84,7 +84,7 @@ def test_bare_metal_to_running_with_an_enrollment_token_alone(world):
     facts = c.get("/v1/nodes/gpu-01").json()
     assert (facts["gpu"]["id"], facts["gpu_count"], facts["interconnect"]) == ("h100-sxm-80gb", 8, "nvlink")
     assert facts["address"] == "10.0.12.7" and facts["labels"] == {} and facts["gpus"][7]["bus_id"] == "00000000:DB:00.0"
-    # the enroller can do nothing else
+    # The enroller can do nothing else
     e = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {enroll}"})
     assert e.post("/v1/plans", json=PLAN).status_code == 403
     assert e.get("/v1/nodes/gpu-01/plan").status_code == 403

@@ -1,4 +1,4 @@
-"""Every cut of the audit shows (issue 14): verify is read-only and never seals; rows the service did not write are
+"""Every cut of the audit shows: verify is read-only and never seals; rows the service did not write are
 never sealed and are reported; signed checkpoints (automatic, stored and in the data dir) expose a deleted tail, an
 emptied table and swapped ids; `preflight audit verify --checkpoint FILE` checks against a copy an auditor kept."""
 
@@ -255,7 +255,7 @@ def test_a_tail_cut_after_the_newest_checkpoint_shows_to_the_running_service(mak
 
 
 def test_stripped_macs_and_a_rechained_forgery_are_caught_and_never_checkpointed(make_client, settings):
-    """A database writer without the keys nulls every MAC and appends a correctly hashed row (break-it finding):
+    """A database writer without the keys nulls every MAC and appends a correctly hashed row:
     verify reports it (checkpoints carry macs_from) and the service refuses to sign a checkpoint over it."""
     client = make_client(audit_checkpoint_events=1000, audit_checkpoint_seconds=3600)
     register(client, 3)

@@ -91,7 +91,7 @@ ROUTES = [
     ("fetchNodePlan", "GET", "/v1/nodes/gpu-a/plan", None, {"admin", "agent_own"}, 200),
     ("reportNodeStatus", "POST", "/v1/nodes/gpu-a/reports",
      lambda c, w: {"plan_id": w["plan"], "status": "running"}, {"admin", "agent_own"}, 201),
-    ("postNodeMetrics", "POST", "/v1/nodes/gpu-a/metrics",  # issue 16: the node's own agent (or an admin)
+    ("postNodeMetrics", "POST", "/v1/nodes/gpu-a/metrics",  # the node's own agent (or an admin)
      lambda c, w: {"plan": w["plan"], "window_s": 15, "num_requests_running": 4, "num_requests_waiting": 0,
                    "kv_cache_usage_perc": 0.2, "num_preemptions": 0, "generation_tokens_per_s": 100},
      {"admin", "agent_own"}, 201),
@@ -155,7 +155,7 @@ def test_every_route_is_in_the_matrix(client):
     assert ops == {r[0] for r in ROUTES} | {"readyz", "metrics"}
 
 
-# Issue 14: lock-out and resurrection
+# Lock-out and resurrection
 def _settings_without_env_admin(settings):
     return settings.model_copy(update={"admin_token": None})
 
@@ -233,7 +233,7 @@ def test_concurrent_conditional_patches_let_exactly_one_through(client, monkeypa
     assert len(updates) == 1
 
 
-# Issue 17: the enroller role, against the app's own route table (not a hand list)
+# The enroller role, against the app's own route table (not a hand list)
 
 def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world):
     enroller = world["auth"]["enroller"]
@@ -243,7 +243,7 @@ def test_an_enroller_token_gets_403_on_every_route_but_node_facts(client, world)
     # routers nested in app.routes, so the OpenAPI document is the flat table)
     operations = [(path, method.upper(), op["operationId"])
                   for path, ops in client.app.openapi()["paths"].items() for method, op in ops.items()]
-    assert len(operations) == 46  # 36 + issue 19's seven rollout operations + issue 16's three tuning ones
+    assert len(operations) == 46  # 36 + seven rollout operations + three tuning ones
     for template, method, operation_id in operations:
         path = (template.replace("{name}", "gpu-a").replace("{plan_id}", world["plan"])
                 .replace("{token_id}", "1").replace("{ref}", "llama@1").replace("{rollout_id}", "r-1"))

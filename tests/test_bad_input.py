@@ -189,7 +189,7 @@ def test_malformed_json_names_the_body(client):
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body"
 
 
-# Issue 14, "nonsense accepted": each was stored or judged instead of refused
+# "nonsense accepted": each was stored or judged instead of refused
 @pytest.mark.parametrize("gpu_count", ["8", True, 8.0])
 def test_gpu_count_must_be_a_json_integer(client, gpu_count):
     assert_problem(client.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": gpu_count}),
@@ -235,7 +235,7 @@ def test_report_on_a_superseded_plan_is_409_and_writes_nothing(client):
                                json={"plan_id": second["id"], "status": "running"}), 409, "plan_id")
 
 
-# Issue 14: one behaviour on both databases
+# One behaviour on both databases
 def test_longest_manifest_name_and_version_are_stored_on_both_databases(client):
     body = {"name": "n" * 256, "version": "v" * 128, "uri": "s3://w", "config": model_config(LLAMA)}
     r = client.post("/v1/manifests", json=body)
@@ -283,7 +283,7 @@ def test_database_error_text_never_reaches_the_client(client, monkeypatch):
     assert "int4" not in json.dumps(r) and "secret_column" not in json.dumps(r)
 
 
-# Issue 14, "other"
+# "other"
 def test_streamed_oversized_body_without_content_length_is_413(client):
     chunk = b" " * 65536
 

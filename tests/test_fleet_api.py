@@ -190,7 +190,7 @@ def test_dry_run_needs_a_deployer(client):
 
 
 def test_no_workload_production_warns_when_max_num_seqs_exceeds_the_bound_at_max_model_len(client):
-    """Issue 15: an L4 at 8192 tokens holds 3 sequences of Llama-3.1-8B; vLLM's default max_num_seqs 256 warned of
+    """An L4 at 8192 tokens holds 3 sequences of Llama-3.1-8B; vLLM's default max_num_seqs 256 warned of
     nothing."""
     register_node(client, "l4-01", gpu="NVIDIA L4", count=1, interconnect=None)
     register_manifest(client, fixture="meta-llama__Meta-Llama-3.1-8B", name="meta-llama/Llama-3.1-8B")

@@ -1,4 +1,4 @@
-"""Hostile input (issue 14): bounded work per request, junk config values are 4xx naming the key, never a 500 or a
+"""Hostile input: bounded work per request, junk config values are 4xx naming the key, never a 500 or a
 hang — on /v1/validate, /v1/manifests and `preflight check`, on both databases."""
 
 from __future__ import annotations

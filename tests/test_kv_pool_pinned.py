@@ -1,4 +1,4 @@
-"""Issue 18 part 4: a pinned KV pool. A node reports what vLLM printed; a plan with ``kv_cache_pool: pinned`` for the
+"""A pinned KV pool. A node reports what vLLM printed; a plan with ``kv_cache_pool: pinned`` for the
 same manifest, version and engine arguments renders ``--kv-cache-memory-bytes`` with that pool, and the argv
 round-trips through the catalogue's parser (service/domain/render.py ``parse_argv``)."""
 

@@ -1,4 +1,4 @@
-"""Multi-node plans over HTTP (issue 13): groups, ranks, roles, each node's own signed argv, the group moving
+"""Multi-node plans over HTTP: groups, ranks, roles, each node's own signed argv, the group moving
 together, and node addresses."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 17, the pure parts: nvidia-smi outputs read into GPUs and an interconnect, inventory drift, vLLM 0.33's
+"""The pure parts of the node checks: nvidia-smi outputs read into GPUs and an interconnect, inventory drift, vLLM 0.33's
 free-memory check, and the weights record (manifest push) against the weights on disk — hostile ones included."""
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def test_request_examples_reach_the_verdicts_their_summaries_claim():
 
 
 def test_every_operation_and_schema_field_has_a_description():
-    """Issue 15: the API documents itself — every operation and every field of every schema (request bodies, the
+    """The API documents itself — every operation and every field of every schema (request bodies, the
     problem document) says what it is."""
     import json
     import pathlib

@@ -1,4 +1,4 @@
-"""Staged rollouts over HTTP and the scheduler's tick (issue 19): waves gated by the agents' reports, the automatic
+"""Staged rollouts over HTTP and the scheduler's tick: waves gated by the agents' reports, the automatic
 rollback to each changed node's previous plan with a higher seq, operators' commands, a worker dying mid-rollout,
 multi-node groups as one unit, and hostile input. The scheduler thread is off (PREFLIGHT_ROLLOUT_TICK_SECONDS 0):
 the tests call ``tick`` with the time they mean."""

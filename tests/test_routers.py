@@ -19,7 +19,7 @@ def test_the_routers_are_the_whole_api(client):
     served = {op["operationId"]: op["tags"] for ops in client.app.openapi()["paths"].values() for op in ops.values()}
     routed = {r.operation_id: r.tags for m in MODULES.values() for r in m.router.routes}
     assert routed == served
-    assert len(routed) == 46  # 36 + issue 19's seven rollout operations + issue 16's three tuning ones
+    assert len(routed) == 46  # 36 + seven rollout operations + three tuning ones
     assert served["fetchNodePlan"] == ["agent"] and served["nodeHistory"] == ["audit"]
 
 

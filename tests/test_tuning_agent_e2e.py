@@ -1,4 +1,4 @@
-"""The tuning loop end to end (issue 16): the real agent CLI runs the simulator (service/sim/vllm_sim.py) in place
+"""The tuning loop end to end: the real agent CLI runs the simulator (service/sim/vllm_sim.py) in place
 of vllm, samples its /metrics on the plan's --port and posts windows to a live service; `preflight tune status` and
 `preflight tune apply` move the node to the next plan, which the agent picks up at its next heartbeat and samples
 in turn."""

@@ -1,4 +1,4 @@
-"""The tuning loop against the simulator (issue 16), through the service's API: from the plan Preflight makes at
+"""The tuning loop against the simulator, through the service's API: from the plan Preflight makes at
 stage ``initial``, the windows the agent's sampler computes from the simulator's /metrics walk the node to
 0.8 × the simulator's knee; every proposal validates; one outlier window moves nothing; a burst of preemptions
 backs a settled node off. Plus the metrics endpoint's input rules and the plan-level tuning block."""

@@ -126,7 +126,7 @@ def test_sampler_posts_windows_of_the_simulator_and_skips_failed_scrapes():
 
 
 def test_a_missing_preemption_counter_is_no_window_not_zero_preemptions():
-    """Break-it: a renamed or missing counter must not read as 0 preemptions (the loop would keep raising)."""
+    """A renamed or missing counter must not read as 0 preemptions (the loop would keep raising)."""
     without = "\n".join(line for line in exposition(pre=5).splitlines() if "preemptions" not in line) + "\n"
     a, b = parse(without, at=100), parse(without, at=115)
     assert window("p1", a, b) is None

@@ -1,4 +1,4 @@
-"""rollouts, rollout_waves, rollout_nodes: staged rollouts (issue 19)
+"""rollouts, rollout_waves, rollout_nodes: staged rollouts
 
 Revision ID: 0010
 Revises: 0009

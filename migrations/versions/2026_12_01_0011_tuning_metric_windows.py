@@ -1,4 +1,4 @@
-"""The tuning loop (issue 16): metric_windows — the windows an agent samples from vLLM's /metrics (gauges, counter
+"""The tuning loop: metric_windows — the windows an agent samples from vLLM's /metrics (gauges, counter
 deltas, P99s), a bounded number per node —, and plans.tuning: the tuning memo a plan made by the loop carries (its
 state, the last level that held, the first that failed, the knee, the SLO, auto_apply)
 

@@ -176,7 +176,7 @@ async def for_node(name: NodeName, p: PrincipalDep) -> token_service.Principal:
 
 
 async def for_node_facts(name: NodeName, p: PrincipalDep) -> token_service.Principal:
-    """Issue 17: an enroller or admin may create a node or update any node's hardware facts; an agent only its
+    """An enroller or admin may create a node or update any node's hardware facts; an agent only its
     own node's (after inventory drift)."""
     if p.role in ("admin", "enroller"):
         return p

@@ -110,7 +110,7 @@ class Plan(Base):
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | superseded | revoked
     # form, nodes per instance, groups (nodes, head, head address, digest), per-group env (domain/topology.py)
     topology: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    # the tuning memo of a plan made by the tuning loop or with a tuning block (domain/tuning.py Memo; issue 16)
+    # the tuning memo of a plan made by the tuning loop or with a tuning block (domain/tuning.py Memo)
     tuning: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -162,7 +162,7 @@ class Report(Base):
 
 
 class MetricWindow(Base):
-    """One window of vLLM's live metrics, as the node's agent computed it from /metrics (issue 16): gauges at the
+    """One window of vLLM's live metrics, as the node's agent computed it from /metrics: gauges at the
     window's end, counter deltas over it, P99s from histogram bucket deltas. A bounded number per node
     (services/tuning.py prunes by count)."""
 
@@ -273,7 +273,7 @@ class CacheEpoch(Base):
 
 
 class Rollout(Base):
-    """A staged rollout (issue 19): a plan target changed over its nodes in waves, gated by the agents' reports and
+    """A staged rollout: a plan target changed over its nodes in waves, gated by the agents' reports and
     rolled back by itself (service/domain/rollout.py states; services/rollouts.py steps)."""
 
     __tablename__ = "rollouts"

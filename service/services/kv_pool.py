@@ -1,4 +1,4 @@
-"""A pinned KV pool (issue 18 part 4): once a node has reported what vLLM printed for a launch, a new plan for the
+"""A pinned KV pool: once a node has reported what vLLM printed for a launch, a new plan for the
 same launch can fix the pool with ``--kv-cache-memory-bytes N`` (vLLM 0.33: profiling-based sizing skipped,
 gpu_memory_utilization ignored; vllm 0.33.0 vllm/v1/worker/gpu_worker.py:656-681), so every replica gets the same
 pool whatever else holds memory on its GPU.

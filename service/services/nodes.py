@@ -123,7 +123,7 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, upd
     return node
 
 
-# --- issue 17: hardware facts as the node reads them ------------------------------------------------------------
+# --- hardware facts as the node reads them ------------------------------------------------------------
 
 FACT_FIELDS = ("interconnect", "gpus", "address")  # optional: omitted keeps the stored value, null clears it
 

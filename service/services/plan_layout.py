@@ -81,7 +81,7 @@ def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
 
 
 def node_checks_claim(node: Node, manifest: Manifest, result: ValidationResult, gpus_used: int) -> dict[str, Any]:
-    """The signed ``node_checks`` claim (issue 17): hardware, memory, and the weights files the manifest recorded."""
+    """The signed ``node_checks`` claim: hardware, memory, and the weights files the manifest recorded."""
     args = result.context.args if result.context is not None else None
     return node_checks.node_checks_claim(
         hardware=node_checks.hardware_claim(gpu_id=node.gpu_id, gpu=node.gpu, count=node.gpu_count,

@@ -305,7 +305,7 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn,
     node is signed its own argv with its group, rank, role and the group's digest."""
     from .tuning import initial_memo
 
-    if tuning is None:  # a plan's own tuning block starts the loop (issue 16); the loop passes its memo
+    if tuning is None:  # a plan's own tuning block starts the loop; the loop passes its memo
         tuning = initial_memo(plan.tuning, plan.environment)
     manifest = manifest_service.resolve_ref(session, plan.manifest)
     names = node_service.distinct(plan.nodes)

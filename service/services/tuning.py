@@ -1,4 +1,4 @@
-"""The tuning loop's storage and decisions (issue 16): metric windows from the agents, the node's tuning status
+"""The tuning loop's storage and decisions: metric windows from the agents, the node's tuning status
 (domain/tuning.py decides; this module reads the plan and its windows and validates the proposal), and applying
 the next plan through the same path ``POST /v1/plans`` uses (validated, signed, audited, superseding)."""
 

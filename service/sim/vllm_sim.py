@@ -1,4 +1,4 @@
-"""A small vLLM stand-in for testing the tuning loop (issue 16): it serves ``/metrics`` as vLLM 0.33 does (the same
+"""A small vLLM stand-in for testing the tuning loop: it serves ``/metrics`` as vLLM 0.33 does (the same
 series names, labels and histogram buckets: vllm/v1/metrics/loggers.py and buckets.py of the 0.33.0 wheel) from a
 queueing model, so the agent's sampler reads it like a real vLLM.
 

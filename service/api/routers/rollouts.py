@@ -1,4 +1,4 @@
-"""Staged rollouts (issue 19): create, list, read, and the operators' pause / resume / promote / abort. The steps
+"""Staged rollouts: create, list, read, and the operators' pause / resume / promote / abort. The steps
 themselves are made by the scheduler (services/rollouts/), not by these routes."""
 
 from typing import Annotated, Literal

@@ -1,4 +1,4 @@
-"""The tuning loop (issue 16): the agents' metric windows, the loop's state for a node, and applying its next plan."""
+"""The tuning loop: the agents' metric windows, the loop's state for a node, and applying its next plan."""
 
 from fastapi import APIRouter, Request
 

@@ -321,7 +321,7 @@ class NodeUpdate(Strict):
         default=None, max_length=64, description="Free-form labels; replaces the stored ones.")
 
 
-# -- tuning (issue 16) -------------------------------------------------------------------------------------------
+# -- tuning -------------------------------------------------------------------------------------------
 def _num(hi: float, doc: str):
     return Annotated[float, Field(ge=0, le=hi, allow_inf_nan=False, strict=True, description=doc)]
 
@@ -353,7 +353,7 @@ class MetricsWindowIn(Strict):
 
 
 class TuningIn(Strict):
-    """The tuning loop's settings for a plan (issue 16): the workload's latency objective (P99, seconds; a level
+    """The tuning loop's settings for a plan: the workload's latency objective (P99, seconds; a level
     whose P99 goes beyond it fails like one that preempts) and ``auto_apply`` (the service applies the loop's next
     plan itself as soon as the windows decide it: allowed only in the ``benchmark`` environment)."""
 

@@ -1,4 +1,4 @@
-"""Staged rollouts (issue 19): create a rollout (the target validated once per hardware shape, nothing stored on a
+"""Staged rollouts: create a rollout (the target validated once per hardware shape, nothing stored on a
 rejection), advance it one step at a time under a row lock (``tick``; the scheduler thread calls it), restore every
 node it changed when failures pass the limit, and the operators' pause / resume / promote / abort.
 
