@@ -123,11 +123,11 @@ def test_a_service_that_cannot_be_reached_is_one_line_and_status_69():
 def test_problems_are_printed_as_a_person_reads_them_and_never_raw_control_characters():
     import httpx
 
-    from service.cli import _problem_text
+    from service.cli.common import problem_text
 
     r = httpx.Response(422, json={"type": "about:blank", "title": "Unprocessable", "status": 422,
                                   "detail": "rejected \x1b]0;pwned\x07",
                                   "errors": [{"field": "waves.0.percent", "message": "must rise"}],
                                   "findings": [{"rule": "tp_heads", "severity": "error", "message": "TP 3"}]})
-    assert _problem_text(r) == ("rejected \\x1b]0;pwned\\x07\n  waves.0.percent: must rise\n  [tp_heads] TP 3")
-    assert _problem_text(httpx.Response(502, text="bad \u202egateway")) == "bad \\u202egateway"
+    assert problem_text(r) == ("rejected \\x1b]0;pwned\\x07\n  waves.0.percent: must rise\n  [tp_heads] TP 3")
+    assert problem_text(httpx.Response(502, text="bad \u202egateway")) == "bad \\u202egateway"
