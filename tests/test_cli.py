@@ -131,3 +131,15 @@ def test_problems_are_printed_as_a_person_reads_them_and_never_raw_control_chara
                                   "findings": [{"rule": "tp_heads", "severity": "error", "message": "TP 3"}]})
     assert problem_text(r) == ("rejected \\x1b]0;pwned\\x07\n  waves.0.percent: must rise\n  [tp_heads] TP 3")
     assert problem_text(httpx.Response(502, text="bad \u202egateway")) == "bad \\u202egateway"
+
+
+def test_text_from_the_service_escapes_invisible_letters_and_selectors_too():
+    """One check for what reaches a terminal (domain/text.py printable): besides control and format characters,
+    the Hangul fillers and variation selectors that draw nothing are escaped, in problems and in rollout lines."""
+    import httpx
+
+    from service.cli.common import problem_text, safe
+
+    r = httpx.Response(409, json={"detail": "node \u3164gpu-01\ufe0f is busy\u2028", "errors": []})
+    assert problem_text(r) == "node \\u3164gpu-01\\ufe0f is busy\\u2028"
+    assert safe("a\tb\nc\u115f\U000e0100" + "x" * 600, limit=8) == "a\\tb\\nc\\u115f\\U000e0100x…"
