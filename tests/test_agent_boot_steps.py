@@ -219,7 +219,8 @@ def test_offline_boot_by_the_age_of_the_last_confirmation(node, age, max_age, co
     out = node.boot(FakeService(down=True), offline_max_age=max_age)
     assert out.code == code, node.stderr()
     if code == 0:
-        assert f"OFFLINE BOOT of the last verified plan p-1 (seq 1, confirmed current {int(age)} s ago)" in node.stderr()
+        said = f"OFFLINE BOOT of the last verified plan p-1 (seq 1, confirmed current {int(age)} s ago)"
+        assert said in node.stderr()
         assert node.printed[-1] == " ".join(ARGV)
     elif max_age == 0:
         assert "offline boot is disabled (--offline-max-age 0): nothing runs" in node.stderr()

@@ -392,8 +392,8 @@ class Boot:
         self.say(f"REFUSED {refusal.check} {claims['jti']}: {refusal.message}. vLLM was not started.")
         report("refused", f"{refusal.check} refused: {refusal.message}",
                {"reason": refusal.reason, "check": refusal.check, **refusal.details})
-        if refusal.observed_facts is not None and self._put_facts(
-                refusal.observed_facts, "the node's facts are updated with what nvidia-smi shows: a new plan is needed"):
+        drifted = "the node's facts are updated with what nvidia-smi shows: a new plan is needed"
+        if refusal.observed_facts is not None and self._put_facts(refusal.observed_facts, drifted):
             self.state.facts_drifted = True
             self.state.save()
         return False
