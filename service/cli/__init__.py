@@ -1,7 +1,8 @@
 """The ``preflight`` command line (Typer): serve, migrate, check, manifest push, agent run/verify, keys, audit,
 rollouts, tuning, tokens and upgrade-check — one module per group. Each module imports what its commands use when
 they run, so ``preflight check`` and the agent load neither httpx (check) nor the service's web and database
-stack."""
+stack. The command modules keep their annotations evaluated (no ``from __future__ import annotations``): Typer
+reads every command's signature at each start, and string annotations would be evaluated then, for all 40."""
 
 from __future__ import annotations
 

@@ -2,8 +2,6 @@
 service/agent (``run``'s whole boot protocol is agent/boot.py's ``Boot``); nothing of the service (FastAPI,
 SQLAlchemy) is loaded on a node."""
 
-from __future__ import annotations
-
 import json
 import os
 import pathlib

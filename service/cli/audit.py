@@ -1,7 +1,5 @@
 """``preflight audit``: the audit log, read from the service's database (verify, export, runs, checkpoints)."""
 
-from __future__ import annotations
-
 import json
 import pathlib
 import shlex

@@ -1,8 +1,6 @@
 """``preflight check``: launch-request files validated offline, with nothing but the domain and pydantic loaded (it
 runs before any GPU or service is at hand, so it starts fast)."""
 
-from __future__ import annotations
-
 import json
 import pathlib
 

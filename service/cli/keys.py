@@ -1,7 +1,5 @@
 """``preflight keys``: the service's signing keys (run beside the service, on its key directory)."""
 
-from __future__ import annotations
-
 import json
 import pathlib
 from typing import Optional

@@ -1,7 +1,5 @@
 """``preflight manifest``: weight manifests."""
 
-from __future__ import annotations
-
 import json
 import pathlib
 import sys

@@ -1,7 +1,5 @@
 """``preflight rollout``: staged rollouts, a launch config changed over nodes in waves."""
 
-from __future__ import annotations
-
 import json
 import pathlib
 import sys

@@ -1,7 +1,5 @@
 """Running the service: ``preflight serve``, ``preflight migrate`` and the bootstrap admin token."""
 
-from __future__ import annotations
-
 import os
 
 import typer

@@ -1,7 +1,5 @@
 """``preflight tokens``: bearer tokens (admin)."""
 
-from __future__ import annotations
-
 import json
 from typing import Optional
 

@@ -1,7 +1,5 @@
 """``preflight tune``: the tuning loop, from vLLM's live metrics to the next plan."""
 
-from __future__ import annotations
-
 import json
 
 import typer

@@ -1,7 +1,5 @@
 """``preflight upgrade-check``: what a vLLM upgrade (or downgrade) would break among the active plans."""
 
-from __future__ import annotations
-
 import json
 
 import typer
