@@ -55,8 +55,16 @@ def request_file(tmp_path) -> pathlib.Path:
 def test_check_reads_one_catalogue_line_and_loads_neither_httpx_nor_the_service(tmp_path):
     got = loaded("check", str(request_file(tmp_path)))
     assert got["code"] in (0, 1)
-    assert roots(got["modules"]).isdisjoint(SERVICE_STACK + ("httpx", "joserfc", "cryptography", "rich"))
+    assert roots(got["modules"]).isdisjoint(SERVICE_STACK + ("httpx", "joserfc", "cryptography", "rich", "typer"))
     assert not {"service.signing", "service.settings", "service.agent.client"} & set(got["modules"])
+    assert (got["lines_read"], got["all_lines_read"]) == (1, 0)
+
+
+def test_check_through_the_command_line_loads_neither_httpx_nor_the_service(tmp_path):
+    """The same check when Typer parses it (``--`` before the files is not the plain form)."""
+    got = loaded("check", "--json", "--", str(request_file(tmp_path)))
+    assert got["code"] in (0, 1) and "typer" in roots(got["modules"])
+    assert roots(got["modules"]).isdisjoint(SERVICE_STACK + ("httpx", "joserfc", "cryptography"))
     assert (got["lines_read"], got["all_lines_read"]) == (1, 0)
 
 
@@ -67,7 +75,7 @@ def test_check_of_a_bad_file_loads_nothing_more(tmp_path):
     assert got["code"] == 2 and roots(got["modules"]).isdisjoint(SERVICE_STACK + ("httpx",))
 
 
-@pytest.mark.parametrize("args", [["agent", "--help"], ["agent", "run", "--help"], ["--help"]])
+@pytest.mark.parametrize("args", [["agent", "--help"], ["agent", "run", "--help"], ["--help"], ["check", "--help"]])
 def test_agent_help_loads_nothing_of_the_service(args):
     got = loaded(*args)
     assert got["code"] == 0 and roots(got["modules"]).isdisjoint(SERVICE_STACK)

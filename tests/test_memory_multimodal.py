@@ -268,7 +268,7 @@ def test_cli_check_reads_the_model_directorys_preprocessor_config(tmp_path):
     """`preflight check` with model.path: the directory's preprocessor_config.json sets the image limit."""
     import json
 
-    from service.cli.check import load_request_file
+    from service.cli.check_files import load_request_file
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps(QWEN2_VL_7B))

@@ -1,47 +1,26 @@
 """The ``preflight`` command line (Typer): serve, migrate, check, manifest push, agent run/verify, keys, audit,
-rollouts, tuning, tokens and upgrade-check — one module per group. Each module imports what its commands use when
-they run, so ``preflight check`` and the agent load neither httpx (check) nor the service's web and database
-stack. The command modules keep their annotations evaluated (no ``from __future__ import annotations``): Typer
-reads every command's signature at each start, and string annotations would be evaluated then, for all 40."""
+rollouts, tuning, tokens and upgrade-check — one module per group, the root app in root.py (``service.cli.app``,
+built on first use). Each module imports what its commands use when they run, so ``preflight check`` and the agent
+load neither httpx (check) nor the service's web and database stack, and the plain form of ``check`` (files and
+``--json``) runs without building the command line at all. The command modules keep their annotations evaluated
+(no ``from __future__ import annotations``): Typer reads every command's signature at each start, and string
+annotations would be evaluated then, for all 40."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
-import typer
-
-from . import agent, audit, check, keys, manifest, rollout, server, tokens, tune, upgrade
-from .common import printable
-
-app = typer.Typer(help="Preflight: validate, sign and audit vLLM launch configurations.", no_args_is_help=True,
-                  rich_markup_mode="markdown")
-app.command()(server.migrate)
-app.command()(server.serve)
-app.command()(check.check)
-app.command("upgrade-check")(upgrade.upgrade_check)
-app.add_typer(manifest.manifest_app, name="manifest")
-app.add_typer(agent.agent_app, name="agent")
-app.add_typer(keys.keys_app, name="keys")
-app.add_typer(audit.audit_app, name="audit")
-app.add_typer(rollout.rollout_app, name="rollout")
-app.add_typer(tune.tune_app, name="tune")
-app.add_typer(tokens.tokens_app, name="tokens")
+MODULES = ("agent", "audit", "check", "check_files", "common", "keys", "manifest", "rollout", "root", "server",
+           "tokens", "tune", "upgrade")
 
 
-def _reflow_help(*apps: typer.Typer) -> None:
-    """Typer's Rich help keeps a docstring's source line breaks (a ragged run-on block in ``--help`` and in the
-    command lists): each paragraph becomes one line, which Rich wraps to the terminal; the first paragraph is what
-    the command lists show."""
-    import inspect
-
-    for a in apps:
-        for info in a.registered_commands:
-            doc = info.help or inspect.getdoc(info.callback) or ""
-            info.help = "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n") if p.strip())
-        _reflow_help(*(g.typer_instance for g in a.registered_groups if g.typer_instance is not None))
-
-
-_reflow_help(app)  # every command of every group, registered above
+def __getattr__(name: str):
+    if name == "app":
+        return importlib.import_module(f"{__name__}.root").app
+    if name in MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _unreachable(e: Exception) -> bool:
@@ -52,6 +31,10 @@ def _unreachable(e: Exception) -> bool:
 
 
 def _say_unreachable(e: Exception) -> None:
+    import typer
+
+    from .common import printable
+
     httpx = sys.modules["httpx"]
     reason = str(e) or e.__class__.__name__
     hint = " (give the address with http:// or https://)" if isinstance(e, httpx.UnsupportedProtocol) else ""
@@ -65,9 +48,32 @@ def _say_unreachable(e: Exception) -> None:
                err=True)
 
 
+def _plain_check(files, as_json: bool) -> int:
+    """``check_files`` with the command line's handling of a reader that went away (``| head``): exit 1, quietly."""
+    import os
+
+    from .check_files import check_files
+
+    try:
+        code = check_files(files, as_json)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 1
+    return code
+
+
 def main() -> None:
     """The ``preflight`` command: the CLI, with a service that cannot be reached said in one line (not a
     traceback) and exit status 69 (EX_UNAVAILABLE)."""
+    if sys.argv[1:2] == ["check"]:
+        from .check_files import plain_arguments
+
+        plain = plain_arguments(sys.argv[2:])
+        if plain is not None:
+            sys.exit(_plain_check(*plain))
+    from .root import app
+
     try:
         app()
     except Exception as e:

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from . import common
-from .check import read_model_dir
+from .check_files import read_model_dir
 
 manifest_app = typer.Typer(help="Weight manifests.", no_args_is_help=True, rich_markup_mode="markdown")
 
