@@ -9,7 +9,7 @@ import types
 
 from service.agent import runner
 from service.agent.client import AgentState
-from service.cli import Reporter
+from service.agent.reports import Reporter
 
 CHATTY = textwrap.dedent("""\
     import sys, time

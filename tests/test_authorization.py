@@ -187,7 +187,7 @@ def test_last_active_admin_token_cannot_be_revoked_and_a_revoked_token_cannot_be
 
 
 def test_serve_never_prints_a_revoked_bootstrap_token(settings, db):
-    from service.cli import bootstrap_admin_token
+    from service.cli.server import bootstrap_admin_token
     from service.services import tokens as token_service
 
     s = _settings_without_env_admin(settings)

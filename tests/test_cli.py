@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 from typer.testing import CliRunner
 
@@ -123,11 +124,64 @@ def test_a_service_that_cannot_be_reached_is_one_line_and_status_69():
 def test_problems_are_printed_as_a_person_reads_them_and_never_raw_control_characters():
     import httpx
 
-    from service.cli import _problem_text
+    from service.cli.common import problem_text
 
     r = httpx.Response(422, json={"type": "about:blank", "title": "Unprocessable", "status": 422,
                                   "detail": "rejected \x1b]0;pwned\x07",
                                   "errors": [{"field": "waves.0.percent", "message": "must rise"}],
                                   "findings": [{"rule": "tp_heads", "severity": "error", "message": "TP 3"}]})
-    assert _problem_text(r) == ("rejected \\x1b]0;pwned\\x07\n  waves.0.percent: must rise\n  [tp_heads] TP 3")
-    assert _problem_text(httpx.Response(502, text="bad \u202egateway")) == "bad \\u202egateway"
+    assert problem_text(r) == ("rejected \\x1b]0;pwned\\x07\n  waves.0.percent: must rise\n  [tp_heads] TP 3")
+    assert problem_text(httpx.Response(502, text="bad \u202egateway")) == "bad \\u202egateway"
+
+
+def test_text_from_the_service_escapes_invisible_letters_and_selectors_too():
+    """One check for what reaches a terminal (domain/text.py printable): besides control and format characters,
+    the Hangul fillers and variation selectors that draw nothing are escaped, in problems and in rollout lines."""
+    import httpx
+
+    from service.cli.common import problem_text, safe
+
+    r = httpx.Response(409, json={"detail": "node \u3164gpu-01\ufe0f is busy\u2028", "errors": []})
+    assert problem_text(r) == "node \\u3164gpu-01\\ufe0f is busy\\u2028"
+    assert safe("a\tb\nc\u115f\U000e0100" + "x" * 600, limit=8) == "a\\tb\\nc\\u115f\\U000e0100x…"
+
+
+def test_the_plain_check_runs_without_the_command_line_and_says_the_same(tmp_path):
+    """``preflight check [--json] FILE...`` skips building Typer's command line (check_files.plain_arguments): its
+    output and exit status are the command's, file by file; anything else goes through the command line."""
+    import subprocess
+    import sys
+
+    from service.cli.check_files import plain_arguments
+
+    ok = write(tmp_path, "ok.json", case_request(load_case(case_files("handed")[0])))
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    reject = write(tmp_path, "reject.json", {
+        "model": {"config": model_config("microsoft__Phi-3-medium-4k-instruct")},
+        "hardware": {"gpu": "a100-sxm4-80gb", "count": 4}, "engine_args": {"tensor_parallel_size": 4}})
+    for args in ([str(ok)], [str(reject), "--json"], ["--json", str(ok), str(bad), str(tmp_path / "missing.json")],
+                 [str(bad)]):
+        plain = subprocess.run([sys.executable, "-m", "service.cli", "check", *args], capture_output=True, text=True,
+                               timeout=120)
+        typed = runner.invoke(app, ["check", *args])
+        assert (plain.returncode, plain.stdout) == (typed.exit_code, typed.stdout), args
+    assert plain_arguments(["a.json", "--json"]) == ([pathlib.Path("a.json")], True)
+    for other in ([], ["--json"], ["--help"], ["-"], ["--", "a.json"], ["a.json", "--jsn"]):
+        assert plain_arguments(other) is None, other
+
+
+def test_a_reader_that_goes_away_ends_check_quietly_with_status_1(tmp_path):
+    """``preflight check ... | head``: as Click does for the command line, exit 1 and no traceback, on both paths."""
+    import subprocess
+    import sys
+
+    ok = write(tmp_path, "ok.json", case_request(load_case(case_files("handed")[0])))
+    files = [str(ok)] * 200  # far more than a pipe holds
+    for args in (["check", *files], ["check", "--", *files]):
+        with subprocess.Popen([sys.executable, "-m", "service.cli", *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) as p:
+            assert p.stdout.read(100).startswith(b"== ")
+            p.stdout.close()
+            assert p.wait(120) == 1, args
+            assert b"Traceback" not in p.stderr.read()

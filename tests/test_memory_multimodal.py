@@ -268,7 +268,7 @@ def test_cli_check_reads_the_model_directorys_preprocessor_config(tmp_path):
     """`preflight check` with model.path: the directory's preprocessor_config.json sets the image limit."""
     import json
 
-    from service.cli import _load_request_file
+    from service.cli.check_files import load_request_file
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps(QWEN2_VL_7B))
@@ -276,7 +276,7 @@ def test_cli_check_reads_the_model_directorys_preprocessor_config(tmp_path):
     f = tmp_path / "launch.json"
     f.write_text(json.dumps({"model": {"path": "m"}, "hardware": {"gpu": "h100-sxm-80gb", "count": 1},
                              "engine_args": {"max_model_len": 4096, "limit_mm_per_prompt": {"image": 1, "video": 0}}}))
-    req = LaunchRequest.model_validate(_load_request_file(f))
+    req = LaunchRequest.model_validate(load_request_file(f))
     assert req.model.preprocessor_config["max_pixels"] == 1003520
     assert budget_of(req).multimodal["tokens_per_item"] == 1280
 

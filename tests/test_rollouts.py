@@ -657,7 +657,8 @@ def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, m
 
     from service import cli
 
-    monkeypatch.setattr(cli, "_client", lambda server, token: fleet.api)  # the CLI's HTTP calls go to the test app
+    # the CLI's HTTP calls go to the test app
+    monkeypatch.setattr(cli.common, "client", lambda server, token: fleet.api)
     run = lambda *args: CliRunner().invoke(cli.app, [*args, "--server", "http://x", "--token", ADMIN])  # noqa: E731
     spec = tmp_path / "rollout.json"
     spec.write_text(json.dumps({"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": NEW, "nodes": NODES,
@@ -980,9 +981,9 @@ def test_reasons_with_control_characters_are_refused_and_printed_escaped(fleet):
         got = fleet.api.post(f"/v1/rollouts/{r['id']}/pause", json={"reason": bad})
         assert got.status_code == 422 and "reason" in got.text, bad
     assert fleet.status(r["id"])["state"] == "pending"
-    text = cli._rollout_summary({**fleet.status(r["id"]), "reason": "\x1b[2Jgone\u202e",
-                                 "nodes": [{"node": "gpu-01", "wave": 0, "outcome": "failed",
-                                            "evidence": {"reason": "x\x07"}}]})
+    text = cli.rollout.summary({**fleet.status(r["id"]), "reason": "\x1b[2Jgone\u202e",
+                                "nodes": [{"node": "gpu-01", "wave": 0, "outcome": "failed",
+                                           "evidence": {"reason": "x\x07"}}]})
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
     assert "\\x1b[2Jgone\\u202e" in text and "x\\x07" in text
 
@@ -1053,7 +1054,8 @@ def test_rollout_cli_survives_a_hostile_answer(monkeypatch, body, code):
     from service import cli
 
     transport = httpx.MockTransport(lambda req: httpx.Response(200, content=iter([body])))  # streamed, as sent
-    monkeypatch.setattr(cli, "_client", lambda server, token: httpx.Client(base_url="http://x", transport=transport))
+    monkeypatch.setattr(cli.common, "client",
+                        lambda server, token: httpx.Client(base_url="http://x", transport=transport))
     for args in (["status", "x"], ["wait", "x", "--timeout", "1", "--interval", "0.5"]):
         out = CliRunner().invoke(cli.app, ["rollout", *args, "--server", "http://x", "--token", "t"])
         assert out.exit_code == code and (out.exception is None or isinstance(out.exception, SystemExit)), (
@@ -1073,7 +1075,8 @@ def test_rollout_wait_gives_up_on_a_server_that_drips(monkeypatch):
             yield b" "
 
     transport = httpx.MockTransport(lambda req: httpx.Response(200, content=drip()))
-    monkeypatch.setattr(cli, "_client", lambda server, token: httpx.Client(base_url="http://x", transport=transport))
+    monkeypatch.setattr(cli.common, "client",
+                        lambda server, token: httpx.Client(base_url="http://x", transport=transport))
     out = CliRunner().invoke(cli.app, ["rollout", "wait", "x", "--timeout", "1", "--server", "http://x",
                                        "--token", "t"])
     assert isinstance(out.exception, httpx.ReadTimeout)  # given up within --timeout, not after the minute

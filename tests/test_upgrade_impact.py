@@ -61,7 +61,7 @@ def test_cli_upgrade_check_prints_and_exits_1(client, monkeypatch):
     from service import cli
 
     swap, bnb, _ = fleet(client)
-    monkeypatch.setattr(cli, "_client", lambda server, token: client)
+    monkeypatch.setattr(cli.common, "client", lambda server, token: client)
     res = CliRunner().invoke(cli.app, ["upgrade-check", "--to", "0.33", "--server", "http://x", "--token", "t"])
     assert res.exit_code == 1, res.output
     assert f"BREAKS plan {swap}" in res.output and f"BREAKS plan {bnb}" in res.output and "2 would break" in res.output

@@ -8,6 +8,7 @@ import pytest
 
 from service.agent.vllm_metrics import (MAX_BYTES, KV_USAGE, Sampler, ScrapeError, metrics_url, parse, quantile,
                                         read, window)
+from service.clock import ManualClock
 from service.sim.vllm_sim import SimVllm, SimWorkload
 
 LABELS = 'engine="0",model_name="m"'
@@ -101,7 +102,7 @@ def test_metrics_url_follows_the_plans_port_and_host():
 
 def test_sampler_posts_windows_of_the_simulator_and_skips_failed_scrapes():
     sim = SimVllm(kv_cache_tokens=100_000, max_num_seqs=64, workload=SimWorkload(400, 200, 200.0), seed=1)
-    clock = [0.0]
+    clock = ManualClock()
     posted = []
     fail = {2}
     calls = [0]
@@ -111,10 +112,10 @@ def test_sampler_posts_windows_of_the_simulator_and_skips_failed_scrapes():
         if calls[0] in fail:
             raise ScrapeError("down")
         sim.advance(15)
-        clock[0] += 15
+        clock.advance(15)
         return sim.exposition()
 
-    s = Sampler("http://x/metrics", "plan-1", posted.append, fetch=fetch, clock=lambda: clock[0])
+    s = Sampler("http://x/metrics", "plan-1", posted.append, fetch=fetch, clock=clock)
     assert s.sample_once() is None  # the first scrape is the baseline
     assert s.sample_once() is None  # a failed scrape: no window, and the next one is a new baseline
     assert s.sample_once() is None

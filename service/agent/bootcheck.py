@@ -2,7 +2,7 @@
 (service/domain/node_checks.py): the GPUs are the ones the plan was validated for (no drift), the weights on disk
 are the manifest's, and every GPU the launch uses has the memory free that vLLM 0.33 will request.
 
-``run_checks`` returns the first failed check as a ``Refusal`` (check, reason, message, details); the CLI reports
+``run_checks`` returns the first failed check as a ``Refusal`` (check, reason, message, details); the boot reports
 it (``refused``) and exits without starting vLLM. Plans signed before these checks carry no claim: nothing to
 check, said on the console.
 """
@@ -128,3 +128,22 @@ def run_checks(claims: dict, *, nvidia_smi: str, weights_root: pathlib.Path | No
                         "processes": procs})
     say(f"GPU memory: {len(used)} GPU(s) with the memory vLLM will request free")
     return None
+
+
+@dataclass(frozen=True)
+class NodeProbe:
+    """This node as the boot checks see it: ``check`` runs ``run_checks`` against a plan's claims, ``facts`` reads
+    the hardware facts nvidia-smi shows (what PUT /v1/nodes/NAME/facts takes). Raises gpus.NvidiaSmiError or
+    OSError when nvidia-smi cannot be read."""
+
+    nvidia_smi: str = "nvidia-smi"
+    weights_root: pathlib.Path | None = None
+    verify_hashes: bool = False
+
+    def check(self, claims: dict, *, say: Callable[[str], None]) -> Refusal | None:
+        return run_checks(claims, nvidia_smi=self.nvidia_smi, weights_root=self.weights_root,
+                          verify_hashes=self.verify_hashes, say=say)
+
+    def facts(self) -> dict:
+        observed = gpu_mod.read_gpus(self.nvidia_smi)
+        return gpu_mod.node_facts(observed, gpu_mod.read_interconnect_quietly(self.nvidia_smi, len(observed)))

@@ -86,11 +86,11 @@ class AgentState:
         data = {k: v for k, v in asdict(self).items() if k != "path"}
         write_atomic(self.path, {"version": STATE_VERSION, **data})
 
-    def set_aside(self, why: str = "corrupt") -> pathlib.Path:
-        """Move the state file out of the way (kept for inspection) as ``NAME.<why>-<UTC time>``: ``corrupt`` when it
-        was unusable, ``reset`` for ``preflight agent reset``. Returns where it went (a link is moved, never
-        followed)."""
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    def set_aside(self, why: str = "corrupt", now: float | None = None) -> pathlib.Path:
+        """Move the state file out of the way (kept for inspection) as ``NAME.<why>-<UTC time>`` (``now``, default
+        the machine's time): ``corrupt`` when it was unusable, ``reset`` for ``preflight agent reset``. Returns where
+        it went (a link is moved, never followed)."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
         dest = self.path.with_name(f"{self.path.name}.{why}-{stamp}")
         n = 1
         while os.path.lexists(dest):  # two in the same second: never overwrite an earlier copy
@@ -180,6 +180,10 @@ class AgentClient:
     def post_metrics(self, body: dict) -> httpx.Response:
         """One window of vLLM's live metrics (agent/vllm_metrics.py) for the tuning loop."""
         return self.http.post(f"/v1/nodes/{self.node}/metrics", json=body)
+
+    def put_facts(self, facts: dict) -> httpx.Response:
+        """This node's hardware facts as nvidia-smi shows them (the agent's token may update only its own node)."""
+        return self.http.put(f"/v1/nodes/{self.node}/facts", json=facts)
 
     def post_report(self, body: dict) -> httpx.Response:
         return self.http.post(f"/v1/nodes/{self.node}/reports", json=body)

@@ -20,6 +20,9 @@ import sys
 import threading
 from typing import Callable
 
+from ..clock import SYSTEM, Clock
+from . import waiting
+
 # vLLM 0.33 log lines (kv_cache_utils.py:1147-1154; gpu_worker.py:772-813). "Maximum concurrency" is printed on the
 # KV cache size line by some versions and on its own line by others: both are read.
 KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
@@ -61,10 +64,10 @@ def exit_status(code: int) -> int:
 
 
 def run(argv: list[str], env: dict[str, str], report: Report, *, heartbeat_seconds: float = 60.0,
-        heartbeat: Callable[[], "bool | None"] | None = None) -> int:
+        heartbeat: Callable[[], "bool | None"] | None = None, clock: Clock = SYSTEM) -> int:
     """Run to completion; returns the agent's exit status (0 after a requested stop, the child's status when it
     ended by itself, 127 when it could not start), or SUPERSEDED. ``heartbeat`` returns False when the service says
-    the plan is no longer current (None: no answer)."""
+    the plan is no longer current (None: no answer); it is called every ``heartbeat_seconds`` of ``clock``'s time."""
     try:
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 bufsize=1, errors="replace")
@@ -86,7 +89,7 @@ def run(argv: list[str], env: dict[str, str], report: Report, *, heartbeat_secon
     superseded = threading.Event()
 
     def beat():
-        while not done.wait(heartbeat_seconds):
+        while not waiting.wait(done, clock, heartbeat_seconds):
             if heartbeat is None:
                 report("heartbeat", None, {"pid": proc.pid})
             elif heartbeat() is False and not done.is_set():

@@ -28,6 +28,8 @@ from typing import Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..clock import SYSTEM, Clock
+from . import waiting
 from .client import ResponseTooLarge, read_body
 
 MAX_BYTES = 4 << 20  # vLLM's /metrics is tens of kB; a few MB with many LoRA adapters or engines
@@ -194,12 +196,11 @@ def metrics_url(argv: list[str]) -> str:
 
 
 class Sampler:
-    """Scrape every ``seconds`` on a thread and hand each window to ``post`` (best effort: a failed scrape or post
-    is skipped, the next scrape starts a new window)."""
+    """Scrape every ``seconds`` of ``clock``'s time on a thread and hand each window to ``post`` (best effort: a
+    failed scrape or post is skipped, the next scrape starts a new window)."""
 
     def __init__(self, url: str, plan: str, post: Callable[[dict], object], *, seconds: float = 15.0,
-                 timeout: float = 5.0, fetch: Callable[[str], str] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 timeout: float = 5.0, fetch: Callable[[str], str] | None = None, clock: Clock = SYSTEM):
         self.url, self.plan, self.post, self.seconds = url, plan, post, max(1.0, seconds)
         self.fetch = fetch or (lambda u: read(u, timeout=timeout))
         self.clock = clock
@@ -211,7 +212,7 @@ class Sampler:
     def sample_once(self) -> dict | None:
         """One scrape; the window since the previous one (posted), or None."""
         try:
-            cur = parse(self.fetch(self.url), self.clock())
+            cur = parse(self.fetch(self.url), self.clock.monotonic())
         except ScrapeError:
             self.prev = None
             return None
@@ -226,7 +227,7 @@ class Sampler:
         return w
 
     def _loop(self) -> None:
-        while not self.stop_event.wait(self.seconds):
+        while not waiting.wait(self.stop_event, self.clock, self.seconds):
             self.sample_once()
 
     def start(self) -> "Sampler":

@@ -31,7 +31,7 @@ from typing import Callable
 from ..domain.errors import DomainError
 from ..domain.quant_tag import parse_quantization_txt
 from ..domain.text import display_text_problem
-from ..domain.versions import ALL_QUANT_METHODS
+from ..domain.versions import all_quant_methods
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -182,7 +182,8 @@ def sha256_file(path: pathlib.Path, size: int, on_bytes: Callable[[int], None] |
 
 def quant_method(text: bytes) -> str:
     try:
-        return parse_quantization_txt(text.decode("utf-8", "replace"), ALL_QUANT_METHODS, "quantization.txt").method
+        # every line's methods (all catalogues read): only a manifest with a quantization.txt needs them
+        return parse_quantization_txt(text.decode("utf-8", "replace"), all_quant_methods(), "quantization.txt").method
     except DomainError as exc:
         raise WeightsError(f"quantization.txt: {exc.message}") from None
 

@@ -9,7 +9,7 @@ Cn unassigned), the line and paragraph separators (Zl U+2028, Zp U+2029) and the
 says so. Printable text in any script passes.
 
 ``display_text_problem`` is the one check; ``display_text`` raises ValueError for Pydantic validators (the 422 names
-the field).
+the field); ``escape_invisible`` (pages) and ``printable`` (terminals) escape what it refuses.
 """
 
 from __future__ import annotations
@@ -33,6 +33,16 @@ def escape_invisible(text: str, keep: str = "") -> str:
         return text
     return "".join(ch if ch in keep or not _hidden(ch) else
                    (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}") for ch in text)
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` for a terminal: every character ``escape_invisible`` escapes — the control characters that drive a
+    terminal (ESC, BEL, CSI) among them — written as Python writes it (``\\x1b``, ``\\u202e``, ``\\U000e0100``),
+    the characters of ``keep`` (e.g. newlines and tabs) left as they are."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(ch if ch in keep or not _hidden(ch) else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
 
 
 def display_text_problem(text: str, *, allow_tab: bool = False) -> str | None:

@@ -135,12 +135,21 @@ class VersionLine:
     # per quantization method, what its config class returns as constants: min_capability (e.g. 75) and
     # act_dtypes (torch dtype names); absent where the class computes them at run time
     quant_details: dict[str, dict[str, Any]] = field(default_factory=dict)
-    removed: dict[str, RemovedFlag] = field(default_factory=dict)
-    plugin_only: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @cached_property
     def release(self) -> tuple[int, int, int]:
         return parse_version(self.newest) or (0, 0, 0)
+
+    @cached_property
+    def removed(self) -> dict[str, RemovedFlag]:
+        """The flags an older generated line has and this one lacks (read from the older lines when first asked:
+        only a request naming an option this line does not have needs them)."""
+        return _removals(self)[0]
+
+    @cached_property
+    def plugin_only(self) -> dict[str, tuple[str, str]]:
+        """Quantization methods an older generated line has and this one lacks: (first line without, advice)."""
+        return _removals(self)[1]
 
     @property
     def flags(self) -> dict[str, Option]:
@@ -281,32 +290,55 @@ def _load(path: pathlib.Path) -> VersionLine:
 
 
 @lru_cache(maxsize=None)
+def _catalogue_files() -> tuple[tuple[tuple[int, int, int], str, pathlib.Path], ...]:
+    """(release, version, path) of every generated line, oldest first, from the file names alone
+    (``<vllm_version>.json``): which lines exist is known without reading any of them."""
+    found = []
+    for path in DATA_DIR.glob("*.json"):
+        release = parse_version(path.stem)
+        if release is not None:
+            found.append((release, path.stem, path))
+    return tuple(sorted(found))
+
+
+@lru_cache(maxsize=None)
+def _line(version: str) -> VersionLine:
+    """One generated line, read on first use and kept (a check of one request reads one file of the 15)."""
+    return _load(DATA_DIR / f"{version}.json")
+
+
+@lru_cache(maxsize=None)
 def _lines() -> tuple[VersionLine, ...]:
-    """Every generated line, oldest first, with the removals each one made relative to the older lines."""
-    loaded = sorted((_load(p) for p in DATA_DIR.glob("*.json")), key=lambda l: l.release)
-    out: list[VersionLine] = []
+    """Every generated line, oldest first."""
+    return tuple(_line(version) for _, version, _ in _catalogue_files())
+
+
+def _removals(line: VersionLine) -> tuple[dict[str, RemovedFlag], dict[str, tuple[str, str]]]:
+    """The flags and quantization methods ``line`` lacks that an older line has (only older lines decide it: the
+    newest older line with a flag is followed by lines without it up to ``line``)."""
+    loaded = [l for l in _lines() if l.release <= line.release]
     seen_flags: dict[str, str] = {}  # dest -> newest older line that had it
     seen_quant: dict[str, str] = {}
-    for line in loaded:
-        removed = {}
-        for dest, last in seen_flags.items():
-            if dest not in line.options:
-                advice, source = ADVICE.get(dest, ("drop it", f"service/data/vllm/{last}.json vs {line.newest}.json"))
-                removed[dest] = RemovedFlag(_first_without(loaded, last, lambda l: dest in l.options), advice, source,
-                                            last)
-        plugin_only = {}
-        for method, last in seen_quant.items():
-            if method not in line.quant_methods:
-                plugin_only[method] = (_first_without(loaded, last, lambda l: method in l.quant_methods),
-                                       QUANT_PLUGINS.get(method, f"vLLM {last} or older (the newest generated line "
-                                                                 f"that still has it)"))
-        fields = {k: v for k, v in line.__dict__.items() if k in VersionLine.__dataclass_fields__}
-        out.append(VersionLine(**{**fields, "removed": removed, "plugin_only": plugin_only}))
-        for dest in line.options:
-            seen_flags[dest] = line.newest
-        for m in line.quant_methods:
-            seen_quant[m] = line.newest
-    return tuple(out)
+    for older in loaded:
+        if older.release >= line.release:
+            break
+        for dest in older.options:
+            seen_flags[dest] = older.newest
+        for m in older.quant_methods:
+            seen_quant[m] = older.newest
+    removed = {}
+    for dest, last in seen_flags.items():
+        if dest not in line.options:
+            advice, source = ADVICE.get(dest, ("drop it", f"service/data/vllm/{last}.json vs {line.newest}.json"))
+            removed[dest] = RemovedFlag(_first_without(loaded, last, lambda l: dest in l.options), advice, source,
+                                        last)
+    plugin_only = {}
+    for method, last in seen_quant.items():
+        if method not in line.quant_methods:
+            plugin_only[method] = (_first_without(loaded, last, lambda l: method in l.quant_methods),
+                                   QUANT_PLUGINS.get(method, f"vLLM {last} or older (the newest generated line "
+                                                             f"that still has it)"))
+    return removed, plugin_only
 
 
 def _first_without(lines: list[VersionLine], last_with: str, has: Callable[[VersionLine], bool]) -> str:
@@ -320,7 +352,7 @@ def version_lines() -> tuple[VersionLine, ...]:
 
 
 def newest_line() -> VersionLine:
-    return _lines()[-1]
+    return _line(_catalogue_files()[-1][1])
 
 
 DEFAULT_VERSION = "0.33.0"
@@ -341,22 +373,23 @@ def resolve_version(version: str | None) -> tuple[str, VersionLine]:
     """
     text = (version or DEFAULT_VERSION).strip()
     parsed = parse_version(text)
-    lines = _lines()
+    files = _catalogue_files()  # (release, version, path), oldest first: only the chosen line is read
     if parsed is not None:
-        candidates = [l for l in lines if l.release[:2] <= parsed[:2]]
-        oldest_major_minor = lines[0].release[:2]
-        if candidates and parsed[:2] <= lines[-1].release[:2] and parsed[:2] >= oldest_major_minor:
+        candidates = [v for release, v, _ in files if release[:2] <= parsed[:2]]
+        oldest_major_minor = files[0][0][:2]
+        if candidates and parsed[:2] <= files[-1][0][:2] and parsed[:2] >= oldest_major_minor:
             full = canonical_version(text) or "%d.%d.%d" % parsed
             if len(full) <= MAX_VERSION_CHARS:
-                return full, candidates[-1]
+                return full, _line(candidates[-1])
             raise DomainError("vllm_version", f"vLLM version {full[:40]!r}…: at most {MAX_VERSION_CHARS} characters "
                               f"in its normal form", rule="version_unsupported")
+    first, last = files[0][0], files[-1][0]
     raise DomainError(
         "vllm_version",
-        f"vLLM version {version!r} is not supported; supported: {lines[0].line}.x … {lines[-1].line}.x "
-        f"(catalogues generated from releases {', '.join(l.newest for l in lines)})",
+        f"vLLM version {version!r} is not supported; supported: {first[0]}.{first[1]}.x … {last[0]}.{last[1]}.x "
+        f"(catalogues generated from releases {', '.join(v for _, v, _ in files)})",
         rule="version_unsupported",
-        accepted=[l.newest for l in lines],
+        accepted=[v for _, v, _ in files],
     )
 
 

@@ -1,0 +1,120 @@
+"""``preflight check``'s work: launch-request files read, validated offline and reported, with nothing but the
+domain and pydantic loaded — no Typer either, so ``main()`` runs the plain form of the command (``check [--json]
+FILE...``) without building the command line (CI checks files one process at a time)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Callable
+
+
+def load_request_file(path: pathlib.Path) -> dict:
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError("a launch request file must hold one JSON object")
+    model = data.get("model")
+    if isinstance(model, dict) and model.get("path") and model.get("config") is None:
+        d = pathlib.Path(model["path"])
+        if not d.is_absolute() and not d.exists():
+            d = path.parent / d  # relative to the request file when not relative to the working directory
+        model = {"name": str(model["path"]), **model, **read_model_dir(d)}
+        pre = d / "preprocessor_config.json"  # image limits of a multimodal model (the encoder's memory profile)
+        if model.get("preprocessor_config") is None and pre.is_file():
+            model["preprocessor_config"] = json.loads(pre.read_text())
+        model.pop("path", None)
+        data = {**data, "model": model}
+    return data
+
+
+def read_model_dir(d: pathlib.Path) -> dict:
+    """config.json (required), quantization.txt, hf_quant_config.json and the safetensors index's total_size."""
+    if not (d / "config.json").is_file():
+        raise ValueError(f"{d} has no config.json")
+    out: dict = {"config": json.loads((d / "config.json").read_text())}
+    if (d / "quantization.txt").is_file():
+        out["quantization_txt"] = (d / "quantization.txt").read_text()
+    if (d / "hf_quant_config.json").is_file():
+        out["hf_quant_config"] = json.loads((d / "hf_quant_config.json").read_text())
+    idx = d / "model.safetensors.index.json"
+    if idx.is_file():
+        total = (json.loads(idx.read_text()).get("metadata") or {}).get("total_size")
+        if isinstance(total, int):
+            out["weights_bytes"] = total
+    return out
+
+
+def print_report(name: str, result, echo: Callable[[str], None] = print) -> None:
+    r = result.as_dict()
+    echo(f"== {name}: {r['verdict'].upper()}")
+    for f in r["findings"]:
+        echo(f"  [{f['severity']}] {f['rule']}: {f['message']}")
+        if f.get("remedy"):
+            echo(f"      remedy: {json.dumps(f['remedy'])}")
+    b = r.get("budget")
+    if b:
+        echo(f"  budget per GPU: weights {b.get('weights_bytes_per_gpu', 0) / 2**30:.2f} GiB, "
+             f"KV cache {b.get('kv_cache_bytes_per_gpu', 0) / 2**30:.2f} GiB")
+        if b.get("log_line"):
+            echo(f"  {b['log_line']}")
+    echo(f"  command: {r['command']}")
+
+
+def _input_errors(exc: Exception) -> list[dict]:
+    """What was wrong with a file that could not be checked, as the JSON output's ``errors``."""
+    from pydantic import ValidationError
+
+    from ..domain.errors import DomainError
+
+    if isinstance(exc, ValidationError):
+        return [{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]} for e in exc.errors()]
+    if isinstance(exc, DomainError):
+        return [exc.as_dict()]
+    return [{"field": "file", "rule": "unreadable" if isinstance(exc, OSError) else "invalid_json",
+             "message": str(exc)}]
+
+
+def _print_invalid(path: pathlib.Path, errors: list[dict], as_json: bool, echo: Callable[[str], None]) -> None:
+    if as_json:
+        echo(json.dumps({"file": str(path), "verdict": "invalid", "errors": errors}))
+    else:
+        echo(f"== {path}: INVALID INPUT")
+        for e in errors:
+            echo(f"  {e.get('field', '')}: {e.get('message')}")
+
+
+def check_files(files: list[pathlib.Path], as_json: bool, echo: Callable[[str], None] = print) -> int:
+    """Validate each file, print its report (or one JSON object per line); the exit status: 0 nothing rejected,
+    1 a launch is rejected, 2 bad input."""
+    from pydantic import ValidationError
+
+    from ..domain.errors import DomainError
+    from ..domain.request import LaunchRequest
+    from ..domain.validate import validate
+
+    rejected = bad = False
+    for path in files:
+        try:
+            req = LaunchRequest.model_validate(load_request_file(path))
+            result = validate(req)
+        except (OSError, ValueError, ValidationError, DomainError, RecursionError) as exc:
+            bad = True
+            if isinstance(exc, RecursionError):  # JSON nested deeper than the parser can go
+                exc = ValueError("the file's JSON is nested too deeply")
+            _print_invalid(path, _input_errors(exc), as_json, echo)
+            continue
+        rejected |= result.verdict == "reject"
+        if as_json:
+            echo(json.dumps({"file": str(path), **result.as_dict()}, separators=(",", ":")))
+        else:
+            print_report(str(path), result, echo)
+    return 2 if bad else 1 if rejected else 0
+
+
+def plain_arguments(args: list[str]) -> tuple[list[pathlib.Path], bool] | None:
+    """(files, --json) when ``args`` (what follows ``check``) are file names and at most ``--json``; None for
+    anything else (an option, ``--help``, ``-`` or ``--``, no file): the command line parses those."""
+    files = [a for a in args if a != "--json"]
+    if not files or any(a.startswith("-") for a in files):
+        return None
+    return [pathlib.Path(a) for a in files], "--json" in args
