@@ -1,4 +1,4 @@
-"""Audit at scale on PostgreSQL (issue 6 targets): 1,000,000 audit events, then
+"""Audit at scale on PostgreSQL: 1,000,000 audit events, then
 
 - sealing throughput (events chained per second by one sealer),
 - a full ``verify`` of the chain,

@@ -1,4 +1,4 @@
-"""Regressions from the break-it passes on the agent boot path and hostile input (this session)."""
+"""Regressions on the agent boot path and hostile input."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def dsv3_block(block) -> dict:
     return cfg
 
 
-# every input of the break-it pass that answered 500 or hung, and the key the 422 must name
+# every hostile input that once answered 500 or hung, and the key the 422 must name
 JUNK_CONFIGS = [
     (llama_with(num_hidden_layers=10**12), "num_hidden_layers"),
     (llama_with(rope_scaling={"type": "linear", "factor": 1e308}), "rope_scaling.factor"),
@@ -275,7 +275,7 @@ print(json.dumps(out))
 
 
 def test_hostile_http_requests_finish_in_a_subprocess_with_a_deadline(settings, tmp_path):
-    """The break-it pass's requests against the service (its database), one process with a deadline: every answer
+    """Hostile requests against the service (its database), one process with a deadline: every answer
     is a 4xx or a verdict, and /healthz still answers after them."""
     reqs = [["POST", "/v1/validate", req] for req in HOSTILE_FILES]
     reqs += [["POST", "/v1/manifests", {"name": f"m{i}", "version": "1", "uri": "s3://m", "config": cfg}]

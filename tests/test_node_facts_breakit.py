@@ -1,4 +1,4 @@
-"""Issue 17, the break-it pass, one kind per section: the agent's own files read without following a symlink and only
+"""Hostile node facts and agent files, one kind per section: the agent's own files read without following a symlink and only
 tokens of the service's shape; hardware facts that agree with themselves (and a PUT that merges the optional facts);
 one display-text check for every name; the Hugging Face cache's symlink shape and nothing wider; whatever the disk
 holds is a finding naming the file, never a traceback; the agent's console and help text."""

@@ -765,7 +765,7 @@ def test_a_wave_refused_at_signing_halts_and_restores_what_changed(fleet):
     assert [w["state"] for w in s["waves"]] == ["done", "halted"]  # the wave refused at signing, not "cancelled"
 
 
-# -- the break-it pass (issue 19 follow-up): what the canary proved is what the fleet gets -----------------------------
+# -- what the canary proved is what the fleet gets -----------------------------
 
 GIB = 1 << 30
 WORKLOAD = {"avg_seq_len": 3000, "p99_seq_len": 12000, "shape": "long_in_short_out", "stage": "initial"}

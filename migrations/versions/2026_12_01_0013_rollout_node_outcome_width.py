@@ -1,5 +1,5 @@
-"""Rollout node outcomes up to 32 characters: ``superseded_by_hand`` (a node planned by hand during its wave, issue 19
-break-it pass) does not fit the 16 of 0010
+"""Rollout node outcomes up to 32 characters: ``superseded_by_hand`` (a node planned by hand during its
+wave) does not fit the 16 of 0010
 
 Revision ID: 0013
 Revises: 0012

@@ -1,4 +1,4 @@
-"""The last checks before vLLM starts (issue 17), against the plan's signed ``node_checks`` claim
+"""The last checks before vLLM starts, against the plan's signed ``node_checks`` claim
 (service/domain/node_checks.py): the GPUs are the ones the plan was validated for (no drift), the weights on disk
 are the manifest's, and every GPU the launch uses has the memory free that vLLM 0.33 will request.
 

@@ -1,4 +1,4 @@
-"""The agent's sampler of vLLM's live metrics (issue 16): scrape vLLM's Prometheus endpoint every N seconds, turn two
+"""The agent's sampler of vLLM's live metrics: scrape vLLM's Prometheus endpoint every N seconds, turn two
 scrapes into a window — gauges at the window's end, counter deltas over it, P99s from histogram bucket deltas — and
 post it (``POST /v1/nodes/{name}/metrics``) for the tuning loop.
 

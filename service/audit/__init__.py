@@ -33,4 +33,3 @@ __all__ = ["CHECKPOINT_TYPE", "GENESIS", "STALE_UNSEALED_SECONDS", "AuditKeys", 
            "append_many", "audit_keys", "canonical", "chain_lock", "check_checkpoint", "checkpoint_claims",
            "event_dict", "event_hash", "known_checkpoints", "read_checkpoint_file", "seal", "sha256_hex", "unsealed",
            "verify_chain"]
-_lock = chain_lock

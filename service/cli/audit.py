@@ -165,7 +165,7 @@ def audit_checkpoint(out: pathlib.Path = typer.Option(..., help="Where to write 
                                       every_seconds=s_.audit_checkpoint_seconds)
     db = common.database(s_)
     with db.transaction() as s:
-        audit._lock(s, wait=True)
+        audit.chain_lock(s, wait=True)
         try:
             row = checkpointer.make(s) or checkpointer.newest_row(s)
         except ValueError as exc:

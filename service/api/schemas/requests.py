@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 
 from typing import Annotated, Any, Literal
 
@@ -10,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ...domain.jsoncheck import JsonValueError, check_json
 from ...domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, Workload
-from ...domain.text import display_text_problem
+from ...domain.text import display_text, display_text_problem
 from ...domain.topology import MAX_ADDRESS, address_problem
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -419,20 +418,12 @@ class RolloutIn(LaunchTarget):
         "first)."))
 
 
-# raw control characters (C0, DEL, C1) and bidi overrides/isolates: a reason is printed to terminals and logs, where
-# they would move the cursor, retitle the window or reorder what an operator reads
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 class RolloutCommandIn(Strict):
     reason: str | None = Field(default=None, max_length=1000, description=(
-        "Recorded in the audit event. Plain text: control characters (C0, DEL, C1) and bidi controls are refused."))
+        "Recorded in the audit event. Plain text: control characters (C0, DEL, C1), bidi and other invisible "
+        "formatting characters are refused (service/domain/text.py)."))
 
     @field_validator("reason")
     @classmethod
     def _printable(cls, v: str | None) -> str | None:
-        if v is not None:
-            m = _CONTROL.search(v)
-            if m:
-                raise ValueError(f"control character U+{ord(m.group()):04X} at {m.start()}: give plain text")
-        return v
+        return None if v is None else display_text(v)
