@@ -1,17 +1,21 @@
 # syntax=docker/dockerfile:1
-# Multi-stage build: wheels in a builder, a slim non-root runtime with a health check.
+# Multi-stage build: wheels of exactly what uv.lock pins in a builder, a slim non-root runtime with a health check.
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+RUN pip install --no-cache-dir uv==0.13.9
+COPY pyproject.toml uv.lock README.md ./
 COPY service ./service
-RUN pip install --no-cache-dir --upgrade pip && pip wheel --no-cache-dir --wheel-dir /wheels .
+# the service's locked dependencies (the server and postgres extras), then the project's own wheel
+RUN uv export --frozen --extra server --extra postgres --no-emit-project --format requirements-txt -o requirements.txt \
+ && pip wheel --no-cache-dir --wheel-dir /wheels -r requirements.txt \
+ && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PREFLIGHT_DATA_DIR=/var/lib/preflight
 RUN useradd --system --uid 10001 --home-dir /var/lib/preflight --create-home preflight
 WORKDIR /app
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/* && rm -rf /wheels
+RUN pip install --no-cache-dir --no-index /wheels/* && rm -rf /wheels
 # the migrations run from the working directory: alembic.ini + migrations/ (service.db.migrate looks there)
 COPY alembic.ini ./
 COPY migrations ./migrations
