@@ -1,0 +1,511 @@
+"""What a launch can make vLLM load, read from a release's own source: for every engine option, every field of the
+config dataclasses behind its JSON options (nested, list items included) and every environment variable vLLM reads,
+whether its value reaches
+
+- ``import``: an import by module or qualified name (``importlib.import_module``, ``resolve_obj_by_qualname``,
+  ``__import__``, a file executed as a module, ``logging.config.dictConfig`` — whose factories call any callable),
+- ``unpickle``: ``pickle``/``cloudpickle`` loads, ``torch.load`` without ``weights_only=True``,
+- ``read`` / ``write``: a file opened for reading or writing, a directory made,
+- ``download_dir``: where the Hub or a loader downloads to,
+- ``other_weights``: another model, tokenizer or adapter named by the value (``from_pretrained``, ``snapshot_download``…).
+
+    python scripts/vllm_loading.py RELEASE_DIR        # the unpacked wheel: RELEASE_DIR/vllm/…; JSON on stdout
+
+Nothing is imported: every ``.py`` file of the release is parsed (``ast``) and a field's value is followed, within a
+function, through assignments, string operations, path joins, ``.get("key")`` and ``[...]`` (nested keys), loops over
+lists (``[]``) and ``self.attr`` stores; across functions through the parameters of functions whose name is defined in
+few places; and into nested configs built with ``ConfigClass(**value)`` (MultiConnector's ``connectors`` list items
+are ``KVTransferConfig``s). Each fact carries the file and line of the call that loads. The analysis over-approximates
+within those rules and misses what flows through other objects; the flows it cannot see are in ``REVIEWED`` (read
+by hand, with file and line), merged into the output with ``"reviewed": true``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+# -- sinks ------------------------------------------------------------------------------------------------------------
+# call name (the dotted name as written, or its last part for methods) -> (kind, which arguments carry the value)
+IMPORT_CALLS = {"import_module": (0, "name"), "resolve_obj_by_qualname": (0, "qualname"), "__import__": (0, "name"),
+                "spec_from_file_location": (1, "location"), "run_path": (0, "path_name"), "dictConfig": (0, "config"),
+                "load_plugins_by_group": (0, "group"), "locate": (0, "path")}
+UNPICKLE_CALLS = {"pickle.load": 0, "pickle.loads": 0, "cloudpickle.load": 0, "cloudpickle.loads": 0,
+                  "torch.load": 0, "joblib.load": 0}
+DOWNLOAD_KWARGS = ("cache_dir", "local_dir", "download_dir")
+OTHER_WEIGHTS_CALLS = {"from_pretrained": 0, "snapshot_download": 0, "hf_hub_download": 0, "get_tokenizer": 0,
+                       "get_config": 0, "cached_tokenizer_from_config": None, "download_weights_from_hf": 0}
+WRITE_METHODS = {"write_text", "write_bytes", "mkdir", "touch"}
+READ_METHODS = {"read_text", "read_bytes"}
+FS_WRITE_CALLS = {"os.makedirs": 0, "os.mkdir": 0, "torch.save": 1, "shutil.copy": 1, "shutil.copyfile": 1,
+                  "shutil.move": 1, "np.save": 0, "numpy.save": 0}
+# calls whose result carries the value of their arguments (strings and paths built from it)
+PASS_THROUGH = {"str", "os.fspath", "os.path.join", "os.path.expanduser", "os.path.abspath", "os.path.realpath",
+                "os.path.normpath", "os.path.dirname", "Path", "pathlib.Path", "PurePath", "join", "format", "strip",
+                "rstrip", "lstrip", "split", "rsplit", "partition", "rpartition", "replace", "lower", "upper",
+                "removeprefix", "removesuffix", "expanduser", "resolve", "absolute", "joinpath", "with_suffix",
+                "with_name", "list", "tuple", "dict", "copy", "deepcopy", "json.loads", "loads", "get", "items",
+                "values", "keys", "cast"}
+# names too common to follow by name across the codebase
+COMMON = {"__init__", "get", "load", "run", "call", "forward", "apply", "update", "build", "create", "make", "init",
+          "setup", "start", "stop", "close", "open", "read", "write", "parse", "process", "execute", "main",
+          "from_config", "from_dict", "to_dict", "__call__", "__post_init__", "validate", "verify", "compute_hash"}
+MAX_DEFS = 4  # a called name defined in more places than this is not followed
+# names the entry points give the parsed command line (an argparse Namespace or EngineArgs): their attributes are the
+# options themselves
+ARGS_NAMES = {"args", "cli_args", "parsed_args", "engine_args", "server_args", "frontend_args", "ns"}
+OPTIONS = "Options"
+ARGS_CLASSES = ("EngineArgs", "AsyncEngineArgs", "FrontendArgs")  # the classes whose fields are `vllm serve`'s options
+
+# Flows the analysis cannot see (through objects, registries or other libraries), read by hand in 0.33.0. Keys are
+# option paths (a JSON option's nested keys joined by ".", list items as "[]"), values (kind, file:line, why).
+REVIEWED: dict[str, list[tuple[str, str, str]]] = {
+    "compilation_config.backend": [
+        ("import", "vllm/config/compilation.py:1121",
+         "with mode 1 or 2 a backend that is not a known name is resolved by qualified name")],
+    "model_class_overrides": [
+        ("import", "vllm/model_executor/models/registry.py",
+         "architecture -> class path overrides are imported when the model class is resolved")],
+}
+
+
+@dataclass(frozen=True)
+class Fact:
+    kind: str
+    site: str  # release-relative file:line of the call that loads
+    via: str = ""  # the function a parameter carried the value into, when not the call itself
+
+
+# -- the release's config classes -------------------------------------------------------------------------------------
+def annotation_names(node: ast.expr | None) -> set[str]:
+    """Every simple name inside an annotation (``KVTransferConfig | None`` -> {KVTransferConfig, None})."""
+    if node is None:
+        return set()
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return set()
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
+@dataclass
+class Classes:
+    """Config dataclasses: name -> {field: annotation names}; the VllmConfig attribute of each (``kv_transfer_config``
+    -> ``KVTransferConfig``); EngineArgs' and the frontend's fields (the options' dests)."""
+
+    fields: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    attr_of: dict[str, str] = field(default_factory=dict)  # VllmConfig attribute -> class
+    options: dict[str, set[str]] = field(default_factory=dict)  # option dest -> annotation names
+
+    def field_class(self, cls: str, name: str) -> str | None:
+        """The config class a field of ``cls`` holds, if any."""
+        for n in self.fields.get(cls, {}).get(name, ()):
+            if n in self.fields:
+                return n
+        return None
+
+
+def read_classes(modules: dict[str, ast.Module]) -> Classes:
+    """The config dataclasses (``vllm/config``) and the command line's argument classes (``*Args`` in the engine and
+    the entry points), each with its base classes' fields."""
+    out = Classes()
+    bases: dict[str, list[str]] = {}
+    for rel, tree in modules.items():
+        config = rel.startswith("vllm/config/")
+        if not (config or rel.startswith(("vllm/engine/", "vllm/entrypoints/"))):
+            continue
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef) or not (config or node.name.endswith("Args")):
+                continue
+            body = {s.target.id: annotation_names(s.annotation) for s in node.body
+                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                    and "ClassVar" not in annotation_names(s.annotation)}
+            if body or node.name.endswith("Args"):
+                out.fields.setdefault(node.name, {}).update(body)
+                bases[node.name] = [dotted(b).rsplit(".", 1)[-1] for b in node.bases]
+    for name in list(out.fields):
+        seen, todo = set(), list(bases.get(name, ()))
+        while todo:
+            base = todo.pop()
+            if base in seen or base not in out.fields:
+                continue
+            seen.add(base)
+            for k, v in out.fields[base].items():
+                out.fields[name].setdefault(k, v)
+            todo.extend(bases.get(base, ()))
+    for attr, names in out.fields.get("VllmConfig", {}).items():
+        for n in names:
+            if n in out.fields:
+                out.attr_of[attr] = n
+    for cls in ARGS_CLASSES:
+        for name, names in out.fields.get(cls, {}).items():
+            out.options[name] = names
+    out.fields[OPTIONS] = dict(out.options)
+    return out
+
+
+def unique_fields(classes: Classes) -> dict[str, set[str]]:
+    """Field names specific enough to name their field wherever they are read (at most three config classes have
+    them, and they are long compound names: ``mm_encoder_fp8_scale_save_path``, not ``model``): field -> classes."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for cls, fields in classes.fields.items():
+        if cls in ARGS_CLASSES or cls == OPTIONS or cls.endswith("Args"):
+            continue
+        for name in fields:
+            seen[name].add(cls)
+    return {name: owners for name, owners in seen.items()
+            if len(owners) <= 3 and name.count("_") >= 2 and len(name) >= 14}
+
+
+# -- taint within one function ----------------------------------------------------------------------------------------
+def dotted(node: ast.expr) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+class Scope(ast.NodeVisitor):
+    """One function: the labels each local name carries, the facts its calls reach, the parameters that reach a
+    load (its summary) and the nested configs it builds (``ConfigClass(**value)``)."""
+
+    def __init__(self, analysis: "Analysis", rel: str, cls: str | None, fn: ast.FunctionDef | ast.AsyncFunctionDef):
+        self.a, self.rel, self.cls, self.fn = analysis, rel, cls, fn
+        self.names: dict[str, set[str]] = defaultdict(set)
+        self.types: dict[str, str] = {}
+        self.declared_global = {n for g in ast.walk(fn) if isinstance(g, ast.Global) for n in g.names}
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        for i, arg in enumerate(args):
+            self.names[arg.arg].add(f"param:{arg.arg}")
+            t = next((n for n in annotation_names(arg.annotation) if n in analysis.classes.fields), None)
+            if t:
+                self.types[arg.arg] = t
+        if cls in analysis.classes.fields and args:
+            self.types[args[0].arg] = cls
+
+    # types of receivers: which config class an expression holds
+    def type_of(self, node: ast.expr) -> str | None:
+        c = self.a.classes
+        if isinstance(node, ast.Name):
+            if node.id in ARGS_NAMES and node.id not in self.types:
+                return OPTIONS
+            return self.types.get(node.id) or c.attr_of.get(node.id)
+        if isinstance(node, ast.Attribute):
+            if node.attr in c.attr_of:
+                return c.attr_of[node.attr]
+            owner = self.type_of(node.value)
+            return c.field_class(owner, node.attr) if owner else None
+        if isinstance(node, ast.BoolOp):
+            return next((t for t in map(self.type_of, node.values) if t), None)
+        if isinstance(node, ast.Call) and dotted(node.func).rsplit(".", 1)[-1] in c.fields:
+            return dotted(node.func).rsplit(".", 1)[-1]
+        return None
+
+    def labels(self, node: ast.expr | None) -> set[str]:
+        if node is None:
+            return set()
+        if isinstance(node, ast.Name):
+            if node.id in self.names:
+                return set(self.names[node.id])
+            return set(self.a.globals.get((self.rel, node.id), ()))
+        if isinstance(node, ast.Attribute):
+            owner = self.type_of(node.value)
+            if owner and node.attr in self.a.classes.fields[owner]:
+                return {f"{owner}.{node.attr}"}
+            if node.attr in self.a.unique:
+                return {f"{owner}.{node.attr}" for owner in self.a.unique[node.attr]}
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls") and self.cls:
+                return set(self.a.attrs.get((self.cls, node.attr), ()))
+            return {f"{lab}.{node.attr}" for lab in self.labels(node.value) if not lab.startswith("param:")} | {
+                lab for lab in self.labels(node.value) if lab.startswith("param:")}
+        if isinstance(node, ast.Subscript):
+            key = node.slice.value if isinstance(node.slice, ast.Constant) else None
+            return {f"{lab}.{key}" if isinstance(key, str) else f"{lab}[]" for lab in self.labels(node.value)}
+        if isinstance(node, ast.Call):
+            return self.call_labels(node)
+        if isinstance(node, (ast.JoinedStr, ast.FormattedValue, ast.BinOp, ast.BoolOp, ast.IfExp, ast.Tuple,
+                             ast.List, ast.Starred, ast.Await, ast.NamedExpr)):
+            out: set[str] = set()
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr) and not (isinstance(node, ast.IfExp) and child is node.test):
+                    out |= self.labels(child)
+            return out
+        return set()
+
+    def call_labels(self, node: ast.Call) -> set[str]:
+        name = dotted(node.func)
+        last = name.rsplit(".", 1)[-1]
+        if last == "get" and isinstance(node.func, ast.Attribute) and node.args and \
+                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            key = node.args[0].value
+            return {f"{lab}.{key}" for lab in self.labels(node.func.value)}
+        if name in PASS_THROUGH or last in PASS_THROUGH:
+            out = set()
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                out |= self.labels(arg)
+            if isinstance(node.func, ast.Attribute):
+                out |= self.labels(node.func.value)
+            return out
+        return set()
+
+    # statements
+    def assign(self, target: ast.expr, labels: set[str], value: ast.expr | None = None) -> None:
+        if isinstance(target, ast.Name) and target.id in self.declared_global:
+            self.a.globals[(self.rel, target.id)] |= {lab for lab in labels if not lab.startswith("param:")}
+        elif isinstance(target, ast.Name):
+            self.names[target.id] |= labels
+            t = self.type_of(value) if value is not None else None
+            if t:
+                self.types[target.id] = t
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self.assign(elt, labels)
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
+                target.value.id == "self" and self.cls and labels:
+            self.a.attrs[(self.cls, target.attr)] |= {lab for lab in labels if not lab.startswith("param:")}
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        labels = self.labels(node.value)
+        for target in node.targets:
+            self.assign(target, labels, node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self.assign(node.target, self.labels(node.value), node.value)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self.assign(node.target, self.labels(node.value))
+        self.generic_visit(node)
+
+    def visit_For(self, node: ast.For) -> None:
+        self.assign(node.target, {f"{lab}[]" for lab in self.labels(node.iter)})
+        self.generic_visit(node)
+
+    def visit_comprehension(self, node: ast.comprehension) -> None:
+        self.assign(node.target, {f"{lab}[]" for lab in self.labels(node.iter)})
+        self.generic_visit(node)
+
+    def visit_With(self, node: ast.With) -> None:
+        for item in node.items:
+            if item.optional_vars is not None:
+                self.assign(item.optional_vars, self.labels(item.context_expr))
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node is self.fn:
+            self.generic_visit(node)  # nested functions are scopes of their own
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self.a.sinks(self, node)
+        self.generic_visit(node)
+
+    def site(self, node: ast.AST) -> str:
+        return f"{self.rel}:{node.lineno}"
+
+
+# -- the whole release ------------------------------------------------------------------------------------------------
+class Analysis:
+    def __init__(self, modules: dict[str, ast.Module]):
+        self.modules = modules
+        self.classes = read_classes(modules)
+        self.attrs: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self.globals: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self.facts: dict[str, set[Fact]] = defaultdict(set)
+        self.summaries: dict[str, dict[str, set[Fact]]] = defaultdict(lambda: defaultdict(set))
+        self.aliases: dict[str, set[str]] = defaultdict(set)  # label -> config classes built from it
+        self.defs: dict[str, list[tuple[str, str | None, ast.FunctionDef | ast.AsyncFunctionDef]]] = defaultdict(list)
+        for rel, tree in modules.items():
+            local = {}
+            for cls, fn in functions(tree):
+                self.defs[fn.name].append((rel, cls, fn))
+                local.setdefault(fn.name, (rel, cls, fn))
+            for node in tree.body:  # X = lru_cache(f): a call of X is a call of f
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1 \
+                        and isinstance(node.targets[0], ast.Name):
+                    for a in node.value.args:
+                        if isinstance(a, ast.Name) and a.id in local:
+                            self.defs[node.targets[0].id].append(local[a.id])
+        self.unique = unique_fields(self.classes)
+
+    def run(self, rounds: int = 3) -> None:
+        for _ in range(rounds):
+            before = (sum(len(v) for v in self.facts.values()), sum(len(p) for s in self.summaries.values()
+                                                                   for p in s.values()))
+            for name, defs in self.defs.items():
+                for rel, cls, fn in defs:
+                    Scope(self, rel, cls, fn).visit(fn)
+            after = (sum(len(v) for v in self.facts.values()), sum(len(p) for s in self.summaries.values()
+                                                                  for p in s.values()))
+            if after == before:
+                return
+
+    def record(self, scope: Scope, labels: set[str], fact: Fact) -> None:
+        for lab in labels:
+            if lab.startswith("param:"):
+                self.summaries[scope.fn.name][lab[6:].split(".", 1)[0]].add(fact)
+            else:
+                self.facts[lab].add(fact)
+
+    def sinks(self, scope: Scope, node: ast.Call) -> None:
+        name = dotted(node.func)
+        last = name.rsplit(".", 1)[-1]
+        site = scope.site(node)
+        arg = lambda i, kw=None: (node.args[i] if i is not None and len(node.args) > i else  # noqa: E731
+                                  next((k.value for k in node.keywords if k.arg == kw), None))
+        if last in IMPORT_CALLS:
+            i, kw = IMPORT_CALLS[last]
+            self.record(scope, scope.labels(arg(i, kw)), Fact("import", site))
+        if name in UNPICKLE_CALLS and not _weights_only(node):
+            self.record(scope, scope.labels(arg(UNPICKLE_CALLS[name], "f")), Fact("unpickle", site))
+        if name in ("open", "io.open", "builtins.open"):
+            mode = arg(1, "mode")
+            writes = isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
+                c in mode.value for c in "wax+")
+            self.record(scope, scope.labels(arg(0, "file")), Fact("write" if writes else "read", site))
+        if isinstance(node.func, ast.Attribute) and last in WRITE_METHODS | READ_METHODS:
+            self.record(scope, scope.labels(node.func.value), Fact("write" if last in WRITE_METHODS else "read", site))
+        if name in FS_WRITE_CALLS:
+            self.record(scope, scope.labels(arg(FS_WRITE_CALLS[name])), Fact("write", site))
+        for k in node.keywords:
+            if k.arg in DOWNLOAD_KWARGS:
+                self.record(scope, scope.labels(k.value), Fact("download_dir", site))
+        if last in OTHER_WEIGHTS_CALLS and OTHER_WEIGHTS_CALLS[last] is not None:
+            self.record(scope, scope.labels(arg(OTHER_WEIGHTS_CALLS[last], "pretrained_model_name_or_path")),
+                        Fact("other_weights", site))
+        self.follow(scope, node, name, last)
+
+    def follow(self, scope: Scope, node: ast.Call, name: str, last: str) -> None:
+        """Into a called function by name: its parameters' summaries, and nested configs built from a value."""
+        if last in self.classes.fields:
+            for k in node.keywords:  # ConfigClass(**value): value's keys; ConfigClass(field=value): that field
+                target = last if k.arg is None else f"{last}.{k.arg}"
+                for lab in scope.labels(k.value):
+                    if not lab.startswith("param:") and lab != target:
+                        self.aliases[lab].add(target)
+        if name in ("dataclasses.replace", "replace") and node.args:
+            owner = scope.type_of(node.args[0])
+            for k in node.keywords if owner else ():
+                for lab in scope.labels(k.value):
+                    if not lab.startswith("param:"):
+                        self.aliases[lab].add(f"{owner}.{k.arg}")
+        if last in COMMON or len(self.defs.get(last, ())) > MAX_DEFS:
+            return
+        for rel, cls, fn in self.defs.get(last, ()):
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+            offset = 1 if cls is not None and params[:1] in (["self"], ["cls"]) else 0
+            summary = self.summaries.get(fn.name, {})
+            passed = {params[i + offset]: a for i, a in enumerate(node.args) if i + offset < len(params)}
+            passed.update({k.arg: k.value for k in node.keywords if k.arg})
+            for param, value in passed.items():
+                for fact in list(summary.get(param, ())):
+                    self.record(scope, scope.labels(value), Fact(fact.kind, fact.site, fact.via or f"{rel}:{fn.lineno}"))
+
+
+def _weights_only(node: ast.Call) -> bool:
+    return any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+               for k in node.keywords)
+
+
+def functions(tree: ast.Module):
+    """(class name or None, function) for every function and method, nested ones too."""
+    def walk(node, cls):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                yield from walk(child, child.name)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield cls, child
+                yield from walk(child, cls)
+            else:
+                yield from walk(child, cls)
+    yield from walk(tree, None)
+
+
+# -- labels to option paths -------------------------------------------------------------------------------------------
+def resolved_facts(analysis: Analysis) -> dict[str, set[Fact]]:
+    """Each label's facts, with what its aliases load: a value passed as ``ConfigClass(field=value)`` loads what that
+    field loads, and a dict passed as ``ConfigClass(**value)`` has that class's fields as keys (nested paths too)."""
+    direct = {k: set(v) for k, v in analysis.facts.items()}
+    facts: dict[str, set[Fact]] = defaultdict(set, direct)
+    for _ in range(4):  # aliases of aliases (a field carried through two constructors)
+        changed = False
+        for label, targets in analysis.aliases.items():
+            for target in targets:
+                # a config nested in one of its own kind (MultiConnector's connectors): one level, from the facts
+                # found directly (deeper levels are the same keys again; the policy matches them by key)
+                source = direct if label.split(".", 1)[0] == target.split(".", 1)[0] else facts
+                for other, got in list(source.items()):
+                    if other == target or other.startswith(target + "."):
+                        key = label + other[len(target):]
+                        if not got <= facts[key]:
+                            facts[key] |= got
+                            changed = True
+        if not changed:
+            break
+    return facts
+
+
+def option_paths(analysis: Analysis) -> dict[str, set[Fact]]:
+    """The facts keyed by what a launch sets: an option's dest, or a JSON option's nested path (``a.b[].c``)."""
+    c = analysis.classes
+    json_options = {d: n for d, names in c.options.items() for n in names if n in c.fields and n != OPTIONS}
+    out: dict[str, set[Fact]] = defaultdict(set)
+    for label, facts in resolved_facts(analysis).items():
+        cls, _, path = label.partition(".")
+        if not path or cls not in c.fields:
+            continue
+        head = path.split(".", 1)[0].removesuffix("[]")
+        if cls in ARGS_CLASSES or cls == OPTIONS:
+            if head in c.options:
+                out[path] |= facts
+            continue
+        for dest, target in json_options.items():
+            if target == cls:
+                out[f"{dest}.{path}"] |= facts
+    return out
+
+
+NOT_SERVING = ("vllm/benchmarks/", "vllm/tests/")  # parts of the wheel `vllm serve` never runs
+
+
+def read_release(root: pathlib.Path) -> dict[str, ast.Module]:
+    modules = {}
+    for path in sorted((root / "vllm").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(NOT_SERVING):
+            continue
+        try:
+            modules[rel] = ast.parse(path.read_text(encoding="utf-8", errors="replace"), rel)
+        except SyntaxError:
+            continue
+    return modules
+
+
+def main(argv: list[str] | None = None) -> None:
+    root = pathlib.Path((argv or sys.argv[1:])[0])
+    analysis = Analysis(read_release(root))
+    analysis.run()
+    paths = option_paths(analysis)
+    out = {path: sorted({(f.kind, f.site, f.via) for f in facts}) for path, facts in sorted(paths.items())}
+    json.dump({p: [{"kind": k, "site": s, **({"via": v} if v else {})} for k, s, v in v] for p, v in out.items()},
+              sys.stdout, indent=1)
+
+
+if __name__ == "__main__":
+    main()
