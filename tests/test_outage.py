@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from urllib.parse import urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
+from service.clock import ManualClock
 from service.db.session import Database
 from service.services import epochs
 from tests.conftest import ADMIN
@@ -94,7 +94,7 @@ def test_postgres_outage_then_recovery(db_url, settings, keys):
     proxy = TcpProxy((u.hostname, u.port or 5432))
     proxied = db_url.replace(f"{u.hostname}:{u.port or 5432}", f"127.0.0.1:{proxy.port}")
     db = Database(proxied)
-    app = create_app(settings, db=db, keys=keys)
+    app = create_app(settings, db=db, keys=keys, clock=ManualClock())
     try:
         _outage_then_recovery(app, proxy)
     finally:
@@ -119,7 +119,8 @@ def _outage_then_recovery(app, proxy):
         # the agents' paths: group-committed writes fail with 503, and once the cache-epoch poll has failed for
         # STALE_AFTER nothing is answered from memory either
         assert_503(c.post("/v1/nodes/gpu-01/reports", headers=agent, json={"plan_id": plan["id"], "status": "fetched"}))
-        time.sleep(epochs.STALE_AFTER + 2 * epochs.POLL_SECONDS)
+        assert app.state.epochs.wait_for_poll(timeout=30)  # a poll that met the outage
+        app.state.clock.advance(epochs.STALE_AFTER + 1)
         assert_503(c.get("/v1/nodes/gpu-01/plan", headers=agent))
         proxy.restore()
         assert c.get("/readyz").status_code == 200

@@ -205,7 +205,7 @@ class Workers:
     def __init__(self, db: Database, ctx: Context):
         self.db = db
         self.writes = AgentWrites(db, clock=ctx.clock)
-        self.watcher = EpochWatcher(db)
+        self.watcher = EpochWatcher(db, clock=ctx.clock)
         self.scheduler = rollout_service.RolloutScheduler(db, ctx, ctx.settings.rollout_tick_seconds)
 
     @contextlib.asynccontextmanager

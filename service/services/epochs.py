@@ -14,7 +14,6 @@ Kinds: ``plans`` (assignments: plan create, revoke, reissue) and ``tokens`` (rev
 from __future__ import annotations
 
 import logging
-import time
 import zlib
 
 from sqlalchemy import select
@@ -22,6 +21,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from ..clock import SYSTEM, Clock
 from ..db.models import CacheEpoch
 from ..db.session import READ_ONLY
 from ..periodic import PeriodicWorker
@@ -58,8 +58,9 @@ class EpochWatcher:
     """Polls the epochs every ``POLL_SECONDS`` in a daemon thread. ``current(kind)`` is the epoch to tag a cache
     entry with when it is read from the database; ``valid(kind, tag)`` says whether such an entry may be used."""
 
-    def __init__(self, db, poll_seconds: float = POLL_SECONDS, stale_after: float = STALE_AFTER):
-        self.db, self.poll_seconds, self.stale_after = db, poll_seconds, stale_after
+    def __init__(self, db, poll_seconds: float = POLL_SECONDS, stale_after: float = STALE_AFTER, *,
+                 clock: Clock = SYSTEM):
+        self.db, self.poll_seconds, self.stale_after, self.clock = db, poll_seconds, stale_after, clock
         self._epochs: dict[str, int] = {}
         self._last_ok = float("-inf")
         self.polls = 0  # successful polls so far (tests count polls, not seconds)
@@ -67,7 +68,7 @@ class EpochWatcher:
 
     def current(self, kind: str) -> int | None:
         """The epoch last seen, or None while the poll is not fresh (then nothing should be cached)."""
-        if time.monotonic() - self._last_ok > self.stale_after:
+        if self.clock.monotonic() - self._last_ok > self.stale_after:
             return None
         return self._epochs.get(kind, 0)
 
@@ -79,8 +80,12 @@ class EpochWatcher:
             conn = conn.execution_options(**{READ_ONLY: True})
             epochs = read(Session(bind=conn))
             conn.rollback()
-        self._epochs, self._last_ok = epochs, time.monotonic()
+        self._epochs, self._last_ok = epochs, self.clock.monotonic()
         self.polls += 1
+
+    def wait_for_poll(self, timeout: float) -> bool:
+        """Wake the poller and wait until a poll that started after this call has ended (succeeded or failed)."""
+        return self._worker.wait_for_pass(timeout)
 
     def start(self) -> None:
         try:
@@ -107,7 +112,7 @@ class EpochCache:
 
     def get(self, key):
         entry = self._entries.get(key)
-        if entry is None or entry[1] <= time.monotonic() or not self.watcher.valid(self.kind, entry[2]):
+        if entry is None or entry[1] <= self.watcher.clock.monotonic() or not self.watcher.valid(self.kind, entry[2]):
             return None
         return entry[0]
 
@@ -116,7 +121,7 @@ class EpochCache:
             return
         if len(self._entries) >= self.size:
             self._entries.clear()
-        self._entries[key] = (value, time.monotonic() + self.ttl, tag)
+        self._entries[key] = (value, self.watcher.clock.monotonic() + self.ttl, tag)
 
     def clear(self) -> None:
         self._entries.clear()

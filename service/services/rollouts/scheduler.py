@@ -9,6 +9,7 @@ import threading
 from sqlalchemy import select
 
 from ...db.models import Rollout
+from ...periodic import PeriodicWorker
 from ...domain import rollout as domain
 from ..context import Context
 from .common import SCHEDULED
@@ -60,32 +61,19 @@ def tick(db, ctx: Context, *, now: float | None = None, after_step=None) -> dict
 
 
 class RolloutScheduler:
-    """The background thread of a service process: ``tick`` every ``interval`` seconds (0: never started)."""
+    """The background worker of a service process: ``tick`` every ``interval`` seconds (0: never started)."""
 
     def __init__(self, db, ctx: Context, interval: float, on_change=None):
         self.db, self.ctx, self.interval, self.on_change = db, ctx, interval, on_change
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = PeriodicWorker("rollouts", self._tick, interval, log=log)
 
     def start(self) -> None:
-        if self.interval <= 0:
-            return
-        self._stop.clear()
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._run, name="rollouts", daemon=True)
-            self._thread.start()
+        if self.interval > 0:
+            self._worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._worker.stop(timeout=10)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                done = tick(self.db, self.ctx)
-                if done and self.on_change is not None:
-                    self.on_change()
-            except Exception as exc:  # noqa: BLE001 - database down: the next tick tries again
-                log.warning("rollout scheduler: %s", exc.__class__.__name__)
+    def _tick(self) -> None:
+        if tick(self.db, self.ctx) and self.on_change is not None:
+            self.on_change()
