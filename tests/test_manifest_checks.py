@@ -76,7 +76,13 @@ def test_remote_code_in_production_needs_the_manifests_consent_in_every_spelling
                                   {"scheduler_cls": "evil.Sched"}, {"distributed_executor_backend": "evil.Exec"},
                                   {"compilation_config": {"inductor_passes": {"p": "evil.fn"}}},
                                   {"structured_outputs_config": {"reasoning_parser_plugin": "/tmp/evil.py"}},
-                                  {"ec_transfer_config": {"ec_connector_module_path": "evil.mod"}}])
+                                  {"ec_transfer_config": {"ec_connector_module_path": "evil.mod"}},
+                                  {"kv_transfer_config": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                                                          "kv_connector_extra_config": {"connectors": [
+                                                              {"kv_connector": "X", "kv_role": "kv_both",
+                                                               "kv_connector_module_path": "evil.mod"}]}}},
+                                  {"kv_transfer_config": {"kv_connector_extra_config": {
+                                      "a": {"b": {"c": {"d": {"e": {"f": {"g": [{"worker_cls": "evil.W"}]}}}}}}}}}])
 def test_options_that_load_code_need_the_manifests_consent_in_production(client, args):
     from tests.test_api_flow import register_node
 
@@ -87,3 +93,16 @@ def test_options_that_load_code_need_the_manifests_consent_in_production(client,
     ok = client.post("/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": args,
                                         "environment": "benchmark"})
     assert ok.status_code == 201, ok.text
+
+
+def test_code_loading_names_the_list_item_that_loads():
+    from service.domain import versions
+    from service.domain.code_policy import code_loading
+    from service.domain.engine_args import parse_engine_args
+
+    raw = {"kv_transfer_config": {"kv_connector": "MultiConnector", "kv_role": "kv_both", "kv_connector_extra_config": {
+        "connectors": [{"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+                       {"kv_connector": "X", "kv_role": "kv_both", "kv_connector_module_path": "evil.mod"}]}}}
+    found = code_loading(parse_engine_args(raw, versions.resolve_version("0.33.0")[1]))
+    assert found == [("engine_args.kv_transfer_config", "kv_transfer_config.kv_connector_extra_config.connectors[1]"
+                      ".kv_connector_module_path 'evil.mod' loads code on the node")]

@@ -22,15 +22,24 @@ BUILTIN_EXECUTORS = (None, "mp", "ray", "uni", "external_launcher")
 HARMLESS: tuple[object, ...] = (None, "", "auto", [], {}, False)
 
 
-def _nested(value: Any, path: str, out: list[tuple[str, str]], field: str, depth: int = 0) -> None:
-    if depth > 6 or not isinstance(value, dict):
-        return
-    for key, sub in value.items():
-        here = f"{path}.{key}"
-        if isinstance(key, str) and (key.endswith(CODE_SUFFIXES) or key in CODE_KEYS) and sub not in HARMLESS:
-            out.append((field, f"{here} {sub!r} loads code on the node"))
-        elif isinstance(sub, dict):
-            _nested(sub, here, out, field, depth + 1)
+def _loads_code(key: object, value: Any) -> bool:
+    return isinstance(key, str) and (key.endswith(CODE_SUFFIXES) or key in CODE_KEYS) and value not in HARMLESS
+
+
+def _nested(value: Any, path: str, out: list[tuple[str, str]], field: str) -> None:
+    """Every key at any depth, through dicts and lists alike (MultiConnector takes its connectors as a list, each
+    with its own ``kv_connector_module_path``). Depth is bounded by ``jsoncheck.MAX_DEPTH``, which every request
+    passes before this runs; the walk uses an explicit stack, so no recursion limit applies."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        node, here = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, sub in items:
+            where = f"{here}.{key}" if isinstance(node, dict) else f"{here}[{key}]"
+            if isinstance(node, dict) and _loads_code(key, sub):
+                out.append((field, f"{where} {sub!r} loads code on the node"))
+            elif isinstance(sub, (dict, list)):
+                stack.append((sub, where))
 
 
 def code_loading(args: EngineArgs) -> list[tuple[str, str]]:
@@ -45,6 +54,6 @@ def code_loading(args: EngineArgs) -> list[tuple[str, str]]:
             out.append((field, f"{flag(name)} {value!r} loads code on the node"))
         elif name == "distributed_executor_backend" and value not in BUILTIN_EXECUTORS:
             out.append((field, f"{flag(name)} {value!r} is an executor class path: it loads code on the node"))
-        elif isinstance(value, dict):
+        elif isinstance(value, (dict, list)):
             _nested(value, name, out, field)
     return out
