@@ -24,7 +24,7 @@ from service.agent.witness import read_kept
 from service.domain.text import display_text_problem
 from service.services.tokens import new_secret
 from tests.support import model_config
-from tests.support_gpus import NVIDIA_SMI, install_nvidia_smi, sha256, weights_dir
+from tests.support.gpus import NVIDIA_SMI, install_nvidia_smi, sha256, weights_dir
 
 PREFLIGHT = str(pathlib.Path(__file__).parent.parent / ".venv" / "bin" / "preflight")
 
