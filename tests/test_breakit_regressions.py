@@ -57,7 +57,7 @@ def test_non_finite_verified_at_is_a_corrupt_state(tmp_path, value):
 
 
 def test_late_reports_are_believed_only_within_the_window(client):
-    from tests.agent.test_hot_path import PLAN, setup_fleet
+    from tests.support.api import PLAN, setup_fleet
 
     fleet = setup_fleet(client, ["gpu-01"])
     auth = {"Authorization": f"Bearer {fleet['gpu-01']['token']}"}
@@ -74,7 +74,7 @@ def test_late_reports_are_believed_only_within_the_window(client):
 
 def test_runs_in_a_past_window_show_how_they_ended(client):
     """A run that ended after the window asked about is not 'still running' (found by a fresh-user pass)."""
-    from tests.agent.test_hot_path import setup_fleet
+    from tests.support.api import setup_fleet
 
     fleet = setup_fleet(client, ["gpu-01"])
     auth = {"Authorization": f"Bearer {fleet['gpu-01']['token']}"}

@@ -14,27 +14,8 @@ from service.db.session import Database
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.services import agent_writes, epochs
 from service.services import tokens as token_service
-from tests.conftest import ADMIN
-from tests.api.test_flow import register_manifest, register_node
-
-PLAN = {"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}}
-
-
-def setup_fleet(client, names=("gpu-01", "gpu-02")) -> dict[str, dict]:
-    """Nodes with a plan each; returns name -> {"token", "plan"}."""
-    register_manifest(client)
-    out = {}
-    for n in names:
-        token = register_node(client, name=n)["agent_token"]
-        r = client.post("/v1/plans", json={**PLAN, "nodes": [n]})
-        assert r.status_code == 201, r.text
-        out[n] = {"token": token, "plan": r.json()}
-    return out
-
-
-def fetch(client, node, token, **headers):
-    return client.get(f"/v1/nodes/{node}/plan", headers={"Authorization": f"Bearer {token}", **headers})
-
+from tests.support import ADMIN
+from tests.support.api import PLAN, fetch, setup_fleet
 
 def comparable(r) -> tuple:
     headers = {k: v for k, v in r.headers.items() if k not in ("x-request-id", "date")}

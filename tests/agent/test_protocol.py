@@ -14,7 +14,7 @@ from service.agent.trust import Trust
 from service.agent.verify import verify_freshness, verify_plan
 from service.db.models import AuditEvent, Report
 from service.signing import KeyStore, plan_digest
-from tests.agent.test_hot_path import PLAN, fetch, setup_fleet
+from tests.support.api import PLAN, fetch, setup_fleet
 
 AUD = "preflight-agent"
 

@@ -9,33 +9,7 @@ import re
 from sqlalchemy import event, func, select
 
 from service.db.models import Assignment, AuditEvent, Plan, Report
-from tests.support import model_config
-from tests.api.test_flow import H100, register_manifest, register_node
-
-PLAN_70B = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9}}
-
-
-def fleet_of_two(client):
-    """Two H100 nodes: gpu-01 runs Llama-3.1-70B (reported running with vLLM's figures), gpu-02 has a Llama-3.1-8B
-    plan its agent refused."""
-    a1 = register_node(client, "gpu-01")["agent_token"]
-    a2 = register_node(client, "gpu-02")["agent_token"]
-    register_manifest(client)
-    register_manifest(client, fixture="meta-llama__Meta-Llama-3.1-8B", name="meta-llama/Llama-3.1-8B")
-    p1 = client.post("/v1/plans", json=PLAN_70B).json()
-    p2 = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B@1", "nodes": ["gpu-02"],
-                                        "engine_args": {"max_model_len": 4096,
-                                                        "gpu_memory_utilization": 0.9}}).json()
-    r = client.post("/v1/nodes/gpu-01/reports", headers={"Authorization": f"Bearer {a1}"},
-                    json={"plan_id": p1["id"], "status": "running", "message": "up",
-                          "details": {"vllm": {"kv_cache_tokens": 500000}}})
-    assert r.status_code == 201, r.text
-    r = client.post("/v1/nodes/gpu-02/reports", headers={"Authorization": f"Bearer {a2}"},
-                    json={"plan_id": p2["id"], "status": "refused", "details": {"reason": "signature"}})
-    assert r.status_code == 201, r.text
-    return p1, p2
-
+from tests.support.api import PLAN_70B, fleet_of_two, register_manifest, register_node
 
 def test_nodes_carry_current_plan_last_report_and_status(client):
     p1, p2 = fleet_of_two(client)

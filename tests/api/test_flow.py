@@ -9,9 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from service.agent.verify import verify_plan
 from tests.support import audit_events, hf_quant_config, model_config
-
-H100 = "NVIDIA H100 80GB HBM3"  # the name nvidia-smi prints
-
+from tests.support.api import H100, register_manifest, register_node
 
 def b64d(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
@@ -26,21 +24,6 @@ def independent_verify(token: str, jwks: dict) -> dict:
     assert jwk["kty"] == "OKP" and jwk["crv"] == "Ed25519"
     Ed25519PublicKey.from_public_bytes(b64d(jwk["x"])).verify(b64d(sig), f"{h}.{p}".encode())
     return json.loads(b64d(p))
-
-
-def register_node(client, name="gpu-01", gpu=H100, count=8, interconnect="nvlink"):
-    r = client.post("/v1/nodes", json={"name": name, "gpu": gpu, "gpu_count": count, "interconnect": interconnect})
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def register_manifest(client, fixture="meta-llama__Meta-Llama-3.1-70B", name="meta-llama/Llama-3.1-70B",
-                      version="1", **extra):
-    body = {"name": name, "version": version, "uri": f"s3://weights/{name}", "config": model_config(fixture),
-            **extra}
-    r = client.post("/v1/manifests", json=body)
-    assert r.status_code == 201, r.text
-    return r.json()
 
 
 def test_register_plan_fetch_verify_report_audit(client, settings):
@@ -228,7 +211,7 @@ def test_rejection_lists_the_nearest_launches_that_pass(client):
 def test_revoke_is_idempotent_and_a_superseded_plan_cannot_be_revoked(client):
     """Revoking twice answers the same and records one event; a plan no node runs any more (superseded) is a 409,
     and its status stays what it was."""
-    from tests.agent.test_hot_path import PLAN, setup_fleet
+    from tests.support.api import PLAN, setup_fleet
 
     fleet = setup_fleet(client, ["gpu-01"])
     first = fleet["gpu-01"]["plan"]["id"]

@@ -8,38 +8,14 @@ import pytest
 from service.agent.verify import verify_plan
 from service.domain.render import parse_argv
 from service.domain.versions import resolve_version
-from tests.api.test_flow import register_manifest
+from tests.support.api import register_manifest
+from tests.support.multi_node import H200, TP16, agent_headers, deepseek, node, plan
 
 LINE = resolve_version("0.33.0")[1]
-H200 = "h200-141gb"
-
-
-def node(client, name, address=None, count=8, gpu=H200):
-    body = {"name": name, "gpu": gpu, "gpu_count": count, "interconnect": "nvlink"}
-    if address is not None:
-        body["address"] = address
-    r = client.post("/v1/nodes", json=body)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def deepseek(client):
-    return register_manifest(client, fixture="deepseek-ai__DeepSeek-V3", name="deepseek-ai/DeepSeek-V3")
-
-
-def plan(client, nodes, engine_args, manifest="deepseek-ai/DeepSeek-V3@1", status=201, **extra):
-    r = client.post("/v1/plans", json={"manifest": manifest, "nodes": nodes, "engine_args": engine_args, **extra})
-    assert r.status_code == status, r.text
-    return r.json()
-
-
 def claims_of(client, keys, name, plan_id):
     r = client.get(f"/v1/plans/{plan_id}")
     a = next(a for a in r.json()["assignments"] if a["node"] == name)
     return verify_plan(a["signed"], keys.jwks(), node=name, audience="preflight-agent").claims
-
-
-TP16 = {"tensor_parallel_size": 16, "max_model_len": 32768}
 
 
 def test_two_node_tp16_deepseek_v3_signs_two_different_commands(client, keys):
@@ -233,10 +209,6 @@ def test_addresses_are_listed(client):
     assert items == {"l-a": "fd00::1", "l-b": "gpu-7.rack-2.example.com"}
     r = client.patch("/v1/nodes/l-a", json={"address": "not an address"})
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "address"
-
-
-def agent_headers(token):
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_group_is_running_when_the_head_is_ready_and_failed_when_a_worker_fails(client):

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from service.api.app import create_app
 from service.db.session import Database
 from service.services import epochs
-from tests.conftest import ADMIN
-from tests.api.test_flow import register_manifest, register_node
+from tests.support import ADMIN
+from tests.support.api import register_manifest, register_node
 
 
 class TcpProxy:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from service import audit
 from service.api.app import create_app
 from service.cli import app as cli
-from tests.conftest import ADMIN
+from tests.support import ADMIN
 
 runner = CliRunner()
 

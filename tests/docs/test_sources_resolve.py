@@ -3,8 +3,6 @@ repository, or a section of this repository's docs (docs/operating.md §N) — n
 
 from __future__ import annotations
 
-import pathlib
-import re
 
 import pytest
 
@@ -12,26 +10,7 @@ from service.domain.request import LaunchRequest
 from service.domain.rules import RULES
 from service.domain.validate import validate
 from tests.support import case_files, case_request, load_case
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-PRIVATE = re.compile(r"GUIDE\.md|vllm-rules|\.\./shared|correction \d")
-DOC_SECTION = re.compile(r"(docs/[a-z_-]+\.md) §(\d+)((?:, §\d+)*)")
-
-
-def unresolved(text: str) -> list[str]:
-    """What in ``text`` a user could not open: private notes, a docs file that does not exist, a § it lacks."""
-    bad = [m.group(0) for m in PRIVATE.finditer(text)]
-    for m in DOC_SECTION.finditer(text):
-        doc = ROOT / m.group(1)
-        if not doc.is_file():
-            bad.append(m.group(0))
-            continue
-        headings = set(re.findall(r"^## (\d+)\. ", doc.read_text(), flags=re.M))
-        for n in [m.group(2), *re.findall(r"§(\d+)", m.group(3))]:
-            if n not in headings:
-                bad.append(f"{m.group(1)} §{n}")
-    return bad
-
+from tests.support.sources import ROOT, unresolved
 
 def test_rule_sources_and_descriptions_resolve():
     for info in RULES:

@@ -17,8 +17,8 @@ from service.domain.render import validated_arguments
 from service.domain.topology import group_arguments, member_argvs, node_argv, node_arguments, plan_topology
 from service.domain.validate import validate
 from tests.support import request
-from tests.domain.test_recipes import RECIPES
-from tests.domain.test_vllm_catalogue import JUDGED_ELSEWHERE, LINE, OPTIONS, valid_value
+from tests.support.recipes import RECIPES
+from tests.support.catalogue import JUDGED_ELSEWHERE, LINE, OPTIONS, valid_value
 
 PYTHON = os.environ.get("PREFLIGHT_VLLM_PYTHON")
 RELEASE = os.environ.get("PREFLIGHT_VLLM_PYTHONPATH")

@@ -169,7 +169,7 @@ def test_settings_are_checked():
 
 
 def test_every_reason_cites_what_a_user_can_open():
-    from tests.docs.test_sources_resolve import unresolved
+    from tests.support.sources import unresolved
 
     memo = Memo(held=Point(80, 0.9, "p80"))
     decisions = [decide(level(), windows(3)), decide(level(), windows(4, running=1, waiting=0)),

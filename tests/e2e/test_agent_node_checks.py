@@ -5,7 +5,6 @@ differ from what the plan was validated against, and each refusal reaches the se
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
@@ -14,8 +13,8 @@ import httpx
 import pytest
 
 from tests.support.gpus import install_nvidia_smi, weights_dir
-from tests.e2e.test_agent_boot import FAKE_VLLM
-from tests.e2e.test_live import PREFLIGHT, PY, admin, servers  # noqa: F401
+from tests.support.agent_node import FAKE_VLLM
+from tests.support.live import PREFLIGHT, PY, admin
 
 
 class BareNode:

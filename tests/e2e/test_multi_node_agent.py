@@ -13,8 +13,8 @@ import time
 from sqlalchemy import create_engine, text
 
 from tests.support import model_config
-from tests.e2e.test_agent_boot import Node
-from tests.e2e.test_live import admin, free_port, servers  # noqa: F401
+from tests.support.agent_node import Node
+from tests.support.live import admin, free_port
 
 TP16 = {"tensor_parallel_size": 16, "max_model_len": 32768}
 

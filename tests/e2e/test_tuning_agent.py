@@ -11,9 +11,9 @@ import signal
 import subprocess
 import time
 
-from tests.e2e.test_agent_boot import Node
-from tests.e2e.test_live import PREFLIGHT, PY, admin, free_port, servers, setup_fleet  # noqa: F401
-from tests.conftest import ADMIN
+from tests.support.agent_node import Node
+from tests.support.live import PREFLIGHT, PY, admin, free_port, setup_fleet
+from tests.support import ADMIN
 
 SIM_VLLM = """#!/bin/sh
 exec {py} -m service.sim.vllm_sim "$@"

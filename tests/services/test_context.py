@@ -7,8 +7,8 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.clock import ManualClock
-from tests.conftest import ADMIN
-from tests.api.test_flow import register_manifest, register_node
+from tests.support import ADMIN
+from tests.support.api import register_manifest, register_node
 
 PLAN = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
         "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9}}

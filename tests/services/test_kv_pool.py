@@ -7,7 +7,7 @@ from __future__ import annotations
 from service.agent.runner import parse_line
 from service.domain.render import parse_argv
 from service.domain.versions import resolve_version
-from tests.api.test_flow import register_manifest, register_node
+from tests.support.api import register_manifest, register_node
 
 ARGS = {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9}
 # vLLM 0.33's line (vllm/v1/worker/gpu_worker.py:1012-1066), as the agent reads it

@@ -61,7 +61,7 @@ def test_tags_of_older_lines_register(client, tag):
 
 @pytest.mark.parametrize("key", ["trust_remote_code", "--trust-remote-code", "trust-remote-code"])
 def test_remote_code_in_production_needs_the_manifests_consent_in_every_spelling(client, key):
-    from tests.api.test_flow import register_node
+    from tests.support.api import register_node
 
     register_node(client, name="n1", gpu="h100-sxm-80gb", count=1)
     assert client.post("/v1/manifests", json=body("meta-llama__Meta-Llama-3.1-8B")).status_code == 201
@@ -78,7 +78,7 @@ def test_remote_code_in_production_needs_the_manifests_consent_in_every_spelling
                                   {"structured_outputs_config": {"reasoning_parser_plugin": "/tmp/evil.py"}},
                                   {"ec_transfer_config": {"ec_connector_module_path": "evil.mod"}}])
 def test_options_that_load_code_need_the_manifests_consent_in_production(client, args):
-    from tests.api.test_flow import register_node
+    from tests.support.api import register_node
 
     register_node(client, name="n1", gpu="h100-sxm-80gb", count=1)
     assert client.post("/v1/manifests", json=body("meta-llama__Meta-Llama-3.1-8B")).status_code == 201

@@ -341,7 +341,7 @@ def test_tuning_of_unknown_or_unplanned_nodes_is_404(client):
 
 
 def test_plan_page_draws_the_nodes_trajectory(client):
-    from tests.api.ui.test_pages import login
+    from tests.support.pages import login
 
     agent, plan = setup_node(client, "h100", "short_chat")
     h = Harness(client, agent, plan, "short_chat")
@@ -362,7 +362,7 @@ def test_thresholds_and_steps_come_from_the_settings(settings, db, keys):
     from fastapi.testclient import TestClient
 
     from service.api.app import create_app
-    from tests.conftest import ADMIN
+    from tests.support import ADMIN
 
     tuned = settings.model_copy(update={"tuning": {"step_fraction": 0.5, "windows": 2, "fail_windows": 2}})
     with TestClient(create_app(tuned, db=db, keys=keys)) as c:
@@ -385,7 +385,7 @@ def test_a_reissue_keeps_the_tuning_memo_and_its_slo(client):
 
 
 def test_a_multi_node_instance_is_measured_by_its_head_not_its_workers(client):
-    from tests.api.test_multi_node import TP16, deepseek, node, plan as make_plan
+    from tests.support.multi_node import TP16, deepseek, node, plan as make_plan
 
     head = node(client, "tn-a", "10.0.7.1")["agent_token"]
     worker = node(client, "tn-b", "10.0.7.2")["agent_token"]

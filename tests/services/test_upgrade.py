@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from tests.support import model_config
-from tests.api.test_flow import register_node
+from tests.support.api import register_node
 
 
 def manifest(client, name, fixture="meta-llama__Meta-Llama-3.1-8B", **extra):

@@ -10,6 +10,7 @@ from functools import lru_cache
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODELS = ROOT / "fixtures" / "models"
 CASES = ROOT / "cases"
+ADMIN = "test-admin-token-0123456789"  # the admin token of every test service
 CASE_ONLY_KEYS = {"id", "source", "summary", "expect", "confidence", "notes"}
 
 

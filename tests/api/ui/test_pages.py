@@ -10,24 +10,11 @@ import re
 import time
 
 from service.api.ui import SESSION_COOKIE, safe_next
-from tests.docs.test_offline import assert_page_is_local
-from tests.api.test_fleet import fleet_of_two
-from tests.api.test_flow import register_manifest, register_node
-from tests.conftest import ADMIN
+from tests.support import ADMIN
+from tests.support.api import fleet_of_two, register_manifest, register_node
+from tests.support.pages import assert_page_is_local, csrf_of, login
 
 XSS = "<script>alert('x')</script>"
-
-
-def csrf_of(html: str) -> str:
-    return re.search(r'name="csrf" value="([^"]*)"', html).group(1)
-
-
-def login(client, token: str = ADMIN, next_: str = "/ui/"):
-    """Sign in through the form (a client without the Authorization header); returns the response."""
-    client.headers.pop("Authorization", None)
-    form = client.get("/ui/login")
-    return client.post("/ui/login", data={"token": token, "csrf": csrf_of(form.text), "next": next_},
-                       follow_redirects=False)
 
 
 def cookie_payload(value: str) -> dict:
@@ -199,7 +186,7 @@ def test_pages_load_nothing_from_another_host(client):
 
 
 def test_a_multi_node_group_is_one_fleet_row_as_healthy_as_its_least_healthy_member(client):
-    from tests.api.test_multi_node import TP16, agent_headers, deepseek, node, plan
+    from tests.support.multi_node import TP16, agent_headers, deepseek, node, plan
 
     ta = node(client, "grp-a", "10.0.9.1")["agent_token"]
     tb = node(client, "grp-b", "10.0.9.2")["agent_token"]

@@ -19,8 +19,8 @@ from service.services import rollouts as rollout_service
 from service.services.context import Context
 from service.services.rollouts import common as rollout_common
 from service.services.rollouts import stepping
-from tests.conftest import ADMIN
-from tests.api.test_flow import register_manifest, register_node
+from tests.support import ADMIN
+from tests.support.api import register_manifest, register_node
 
 NODES = ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
 OLD = {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9}
