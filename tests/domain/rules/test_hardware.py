@@ -1,4 +1,5 @@
-"""GPU capability, bfloat16, float16-forbidden model types, dtype casts and KV-cache dtypes on real configs."""
+"""The hardware rules (service/domain/rules/hardware.py): GPU capability and bfloat16 support on real configs; the
+accept-side sweep covers the dtype and KV-cache dtype rules too."""
 
 from __future__ import annotations
 
@@ -39,48 +40,3 @@ def test_bf16_explicit_on_t4_is_error_auto_is_info():
     assert [x.severity.value for x in auto] == ["info"] and "Falling back to torch.float16" in auto[0].message
 
 
-def test_gemma_fp16_forbidden():
-    cfg = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 3584,
-           "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "num_hidden_layers": 42,
-           "intermediate_size": 14336, "vocab_size": 256000, "max_position_embeddings": 8192,
-           "torch_dtype": "float32"}
-    req = request("meta-llama__Llama-3.1-8B-Instruct", gpu="l4-24gb", count=1, dtype="float16")
-    req["model"]["config"] = cfg
-    (f,) = errors(req, "fp16_forbidden")
-    assert "'gemma2' does not support float16" in f.message
-    req["engine_args"] = {}
-    assert errors(req, "fp16_forbidden") == []
-
-
-def test_fp16_on_bf16_checkpoint_warns():
-    (f,) = found(request("meta-llama__Llama-3.1-8B-Instruct", count=1, dtype="half"), "fp16_overflow")
-    assert f.severity.value == "warning"
-    assert found(request("meta-llama__Llama-3.1-8B-Instruct", count=1, dtype="bfloat16"), "fp16_overflow") == []
-
-
-def test_kv_dtype_values():
-    assert errors(request("meta-llama__Llama-3.1-8B-Instruct", count=1, kv_cache_dtype="fp4"), "kv_dtype_invalid")
-    (f,) = errors(request("meta-llama__Llama-3.1-8B-Instruct", count=1, kv_cache_dtype="float16"), "kv_dtype_invalid")
-    assert 'dtype="bfloat16"' in f.message
-    assert not errors(request("meta-llama__Llama-3.1-8B-Instruct", count=1, kv_cache_dtype="bfloat16"),
-                      "kv_dtype_invalid")
-
-
-def test_kv_fp8_backend_and_gpu():
-    base = "meta-llama__Llama-3.1-8B-Instruct"
-    assert not errors(request(base, count=1, kv_cache_dtype="fp8"), "kv_dtype_capability")
-    on_a100 = found(request(base, gpu="a100-sxm4-80gb", count=1, kv_cache_dtype="fp8"), "kv_dtype_capability")
-    assert [f.severity.value for f in on_a100] == ["info"]
-    assert errors(request(base, gpu="a100-sxm4-80gb", count=1, kv_cache_dtype="fp8", attention_backend="FLASH_ATTN"),
-                  "kv_dtype_capability")
-    assert errors(request(base, count=1, kv_cache_dtype="fp8_e5m2", attention_backend="FLASH_ATTN"),
-                  "kv_dtype_capability")
-    assert not errors(request(base, count=1, kv_cache_dtype="fp8", attention_backend="FLASH_ATTN"),
-                      "kv_dtype_capability")
-
-
-def test_nvfp4_kv_refused_for_mla():
-    assert errors(request("deepseek-ai__DeepSeek-V3", tensor_parallel_size=8, kv_cache_dtype="nvfp4"),
-                  "kv_dtype_capability")
-    assert not errors(request("deepseek-ai__DeepSeek-V3", tensor_parallel_size=8, kv_cache_dtype="fp8"),
-                      "kv_dtype_capability")

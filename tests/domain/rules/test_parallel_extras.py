@@ -1,10 +1,10 @@
-"""MLP / vocabulary / vision-head splits, pipeline stages, expert parallel and multi-node rules on real configs."""
+"""The parallel_extras rules (service/domain/rules/parallel_extras.py): MLP and vocabulary splits, pipeline stages,
+expert parallel and multi-node rules on real configs."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.domain.memory import pp_partition
 from tests.support.rules import FIXTURES, TP_SIZES, errors, found, head_valid
 from tests.support import model_config, request
 
@@ -45,30 +45,6 @@ def test_vocab_padded_llama2_tp3():
 def test_vocab_padding_to_64_makes_tp6_ok_for_llama3():
     # 128256 = 64 × 2004; 2004 % 6 == 0 → padded vocab divisible by 6 (heads fail separately)
     assert errors(request("meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=6), "tp_vocab_divisible") == []
-
-
-def _vlm(vision_type: str, heads: int) -> dict:
-    req = request("Qwen__Qwen2.5-72B-Instruct", count=8, tensor_parallel_size=8)
-    req["model"]["config"]["vision_config"] = {"model_type": vision_type, "num_attention_heads": heads,
-                                               "hidden_size": 3200}
-    return req
-
-
-def test_vision_tower_heads_divisible():
-    (f,) = errors(_vlm("siglip_vision_model", 12), "tp_heads_divisible")
-    assert "vision tower" in f.message and f.remedy["tensor_parallel_size"] == [1, 2, 4]
-
-
-def test_internvit_falls_back_to_replicated_attention():
-    # InternVL3-78B: 25-head InternViT at TP=8 is replicated, not refused (vllm 0.33.0
-    # vllm/model_executor/models/intern_vit.py falls back to replicated attention)
-    assert errors(_vlm("intern_vit_6b", 25), "tp_heads_divisible") == []
-
-
-def test_pp_partition_matches_vllm():
-    assert pp_partition(61, 4) == [15, 15, 16, 15]
-    assert pp_partition(61, 2) == [31, 30]
-    assert pp_partition(80, 4) == [20, 20, 20, 20]
 
 
 def test_pp_layers_uneven_is_info_and_too_many_stages_is_error():
