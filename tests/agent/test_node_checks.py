@@ -1,11 +1,13 @@
-"""The pure parts of the node checks: nvidia-smi outputs read into GPUs and an interconnect, inventory drift, vLLM 0.33's
-free-memory check, and the weights record (manifest push) against the weights on disk — hostile ones included."""
+"""The agent's node checks (service/agent/gpus.py, weights.py, bootcheck.py): nvidia-smi outputs read into GPUs and an
+interconnect, inventory drift, vLLM 0.33's free-memory check, and the weights record (manifest push) against the
+weights on disk — hostile ones included: symlinks in a Hugging Face cache, odd files, unreadable directories."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import pathlib
 import subprocess
 
 import pytest
@@ -15,9 +17,11 @@ from service.agent import weights as w
 from service.agent.bootcheck import claim_problem, run_checks
 from service.domain.node_checks import hardware_claim, memory_claim
 from service.domain.gpus import lookup
-from tests.support.gpus import NVIDIA_SMI, install_nvidia_smi, sha256, weights_dir
+from tests.support.gpus import NVIDIA_SMI, install_nvidia_smi, observed, odd, sha256, weights_dir
+from tests.support.live import PREFLIGHT
 
 MIB, GIB = 1 << 20, 1 << 30
+RLO = "\u202e"
 
 
 def read(scenario: str, name: str) -> str:
@@ -335,3 +339,168 @@ def test_a_hanging_nvidia_smi_is_bounded(tmp_path, monkeypatch):
                                  "weights": {"shards": [{"name": "../x", "size": 1}]}}])
 def test_a_malformed_claim_is_refused(nc):
     assert claim_problem(nc) is not None
+
+
+def test_observed_facts_leave_out_an_interconnect_that_could_not_be_read():
+    gpus = observed("a100-pcie-4")
+    assert "interconnect" not in g.node_facts(gpus, None)  # topo -m unreadable: the stored one stays
+    assert g.node_facts(observed("l4-1"), None)["interconnect"] is None  # one GPU: none, said
+    assert g.mixed_models(gpus) is None
+    mixed = observed("h100-sxm-8")[:2] + observed("a100-pcie-4")[2:3]
+    assert g.mixed_models(mixed) == ("the node mixes GPU models (GPU 0 is NVIDIA H100 80GB HBM3, GPU 2 is NVIDIA "
+                                     "A100 80GB PCIe): Preflight validates a node as one GPU model")
+
+
+def test_agent_register_on_a_node_of_mixed_models_says_so_and_registers_nothing(tmp_path):
+    scenario = tmp_path / "mixed"
+    scenario.mkdir()
+    h100 = (NVIDIA_SMI / "h100-sxm-8" / "gpus.csv").read_text().splitlines()[:2]
+    a100 = (NVIDIA_SMI / "a100-pcie-4" / "gpus.csv").read_text().splitlines()[2:4]
+    (scenario / "gpus.csv").write_text("\n".join(h100 + a100) + "\n")  # real lines: indices 0, 1, 2, 3
+    (scenario / "topo.txt").write_text((NVIDIA_SMI / "a100-pcie-4" / "topo.txt").read_text())
+    (scenario / "apps.csv").write_text("")
+    fake = install_nvidia_smi(tmp_path / "bin", scenario)
+    out = subprocess.run([PREFLIGHT, "agent", "register", "--server", "http://127.0.0.1:9", "--node", "n",
+                          "--enroll-token", "e", "--token-file", str(tmp_path / "t"), "--nvidia-smi", str(fake)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert ("the node mixes GPU models (GPU 0 is NVIDIA H100 80GB HBM3, GPU 2 is NVIDIA A100 80GB PCIe)"
+            in out.stderr and "nothing registered" in out.stderr)
+
+
+def test_the_agent_refuses_a_shard_name_that_displays_as_another(tmp_path):
+    d = weights_dir(tmp_path / "m", shards=1)
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    index["weight_map"]["lm_head.weight"] = f"model-00001-of-00001{RLO}.safetensors"
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(w.WeightsError, match="U\\+202E"):
+        w.describe(d)
+
+
+def hf_cache(tmp_path) -> tuple[pathlib.Path, pathlib.Path]:
+    repo = tmp_path / "hub" / "models--meta-llama--Llama-3.1-8B"
+    snap = weights_dir(repo / "snapshots" / "5206a32e0bd3067aef1ce90f5528ade7d866253f", shards=2)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(snap.name)
+    for p in list(snap.iterdir()):
+        blob = repo / "blobs" / sha256(p)
+        p.rename(blob)
+        p.symlink_to(os.path.relpath(blob, snap))
+    return repo, snap
+
+
+def test_a_snapshot_linking_into_its_blobs_is_fine_even_by_an_absolute_link(tmp_path):
+    repo, snap = hf_cache(tmp_path)
+    shard = snap / "model-00001-of-00002.safetensors"
+    blob = shard.resolve()
+    shard.unlink()
+    shard.symlink_to(blob)  # absolute, into the same blobs folder
+    assert w.check(snap, w.describe(snap, hash_shards=True), verify_hashes=True) == []
+
+
+@pytest.mark.parametrize("target", ["../../refs/main", "../other-rev/model-00001-of-00002.safetensors",
+                                    "../../blobs/../../../secret", "/ABS/secret", "../../blobs/not-a-sha",
+                                    "../../../models--other--repo/blobs/" + "a" * 64])
+def test_a_snapshot_link_anywhere_but_its_blobs_is_refused(tmp_path, target):
+    repo, snap = hf_cache(tmp_path)
+    rec = w.describe(snap)
+    (tmp_path / "secret").write_bytes(b"s" * 4096)
+    (repo / "snapshots" / "other-rev").mkdir()
+    (repo / "snapshots" / "other-rev" / "model-00001-of-00002.safetensors").write_bytes(b"o" * 4096)
+    (repo / "blobs" / "not-a-sha").write_bytes(b"n" * 4096)
+    other = tmp_path / "hub" / "models--other--repo" / "blobs"
+    other.mkdir(parents=True)
+    (other / ("a" * 64)).write_bytes(b"a" * 4096)
+    shard = snap / "model-00001-of-00002.safetensors"
+    shard.unlink()
+    shard.symlink_to(target.replace("/ABS", str(tmp_path)))
+    [m] = w.check(snap, rec)
+    assert m.file == shard.name and "a symlink to" in m.found and "nor a blob of its repository" in m.found
+    with pytest.raises(w.WeightsError, match="nor a blob of its repository"):
+        w.describe(snap)
+
+
+def test_outside_a_snapshot_a_link_into_blobs_is_refused(tmp_path):
+    repo, snap = hf_cache(tmp_path)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for p in snap.iterdir():
+        (plain / p.name).symlink_to(p.resolve())  # a plain directory linking into someone's blobs
+    with pytest.raises(w.WeightsError, match="outside the weights directory"):
+        w.describe(plain)
+
+
+KINDS = {"loop": "a symlink loop", "loop2": "a symlink loop",
+         "dangling": "a dangling symlink (its target does not exist)",
+         "directory": "a directory where a file is expected", "link-to-directory": "a directory where a file is expected"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["config.json", "model-00002-of-00002.safetensors", "model.safetensors.index.json"])
+def test_odd_files_are_refusals_naming_the_file(tmp_path, kind, name):
+    d = weights_dir(tmp_path / "m", shards=2)
+    rec = w.describe(d, hash_shards=True)
+    odd(d, name, kind)
+    with pytest.raises(w.WeightsError) as info:
+        w.describe(d)
+    assert str(info.value) == f"{name}: {KINDS[kind]}"
+    found = {m.file: m.found for m in w.check(d, rec, verify_hashes=True)}
+    if name != "model.safetensors.index.json":  # the check goes by the record, not the index
+        assert found[name] == f"{name}: {KINDS[kind]}"
+
+
+@pytest.mark.parametrize("kind", ["loop", "dangling", "file"])
+def test_a_weights_directory_that_is_not_one_is_a_finding(tmp_path, kind):
+    d = tmp_path / "m"
+    if kind == "loop":
+        d.symlink_to("m")
+    elif kind == "dangling":
+        d.symlink_to("nowhere")
+    else:
+        d.write_text("x")
+    want = {"loop": "a symlink loop", "dangling": "no such directory", "file": "not a directory"}[kind]
+    with pytest.raises(w.WeightsError, match=want):
+        w.describe(d)
+    assert [m.found for m in w.check(d, {"config_sha256": "0" * 64})] == [want]
+
+
+def test_permission_denied_is_a_finding(tmp_path, monkeypatch):
+    d = weights_dir(tmp_path / "m", shards=2)
+    rec = w.describe(d, hash_shards=True)
+    denied = str(d / "model-00002-of-00002.safetensors")
+    real_open = os.open
+
+    def guarded(path, flags, *a, **kw):  # root reads anything: the kernel's answer to another user, stood in
+        if str(path) == denied:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(w.os, "open", guarded)
+    [m] = w.check(d, rec, verify_hashes=True)
+    assert (m.file, m.found) == ("model-00002-of-00002.safetensors",
+                                 "model-00002-of-00002.safetensors: permission denied")
+    with pytest.raises(w.WeightsError, match="permission denied"):
+        w.describe(d, hash_shards=True)
+
+
+def test_a_boot_check_on_a_looping_shard_is_a_weights_refusal(tmp_path):
+    d = weights_dir(tmp_path / "m", shards=2)
+    rec = w.describe(d)
+    odd(d, "model-00001-of-00002.safetensors", "loop")
+    fake = install_nvidia_smi(tmp_path / "bin", "l4-1")
+    l4 = g.parse_gpus((NVIDIA_SMI / "l4-1" / "gpus.csv").read_text())[0]
+    from service.domain.gpus import lookup
+    from service.domain.node_checks import hardware_claim, memory_claim
+
+    gpu = lookup("l4-24gb")
+    claims = {"model_uri": str(d), "env": {}, "argv": ["vllm", "serve", str(d)], "node_checks": {
+        "hardware": hardware_claim(gpu_id=gpu.id, gpu={**gpu.as_dict(), "memory_bytes": l4.memory_total_bytes},
+                                   count=1, interconnect=None),
+        "memory": memory_claim(effective={"gpu_memory_utilization": 0.5}, budget=None, kv_cache_memory_bytes=None,
+                               gpus_used=1, gpus_per_node=1), "weights": rec}}
+    said = []
+    refusal = run_checks(claims, nvidia_smi=str(fake), weights_root=None, verify_hashes=False, say=said.append)
+    assert refusal is not None and (refusal.check, refusal.reason) == ("weights", "weights_mismatch")
+    assert refusal.details["mismatches"] == [{"file": "model-00001-of-00002.safetensors", "expected": "4096 bytes",
+                                              "found": "model-00001-of-00002.safetensors: a symlink loop"}]

@@ -170,3 +170,39 @@ def test_reports_delivered_late_keep_the_agents_time(client):
     assert abs(started[0] - then) < 0.01 and abs(started[1] - time.time()) < 60
     assert dt.datetime.fromisoformat(runs[0]["ended_at"]).timestamp() - started[0] == pytest.approx(5, abs=0.01)
     assert runs[0]["offline_boot"] == {"age_seconds": 3600}
+
+
+def test_late_reports_are_believed_only_within_the_window(client):
+    fleet = setup_fleet(client, ["gpu-01"])
+    auth = {"Authorization": f"Bearer {fleet['gpu-01']['token']}"}
+    old = fleet["gpu-01"]["plan"]["id"]
+    assert client.post("/v1/plans", json={**PLAN, "nodes": ["gpu-01"]}).status_code == 201
+    for at in (0, -1e300, 99999999999, time.time() - 40 * 86400):
+        r = client.post("/v1/nodes/gpu-01/reports", headers=auth,
+                        json={"plan_id": old, "status": "running", "details": {"at": at}})
+        assert r.status_code == 409, (at, r.text)
+    r = client.post("/v1/nodes/gpu-01/reports", headers=auth,
+                    json={"plan_id": old, "status": "running", "details": {"at": time.time() - 600}})
+    assert r.status_code == 201
+
+
+def test_runs_in_a_past_window_show_how_they_ended(client):
+    """A run that ended after the window asked about is not 'still running'."""
+    fleet = setup_fleet(client, ["gpu-01"])
+    auth = {"Authorization": f"Bearer {fleet['gpu-01']['token']}"}
+    plan = fleet["gpu-01"]["plan"]["id"]
+
+    def post(kind, run, **details):
+        r = client.post("/v1/nodes/gpu-01/reports", headers=auth,
+                        json={"plan_id": plan, "status": kind, "details": {"run_id": run, **details}})
+        assert r.status_code == 201, r.text
+
+    post("started", "r1")
+    post("running", "r1")
+    started = client.get("/v1/nodes/gpu-01/runs").json()["items"][0]["started_at"]
+    time.sleep(0.01)
+    post("stopped", "r1", signal="SIGTERM", status=0)
+    at = client.get("/v1/nodes/gpu-01/runs", params={"at": started}).json()["items"]
+    assert [(r["run_id"], r["end"]) for r in at] == [("r1", "stopped")] and at[0]["ended_at"]
+    window = client.get("/v1/nodes/gpu-01/runs", params={"since": started, "until": started}).json()["items"]
+    assert window == [] or window[0]["end"] == "stopped"

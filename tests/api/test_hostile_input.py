@@ -18,6 +18,7 @@ from service.domain.errors import DomainError
 from service.domain.memory import WeightEstimate, biggest_stage, pp_partition, sliding_layers, stage_layers
 from service.domain.model_facts import read_model_facts
 from tests.support import ROOT, audit_events, model_config, request
+from tests.support.gpus import facts_of
 
 LLAMA = "meta-llama__Meta-Llama-3.1-70B"
 DSV3 = "deepseek-ai__DeepSeek-V3"
@@ -317,3 +318,57 @@ SPECULATIVE = st.dictionaries(st.sampled_from(["method", "num_speculative_tokens
 def test_property_random_engine_args_never_500(client, base, nodes, args):
     r = client.post("/v1/validate", json=request(base, count=64, nodes=nodes, **args))
     assert r.status_code in (200, 422), (args, r.text)
+
+
+RLO = "\u202e"
+
+
+def _bodies():
+    l4 = facts_of("l4-1")
+    gpu0 = l4["gpus"][0]
+    cfg = model_config("meta-llama__Meta-Llama-3.1-8B")
+    manifest = {"name": "m", "version": "1", "uri": "s3://m", "config": cfg}
+    return [
+        ("POST", "/v1/nodes", {"name": "x1", "gpu": "l4-24gb", "gpu_count": 1, "labels": {"rack": f"12{RLO}"}},
+         "labels.rack"),
+        ("POST", "/v1/nodes", {"name": "x2", "gpu": "l4-24gb", "gpu_count": 1, "labels": {f"ra\u200bck": "12"}},
+         "labels"),
+        ("PATCH", "/v1/nodes/gpu-a", {"labels": {"team": f"a{RLO}b"}}, "labels.team"),
+        ("PUT", "/v1/nodes/x3/facts", {**l4, "gpus": [{**gpu0, "name": f"NVIDIA L4{RLO}"}]}, "gpus.0.name"),
+        ("PUT", "/v1/nodes/x3/facts", {**l4, "gpus": [{**gpu0, "bus_id": "00000000:00:03.0\u200b"}]},
+         "gpus.0.bus_id"),
+        ("PUT", "/v1/nodes/x3/facts", {**l4, "gpu": f"NVIDIA L4{RLO}"}, "gpu"),
+        ("PUT", "/v1/nodes/x3/facts", {**l4, "gpu": {"name": f"Acme{RLO}", "compute_capability": "9.0",
+                                                     "memory_bytes": 80 << 30}}, "gpu"),
+        ("POST", "/v1/manifests", {**manifest, "name": f"llama{RLO}"}, "name"),
+        ("POST", "/v1/manifests", {**manifest, "uri": f"s3://m{RLO}"}, "uri"),
+        ("POST", "/v1/manifests", {**manifest, "digests": {"config.json": f"abc\u2066"}}, "digests"),
+        ("POST", "/v1/manifests", {**manifest, "files": {"config_sha256": "0" * 64, "shards": [
+            {"name": f"model{RLO}.safetensors", "size": 1}]}}, "files.shards.0.name"),
+        ("POST", "/v1/tokens", {"role": "auditor", "label": f"ops{RLO}"}, "label"),
+        ("POST", "/v1/plans", {"manifest": "llama", "nodes": ["gpu-a"], "env": {"HF_HOME": f"/data{RLO}/x"}}, "env"),
+        ("POST", "/v1/validate", {"model": {"config": cfg}, "hardware": {"gpu": {
+            "name": f"Acme{RLO}", "compute_capability": "9.0", "memory_bytes": 80 << 30}}}, "hardware.gpu"),
+    ]
+
+
+@pytest.mark.parametrize("method,path,body,field", _bodies(), ids=lambda v: v if isinstance(v, str) else "")
+def test_a_name_with_a_bidi_or_invisible_character_is_a_422_naming_the_field(client, method, path, body, field):
+    client.post("/v1/nodes", json={"name": "gpu-a", "gpu": "h100-sxm-80gb", "gpu_count": 8})
+    client.post("/v1/manifests", json={"name": "llama", "version": "1", "uri": "s3://llama",
+                                       "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
+    r = client.request(method, path, json=body)
+    assert r.status_code == 422, r.text
+    got = r.json()["errors"][0]["field"].replace("[", ".").replace("]", "")
+    assert got.startswith(field), r.text
+    assert "U+202E" in r.text or "U+200B" in r.text or "U+2066" in r.text
+
+
+def test_engine_arguments_refuse_c1_controls_too(client):
+    client.post("/v1/manifests", json={"name": "llama", "version": "1", "uri": "s3://llama",
+                                       "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
+    client.post("/v1/nodes", json={"name": "gpu-a", "gpu": "h100-sxm-80gb", "gpu_count": 8})
+    r = client.post("/v1/plans", json={"manifest": "llama", "nodes": ["gpu-a"],
+                                       "engine_args": {"served_model_name": "llama\u009b31m"}})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "engine_args.served_model_name", r.text
+    assert "U+009B" in r.text

@@ -1,5 +1,6 @@
-"""A fake `nvidia-smi` replaying the real outputs in tests/fixtures/nvidia_smi/<node>/, and weights directories built
-from the model fixtures (tiny shard files stand in for tens of GB: only names, sizes and digests are checked)."""
+"""A fake `nvidia-smi` replaying the real outputs in tests/fixtures/nvidia_smi/<node>/ (and the facts read from
+them), and weights directories built from the model fixtures (tiny shard files stand in for tens of GB: only names,
+sizes and digests are checked), with ``odd`` to turn one file into something that is not a regular file."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import hashlib
 import json
 import pathlib
 import shutil
+
+from service.agent import gpus as g
 
 NVIDIA_SMI = pathlib.Path(__file__).parent.parent / "fixtures" / "nvidia_smi"
 MODELS = pathlib.Path(__file__).parent.parent / "fixtures" / "models"
@@ -54,3 +57,29 @@ def weights_dir(dest: pathlib.Path, model: str = "meta-llama__Meta-Llama-3.1-8B"
 
 def sha256(path: pathlib.Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def observed(scenario: str) -> list[g.ObservedGpu]:
+    return g.parse_gpus((NVIDIA_SMI / scenario / "gpus.csv").read_text())
+
+
+def facts_of(scenario: str) -> dict:
+    gpus = observed(scenario)
+    return g.node_facts(gpus, g.parse_interconnect((NVIDIA_SMI / scenario / "topo.txt").read_text(), len(gpus)))
+
+
+def odd(d: pathlib.Path, name: str, kind: str) -> None:
+    p = d / name
+    p.unlink()
+    if kind == "loop":
+        p.symlink_to(p.name)
+    elif kind == "loop2":
+        (d / "other").symlink_to(p.name)
+        p.symlink_to("other")
+    elif kind == "dangling":
+        p.symlink_to("nowhere.safetensors")
+    elif kind == "directory":
+        p.mkdir()
+    elif kind == "link-to-directory":
+        (d / "sub").mkdir()
+        p.symlink_to("sub")
