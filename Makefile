@@ -7,7 +7,7 @@ PORT   ?= 8000
 # pytest-xdist workers (auto: one per core)
 JOBS   ?= auto
 
-.PHONY: run test install install-dev lock migrate openapi docs cases clean
+.PHONY: run test test-fast install install-dev lock migrate openapi docs cases clean
 
 UV_VERSION := 0.13.9
 
@@ -33,6 +33,10 @@ migrate: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -n $(JOBS)
 
+# The pure domain (rules, memory model, rendering) and the launch cases: no database, no processes.
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -n $(JOBS) tests/domain tests/cases
+
 # Regenerate the checked-in documents that tests keep in sync.
 openapi: $(VENV)/.installed
 	$(PY) -m service.api.openapi > openapi/openapi.json
@@ -42,7 +46,7 @@ docs: $(VENV)/.installed
 
 # The handed launch cases alone (tests/cases/handed: real launches with the verdict vLLM reached).
 cases: $(VENV)/.installed
-	$(PY) -m pytest -q tests/test_handed_cases.py
+	$(PY) -m pytest tests/cases/test_handed.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

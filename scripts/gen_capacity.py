@@ -77,7 +77,7 @@ def render() -> str:
         "`python -m bench.kv_accuracy` — each case as it requests (a case without `vllm_version` is judged as 0.33.0;",
         "`--printing` judges those at the version that printed them); KV tokens predicted vs what vLLM printed at",
         "start-up, then each component of the budget wherever the log printed it (errors that cancel in the total",
-        "show here). Known misses and their reasons: tests/test_kv_cases.py.",
+        "show here). Known misses and their reasons: tests/cases/test_kv.py.",
         "",
     ]
     results = evaluate(printing_version=True)

@@ -22,10 +22,10 @@ from service.db.migrate import upgrade
 from service.db.session import Database
 from service.settings import Settings
 from service.signing import KeyStore
+from tests.support import ADMIN
 
 PG_URL = os.environ.get("PREFLIGHT_TEST_DATABASE_URL")
 DB_KINDS = ["sqlite"] + (["postgresql"] if PG_URL else [])
-ADMIN = "test-admin-token-0123456789"
 PG_PREFIX = "pft_"  # every database the suite creates on the server; a run drops the ones dead runs left behind
 
 

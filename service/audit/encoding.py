@@ -37,7 +37,7 @@ def _flat(obj: Any) -> bool:
 
 
 def canonical(obj: Any) -> bytes:
-    """RFC 8785 canonical JSON (rfc8785); flat field sets take an equivalent fast path (tests/test_audit_chain.py
+    """RFC 8785 canonical JSON (rfc8785); flat field sets take an equivalent fast path (tests/audit/test_chain.py
     checks the two agree)."""
     if _flat(obj):
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -51,7 +51,7 @@ def _record(keys: tuple[str, ...], values: tuple) -> bytes:
     """``canonical(dict(zip(keys, values)))`` for a fixed field set whose ``keys`` are ASCII and listed in sorted
     order (RFC 8785's order for ASCII keys): the event hash and MAC inputs, computed several times per event, without
     the generic shape check and sort. Values other than str, null and safe integers take the generic path.
-    tests/test_audit_chain.py checks it against rfc8785."""
+    tests/audit/test_chain.py checks it against rfc8785."""
     for v in values:
         t = type(v)
         if not (t is str or v is None or (t is int and -_SAFE_INT < v < _SAFE_INT)):

@@ -39,7 +39,7 @@ def make_engine(url: str) -> Engine:
 
         return engine
     # No pre-ping (a round trip per checkout): a connection that fails with a disconnect invalidates the whole
-    # pool, so after an outage the next checkout opens fresh connections (see tests/test_outage.py).
+    # pool, so after an outage the next checkout opens fresh connections (see tests/api/test_outage.py).
     # The pool holds a connection for each of the worker's threads (THREADS, plus the audit sealer, the cache-epoch
     # poller and the agent-writes threads): an overflow connection would be
     # opened and closed per request under load, which costs far more than the query.

@@ -22,7 +22,7 @@ def hash_token(token: str) -> str:
 
 def new_secret() -> str:
     """``pf_`` and 43 characters of the URL-safe base64 alphabet: the shape an agent accepts from its token file
-    (service/agent/files.py ``TOKEN_RE``; tests/test_node_facts_breakit.py keeps the two together)."""
+    (service/agent/files.py ``TOKEN_RE``; tests/agent/test_files.py keeps the two together)."""
     return "pf_" + secrets.token_urlsafe(32)
 
 

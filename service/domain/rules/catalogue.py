@@ -1,5 +1,5 @@
 """The rule catalogue as Markdown (``docs/rules.md``), generated from the registry:
-``python -m service.domain.rules.catalogue > docs/rules.md``. tests/test_rules_catalogue.py keeps the file current.
+``python -m service.domain.rules.catalogue > docs/rules.md``. tests/domain/rules/test_catalogue.py keeps the file current.
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""docs/rules.md is generated from the rule registry and must stay current; every rule documents itself."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from service.domain.context import LaunchContext, build_context
+from service.domain.errors import DomainError
+from service.domain.memory import compute_budget
+from service.domain.request import LaunchRequest
+from service.domain.rules import RULES, Emit
+from service.domain.rules.catalogue import render_markdown
+from tests.support.rules import FIXTURES
+from tests.support import case_files, case_request, load_case, request
+
+DOCS = pathlib.Path(__file__).resolve().parents[3] / "docs" / "rules.md"
+
+
+def test_docs_rules_md_is_current():
+    assert DOCS.read_text() == render_markdown(), (
+        "docs/rules.md is stale: run `python -m service.domain.rules.catalogue > docs/rules.md`")
+
+
+def test_every_rule_has_source_docstring_and_codes():
+    assert RULES
+    for info in RULES:
+        assert info.source.strip(), info.name
+        assert info.what.strip(), info.name
+        assert info.codes and all(c and c == c.lower() for c in info.codes), info.name
+        assert info.severity in ("error", "warning", "info"), info.name
+        assert info.phase in ("config", "budget"), info.name
+
+
+def test_every_code_appears_in_the_catalogue():
+    text = render_markdown()
+    for info in RULES:
+        for code in info.codes:
+            assert f"`{code}`" in text
+
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
+# engine arguments that reach the codes the cases do not
+VARIANTS = (
+    {"max_num_batched_tokens": 8192, "max_num_seqs": 1, "max_model_len": 4096},
+    {"data_parallel_rank": 0, "enable_eplb": True, "revision": "main", "nnodes": 3},
+    {"kv_cache_memory_bytes": 1 << 40, "kv_cache_dtype": "float16"},
+    {"pipeline_parallel_size": 2, "tensor_parallel_size": 4, "async_scheduling": True},
+    {"quantization": "fp8"}, {"quantization": "awq"}, {"tensor_parallel_size": 16},
+)
+
+
+def _contexts() -> list[LaunchContext]:
+    """A launch context for every handed and KV case, plus the fixture grid the rule tests sweep."""
+    reqs = [case_request(load_case(p)) for kind in ("handed", "kv") for p in case_files(kind)]
+    reqs += [request(m, gpu, count=8, environment="production", tensor_parallel_size=tp)
+             for m in FIXTURES for gpu in ("h100-sxm-80gb", "t4-16gb") for tp in (1, 3, 8)]
+    reqs += [request(LLAMA, count=8, **args) for args in VARIANTS]
+    reqs += [request("meta-llama__Llama-2-13b-hf", count=1, dtype="bfloat16"),
+             request("meta-llama__Llama-4-Scout-17B-16E-Instruct", count=8, tensor_parallel_size=8,
+                     disable_chunked_mm_input=True, max_num_batched_tokens=64, max_num_seqs=64,
+                     limit_mm_per_prompt={"image": -1})]
+    bad_uri = request(LLAMA, count=1)
+    bad_uri["model"]["uri"] = "-x"
+    reqs.append(bad_uri)
+    short = request(LLAMA, count=1, max_model_len=2048)
+    short["workload"] = {"p99_seq_len": 6000}
+    reqs.append(short)
+    out = []
+    for req in reqs:
+        try:
+            out.append(build_context(LaunchRequest.model_validate(req)))
+        except DomainError:
+            continue
+    return out
+
+
+def test_every_finding_carries_its_rules_code_and_source():
+    """Each rule, run on its own over the test cases, emits only its own codes, stamped with its registered source
+    and no worse than its registered severity."""
+    emitted: set[str] = set()
+    for ctx in _contexts():
+        for phase in ("config", "budget"):
+            if phase == "budget":
+                ctx.budget = compute_budget(ctx)
+            for info in (r for r in RULES if r.phase == phase):
+                for f in info.func(ctx):
+                    assert f.rule in info.codes, (info.name, f.rule)
+                    assert f.source == info.source, (info.name, f.source)
+                    assert SEVERITY_RANK[f.severity.value] <= SEVERITY_RANK[info.severity], (info.name, f.severity)
+                    emitted.add(f.rule)
+    # every code but argv_roundtrip (a rendering fault no valid request reaches) is exercised
+    assert {c for info in RULES for c in info.codes} - emitted == {"argv_roundtrip"}
+
+
+def test_one_code_one_rule():
+    codes = [c for info in RULES for c in info.codes]
+    assert len(codes) == len(set(codes))
+
+
+def test_a_rule_cannot_emit_another_rules_code():
+    emit = Emit(("tp_heads_divisible",), "vllm 0.33.0 vllm/config/model.py:1557-1564")
+    assert emit.error("tp_heads_divisible", "m").source == "vllm 0.33.0 vllm/config/model.py:1557-1564"
+    with pytest.raises(ValueError):
+        emit.warning("tp_kv_heads", "m")

@@ -1,0 +1,93 @@
+"""The parallel_extras rules (service/domain/rules/parallel_extras.py): MLP and vocabulary splits, pipeline stages,
+expert parallel and multi-node rules on real configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.rules import FIXTURES, TP_SIZES, errors, found, head_valid
+from tests.support import model_config, request
+
+FAMILY = ("tp_mlp_divisible", "tp_vocab_divisible", "tp_heads_divisible", "pp_layers", "ep_requires_moe", "nnodes",
+          "dp_external_dense", "eplb_requires_ep")
+
+
+@pytest.mark.parametrize("model", FIXTURES)
+@pytest.mark.parametrize("tp", TP_SIZES)
+def test_accept_side_fixture_models(model, tp):
+    """Every fixture model at every head-valid power-of-two TP passes the split rules (2 nodes × 8 GPUs, Ray)."""
+    if not head_valid(model_config(model), tp):
+        pytest.skip("TP not allowed by the head rules")
+    req = request(model, count=8, nodes=2, tensor_parallel_size=tp, distributed_executor_backend="ray")
+    assert errors(req, *FAMILY) == []
+
+
+def test_mlp_not_divisible_llama3_tp3():
+    # Llama-3.1-8B: 32 heads / 8 KV fail at TP=3 too, but the MLP 14336 % 3 != 0 is reported by its own rule
+    (f,) = errors(request("meta-llama__Llama-3.1-8B-Instruct", count=3, tensor_parallel_size=3), "tp_mlp_divisible")
+    assert "14336 is not divisible by 3" in f.message
+
+
+def test_moe_expert_width_split_over_tp_times_dp_and_ep_fix():
+    # Qwen3-30B-A3B: without EP the 768-wide experts are split over TP × DP = 5 ranks (768 % 5 != 0)
+    req = request("Qwen__Qwen3-30B-A3B", count=5, tensor_parallel_size=1, data_parallel_size=5)
+    (f,) = errors(req, "tp_mlp_divisible")
+    assert f.remedy["enable_expert_parallel"] is True and "768" in f.message
+    req["engine_args"]["enable_expert_parallel"] = True
+    assert errors(req, "tp_mlp_divisible") == []
+
+
+def test_vocab_padded_llama2_tp3():
+    (f,) = errors(request("meta-llama__Llama-2-13b-hf", count=3, tensor_parallel_size=3), "tp_vocab_divisible")
+    assert "32000" in f.message and f.remedy["tensor_parallel_size"] == [1, 2]
+
+
+def test_vocab_padding_to_64_makes_tp6_ok_for_llama3():
+    # 128256 = 64 × 2004; 2004 % 6 == 0 → padded vocab divisible by 6 (heads fail separately)
+    assert errors(request("meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=6), "tp_vocab_divisible") == []
+
+
+def test_pp_layers_uneven_is_info_and_too_many_stages_is_error():
+    req = request("deepseek-ai__DeepSeek-V3", count=8, nodes=4, tensor_parallel_size=8, pipeline_parallel_size=4,
+                  distributed_executor_backend="ray")
+    (f,) = found(req, "pp_layers")
+    assert f.severity.value == "info" and f.data["stages"] == [15, 15, 16, 15]
+    req = request("meta-llama__Llama-3.1-8B-Instruct", count=8, nodes=8, tensor_parallel_size=1,
+                  pipeline_parallel_size=64, distributed_executor_backend="ray")
+    (f,) = errors(req, "pp_layers")
+    assert f.remedy == {"pipeline_parallel_size": 32}
+
+
+def test_pp_layer_partition_env():
+    req = request("meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=4, pipeline_parallel_size=2)
+    req["env"] = {"VLLM_PP_LAYER_PARTITION": "40,39"}
+    (f,) = errors(req, "pp_layers")
+    assert "sum(partitions)=79" in f.message
+    req["env"] = {"VLLM_PP_LAYER_PARTITION": "41,39"}
+    assert errors(req, "pp_layers") == []
+
+
+def test_ep_on_dense_and_on_moe():
+    assert errors(request("meta-llama__Meta-Llama-3.1-70B", tensor_parallel_size=8, enable_expert_parallel=True),
+                  "ep_requires_moe")
+    assert not errors(request("mistralai__Mixtral-8x7B-Instruct-v0.1", tensor_parallel_size=8,
+                              enable_expert_parallel=True), "ep_requires_moe")
+    assert errors(request("mistralai__Mixtral-8x7B-Instruct-v0.1", tensor_parallel_size=8, enable_eplb=True),
+                  "eplb_requires_ep")
+
+
+def test_external_dp_dense_only_for_moe():
+    assert errors(request("meta-llama__Llama-3.1-8B-Instruct", count=8, data_parallel_size=2, data_parallel_rank=0),
+                  "dp_external_dense")
+    assert not errors(request("Qwen__Qwen3-30B-A3B", count=8, data_parallel_size=2, data_parallel_rank=0),
+                      "dp_external_dense")
+
+
+def test_nnodes_rules():
+    base = dict(count=8, nodes=2, tensor_parallel_size=8, pipeline_parallel_size=2, nnodes=2)
+    assert not errors(request("deepseek-ai__DeepSeek-V3", **base), "nnodes")
+    assert errors(request("deepseek-ai__DeepSeek-V3", **base, distributed_executor_backend="ray"), "nnodes")
+    bad_rank = errors(request("deepseek-ai__DeepSeek-V3", **base, node_rank=2), "nnodes")
+    assert "between 0 and 1" in bad_rank[0].message
+    uneven = errors(request("deepseek-ai__DeepSeek-V3", count=8, nodes=3, tensor_parallel_size=8, nnodes=3), "nnodes")
+    assert "evenly divide" in uneven[0].message

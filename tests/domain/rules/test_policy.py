@@ -1,0 +1,71 @@
+"""The policy rules (service/domain/rules/policy.py): gpu_memory_utilization's range and the operators' policy
+warnings (production only; benchmark launches are exempt); the accept-side sweep covers the scheduler rules too."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.rules import FIXTURES, errors, found
+from tests.support import request
+
+SCHED = ("batched_tokens_vs_max_len", "batched_tokens_lt_max_num_seqs", "util_range")
+POLICY = ("util_too_high", "enforce_eager_production", "pcie_tp", "chunked_prefill_disabled",
+          "max_model_len_oversized", "max_model_len_below_workload")
+LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
+
+
+@pytest.mark.parametrize("model", FIXTURES)
+@pytest.mark.parametrize("gpu", ("h100-sxm-80gb", "a100-sxm4-80gb"))
+def test_accept_side_defaults(model, gpu):
+    req = request(model, gpu=gpu, count=8, nodes=2, tensor_parallel_size=8, distributed_executor_backend="ray",
+                  gpu_memory_utilization=0.9)
+    assert errors(req, *SCHED) == []
+    assert found(req, *POLICY) == []
+
+
+@pytest.mark.parametrize("util,bad", [(0.0, True), (-0.1, True), (1.2, True), (1.0, False), (0.5, False)])
+def test_util_range(util, bad):
+    assert bool(errors(request(LLAMA, count=1, gpu_memory_utilization=util), "util_range")) is bad
+
+
+@pytest.mark.parametrize("env,util,warn", [("production", 0.95, True), ("production", 0.9, False),
+                                          ("benchmark", 0.95, False), ("production", None, True)])
+def test_util_too_high(env, util, warn):
+    args = {} if util is None else {"gpu_memory_utilization": util}
+    got = found(request(LLAMA, count=1, environment=env, **args), "util_too_high")
+    assert bool(got) is warn
+
+
+def test_enforce_eager_production_only():
+    assert found(request(LLAMA, count=1, enforce_eager=True), "enforce_eager_production")
+    assert not found(request(LLAMA, count=1, enforce_eager=True, environment="benchmark"), "enforce_eager_production")
+
+
+def test_pcie_tp():
+    assert found(request(LLAMA, gpu="a10-24gb", count=2, interconnect="pcie", tensor_parallel_size=2), "pcie_tp")
+    # interconnect unknown: an NVLink-less GPU model counts as PCIe
+    assert found(request(LLAMA, gpu="l4-24gb", count=8, interconnect=None, tensor_parallel_size=8), "pcie_tp")
+    assert not found(request(LLAMA, gpu="h100-sxm-80gb", count=2, interconnect="nvlink", tensor_parallel_size=2),
+                     "pcie_tp")
+    assert not found(request(LLAMA, gpu="a10-24gb", count=2, interconnect="pcie", tensor_parallel_size=1), "pcie_tp")
+
+
+def _with_workload(req: dict, p99: int) -> dict:
+    req["workload"] = {"avg_seq_len": p99 // 3, "p99_seq_len": p99, "shape": "balanced"}
+    return req
+
+
+def test_max_model_len_vs_workload():
+    (f,) = found(_with_workload(request(LLAMA, count=1, max_model_len=131072), 6000), "max_model_len_oversized")
+    assert f.remedy == {"max_model_len": 8192}
+    assert not found(_with_workload(request(LLAMA, count=1, max_model_len=8192), 6000), "max_model_len_oversized")
+    assert found(_with_workload(request(LLAMA, count=1, max_model_len=4096), 6000), "max_model_len_below_workload")
+    bench = _with_workload(request(LLAMA, count=1, max_model_len=131072, environment="benchmark"), 6000)
+    assert not found(bench, "max_model_len_oversized")
+
+
+def test_chunked_prefill_disabled_warns():
+    req = _with_workload(request(LLAMA, count=1, enable_chunked_prefill=False, max_model_len=32768,
+                                 max_num_batched_tokens=32768), 30000)
+    (f,) = found(req, "chunked_prefill_disabled")
+    assert f.severity.value == "warning" and "30000" in f.message

@@ -1,0 +1,37 @@
+"""The vLLM 0.33 catalogue line and a valid value of each option's kind (shared by the catalogue tests and the
+check of the rendered argv with vLLM's own parser)."""
+
+from __future__ import annotations
+
+from service.domain.engine_args import RESERVED
+from service.domain.versions import Kind, resolve_version
+
+LINE = resolve_version("0.33.0")[1]
+MODEL = "meta-llama__Meta-Llama-3.1-8B"
+
+
+# Options whose value is judged by a rule of their own (memory, parallelism, quantization, policy): a valid value of
+# the right kind can still be a rejected launch; here only the value's kind is judged.
+JUDGED_ELSEWHERE = {"quantization", "kv_cache_dtype", "max_model_len", "gpu_memory_utilization", "dtype",
+                    "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "block_size",
+                    "enforce_eager", "cpu_offload_gb", "kv_cache_memory_bytes", "num_gpu_blocks_override",
+                    "max_num_seqs", "max_num_batched_tokens", "data_parallel_size_local", "nnodes", "node_rank",
+                    "decode_context_parallel_size", "distributed_executor_backend", "config",
+                    "model_loader_extra_config", "hf_config_path", "tokenizer", "hf_overrides", "load_format",
+                    "async_scheduling", "enable_expert_parallel", "speculative_config", "seed", "revision"}
+
+
+def valid_value(opt):
+    """A value of the option's kind that vLLM's parser accepts."""
+    if opt.choices:
+        return opt.choices[0] if not opt.is_list else [opt.choices[0]]
+    if opt.action == "LoRAParserAction":
+        return ["adapter=/loras/adapter"]
+    value = {
+        Kind.BOOL: True, Kind.FLAG: True, Kind.BOOL_VALUE: True, Kind.INT: 2, Kind.FLOAT: 0.5, Kind.STR: "x",
+        Kind.JSON: {}, Kind.JSON_OR_STR: {}, Kind.SIZE: "4k", Kind.SIZE_OR_AUTO: "4k",
+    }[opt.kind]
+    return [value] if opt.is_list and opt.kind is not Kind.JSON else value
+
+
+OPTIONS = sorted(n for n in LINE.options if n not in RESERVED)

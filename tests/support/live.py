@@ -1,0 +1,55 @@
+"""Real processes for the end-to-end and browser tests: the service under uvicorn on a free port, and an admin
+client for it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.support import ADMIN, model_config
+
+PY = sys.executable
+PREFLIGHT = os.path.join(os.path.dirname(PY), "preflight")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(db_url: str, data_dir, port: int) -> subprocess.Popen:
+    env = {**os.environ, "PREFLIGHT_DATABASE_URL": db_url, "PREFLIGHT_DATA_DIR": str(data_dir),
+           "PREFLIGHT_ADMIN_TOKEN": ADMIN}
+    proc = subprocess.Popen([PY, "-m", "uvicorn", "service.api.main:app", "--host", "127.0.0.1", "--port", str(port),
+                             "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+
+
+def admin(url) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60)
+
+
+def setup_fleet(c: httpx.Client, nodes: list[str]) -> dict[str, str]:
+    tokens = {}
+    for n in nodes:
+        r = c.post("/v1/nodes", json={"name": n, "gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"})
+        assert r.status_code == 201, r.text
+        tokens[n] = r.json()["agent_token"]
+    r = c.post("/v1/manifests", json={"name": "meta-llama/Llama-3.1-8B", "version": "1", "uri": "s3://llama-8b",
+                                      "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
+    assert r.status_code == 201, r.text
+    return tokens
