@@ -11,12 +11,12 @@ from sqlalchemy.orm import Session
 
 from .. import audit, metrics
 from ..clock import Clock, utc
-from ..db.models import Assignment, Node
+from ..db.models import Assignment, Node, table_of
 from ..domain.group_gate import group_hold
 from ..errors import ApiError, NotFound
 from .plans import models_of
 
-ASSIGNMENTS = Assignment.__table__
+ASSIGNMENTS = table_of(Assignment)
 
 
 REFETCH_RECORD_SECONDS = 60
