@@ -8,7 +8,8 @@ import logging
 import os
 import pathlib
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
