@@ -19,11 +19,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from .domain.tuning import TuningSettings
 
 
 class Settings(BaseSettings):
@@ -48,12 +52,17 @@ class Settings(BaseSettings):
         return self
 
     @property
-    def tuning_settings(self):
+    def tuning_settings(self) -> TuningSettings:
         """The tuning loop's settings: the guide's defaults with PREFLIGHT_TUNING's values over them."""
         from .domain.tuning import TuningSettings
 
+        counts = {f.name for f in dataclasses.fields(TuningSettings) if type(f.default) is int}
+        fractional = sorted(k for k, v in self.tuning.items() if k in counts and not isinstance(v, int))
+        if fractional:  # a count (windows, max_steps) indexes and slices: 2.5 passed the range checks, then broke
+            raise ValueError(f"PREFLIGHT_TUNING: {', '.join(fractional)} must be a whole number")
+        values: dict[str, Any] = dict(self.tuning)  # each count checked above to be an int
         try:
-            return TuningSettings(**self.tuning)
+            return TuningSettings(**values)
         except TypeError as exc:
             raise ValueError(f"PREFLIGHT_TUNING: {exc}") from None
     rollout_tick_seconds: float = Field(default=5.0, ge=0, le=3600)

@@ -310,6 +310,7 @@ class Boot:
             self.refuse(header_id, exc, "plan")
             raise Stop(EXIT_REFUSED, "refused") from None
         if offline is None:
+            assert r is not None  # an answer: _plan_token's offline boot is the only one without
             self._confirm_fresh(r, token, plan)
             return plan, None, r.status_code == 200
         if plan.grouped:  # the freshness statement is what says the head holds the same group plan
@@ -327,6 +328,7 @@ class Boot:
         """(the plan's JWS, the plan id the answer names — unverified —, the offline boot or None)."""
         st = self.state
         if r is None or r.status_code >= 500 or r.status_code == 429:  # fetch_plan allowed an offline boot
+            assert st.plan is not None and st.verified_at is not None  # _may_boot_offline: a saved, verified plan
             return st.plan, st.plan_id, {
                 "plan_verified_at": dt.datetime.fromtimestamp(st.verified_at, dt.timezone.utc).isoformat(),
                 "age_seconds": int(self.started - st.verified_at)}

@@ -127,6 +127,7 @@ class AgentClient:
         self.http = httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
                                  timeout=timeout, transport=transport)
         self._lock = threading.Lock()
+        self.timeout = timeout
         self.deadline = 2 * timeout  # a whole response, headers and body
 
     def _get(self, url: str, *, deadline: float | None = None, **kw) -> httpx.Response:
@@ -142,8 +143,9 @@ class AgentClient:
             body = read_body(r, url, max_bytes=MAX_RESPONSE_BYTES, start=start, deadline=limit)
             return httpx.Response(r.status_code, headers=r.headers, content=body, request=r.request)
 
-    def keysets(self, after: int) -> list:
-        """The key-set statements above version ``after`` (to be verified by the caller: never trusted as sent)."""
+    def keysets(self, after: int) -> list | None:
+        """The key-set statements above version ``after`` (to be verified by the caller: never trusted as sent);
+        None when the answer is not a list of them."""
         r = self._get("/v1/keysets", params={"after": after})
         if r.status_code == 404:
             return []  # a service without a key-set chain: nothing to apply
@@ -174,7 +176,7 @@ class AgentClient:
         headers = {"If-None-Match": etag} if etag else {}
         params = {"wait": wait} if wait else {}
         return self._get(f"/v1/nodes/{self.node}/plan", headers=headers, params=params,
-                         timeout=self.http.timeout.read + wait if wait else self.http.timeout,
+                         timeout=self.timeout + wait if wait else self.http.timeout,
                          deadline=self.deadline + wait)
 
     def post_metrics(self, body: dict) -> httpx.Response:

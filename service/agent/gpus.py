@@ -15,6 +15,7 @@ import select
 import subprocess
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ..domain.gpus import lookup, parse_capability
 from ..domain.errors import DomainError
@@ -157,6 +158,7 @@ def _run(nvidia_smi: str, args: list[str], timeout: float = 30.0) -> str:
         with tempfile.TemporaryFile() as err_file:
             p = subprocess.Popen([nvidia_smi, *args], stdout=subprocess.PIPE, stderr=err_file,
                                  stdin=subprocess.DEVNULL)
+            assert p.stdout is not None  # stdout=PIPE
             try:
                 deadline = time.monotonic() + timeout
                 chunks, size = [], 0
@@ -344,7 +346,8 @@ def holders(apps: list[ComputeApp], gpus: list[ObservedGpu]) -> list[dict]:
         return b.lower().lstrip("0")[-12:]
 
     buses = {norm(g.bus_id): g.index for g in gpus}
-    out = [{"pid": a.pid, "process_name": a.process_name, "used_memory_mib": a.used_memory_bytes // MIB,
-            "gpu": buses.get(norm(a.gpu_bus_id)), "gpu_uuid": a.gpu_uuid}
-           for a in apps if not a.gpu_bus_id or norm(a.gpu_bus_id) in buses]
+    out: list[dict[str, Any]] = [
+        {"pid": a.pid, "process_name": a.process_name, "used_memory_mib": a.used_memory_bytes // MIB,
+         "gpu": buses.get(norm(a.gpu_bus_id)), "gpu_uuid": a.gpu_uuid}
+        for a in apps if not a.gpu_bus_id or norm(a.gpu_bus_id) in buses]
     return sorted(out, key=lambda a: -a["used_memory_mib"])[:32]

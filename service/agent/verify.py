@@ -78,7 +78,7 @@ def verify_jws(token: str, jwks: dict, *, typ: str) -> tuple[dict[str, Any], str
         raise VerificationError("typ", f"typ {header.get('typ')!r} is not {typ}")
     kid = header.get("kid")
     jwk = next((k for k in (jwks or {}).get("keys", []) if k.get("kid") == kid), None)
-    if jwk is None:
+    if jwk is None or not isinstance(kid, str):  # trusted keys have string kids (agent/trust.py, signing.py)
         raise VerificationError("unknown_kid", f"key id {kid!r} is not a key this node trusts")
     if jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519" or "d" in jwk:
         raise VerificationError("bad_key", f"key {kid!r} is not a public Ed25519 OKP key")

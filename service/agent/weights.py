@@ -26,7 +26,7 @@ import pathlib
 import re
 import stat
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..domain.errors import DomainError
 from ..domain.quant_tag import parse_quantization_txt
@@ -180,7 +180,7 @@ def sha256_file(path: pathlib.Path, size: int, on_bytes: Callable[[int], None] |
     return h.hexdigest()
 
 
-def quant_method(text: bytes) -> str:
+def quant_method(text: bytes) -> str | None:
     try:
         # every line's methods (all catalogues read): only a manifest with a quantization.txt needs them
         return parse_quantization_txt(text.decode("utf-8", "replace"), all_quant_methods(), "quantization.txt").method
@@ -228,7 +228,7 @@ def describe(directory: pathlib.Path, *, hash_shards: bool = False,
     tag = _read_small(directory, "quantization.txt", MAX_TAG)
     hf_quant = _read_small(directory, "hf_quant_config.json", MAX_SMALL)
     total, names = shard_list(directory)
-    shards = []
+    shards: list[dict[str, Any]] = []
     for name in names:
         found = open_regular(directory, name)
         if found is None:
@@ -236,7 +236,10 @@ def describe(directory: pathlib.Path, *, hash_shards: bool = False,
         shards.append({"name": name, "size": found[1].st_size})
     if hash_shards:
         for s in shards:
-            s["sha256"] = sha256_file(open_regular(directory, s["name"])[0], s["size"], on_bytes)
+            found = open_regular(directory, s["name"])
+            if found is None:  # removed since it was listed
+                raise WeightsError(f"{s['name']} went away from {directory} while it was being described")
+            s["sha256"] = sha256_file(found[0], s["size"], on_bytes)
     return {"config_sha256": hashlib.sha256(config).hexdigest(),
             "quantization": quant_method(tag) if tag is not None else None,
             "hf_quant_config_sha256": hashlib.sha256(hf_quant).hexdigest() if hf_quant is not None else None,
@@ -309,24 +312,27 @@ def check(directory: pathlib.Path, record: dict, *, verify_hashes: bool = False,
         out.append(Mismatch("hf_quant_config.json", f"sha256 {want_h}" if want_h else "no file",
                             f"sha256 {found_h}" if found_h else "no such file"))
     for shard in (record.get("shards") or [])[:MAX_SHARDS]:
-        name = shard.get("name") if isinstance(shard, dict) else None
+        entry = shard if isinstance(shard, dict) else {}  # a record's shard that is no object names no file
+        name, size = entry.get("name"), entry.get("size")
         try:
+            if not isinstance(name, str):
+                raise WeightsError(shard_name_problem(name))
             found = open_regular(directory, name)
         except (WeightsError, OSError) as exc:
-            out.append(Mismatch(str(name)[:255], f"{shard.get('size')} bytes", str(exc)))
+            out.append(Mismatch(str(name)[:255], f"{size} bytes", str(exc)))
             continue
         if found is None:
-            out.append(Mismatch(name, f"{shard.get('size')} bytes", "no such file"))
-        elif found[1].st_size != shard.get("size"):
-            out.append(Mismatch(name, f"{shard.get('size')} bytes", f"{found[1].st_size} bytes"))
-        elif verify_hashes and shard.get("sha256"):
+            out.append(Mismatch(name, f"{size} bytes", "no such file"))
+        elif found[1].st_size != size:
+            out.append(Mismatch(name, f"{size} bytes", f"{found[1].st_size} bytes"))
+        elif verify_hashes and entry.get("sha256"):
             try:
                 digest = sha256_file(found[0], found[1].st_size, on_bytes)
             except (WeightsError, OSError) as exc:
-                out.append(Mismatch(name, f"sha256 {shard['sha256']}", str(exc)))
+                out.append(Mismatch(name, f"sha256 {entry['sha256']}", str(exc)))
                 continue
-            if digest != shard["sha256"]:
-                out.append(Mismatch(name, f"sha256 {shard['sha256']}", f"sha256 {digest}"))
+            if digest != entry["sha256"]:
+                out.append(Mismatch(name, f"sha256 {entry['sha256']}", f"sha256 {digest}"))
     return out
 
 

@@ -154,7 +154,8 @@ async def principal_dep(request: Request,
     one short transaction in the thread pool, so a long-poll holds no database connection."""
     secret = bearer_secret(authorization, len(request.headers.getlist("authorization")))
     principals: Principals = request.app.state.principals
-    return principals.cached(secret) or await run_in_threadpool(principals.lookup, secret)
+    p = principals.cached(secret)
+    return p if p is not None else await run_in_threadpool(principals.lookup, secret)
 
 
 PrincipalDep = Annotated[token_service.Principal, Depends(principal_dep)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import tempfile
 
 from ..settings import Settings
@@ -15,7 +16,7 @@ def openapi_document() -> dict:
     from .app import create_app
 
     with tempfile.TemporaryDirectory() as tmp:
-        s = Settings(data_dir=tmp, database_url=f"sqlite:///{tmp}/x.db", admin_token="x" * 32)
+        s = Settings(data_dir=pathlib.Path(tmp), database_url=f"sqlite:///{tmp}/x.db", admin_token="x" * 32)
         app = create_app(s, db=Database(s.resolved_database_url), keys=KeyStore(s.key_dir))
         return app.openapi()
 

@@ -9,7 +9,7 @@ from sqlalchemy import insert, text
 from sqlalchemy.orm import Session
 
 from .. import metrics
-from ..db.models import AuditEvent, utcnow
+from ..db.models import AuditEvent, table_of, utcnow
 from .encoding import canonical, mac_fields, sha256_hex, ts_text
 from .keys import audit_keys
 
@@ -37,7 +37,7 @@ def append_many(session: Session, events: list[dict[str, Any]]) -> None:
     for row in rows:
         row["mac"] = sign(mac_fields(row["ts"], row["actor"], row["kind"], row["subject"], row["node"],
                                       row["plan_id"], row["model"], row["payload_digest"])) if sign else None
-    session.execute(insert(AuditEvent.__table__), rows)
+    session.execute(insert(table_of(AuditEvent)), rows)
     session.info["audit_appended"] = True
     for ev in events:
         metrics.AUDIT_APPENDS.labels(ev["kind"]).inc()

@@ -8,13 +8,14 @@ import logging
 import os
 import pathlib
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..clock import SYSTEM, Clock, utc
-from ..db.models import AuditCheckpoint, AuditEvent, utcnow
+from ..db.models import AuditCheckpoint, AuditEvent, table_of, utcnow
 from ..signing import CHECKPOINT_MEDIA_TYPE
 from .encoding import GENESIS, canonical, hash_of, ids_step, sha256_hex
 from .keys import audit_keys
@@ -118,7 +119,7 @@ class Checkpointer:
         last_without_mac = None
         while True:
             # Core rows (attribute access like the ORM's, no identity map: the sealing transaction's objects stay)
-            table = AuditEvent.__table__
+            table = table_of(AuditEvent)
             rows = session.execute(select(table).where(table.c.chain_seq > seq)
                                    .order_by(table.c.chain_seq).limit(2000)).all()
             if not rows:
@@ -188,7 +189,7 @@ def read_checkpoint_file(path: pathlib.Path, jwks: dict) -> dict[str, Any] | Non
     return claims
 
 
-def known_checkpoints(session: Session, jwks: dict, files: list[pathlib.Path] = ()) -> tuple[list[dict], list[str]]:
+def known_checkpoints(session: Session, jwks: dict, files: Sequence[pathlib.Path] = ()) -> tuple[list[dict], list[str]]:
     """The checkpoints verify compares the chain with: the newest stored one whose signature verifies, and each file
     given (the data-dir copy, one an auditor saved). Returns (claims with a ``source``, problems)."""
     from ..agent.verify import VerificationError, verify_jws
@@ -205,10 +206,10 @@ def known_checkpoints(session: Session, jwks: dict, files: list[pathlib.Path] = 
         break
     for f in files:
         try:
-            claims = read_checkpoint_file(f, jwks)
+            on_file = read_checkpoint_file(f, jwks)
         except ValueError as exc:
             problems.append(str(exc))
             continue
-        if claims is not None:
-            found.append({**claims, "source": str(f)})
+        if on_file is not None:
+            found.append({**on_file, "source": str(f)})
     return found, problems

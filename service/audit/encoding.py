@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from typing import Any
+from typing import Any, Protocol
 
 import rfc8785
 
@@ -85,7 +85,29 @@ _SEALED_KEYS = ("actor", "hash", "id", "kind", "model", "node", "payload_digest"
                 "subject", "ts")
 
 
-def hash_of(ev: AuditEvent, seq: int, prev_hash: str) -> str:
+class HashedFields(Protocol):
+    """What an event's hash covers besides its place in the chain: an AuditEvent, or a Core row of its table (the
+    sealing and the checkpointer read rows without the ORM)."""
+
+    @property
+    def ts(self) -> dt.datetime: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def plan_id(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def payload_digest(self) -> str: ...
+
+
+def hash_of(ev: HashedFields, seq: int, prev_hash: str) -> str:
     return event_hash(seq, prev_hash, ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model,
                       ev.payload_digest)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
-from ..db.models import AuditEvent
+from ..db.models import AuditEvent, table_of
 from ..periodic import PeriodicWorker
 from .chain import chain_lock
 from .encoding import GENESIS, hash_of
@@ -25,6 +25,17 @@ log = logging.getLogger("preflight.audit")
 _REFUSED: set[int] = set()  # ids of rows the sealer refused (no valid MAC), to log each once
 
 
+def _head(session: Session) -> tuple[int, str]:
+    """The sealed chain's last (seq, hash): (0, GENESIS) when nothing is sealed yet."""
+    head = session.execute(select(AuditEvent.chain_seq, AuditEvent.hash).where(AuditEvent.chain_seq.is_not(None))
+                           .order_by(AuditEvent.chain_seq.desc()).limit(1)).first()
+    if head is None:
+        return 0, GENESIS
+    seq, h = head
+    assert seq is not None and h is not None  # a sealed event has both
+    return seq, h
+
+
 def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int:
     """Chain the committed, unsealed events (in id order) under the chain lock; returns how many were sealed.
     With ``wait=False`` it returns 0 at once when another sealer holds the lock. When the database has the service's
@@ -34,13 +45,11 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
     keys = audit_keys(session)
     valid = keys.checker() if keys is not None else None
     seal_mac = keys.seal_signer() if keys is not None else None
-    head = session.execute(select(AuditEvent.chain_seq, AuditEvent.hash).where(AuditEvent.chain_seq.is_not(None))
-                           .order_by(AuditEvent.chain_seq.desc()).limit(1)).first()
-    seq, prev = (head[0], head[1]) if head else (0, GENESIS)
+    seq, prev = _head(session)
     session.info["chain_head_seq"] = seq
     total = 0
     cursor = 0
-    table = AuditEvent.__table__
+    table = table_of(AuditEvent)
     while True:
         # Core rows (attribute access like the ORM's, without an identity map or instance state per event)
         pending = session.execute(select(table).where(table.c.chain_seq.is_(None), table.c.id > cursor)

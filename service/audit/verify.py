@@ -42,6 +42,7 @@ class _Walk:
         return None
 
     def step(self, ev: AuditEvent) -> None:
+        assert ev.hash is not None and ev.chain_seq is not None  # a sealed event, which broken() passed
         self.count += 1
         self.mac_seen = self.mac_seen or ev.mac is not None
         self.prev_hash, self.last_seq = ev.hash, ev.chain_seq

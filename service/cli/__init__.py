@@ -38,11 +38,13 @@ def _say_unreachable(e: Exception) -> None:
     httpx = sys.modules["httpx"]
     reason = str(e) or e.__class__.__name__
     hint = " (give the address with http:// or https://)" if isinstance(e, httpx.UnsupportedProtocol) else ""
-    try:
-        u = e.request.url
-        where = f" at {u.scheme}://{u.netloc.decode('ascii', 'replace')}"
-    except (AttributeError, RuntimeError):  # no request was built (an unusable URL)
-        where = ""
+    where = ""
+    if isinstance(e, httpx.TransportError):  # an InvalidURL carries no request
+        try:
+            u = e.request.url
+            where = f" at {u.scheme}://{u.netloc.decode('ascii', 'replace')}"
+        except (AttributeError, RuntimeError):  # no request was built (an unusable URL)
+            pass
     keep = "\n\t"
     typer.echo(f"preflight: cannot reach the service{printable(where, keep)}: {printable(reason, keep)}{hint}",
                err=True)

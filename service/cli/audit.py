@@ -41,6 +41,7 @@ def audit_verify(checkpoint: Optional[pathlib.Path] = typer.Option(
     s_ = common.settings()
     jwks = _jwks(jwks_file, server)
     files = [s_.checkpoint_file]
+    claims = None
     if checkpoint is not None:
         try:
             claims = audit.read_checkpoint_file(checkpoint, jwks)
@@ -52,7 +53,7 @@ def audit_verify(checkpoint: Optional[pathlib.Path] = typer.Option(
             raise typer.Exit(2)
     with common.database(s_).read() as s:  # a snapshot: the running service goes on writing
         found, problems = audit.known_checkpoints(s, jwks, files)
-        if checkpoint is not None:
+        if claims is not None:  # --checkpoint FILE, read above
             found.append({**claims, "source": str(checkpoint)})
         result = audit.verify_chain(s, checkpoints=found)
     if problems:

@@ -62,7 +62,9 @@ def _summary_lines(r: dict) -> str:
     def num(v) -> str:
         return str(v) if isinstance(v, int) and not isinstance(v, bool) else safe(v, 40)
 
-    target = r.get("target") if isinstance(r.get("target"), dict) else {}
+    target = r.get("target")
+    if not isinstance(target, dict):
+        target = {}
     wave = r.get("wave")
     lines = [f"rollout {safe(r['id'], 64)}: {safe(r['state'], 40)}"
              + (f" (wave {wave})" if isinstance(wave, int) and not isinstance(wave, bool) and wave >= 0 else "")

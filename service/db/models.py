@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, text, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import JSON, text, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -38,6 +38,14 @@ ID = BigInteger().with_variant(Integer, "sqlite")
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+def table_of(model: type[Base]) -> Table:
+    """The model's Table, for Core statements (insert, update, delete). SQLAlchemy declares ``__table__`` as a
+    FromClause, which those statements do not take; a declarative model with a ``__tablename__`` has a Table."""
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table
 
 
 class Node(Base):

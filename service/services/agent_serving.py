@@ -11,12 +11,12 @@ from sqlalchemy.orm import Session
 
 from .. import audit, metrics
 from ..clock import Clock, utc
-from ..db.models import Assignment, Node
+from ..db.models import Assignment, Node, table_of
 from ..domain.group_gate import group_hold
 from ..errors import ApiError, NotFound
 from .plans import models_of
 
-ASSIGNMENTS = Assignment.__table__
+ASSIGNMENTS = table_of(Assignment)
 
 
 REFETCH_RECORD_SECONDS = 60
@@ -52,14 +52,14 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch], *,
     client retrying) and fetches that are not deliveries (``record`` False: an admin) write nothing."""
     nodes = sorted({f.node for f in fetches})
     current: dict[str, dict] = {}
-    for row in session.execute(
+    for found in session.execute(
             select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.etag,
                    ASSIGNMENTS.c.signed, ASSIGNMENTS.c.freshness, ASSIGNMENTS.c.last_fetched_at,
                    ASSIGNMENTS.c.fetch_count, ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.group_index,
                    ASSIGNMENTS.c.rank, ASSIGNMENTS.c.role, ASSIGNMENTS.c.group_digest)
             .where(ASSIGNMENTS.c.node_name.in_(nodes), ASSIGNMENTS.c.status == "active")).mappings():
-        if row["node_name"] not in current or row["seq"] > current[row["node_name"]]["seq"]:
-            current[row["node_name"]] = dict(row)
+        if found["node_name"] not in current or found["seq"] > current[found["node_name"]]["seq"]:
+            current[found["node_name"]] = dict(found)
     heads_of(session, list(current.values()))
     unplanned = [n for n in nodes if n not in current]
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(unplanned)))) if unplanned else set()

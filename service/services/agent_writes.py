@@ -53,7 +53,7 @@ class Fetch:
 class Report:
     principal: token_service.Principal
     node: str
-    plan_id: str
+    plan_id: str | None  # None: a refused or reset report naming no plan
     status: str
     message: str | None
     details: dict[str, Any]
@@ -168,6 +168,6 @@ def run_batch(session, items: list[Fetch | Report], *, clock: Clock) -> list[Any
         for (i, p, _), out in zip(fetches, served):
             outcomes[i] = out if isinstance(out, ApiError) else (p, *out)
     if reports:
-        for (i, _), out in zip(reports, report_many(session, [r for _, r in reports], clock=clock)):
-            outcomes[i] = out
+        for (i, _), answer in zip(reports, report_many(session, [r for _, r in reports], clock=clock)):
+            outcomes[i] = answer
     return outcomes

@@ -20,14 +20,16 @@ def record(session: Session, *, plan: Plan, node: str, details: dict[str, Any]) 
     if session.execute(select(Calibration.id).where(Calibration.plan_id == plan.id, Calibration.node_name == node)
                        ).first():
         return None  # one comparison per plan and node (the "running" report; a later "failed" repeats it)
-    printed = details.get("vllm") if isinstance(details.get("vllm"), dict) else {}
+    printed = details.get("vllm")
+    if not isinstance(printed, dict):
+        printed = {}
     actual = printed.get("kv_cache_tokens")
     predicted = (plan.budget or {}).get("kv_cache_tokens")
     if not isinstance(actual, int) or isinstance(actual, bool) or actual <= 0 or not predicted:
         return None
     gib = printed.get("available_kv_cache_gib")
     node_row = session.execute(select(Node).where(Node.name == node)).scalar_one()
-    manifest = session.get(Manifest, plan.manifest_id)
+    manifest = session.get_one(Manifest, plan.manifest_id)
     row = Calibration(plan_id=plan.id, node_name=node, gpu_id=node_row.gpu_id, model=manifest.name,
                       predicted_kv_tokens=int(predicted), actual_kv_tokens=actual,
                       predicted_kv_bytes=(plan.budget or {}).get("kv_cache_bytes_per_gpu"),

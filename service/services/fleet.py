@@ -5,7 +5,7 @@ reported, and the dry run of a plan (judged by manifest and node names, nothing 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
@@ -25,6 +25,12 @@ NODE_STATUSES = ("running", "starting", "failed", "refused", "stopped", "stale",
 PLAN_STATUSES = ("active", "superseded", "revoked")
 
 
+@overload
+def _utc(t: dt.datetime) -> dt.datetime: ...
+@overload
+def _utc(t: None) -> None: ...
+@overload
+def _utc(t: dt.datetime | None) -> dt.datetime | None: ...
 def _utc(t: dt.datetime | None) -> dt.datetime | None:
     return t if t is None or t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
@@ -145,14 +151,15 @@ def _status(cur: dict | None, rep: Report | None, running_plan: str | None, last
     unplanned (no current plan)."""
     if cur is None:
         return "unplanned"
-    about_current = rep is not None and (rep.plan_id == cur["id"] or rep.plan_id is None)
-    if about_current and rep.status == "refused":
+    # what the last report says about the current plan (None: it is about another plan, or there is none)
+    said = rep.status if rep is not None and (rep.plan_id == cur["id"] or rep.plan_id is None) else None
+    if said == "refused":
         return "refused"
-    if about_current and rep.status in ("exited", "failed"):
+    if said in ("exited", "failed"):
         return "failed"
-    if about_current and rep.status == "stopped":
+    if said == "stopped":
         return "stopped"
-    if running_plan is None and not about_current:
+    if running_plan is None and said is None:
         return "pending"
     if last_seen is None or (now - last_seen).total_seconds() > STALE_AFTER_SECONDS:
         return "stale"

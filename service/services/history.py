@@ -47,14 +47,14 @@ def _place(a: Assignment) -> dict[str, Any]:
     return {"group": a.group_index, "rank": a.rank, "role": a.role}
 
 
-def group_statuses(session: Session, assignments: list[Assignment]) -> dict[tuple[str, int], str]:
+def group_statuses(session: Session, assignments: list[Assignment]) -> dict[tuple[str, int | None], str]:
     """The state of each multi-node group the assignments belong to (services/plans.py ``group_state``)."""
     from .plans import group_state
 
     pairs = {(a.plan_id, a.group_index) for a in assignments if a.role in ("head", "worker")}
     if not pairs:
         return {}
-    members: dict[tuple[str, int], list[Assignment]] = {}
+    members: dict[tuple[str, int | None], list[Assignment]] = {}
     for a in session.execute(select(Assignment).where(Assignment.plan_id.in_(sorted({p for p, _ in pairs})))).scalars():
         if (a.plan_id, a.group_index) in pairs:
             members.setdefault((a.plan_id, a.group_index), []).append(a)
@@ -112,6 +112,28 @@ def _utc(t):
 LATE_SECONDS = 30
 
 
+def _end_after(session: Session, name: str, until: Any, open_runs: list[dict[str, Any]],
+               by_id: dict[str, dict[str, Any]]) -> None:
+    """How runs still open at ``until`` ended after it: their end report, or the node's next start."""
+    later = (select(Report).where(Report.node_name == name, Report.created_at >= until,
+                                  Report.status.in_(("started", "stopped", "exited", "failed")))
+             .order_by(Report.id).limit(1000))
+    for r in session.execute(later).scalars():
+        details = r.details if isinstance(r.details, dict) else {}
+        at = _when(r.created_at, details.get("at"))
+        if r.status == "started":
+            for still_open in open_runs:
+                still_open.update(ended_at=at, end="interrupted")
+            break
+        run = by_id.get(details.get("run_id") or f"plan:{r.plan_id}")
+        if run is not None and run in open_runs:
+            run.update(ended_at=at, end="exited" if r.status == "failed" else r.status,
+                       exit_status=details.get("status"), signal=details.get("signal"), tail=details.get("tail"))
+            open_runs.remove(run)
+        if not open_runs:
+            break
+
+
 def _when(received, agent_at):
     """When a report's event happened: the service's receipt time, unless the report was delivered late (queued by
     an agent that could not reach the service, e.g. during an offline boot) — then the agent's own ``at``, when it
@@ -149,11 +171,11 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
             for other in runs:  # one vLLM per node: a new start ends every run still open
                 if other["ended_at"] is None:
                     other.update(ended_at=at, end="interrupted")
-            run = {"run_id": run_id, "plan_id": r.plan_id, "started_at": at, "running_at": None, "ended_at": None,
-                   "end": None, "exit_status": None, "signal": None, "vllm": None, "tail": None,
-                   "offline_boot": details.get("offline_boot")}
-            runs.append(run)
-            by_id[run_id] = run
+            started = {"run_id": run_id, "plan_id": r.plan_id, "started_at": at, "running_at": None,
+                       "ended_at": None, "end": None, "exit_status": None, "signal": None, "vllm": None, "tail": None,
+                       "offline_boot": details.get("offline_boot")}
+            runs.append(started)
+            by_id[run_id] = started
             continue
         run = by_id.get(run_id)
         if run is None or run["ended_at"] is not None and r.status == "running":
@@ -166,24 +188,7 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
                        exit_status=details.get("status"), signal=details.get("signal"), tail=details.get("tail"))
     open_runs = [r for r in runs if r["ended_at"] is None]
     if until is not None and open_runs:
-        # how runs still open at ``until`` ended after it: their end report, or the node's next start
-        later = (select(Report).where(Report.node_name == name, Report.created_at >= until,
-                                      Report.status.in_(("started", "stopped", "exited", "failed")))
-                 .order_by(Report.id).limit(1000))
-        for r in session.execute(later).scalars():
-            details = r.details if isinstance(r.details, dict) else {}
-            at = _when(r.created_at, details.get("at"))
-            if r.status == "started":
-                for run in open_runs:
-                    run.update(ended_at=at, end="interrupted")
-                break
-            run = by_id.get(details.get("run_id") or f"plan:{r.plan_id}")
-            if run is not None and run in open_runs:
-                run.update(ended_at=at, end="exited" if r.status == "failed" else r.status,
-                           exit_status=details.get("status"), signal=details.get("signal"), tail=details.get("tail"))
-                open_runs.remove(run)
-            if not open_runs:
-                break
+        _end_after(session, name, until, open_runs, by_id)
     since, until = _utc(since), _utc(until)
     runs = [r for r in runs if (until is None or r["started_at"] < until)
             and (since is None or r["ended_at"] is None or r["ended_at"] > since)][-limit:]
@@ -197,15 +202,16 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
             info[a.plan_id] = (a, plan, m)
     groups = group_statuses(session, [a for a, _, _ in info.values()])
     out = []
-    for r in runs:
-        a, plan, m = info.get(r["plan_id"], (None, None, None))
+    for run in runs:
+        a, plan, m = info.get(run["plan_id"], (None, None, None))
         beat = _utc(a.last_heartbeat_at) if a is not None else None
         out.append({
-            **r, "started_at": iso(r["started_at"]), "running_at": iso(r["running_at"]), "ended_at": iso(r["ended_at"]),
+            **run, "started_at": iso(run["started_at"]), "running_at": iso(run["running_at"]),
+            "ended_at": iso(run["ended_at"]),
             "seq": a.seq if a else None, "argv": _node_argv(plan, a) if plan and a else None,
             **(_place(a) if a else {"group": None, "rank": None, "role": None}),
             "group_status": groups.get((a.plan_id, a.group_index)) if a else None,
             "manifest": {"name": m.name, "version": m.version, "digest": m.digest} if m else None,
-            "last_heartbeat_at": iso(beat) if r["ended_at"] is None and beat and beat >= r["started_at"] else None,
+            "last_heartbeat_at": iso(beat) if run["ended_at"] is None and beat and beat >= run["started_at"] else None,
         })
     return {"node": name, "since": iso(since), "until": iso(until), "items": out}

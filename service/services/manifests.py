@@ -15,8 +15,10 @@ from ..domain.manifest_checks import check_manifest
 from ..domain.render import model_reference_problem
 from ..domain.model_facts import read_model_facts
 from ..domain.quant_tag import parse_quantization_txt
-from ..domain.versions import ALL_QUANT_METHODS
+from ..domain.versions import all_quant_methods
 from ..errors import Conflict, NotFound
+
+ALL_QUANT_METHODS = all_quant_methods()
 
 
 def manifest_body(m: Manifest) -> dict[str, Any]:

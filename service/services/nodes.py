@@ -171,5 +171,5 @@ def put_facts(session: Session, *, actor: str, role: str, name: str, body: NodeF
         session.flush()
         audit.append(session, actor=actor, kind="node.facts_updated", subject=f"node:{name}", node=name,
                      payload={"before": before, "after": node_dict(existing)})
-    secret = rotate_token(session, actor=actor, name=name) if facts.get("rotate_token") else None
-    return existing, False, secret
+    rotated = rotate_token(session, actor=actor, name=name) if facts.get("rotate_token") else None
+    return existing, False, rotated

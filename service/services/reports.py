@@ -11,14 +11,14 @@ from sqlalchemy.orm import Session
 
 from .. import audit, metrics
 from ..clock import Clock, utc
-from ..db.models import Assignment, Node, Plan, Report
+from ..db.models import Assignment, Node, Plan, Report, table_of
 from ..domain.group_gate import changes_hold
 from ..errors import ApiError, Conflict, NotFound
 from . import calibration, epochs
 from .plans import models_of
 
-ASSIGNMENTS = Assignment.__table__
-REPORTS = Report.__table__
+ASSIGNMENTS = table_of(Assignment)
+REPORTS = table_of(Report)
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,12 @@ class AgentReport:
     status: str
     message: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def plan_named(self) -> str:
+        """The plan id of a report that names one (every report matched to an assignment does)."""
+        assert self.plan_id is not None
+        return self.plan_id
 
 
 REPORT_STATUSES = ("fetched", "started", "running", "heartbeat", "stopped", "exited", "refused", "reset", "failed")
@@ -55,7 +61,7 @@ def late(r: AgentReport, clock: Clock) -> bool:
 LATE_WINDOW = 30 * 86400
 
 
-Pair = tuple[str, str]  # (node, plan id)
+Pair = tuple[str, str | None]  # (node, plan id) of a report; a report naming no plan is never among the assignments
 
 
 def _assigned(session: Session, reports: list[AgentReport]) -> tuple[dict[Pair, int], set[Pair], dict[Pair, str],
@@ -134,10 +140,10 @@ def report_many(session: Session, reports: list[AgentReport], *, clock: Clock) -
         for r in ok:
             metrics.AGENT_REPORTS.labels(r.status).inc()
             if r.status == "running" and isinstance(r.details.get("vllm"), dict):  # compare with the prediction
-                calibration.record(session, plan=session.get(Plan, r.plan_id), node=r.node, details=r.details)
-    models = models_of(session, [r.plan_id for r in ok]) if ok else {}
+                calibration.record(session, plan=session.get_one(Plan, r.plan_id), node=r.node, details=r.details)
+    models = models_of(session, [r.plan_named for r in ok]) if ok else {}
     events = [dict(actor=r.actor, kind=f"agent.{r.status}", subject=f"plan:{r.plan_id}", node=r.node,
-                   plan_id=r.plan_id, model=models[r.plan_id],
+                   plan_id=r.plan_id, model=models[r.plan_named],
                    payload={"seq": seqs[(r.node, r.plan_id)], "status": r.status, "message": r.message,
                             "details": r.details}) for r in ok]
     for i in planless_idx:

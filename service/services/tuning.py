@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from .. import audit
 from ..api.schemas import MetricsWindowIn, PlanIn, TuningIn
 from ..clock import Clock, utc
-from ..db.models import Assignment, MetricWindow, Plan, iso
+from ..db.models import Assignment, MetricWindow, Plan, iso, table_of
 from ..domain import tuning as dt_
 from ..domain.engine_args import parse_engine_args
 from ..domain.errors import DomainError
@@ -25,7 +25,7 @@ from . import plans as plan_service
 from .context import Context
 from .plan_layout import engine_args_with
 
-WINDOWS = MetricWindow.__table__
+WINDOWS = table_of(MetricWindow)
 RETENTION = 240  # windows kept per node (an hour at 15 s): a tuning step needs a handful of its plan's newest
 PRUNE_EVERY = 16  # a node holds at most RETENTION + PRUNE_EVERY windows: cut back to RETENTION in one delete
 RECENT_PLANS = 3  # a window may name the node's current plan or one of its 2 previous (in flight at a switch)

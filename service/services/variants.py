@@ -23,7 +23,9 @@ QUANT_ARGS = ("quantization", "q", "dtype", "kv_cache_dtype")  # the variant's o
 
 
 def geometry(config: dict[str, Any]) -> tuple:
-    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    inner = config.get("text_config")
+    if not isinstance(inner, dict):
+        inner = {}
     return tuple(repr(config.get(k, inner.get(k))) for k in GEOMETRY)
 
 

@@ -215,6 +215,19 @@ def test_a_corrupted_shard_of_the_right_size_shows_only_with_hashes(tmp_path):
     assert m.file == "model-00002-of-00002.safetensors" and m.found == f"sha256 {'%s' % sha256(d / m.file)}"
 
 
+def test_a_shard_removed_while_the_directory_is_hashed_is_a_weights_error(tmp_path):
+    d = weights_dir(tmp_path / "m", shards=2)
+    second = d / "model-00002-of-00002.safetensors"
+    with pytest.raises(w.WeightsError, match="model-00002-of-00002.safetensors went away"):
+        w.describe(d, hash_shards=True, on_bytes=lambda n: second.unlink(missing_ok=True))  # while hashing shard 1
+
+
+def test_a_recorded_shard_that_is_no_object_is_a_mismatch(tmp_path):
+    d = weights_dir(tmp_path / "m", shards=1)
+    [m] = w.check(d, {"config_sha256": sha256(d / "config.json"), "shards": ["model-00001-of-00001.safetensors"]})
+    assert (m.file, m.expected) == ("None", "None bytes") and "not a plain file name" in m.found
+
+
 @pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "a/b.safetensors", "..", ".", "a\\b",
                                   "x\x00.safetensors", "x\n.safetensors", "", "a" * 256])
 def test_path_traversal_and_weird_shard_names_are_refused(tmp_path, name):

@@ -168,6 +168,16 @@ def test_settings_are_checked():
     assert DEFAULTS.production_fraction == 0.8 and DEFAULTS.util_cap == 0.90
 
 
+def test_preflight_tuning_refuses_a_fraction_for_a_count(tmp_path):
+    from service.settings import Settings
+
+    # windows slices the newest windows: 2.5 passed the range checks at start-up, then judge() raised TypeError
+    with pytest.raises(ValueError, match="PREFLIGHT_TUNING: fail_windows, windows must be a whole number"):
+        Settings(data_dir=tmp_path, tuning={"windows": 2.5, "fail_windows": 2.0})
+    s = Settings(data_dir=tmp_path, tuning={"windows": 5, "fail_windows": 3, "step_fraction": 1})
+    assert (s.tuning_settings.windows, s.tuning_settings.fail_windows, s.tuning_settings.step_fraction) == (5, 3, 1)
+
+
 def test_every_reason_cites_what_a_user_can_open():
     from tests.support.sources import unresolved
 

@@ -110,7 +110,7 @@ class PlanServer:
     def from_plan_cache(self, name: str, principal: token_service.Principal | None,
                         etags: list[str]) -> tuple[dict | None, bool]:
         a = self.plan_cache.get(name) if principal is not None else None
-        if a is None:
+        if a is None or principal is None:
             return None, False
         authorize_node(name, principal)
         if held(a, principal):  # the route answers the hold, from the cache (the head's report refreshes it)

@@ -53,8 +53,8 @@ def create_plan(request: Request, response: Response, body: PlanIn, p: Deployer,
     state = request.app.state
     if dry_run:  # the 200 (not the route's 201 model): validated against its own model here
         with state.db.read() as session:
-            out = DryRunOut.model_validate(fleet.dry_run(session, body))
-        return JSONResponse(out.model_dump(mode="json", by_alias=True, exclude_unset=True))
+            dry = DryRunOut.model_validate(fleet.dry_run(session, body))
+        return JSONResponse(dry.model_dump(mode="json", by_alias=True, exclude_unset=True))
     status, out, replayed = idempotency.run(
         state.db, route="POST /v1/plans", principal=p.name, key=idempotency_key, request=body, status_code=201,
         action=lambda s: _created(s, plan_service.create(s, ctx, actor=p.name, plan=body)))

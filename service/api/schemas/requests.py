@@ -321,8 +321,9 @@ class NodeUpdate(Strict):
 
 
 # -- tuning -------------------------------------------------------------------------------------------
-def _num(hi: float, doc: str):
-    return Annotated[float, Field(ge=0, le=hi, allow_inf_nan=False, strict=True, description=doc)]
+def _num(hi: float, doc: str) -> Any:
+    """The constraints of a window's number (finite, 0 to ``hi``): ``Annotated[float, _num(hi, doc)]``."""
+    return Field(ge=0, le=hi, allow_inf_nan=False, strict=True, description=doc)
 
 
 MAX_WINDOW_S = 3600.0
@@ -337,18 +338,20 @@ class MetricsWindowIn(Strict):
                       "plan or one of its recent ones).")
     window_s: Annotated[float, Field(ge=1, le=MAX_WINDOW_S, allow_inf_nan=False, strict=True,
                                      description="The window's length in seconds (1 to 3600).")]
-    num_requests_running: _num(1e7, "vllm:num_requests_running at the window's end")
-    num_requests_waiting: _num(1e9, "vllm:num_requests_waiting at the window's end")
-    kv_cache_usage_perc: _num(1.0, "vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before its rename), 0..1")
-    num_preemptions: _num(1e9, "the increase of vllm:num_preemptions_total over the window")
-    ttft_p99_s: _num(1e6, "P99 of vllm:time_to_first_token_seconds over the window") | None = Field(
+    num_requests_running: Annotated[float, _num(1e7, "vllm:num_requests_running at the window's end")]
+    num_requests_waiting: Annotated[float, _num(1e9, "vllm:num_requests_waiting at the window's end")]
+    kv_cache_usage_perc: Annotated[float, _num(
+        1.0, "vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before its rename), 0..1")]
+    num_preemptions: Annotated[float, _num(1e9, "the increase of vllm:num_preemptions_total over the window")]
+    ttft_p99_s: Annotated[float, _num(1e6, "P99 of vllm:time_to_first_token_seconds over the window")] | None = Field(
         default=None,
         description="P99 of vllm:time_to_first_token_seconds over the window (null: no request finished its"
                     " prefill).")
-    e2e_p99_s: _num(1e6, "P99 of vllm:e2e_request_latency_seconds over the window") | None = Field(
+    e2e_p99_s: Annotated[float, _num(1e6, "P99 of vllm:e2e_request_latency_seconds over the window")] | None = Field(
         default=None,
         description="P99 of vllm:e2e_request_latency_seconds over the window (null: no request finished).")
-    generation_tokens_per_s: _num(1e9, "the increase of vllm:generation_tokens_total over the window ÷ window_s")
+    generation_tokens_per_s: Annotated[float, _num(
+        1e9, "the increase of vllm:generation_tokens_total over the window ÷ window_s")]
 
 
 class TuningIn(Strict):

@@ -84,9 +84,11 @@ def audit_data(db: Database, f: AuditFilters, verify_audit: Callable[[], Any]) -
     if f.before:
         q = q.where(AuditEvent.id < f.before)
     verified = verification(verify_audit) if f.verify else None
+    checkpointer = db.sealer.checkpointer
+    assert checkpointer is not None  # create_app gives its database one
     with db.read() as s:
         events = list(s.execute(q).scalars())
-        cp = db.sealer.checkpointer.newest_row(s)
+        cp = checkpointer.newest_row(s)
         checkpoint = {"last_seq": cp.last_seq, "events": cp.events, "head": cp.head, "kid": cp.kid,
                       "created_at": iso(cp.created_at)} if cp is not None else None
     items = [{"id": e.id, "ts": iso(e.ts), "kind": e.kind, "actor": e.actor, "node": e.node, "model": e.model,

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from ...db.models import Node
 from ...db.session import Database
 from ...services import fleet
 from ...services import nodes as node_service
@@ -25,7 +26,8 @@ router = APIRouter(route_class=PageRoute)
 
 def fleet_rows(db: Database) -> list[dict[str, Any]]:
     with db.read() as s:
-        nodes, after = [], None
+        nodes: list[Node] = []
+        after: str | None = None
         while len(nodes) < MAX_NODES:
             page_ = node_service.list_nodes(s, limit=500, after=after)
             nodes += page_

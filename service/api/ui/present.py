@@ -27,7 +27,7 @@ def memory_bar(budget: dict[str, Any] | None) -> dict[str, Any] | None:
     if not budget or not budget.get("gpu_memory_bytes"):
         return None
     total = int(budget["gpu_memory_bytes"])
-    segs = []
+    segs: list[dict[str, Any]] = []
     used = 0
     for key, label, css in SEGMENTS:
         value = max(0, int(budget.get(key) or 0))

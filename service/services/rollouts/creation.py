@@ -41,6 +41,7 @@ def _select_nodes(session: Session, rollout: RolloutIn) -> list[Node]:
                           errors=[{"field": f"nodes.{i}", "rule": "unknown_node",
                                    "message": f"node {n!r} is not registered"} for i, n in missing[:50]])
         return [found[n] for n in names]
+    assert selector is not None  # exactly one of the two, checked above
     q = select(Node).order_by(Node.name)
     if selector.gpu is not None:
         q = q.where(Node.gpu_id == resolve(selector.gpu, "selector.gpu").id)

@@ -33,7 +33,7 @@ def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, ctx: Conte
         return False
     node_service.lock(session, sorted(n.node_name for n in todo))  # a plan given by hand now is seen, never lost
     current = current_assignments(session, [n.node_name for n in todo])
-    batches: dict[tuple[int, str | None], list[RolloutNode]] = {}
+    batches: dict[tuple[str | None, int], list[RolloutNode]] = {}
     restored = missed = 0
     for n in todo:
         cur = current.get(n.node_name)

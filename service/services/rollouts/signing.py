@@ -80,16 +80,16 @@ def sign_chunk(session: Session, r: Rollout, wave: RolloutWave, rows: list[Rollo
         names = [n.node_name for n in chunk]
         current = {k: v for k, v in current.items() if k in names}
     inside = set(names)
-    for members in previous_groups(session, current):
-        outside = [m for m in members if m not in inside]
+    for group in previous_groups(session, current):
+        outside = [m for m in group if m not in inside]
         if outside:
-            plan_id = next(current[m].plan_id for m in members if m in current)
+            plan_id = next(current[m].plan_id for m in group if m in current)
             raise PartialGroup(
                 f"wave {wave.index} would take part of a multi-node instance (plan {plan_id}: "
-                f"{', '.join(members)}) that runs now: {', '.join(outside)} are not signed with it; planned by hand "
+                f"{', '.join(group)}) that runs now: {', '.join(outside)} are not signed with it; planned by hand "
                 f"after the rollout was created, it would be split",
-                {"rule": "partial_group", "plan_id": plan_id, "group": members,
-                 "in_wave": [m for m in members if m in inside], "outside": outside})
+                {"rule": "partial_group", "plan_id": plan_id, "group": group,
+                 "in_wave": [m for m in group if m in inside], "outside": outside})
     out = plan_service.create(session, ctx, actor=f"rollout:{r.id}",
                               plan=pinned_plan(r, by_name[chunk[0].node_name], names))
     seqs, plan_id = out.seqs(), out.plan.id

@@ -72,6 +72,7 @@ def step(session: Session, rollout_id: str, *, ctx: Context, now: float) -> str 
         halt(session, r, rows, d.reason or "failures", ctx=ctx)
         return halted(r)
     if d.action == "bake":
+        assert d.bake_until is not None  # the domain's "bake" decision always says until when
         wave = waves[r.wave]
         wave.state, wave.settled_at = "baking", at_time(now)
         r.state, r.bake_until = "baking", at_time(d.bake_until)
@@ -140,7 +141,7 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
             s["failure"] = (status, at, said if isinstance(said, str) else None)
             code = d.get("status")  # vLLM's exit status on an "exited" report
             s["exit_status"] = code if isinstance(code, int) and not isinstance(code, bool) else None
-    budgets = dict(session.execute(select(Plan.id, Plan.budget)
+    budgets: dict[str, dict[str, Any] | None] = dict(session.execute(select(Plan.id, Plan.budget)
                                    .where(Plan.id.in_(sorted({n.new_plan_id for n in signed})))).all())
     failed_now = []
     current = current_assignments(session, [n.node_name for n in signed])
