@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.support.live import free_port, start_server
+from tests.support.live import ThreadServer, free_port, start_server
 
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -21,18 +21,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def servers(db_url, tmp_path):
-    procs, urls = [], []
+    """``servers(n)``: n services on one database and data directory, their URLs. One runs in a thread of the test
+    process; two or more are separate processes (what those tests are about)."""
+    procs, threads, urls = [], [], []
     data = tmp_path / "var"
     data.mkdir()
 
     def start(n=1):
         for _ in range(n):
             port = free_port()
-            procs.append(start_server(db_url, data, port))
+            if n == 1:
+                threads.append(ThreadServer(db_url, data, port).start())
+            else:
+                procs.append(start_server(db_url, data, port))
             urls.append(f"http://127.0.0.1:{port}")
         return urls
 
     yield start
+    for t in threads:
+        t.stop()
     for p in procs:
         p.terminate()
         try:

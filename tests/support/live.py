@@ -7,9 +7,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
+import uvicorn
 
 from tests.support import ADMIN, model_config
 
@@ -28,7 +30,7 @@ def start_server(db_url: str, data_dir, port: int) -> subprocess.Popen:
            "PREFLIGHT_ADMIN_TOKEN": ADMIN}
     proc = subprocess.Popen([PY, "-m", "uvicorn", "service.api.main:app", "--host", "127.0.0.1", "--port", str(port),
                              "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 30
+    deadline = time.time() + 90  # a loaded two-core machine takes that long to import the service
     while time.time() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
@@ -37,6 +39,35 @@ def start_server(db_url: str, data_dir, port: int) -> subprocess.Popen:
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+
+
+class ThreadServer:
+    """The service under uvicorn in a thread of the test process: the same app ``service.api.main`` builds from the
+    environment, on a free port, without a second interpreter to start (what a test of the agent needs: a real HTTP
+    service; processes are for tests about processes)."""
+
+    def __init__(self, db_url: str, data_dir, port: int):
+        from service.api.app import create_app
+        from service.settings import Settings
+
+        app = create_app(Settings(database_url=db_url, data_dir=data_dir, admin_token=ADMIN))
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                                timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{port}", daemon=True)
+
+    def start(self, timeout: float = 60) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
 
 
 def admin(url) -> httpx.Client:
