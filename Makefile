@@ -7,7 +7,7 @@ PORT   ?= 8000
 # pytest-xdist workers (auto: one per core)
 JOBS   ?= auto
 
-.PHONY: run test test-fast install install-dev lock migrate openapi docs cases clean
+.PHONY: run test lint format test-fast install install-dev lock migrate openapi docs cases clean
 
 UV_VERSION := 0.13.9
 
@@ -36,6 +36,16 @@ test: $(VENV)/.installed
 # The pure domain (rules, memory model, rendering) and the launch cases: no database, no processes.
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -n $(JOBS) tests/domain tests/cases
+
+# What CI checks before the suite: lint (ruff), layout (ruff format) and types (mypy: strict on service/domain).
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 # Regenerate the checked-in documents that tests keep in sync.
 openapi: $(VENV)/.installed

@@ -1,6 +1,7 @@
-"""One small helper for the background loops (the audit sealer, the cache-epoch poller, the rollout scheduler, the
-agent's metrics sampler): a daemon thread that runs a step every ``interval`` seconds or soon after it is woken,
-survives a failing step, and can be waited on for a whole pass."""
+"""One small helper for the service's background loops (the audit sealer, the cache-epoch poller, the rollout
+scheduler): a daemon thread that runs a step every ``interval`` seconds or soon after it is woken, survives a failing
+step, and can be waited on for a whole pass. The agent's loops (heartbeat, metrics sampler) wait through
+``agent/waiting.py`` on the clock they are given instead, so a test moves a ManualClock through them."""
 
 from __future__ import annotations
 
