@@ -93,7 +93,7 @@ def _scalar_problem(v: Any) -> bool:
     if t is str:
         return "\x00" in v or (not v.isascii() and _text_problem(v) is not None)
     if t is int:
-        return v > MAX_SAFE_INT or v < -MAX_SAFE_INT
+        return bool(v > MAX_SAFE_INT or v < -MAX_SAFE_INT)
     if t is float:
         return not math.isfinite(v)
     return not (v is None or t is bool or t in _CONTAINERS)

@@ -156,13 +156,13 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$")  # argparse also takes -1.5, but vLLM r
 def _looks_like_option(arg: str) -> bool:
     # argparse: a string that begins with '-' is an option unless it looks like a negative number (and the parser
     # has no option that looks like one — vLLM's has none)
-    return arg[:1] == "-" and arg != "-" and not _NEGATIVE_NUMBER.match(arg)
+    return arg[:1] == "-" and arg != "-" and not (arg[1:2].isdigit() and _NEGATIVE_NUMBER.match(arg))
 
 
 def _refuse_rewrites(rest: list[str]) -> None:
     """Elements vLLM's parser rewrites before argparse reads them: ``--model`` anywhere, ``--config``, ``-O…``."""
     for arg in rest:
-        if arg[:1] != "-":
+        if arg[:2] not in ("--", "-O"):
             continue
         if arg == "--model" or arg.startswith("--model="):
             raise ArgvError(f"{arg!r}: vLLM moves any '--model' element to the front and loads that model")
