@@ -108,7 +108,7 @@ def _budget_fields() -> tuple[tuple[str, ...], Callable[[Budget], tuple[Any, ...
     return names, operator.attrgetter(*names)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
 class Pool:
     """The KV pool of one GPU: the raw remainder (may be negative), the pool, its blocks and what shaped them."""
 
