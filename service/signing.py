@@ -16,6 +16,7 @@ Three kinds of signed statement:
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import hashlib
 import json
@@ -41,11 +42,20 @@ def b64json(part: str) -> Any:
     return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
 def _b64(data: bytes) -> bytes:
-    return base64.urlsafe_b64encode(data).rstrip(b"=")
+    """Unpadded base64url (what ``base64.urlsafe_b64encode(data).rstrip(b"=")`` gives, without its wrappers)."""
+    return binascii.b2a_base64(data, newline=False).translate(_URLSAFE).rstrip(b"=")
+
+
+# The claims encoding: sorted keys, no spaces, ASCII (json.dumps' defaults otherwise); one encoder, built once.
+_CLAIMS_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
 _HEADER_SEGMENTS: dict[tuple[str, str, str], bytes] = {}
+_ED25519_CLASSES: set[type] = set()
 
 
 def compact_ed25519(key: OKPKey, header: dict[str, str], payload: bytes) -> str:
@@ -54,17 +64,19 @@ def compact_ed25519(key: OKPKey, header: dict[str, str], payload: bytes) -> str:
     ``json.dumps(ensure_ascii, separators=(",", ":"))``; Ed25519 signatures are deterministic, RFC 8032 §5.1.6 — a
     test holds the two equal), without its per-call registry and key checks: the plan path signs two statements per
     node. Verification stays with joserfc (agent/verify.py)."""
-    if header.get("alg") != ALG or set(header) != {"alg", "kid", "typ"}:
+    if len(header) != 3 or header.get("alg") != ALG or "kid" not in header or "typ" not in header:
         raise ValueError("compact_ed25519 signs only {alg: Ed25519, kid, typ} headers")
-    cache_key = (header["alg"], header["kid"], header["typ"])
+    cache_key = (ALG, header["kid"], header["typ"])
     head = _HEADER_SEGMENTS.get(cache_key)
     if head is None:
         head = _b64(json.dumps(header, ensure_ascii=True, separators=(",", ":")).encode("ascii"))
         if len(_HEADER_SEGMENTS) < 256:
             _HEADER_SEGMENTS[cache_key] = head
     private = key.private_key
-    if not isinstance(private, Ed25519PrivateKey):
-        raise ValueError("compact_ed25519 needs an Ed25519 private key")
+    if type(private) not in _ED25519_CLASSES:  # the ABC check once per class, not per signature
+        if not isinstance(private, Ed25519PrivateKey):
+            raise ValueError("compact_ed25519 needs an Ed25519 private key")
+        _ED25519_CLASSES.add(type(private))
     signing_input = head + b"." + _b64(payload)
     return (signing_input + b"." + _b64(private.sign(signing_input))).decode("ascii")
 
@@ -275,7 +287,7 @@ class KeyStore:
         if refresh:
             self.refresh()
         kid = self.active_kid
-        payload = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
+        payload = _CLAIMS_JSON.encode(claims).encode()
         return compact_ed25519(self._keys[kid], {"alg": ALG, "kid": kid, "typ": typ}, payload)
 
 

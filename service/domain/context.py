@@ -5,6 +5,7 @@ values vLLM 0.33 would derive for whatever the request leaves out. Rules read it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .engine_args import EngineArgs, parse_engine_args
@@ -114,11 +115,12 @@ class LaunchContext:
     budget: Budget | None = None  # filled by the validator
     notes: dict[str, Any] = field(default_factory=dict)
 
-    @property
+    # read by most rules and every memory term: computed once (the engine arguments are not changed after parsing)
+    @cached_property
     def tp(self) -> int:
         return self.args.tensor_parallel_size
 
-    @property
+    @cached_property
     def pp(self) -> int:
         return self.args.pipeline_parallel_size
 
@@ -130,7 +132,7 @@ class LaunchContext:
     def checkpoint_quant(self) -> str | None:
         return self.facts.quant.method if self.facts.quant else None
 
-    @property
+    @cached_property
     def requested_quantization(self) -> str | None:
         q = self.args.get("quantization")
         return q.lower() if isinstance(q, str) else None

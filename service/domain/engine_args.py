@@ -22,7 +22,8 @@ from typing import Any
 
 from .errors import DomainError
 from .text import display_text_problem
-from .versions import Kind, Option, VersionLine
+from .versions import (K_BOOL, K_BOOL_VALUE, K_FLAG, K_FLOAT, K_INT, K_JSON, K_JSON_OR_STR, K_SIZE, K_SIZE_OR_AUTO,
+                       K_STR, Option, VersionLine)
 
 _SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 MAX_INT = 1 << 53
@@ -201,24 +202,24 @@ def _json(name: str, value: Any) -> Any:
 def scalar(name: str, opt: Option, value: Any) -> Any:
     """One value (not a list) of the option's kind, as the parser's ``type`` callable reads it."""
     kind = opt.kind
-    if kind is Kind.INT:
+    if kind is K_INT:
         out = _number(name, value, integer=True)
-    elif kind in (Kind.SIZE, Kind.SIZE_OR_AUTO):
-        out = parse_size(value, name, auto=kind is Kind.SIZE_OR_AUTO)
-        if kind is Kind.SIZE_OR_AUTO and out == -1:
+    elif kind is K_SIZE or kind is K_SIZE_OR_AUTO:
+        out = parse_size(value, name, auto=kind is K_SIZE_OR_AUTO)
+        if kind is K_SIZE_OR_AUTO and out == -1:
             return -1
-    elif kind is Kind.FLOAT:
+    elif kind is K_FLOAT:
         out = _number(name, value, integer=False)
         least = _MIN.get(name, 0.0)  # no vLLM float option takes a negative value; -x.y would read as a dotted key
         if out < least and name not in RULE_RANGES:
             raise DomainError(f"engine_args.{name}", f"{name} = {value!r} is out of range (must be >= {least})",
                               rule="range")
         return out
-    elif kind is Kind.STR:
+    elif kind is K_STR:
         return _text(name, value)
-    elif kind is Kind.JSON:
+    elif kind is K_JSON:
         return _json(name, value)
-    elif kind is Kind.JSON_OR_STR:
+    elif kind is K_JSON_OR_STR:
         if isinstance(value, (dict, list)):
             return _json(name, value)
         text = _text(name, value, "a JSON object or a string")
@@ -267,7 +268,7 @@ def coerce(name: str, opt: Option, value: Any) -> Any:
         return [_lora_module(name, v) for v in items]
     if opt.is_list:
         items = value if isinstance(value, list) else [value]
-        if opt.kind is Kind.JSON and isinstance(value, list) and not opt.appends and opt.nargs is None:
+        if opt.kind is K_JSON and isinstance(value, list) and not opt.appends and opt.nargs is None:
             items = [value]
         if not items and opt.nargs == "+":
             raise DomainError(f"engine_args.{name}", f"{name} needs at least one value", rule="type")
@@ -336,14 +337,14 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
             out.given.add(name)  # '' and 'None' parse to None for an optional option (arg_utils.py:173-179)
             out.values[name] = None
             continue
-        if opt.kind is Kind.STR and opt.nargs == "?" and opt.const is True and isinstance(value, bool):
+        if opt.kind is K_STR and opt.nargs == "?" and opt.const is True and isinstance(value, bool):
             if value:  # an optional-valued flag: the bare flag means True (vllm/engine/arg_utils.py:379-383)
                 out.values[name] = True
                 out.given.add(name)
             else:
                 out.bool_with_value[name] = value
             continue
-        if opt.kind in (Kind.BOOL, Kind.FLAG, Kind.BOOL_VALUE):
+        if opt.kind is K_BOOL or opt.kind is K_FLAG or opt.kind is K_BOOL_VALUE:
             if not isinstance(value, bool):
                 out.bool_with_value[name] = value
                 continue

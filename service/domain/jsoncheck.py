@@ -49,38 +49,54 @@ def check_json(value: Any, path: str = "", depth: int = 0) -> None:
 
 def _has_problem(value: Any, depth: int) -> bool:
     """False when ``check_json`` surely passes; True when the named walk must decide (it flags a superset: a
-    container at the depth limit, a subclass). No paths are built; an explicit stack, so no recursion limit."""
-    stack = [(value, depth)]
-    pop, push = stack.pop, stack.append
+    container at the depth limit, a subclass). No paths are built; an explicit stack, so no recursion limit. The
+    scalars of a container are judged in its loop (no stack entry, no call): this walk runs once per request."""
+    if _scalar_problem(value):
+        return True
+    stack = [(value, depth)] if type(value) in _CONTAINERS else []
+    pop, push, isfinite = stack.pop, stack.append, math.isfinite
     while stack:
         v, d = pop()
-        t = type(v)
-        if t is str:
-            if "\x00" in v or (not v.isascii() and _text_problem(v)):
-                return True
-        elif t is int:
-            if v > MAX_SAFE_INT or v < -MAX_SAFE_INT:
-                return True
-        elif t is float:
-            if not math.isfinite(v):
-                return True
-        elif t is dict:
-            if d >= MAX_DEPTH:
-                return True
-            for k, x in v.items():
+        if d >= MAX_DEPTH:
+            return True
+        if type(v) is dict:
+            for k in v:
                 if type(k) is not str or "\x00" in k or (not k.isascii() and _text_problem(k)):
                     return True
+            items = v.values()
+        else:
+            items = v
+        for x in items:
+            t = type(x)
+            if t is str:
+                if "\x00" in x or (not x.isascii() and _text_problem(x)):
+                    return True
+            elif t is int:
+                if x > MAX_SAFE_INT or x < -MAX_SAFE_INT:
+                    return True
+            elif t is float:
+                if not isfinite(x):
+                    return True
+            elif t is dict or t is list or t is tuple:
                 push((x, d + 1))
-        elif t is list or t is tuple:
-            if d >= MAX_DEPTH:
+            elif x is not None and t is not bool:  # subclasses and other types: the named walk decides
                 return True
-            for x in v:
-                push((x, d + 1))
-        elif v is None or t is bool:
-            continue
-        else:  # subclasses and other types: the named walk decides
-            return True
     return False
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def _scalar_problem(v: Any) -> bool:
+    """For a top-level value: a scalar the named walk must judge, or an unknown type (containers: False)."""
+    t = type(v)
+    if t is str:
+        return "\x00" in v or (not v.isascii() and _text_problem(v) is not None)
+    if t is int:
+        return bool(v > MAX_SAFE_INT or v < -MAX_SAFE_INT)
+    if t is float:
+        return not math.isfinite(v)
+    return not (v is None or t is bool or t in _CONTAINERS)
 
 
 def _check_named(value: Any, path: str = "", depth: int = 0) -> None:

@@ -188,7 +188,7 @@ NON_GATED_MLP = frozenset({
 })
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
 class ModelFacts:
     """What vLLM needs to know about a model, read from its config.json.
 
@@ -294,7 +294,8 @@ def derive_max_model_len(text: dict[str, Any], model_type: str | None,
     """
     found: list[tuple[int, str]] = []
     for k in LENGTH_KEYS:
-        v = config_int(text.get(k), prefix + k, 0, MAX_LENGTH)
+        raw = text.get(k)
+        v = None if raw is None else config_int(raw, prefix + k, 0, MAX_LENGTH)
         if v:
             found.append((v, k))
     mml = config_int(text.get("model_max_length"), prefix + "model_max_length", 0, MAX_LENGTH) or None
@@ -537,7 +538,8 @@ def read_model_facts(config: dict[str, Any], hf_quant_config: dict[str, Any] | N
     head_dim, mla = _head_dim(text, prefix, model_type, hidden, heads)
     is_mla = bool(mla.get("kv_lora_rank"))
     for k, (lo, hi) in RAW_INT_KEYS.items():
-        config_int(text.get(k), prefix + k, lo, hi)
+        if text.get(k) is not None:  # (config_int passes None; the field name is built only for a value)
+            config_int(text[k], prefix + k, lo, hi)
     _layer_lists(text, prefix)
     derived, key, mml = _lengths(text, model_type, prefix, length_defaults)
     rtype, factor, _ = _rope(text, prefix)

@@ -32,7 +32,7 @@ from .findings import Finding
 from .rules import Emit
 from .rules.quantization import effective_quantization
 from .text import display_text_problem
-from .versions import Kind, Option, VersionLine
+from .versions import K_BOOL, K_BOOL_VALUE, K_FLAG, K_JSON, K_JSON_OR_STR, Option, VersionLine
 
 PINNED = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens")
 SKIP = {"quantization"}  # rendered from the tag
@@ -61,7 +61,7 @@ def model_reference_problem(ref: str) -> str | None:
 
 
 def _value_strings(opt: Option, value: Any) -> list[str]:
-    if opt.kind in (Kind.JSON, Kind.JSON_OR_STR) and isinstance(value, (dict, list)):
+    if (opt.kind is K_JSON or opt.kind is K_JSON_OR_STR) and isinstance(value, (dict, list)):
         return [json.dumps(value, separators=(",", ":"), sort_keys=True)]
     if isinstance(value, float):
         return [repr(round(value, 6))]
@@ -72,13 +72,13 @@ def render_option(opt: Option, value: Any) -> list[str]:
     """One option and its value(s) as argv elements."""
     if value is None:
         return []
-    if opt.kind is Kind.BOOL:
+    if opt.kind is K_BOOL:
         if value:
             return [opt.flag]
         return [opt.negative_flag] if opt.negative_flag else []
-    if opt.kind is Kind.FLAG:
+    if opt.kind is K_FLAG:
         return [opt.flag] if value else []
-    if opt.kind is Kind.BOOL_VALUE:
+    if opt.kind is K_BOOL_VALUE:
         return [opt.flag, "true" if value else "false"]
     if value is True and opt.nargs == "?":
         return [opt.flag]
@@ -114,9 +114,9 @@ def validated_arguments(ctx: LaunchContext) -> dict[str, Any]:
         if name in PINNED or name in SKIP or name == "pipeline_parallel_size" or value is None:
             continue
         opt = ctx.line.options[name]
-        if opt.kind is Kind.FLAG and not value:
+        if opt.kind is K_FLAG and not value:
             continue
-        if opt.kind is Kind.BOOL and not value and not opt.negative_flag:
+        if opt.kind is K_BOOL and not value and not opt.negative_flag:
             continue
         out[name] = round(value, 6) if isinstance(value, float) else value
     return out
@@ -156,13 +156,13 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$")  # argparse also takes -1.5, but vLLM r
 def _looks_like_option(arg: str) -> bool:
     # argparse: a string that begins with '-' is an option unless it looks like a negative number (and the parser
     # has no option that looks like one — vLLM's has none)
-    return arg[:1] == "-" and arg != "-" and not _NEGATIVE_NUMBER.match(arg)
+    return arg[:1] == "-" and arg != "-" and not (arg[1:2].isdigit() and _NEGATIVE_NUMBER.match(arg))
 
 
 def _refuse_rewrites(rest: list[str]) -> None:
     """Elements vLLM's parser rewrites before argparse reads them: ``--model`` anywhere, ``--config``, ``-O…``."""
     for arg in rest:
-        if arg[:1] != "-":
+        if arg[:2] not in ("--", "-O"):
             continue
         if arg == "--model" or arg.startswith("--model="):
             raise ArgvError(f"{arg!r}: vLLM moves any '--model' element to the front and loads that model")
@@ -202,12 +202,12 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
             raise ArgvError(f"{key!r} appears twice (the last occurrence would win)")
         opt = line.options[dest]
         i += 1
-        if opt.kind in (Kind.BOOL, Kind.FLAG):
+        if opt.kind is K_BOOL or opt.kind is K_FLAG:
             if eq:
                 raise ArgvError(f"{arg!r}: a boolean flag takes no value")
-            values[dest] = key not in opt.negative if opt.kind is Kind.BOOL else True
+            values[dest] = key not in opt.negative if opt.kind is K_BOOL else True
             continue
-        if opt.kind is Kind.BOOL_VALUE:
+        if opt.kind is K_BOOL_VALUE:
             text = inline if eq else (rest[i] if i < len(rest) and not _looks_like_option(rest[i]) else None)
             if text is None or text.lower() not in ("true", "false"):
                 raise ArgvError(f"{key!r} expects true or false")
@@ -248,7 +248,7 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
 
 
 def _read_scalar(dest: str, opt: Option, text: str) -> Any:
-    if opt.kind is Kind.JSON or (opt.kind is Kind.JSON_OR_STR and text.lstrip().startswith("{")):
+    if opt.kind is K_JSON or (opt.kind is K_JSON_OR_STR and text.lstrip().startswith("{")):
         return json.loads(text)
     return scalar(dest, opt, text)
 

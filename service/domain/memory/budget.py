@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Callable
 
 from ..context import LaunchContext
 from ..gpus import GIB
@@ -80,7 +81,8 @@ class Budget:
                 f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
 
     def as_dict(self) -> dict[str, Any]:
-        d = {name: getattr(self, name) for name in _budget_fields()}  # flat values: no deep copy needed
+        names, getter = _budget_fields()
+        d = dict(zip(names, getter(self)))  # flat values: no deep copy needed
         d["accounting"], d["assumptions"] = dict(self.accounting), list(self.assumptions)
         d["multimodal"] = dict(self.multimodal) if self.multimodal is not None else None
         d["overhead_bytes"] = self.overhead_bytes
@@ -100,11 +102,13 @@ class Budget:
 
 
 @functools.lru_cache(maxsize=1)
-def _budget_fields() -> tuple[str, ...]:
-    return tuple(f.name for f in fields(Budget))
+def _budget_fields() -> tuple[tuple[str, ...], Callable[[Budget], tuple[Any, ...]]]:
+    """The field names and one getter for all of them (a tuple, in field order)."""
+    names = tuple(f.name for f in fields(Budget))
+    return names, operator.attrgetter(*names)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
 class Pool:
     """The KV pool of one GPU: the raw remainder (may be negative), the pool, its blocks and what shaped them."""
 

@@ -16,6 +16,7 @@ the pool, where accounting differed by version:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TypedDict
 
 from ..context import LaunchContext
@@ -85,17 +86,28 @@ class Accounting:
 
     @classmethod
     def for_version(cls, version: str, env: dict[str, str] | None = None) -> "Accounting":
-        v = parse_version(version) or (0, 33, 0)
         env = env or {}
-        v1 = env_on(env, "VLLM_USE_V1", v >= (0, 8, 0))
-        graphs = env_on(env, "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", v >= (0, 21, 0))
-        return cls(
-            version=v,
-            v1_engine=v1,
-            cuda_graphs_in_budget=v1 and graphs,
-            mla_latent_cache=v >= (0, 7, 1),
-            hybrid_sliding_window=v1 and v >= (0, 10, 0),
-        )
+        return _accounting(version, _tri(env.get("VLLM_USE_V1")),
+                           _tri(env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")))
+
+
+def _tri(value: str | None) -> bool | None:
+    """An environment switch as read (``env_on``), or None when it is not set (the version decides)."""
+    return None if value is None else value.strip() not in ("0", "false", "False")
+
+
+@lru_cache(maxsize=256)  # built per plan; the key is a version string and two switches, the value immutable
+def _accounting(version: str, use_v1: bool | None, estimate_graphs: bool | None) -> Accounting:
+    v = parse_version(version) or (0, 33, 0)
+    v1 = v >= (0, 8, 0) if use_v1 is None else use_v1
+    graphs = v >= (0, 21, 0) if estimate_graphs is None else estimate_graphs
+    return Accounting(
+        version=v,
+        v1_engine=v1,
+        cuda_graphs_in_budget=v1 and graphs,
+        mla_latent_cache=v >= (0, 7, 1),
+        hybrid_sliding_window=v1 and v >= (0, 10, 0),
+    )
 
 
 def accounting_for(ctx: LaunchContext, accounting_version: str | None) -> tuple[Accounting, list[str]]:

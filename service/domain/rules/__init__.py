@@ -13,7 +13,7 @@ Every module of this package is imported at the bottom, so adding a module adds 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from ..context import LaunchContext
@@ -61,6 +61,9 @@ class RuleInfo:
     source: str
     func: RuleFunc
     phase: Phase
+    # the undecorated body and its Emit: what run_rules calls (one call per rule instead of two)
+    body: RuleBody | None = field(default=None, compare=False, repr=False)
+    emit: Emit | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -85,23 +88,31 @@ def rule(*codes: str, severity: str, source: str, phase: Phase = "config") -> Ca
         def run(ctx: LaunchContext) -> list[Finding]:
             return body(ctx, emit)
 
-        RULES.append(RuleInfo(codes=tuple(codes), severity=severity, source=source, func=run, phase=phase))
+        RULES.append(RuleInfo(codes=tuple(codes), severity=severity, source=source, func=run, phase=phase,
+                              body=body, emit=emit))
         return run
 
     return deco
 
 
-_BY_PHASE: dict[str, tuple[int, tuple[RuleFunc, ...]]] = {}
+_BY_PHASE: dict[str, tuple[int, tuple[tuple[RuleBody, Emit], ...]]] = {}
+
+
+def _bound(info: RuleInfo) -> tuple[RuleBody, Emit]:
+    if info.body is not None and info.emit is not None:
+        return info.body, info.emit
+    func = info.func
+    return (lambda ctx, _emit: func(ctx)), Emit(info.codes, info.source)
 
 
 def run_rules(ctx: LaunchContext, phase: Phase) -> list[Finding]:
     """Every registered rule of ``phase``, in registration order."""
     hit = _BY_PHASE.get(phase)
     if hit is None or hit[0] != len(RULES):  # rules register at import; a later registration refreshes the list
-        hit = _BY_PHASE[phase] = (len(RULES), tuple(info.func for info in RULES if info.phase == phase))
+        hit = _BY_PHASE[phase] = (len(RULES), tuple(_bound(info) for info in RULES if info.phase == phase))
     out: list[Finding] = []
-    for func in hit[1]:
-        found = func(ctx)
+    for body, emit in hit[1]:
+        found = body(ctx, emit)
         if found:
             out.extend(found)
     return out

@@ -4,6 +4,8 @@ unjudged."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
@@ -18,6 +20,8 @@ UNJUDGED = {
                                  "cannot judge",
     "hf_config_path": "loads another config.json than the manifest's, which Preflight never sees",
 }
+
+_EMPTY: tuple[None, dict[str, Any], str] = (None, {}, "")  # what leaves an UNJUDGED option unset (a module constant: no dict built per rule call)
 
 
 @rule("argv_roundtrip", "model_reference", severity="error", source=SRC_RT, phase="budget")
@@ -47,7 +51,7 @@ def flag_unjudged(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     out = []
     for name, why in UNJUDGED.items():
         value = ctx.args.values.get(name)
-        if value in (None, {}, ""):
+        if value in _EMPTY:
             continue
         out.append(emit.error(
             "flag_unjudged",
