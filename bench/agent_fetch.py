@@ -17,10 +17,9 @@ routing, parameter handling and dependency injection.
 
 from __future__ import annotations
 
-import contextlib
-
 import argparse
 import asyncio
+import contextlib
 import json
 import pathlib
 import shutil

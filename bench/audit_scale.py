@@ -39,7 +39,7 @@ def load(url: str, n_events: int, n_nodes: int) -> dict:
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
     t0 = time.perf_counter()
     plans: list[tuple[str, str]] = []
-    base = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    base = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     with psycopg.connect(dsn) as conn:
         with conn.cursor() as cur:
             cur.execute("INSERT INTO manifests (name, version, uri, config, checkpoint, digests, digest, created_at) "

@@ -17,15 +17,13 @@ so a profiled run's wall time is not a figure to compare.
 
 from __future__ import annotations
 
-import contextlib
-
 import argparse
 import asyncio
 import collections
+import contextlib
+import json
 import resource
 import time
-
-import json
 
 from .common import machine, pct, pg_database, preflight_server, seed_fleet, table
 from .rawhttp import Conn
@@ -107,10 +105,10 @@ def check_records(url: str) -> dict:
     """After the storm (workers still up, so their sealers have run): what the database holds — one
     ``plan.fetched`` event per agent and one ``fetched`` report per agent — and a full verification of the chain."""
     from sqlalchemy import create_engine, func, select
+    from sqlalchemy.orm import Session
 
     from service.audit import seal, verify_chain
     from service.db.models import AuditEvent, Report
-    from sqlalchemy.orm import Session
 
     engine = create_engine(url)
     try:
@@ -187,7 +185,6 @@ def _profiled(pids: list[int]):
     from .common import VENV_BIN
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="preflight-storm-prof-"))
-    outs: list[pathlib.Path] = []
     spies = []
     for pid in pids:
         out = tmp / f"w{pid}.raw"

@@ -11,18 +11,17 @@ Needs py-spy (pip) and permission to ptrace the workers (root, or ptrace_scope 0
 
 from __future__ import annotations
 
-import contextlib
-
 import argparse
 import asyncio
 import collections
+import contextlib
 import pathlib
 import shutil
 import subprocess
 import tempfile
 
 from .agent_fetch import write_script
-from .common import pg_database, preflight_server, seed_fleet, table, VENV_BIN
+from .common import VENV_BIN, pg_database, preflight_server, seed_fleet, table
 
 
 def top(raw_files: list[pathlib.Path], n: int = 25) -> tuple[list, list, int]:

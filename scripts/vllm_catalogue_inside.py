@@ -21,7 +21,6 @@ import json
 import logging
 import pathlib
 import sys
-import traceback
 from contextlib import nullcontext
 from unittest.mock import MagicMock, patch
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
-import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -179,13 +178,13 @@ class Scope(ast.NodeVisitor):
     """One function: the labels each local name carries, the facts its calls reach, the parameters that reach a
     load (its summary) and the nested configs it builds (``ConfigClass(**value)``)."""
 
-    def __init__(self, analysis: "Analysis", rel: str, cls: str | None, fn: ast.FunctionDef | ast.AsyncFunctionDef):
+    def __init__(self, analysis: Analysis, rel: str, cls: str | None, fn: ast.FunctionDef | ast.AsyncFunctionDef):
         self.a, self.rel, self.cls, self.fn = analysis, rel, cls, fn
         self.names: dict[str, set[str]] = defaultdict(set)
         self.types: dict[str, str] = {}
         self.declared_global = {n for g in ast.walk(fn) if isinstance(g, ast.Global) for n in g.names}
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
-        for i, arg in enumerate(args):
+        for arg in args:
             self.names[arg.arg].add(f"param:{arg.arg}")
             t = next((n for n in annotation_names(arg.annotation) if n in analysis.classes.fields), None)
             if t:
@@ -348,7 +347,7 @@ class Analysis:
         for _ in range(rounds):
             before = (sum(len(v) for v in self.facts.values()), sum(len(p) for s in self.summaries.values()
                                                                    for p in s.values()))
-            for name, defs in self.defs.items():
+            for defs in self.defs.values():
                 for rel, cls, fn in defs:
                     Scope(self, rel, cls, fn).visit(fn)
             after = (sum(len(v) for v in self.facts.values()), sum(len(p) for s in self.summaries.values()

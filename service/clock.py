@@ -44,7 +44,7 @@ SYSTEM = SystemClock()
 
 def utc(clock: Clock) -> dt.datetime:
     """The clock's wall time as an aware UTC datetime."""
-    return dt.datetime.fromtimestamp(clock.time(), dt.timezone.utc)
+    return dt.datetime.fromtimestamp(clock.time(), dt.UTC)
 
 
 class ManualClock:

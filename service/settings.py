@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     tuning: dict[str, float | int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _tuning_settings(self) -> "Settings":
+    def _tuning_settings(self) -> Settings:
         self.tuning_settings  # noqa: B018 — refuse unknown names or values out of range at start-up
         return self
 
@@ -68,7 +68,7 @@ class Settings(BaseSettings):
     rollout_tick_seconds: float = Field(default=5.0, ge=0, le=3600)
 
     @model_validator(mode="after")
-    def _production_is_explicit(self) -> "Settings":
+    def _production_is_explicit(self) -> Settings:
         if self.env == "production":
             problems = []
             if not self.database_url or self.database_url.startswith("sqlite"):

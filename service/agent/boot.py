@@ -17,8 +17,9 @@ import os
 import pathlib
 import shlex
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import httpx
 
@@ -330,7 +331,7 @@ class Boot:
         if r is None or r.status_code >= 500 or r.status_code == 429:  # fetch_plan allowed an offline boot
             assert st.plan is not None and st.verified_at is not None  # _may_boot_offline: a saved, verified plan
             return st.plan, st.plan_id, {
-                "plan_verified_at": dt.datetime.fromtimestamp(st.verified_at, dt.timezone.utc).isoformat(),
+                "plan_verified_at": dt.datetime.fromtimestamp(st.verified_at, dt.UTC).isoformat(),
                 "age_seconds": int(self.started - st.verified_at)}
         if r.status_code == 304 and st.plan:
             return st.plan, st.plan_id, None

@@ -10,8 +10,9 @@ check, said on the console.
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import gpus as gpu_mod
 from . import weights as weights_mod

@@ -35,7 +35,7 @@ class AgentState:
     service last confirmed it current with a freshness statement (bounds an offline boot). ``pending``: reports the
     agent could not deliver yet (an offline boot), sent once the service answers again. ``facts_drifted``: a boot
     check found the GPUs differing and the agent sent what nvidia-smi showed; the next boot whose checks pass sends
-    the facts again, so a GPU that came back is counted again.""" 
+    the facts again, so a GPU that came back is counted again."""
 
     path: pathlib.Path
     last_seq: int = 0
@@ -47,7 +47,7 @@ class AgentState:
     facts_drifted: bool = False  # this agent sent drifted facts (a boot check refused): resend when the GPUs agree
 
     @classmethod
-    def load(cls, path: pathlib.Path) -> "AgentState":
+    def load(cls, path: pathlib.Path) -> AgentState:
         """A missing file is a new node (an empty state). Raises StateCorrupt for anything unusable."""
         path = pathlib.Path(path)
         try:  # never through a symlink, only a regular file, bounded (agent/files.py)

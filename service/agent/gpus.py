@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..domain.gpus import lookup, parse_capability
 from ..domain.errors import DomainError
+from ..domain.gpus import lookup, parse_capability
 
 MIB = 1 << 20
 GIB = 1 << 30

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from ..clock import SYSTEM, Clock
 

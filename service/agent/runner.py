@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from ..clock import SYSTEM, Clock
 from . import waiting
@@ -64,7 +64,7 @@ def exit_status(code: int) -> int:
 
 
 def run(argv: list[str], env: dict[str, str], report: Report, *, heartbeat_seconds: float = 60.0,
-        heartbeat: Callable[[], "bool | None"] | None = None, clock: Clock = SYSTEM) -> int:
+        heartbeat: Callable[[], bool | None] | None = None, clock: Clock = SYSTEM) -> int:
     """Run to completion; returns the agent's exit status (0 after a requested stop, the child's status when it
     ended by itself, 127 when it could not start), or SUPERSEDED. ``heartbeat`` returns False when the service says
     the plan is no longer current (None: no answer); it is called every ``heartbeat_seconds`` of ``clock``'s time."""

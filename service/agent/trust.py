@@ -56,7 +56,7 @@ class Trust:
         return {"keys": self.keys}
 
     @classmethod
-    def load(cls, path: pathlib.Path) -> "Trust":
+    def load(cls, path: pathlib.Path) -> Trust:
         try:  # never through a symlink, only a regular file, bounded (agent/files.py)
             data = json.loads(read_file(path, limit=MAX_TRUST_BYTES, what="trust file", follow=True))
         except UnsafeFile as exc:

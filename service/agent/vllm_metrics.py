@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -230,7 +230,7 @@ class Sampler:
         while not waiting.wait(self.stop_event, self.clock, self.seconds):
             self.sample_once()
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         self.thread = threading.Thread(target=self._loop, name="preflight-metrics", daemon=True)
         self.thread.start()
         return self

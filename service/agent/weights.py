@@ -25,8 +25,9 @@ import os
 import pathlib
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..domain.errors import DomainError
 from ..domain.quant_tag import parse_quantization_txt

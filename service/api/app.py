@@ -7,7 +7,8 @@ import logging
 import re
 import threading
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -16,10 +17,10 @@ from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, Operationa
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__, audit
+from ..clock import SYSTEM, Clock
 from ..db.session import THREADS, Database
 from ..domain.errors import DomainError
 from ..errors import ApiError
-from ..clock import SYSTEM, Clock
 from ..services import rollouts as rollout_service
 from ..services.agent_writes import AgentWrites
 from ..services.context import Context

@@ -9,7 +9,8 @@ import datetime as dt
 import functools
 import hmac
 import inspect
-from typing import Annotated, Callable
+from collections.abc import Callable
+from typing import Annotated
 
 from fastapi import Depends, Header, Path, Query, Request, Response
 from fastapi.routing import APIRoute
@@ -206,7 +207,7 @@ def parse_time(field: str, value: str | None) -> dt.datetime | None:
         t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise DomainError(field, f"{field} {value!r} is not an ISO 8601 time") from None
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 # -- answers ----------------------------------------------------------------------------------------------------------

@@ -22,8 +22,14 @@ data-dir file, a file an auditor saved): a deleted tail, an emptied table or swa
 """
 
 from .chain import append, append_many, chain_lock, event_dict
-from .checkpoints import (CHECKPOINT_TYPE, Checkpointer, check_checkpoint, checkpoint_claims, known_checkpoints,
-                          read_checkpoint_file)
+from .checkpoints import (
+                          CHECKPOINT_TYPE,
+                          Checkpointer,
+                          check_checkpoint,
+                          checkpoint_claims,
+                          known_checkpoints,
+                          read_checkpoint_file,
+)
 from .encoding import GENESIS, canonical, event_hash, sha256_hex
 from .keys import AuditKeys, audit_keys
 from .sealing import Sealer, seal

@@ -83,7 +83,7 @@ class Checkpointer:
         if head == 0 or (newest is not None and newest.last_seq >= head):
             return None
         if newest is not None and head - newest.last_seq < self.every_events:
-            created = newest.created_at if newest.created_at.tzinfo else newest.created_at.replace(tzinfo=dt.timezone.utc)
+            created = newest.created_at if newest.created_at.tzinfo else newest.created_at.replace(tzinfo=dt.UTC)
             if (utc(self.clock) - created).total_seconds() < self.every_seconds:
                 return None
         try:

@@ -68,8 +68,8 @@ def ts_text(value: dt.datetime) -> str:
     tz = value.tzinfo
     if tz is None:  # SQLite hands back naive UTC
         return value.isoformat(timespec="microseconds") + "+00:00"
-    if tz is not dt.timezone.utc:
-        value = value.astimezone(dt.timezone.utc)
+    if tz is not dt.UTC:
+        value = value.astimezone(dt.UTC)
     return value.isoformat(timespec="microseconds")
 
 

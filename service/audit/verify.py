@@ -4,8 +4,9 @@ reported, and the chain compared with the checkpoints it must still match."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -141,7 +142,7 @@ def unsealed(session: Session, keys: AuditKeys | None, limit: int = 1000) -> dic
     else:
         now = utcnow()
         forged = [ev.id for ev in rows
-                  if (now - (ev.ts if ev.ts.tzinfo else ev.ts.replace(tzinfo=dt.timezone.utc))).total_seconds()
+                  if (now - (ev.ts if ev.ts.tzinfo else ev.ts.replace(tzinfo=dt.UTC))).total_seconds()
                   > STALE_UNSEALED_SECONDS]
     if forged:
         out["forged"] = forged

@@ -5,7 +5,6 @@ SQLAlchemy) is loaded on a node."""
 import json
 import os
 import pathlib
-from typing import Optional
 
 import typer
 
@@ -115,15 +114,15 @@ def _state_path(state: pathlib.Path | None, node: str) -> pathlib.Path:
 
 
 @agent_app.command("run")
-def agent_run(server: str = SERVER, node: str = NODE, token: Optional[str] = TOKEN,
-              token_file: Optional[pathlib.Path] = TOKEN_FILE, trust: pathlib.Path = TRUST,
-              state: Optional[pathlib.Path] = STATE, print_only: bool = PRINT_ONLY, wait: bool = WAIT,
-              poll_seconds: float = POLL_SECONDS, vllm: Optional[str] = VLLM, offline_max_age: float = OFFLINE_MAX_AGE,
+def agent_run(server: str = SERVER, node: str = NODE, token: str | None = TOKEN,
+              token_file: pathlib.Path | None = TOKEN_FILE, trust: pathlib.Path = TRUST,
+              state: pathlib.Path | None = STATE, print_only: bool = PRINT_ONLY, wait: bool = WAIT,
+              poll_seconds: float = POLL_SECONDS, vllm: str | None = VLLM, offline_max_age: float = OFFLINE_MAX_AGE,
               heartbeat_seconds: float = HEARTBEAT_SECONDS, group_wait: float = GROUP_WAIT, issuer: str = ISSUER,
-              audience: str = AUDIENCE, audit_copy: Optional[pathlib.Path] = AUDIT_COPY,
-              nvidia_smi: str = NVIDIA_SMI, weights_root: Optional[pathlib.Path] = WEIGHTS_ROOT,
+              audience: str = AUDIENCE, audit_copy: pathlib.Path | None = AUDIT_COPY,
+              nvidia_smi: str = NVIDIA_SMI, weights_root: pathlib.Path | None = WEIGHTS_ROOT,
               verify_hashes: bool = VERIFY_HASHES, metrics_seconds: float = METRICS_SECONDS,
-              metrics_url: Optional[str] = METRICS_URL) -> None:
+              metrics_url: str | None = METRICS_URL) -> None:
     """Boot this node's current plan: verify it, check the node, then print or run it.
 
     Fetch the plan with a fresh freshness statement, verify both against the pinned trust root, save it, then print
@@ -227,7 +226,7 @@ def agent_register(server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                                                     help="An enroller token (or an admin's)."),
                    token_file: pathlib.Path = typer.Option(..., help="Where the node's agent token is written "
                                                            "(mode 0600, atomically); shown nowhere else."),
-                   address: Optional[str] = typer.Option(None, help="IP address or DNS name the other nodes of a multi-node instance reach this node at."),
+                   address: str | None = typer.Option(None, help="IP address or DNS name the other nodes of a multi-node instance reach this node at."),
                    nvidia_smi: str = typer.Option("nvidia-smi", envvar="PREFLIGHT_NVIDIA_SMI"),
                    rotate_token: bool = typer.Option(False, "--rotate-token",
                                                      help="Issue a new agent token even when TOKEN_FILE holds one "
@@ -266,7 +265,7 @@ def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact 
                  node: str = NODE,
                  trust: pathlib.Path = typer.Option(..., "--trust", "--jwks", envvar="PREFLIGHT_TRUST",
                                                     help="The node's trust file (a JWKS)."),
-                 freshness: Optional[pathlib.Path] = typer.Option(None, help="Also check this saved freshness "
+                 freshness: pathlib.Path | None = typer.Option(None, help="Also check this saved freshness "
                                                                   "statement (the X-Plan-Freshness header)."),
                  last_seq: int = typer.Option(0, help="Refuse plans below this seq."),
                  issuer: str = ISSUER, audience: str = AUDIENCE) -> None:
@@ -292,8 +291,8 @@ def agent_verify(file: pathlib.Path = typer.Argument(..., help="A saved compact 
 
 
 @agent_app.command("reset")
-def agent_reset(server: str = SERVER, node: str = NODE, token: Optional[str] = TOKEN,
-                token_file: Optional[pathlib.Path] = TOKEN_FILE, state: Optional[pathlib.Path] = STATE,
+def agent_reset(server: str = SERVER, node: str = NODE, token: str | None = TOKEN,
+                token_file: pathlib.Path | None = TOKEN_FILE, state: pathlib.Path | None = STATE,
                 reason: str = typer.Option(..., help="Why (recorded in the audit).")) -> None:
     """Reset this node's agent state on purpose, recorded in the audit first.
 

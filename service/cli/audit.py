@@ -4,7 +4,6 @@ import json
 import pathlib
 import shlex
 import sys
-from typing import Optional
 
 import typer
 
@@ -13,7 +12,7 @@ from . import common
 audit_app = typer.Typer(help="The audit log.", no_args_is_help=True, rich_markup_mode="markdown")
 
 
-def _jwks(jwks_file: Optional[pathlib.Path], server: Optional[str]) -> dict:
+def _jwks(jwks_file: pathlib.Path | None, server: str | None) -> dict:
     if jwks_file:
         return json.loads(jwks_file.read_text())
     if server:
@@ -29,10 +28,10 @@ def _jwks(jwks_file: Optional[pathlib.Path], server: Optional[str]) -> dict:
 
 
 @audit_app.command("verify")
-def audit_verify(checkpoint: Optional[pathlib.Path] = typer.Option(
+def audit_verify(checkpoint: pathlib.Path | None = typer.Option(
                      None, "--checkpoint", help="A checkpoint (JWS) saved earlier: the chain must still match it."),
-                 jwks_file: Optional[pathlib.Path] = typer.Option(None, "--jwks", help="JWKS file (default: local keys)."),
-                 server: Optional[str] = typer.Option(None, help="Fetch the JWKS from this server.")) -> None:
+                 jwks_file: pathlib.Path | None = typer.Option(None, "--jwks", help="JWKS file (default: local keys)."),
+                 server: str | None = typer.Option(None, help="Fetch the JWKS from this server.")) -> None:
     """Recompute the audit chain from the database, read-only (never seals): links, hashes, MACs (with the local
     keys), unsealed or forged rows, and the chain against the newest signed checkpoint found (stored, the data-dir
     file, and --checkpoint FILE). Exit 0 intact, 1 broken or cut."""
@@ -64,10 +63,10 @@ def audit_verify(checkpoint: Optional[pathlib.Path] = typer.Option(
 
 @audit_app.command("export")
 def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),
-                     out: Optional[pathlib.Path] = typer.Option(None, help="File to write (default: stdout)."),
-                     node: Optional[str] = None, plan: Optional[str] = None, model: Optional[str] = None,
-                     kind: Optional[str] = None, since: Optional[str] = typer.Option(None, help="ISO 8601 time"),
-                     until: Optional[str] = typer.Option(None, help="ISO 8601 time")) -> None:
+                     out: pathlib.Path | None = typer.Option(None, help="File to write (default: stdout)."),
+                     node: str | None = None, plan: str | None = None, model: str | None = None,
+                     kind: str | None = None, since: str | None = typer.Option(None, help="ISO 8601 time"),
+                     until: str | None = typer.Option(None, help="ISO 8601 time")) -> None:
     """Export the audit log (filtered) as JSON Lines or CSV, read from the database."""
     import datetime as dt
 
@@ -105,9 +104,9 @@ def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or
 
 @audit_app.command("runs")
 def audit_runs(node: str = typer.Option(..., help="The node."),
-               at: Optional[str] = typer.Option(None, help="ISO 8601 time: the run(s) in progress then."),
-               since: Optional[str] = typer.Option(None, help="ISO 8601 time"),
-               until: Optional[str] = typer.Option(None, help="ISO 8601 time"),
+               at: str | None = typer.Option(None, help="ISO 8601 time: the run(s) in progress then."),
+               since: str | None = typer.Option(None, help="ISO 8601 time"),
+               until: str | None = typer.Option(None, help="ISO 8601 time"),
                as_json: bool = typer.Option(False, "--json", help="The runs as JSON.")) -> None:
     """Which plan ran on a node at a time (or in a range), read from the database: one line per run. Exit 1 when
     nothing ran then."""
@@ -125,7 +124,7 @@ def audit_runs(node: str = typer.Option(..., help="The node."),
         except ValueError:
             typer.echo(f"preflight: --{name} {value!r} is not an ISO 8601 time", err=True)
             raise typer.Exit(2)
-        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+        return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
     if at and (since or until):
         typer.echo("preflight: give either --at or --since/--until", err=True)
@@ -183,9 +182,9 @@ def audit_checkpoint(out: pathlib.Path = typer.Option(..., help="Where to write 
 
 @audit_app.command("check-checkpoint")
 def audit_check_checkpoint(file: pathlib.Path = typer.Argument(..., help="A saved checkpoint JWS."),
-                           jwks_file: Optional[pathlib.Path] = typer.Option(None, "--jwks",
+                           jwks_file: pathlib.Path | None = typer.Option(None, "--jwks",
                                                                             help="JWKS file (default: local keys)."),
-                           server: Optional[str] = typer.Option(None, help="Fetch the JWKS from this server.")) -> None:
+                           server: str | None = typer.Option(None, help="Fetch the JWKS from this server.")) -> None:
     """Verify a checkpoint's signature, then recompute this database's chain up to it. Exit 0 match, 1 mismatch."""
     from .. import audit
     from ..agent.verify import VerificationError, verify_jws

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Callable
+from collections.abc import Callable
 
 
 def load_request_file(path: pathlib.Path) -> dict:

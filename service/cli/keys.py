@@ -2,7 +2,6 @@
 
 import json
 import pathlib
-from typing import Optional
 
 import typer
 
@@ -97,7 +96,7 @@ def keys_retire(kid: str, force: bool = typer.Option(
 
 
 @keys_app.command("export")
-def keys_export(out: Optional[pathlib.Path] = typer.Option(None, help="Write here (default: stdout).")) -> None:
+def keys_export(out: pathlib.Path | None = typer.Option(None, help="Write here (default: stdout).")) -> None:
     """Write the public key set and its version: a node's trust file (``agent run --trust``), at provisioning."""
     from ..agent.trust import write_atomic
     from ..signing import KeyStore

@@ -3,7 +3,6 @@
 import json
 import pathlib
 import sys
-from typing import Optional
 
 import typer
 
@@ -28,10 +27,10 @@ def _describe_weights(directory: pathlib.Path, hash_shards: bool) -> dict:
 def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model directory holding config.json."),
                   server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                   token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
-                  name: Optional[str] = typer.Option(None, help="Manifest name (default: the directory name)."),
+                  name: str | None = typer.Option(None, help="Manifest name (default: the directory name)."),
                   version: str = typer.Option("1", help="Manifest version."),
-                  uri: Optional[str] = typer.Option(None, help="Where nodes load the weights (default: the path)."),
-                  tp_sharded: Optional[int] = typer.Option(None, help="Checkpoint saved per rank at this TP."),
+                  uri: str | None = typer.Option(None, help="Where nodes load the weights (default: the path)."),
+                  tp_sharded: int | None = typer.Option(None, help="Checkpoint saved per rank at this TP."),
                   hash_shards: bool = typer.Option(False, "--hash-shards",
                                                    help="Also record each shard's SHA-256 (reads every shard: tens "
                                                         "of GB; nodes verify them with --verify-hashes).")) -> None:

@@ -4,7 +4,6 @@ import json
 import pathlib
 import sys
 import time
-from typing import Optional
 
 import typer
 
@@ -124,7 +123,7 @@ def rollout_create(file: pathlib.Path = typer.Argument(..., help="The rollout as
 
 
 @rollout_app.command("status")
-def rollout_status(rollout_id: Optional[str] = typer.Argument(None, help="A rollout id (default: list them)."),
+def rollout_status(rollout_id: str | None = typer.Argument(None, help="A rollout id (default: list them)."),
                    server: str = SERVER, token: str = TOKEN,
                    as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
     """One rollout's state, waves and per-node outcome, or the list of rollouts. With a rollout id, the exit status
@@ -190,7 +189,7 @@ def rollout_wait(rollout_id: str = typer.Argument(..., help="The rollout id."), 
 
 def _verb_command(verb: str, doc: str):
     def run(rollout_id: str = typer.Argument(..., help="The rollout id."), server: str = SERVER, token: str = TOKEN,
-            reason: Optional[str] = typer.Option(None, help="Why (recorded in the audit)."),
+            reason: str | None = typer.Option(None, help="Why (recorded in the audit)."),
             as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
         _echo(_call(common.client(server, token), "POST", f"/v1/rollouts/{rollout_id}/{verb}",
                                     body={"reason": reason} if reason else None, timeout=ROLLOUT_TIMEOUT_S), as_json)

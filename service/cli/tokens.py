@@ -1,7 +1,6 @@
 """``preflight tokens``: bearer tokens (admin)."""
 
 import json
-from typing import Optional
 
 import typer
 
@@ -12,7 +11,7 @@ tokens_app = typer.Typer(help="Bearer tokens (admin).", no_args_is_help=True, ri
 
 @tokens_app.command("create")
 def tokens_create(role: str = typer.Argument(..., help="admin, deployer, auditor or enroller (creates nodes and updates their hardware facts: `preflight agent register`)"),
-                  label: Optional[str] = None,
+                  label: str | None = None,
                   server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
                   token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN")) -> None:
     """Create a token; the secret is printed once."""

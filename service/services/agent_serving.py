@@ -130,5 +130,5 @@ def fetch_recorded_recently(row: dict, clock: Clock) -> bool:
     if last is None:
         return False
     if last.tzinfo is None:  # SQLite hands back naive UTC
-        last = last.replace(tzinfo=dt.timezone.utc)
+        last = last.replace(tzinfo=dt.UTC)
     return clock.time() - last.timestamp() < REFETCH_RECORD_SECONDS

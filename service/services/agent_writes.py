@@ -30,9 +30,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from ..clock import SYSTEM, Clock
 from ..errors import ApiError, Unauthorized
+from . import tokens as token_service
 from .agent_serving import AgentFetch, serve_to_agents
 from .reports import AgentReport, report_many
-from . import tokens as token_service
 
 log = logging.getLogger("preflight.agent_writes")
 MAX_BATCH = 256  # requests per transaction

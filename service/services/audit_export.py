@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 from sqlalchemy import Select
 

@@ -32,7 +32,7 @@ def _utc(t: None) -> None: ...
 @overload
 def _utc(t: dt.datetime | None) -> dt.datetime | None: ...
 def _utc(t: dt.datetime | None) -> dt.datetime | None:
-    return t if t is None or t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return t if t is None or t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 # -- plans ------------------------------------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def _utc(t):
 
     if t is None:
         return None
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 LATE_SECONDS = 30
@@ -143,7 +143,7 @@ def _when(received, agent_at):
     received = _utc(received)
     if isinstance(agent_at, (int, float)) and not isinstance(agent_at, bool):
         try:
-            t = dt.datetime.fromtimestamp(agent_at, dt.timezone.utc)
+            t = dt.datetime.fromtimestamp(agent_at, dt.UTC)
         except (OverflowError, OSError, ValueError):
             return received
         if received - dt.timedelta(days=30) <= t <= received - dt.timedelta(seconds=LATE_SECONDS):

@@ -4,7 +4,8 @@ leaves neither; a concurrent duplicate blocks on the unique index until the firs
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import select

@@ -12,9 +12,9 @@ from ..api.schemas import ManifestIn
 from ..db.models import Manifest, iso
 from ..domain.errors import DomainError
 from ..domain.manifest_checks import check_manifest
-from ..domain.render import model_reference_problem
 from ..domain.model_facts import read_model_facts
 from ..domain.quant_tag import parse_quantization_txt
+from ..domain.render import model_reference_problem
 from ..domain.versions import all_quant_methods
 from ..errors import Conflict, NotFound
 

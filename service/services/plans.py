@@ -132,7 +132,7 @@ def _supersede_groups(session: Session, *, actor: str, names: list[str], plan: P
             if (a.plan_id, a.group_index) in groups:
                 cause = next(b.node_name for b in previous if (b.plan_id, b.group_index) == (a.plan_id, a.group_index))
                 pulled.append((a, cause))
-    for prev, cause in pulled:
+    for prev, _cause in pulled:
         prev.status = "superseded"
     for prev, cause in pulled:
         _retire_plan_if_done(session, prev.plan_id, exclude=prev.id)

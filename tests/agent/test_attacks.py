@@ -13,8 +13,15 @@ from joserfc import jws
 from joserfc.jwk import OKPKey
 
 from service.agent.verify import VerificationError, verify_freshness, verify_plan
-from service.signing import (ALG, FRESHNESS_MEDIA_TYPE, PLAN_MEDIA_TYPE, KeyStore, freshness_claims, plan_claims,
-                             plan_digest)
+from service.signing import (
+    ALG,
+    FRESHNESS_MEDIA_TYPE,
+    PLAN_MEDIA_TYPE,
+    KeyStore,
+    freshness_claims,
+    plan_claims,
+    plan_digest,
+)
 
 AUD = "preflight-agent"
 

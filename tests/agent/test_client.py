@@ -49,6 +49,6 @@ def test_a_compressed_answer_is_refused_before_it_is_expanded():
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_verified_at_is_a_corrupt_state(tmp_path, value):
     path = tmp_path / "state.json"
-    path.write_text('{"last_seq": 1, "verified_at": %s}' % value)
+    path.write_text(f'{{"last_seq": 1, "verified_at": {value}}}')
     with pytest.raises(StateCorrupt):
         AgentState.load(path)

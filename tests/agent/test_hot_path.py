@@ -17,6 +17,7 @@ from service.services import tokens as token_service
 from tests.support import ADMIN
 from tests.support.api import PLAN, fetch, setup_fleet
 
+
 def comparable(r) -> tuple:
     headers = {k: v for k, v in r.headers.items() if k not in ("x-request-id", "date")}
     return r.status_code, headers, r.content

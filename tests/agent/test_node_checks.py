@@ -15,8 +15,8 @@ import pytest
 from service.agent import gpus as g
 from service.agent import weights as w
 from service.agent.bootcheck import claim_problem, run_checks
-from service.domain.node_checks import hardware_claim, memory_claim
 from service.domain.gpus import lookup
+from service.domain.node_checks import hardware_claim, memory_claim
 from tests.support.gpus import NVIDIA_SMI, install_nvidia_smi, observed, odd, sha256, weights_dir
 from tests.support.live import PREFLIGHT
 
@@ -212,7 +212,7 @@ def test_a_corrupted_shard_of_the_right_size_shows_only_with_hashes(tmp_path):
     (d / "model-00002-of-00002.safetensors").write_bytes(b"\xff" * 4096)
     assert w.check(d, rec) == []
     [m] = w.check(d, rec, verify_hashes=True)
-    assert m.file == "model-00002-of-00002.safetensors" and m.found == f"sha256 {'%s' % sha256(d / m.file)}"
+    assert m.file == "model-00002-of-00002.safetensors" and m.found == f"sha256 {f'{sha256(d / m.file)}'}"
 
 
 def test_a_shard_removed_while_the_directory_is_hashed_is_a_weights_error(tmp_path):

@@ -7,7 +7,6 @@ import datetime as dt
 import time
 
 import pytest
-
 from sqlalchemy import select
 
 from service.agent.trust import Trust

@@ -6,8 +6,17 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from service.agent.vllm_metrics import (MAX_BYTES, KV_USAGE, Sampler, ScrapeError, metrics_url, parse, quantile,
-                                        read, window)
+from service.agent.vllm_metrics import (
+    KV_USAGE,
+    MAX_BYTES,
+    Sampler,
+    ScrapeError,
+    metrics_url,
+    parse,
+    quantile,
+    read,
+    window,
+)
 from service.clock import ManualClock
 from service.sim.vllm_sim import SimVllm, SimWorkload
 
@@ -16,8 +25,8 @@ LABELS = 'engine="0",model_name="m"'
 
 def exposition(*, running=5, waiting=2, kv=0.25, kv_name="vllm:kv_cache_usage_perc", pre=0, gen=0, e2e=None):
     """A vLLM-style text exposition (names and suffixes as prometheus-client renders vLLM 0.33's metrics)."""
-    lines = [f"# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{LABELS}}} {running}",
-             f"# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{LABELS}}} {waiting}",
+    lines = ["# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{LABELS}}} {running}",
+             "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{LABELS}}} {waiting}",
              f"# TYPE {kv_name} gauge", f"{kv_name}{{{LABELS}}} {kv}",
              "# TYPE vllm:num_preemptions_total counter", f"vllm:num_preemptions_total{{{LABELS}}} {pre}",
              "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{LABELS}}} {gen}"]

@@ -11,6 +11,7 @@ from sqlalchemy import event, func, select
 from service.db.models import Assignment, AuditEvent, Plan, Report
 from tests.support.api import PLAN_70B, fleet_of_two, register_manifest, register_node
 
+
 def test_nodes_carry_current_plan_last_report_and_status(client):
     p1, p2 = fleet_of_two(client)
     items = {n["name"]: n for n in client.get("/v1/nodes").json()["items"]}
@@ -85,8 +86,8 @@ def test_list_plans_filters_and_cursor(client):
     assert [p["id"] for p in page1["items"]] == [p3["id"], p2["id"]] and page1["next"] == p2["id"]
     page2 = client.get("/v1/plans", params={"limit": 2, "after": page1["next"]}).json()
     assert [p["id"] for p in page2["items"]] == [p1["id"]] and page2["next"] is None
-    future = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    past = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    future = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    past = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert client.get("/v1/plans", params={"since": future}).json()["items"] == []
     assert len(client.get("/v1/plans", params={"since": past, "until": future}).json()["items"]) == 3
     assert client.get("/v1/plans", params={"until": past}).json()["items"] == []

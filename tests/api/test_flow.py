@@ -11,6 +11,7 @@ from service.agent.verify import verify_plan
 from tests.support import audit_events, hf_quant_config, model_config
 from tests.support.api import H100, register_manifest, register_node
 
+
 def b64d(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 

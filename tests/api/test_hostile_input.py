@@ -82,7 +82,7 @@ def test_lone_surrogate_is_a_422(client, where):
     raw = '"\\udc00"'
     if where == "config":
         body = ('{"name": "m", "version": "1", "uri": "s3://m", "config": {"num_attention_heads": 8, '
-                '"num_hidden_layers": 2, "hidden_size": 64, "note": %s}}' % raw)
+                f'"num_hidden_layers": 2, "hidden_size": 64, "note": {raw}}}}}')
         r = client.post("/v1/manifests", content=body, headers={"content-type": "application/json"})
         assert r.status_code == 422 and "config.note" in r.json()["errors"][0]["field"], r.text
         return
@@ -90,12 +90,12 @@ def test_lone_surrogate_is_a_422(client, where):
     assert client.post("/v1/manifests", json={"name": "m", "version": "1", "uri": "s3://m",
                                               "config": model_config("meta-llama__Meta-Llama-3.1-8B")}).status_code == 201
     if where == "env":
-        body = '{"manifest": "m@1", "nodes": ["n1"], "env": {"HF_TOKEN": %s}}' % raw
+        body = f'{{"manifest": "m@1", "nodes": ["n1"], "env": {{"HF_TOKEN": {raw}}}}}'
         r = client.post("/v1/plans", content=body, headers={"content-type": "application/json"})
         assert r.status_code == 422 and "env" in r.json()["errors"][0]["field"], r.text
         return
     plan = client.post("/v1/plans", json={"manifest": "m@1", "nodes": ["n1"]}).json()
-    body = '{"plan_id": "%s", "status": "running", "details": {"x": %s}}' % (plan["id"], raw)
+    body = '{{"plan_id": "{}", "status": "running", "details": {{"x": {}}}}}'.format(plan["id"], raw)
     r = client.post("/v1/nodes/n1/reports", content=body,
                     headers={"content-type": "application/json", "Authorization": f"Bearer {token}"})
     assert r.status_code == 422 and "details" in r.json()["errors"][0]["field"], r.text
@@ -331,7 +331,7 @@ def _bodies():
     return [
         ("POST", "/v1/nodes", {"name": "x1", "gpu": "l4-24gb", "gpu_count": 1, "labels": {"rack": f"12{RLO}"}},
          "labels.rack"),
-        ("POST", "/v1/nodes", {"name": "x2", "gpu": "l4-24gb", "gpu_count": 1, "labels": {f"ra\u200bck": "12"}},
+        ("POST", "/v1/nodes", {"name": "x2", "gpu": "l4-24gb", "gpu_count": 1, "labels": {"ra\u200bck": "12"}},
          "labels"),
         ("PATCH", "/v1/nodes/gpu-a", {"labels": {"team": f"a{RLO}b"}}, "labels.team"),
         ("PUT", "/v1/nodes/x3/facts", {**l4, "gpus": [{**gpu0, "name": f"NVIDIA L4{RLO}"}]}, "gpus.0.name"),
@@ -342,7 +342,7 @@ def _bodies():
                                                      "memory_bytes": 80 << 30}}, "gpu"),
         ("POST", "/v1/manifests", {**manifest, "name": f"llama{RLO}"}, "name"),
         ("POST", "/v1/manifests", {**manifest, "uri": f"s3://m{RLO}"}, "uri"),
-        ("POST", "/v1/manifests", {**manifest, "digests": {"config.json": f"abc\u2066"}}, "digests"),
+        ("POST", "/v1/manifests", {**manifest, "digests": {"config.json": "abc\u2066"}}, "digests"),
         ("POST", "/v1/manifests", {**manifest, "files": {"config_sha256": "0" * 64, "shards": [
             {"name": f"model{RLO}.safetensors", "size": 1}]}}, "files.shards.0.name"),
         ("POST", "/v1/tokens", {"role": "auditor", "label": f"ops{RLO}"}, "label"),

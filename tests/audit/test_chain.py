@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from sqlalchemy import text
 
 from service import audit
@@ -91,7 +90,8 @@ def test_events_are_pending_until_sealed_then_chained_in_write_order(db):
 
 def test_canonical_fast_path_is_rfc8785_for_flat_field_sets():
     import rfc8785
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     from service.audit import canonical
 
@@ -110,7 +110,8 @@ def test_fixed_field_records_are_rfc8785():
     """The hash and MAC inputs (``_record``: fixed, sorted field sets without a sort per event) are byte for byte
     RFC 8785, whatever the values — non-ASCII, control characters, unsafe integers and booleans take the generic path."""
     import rfc8785
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     from service.audit.encoding import _HASH_KEYS, _MAC_KEYS, _SEALED_KEYS, _record
 
@@ -121,14 +122,14 @@ def test_fixed_field_records_are_rfc8785():
 
         @settings(max_examples=200, derandomize=True, deadline=None)
         @given(st.tuples(*[value] * len(keys)))
-        def check(values):
-            d = dict(zip(keys, values))
+        def check(values):  # runs within this iteration: the loop variable is the one meant
+            d = dict(zip(keys, values))  # noqa: B023
             try:
                 want = rfc8785.dumps(d)
             except Exception:  # integers rfc8785 refuses: so must the record
-                with pytest.raises(Exception):
-                    _record(keys, values)
+                with pytest.raises(Exception):  # noqa: B017 - whichever error: the record must refuse too
+                    _record(keys, values)  # noqa: B023
                 return
-            assert _record(keys, values) == want
+            assert _record(keys, values) == want  # noqa: B023
 
         check()

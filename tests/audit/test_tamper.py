@@ -138,7 +138,7 @@ def test_forged_row_chained_by_hand_is_detected(make_client, settings):
     seq, head = sql(settings, "SELECT chain_seq, hash FROM audit_events ORDER BY chain_seq DESC LIMIT 1")[0]
     import datetime as dt
 
-    ts = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    ts = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     digest = audit.sha256_hex(audit.canonical({}))
     h = audit.event_hash(seq + 1, head, ts, "admin", "plan.revoked", "plan:x", None, None, None, digest)
     sql(settings, "INSERT INTO audit_events (ts, actor, kind, subject, payload, payload_digest, chain_seq, "
@@ -266,7 +266,7 @@ def test_stripped_macs_and_a_rechained_forgery_are_caught_and_never_checkpointed
                          "ORDER BY chain_seq DESC LIMIT 1")[0]
     import datetime as dt
 
-    ts = dt.datetime.now(dt.timezone.utc)
+    ts = dt.datetime.now(dt.UTC)
     payload = {"forged": True}
     digest = audit.sha256_hex(audit.canonical(payload))
     h = audit.event_hash(head[0] + 1, head[1], ts, "admin", "node.registered", "node:evil", "evil", None, None, digest)

@@ -3,9 +3,9 @@ with the Authorize button (bearer scheme) and a description on every operation."
 
 from __future__ import annotations
 
-
 from service.api.openapi_doc import PUBLIC
 from tests.support.pages import assert_page_is_local
+
 
 def test_docs_page_and_assets_are_served_locally(client):
     r = client.get("/docs")

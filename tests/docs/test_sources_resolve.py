@@ -3,7 +3,6 @@ repository, or a section of this repository's docs (docs/operating.md §N) — n
 
 from __future__ import annotations
 
-
 import pytest
 
 from service.domain.request import LaunchRequest
@@ -11,6 +10,7 @@ from service.domain.rules import RULES
 from service.domain.validate import validate
 from tests.support import case_files, case_request, load_case
 from tests.support.sources import ROOT, unresolved
+
 
 def test_rule_sources_and_descriptions_resolve():
     for info in RULES:

@@ -12,13 +12,13 @@ import subprocess
 
 import pytest
 
-from service.domain.request import LaunchRequest
 from service.domain.render import validated_arguments
-from service.domain.topology import group_arguments, member_argvs, node_argv, node_arguments, plan_topology
+from service.domain.request import LaunchRequest
+from service.domain.topology import group_arguments, member_argvs, node_arguments, node_argv, plan_topology
 from service.domain.validate import validate
 from tests.support import request
-from tests.support.recipes import RECIPES
 from tests.support.catalogue import JUDGED_ELSEWHERE, LINE, OPTIONS, valid_value
+from tests.support.recipes import RECIPES
 
 PYTHON = os.environ.get("PREFLIGHT_VLLM_PYTHON")
 RELEASE = os.environ.get("PREFLIGHT_VLLM_PYTHONPATH")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shlex
 
-
 from service.domain.request import LaunchRequest
 from service.domain.validate import validate
 from tests.support import model_config, request

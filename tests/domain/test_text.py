@@ -7,7 +7,6 @@ import pytest
 
 from service.domain.text import display_text_problem
 
-
 REFUSED = ["\u202e", "\u202a", "\u2066", "\u200b", "\u200d", "\ufeff", "\u00ad", "\u0085", "\u2028", "\u2029",
            "\x07", "\x1b", "\x7f", "\ue000"]
 

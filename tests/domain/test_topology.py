@@ -7,7 +7,7 @@ import pytest
 
 from service.domain.errors import DomainError
 from service.domain.render import parse_argv
-from service.domain.topology import node_argv, node_arguments, plan_topology
+from service.domain.topology import node_arguments, node_argv, plan_topology
 from service.domain.versions import resolve_version
 
 LINE = resolve_version("0.33.0")[1]

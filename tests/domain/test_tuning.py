@@ -1,9 +1,11 @@
 """The tuning loop's state machine (service/domain/tuning.py): each transition with the windows that cause it."""
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from service.domain.tuning import (DEFAULTS, Level, Memo, Point, Slo, TuningSettings, Window, decide, judge,
-                                   step_back)
+from service.domain.tuning import DEFAULTS, Level, Memo, Point, Slo, TuningSettings, Window, decide, judge, step_back
 
 PLAN = "plan-a"
 
@@ -197,7 +199,6 @@ def test_every_reason_cites_what_a_user_can_open():
     assert any("docs/operating.md §" in r for d in decisions for r in d.reasons)
 
 
-from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
 
 finite = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
 

@@ -20,6 +20,7 @@ from service.domain.versions import Kind, resolve_version, version_lines
 from tests.support import request
 from tests.support.catalogue import JUDGED_ELSEWHERE, LINE, MODEL, OPTIONS, valid_value
 
+
 def invalid_value(opt):
     return {
         Kind.BOOL: "yes", Kind.FLAG: "yes", Kind.BOOL_VALUE: "yes", Kind.INT: "two", Kind.FLOAT: "half",

@@ -10,7 +10,6 @@ import pytest
 
 from tests.support.live import ThreadServer, free_port, start_server
 
-
 HERE = pathlib.Path(__file__).resolve().parent
 
 

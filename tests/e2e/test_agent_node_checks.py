@@ -12,8 +12,8 @@ import subprocess
 import httpx
 import pytest
 
-from tests.support.gpus import install_nvidia_smi, weights_dir
 from tests.support.agent_node import FAKE_VLLM
+from tests.support.gpus import install_nvidia_smi, weights_dir
 from tests.support.live import PREFLIGHT, PY, admin
 
 

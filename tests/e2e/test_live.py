@@ -14,8 +14,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.support.live import PREFLIGHT, PY, admin, setup_fleet
 from tests.support.gpus import install_nvidia_smi
+from tests.support.live import PREFLIGHT, PY, admin, setup_fleet
 
 FAKE_VLLM = textwrap.dedent("""\
     #!{py}

@@ -11,9 +11,9 @@ import signal
 import subprocess
 import time
 
+from tests.support import ADMIN
 from tests.support.agent_node import Node
 from tests.support.live import PREFLIGHT, PY, admin, free_port, setup_fleet
-from tests.support import ADMIN
 
 SIM_VLLM = """#!/bin/sh
 exec {py} -m service.sim.vllm_sim "$@"

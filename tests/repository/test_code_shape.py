@@ -4,8 +4,8 @@ to folders outside it, so a clone has every fact it cites)."""
 from __future__ import annotations
 
 import ast
-import re
 import pathlib
+import re
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

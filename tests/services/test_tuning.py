@@ -250,8 +250,9 @@ def test_windows_are_pruned_per_node(client, monkeypatch):
             "kv_cache_usage_perc": 0.4, "num_preemptions": 0, "generation_tokens_per_s": 8}
     ids = [client.post("/v1/nodes/gpu-01/metrics", json=body, headers={"Authorization": f"Bearer {agent}"})
            .json()["id"] for _ in range(12)]
-    from service.db.models import MetricWindow
     from sqlalchemy import select
+
+    from service.db.models import MetricWindow
 
     with client.app.state.db.transaction() as s:
         kept = list(s.scalars(select(MetricWindow.id).where(MetricWindow.node_name == "gpu-01")
@@ -264,9 +265,8 @@ def test_retention_holds_per_node_whatever_ids_other_nodes_take(client, monkeypa
     (RETENTION + PRUNE_EVERY at most), not by which ids it happens to get."""
     from sqlalchemy import func, insert, select
 
-    from service.db.models import MetricWindow
+    from service.db.models import MetricWindow, utcnow
     from service.services import tuning as ts
-    from service.db.models import utcnow
 
     monkeypatch.setattr(ts, "RETENTION", 5)
     monkeypatch.setattr(ts, "PRUNE_EVERY", 4)
@@ -385,7 +385,8 @@ def test_a_reissue_keeps_the_tuning_memo_and_its_slo(client):
 
 
 def test_a_multi_node_instance_is_measured_by_its_head_not_its_workers(client):
-    from tests.support.multi_node import TP16, deepseek, node, plan as make_plan
+    from tests.support.multi_node import TP16, deepseek, node
+    from tests.support.multi_node import plan as make_plan
 
     head = node(client, "tn-a", "10.0.7.1")["agent_token"]
     worker = node(client, "tn-b", "10.0.7.2")["agent_token"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
-from functools import lru_cache
+from functools import cache
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODELS = ROOT / "fixtures" / "models"
@@ -14,7 +14,7 @@ ADMIN = "test-admin-token-0123456789"  # the admin token of every test service
 CASE_ONLY_KEYS = {"id", "source", "summary", "expect", "confidence", "notes"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _config(name: str) -> str:
     return (MODELS / name / "config.json").read_text()
 

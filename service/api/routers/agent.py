@@ -10,14 +10,14 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from ... import metrics
+from ...clock import Clock
 from ...errors import ApiError, GroupHold, NotFound
-from ...services.agent_serving import etag_matches, fetch_recorded_recently
 from ...services import tokens as token_service
+from ...services.agent_serving import etag_matches, fetch_recorded_recently
 from ...services.agent_writes import Fetch, Report
 from ...services.epochs import EpochCache
 from ...settings import Settings
 from ...signing import FRESHNESS_MEDIA_TYPE, KeyStore, b64json, freshness_claims, plan_digest
-from ...clock import Clock
 from ..deps import NodeAgent, NodeName, Principals, Route, authorize_node, bearer_secret
 from ..schemas import SIGNED_PLAN, ReportIn, ReportOut
 

@@ -14,8 +14,7 @@ from ...domain.errors import DomainError
 from ...errors import Busy, Conflict, NotFound
 from ...services import audit_export, calibration, history
 from ..deps import Auditor, NodeName, Reader, ReaderOrAgent, Route, SessionDep, TimeQuery, parse_time
-from ..schemas import (AuditListOut, CalibrationOut, CheckpointOut, HistoryOut, PlacementsOut, RunsOut,
-                       VerifyOut)
+from ..schemas import AuditListOut, CalibrationOut, CheckpointOut, HistoryOut, PlacementsOut, RunsOut, VerifyOut
 
 router = APIRouter(route_class=Route)
 

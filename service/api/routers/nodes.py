@@ -8,8 +8,17 @@ from ...db.session import after_commit
 from ...services import fleet
 from ...services import nodes as node_service
 from ..deps import Admin, ContextDep, NodeFactsWriter, NodeName, Reader, Route, SessionDep
-from ..schemas import (NodeFactsIn, NodeFactsOut, NodeIn, NodeListOut, NodeOut, NodeRegisteredOut, NodeTokenOut,
-                       NodeUpdate, NodeViewOut)
+from ..schemas import (
+    NodeFactsIn,
+    NodeFactsOut,
+    NodeIn,
+    NodeListOut,
+    NodeOut,
+    NodeRegisteredOut,
+    NodeTokenOut,
+    NodeUpdate,
+    NodeViewOut,
+)
 
 router = APIRouter(route_class=Route)
 

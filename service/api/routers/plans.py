@@ -12,10 +12,10 @@ from ...domain.request import LaunchRequest
 from ...domain.validate import validate
 from ...services import fleet, idempotency
 from ...services import plans as plan_service
-from ...services import upgrade as upgrade_service
 from ...services import rollouts as rollout_service
+from ...services import upgrade as upgrade_service
 from ..deps import ContextDep, Deployer, Reader, Route, SessionDep, TimeQuery, parse_time, replayable
-from ..schemas import (DryRunOut, JudgementOut, PlanCreatedOut, PlanIn, PlanListOut, PlanOut, UpgradeImpactOut)
+from ..schemas import DryRunOut, JudgementOut, PlanCreatedOut, PlanIn, PlanListOut, PlanOut, UpgradeImpactOut
 
 router = APIRouter(route_class=Route)
 

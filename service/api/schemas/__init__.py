@@ -7,11 +7,32 @@ from .history import HistoryOut, PlacementsOut, RunsOut
 from .manifests import ManifestFullOut, ManifestListOut, ManifestOut
 from .nodes import NodeFactsOut, NodeListOut, NodeOut, NodeRegisteredOut, NodeTokenOut, NodeViewOut
 from .ops import HealthOut, JwksOut, KeysetsOut, ReadyOut
-from .plans import (DryRunOut, JudgementOut, PlanCreatedOut, PlanListOut, PlanOut, UpgradeImpactOut)
-from .requests import (ADDRESS_DOC, MAX_ENV_BYTES, MAX_ROLLOUT_NODES, NAME, GatesIn, LaunchTarget, ManifestIn,
-                       MetricsWindowIn, NodeFactsIn, NodeIn, NodeUpdate, ObservedGpuIn, PlanIn, ReportIn,
-                       RolloutCommandIn, RolloutIn, SelectorIn, Strict, TokenIn, TuningIn, WaveIn, WeightsFiles,
-                       WeightsShard)
+from .plans import DryRunOut, JudgementOut, PlanCreatedOut, PlanListOut, PlanOut, UpgradeImpactOut
+from .requests import (
+                       ADDRESS_DOC,
+                       MAX_ENV_BYTES,
+                       MAX_ROLLOUT_NODES,
+                       NAME,
+                       GatesIn,
+                       LaunchTarget,
+                       ManifestIn,
+                       MetricsWindowIn,
+                       NodeFactsIn,
+                       NodeIn,
+                       NodeUpdate,
+                       ObservedGpuIn,
+                       PlanIn,
+                       ReportIn,
+                       RolloutCommandIn,
+                       RolloutIn,
+                       SelectorIn,
+                       Strict,
+                       TokenIn,
+                       TuningIn,
+                       WaveIn,
+                       WeightsFiles,
+                       WeightsShard,
+)
 from .rollouts import RolloutCreatedOut, RolloutListOut, RolloutOut
 from .tokens import TokenCreatedOut, TokenListOut, TokenOut
 from .tuning import TuningPlanOut, TuningStatusOut, WindowRecordedOut

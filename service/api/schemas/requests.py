@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -229,7 +228,7 @@ class PlanIn(LaunchTarget):
     group_env: list[dict[str, str]] | None = Field(default=None, max_length=256, description=(
         "Environment per group (instance), in group order, added to ``env`` on every node of that group (e.g. "
         "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); the same env policy applies."))
-    tuning: "TuningIn | None" = Field(default=None, description=(
+    tuning: TuningIn | None = Field(default=None, description=(
         "The tuning loop (GET /v1/nodes/{name}/tuning): the SLO its levels are judged against and auto_apply "
         "(benchmark only)."))
 
@@ -269,7 +268,7 @@ class ReportIn(Strict):
         f"``kv_cache_tokens`` (integer, 1..2^40) and ``available_kv_cache_gib`` (number, 0..{MAX_KV_GIB:.0f})."))
 
     @model_validator(mode="after")
-    def _plan_named(self) -> "ReportIn":
+    def _plan_named(self) -> ReportIn:
         if self.plan_id is None and self.status not in ("refused", "reset"):
             raise JsonValueError("plan_id", f"a {self.status} report must name its plan_id")
         run_id = self.details.get("run_id")

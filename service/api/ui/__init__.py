@@ -15,8 +15,8 @@ share per app (templates, session signer, database, settings) is one ``PageState
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
-from typing import Callable
 
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles

@@ -4,8 +4,9 @@ events at a time; the chain's verify status on request and the newest checkpoint
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request

@@ -8,8 +8,9 @@ and deployer."""
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 

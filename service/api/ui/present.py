@@ -76,14 +76,14 @@ def short_time(value: str | None) -> str:
         t = dt.datetime.fromisoformat(value)
     except ValueError:
         return value
-    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def ago(value: str | None, now: dt.datetime | None = None) -> str:
     if not value:
         return "never"
     t = dt.datetime.fromisoformat(value)
-    seconds = int(((now or dt.datetime.now(dt.timezone.utc)) - t).total_seconds())
+    seconds = int(((now or dt.datetime.now(dt.UTC)) - t).total_seconds())
     if seconds < 0:
         return "just now"
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):

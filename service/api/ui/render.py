@@ -4,8 +4,9 @@ problem+json and never a 500) or sends a caller who is not signed in to the sign
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from importlib import resources
-from typing import Any, Callable, Coroutine
+from typing import Any
 from urllib.parse import urlencode
 
 import jinja2

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from ...errors import ApiError
 from .auth import UI_ROLES
 from .render import error_page, page
-from .sessions import LOGIN_COOKIE, LOGIN_SECONDS, SESSION_COOKIE, SESSION_SECONDS, COOKIE_PATH, safe_next
+from .sessions import COOKIE_PATH, LOGIN_COOKIE, LOGIN_SECONDS, SESSION_COOKIE, SESSION_SECONDS, safe_next
 from .state import UiState
 
 router = APIRouter()

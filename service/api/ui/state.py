@@ -3,8 +3,9 @@ dependencies through the request (one module-level router serves any number of a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Callable
+from typing import Annotated
 
 import jinja2
 from fastapi import Depends, Request

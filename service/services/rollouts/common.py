@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -15,7 +16,6 @@ from ... import audit
 from ...db.models import Assignment, Node, Rollout, RolloutNode
 from ...domain import rollout as domain
 from ...errors import NotFound
-
 
 INTERNAL = ("pinned", "judged")  # kept in Rollout.target beside the target as given; never part of a plan body
 
@@ -41,12 +41,12 @@ def epoch(value: dt.datetime | None) -> float | None:
     if value is None:
         return None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     return value.timestamp()
 
 
 def at_time(now: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    return dt.datetime.fromtimestamp(now, dt.UTC)
 
 
 def shape(n: Node) -> tuple:

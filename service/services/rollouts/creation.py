@@ -5,8 +5,9 @@ signed with (pinned), its units and waves. Nothing is stored on a rejection."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,9 +21,8 @@ from ...errors import Conflict, Invalid
 from .. import manifests as manifest_service
 from .. import nodes as node_service
 from .. import plans as plan_service
-from .common import (MAX_SELECTED, SCHEDULED, TARGET_FIELDS, current_assignments, previous_groups, shape,
-                     shape_key)
 from ..context import Context
+from .common import MAX_SELECTED, SCHEDULED, TARGET_FIELDS, current_assignments, previous_groups, shape, shape_key
 
 
 def _select_nodes(session: Session, rollout: RolloutIn) -> list[Node]:

@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session
 from ...db.models import Rollout, RolloutNode, RolloutWave
 from ...domain.errors import DomainError
 from ...errors import ApiError
-from ..context import Context
 from .. import nodes as node_service
 from .. import plans as plan_service
+from ..context import Context
 from . import common
 from .common import current_assignments, event
 
@@ -53,7 +53,7 @@ def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, ctx: Conte
         else:
             chunks.append((previous_id, list(members)))
     size = 0
-    for i, (previous_id, members) in enumerate(chunks):
+    for previous_id, members in chunks:
         if size and size + len(members) > common.SIGN_CHUNK:
             return True
         size += len(members)

@@ -9,12 +9,11 @@ import threading
 from sqlalchemy import select
 
 from ...db.models import Rollout
-from ...periodic import PeriodicWorker
 from ...domain import rollout as domain
+from ...periodic import PeriodicWorker
 from ..context import Context
 from .common import SCHEDULED
 from .stepping import step
-
 
 log = logging.getLogger("preflight.rollouts")
 

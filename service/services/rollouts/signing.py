@@ -13,9 +13,9 @@ from ...api.schemas import PlanIn
 from ...db.models import Assignment, Node, Rollout, RolloutNode, RolloutWave
 from ...domain.errors import DomainError
 from ...errors import ApiError
-from ..context import Context
 from .. import nodes as node_service
 from .. import plans as plan_service
+from ..context import Context
 from . import common
 from .common import INTERNAL, at_time, current_assignments, event, previous_groups, shape_key
 from .restore import halt, halted

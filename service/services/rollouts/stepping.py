@@ -15,7 +15,6 @@ from .common import FAILED, SCHEDULED, at_time, count_by, current_assignments, e
 from .restore import finish_restore, halt, halted, restore
 from .signing import sign_next
 
-
 # The hook for a gate over vLLM's metrics (preemptions, P99 from the tuning loop's windows, when it exists): a
 # function of domain.Observed returning an Outcome (not "ready": the node fails with its reason) or None. None here:
 # no metrics gate.
@@ -123,7 +122,7 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
         select(func.max(Report.id)).where(mine, Report.status == "running",
                                           cast(Report.details, Text).like('%"kv_cache_tokens"%'))
         .group_by(Report.node_name, Report.plan_id)))
-    for rid, node, plan_id, status, message, details, created in session.execute(
+    for _rid, node, plan_id, status, message, details, created in session.execute(
             select(Report.id, Report.node_name, Report.plan_id, Report.status, Report.message, Report.details,
                    Report.created_at).where(or_(Report.id.in_(firsts), Report.id.in_(figured)))
             .order_by(Report.id)):

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from service.db.migrate import upgrade
-from tests.support import ADMIN
-from tests.support import model_config
+from tests.support import ADMIN, model_config
 from tests.support.live import free_port, start_server
+
 CHROMIUM = os.environ.get("PREFLIGHT_CHROMIUM", "/usr/bin/chromium")
 REQUIRED = os.environ.get("PREFLIGHT_BROWSER_TESTS") == "required"
 SHOTS = pathlib.Path(__file__).resolve().parents[3] / "var" / "ui-screenshots"

@@ -199,7 +199,7 @@ def test_closed_form_max_len_matches_vllms_binary_search():
     import math
     import random
 
-    from service.domain.memory import longest_full_attention_len, longest_fitting
+    from service.domain.memory import longest_fitting, longest_full_attention_len
 
     rng = random.Random(7)
     for _ in range(3000):

@@ -11,7 +11,7 @@ import pytest
 from bench.kv_accuracy import component_summary, evaluate
 from service.domain.context import build_context
 from service.domain.gpus import GIB, MIB
-from service.domain.memory import (NCCL_CONNECTION_BYTES, Accounting, communication_buffers, compute_budget)
+from service.domain.memory import NCCL_CONNECTION_BYTES, Accounting, communication_buffers, compute_budget
 from service.domain.model_facts import read_model_facts
 from service.domain.multimodal import mllama_image_geometry, per_patch_bytes, qwen_image_grid, vision_tower
 from service.domain.request import LaunchRequest

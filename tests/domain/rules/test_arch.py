@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.rules import FIXTURES, errors, found
 from tests.support import model_config, request
+from tests.support.rules import FIXTURES, errors, found
 
 FAMILY = ("arch_unsupported", "pp_supported")
 

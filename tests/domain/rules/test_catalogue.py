@@ -12,8 +12,8 @@ from service.domain.memory import compute_budget
 from service.domain.request import LaunchRequest
 from service.domain.rules import RULES, Emit
 from service.domain.rules.catalogue import render_markdown
-from tests.support.rules import FIXTURES
 from tests.support import case_files, case_request, load_case, request
+from tests.support.rules import FIXTURES
 
 DOCS = pathlib.Path(__file__).resolve().parents[3] / "docs" / "rules.md"
 

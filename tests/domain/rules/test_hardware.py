@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.rules import FIXTURES, errors, found
 from tests.support import request
+from tests.support.rules import FIXTURES, errors, found
 
 FAMILY = ("gpu_min_capability", "bf16_capability", "fp16_forbidden", "kv_dtype_invalid", "kv_dtype_capability")
 GPUS = ("h100-sxm-80gb", "a100-sxm4-80gb", "l40s-48gb", "h200-141gb")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.rules import FIXTURES, TP_SIZES, errors, found, head_valid
 from tests.support import model_config, request
+from tests.support.rules import FIXTURES, TP_SIZES, errors, found, head_valid
 
 FAMILY = ("tp_mlp_divisible", "tp_vocab_divisible", "tp_heads_divisible", "pp_layers", "ep_requires_moe", "nnodes",
           "dp_external_dense", "eplb_requires_ep")

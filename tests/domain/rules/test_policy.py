@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.rules import FIXTURES, errors, found
 from tests.support import request
+from tests.support.rules import FIXTURES, errors, found
 
 SCHED = ("batched_tokens_vs_max_len", "batched_tokens_lt_max_num_seqs", "util_range")
 POLICY = ("util_too_high", "enforce_eager_production", "pcie_tp", "chunked_prefill_disabled",

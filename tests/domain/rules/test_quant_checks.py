@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.rules import AWQ, GPTQ, FIXTURES, TP_SIZES, errors, found, head_valid, quantized
 from tests.support import hf_quant_config, model_config, request
+from tests.support.rules import AWQ, FIXTURES, GPTQ, TP_SIZES, errors, found, head_valid, quantized
 
 FAMILY = ("quant_gpu_capability", "quant_dtype", "quant_deprecated", "quant_bits", "fp8_weight_only",
           "quant_group_alignment", "fp8_block_alignment")
