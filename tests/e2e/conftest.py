@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from service.clock import SYSTEM
 from tests.support.live import ThreadServer, free_port, start_server
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -21,16 +22,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def servers(db_url, tmp_path):
     """``servers(n)``: n services on one database and data directory, their URLs. One runs in a thread of the test
-    process; two or more are separate processes (what those tests are about)."""
+    process (on ``clock``, the machine's by default); two or more are separate processes (what those tests are
+    about)."""
     procs, threads, urls = [], [], []
     data = tmp_path / "var"
     data.mkdir()
 
-    def start(n=1):
+    def start(n=1, clock=SYSTEM):
         for _ in range(n):
             port = free_port()
             if n == 1:
-                threads.append(ThreadServer(db_url, data, port).start())
+                threads.append(ThreadServer(db_url, data, port, clock).start())
             else:
                 procs.append(start_server(db_url, data, port))
             urls.append(f"http://127.0.0.1:{port}")

@@ -23,7 +23,7 @@ from service.agent.verify import VerificationError
 from service.signing import KeyStore
 from tests.support import ADMIN
 from tests.support.agent_node import FAKE_VLLM, Node
-from tests.support.live import PREFLIGHT, PY, admin, free_port, setup_fleet, start_server
+from tests.support.live import PREFLIGHT, PY, Behind, admin, free_port, setup_fleet, start_server
 
 PLAN = {"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["gpu-01"],
         "engine_args": {"tensor_parallel_size": 1, "max_model_len": 8192}}
@@ -493,16 +493,18 @@ def test_a_captured_response_for_an_older_plan_is_refused(fleet):
     assert node.state.read_bytes() == before and len(node.launches()) == 1
 
 
-def test_a_replayed_statement_does_not_restart_the_offline_clock(fleet):
+def test_a_replayed_statement_does_not_restart_the_offline_clock(servers, tmp_path):
     """An attacker replays the current plan's genuine response (statement still unexpired) long after it was signed,
     then cuts the node off: the offline-boot age counts from when the service signed the statement, so the replay
-    cannot stretch the window --offline-max-age allows."""
-    url, c, node = fleet
+    cannot stretch the window --offline-max-age allows. The service's clock runs 10 s behind the node's: what it
+    signs now reaches the node as a statement signed 10 s ago."""
+    (url,) = servers(1, clock=Behind(10))
+    c = admin(url)
+    node = Node(tmp_path, url, setup_fleet(c, ["gpu-01"])["gpu-01"])
     c.post("/v1/plans", json=PLAN)
     captured = httpx.get(f"{url}/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node.token}"})
     iat = json.loads(base64.urlsafe_b64decode(captured.headers["x-plan-freshness"].split(".")[1] + "=="))["iat"]
     keysets = httpx.get(f"{url}/v1/keysets").content
-    time.sleep(2.2)
     with _Replay(captured, keysets) as attacker:
         run = node.run(url=attacker.url)
     assert run.returncode == 0, run.stderr  # the same plan: it may run

@@ -13,6 +13,7 @@ import time
 import httpx
 import uvicorn
 
+from service.clock import SYSTEM, Clock
 from tests.support import ADMIN, model_config
 
 PY = sys.executable
@@ -46,11 +47,11 @@ class ThreadServer:
     environment, on a free port, without a second interpreter to start (what a test of the agent needs: a real HTTP
     service; processes are for tests about processes)."""
 
-    def __init__(self, db_url: str, data_dir, port: int):
+    def __init__(self, db_url: str, data_dir, port: int, clock: Clock = SYSTEM):
         from service.api.app import create_app
         from service.settings import Settings
 
-        app = create_app(Settings(database_url=db_url, data_dir=data_dir, admin_token=ADMIN))
+        app = create_app(Settings(database_url=db_url, data_dir=data_dir, admin_token=ADMIN), clock=clock)
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
                                 timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
@@ -68,6 +69,23 @@ class ThreadServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+
+
+class Behind:
+    """The machine's clock, ``seconds`` behind in wall time: a service on it signs what it signs now as if it had
+    signed it that long ago (a captured answer replayed later), with no test waiting for the time to pass."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def time(self) -> float:
+        return SYSTEM.time() - self.seconds
+
+    def monotonic(self) -> float:
+        return SYSTEM.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        SYSTEM.sleep(seconds)
 
 
 def admin(url) -> httpx.Client:
