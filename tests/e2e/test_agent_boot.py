@@ -92,14 +92,22 @@ def rewrite_assignment(db_url, data_dir, node, **claim_changes):
                      {"s": signed, "e": '"' + audit_mod.sha256_hex(signed.encode())[:32] + '"', "i": row.id})
         conn.execute(text("UPDATE cache_epochs SET epoch = epoch + 1"))
     engine.dispose()
+    return signed
+
+
+def _served(url, node, signed, timeout=15.0):
+    """Wait until the service answers with ``signed`` (its caches drop what they hold at the next epoch poll)."""
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{url}/v1/nodes/{node}/plan", headers={"Authorization": f"Bearer {ADMIN}"}).text != signed:
+        assert time.monotonic() < deadline, "the service still serves the assignment it cached"
+        time.sleep(0.05)
 
 
 def test_a_plan_issued_40_days_ago_still_boots(fleet, db_url, tmp_path):
     url, c, node = fleet
     c.post("/v1/plans", json=PLAN)
     long_ago = int(time.time()) - 40 * 86400
-    rewrite_assignment(db_url, tmp_path / "var", "gpu-01", iat=long_ago, nbf=long_ago - 60)
-    time.sleep(0.5)  # the service's caches see the change within 0.25 s
+    _served(url, "gpu-01", rewrite_assignment(db_url, tmp_path / "var", "gpu-01", iat=long_ago, nbf=long_ago - 60))
     r = httpx.get(f"{url}/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {ADMIN}"})
     assert json.loads(base64.urlsafe_b64decode(r.text.split(".")[1] + "=="))["iat"] == long_ago
     run = node.run()
@@ -199,8 +207,8 @@ def test_a_signed_plan_with_path_or_ld_preload_is_refused_by_the_agent(fleet, db
     evil.mkdir()
     (evil / "vllm").write_text("#!/bin/sh\necho PWNED > " + str(node.dir / "pwned") + "\n")
     (evil / "vllm").chmod(0o755)
-    rewrite_assignment(db_url, tmp_path / "var", "gpu-01", env={"PATH": str(evil), "LD_PRELOAD": "/tmp/x.so"})
-    time.sleep(0.5)
+    signed = rewrite_assignment(db_url, tmp_path / "var", "gpu-01", env={"PATH": str(evil), "LD_PRELOAD": "/tmp/x.so"})
+    _served(url, "gpu-01", signed)
     run = node.run()
     assert run.returncode == 3 and "env_not_allowed" in run.stderr, run.stderr
     assert not (node.dir / "pwned").exists() and node.launches() == [] and not node.state.exists()
