@@ -66,13 +66,6 @@ def test_falcon_without_a_length_key_derives_2048_like_vllm(name):
     assert (facts.derived_max_model_len, facts.max_len_key) == (2048, "max_position_embeddings")
 
 
-def test_falcon_max_model_len_beyond_the_class_default_is_refused():
-    req = request("tiiuae__falcon-40b", count=4, tensor_parallel_size=4, max_model_len=262144)
-    r = validate(LaunchRequest.model_validate(req), alternatives=False)
-    f = next(f for f in r.findings if f.rule == "max_len_vs_positions")
-    assert f.severity.value == "error" and "(262144)" in f.message and "max_position_embeddings=2048" in f.message
-
-
 def test_length_defaults_come_from_transformers_config_classes():
     assert LINE.length_defaults["falcon"] == {"max_position_embeddings": 2048}
     assert LINE.length_defaults["llama"]["max_position_embeddings"] == 2048

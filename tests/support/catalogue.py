@@ -1,10 +1,14 @@
-"""The vLLM 0.33 catalogue line and a valid value of each option's kind (shared by the catalogue tests and the
-check of the rendered argv with vLLM's own parser)."""
+"""The vLLM 0.33 catalogue line, a valid value of each option's kind, and a launch of one GPU judged with given
+engine arguments (shared by the catalogue tests, the flag and argv rule tests and the check of the rendered argv
+with vLLM's own parser)."""
 
 from __future__ import annotations
 
 from service.domain.engine_args import RESERVED
+from service.domain.request import LaunchRequest
+from service.domain.validate import validate
 from service.domain.versions import Kind, resolve_version
+from tests.support import request
 
 LINE = resolve_version("0.33.0")[1]
 MODEL = "meta-llama__Meta-Llama-3.1-8B"
@@ -35,3 +39,18 @@ def valid_value(opt):
 
 
 OPTIONS = sorted(n for n in LINE.options if n not in RESERVED)
+
+
+def judged(engine_args: dict, version: str = "0.33.0"):
+    """Validate the one-GPU launch of MODEL with these engine arguments (no alternatives searched)."""
+    req = request(MODEL, count=1)
+    req["engine_args"] = dict(engine_args)
+    req["vllm_version"] = version
+    return validate(LaunchRequest.model_validate(req), alternatives=False)
+
+
+def flag_errors(result):
+    """The errors of the option rules: unknown options and values, the argv that does not parse back, the model
+    reference vLLM would misread."""
+    return [f for f in result.findings if f.severity.value == "error"
+            and f.rule in ("flag_unsupported", "argv_roundtrip", "model_reference")]

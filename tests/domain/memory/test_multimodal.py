@@ -16,24 +16,13 @@ from service.domain.model_facts import read_model_facts
 from service.domain.multimodal import mllama_image_geometry, per_patch_bytes, qwen_image_grid, vision_tower
 from service.domain.request import LaunchRequest
 from tests.support import CASES, case_request, load_case, request
+from tests.support.multimodal import QWEN2_VL_7B, UI_TARS, vl_request
 
-# Qwen2-VL-7B-Instruct's config.json, as the ui-tars case carries it (a real copy, see its config_provenance)
-UI_TARS = load_case(CASES / "kv" / "ui-tars-7b-24gb-v066.json")
-QWEN2_VL_7B = UI_TARS["model"]["config"]
 # Qwen2.5-VL-7B-Instruct's vision_config (the published values: gated SiLU MLP of 3420, out_hidden_size 3584)
 QWEN25_VL_VISION = {"depth": 32, "fullatt_block_indexes": [7, 15, 23, 31], "hidden_act": "silu", "hidden_size": 1280,
                     "in_chans": 3, "intermediate_size": 3420, "model_type": "qwen2_5_vl", "num_heads": 16,
                     "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14,
                     "temporal_patch_size": 2, "tokens_per_second": 2, "window_size": 112}
-
-
-def vl_request(config: dict = QWEN2_VL_7B, gpu: str = "h100-sxm-80gb", count: int = 1, version: str | None = None,
-               interconnect: str | None = None, preprocessor: dict | None = None, **engine_args) -> LaunchRequest:
-    return LaunchRequest.model_validate({
-        "model": {"name": "Qwen/Qwen2-VL-7B-Instruct", "config": copy.deepcopy(config),
-                  "preprocessor_config": preprocessor},
-        "hardware": {"gpu": gpu, "count": count, "interconnect": interconnect},
-        "environment": "benchmark", "vllm_version": version, "engine_args": engine_args})
 
 
 def budget_of(req: LaunchRequest):
@@ -308,63 +297,11 @@ def test_internvl_tiles_from_config():
     assert mm["items"] == max(8192, 3328) // 3328  # the encoder budget over tokens per item
 
 
-def test_disable_chunked_mm_input_needs_the_largest_item_in_one_step():
-    """compute_mm_encoder_budget raises when --disable-chunked-mm-input and the largest item (16,384 tokens for
-    Qwen2-VL's official limit) exceeds max_num_batched_tokens (encoder_cache_manager.py:360-371)."""
-    from service.domain.validate import validate
-
-    bad = validate(vl_request(max_model_len=32768, disable_chunked_mm_input=True, max_num_batched_tokens=8192,
-                              limit_mm_per_prompt={"image": 1, "video": 0}))
-    f = next(f for f in bad.findings if f.rule == "mm_item_exceeds_batched_tokens")
-    assert f.severity.value == "error" and f.remedy["max_num_batched_tokens"] == 16384
-    ok = validate(vl_request(max_model_len=32768, disable_chunked_mm_input=True, max_num_batched_tokens=16384,
-                             limit_mm_per_prompt={"image": 1, "video": 0}))
-    assert "mm_item_exceeds_batched_tokens" not in {f.rule for f in ok.findings}
-    chunked = validate(vl_request(max_model_len=32768, max_num_batched_tokens=8192))
-    assert "mm_item_exceeds_batched_tokens" not in {f.rule for f in chunked.findings}
-
-
 def test_an_unexpected_vision_config_shape_leaves_the_tower_unmodelled():
     cfg = copy.deepcopy(QWEN2_VL_7B)
     cfg["vision_config"]["patch_size"] = [14, 14]
     assert vision_tower(read_model_facts(cfg)) is None
     assert budget_of(vl_request(cfg, max_model_len=8192)).multimodal is None
-
-
-@pytest.mark.parametrize("limit", [{"image": -5}, {"image": {"count": "x"}}, [1, 2], {"image": 1.5},
-                                   {"image": True}, {"image": {"count": 1, "frames": 3}}, {"video": {"num_frames": 0}},
-                                   '{"image": -1}'])
-def test_junk_mm_limits_are_errors_naming_the_field(limit):
-    """vLLM 0.33 validates --limit-mm-per-prompt at start-up (vllm/config/multimodal.py:211-236, 471-495): counts
-    ≥ 0, sizes > 0, only the modality's options — a plan must not be signed with one it refuses."""
-    from service.domain.validate import validate
-
-    r = validate(vl_request(limit_mm_per_prompt=limit))
-    errs = [f for f in r.errors if f.rule == "mm_limits_invalid"]
-    assert r.verdict == "reject" and errs and errs[0].field == "engine_args.limit_mm_per_prompt", limit
-
-
-def test_good_mm_limits_and_kwargs_pass():
-    from service.domain.validate import validate
-
-    for limit in ({"image": 2, "video": 0}, {"image": {"count": 1, "width": 512, "height": 512}},
-                  {"video": {"count": 1, "num_frames": 8}}, '{"image": 1}'):
-        r = validate(vl_request(limit_mm_per_prompt=limit, mm_processor_kwargs={"max_pixels": 1003520}))
-        assert not [f for f in r.findings if f.rule == "mm_limits_invalid"], limit
-
-
-@pytest.mark.parametrize("kwargs", [{"max_pixels": -1}, {"max_pixels": "x"}, {"max_pixels": 1.5},
-                                    {"max_pixels": True}, {"size": {"longest_edge": 0}}])
-def test_junk_image_sizes_are_refused(kwargs):
-    from pydantic import ValidationError
-
-    from service.domain.validate import validate
-
-    r = validate(vl_request(mm_processor_kwargs=kwargs))
-    assert [f.field for f in r.errors if f.rule == "mm_limits_invalid"] == ["engine_args.mm_processor_kwargs"]
-    with pytest.raises(ValidationError) as err:
-        vl_request(preprocessor=kwargs)
-    assert err.value.errors()[0]["loc"] == ("model", "preprocessor_config")
 
 
 # --- V0 encoder-decoder profile (mllama) and 0.6's video sizing -------------------------------------------------------

@@ -1,0 +1,59 @@
+"""flag_unsupported (service/domain/rules/flags.py): an unknown option names the nearest real ones, a removed one
+says when and why, an invalid choice names the choices, JSON keys the config class does not have are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.domain.request import LaunchRequest
+from service.domain.validate import validate
+from tests.support import request
+from tests.support.catalogue import LINE, MODEL, flag_errors, judged
+
+
+def test_unknown_flag_names_the_nearest_real_ones():
+    result = judged({"max_num_seq": 8})
+    f = next(f for f in result.findings if f.rule == "flag_unsupported")
+    assert "--max-num-seqs" in f.message and f.remedy["did_you_mean"][0] == "max_num_seqs"
+
+
+def test_removed_flag_follows_from_the_data_with_advice():
+    result = judged({"swap_space": 4})
+    f = next(f for f in result.findings if f.rule == "flag_unsupported")
+    assert "removed after vLLM 0.15.1" in f.message and "V1 engine has no CPU swap space" in f.message
+    old = judged({"swap_space": 4}, version="0.15.1")
+    assert not flag_errors(old) and old.argv[-2:] == ["--swap-space", "4.0"]
+
+
+def test_invalid_choice_names_the_flag_the_value_and_the_choices():
+    r = judged({"mm_encoder_tp_mode": "replicated"})
+    f = next(f for f in r.findings if f.rule == "flag_unsupported")
+    assert "--mm-encoder-tp-mode" in f.message and "'replicated'" in f.message and "'data'" in f.message
+
+
+def test_many_near_miss_flags_cost_one_comparison_each():
+    from service.domain.rules.flags import _nearest
+
+    keys = {f"{name[:-1]}z_{i}": 1 for i, name in enumerate(sorted(LINE.options, key=len)[-40:] * 5)}
+    _nearest.cache_clear()
+    req = request(MODEL, count=1)
+    req["engine_args"] = keys
+    validate(LaunchRequest.model_validate(req))  # with alternatives: each re-validation reuses the comparisons
+    assert _nearest.cache_info().misses == len(keys)
+
+
+@pytest.mark.parametrize("args,path", [
+    ({"compilation_config": {"level": 3}}, "level"),  # renamed to mode; vLLM 0.33 exits with a validation error
+    ({"compilation_config": {"pass_config": {"enable_fi_allreduce_fusion": True}}}, "pass_config.enable_fi_allreduce_fusion"),
+    ({"kv_transfer_config": {"kv_connector": "NixlConnector", "kv_rol": "kv_both"}}, "kv_rol"),
+])
+def test_json_keys_the_config_class_does_not_have_are_refused(args, path):
+    r = judged(args)
+    f = next(f for f in r.errors if f.rule == "flag_unsupported")
+    assert repr(path) in f.message and f.field == f"engine_args.{next(iter(args))}"
+
+
+def test_json_keys_the_config_class_has_pass():
+    r = judged({"compilation_config": {"mode": 3, "pass_config": {"fuse_norm_quant": True}},
+                "kv_transfer_config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}})
+    assert not flag_errors(r)

@@ -1,0 +1,74 @@
+"""quant_unknown, quant_mismatch, quant_no_config and quant_fp8_online_deprecated (service/domain/rules/
+quantization.py) on real checkpoints from tests/fixtures/models: for each code one launch that trips it (the code,
+the figures of its message, its remedy) and one that does not. Registration of a manifest whose sources disagree
+goes through the API (tests/services/test_manifests.py)."""
+
+from __future__ import annotations
+
+from service.domain.versions import resolve_version
+from tests.support import request
+from tests.support.rules import found
+
+QUANT_RULES = ("quant_unknown", "quant_mismatch", "quant_no_config", "quant_fp8_online_deprecated")
+LINE = resolve_version("0.33.0")[1]
+PLAIN = "meta-llama__Meta-Llama-3.1-70B"  # no quantization_config, no hf_quant_config.json
+MODELOPT = "nvidia__Llama-3.1-70B-Instruct-FP8"  # hf_quant_config.json: ModelOpt FP8
+QWEN_FP8 = "Qwen__Qwen3-235B-A22B-FP8"  # config.json quantization_config: fp8
+
+
+def quant_findings(req: dict):
+    return found(req, *QUANT_RULES)
+
+
+def test_a_method_of_an_older_line_is_unknown_and_names_its_plugin():
+    [f] = quant_findings(request("meta-llama__Meta-Llama-3.1-8B", quantization="bitsandbytes"))
+    assert (f.rule, f.severity.value, f.field) == ("quant_unknown", "error", "engine_args.quantization")
+    assert f.message.startswith("Unknown quantization method: bitsandbytes (--quantization). Must be one of ['awq',")
+    assert "not in vLLM core since the 0.28.0 line" in f.message
+    assert f.remedy == {"quantization": list(LINE.quant_methods), "plugin": "vllm-bnb-plugin (vllm-project/vllm#43529)"}
+    assert quant_findings(request("meta-llama__Meta-Llama-3.1-8B", quantization="fp8_per_tensor")) == []
+
+
+def test_a_flag_that_contradicts_the_hf_quant_config_is_a_mismatch():
+    [f] = quant_findings(request(MODELOPT, quantization="awq"))
+    assert (f.rule, f.severity.value, f.field) == ("quant_mismatch", "error", "engine_args.quantization")
+    assert f.message == ("Quantization method specified in the model config (modelopt, from hf_quant_config.json) "
+                         "does not match the quantization method specified in the `quantization` argument (awq).")
+    assert f.remedy == {"quantization": "modelopt"}
+    assert quant_findings(request(MODELOPT, quantization="modelopt")) == []
+
+
+def test_a_flag_that_contradicts_config_json_is_a_mismatch():
+    [f] = quant_findings(request(QWEN_FP8, quantization="gptq"))
+    assert f.rule == "quant_mismatch" and "(fp8, from config.json)" in f.message and "argument (gptq)" in f.message
+    assert f.remedy == {"quantization": "fp8"}
+    assert quant_findings(request(QWEN_FP8, quantization="fp8")) == []
+
+
+def test_a_none_tag_on_quantized_weights_is_a_mismatch():
+    req = request(QWEN_FP8)
+    req["model"]["quantization_txt"] = "none"
+    [f] = quant_findings(req)
+    assert (f.rule, f.field) == ("quant_mismatch", "model.quantization_txt")
+    assert f.message == ("quantization.txt says the weights are not quantized (none), but the checkpoint's config "
+                         "names fp8 (from config.json); vLLM loads them as fp8.")
+    assert f.remedy == {"quantization_txt": "fp8"}
+    req["model"]["quantization_txt"] = "fp8"
+    assert quant_findings(req) == []
+
+
+def test_a_pre_quantized_method_on_unquantized_weights_has_no_config():
+    [f] = quant_findings(request(PLAIN, quantization="awq"))
+    assert (f.rule, f.severity.value, f.field) == ("quant_no_config", "error", "engine_args.quantization")
+    assert f.message.startswith("Cannot find the config file for awq: the checkpoint's config.json has no "
+                                "quantization_config (and no hf_quant_config.json)")
+    assert f.remedy == {"quantization": "fp8_per_tensor"}
+    assert quant_findings(request(PLAIN, quantization="fp8_per_tensor")) == []
+
+
+def test_online_fp8_is_deprecated_for_fp8_per_tensor():
+    [f] = quant_findings(request(PLAIN, quantization="fp8"))
+    assert (f.rule, f.severity.value) == ("quant_fp8_online_deprecated", "warning")
+    assert "use --quantization fp8_per_tensor instead" in f.message
+    assert f.remedy == {"quantization": "fp8_per_tensor"}
+    assert quant_findings(request(PLAIN)) == []
