@@ -15,7 +15,7 @@ UV_VERSION := 0.13.9
 $(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "uv==$(UV_VERSION)"
-	UV_PROJECT_ENVIRONMENT=$(VENV) $(VENV)/bin/uv sync --frozen --inexact --extra dev --quiet
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(VENV)/bin/uv sync --frozen --inexact --extra dev --compile-bytecode --quiet
 	touch $@
 
 # After changing dependencies in pyproject.toml: refresh the lock (then commit uv.lock).
