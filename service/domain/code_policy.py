@@ -15,6 +15,8 @@ CODE_LOADING: dict[str, tuple[Any, ...]] = {
     "trust_remote_code": (None, False),
     "middleware": (None, []),
     "logits_processors": (None, []),
+    # {architecture: "module:Class"}: vLLM registers and imports each class (vllm/config/model.py)
+    "model_class_overrides": (None, {}),
 }
 CODE_SUFFIXES = ("_plugin", "_cls", "_class", "_module_path", "_processors")
 CODE_KEYS = {"inductor_passes", "middleware", "custom_ops_module"}

@@ -1,0 +1,21 @@
+"""The production code-loading gate (service/domain/code_policy.py): every option that makes a node import code is
+found, whatever form its value takes."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.domain import versions
+from service.domain.code_policy import code_loading
+from service.domain.engine_args import parse_engine_args
+
+
+def loading(raw, version="0.33.0"):
+    return code_loading(parse_engine_args(raw, versions.resolve_version(version)[1]))
+
+
+def test_model_class_overrides_registers_a_class_by_its_import_path():
+    # vLLM registers each {architecture: "module:Class"} in its model registry and imports it to build the model
+    found = loading({"model_class_overrides": {"LlamaForCausalLM": "evil.mod:Model"}})
+    assert [f for f, _ in found] == ["engine_args.model_class_overrides"]
+    assert loading({"model_class_overrides": {}}) == []
