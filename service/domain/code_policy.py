@@ -44,6 +44,14 @@ def _nested(value: Any, path: str, out: list[tuple[str, str]], field: str) -> No
                 stack.append((sub, where))
 
 
+def _compile_backend(name: str, value: Any, out: list[tuple[str, str]], field: str) -> None:
+    """``compilation_config.backend``: a name torch has not registered is imported with resolve_obj_by_qualname
+    (vllm/config/compilation.py ``init_backend``); torch's own backends ("inductor", "eager", …) have no dot."""
+    backend = value.get("backend") if name == "compilation_config" and isinstance(value, dict) else None
+    if isinstance(backend, str) and "." in backend:
+        out.append((field, f"{name}.backend {backend!r} is an import path: it loads code on the node"))
+
+
 def code_loading(args: EngineArgs) -> list[tuple[str, str]]:
     """``[(field, why)]`` for every option (or JSON key) that would load code on the node."""
     out: list[tuple[str, str]] = []
@@ -57,5 +65,6 @@ def code_loading(args: EngineArgs) -> list[tuple[str, str]]:
         elif name == "distributed_executor_backend" and value not in BUILTIN_EXECUTORS:
             out.append((field, f"{flag(name)} {value!r} is an executor class path: it loads code on the node"))
         elif isinstance(value, (dict, list)):
+            _compile_backend(name, value, out, field)
             _nested(value, name, out, field)
     return out

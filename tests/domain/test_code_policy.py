@@ -19,3 +19,12 @@ def test_model_class_overrides_registers_a_class_by_its_import_path():
     found = loading({"model_class_overrides": {"LlamaForCausalLM": "evil.mod:Model"}})
     assert [f for f, _ in found] == ["engine_args.model_class_overrides"]
     assert loading({"model_class_overrides": {}}) == []
+
+
+@pytest.mark.parametrize("version,mode", [("0.33.0", {"mode": 1}), ("0.9.2", {"level": 1})])
+def test_a_compile_backend_given_as_an_import_path_loads_code(version, mode):
+    # in the DYNAMO modes vLLM resolves a backend that torch has not registered with resolve_obj_by_qualname
+    found = loading({"compilation_config": {**mode, "backend": "evil.mod.fn"}}, version)
+    assert found == [("engine_args.compilation_config",
+                      "compilation_config.backend 'evil.mod.fn' is an import path: it loads code on the node")]
+    assert loading({"compilation_config": {**mode, "backend": "inductor"}}, version) == []
