@@ -6,6 +6,7 @@ passes — at the top level or nested inside a JSON option (``structured_outputs
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .engine_args import EngineArgs, flag
@@ -52,6 +53,18 @@ def _compile_backend(name: str, value: Any, out: list[tuple[str, str]], field: s
         out.append((field, f"{name}.backend {backend!r} is an import path: it loads code on the node"))
 
 
+def _json_text(value: Any) -> Any:
+    """The object or list a string option's value holds as JSON text (before 0.9 --compilation-config and
+    --kv-transfer-config are plain strings vLLM parses itself), else the value unchanged. A string option's value
+    is at most engine_args.MAX_TEXT characters, so the parse is bounded."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+    return value
+
+
 def code_loading(args: EngineArgs) -> list[tuple[str, str]]:
     """``[(field, why)]`` for every option (or JSON key) that would load code on the node."""
     out: list[tuple[str, str]] = []
@@ -64,7 +77,7 @@ def code_loading(args: EngineArgs) -> list[tuple[str, str]]:
             out.append((field, f"{flag(name)} {value!r} loads code on the node"))
         elif name == "distributed_executor_backend" and value not in BUILTIN_EXECUTORS:
             out.append((field, f"{flag(name)} {value!r} is an executor class path: it loads code on the node"))
-        elif isinstance(value, (dict, list)):
-            _compile_backend(name, value, out, field)
-            _nested(value, name, out, field)
+        elif isinstance(parsed := _json_text(value), (dict, list)):
+            _compile_backend(name, parsed, out, field)
+            _nested(parsed, name, out, field)
     return out

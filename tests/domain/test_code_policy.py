@@ -28,3 +28,14 @@ def test_a_compile_backend_given_as_an_import_path_loads_code(version, mode):
     assert found == [("engine_args.compilation_config",
                       "compilation_config.backend 'evil.mod.fn' is an import path: it loads code on the node")]
     assert loading({"compilation_config": {**mode, "backend": "inductor"}}, version) == []
+
+
+@pytest.mark.parametrize("version", ["0.6.6", "0.7.3"])
+def test_json_given_as_the_text_of_a_string_option_is_searched(version):
+    # before 0.9 --compilation-config is a plain string that vLLM parses as JSON itself (CompilationConfig.from_cli),
+    # whose inductor_passes it imports
+    raw = {"compilation_config": '{"level": 3, "inductor_passes": {"p": "evil.mod.fn"}}'}
+    assert loading(raw, version) == [("engine_args.compilation_config", "compilation_config.inductor_passes "
+                                      "{'p': 'evil.mod.fn'} loads code on the node")]
+    assert loading({"compilation_config": "3"}, version) == []
+    assert loading({"compilation_config": '{"level": 3}'}, version) == []
