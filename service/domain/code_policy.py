@@ -18,9 +18,11 @@ CODE_LOADING: dict[str, tuple[Any, ...]] = {
     "logits_processors": (None, []),
     # {architecture: "module:Class"}: vLLM registers and imports each class (vllm/config/model.py)
     "model_class_overrides": (None, {}),
+    # a logging config for logging.config.dictConfig, which imports and calls what the file names
+    "log_config_file": (None, ""),
 }
 CODE_SUFFIXES = ("_plugin", "_cls", "_class", "_module_path", "_processors")
-CODE_KEYS = {"inductor_passes", "middleware", "custom_ops_module"}
+CODE_KEYS = {"inductor_passes", "middleware", "custom_ops_module", "pylogging_config_file"}
 BUILTIN_EXECUTORS = (None, "mp", "ray", "uni", "external_launcher")
 HARMLESS: tuple[object, ...] = (None, "", "auto", [], {}, False)
 

@@ -39,3 +39,13 @@ def test_json_given_as_the_text_of_a_string_option_is_searched(version):
                                       "{'p': 'evil.mod.fn'} loads code on the node")]
     assert loading({"compilation_config": "3"}, version) == []
     assert loading({"compilation_config": '{"level": 3}'}, version) == []
+
+
+@pytest.mark.parametrize("version,raw,field", [
+    ("0.32.0", {"log_config_file": "/tmp/log.json"}, "engine_args.log_config_file"),
+    ("0.33.0", {"logging_config": {"pylogging_config_file": "/tmp/log.json"}}, "engine_args.logging_config"),
+])
+def test_a_logging_config_file_loads_code(version, raw, field):
+    # logging.config.dictConfig imports what the file names ("()": "module.factory", "class": ...) and calls it; the
+    # env spelling, VLLM_LOGGING_CONFIG_PATH, is refused by env_policy for the same reason
+    assert [f for f, _ in loading(raw, version)] == [field]
