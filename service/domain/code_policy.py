@@ -1,7 +1,8 @@
 """Options that make a node import or run code beyond vLLM and the manifest's weights: remote model code, parser and
 I/O plugins, worker / scheduler / executor classes, middleware, logits processors, connector modules, compiler
-passes — at the top level or nested inside a JSON option (``structured_outputs_config.reasoning_parser_plugin``,
-``ec_transfer_config.ec_connector_module_path``). In ``production`` they need a manifest registered with
+passes and compile backends given as import paths, model class overrides, logging config files — at the top level
+or nested inside a JSON option (``structured_outputs_config.reasoning_parser_plugin``,
+``ec_transfer_config.ec_connector_module_path``), also when the JSON is given as a string option's text. In ``production`` they need a manifest registered with
 ``allow_remote_code`` (the same gate as ``--trust-remote-code``)."""
 
 from __future__ import annotations
