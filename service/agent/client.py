@@ -173,7 +173,10 @@ class AgentClient:
 
     def fetch(self, etag: str | None = None, wait: int = 0) -> httpx.Response:
         """GET the node's plan; with ``wait`` the server holds the call until the plan changes (long poll)."""
-        headers = {"If-None-Match": etag} if etag else {}
+        # the ETag comes from the state file or a server's header: one HTTP cannot carry (not visible ASCII) is
+        # left out (the plan is then fetched whole) rather than failing every fetch
+        usable = etag is not None and etag.isascii() and etag.isprintable() and len(etag) <= 256
+        headers = {"If-None-Match": etag} if usable and etag else {}
         params = {"wait": wait} if wait else {}
         return self._get(f"/v1/nodes/{self.node}/plan", headers=headers, params=params,
                          timeout=self.timeout + wait if wait else self.http.timeout,

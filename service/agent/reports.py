@@ -37,7 +37,9 @@ class Reporter:
         self.sender: threading.Thread | None = None
         self.closing = False
         # reports queued by an earlier (offline) boot go only to a service that has just proved itself genuine
-        self.queue: list[dict] = [q for q in state.pending if isinstance(q, dict)][-MAX_KEPT:] if send_pending else []
+        # (a queued entry without a string status is no report: a damaged or hand-edited state file)
+        self.queue: list[dict] = [q for q in state.pending if isinstance(q, dict) and isinstance(q.get("status"), str)
+                                  ][-MAX_KEPT:] if send_pending else []
 
     def _body(self, status: str, message: str | None, details: dict | None) -> dict:
         body_details = {**(details or {}), "run_id": self.run_id, "at": round(self.clock.time(), 3)}

@@ -8,9 +8,26 @@ import json
 import pathlib
 from collections.abc import Callable
 
+# A request file, config.json or safetensors index larger than this is not one (the largest real index is a few MB);
+# reading at most this much bounds the time and memory a file that never ends (/dev/zero, a pipe) can take.
+MAX_FILE_BYTES = 64 * 2**20
+
+
+def read_text(path: pathlib.Path) -> str:
+    """A file's text, reading at most MAX_FILE_BYTES of it."""
+    with path.open("rb") as f:
+        raw = f.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"the file is larger than {MAX_FILE_BYTES} bytes")
+    return raw.decode("utf-8")
+
+
+def read_json(path: pathlib.Path):
+    return json.loads(read_text(path))
+
 
 def load_request_file(path: pathlib.Path) -> dict:
-    data = json.loads(path.read_text())
+    data = read_json(path)
     if not isinstance(data, dict):
         raise ValueError("a launch request file must hold one JSON object")
     model = data.get("model")
@@ -21,7 +38,7 @@ def load_request_file(path: pathlib.Path) -> dict:
         model = {"name": str(model["path"]), **model, **read_model_dir(d)}
         pre = d / "preprocessor_config.json"  # image limits of a multimodal model (the encoder's memory profile)
         if model.get("preprocessor_config") is None and pre.is_file():
-            model["preprocessor_config"] = json.loads(pre.read_text())
+            model["preprocessor_config"] = read_json(pre)
         model.pop("path", None)
         data = {**data, "model": model}
     return data
@@ -31,14 +48,14 @@ def read_model_dir(d: pathlib.Path) -> dict:
     """config.json (required), quantization.txt, hf_quant_config.json and the safetensors index's total_size."""
     if not (d / "config.json").is_file():
         raise ValueError(f"{d} has no config.json")
-    out: dict = {"config": json.loads((d / "config.json").read_text())}
+    out: dict = {"config": read_json(d / "config.json")}
     if (d / "quantization.txt").is_file():
-        out["quantization_txt"] = (d / "quantization.txt").read_text()
+        out["quantization_txt"] = read_text(d / "quantization.txt")
     if (d / "hf_quant_config.json").is_file():
-        out["hf_quant_config"] = json.loads((d / "hf_quant_config.json").read_text())
+        out["hf_quant_config"] = read_json(d / "hf_quant_config.json")
     idx = d / "model.safetensors.index.json"
     if idx.is_file():
-        total = (json.loads(idx.read_text()).get("metadata") or {}).get("total_size")
+        total = (read_json(idx).get("metadata") or {}).get("total_size")
         if isinstance(total, int):
             out["weights_bytes"] = total
     return out

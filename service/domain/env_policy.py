@@ -25,10 +25,12 @@ DENIED = re.compile(r"^(PATH|LD_.*|PYTHON.*|DYLD_.*|PERL5?LIB|PERL5OPT|RUBYLIB|R
 # Some variables under an allowed prefix still name a path the process loads code from.
 # Any of them that names a place code, libraries, binaries or weights come from (paths, homes, roots, cache
 # directories, plugins, modules, library and injection hooks, hub endpoints): CUDA_INJECTION64_PATH,
-# TRITON_PTXAS_PATH, NCCL_NET_PLUGIN, HF_HOME, HF_ENDPOINT, UCX_MODULE_DIR, VLLM_CACHE_ROOT, TORCH_HOME, …
+# TRITON_PTXAS_PATH, NCCL_NET_PLUGIN, HF_HOME, HF_ENDPOINT, UCX_MODULE_DIR, VLLM_CACHE_ROOT, TORCH_HOME, …; and any that
+# names a module:class to import (TRITON_CACHE_MANAGER, TRITON_REMOTE_CACHE_BACKEND) or a command to run
+# (UCX_GDB_COMMAND).
 DENIED_ALLOWED = re.compile(
     r"^(TORCHINDUCTOR_CACHE_DIR|TRITON_CACHE_DIR|VLLM_PLUGINS|CUDA_CACHE_PATH|HF_MODULES_CACHE|TORCH_EXTENSIONS_DIR|"
-    r"VLLM_USE_MODELSCOPE|"
+    r"VLLM_USE_MODELSCOPE|TRITON_CACHE_MANAGER|TRITON_REMOTE_CACHE_BACKEND|[A-Z0-9]+_.*(COMMAND|CMD)|"
     r"[A-Z0-9]+_.*(PATH|PATHS|HOME|DIR|DIRS|ROOT|PLUGIN|PLUGINS|ENDPOINT|URL|LIB|LIBS|LIBRARY|MODULE|MODULES|"
     r"CACHE|INJECTION[A-Z0-9_]*|FILE)|[A-Z0-9_]*INJECTION[A-Z0-9_]*)$")
 

@@ -106,8 +106,9 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, upd
     from ..errors import PreconditionFailed
 
     changes = update.model_dump(exclude_unset=True)  # a field left out keeps the stored value
-    if "gpu_count" in changes and changes["gpu_count"] is None:
-        raise DomainError("gpu_count", "gpu_count cannot be null")
+    for key in ("gpu_count", "labels"):  # null is no value for either (NodeOut needs both; {} clears the labels)
+        if key in changes and changes[key] is None:
+            raise DomainError(key, f"{key} cannot be null" + (" (send {} to clear them)" if key == "labels" else ""))
     node = get(session, name, for_update=True)
     if if_match is not None and if_match.strip() not in ("*", etag(node)):
         raise PreconditionFailed(f"node {name!r} changed since you read it (ETag {etag(node)})", field="If-Match")

@@ -324,3 +324,23 @@ def test_a_corrupt_state_is_set_aside_under_the_clocks_time(node):
     assert (node.dir / f"state.json.corrupt-{stamp}").exists()
     assert service.statuses() == ["reset", "fetched"]
     assert service.reports[0]["details"]["reason"] == "state_corrupt"
+
+
+def test_a_queued_report_without_a_status_is_dropped_not_a_crash(node):
+    # a hand-edited or damaged state file: a queued "report" with no status is no report; sending it drew a 422 and
+    # the agent then crashed on body['status'] at every boot
+    token = saved_plan(node, age=60)
+    st = node.saved()
+    st.pending = [{"details": {}}, {"status": 7}, {"status": "exited", "plan_id": "p-1", "details": {}}]
+    st.save()
+
+    class Refusing(FakeService):
+        def post_report(self, body):
+            self.reports.append(body)
+            ok = isinstance(body.get("status"), str)
+            return httpx.Response(201 if ok else 422, json={"current": True} if ok else {"status": 422})
+
+    back = Refusing(not_modified(node.store, node.clock, token))
+    out = node.boot(back)
+    assert (out.code, out.step) == (0, "printed"), node.stderr()
+    assert back.statuses() == ["exited"] and node.saved().pending == []

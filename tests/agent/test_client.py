@@ -52,3 +52,15 @@ def test_non_finite_verified_at_is_a_corrupt_state(tmp_path, value):
     path.write_text(f'{{"last_seq": 1, "verified_at": {value}}}')
     with pytest.raises(StateCorrupt):
         AgentState.load(path)
+
+
+@pytest.mark.parametrize("etag", ['"\u00e9"', '"a\nb"', '"p-1"\x7f'])
+def test_an_etag_that_is_no_header_value_is_not_sent(etag):
+    # the ETag comes from the state file or a server's header; one that HTTP cannot carry made every fetch raise
+    # (UnicodeEncodeError out of the boot, or a protocol error read as "the service is unreachable")
+    seen = []
+    transport = httpx.MockTransport(lambda req: (seen.append(req.headers.get("If-None-Match")),
+                                                 httpx.Response(200, content=iter([b"plan"])))[1])
+    client = AgentClient("http://service", "n1", "t", transport=transport)
+    assert client.fetch(etag).status_code == 200 and seen == [None]
+    assert client.fetch('"p-1"').status_code == 200 and seen[-1] == '"p-1"'

@@ -20,3 +20,12 @@ def test_env_that_names_where_code_or_weights_come_from_is_refused(name):
                                   "VLLM_PP_LAYER_PARTITION", "PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS"])
 def test_ordinary_tuning_env_is_still_allowed(name):
     assert refused({name: "x"}) == []
+
+
+@pytest.mark.parametrize("name,value", [
+    ("TRITON_CACHE_MANAGER", "evil.mod:Manager"),  # triton imports the module:class it names (runtime/cache.py)
+    ("TRITON_REMOTE_CACHE_BACKEND", "evil.mod:Backend"),
+    ("UCX_GDB_COMMAND", "/tmp/evil"),  # UCX runs it on a fault (with UCX_HANDLE_ERRORS=debug)
+])
+def test_env_that_names_code_to_import_or_a_command_to_run_is_refused(name, value):
+    assert [n for n, _ in refused({name: value})] == [name]

@@ -57,3 +57,13 @@ def test_a_patched_gpu_count_clears_the_per_gpu_list_it_contradicts(client):
     assert r.status_code == 200, r.text
     node = client.get("/v1/nodes/n3").json()
     assert node["gpu_count"] == 3 and "gpus" not in node
+
+
+def test_a_patch_with_null_labels_is_a_422_naming_the_field_and_changes_nothing(client):
+    from tests.support.api import register_node
+
+    register_node(client, name="n1", gpu="h100-sxm-80gb", count=1)
+    assert client.patch("/v1/nodes/n1", json={"labels": {"pool": "a"}}).status_code == 200
+    r = client.patch("/v1/nodes/n1", json={"labels": None})
+    assert r.status_code == 422 and field_of(r) == "labels", r.text
+    assert client.get("/v1/nodes/n1").json()["labels"] == {"pool": "a"}

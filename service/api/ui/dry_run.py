@@ -56,8 +56,9 @@ def form_body(form) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, str]
         engine_args = json.loads(shown["engine_args"])
         if not isinstance(engine_args, dict):
             raise ValueError("not an object")
-    except ValueError as exc:
-        errors.append({"field": "engine_args", "message": f"a JSON object of engine arguments ({exc})"})
+    except (ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        errors.append({"field": "engine_args", "message": f"a JSON object of engine arguments ({why})"})
         engine_args = {}
     workload: dict[str, Any] = {}
     for key in ("avg_seq_len", "p99_seq_len"):

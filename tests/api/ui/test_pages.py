@@ -118,6 +118,14 @@ def test_dry_run_page_stores_nothing_and_names_bad_fields(client):
     assert client.get("/v1/plans").json()["items"] == before
 
 
+def test_dry_run_engine_args_nested_past_the_parser_is_a_422_naming_the_field(client):
+    # json.loads raises RecursionError (not a ValueError) on text nested deeper than the interpreter's stack
+    fleet_of_two(client)
+    form = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"], "engine_args": "[" * 30000}
+    r = client.post("/ui/try", data=form)
+    assert r.status_code == 422 and "<code>engine_args</code>" in r.text and "nested too deeply" in r.text
+
+
 def test_roles_see_what_the_api_shows_them(client):
     register_node(client)
     register_manifest(client)
