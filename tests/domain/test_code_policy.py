@@ -49,3 +49,16 @@ def test_a_logging_config_file_loads_code(version, raw, field):
     # logging.config.dictConfig imports what the file names ("()": "module.factory", "class": ...) and calls it; the
     # env spelling, VLLM_LOGGING_CONFIG_PATH, is refused by env_policy for the same reason
     assert [f for f, _ in loading(raw, version)] == [field]
+
+
+def test_code_loading_names_the_list_item_that_loads():
+    from service.domain import versions
+    from service.domain.code_policy import code_loading
+    from service.domain.engine_args import parse_engine_args
+
+    raw = {"kv_transfer_config": {"kv_connector": "MultiConnector", "kv_role": "kv_both", "kv_connector_extra_config": {
+        "connectors": [{"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+                       {"kv_connector": "X", "kv_role": "kv_both", "kv_connector_module_path": "evil.mod"}]}}}
+    found = code_loading(parse_engine_args(raw, versions.resolve_version("0.33.0")[1]))
+    assert found == [("engine_args.kv_transfer_config", "kv_transfer_config.kv_connector_extra_config.connectors[1]"
+                      ".kv_connector_module_path 'evil.mod' loads code on the node")]

@@ -93,16 +93,3 @@ def test_options_that_load_code_need_the_manifests_consent_in_production(client,
     ok = client.post("/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": args,
                                         "environment": "benchmark"})
     assert ok.status_code == 201, ok.text
-
-
-def test_code_loading_names_the_list_item_that_loads():
-    from service.domain import versions
-    from service.domain.code_policy import code_loading
-    from service.domain.engine_args import parse_engine_args
-
-    raw = {"kv_transfer_config": {"kv_connector": "MultiConnector", "kv_role": "kv_both", "kv_connector_extra_config": {
-        "connectors": [{"kv_connector": "NixlConnector", "kv_role": "kv_both"},
-                       {"kv_connector": "X", "kv_role": "kv_both", "kv_connector_module_path": "evil.mod"}]}}}
-    found = code_loading(parse_engine_args(raw, versions.resolve_version("0.33.0")[1]))
-    assert found == [("engine_args.kv_transfer_config", "kv_transfer_config.kv_connector_extra_config.connectors[1]"
-                      ".kv_connector_module_path 'evil.mod' loads code on the node")]
