@@ -122,11 +122,13 @@ def validated_arguments(ctx: LaunchContext) -> dict[str, Any]:
     return out
 
 
-def render_argv(ctx: LaunchContext, model: str | None = None) -> list[str]:
+def render_argv(ctx: LaunchContext, model: str | None = None, args: dict[str, Any] | None = None) -> list[str]:
     """``["vllm", "serve", MODEL, "--flag", "value", ...]`` in a stable order: pinned values first, then the other
-    given arguments alphabetically. Only options the target release defines are rendered."""
+    given arguments alphabetically. Only options the target release defines are rendered. ``args``: the
+    ``validated_arguments(ctx)`` the caller already holds (the round trip compares against the same dict)."""
     argv = ["vllm", "serve", model or model_reference(ctx)]
-    args = validated_arguments(ctx)
+    if args is None:
+        args = validated_arguments(ctx)
     order = [n for n in PINNED] + (["pipeline_parallel_size"] if "pipeline_parallel_size" in args else [])
     order += (["quantization"] if "quantization" in args else [])
     order += sorted(n for n in args if n not in order)
@@ -253,9 +255,11 @@ def _read_scalar(dest: str, opt: Option, text: str) -> Any:
     return scalar(dest, opt, text)
 
 
-def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit) -> list[Finding]:
+def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit,
+                       expected: dict[str, Any] | None = None) -> list[Finding]:
     """The rendered argv, parsed back, must give exactly the validated arguments and the intended model (the
-    ``argv_roundtrip`` rule's findings, built with its ``emit``)."""
+    ``argv_roundtrip`` rule's findings, built with its ``emit``). ``expected``: ``validated_arguments(ctx)`` when
+    the caller already computed it (it is not modified)."""
     if len(argv) > 2 and not ctx.request.model.uri:
         # no uri: a check or /v1/validate of a described model, where the name is a label and nothing is signed
         argv = [*argv[:2], "model", *argv[3:]]
@@ -266,7 +270,8 @@ def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit) -> list[
             f"{problem}; Preflight will not sign a command whose model vLLM could read as something else.",
             remedy={"uri": "a repository id, an absolute path or an s3:// URI"}, field="model.uri",
         )]
-    expected = validated_arguments(ctx)
+    if expected is None:
+        expected = validated_arguments(ctx)
     try:
         model, parsed = parse_argv(argv, ctx.line)
     except ArgvError as e:
@@ -275,7 +280,10 @@ def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit) -> list[
             f"The rendered vllm serve argv does not parse back to the validated arguments: {e}.",
             remedy=None, field="engine_args",
         )]
-    diffs = sorted(k for k in set(expected) | set(parsed) if _norm(expected.get(k)) != _norm(parsed.get(k)))
+    # equal dicts have no differing key under _norm either (rounding equal floats gives equal floats); the key walk
+    # runs only when they differ, to name the differences
+    diffs = [] if parsed == expected else sorted(
+        k for k in set(expected) | set(parsed) if _norm(expected.get(k)) != _norm(parsed.get(k)))
     if model != argv[2] or diffs:
         shown = ", ".join(f"{k}: validated {expected.get(k)!r}, parsed {parsed.get(k)!r}" for k in diffs[:5])
         return [emit.error(
