@@ -4,8 +4,9 @@ values vLLM 0.33 would derive for whatever the request leaves out. Rules read it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from .engine_args import EngineArgs, parse_engine_args
 from .errors import DomainError
