@@ -195,7 +195,7 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
         key, eq, inline = arg.partition("=")
         if "." in key:
             raise ArgvError(f"{arg!r}: dotted keys are merged into a JSON option by vLLM's parser")
-        if key.startswith("--"):
+        if "_" in key and key.startswith("--"):  # (without an underscore the spelling is already dashed)
             key = "--" + key[2:].replace("_", "-")
         dest = line.spellings.get(key)
         if dest is None:
@@ -220,7 +220,10 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
         if opt.nargs == "?" and not eq and (i >= len(rest) or _looks_like_option(rest[i])):
             values[dest] = opt.const
             continue
-        if not eq:
+        if not eq and not opt.is_list and i < len(rest) and rest[i][:1] != "-":
+            taken.append(rest[i])  # one value that cannot be an option or a dotted key: the loop below, in short
+            i += 1
+        elif not eq:
             want_many = opt.is_list and not opt.appends
             while i < len(rest) and not _looks_like_option(rest[i]):
                 if rest[i][:1] == "-" and "." in rest[i]:
@@ -250,7 +253,8 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
 
 
 def _read_scalar(dest: str, opt: Option, text: str) -> Any:
-    if opt.kind is K_JSON or (opt.kind is K_JSON_OR_STR and text.lstrip().startswith("{")):
+    kind = opt.kind
+    if kind is K_JSON or (kind is K_JSON_OR_STR and text.lstrip().startswith("{")):
         return json.loads(text)
     return scalar(dest, opt, text)
 
