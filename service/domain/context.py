@@ -4,9 +4,9 @@ values vLLM 0.33 would derive for whatever the request leaves out. Rules read it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from .engine_args import EngineArgs, parse_engine_args
 from .errors import DomainError
@@ -18,6 +18,33 @@ from .versions import VersionLine, resolve_version
 
 if TYPE_CHECKING:  # the memory model reads the context
     from .memory import Budget
+
+_T = TypeVar("_T")
+
+
+class _computed_once(Generic[_T]):
+    """functools.cached_property without its lock (Python 3.11 takes an RLock on every first read, and a context
+    lives in one thread): computed on first read, then stored in the instance dict, which shadows this
+    non-data descriptor."""
+
+    def __init__(self, func: Callable[[Any], _T]) -> None:
+        self.func = func
+        self.name = func.__name__
+        self.__doc__ = func.__doc__
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _computed_once[_T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> _T | _computed_once[_T]:
+        if obj is None:
+            return self
+        value = self.func(obj)
+        obj.__dict__[self.name] = value
+        return value
+
 
 FP16_FORBIDDEN_MODEL_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4"}  # vllm/config/model.py:2397-2420
 DTYPE_ALIASES = {"half": "float16", "float": "float32", "float16": "float16", "bfloat16": "bfloat16",
@@ -116,11 +143,11 @@ class LaunchContext:
     notes: dict[str, Any] = field(default_factory=dict)
 
     # read by most rules and every memory term: computed once (the engine arguments are not changed after parsing)
-    @cached_property
+    @_computed_once
     def tp(self) -> int:
         return self.args.tensor_parallel_size
 
-    @cached_property
+    @_computed_once
     def pp(self) -> int:
         return self.args.pipeline_parallel_size
 
@@ -132,7 +159,7 @@ class LaunchContext:
     def checkpoint_quant(self) -> str | None:
         return self.facts.quant.method if self.facts.quant else None
 
-    @cached_property
+    @_computed_once
     def requested_quantization(self) -> str | None:
         q = self.args.get("quantization")
         return q.lower() if isinstance(q, str) else None

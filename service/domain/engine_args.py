@@ -76,6 +76,8 @@ def parse_size(value: Any, name: str, auto: bool = False) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str):
+        if value.isdigit() and value.isascii() and len(value) <= 18:
+            return int(value)  # plain ASCII digits: what _INT_TEXT below matches
         text = value.strip()
         if auto and text.lower() == "auto":
             return -1
@@ -162,6 +164,8 @@ def _text(name: str, value: Any, what: str = "a string") -> str:
 
 
 def _number(name: str, value: Any, integer: bool) -> int | float:
+    if integer and type(value) is str and value.isdigit() and value.isascii() and len(value) <= 18:
+        return int(value)  # plain ASCII digits: what the _INTEGER match below accepts and int() reads, checks passed
     fld = f"engine_args.{name}"
     what = "an integer" if integer else "a number"
     if isinstance(value, bool):

@@ -122,11 +122,13 @@ def validated_arguments(ctx: LaunchContext) -> dict[str, Any]:
     return out
 
 
-def render_argv(ctx: LaunchContext, model: str | None = None) -> list[str]:
+def render_argv(ctx: LaunchContext, model: str | None = None, args: dict[str, Any] | None = None) -> list[str]:
     """``["vllm", "serve", MODEL, "--flag", "value", ...]`` in a stable order: pinned values first, then the other
-    given arguments alphabetically. Only options the target release defines are rendered."""
+    given arguments alphabetically. Only options the target release defines are rendered. ``args``: the
+    ``validated_arguments(ctx)`` the caller already holds (the round trip compares against the same dict)."""
     argv = ["vllm", "serve", model or model_reference(ctx)]
-    args = validated_arguments(ctx)
+    if args is None:
+        args = validated_arguments(ctx)
     order = [n for n in PINNED] + (["pipeline_parallel_size"] if "pipeline_parallel_size" in args else [])
     order += (["quantization"] if "quantization" in args else [])
     order += sorted(n for n in args if n not in order)
@@ -193,7 +195,7 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
         key, eq, inline = arg.partition("=")
         if "." in key:
             raise ArgvError(f"{arg!r}: dotted keys are merged into a JSON option by vLLM's parser")
-        if key.startswith("--"):
+        if "_" in key and key.startswith("--"):  # (without an underscore the spelling is already dashed)
             key = "--" + key[2:].replace("_", "-")
         dest = line.spellings.get(key)
         if dest is None:
@@ -218,7 +220,10 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
         if opt.nargs == "?" and not eq and (i >= len(rest) or _looks_like_option(rest[i])):
             values[dest] = opt.const
             continue
-        if not eq:
+        if not eq and not opt.is_list and i < len(rest) and rest[i][:1] != "-":
+            taken.append(rest[i])  # one value that cannot be an option or a dotted key: the loop below, in short
+            i += 1
+        elif not eq:
             want_many = opt.is_list and not opt.appends
             while i < len(rest) and not _looks_like_option(rest[i]):
                 if rest[i][:1] == "-" and "." in rest[i]:
@@ -248,14 +253,17 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
 
 
 def _read_scalar(dest: str, opt: Option, text: str) -> Any:
-    if opt.kind is K_JSON or (opt.kind is K_JSON_OR_STR and text.lstrip().startswith("{")):
+    kind = opt.kind
+    if kind is K_JSON or (kind is K_JSON_OR_STR and text.lstrip().startswith("{")):
         return json.loads(text)
     return scalar(dest, opt, text)
 
 
-def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit) -> list[Finding]:
+def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit,
+                       expected: dict[str, Any] | None = None) -> list[Finding]:
     """The rendered argv, parsed back, must give exactly the validated arguments and the intended model (the
-    ``argv_roundtrip`` rule's findings, built with its ``emit``)."""
+    ``argv_roundtrip`` rule's findings, built with its ``emit``). ``expected``: ``validated_arguments(ctx)`` when
+    the caller already computed it (it is not modified)."""
     if len(argv) > 2 and not ctx.request.model.uri:
         # no uri: a check or /v1/validate of a described model, where the name is a label and nothing is signed
         argv = [*argv[:2], "model", *argv[3:]]
@@ -266,7 +274,8 @@ def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit) -> list[
             f"{problem}; Preflight will not sign a command whose model vLLM could read as something else.",
             remedy={"uri": "a repository id, an absolute path or an s3:// URI"}, field="model.uri",
         )]
-    expected = validated_arguments(ctx)
+    if expected is None:
+        expected = validated_arguments(ctx)
     try:
         model, parsed = parse_argv(argv, ctx.line)
     except ArgvError as e:
@@ -275,7 +284,10 @@ def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit) -> list[
             f"The rendered vllm serve argv does not parse back to the validated arguments: {e}.",
             remedy=None, field="engine_args",
         )]
-    diffs = sorted(k for k in set(expected) | set(parsed) if _norm(expected.get(k)) != _norm(parsed.get(k)))
+    # equal dicts have no differing key under _norm either (rounding equal floats gives equal floats); the key walk
+    # runs only when they differ, to name the differences
+    diffs = [] if parsed == expected else sorted(
+        k for k in set(expected) | set(parsed) if _norm(expected.get(k)) != _norm(parsed.get(k)))
     if model != argv[2] or diffs:
         shown = ", ".join(f"{k}: validated {expected.get(k)!r}, parsed {parsed.get(k)!r}" for k in diffs[:5])
         return [emit.error(

@@ -30,11 +30,12 @@ def argv_roundtrip(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     semantics (``--model`` anywhere is moved to the front, ``--config`` pulls in a file, a value that begins with
     ``-`` is an option, ``nargs='+'`` reads up to the next option), must give exactly the engine arguments that were
     validated; the model reference must be a repository id, an absolute path or an object-store URI."""
-    from ..render import render_argv, roundtrip_findings
+    from ..render import render_argv, roundtrip_findings, validated_arguments
 
-    argv = render_argv(ctx)
+    expected = validated_arguments(ctx)  # computed once: rendered from, then compared with what parses back
+    argv = render_argv(ctx, args=expected)
     ctx.notes["argv"] = argv  # the validator signs this same argv (validate.py)
-    return roundtrip_findings(ctx, argv, emit)
+    return roundtrip_findings(ctx, argv, emit, expected)
 
 
 @rule("flag_unjudged", severity="error", source=SRC_LOAD)
