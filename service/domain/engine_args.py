@@ -22,8 +22,20 @@ from typing import Any
 
 from .errors import DomainError
 from .text import display_text_problem
-from .versions import (K_BOOL, K_BOOL_VALUE, K_FLAG, K_FLOAT, K_INT, K_JSON, K_JSON_OR_STR, K_SIZE, K_SIZE_OR_AUTO,
-                       K_STR, Option, VersionLine)
+from .versions import (
+    K_BOOL,
+    K_BOOL_VALUE,
+    K_FLAG,
+    K_FLOAT,
+    K_INT,
+    K_JSON,
+    K_JSON_OR_STR,
+    K_SIZE,
+    K_SIZE_OR_AUTO,
+    K_STR,
+    Option,
+    VersionLine,
+)
 
 _SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 MAX_INT = 1 << 53

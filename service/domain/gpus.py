@@ -56,7 +56,7 @@ class Gpu:
             "id": self.id,
             "name": self.name,
             "vendor": self.vendor,
-            "compute_capability": None if self.compute_capability is None else "%d.%d" % self.compute_capability,
+            "compute_capability": None if self.compute_capability is None else "{}.{}".format(*self.compute_capability),
             "memory_bytes": self.memory_bytes,
             "bf16": self.bf16,
             "fp8": self.fp8,

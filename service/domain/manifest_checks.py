@@ -29,10 +29,9 @@ def manifest_findings(config: dict[str, Any], hf_quant_config: dict[str, Any] | 
             {"hf_quant_config": in_config.method}, SRC, "model.hf_quant_config"))
     if quantization_txt:
         from .context import build_context
+        from .quant_tag import parse_quantization_txt
         from .request import LaunchRequest
         from .rules.quantization import quant_mismatch
-
-        from .quant_tag import parse_quantization_txt
         from .versions import all_quant_methods, version_lines
 
         method = parse_quantization_txt(quantization_txt, all_quant_methods()).method

@@ -43,7 +43,7 @@ class Checkpoint(Strict):
         description="For a tp_sharded checkpoint: the pipeline parallel size it was saved at.")
 
     @model_validator(mode="after")
-    def _sharded_needs_tp(self) -> "Checkpoint":
+    def _sharded_needs_tp(self) -> Checkpoint:
         if self.layout == "tp_sharded" and self.tensor_parallel_size is None:
             raise ValueError("checkpoint layout tp_sharded needs tensor_parallel_size (the TP it was saved at)")
         return self
@@ -178,7 +178,7 @@ class LaunchRequest(Strict):
         return data
 
     @model_validator(mode="after")
-    def _config_present(self) -> "LaunchRequest":
+    def _config_present(self) -> LaunchRequest:
         if self.model.config is None and self.model.path is None:
             raise ValueError("model needs config (the config.json object) or path (a model directory)")
         if len(self.engine_args) > 200:

@@ -21,8 +21,9 @@ of the node's previous plan (a worker never keeps a plan whose head moved on). A
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from .errors import DomainError
 

@@ -36,8 +36,9 @@ and the ids of the windows it was made from.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 State = Literal["exploring", "knee_found", "settled", "backing_off", "stuck"]
 STATES = ("exploring", "knee_found", "settled", "backing_off", "stuck")
@@ -121,7 +122,7 @@ class Point:
                 "plan": self.plan}
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Point | None":
+    def from_dict(cls, d: Any) -> Point | None:
         if not isinstance(d, dict):
             return None
         try:
@@ -154,7 +155,7 @@ class Memo:
                 "initial": self.initial, "saturation": self.saturation}
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Memo":
+    def from_dict(cls, d: Any) -> Memo:
         """A memo from a stored plan (None or anything unusable: the start of the loop)."""
         if not isinstance(d, dict):
             return cls()

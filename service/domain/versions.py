@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import cached_property, lru_cache
-from typing import Any, Callable
+from functools import cache, cached_property, lru_cache
+from typing import Any
 
 from .errors import DomainError
 
@@ -296,7 +297,7 @@ def _load(path: pathlib.Path) -> VersionLine:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _catalogue_files() -> tuple[tuple[tuple[int, int, int], str, pathlib.Path], ...]:
     """(release, version, path) of every generated line, oldest first, from the file names alone
     (``<vllm_version>.json``): which lines exist is known without reading any of them."""
@@ -308,13 +309,13 @@ def _catalogue_files() -> tuple[tuple[tuple[int, int, int], str, pathlib.Path], 
     return tuple(sorted(found))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _line(version: str) -> VersionLine:
     """One generated line, read on first use and kept (a check of one request reads one file of the 15)."""
     return _load(DATA_DIR / f"{version}.json")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _lines() -> tuple[VersionLine, ...]:
     """Every generated line, oldest first."""
     return tuple(_line(version) for _, version, _ in _catalogue_files())
@@ -337,12 +338,12 @@ def _removals(line: VersionLine) -> tuple[dict[str, RemovedFlag], dict[str, tupl
     for dest, last in seen_flags.items():
         if dest not in line.options:
             advice, source = ADVICE.get(dest, ("drop it", f"service/data/vllm/{last}.json vs {line.newest}.json"))
-            removed[dest] = RemovedFlag(_first_without(loaded, last, lambda l: dest in l.options), advice, source,
+            removed[dest] = RemovedFlag(_first_without(loaded, last, lambda l: dest in l.options), advice, source,  # noqa: B023 - called at once
                                         last)
     plugin_only = {}
     for method, last in seen_quant.items():
         if method not in line.quant_methods:
-            plugin_only[method] = (_first_without(loaded, last, lambda l: method in l.quant_methods),
+            plugin_only[method] = (_first_without(loaded, last, lambda l: method in l.quant_methods),  # noqa: B023 - called at once
                                    QUANT_PLUGINS.get(method, f"vLLM {last} or older (the newest generated line "
                                                              f"that still has it)"))
     return removed, plugin_only
@@ -365,7 +366,7 @@ def newest_line() -> VersionLine:
 DEFAULT_VERSION = "0.33.0"
 
 
-@lru_cache(maxsize=None)
+@cache
 def all_quant_methods() -> tuple[str, ...]:
     """Every quantization method name of any supported line: what a manifest's quantization.txt may name."""
     return tuple(dict.fromkeys(m for line in _lines() for m in line.quant_methods))
@@ -385,7 +386,7 @@ def resolve_version(version: str | None) -> tuple[str, VersionLine]:
         candidates = [v for release, v, _ in files if release[:2] <= parsed[:2]]
         oldest_major_minor = files[0][0][:2]
         if candidates and parsed[:2] <= files[-1][0][:2] and parsed[:2] >= oldest_major_minor:
-            full = canonical_version(text) or "%d.%d.%d" % parsed
+            full = canonical_version(text) or "{}.{}.{}".format(*parsed)
             if len(full) <= MAX_VERSION_CHARS:
                 return full, _line(candidates[-1])
             raise DomainError("vllm_version", f"vLLM version {full[:40]!r}…: at most {MAX_VERSION_CHARS} characters "

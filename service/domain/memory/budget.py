@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
 from ..context import LaunchContext
 from ..gpus import GIB
@@ -209,7 +210,7 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
 def accounting_dict(acct: Accounting) -> dict[str, Any]:
     """The budget's ``accounting``: which release's rules sized it."""
     return {
-        "vllm_version": "%d.%d.%d" % acct.version,
+        "vllm_version": "{}.{}.{}".format(*acct.version),
         "engine": "v1" if acct.v1_engine else "v0",
         "cuda_graphs_in_budget": acct.cuda_graphs_in_budget,
         "mla_latent_cache": acct.mla_latent_cache,

@@ -85,7 +85,7 @@ class Accounting:
     hybrid_sliding_window: bool
 
     @classmethod
-    def for_version(cls, version: str, env: dict[str, str] | None = None) -> "Accounting":
+    def for_version(cls, version: str, env: dict[str, str] | None = None) -> Accounting:
         env = env or {}
         return _accounting(version, _tri(env.get("VLLM_USE_V1")),
                            _tri(env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")))

@@ -10,8 +10,8 @@ vllm/v1/kv_cache_interface.py:586-601, 643-648, 918-955; vllm/v1/core/kv_cache_p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..context import LaunchContext
 from ..model_facts import MAX_LAYERS, ModelFacts, config_int

@@ -13,8 +13,9 @@ Every module of this package is imported at the bottom, so adding a module adds 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from ..context import LaunchContext
 from ..findings import Finding, Severity

@@ -8,7 +8,8 @@ These run in phase ``budget``, after ``ctx.budget`` is computed. GiB figures are
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..context import LaunchContext, build_context
 from ..engine_args import arg_name
