@@ -145,6 +145,17 @@ def _pos_int(value: Any, field: str, hi: int = MAX_LENGTH) -> int | None:
     return config_int(value, field, 0, hi)
 
 
+def _get_int(cfg: dict[str, Any], key: str, prefix: str, lo: int = 0, hi: int = MAX_LENGTH) -> int | None:
+    """``config_int(cfg.get(key), prefix + key, lo, hi)``; a plain in-range int (what a real config.json holds)
+    returns without building the field name."""
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if type(value) is int and lo <= value <= hi:
+        return value
+    return config_int(value, prefix + key, lo, hi)
+
+
 @dataclass(frozen=True)
 class VisionTower:
     """A TP-sharded vision encoder: its head count (and hidden size) as config.json gives them."""
@@ -188,7 +199,9 @@ NON_GATED_MLP = frozenset({
 })
 
 
-@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
+# built per plan, with 35 fields: not frozen, because a frozen __init__ pays an object.__setattr__ call per field
+# (a third of reading a config.json); nothing assigns to a ModelFacts after read_model_facts builds it
+@dataclass(slots=True)
 class ModelFacts:
     """What vLLM needs to know about a model, read from its config.json.
 
@@ -276,9 +289,10 @@ def _rope(text: dict[str, Any],
     rtype = rope.get("rope_type") or rope.get("type")
     if rtype is not None and not isinstance(rtype, str):
         raise DomainError(field + ".rope_type", f"{field}.rope_type must be a string", rule="config_invalid")
-    factor = config_number(rope.get("factor"), field + ".factor", 0, MAX_ROPE_FACTOR)
-    config_int(rope.get("original_max_position_embeddings"), field + ".original_max_position_embeddings", 0,
-               MAX_LENGTH)
+    factor = rope.get("factor")
+    if factor is not None:
+        factor = config_number(factor, field + ".factor", 0, MAX_ROPE_FACTOR)
+    _get_int(rope, "original_max_position_embeddings", field + ".")
     return (rtype or None), factor, rope
 
 
@@ -294,11 +308,10 @@ def derive_max_model_len(text: dict[str, Any], model_type: str | None,
     """
     found: list[tuple[int, str]] = []
     for k in LENGTH_KEYS:
-        raw = text.get(k)
-        v = None if raw is None else config_int(raw, prefix + k, 0, MAX_LENGTH)
+        v = _get_int(text, k, prefix)
         if v:
             found.append((v, k))
-    mml = config_int(text.get("model_max_length"), prefix + "model_max_length", 0, MAX_LENGTH) or None
+    mml = _get_int(text, "model_max_length", prefix) or None
     if not found:
         return DEFAULT_MAX_LEN, "default", mml
     length, key = min(found)
@@ -452,26 +465,30 @@ def _vision(config: dict[str, Any]) -> VisionTower | None:
     )
 
 
-def _read(text: dict[str, Any], prefix: str, keys: tuple[str, ...], name: str, lo: int = 0,
-          hi: int = MAX_LENGTH) -> int | None:
-    """The first of ``keys`` the text config gives, checked; errors name that key (or ``name`` when none is given)."""
-    key, value = _first_key(text, keys)
-    return config_int(value, prefix + (key if value is not None else name), lo, hi)
+def _read(text: dict[str, Any], prefix: str, keys: tuple[str, ...], lo: int = 0, hi: int = MAX_LENGTH) -> int | None:
+    """The first of ``keys`` the text config gives, checked (errors name that key); None when none is given."""
+    for key in keys:
+        value = text.get(key)
+        if value is not None:
+            if type(value) is int and lo <= value <= hi:
+                return value
+            return config_int(value, prefix + key, lo, hi)
+    return None
 
 
 def _attention_shape(text: dict[str, Any], prefix: str, model_type: str | None) -> tuple[int, int, int, int]:
     """``(attention heads, layers, hidden size, KV heads)``: the first three required; KV heads from the first KV
     key, Falcon ``multi_query`` without the new decoder architecture one, otherwise the attention heads (vllm 0.33.0
     vllm/transformers_utils/config.py:56-63, model_arch_config_convertor.py:152-157)."""
-    heads = _read(text, prefix, HEAD_KEYS, "num_attention_heads", 1, MAX_HEADS)
-    layers = _read(text, prefix, LAYER_KEYS, "num_hidden_layers", 1, MAX_LAYERS)
-    hidden = _read(text, prefix, HIDDEN_KEYS, "hidden_size", 1, MAX_HIDDEN)
+    heads = _read(text, prefix, HEAD_KEYS, 1, MAX_HEADS)
+    layers = _read(text, prefix, LAYER_KEYS, 1, MAX_LAYERS)
+    hidden = _read(text, prefix, HIDDEN_KEYS, 1, MAX_HIDDEN)
     for name, value in (("num_attention_heads", heads), ("num_hidden_layers", layers), ("hidden_size", hidden)):
         if not value:
             raise DomainError(prefix + name, f"config.json has no usable {name} (needed to build the model)",
                               rule="config_missing_key")
     assert heads and layers and hidden  # checked just above
-    kv_given = _read(text, prefix, KV_HEAD_KEYS, "num_key_value_heads", 0, MAX_HEADS)
+    kv_given = _read(text, prefix, KV_HEAD_KEYS, 0, MAX_HEADS)
     if kv_given and kv_given > heads:
         raise DomainError(prefix + _first_key(text, KV_HEAD_KEYS)[0],
                           f"{kv_given} key/value heads but only {heads} attention heads (each KV head serves a group "
@@ -488,14 +505,14 @@ def _head_dim(text: dict[str, Any], prefix: str, model_type: str | None, hidden:
     """``(head_dim, MLA dimensions)``: ``head_dim`` if > 0, else ``hidden_size_per_head``, else hidden // heads
     (convertor:91-118); an MLA model caches the latent, head size = kv_lora_rank + qk_rope_head_dim
     (convertor:92-98). The MLA dimensions are empty for other model types."""
-    head_dim = _pos_int(text.get("head_dim"), prefix + "head_dim", MAX_HEAD_DIM) or _pos_int(
-        text.get("hidden_size_per_head"), prefix + "hidden_size_per_head", MAX_HEAD_DIM
+    head_dim = _get_int(text, "head_dim", prefix, 0, MAX_HEAD_DIM) or _get_int(
+        text, "hidden_size_per_head", prefix, 0, MAX_HEAD_DIM
     )
     mla: dict[str, int | None] = {}
     if model_type in MLA_MODEL_TYPES:
         for k, hi in (("kv_lora_rank", MAX_HIDDEN), ("q_lora_rank", MAX_HIDDEN), ("qk_rope_head_dim", MAX_HEAD_DIM),
                       ("qk_nope_head_dim", MAX_HEAD_DIM), ("v_head_dim", MAX_HEAD_DIM)):
-            mla[k] = _pos_int(text.get(k), prefix + k, hi)
+            mla[k] = _get_int(text, k, prefix, 0, hi)
     kv_lora = mla.get("kv_lora_rank")
     if kv_lora:
         head_dim = kv_lora + (mla["qk_rope_head_dim"] or 0)
@@ -515,8 +532,8 @@ def _lengths(text: dict[str, Any], model_type: str | None, prefix: str,
 
 def _moe_intermediate(text: dict[str, Any], prefix: str, num_experts: int, model_type: str | None) -> int | None:
     """The expert MLP width: ``moe_intermediate_size``; Mixtral and gpt-oss name it ``intermediate_size``."""
-    return _pos_int(text.get("moe_intermediate_size"), prefix + "moe_intermediate_size", MAX_WIDTH) or (
-        _pos_int(text.get("intermediate_size"), prefix + "intermediate_size", MAX_WIDTH)
+    return _get_int(text, "moe_intermediate_size", prefix, 0, MAX_WIDTH) or (
+        _get_int(text, "intermediate_size", prefix, 0, MAX_WIDTH)
         if num_experts and model_type in ("mixtral", "gpt_oss") else None)
 
 
@@ -538,12 +555,11 @@ def read_model_facts(config: dict[str, Any], hf_quant_config: dict[str, Any] | N
     head_dim, mla = _head_dim(text, prefix, model_type, hidden, heads)
     is_mla = bool(mla.get("kv_lora_rank"))
     for k, (lo, hi) in RAW_INT_KEYS.items():
-        if text.get(k) is not None:  # (config_int passes None; the field name is built only for a value)
-            config_int(text[k], prefix + k, lo, hi)
+        _get_int(text, k, prefix, lo, hi)
     _layer_lists(text, prefix)
     derived, key, mml = _lengths(text, model_type, prefix, length_defaults)
     rtype, factor, _ = _rope(text, prefix)
-    num_experts = _read(text, prefix, EXPERT_KEYS, "num_experts", 0, MAX_EXPERTS) or 0
+    num_experts = _read(text, prefix, EXPERT_KEYS, 0, MAX_EXPERTS) or 0
     arch = config.get("architectures") or text.get("architectures") or []
     if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
         raise DomainError("model.config.architectures", "architectures must be a list of class names (strings)",
@@ -562,14 +578,12 @@ def read_model_facts(config: dict[str, Any], hf_quant_config: dict[str, Any] | N
         head_dim=head_dim,
         num_hidden_layers=layers,
         hidden_size=hidden,
-        intermediate_size=_read(text, prefix, INTERMEDIATE_KEYS, "intermediate_size", 0, MAX_WIDTH),
+        intermediate_size=_read(text, prefix, INTERMEDIATE_KEYS, 0, MAX_WIDTH),
         moe_intermediate_size=_moe_intermediate(text, prefix, num_experts, model_type),
-        shared_expert_intermediate_size=_pos_int(text.get("shared_expert_intermediate_size"),
-                                                 prefix + "shared_expert_intermediate_size", MAX_WIDTH),
+        shared_expert_intermediate_size=_get_int(text, "shared_expert_intermediate_size", prefix, 0, MAX_WIDTH),
         num_experts=num_experts,
-        n_shared_experts=_pos_int(text.get("n_shared_experts"), prefix + "n_shared_experts", MAX_EXPERTS) or 0,
-        first_k_dense_replace=_pos_int(text.get("first_k_dense_replace"), prefix + "first_k_dense_replace",
-                                       MAX_LAYERS) or 0,
+        n_shared_experts=_get_int(text, "n_shared_experts", prefix, 0, MAX_EXPERTS) or 0,
+        first_k_dense_replace=_get_int(text, "first_k_dense_replace", prefix, 0, MAX_LAYERS) or 0,
         vocab_size=vocab,
         tie_word_embeddings=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
         torch_dtype=_normalise_dtype(
@@ -602,7 +616,7 @@ def _layer_lists(text: dict[str, Any], prefix: str) -> None:
     for key in ("mlp_only_layers", "layer_types", "moe_layer_freq"):
         value = text.get(key)
         if value is None or (key == "moe_layer_freq" and not isinstance(value, list)):
-            if key == "moe_layer_freq":
+            if key == "moe_layer_freq" and value is not None:
                 config_int(value, prefix + key, 0, MAX_LAYERS)
             continue
         if not isinstance(value, list) or len(value) > MAX_LAYERS:
