@@ -109,7 +109,7 @@ def _budget_fields() -> tuple[tuple[str, ...], Callable[[Budget], tuple[Any, ...
     return names, operator.attrgetter(*names)
 
 
-@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
+@dataclass(slots=True)  # built per plan: slots, and not frozen (a frozen __init__ calls object.__setattr__ per field)
 class Pool:
     """The KV pool of one GPU: the raw remainder (may be negative), the pool, its blocks and what shaped them."""
 

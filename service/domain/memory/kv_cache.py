@@ -105,7 +105,7 @@ def draft_layers(ctx: LaunchContext) -> tuple[int, str]:
     return n, method or "draft_model"
 
 
-@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
+@dataclass(slots=True)  # built per plan: slots, and not frozen (a frozen __init__ calls object.__setattr__ per field)
 class KvLayout:
     """The KV cache of one GPU: bytes per token over its layers (the PP stage with the most layers, plus a
     speculative draft's), the block, and how the hybrid manager sizes sliding-window layers."""
@@ -167,7 +167,7 @@ def longest_full_attention_len(avail: int, bytes_per_block: int, block: int, dcp
     return max(0, min(hi, (avail // bytes_per_block) * block * dcp))
 
 
-@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
+@dataclass(slots=True)  # built per plan: slots, and not frozen (a frozen __init__ calls object.__setattr__ per field)
 class Capacity:
     """What a pool of ``num_blocks`` blocks holds at ``max_model_len``: vLLM's concurrency and token figures, the
     fit check with the null block and the longest length that fits."""

@@ -17,7 +17,7 @@ from ..multimodal import EncoderProfile
 from .stages import biggest_stage, multiples, stage_layers
 
 
-@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
+@dataclass(slots=True)  # built per plan: slots, and not frozen (a frozen __init__ calls object.__setattr__ per field)
 class QuantBytes:
     """Bytes per parameter for each class of weight (scales and zero points included)."""
 
@@ -101,7 +101,7 @@ def quant_bytes(facts: ModelFacts, requested: str | None, act_bytes: float) -> Q
     return QuantBytes(attn, dense, b, unq, label)
 
 
-@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
+@dataclass(slots=True)  # built per plan: slots, and not frozen (a frozen __init__ calls object.__setattr__ per field)
 class WeightEstimate:
     """Parameters and bytes. ``dense_layer_rank`` / ``moe_layer_rank`` are one TP rank's bytes of a decoder layer of
     each kind; which layers are MoE is given by ``first_dense`` (layers before it are dense), ``moe_step`` (every
@@ -277,7 +277,7 @@ def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: f
     )
 
 
-@dataclass(frozen=True, slots=True)  # built per plan: slots make __init__ cheaper
+@dataclass(slots=True)  # built per plan: slots, and not frozen (a frozen __init__ calls object.__setattr__ per field)
 class GpuWeights:
     """The weights on the heaviest GPU of the instance (bytes), where the figure comes from, and notes."""
 
