@@ -93,7 +93,7 @@ class Budget:
             "cuda_graph_bytes": self.cuda_graph_bytes,
         }
         d["log_line"] = self.log_line
-        d["gib"] = {k: format_gib(v) for k, v in (
+        d["gib"] = {k: round(v / GIB, 2) for k, v in (  # format_gib, inlined (eight calls per plan)
             ("gpu_memory", self.gpu_memory_bytes), ("usable", self.usable_bytes),
             ("weights_per_gpu", self.weights_bytes_per_gpu), ("overhead", self.overhead_bytes),
             ("activation_peak", self.activation_peak_bytes), ("non_torch", self.non_torch_bytes),
