@@ -23,6 +23,7 @@ from typing import Any
 from .errors import DomainError
 from .text import display_text_problem
 from .versions import (
+    DEST_NAME,
     K_BOOL,
     K_BOOL_VALUE,
     K_FLAG,
@@ -75,7 +76,7 @@ _SIZE_TEXT = re.compile(r"(\d{1,15}(?:\.\d{1,15})?)([kmgtKMGT])")
 _NEG_INT_TEXT = re.compile(r"-\d{1,18}")
 _INTEGER = re.compile(r"[+-]?\d{1,18}")
 _DECIMAL = re.compile(r"[+-]?(\d{1,18}(\.\d{0,18})?|\.\d{1,18})([eE][+-]?\d{1,3})?")
-_NAME = re.compile(r"[a-z][a-z0-9_]{0,80}")
+_NAME = DEST_NAME
 
 
 def parse_size(value: Any, name: str, auto: bool = False) -> int:
@@ -323,6 +324,8 @@ def flag(name: str) -> str:
 
 def resolve_name(key: Any, line: VersionLine) -> str:
     """The dest an ``engine_args`` key names: ``max_model_len``, ``max-model-len``, ``--max-model-len``, ``-tp``."""
+    if key in line.dest_names:  # the usual spelling: what the steps below return unchanged
+        return str(key)
     raw = str(key).strip()
     if raw.startswith("-") and raw in line.spellings:
         return line.spellings[raw]

@@ -122,6 +122,10 @@ class Architecture:
     generate: bool
 
 
+# an engine_args key naming a dest (engine_args.resolve_name)
+DEST_NAME = re.compile(r"[a-z][a-z0-9_]{0,80}")
+
+
 @dataclass(frozen=True)
 class VersionLine:
     """One supported vLLM release line (``0.33`` covers 0.33.x), from the release ``newest``'s generated data."""
@@ -166,6 +170,12 @@ class VersionLine:
     @cached_property
     def option_names(self) -> tuple[str, ...]:
         return tuple(self.options)
+
+    @cached_property
+    def dest_names(self) -> frozenset[str]:
+        """The option dests that are engine_args keys as written (``max_model_len``): engine_args.resolve_name
+        returns such a key unchanged, so it looks them up first (built once per line)."""
+        return frozenset(n for n in self.options if DEST_NAME.fullmatch(n))
 
     def kind(self, name: str) -> Kind | None:
         opt = self.options.get(name)
