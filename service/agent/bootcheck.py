@@ -83,7 +83,15 @@ def run_checks(
         return Refusal("node checks", "claim_type", problem)
     hw, mem = nc["hardware"], nc["memory"]
 
-    # 1. the GPUs are the ones the plan was validated for
+    return (
+        _check_gpus(hw, nvidia_smi, say)
+        or _check_weights(claims, nc.get("weights"), weights_root, verify_hashes, say, on_bytes)
+        or _check_memory(claims, mem, nvidia_smi, say)
+    )
+
+
+def _check_gpus(hw: dict, nvidia_smi: str, say: Callable[[str], None]) -> Refusal | None:
+    """1. the GPUs are the ones the plan was validated for."""
     try:
         observed = gpu_mod.read_gpus(nvidia_smi)
         interconnect = (
@@ -112,9 +120,18 @@ def run_checks(
             observed_facts=None if mixed else facts,
         )
     say(f"GPUs: {len(observed)} × {observed[0].name} as the plan was validated for")
+    return None
 
-    # 2. the weights on disk are the manifest's
-    record = nc.get("weights")
+
+def _check_weights(
+    claims: dict,
+    record: dict | None,
+    weights_root: pathlib.Path | None,
+    verify_hashes: bool,
+    say: Callable[[str], None],
+    on_bytes: Callable[[int], None] | None,
+) -> Refusal | None:
+    """2. the weights on disk are the manifest's."""
     if record is None:
         say("weights: the manifest records no weight files (pushed before `manifest push` recorded them): not checked")
     else:
@@ -147,8 +164,11 @@ def run_checks(
                 f"weights: {directory} matches the manifest ({len(record.get('shards') or [])} shards"
                 f"{', hashes verified' if verify_hashes and any('sha256' in s for s in record.get('shards') or []) else ''})"
             )
+    return None
 
-    # 3. free memory, read again right before the start (the most changeable fact)
+
+def _check_memory(claims: dict, mem: dict, nvidia_smi: str, say: Callable[[str], None]) -> Refusal | None:
+    """3. free memory, read again right before the start (the most changeable fact)."""
     try:
         observed = gpu_mod.read_gpus(nvidia_smi)
     except gpu_mod.NvidiaSmiError as exc:
