@@ -187,8 +187,29 @@ def install_error_handlers(app: FastAPI) -> None:
             body["errors"] = [{"field": "body", "rule": "unparseable", "message": str(exc.detail)}]
         return problem_response(exc.status_code, body, headers=getattr(exc, "headers", None))
 
-    def request_id(request: Request) -> str | None:
-        return request.scope.get("state", {}).get("request_id")
+    _install_database_handlers(app)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error", extra={"request_id": _request_id(request), "path": request.url.path})
+        return problem_response(
+            500,
+            {
+                "type": "https://preflight.dev/problems/internal",
+                "title": "Internal error",
+                "status": 500,
+                "detail": "an unexpected error; it has been logged",
+            },
+        )
+
+
+def _request_id(request: Request) -> str | None:
+    return request.scope.get("state", {}).get("request_id")
+
+
+def _install_database_handlers(app: FastAPI) -> None:
+    """The database's errors as problems: a refused value (422), a conflict (409), the database down (503); its own
+    text goes to the log with the request id, never into the response."""
 
     @app.exception_handler(DataError)
     async def _data_error(request: Request, exc: Exception):
@@ -196,7 +217,7 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning(
             "value refused by the database: %s",
             str(getattr(exc, "orig", exc))[:300],
-            extra={"request_id": request_id(request), "path": request.url.path},
+            extra={"request_id": _request_id(request), "path": request.url.path},
         )
         return problem_response(
             422,
@@ -214,7 +235,7 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning(
             "integrity conflict: %s",
             str(getattr(exc, "orig", exc))[:300],
-            extra={"request_id": request_id(request), "path": request.url.path},
+            extra={"request_id": _request_id(request), "path": request.url.path},
         )
         return problem_response(
             409,
@@ -232,7 +253,7 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error(
             "database error: %s",
             exc.__class__.__name__,
-            extra={"request_id": request_id(request), "path": request.url.path},
+            extra={"request_id": _request_id(request), "path": request.url.path},
         )
         return problem_response(
             503,
@@ -243,19 +264,6 @@ def install_error_handlers(app: FastAPI) -> None:
                 "detail": "the database is unreachable; retry later",
             },
             headers={"Retry-After": "5"},
-        )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        log.exception("unhandled error", extra={"request_id": request_id(request), "path": request.url.path})
-        return problem_response(
-            500,
-            {
-                "type": "https://preflight.dev/problems/internal",
-                "title": "Internal error",
-                "status": 500,
-                "detail": "an unexpected error; it has been logged",
-            },
         )
 
 
