@@ -126,6 +126,13 @@ def request_examples() -> dict[str, dict]:
                 },
             },
         },
+        **_fleet_examples(),
+    }
+
+
+def _fleet_examples() -> dict[str, dict]:
+    """The examples of the requests that need no model config: plans, rollouts, nodes."""
+    return {
         "createPlan": {
             "phi3-on-a100": {
                 "summary": "plan for one node",
