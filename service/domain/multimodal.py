@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -525,6 +526,37 @@ def encoder_profile(
             vision_w,
             notes,
         )
+    return _profile_v0(
+        tower,
+        active,
+        limits,
+        default,
+        per,
+        act_bytes,
+        vision_w,
+        notes,
+        max_num_batched_tokens,
+        max_num_seqs,
+        version,
+        none,
+    )
+
+
+def _profile_v0(
+    tower: VisionTower,
+    active: dict[str, ModalityItem],
+    limits: dict[str, int],
+    default: int,
+    per: int,
+    act_bytes: int,
+    vision_w: int,
+    notes: list[str],
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    version: tuple[int, int, int],
+    none: Callable[[str], EncoderProfile],
+) -> EncoderProfile:
+    """V0's decoder-only profile run."""
     # V0 (vllm 0.6.6 vllm/worker/model_runner.py:1241-1262 profile_run): the sequences are cut by the registry's
     # max multimodal tokens — the sum over modalities of limit × tokens per item (video counted too) — and each
     # dummy sequence carries the dummy builder's items: images only in 0.6 (qwen2_vl.py:838-862
