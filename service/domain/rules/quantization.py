@@ -176,6 +176,13 @@ def quant_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 )
         return out
     # unquantized checkpoint
+    out.extend(_unquantized_checkpoint(emit, tag, user))
+    return out
+
+
+def _unquantized_checkpoint(emit: Emit, tag: str | None, user: str | None) -> list[Finding]:
+    """The tag and the flag on an unquantized checkpoint: they agree, name no pre-quantized method, and not fp8."""
+    out = []
     if tag is not None and user is not None and tag != user and not (tag == "fp8" and user == "fp8_per_tensor"):
         out.append(
             emit.error(
