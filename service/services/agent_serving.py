@@ -91,37 +91,43 @@ def serve_to_agents(
                 record[row["id"]] = (f, row)
             out.append((row, True))
     if record:
-        now = utc(clock)
-        session.execute(
-            update(ASSIGNMENTS)
-            .where(ASSIGNMENTS.c.id == bindparam("_id"))
-            .values(
-                first_fetched_at=func.coalesce(ASSIGNMENTS.c.first_fetched_at, bindparam("_now")),
-                last_fetched_at=bindparam("_now"),
-                fetch_count=bindparam("_count"),
-            ),
-            [{"_id": aid, "_now": now, "_count": (row["fetch_count"] or 0) + 1} for aid, (_, row) in record.items()],
-        )
-        models = models_of(session, [row["plan_id"] for _, row in record.values()])
-        audit.append_many(
-            session,
-            [
-                dict(
-                    actor=f.actor,
-                    kind="plan.fetched",
-                    subject=f"plan:{row['plan_id']}",
-                    node=f.node,
-                    plan_id=row["plan_id"],
-                    model=models[row["plan_id"]],
-                    payload={"seq": row["seq"], "etag": row["etag"], "refetch": bool(row["fetch_count"])},
-                )
-                for f, row in record.values()
-            ],
-        )
-        for _, row in record.values():
-            row["fetch_count"] = (row["fetch_count"] or 0) + 1
-            row["last_fetched_at"] = now
+        _record_fetches(session, record, clock)
     return out
+
+
+def _record_fetches(session: Session, record: dict[int, tuple[AgentFetch, dict]], clock: Clock) -> None:
+    """Record the served fetches: the assignments' fetch counters in one UPDATE, ``plan.fetched`` in one audit
+    INSERT, and the rows handed back updated to match."""
+    now = utc(clock)
+    session.execute(
+        update(ASSIGNMENTS)
+        .where(ASSIGNMENTS.c.id == bindparam("_id"))
+        .values(
+            first_fetched_at=func.coalesce(ASSIGNMENTS.c.first_fetched_at, bindparam("_now")),
+            last_fetched_at=bindparam("_now"),
+            fetch_count=bindparam("_count"),
+        ),
+        [{"_id": aid, "_now": now, "_count": (row["fetch_count"] or 0) + 1} for aid, (_, row) in record.items()],
+    )
+    models = models_of(session, [row["plan_id"] for _, row in record.values()])
+    audit.append_many(
+        session,
+        [
+            dict(
+                actor=f.actor,
+                kind="plan.fetched",
+                subject=f"plan:{row['plan_id']}",
+                node=f.node,
+                plan_id=row["plan_id"],
+                model=models[row["plan_id"]],
+                payload={"seq": row["seq"], "etag": row["etag"], "refetch": bool(row["fetch_count"])},
+            )
+            for f, row in record.values()
+        ],
+    )
+    for _, row in record.values():
+        row["fetch_count"] = (row["fetch_count"] or 0) + 1
+        row["last_fetched_at"] = now
 
 
 def heads_of(session: Session, rows: list[dict]) -> None:
