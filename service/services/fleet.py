@@ -101,31 +101,7 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
     if not names:
         return {}
     now = now or utcnow()
-    current: dict[str, dict[str, Any]] = {}
-    for a, p, m_name, m_version in session.execute(
-        select(Assignment, Plan, Manifest.name, Manifest.version)
-        .join(Plan, Plan.id == Assignment.plan_id)
-        .join(Manifest, Manifest.id == Plan.manifest_id)
-        .where(Assignment.node_name.in_(names), Assignment.status == "active")
-    ):
-        if a.node_name in current and current[a.node_name]["seq"] > a.seq:
-            continue
-        current[a.node_name] = {
-            "id": p.id,
-            "seq": a.seq,
-            "status": p.status,
-            "verdict": p.verdict,
-            "model": m_name,
-            "manifest": f"{m_name}@{m_version}",
-            "vllm_version": p.vllm_version,
-            "created_at": iso(p.created_at),
-            "predicted_kv_tokens": (p.budget or {}).get("kv_cache_tokens"),
-            "group": a.group_index,
-            "rank": a.rank,
-            "role": a.role,
-            "last_heartbeat_at": _utc(a.last_heartbeat_at),
-            "last_fetched_at": _utc(a.last_fetched_at),
-        }
+    current = _current_assignments(session, names)
     # heartbeats and fetches of any of the node's assignments (an agent still running a superseded plan is alive)
     heard: dict[str, list[dt.datetime]] = {}
     for name, beat, fetched in session.execute(
@@ -192,6 +168,36 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
             "status": status,
         }
     return out
+
+
+def _current_assignments(session: Session, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per node, its active assignment of the highest seq with its plan and manifest, in one query."""
+    current: dict[str, dict[str, Any]] = {}
+    for a, p, m_name, m_version in session.execute(
+        select(Assignment, Plan, Manifest.name, Manifest.version)
+        .join(Plan, Plan.id == Assignment.plan_id)
+        .join(Manifest, Manifest.id == Plan.manifest_id)
+        .where(Assignment.node_name.in_(names), Assignment.status == "active")
+    ):
+        if a.node_name in current and current[a.node_name]["seq"] > a.seq:
+            continue
+        current[a.node_name] = {
+            "id": p.id,
+            "seq": a.seq,
+            "status": p.status,
+            "verdict": p.verdict,
+            "model": m_name,
+            "manifest": f"{m_name}@{m_version}",
+            "vllm_version": p.vllm_version,
+            "created_at": iso(p.created_at),
+            "predicted_kv_tokens": (p.budget or {}).get("kv_cache_tokens"),
+            "group": a.group_index,
+            "rank": a.rank,
+            "role": a.role,
+            "last_heartbeat_at": _utc(a.last_heartbeat_at),
+            "last_fetched_at": _utc(a.last_fetched_at),
+        }
+    return current
 
 
 def _status(
