@@ -200,46 +200,7 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
     q = select(Report).where(Report.node_name == name, Report.status.in_(RUN_STATUSES)).order_by(Report.id)
     if until is not None:
         q = q.where(Report.created_at < until)
-    runs: list[dict[str, Any]] = []
-    by_id: dict[str, dict[str, Any]] = {}
-    for r in session.execute(q).scalars():
-        details = r.details if isinstance(r.details, dict) else {}
-        run_id = details.get("run_id") or f"plan:{r.plan_id}"
-        at = _when(r.created_at, details.get("at"))
-        if r.status == "started":
-            for other in runs:  # one vLLM per node: a new start ends every run still open
-                if other["ended_at"] is None:
-                    other.update(ended_at=at, end="interrupted")
-            started = {
-                "run_id": run_id,
-                "plan_id": r.plan_id,
-                "started_at": at,
-                "running_at": None,
-                "ended_at": None,
-                "end": None,
-                "exit_status": None,
-                "signal": None,
-                "vllm": None,
-                "tail": None,
-                "offline_boot": details.get("offline_boot"),
-            }
-            runs.append(started)
-            by_id[run_id] = started
-            continue
-        run = by_id.get(run_id)
-        if run is None or run["ended_at"] is not None and r.status == "running":
-            continue
-        if r.status == "running":
-            run["running_at"] = at
-            run["vllm"] = details.get("vllm")
-        elif run["ended_at"] is None:
-            run.update(
-                ended_at=at,
-                end="exited" if r.status == "failed" else r.status,
-                exit_status=details.get("status"),
-                signal=details.get("signal"),
-                tail=details.get("tail"),
-            )
+    runs, by_id = _fold_runs(session, q)
     open_runs = [r for r in runs if r["ended_at"] is None]
     if until is not None and open_runs:
         _end_after(session, name, until, open_runs, by_id)
@@ -282,3 +243,48 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
             }
         )
     return {"node": name, "since": iso(since), "until": iso(until), "items": out}
+
+
+def _fold_runs(session: Session, q) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The node's run reports folded into runs, oldest first, and the same runs by run id."""
+    runs: list[dict[str, Any]] = []
+    by_id: dict[str, dict[str, Any]] = {}
+    for r in session.execute(q).scalars():
+        details = r.details if isinstance(r.details, dict) else {}
+        run_id = details.get("run_id") or f"plan:{r.plan_id}"
+        at = _when(r.created_at, details.get("at"))
+        if r.status == "started":
+            for other in runs:  # one vLLM per node: a new start ends every run still open
+                if other["ended_at"] is None:
+                    other.update(ended_at=at, end="interrupted")
+            started = {
+                "run_id": run_id,
+                "plan_id": r.plan_id,
+                "started_at": at,
+                "running_at": None,
+                "ended_at": None,
+                "end": None,
+                "exit_status": None,
+                "signal": None,
+                "vllm": None,
+                "tail": None,
+                "offline_boot": details.get("offline_boot"),
+            }
+            runs.append(started)
+            by_id[run_id] = started
+            continue
+        run = by_id.get(run_id)
+        if run is None or run["ended_at"] is not None and r.status == "running":
+            continue
+        if r.status == "running":
+            run["running_at"] = at
+            run["vllm"] = details.get("vllm")
+        elif run["ended_at"] is None:
+            run.update(
+                ended_at=at,
+                end="exited" if r.status == "failed" else r.status,
+                exit_status=details.get("status"),
+                signal=details.get("signal"),
+                tail=details.get("tail"),
+            )
+    return runs, by_id
