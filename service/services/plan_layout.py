@@ -199,25 +199,7 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], plan: PlanIn) -> Layo
                 f"node(s): leave --nnodes out (Preflight renders it)",
                 rule="nnodes",
             )
-    if group_env and len(group_env) != len(topo.groups):
-        raise DomainError(
-            "group_env",
-            f"group_env has {len(group_env)} entries but the plan has "
-            f"{len(topo.groups)} group(s) of {topo.nodes_per_instance} node(s): give one per group, in "
-            f"group order",
-            rule="group_env",
-        )
-    for i, env in enumerate(group_env):
-        refused = env_policy.refused(env)
-        if refused:
-            raise Invalid(
-                "group_env sets variables a node does not take from a plan: "
-                + "; ".join(f"{name}: {why}" for name, why in refused),
-                errors=[
-                    {"field": f"group_env.{i}.{name}", "rule": "env_not_allowed", "message": why}
-                    for name, why in refused
-                ],
-            )
+    _check_group_env(group_env, topo)
     by_name = {n.name: n for n in nodes}
     heads: dict[int, str | None] = {}
     for g, members in enumerate(topo.groups):
@@ -246,3 +228,26 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], plan: PlanIn) -> Layo
         pp,
         dp,
     )
+
+
+def _check_group_env(group_env: list, topo: Topology) -> None:
+    """One env per group, in group order, and none setting a variable a node does not take from a plan."""
+    if group_env and len(group_env) != len(topo.groups):
+        raise DomainError(
+            "group_env",
+            f"group_env has {len(group_env)} entries but the plan has "
+            f"{len(topo.groups)} group(s) of {topo.nodes_per_instance} node(s): give one per group, in "
+            f"group order",
+            rule="group_env",
+        )
+    for i, env in enumerate(group_env):
+        refused = env_policy.refused(env)
+        if refused:
+            raise Invalid(
+                "group_env sets variables a node does not take from a plan: "
+                + "; ".join(f"{name}: {why}" for name, why in refused),
+                errors=[
+                    {"field": f"group_env.{i}.{name}", "rule": "env_not_allowed", "message": why}
+                    for name, why in refused
+                ],
+            )
