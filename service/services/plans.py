@@ -480,6 +480,15 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: 
     assignments = [_assign(ctx, j, row, node, (seqs.get(node.name) or 0) + 1, members[node.name]) for node in nodes]
     session.add_all(assignments)
     session.flush()
+    _audit_created(session, ctx, actor, row, names, manifest, assignments, result, topo, groups)
+    epochs.bump(session, "plans", row.id)  # other processes' plan caches drop the superseded assignments
+    return Signed(row, assignments, result.recommendations)
+
+
+def _audit_created(
+    session: Session, ctx: Context, actor: str, row: Plan, names: list[str], manifest, assignments, result, topo, groups
+) -> None:
+    """The ``plan.created`` audit event: the manifest, the nodes with their seqs and plan digests, the verdict."""
     audit.append(
         session,
         actor=actor,
@@ -503,8 +512,6 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: 
             },
         },
     )
-    epochs.bump(session, "plans", row.id)  # other processes' plan caches drop the superseded assignments
-    return Signed(row, assignments, result.recommendations)
 
 
 def get(session: Session, plan_id: str) -> tuple[Plan, list[Assignment]]:
