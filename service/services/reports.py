@@ -3,6 +3,7 @@ rows, the audit events, the calibration comparison, and a head's report opening 
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,39 +137,7 @@ def report_many(session: Session, reports: list[AgentReport], *, clock: Clock) -
                 done[i] = None
         metrics.AGENT_REPORTS.labels("heartbeat").inc(len(beats))
     if ok:
-        session.execute(
-            update(ASSIGNMENTS)
-            .where(ASSIGNMENTS.c.node_name == bindparam("_node"), ASSIGNMENTS.c.plan_id == bindparam("_plan"))
-            .values(last_report=bindparam("_status")),
-            [{"_node": r.node, "_plan": r.plan_id, "_status": r.status} for r in ok],
-        )
-        new_ids = (
-            session.execute(
-                insert(REPORTS).returning(REPORTS.c.id, sort_by_parameter_order=True),
-                [
-                    {
-                        "plan_id": r.plan_id,
-                        "node_name": r.node,
-                        "status": r.status,
-                        "message": r.message,
-                        "details": r.details,
-                        "created_at": now,
-                    }
-                    for r in ok
-                ],
-            )
-            .scalars()
-            .all()
-        )
-        done.update(zip(ok_idx, new_ids))
-        if any((r.node, r.plan_id) in heads and changes_hold(heads[(r.node, r.plan_id)], r.status) for r in ok):
-            # a head's report opens or closes its workers' gate (domain/group_gate.py): the agents' caches of the
-            # group's assignments are refreshed like after a plan change (services/epochs.py)
-            epochs.bump(session, "plans", ok[0].plan_id or "")
-        for r in ok:
-            metrics.AGENT_REPORTS.labels(r.status).inc()
-            if r.status == "running" and isinstance(r.details.get("vllm"), dict):  # compare with the prediction
-                calibration.record(session, plan=session.get_one(Plan, r.plan_id), node=r.node, details=r.details)
+        _store_reports(session, ok, ok_idx, heads, now, done)
     models = models_of(session, [r.plan_named for r in ok]) if ok else {}
     events = [
         dict(
@@ -199,6 +168,59 @@ def report_many(session: Session, reports: list[AgentReport], *, clock: Clock) -
         audit.append_many(session, events)
     missing = {r.node for i, r in enumerate(reports) if i not in done}
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(missing)))) if missing else set()
+    return _answers(reports, done, current, stale, registered)
+
+
+def _store_reports(
+    session: Session,
+    ok: list[AgentReport],
+    ok_idx: list[int],
+    heads: dict,
+    now: dt.datetime,
+    done: dict[int, int | None],
+) -> None:
+    """Store the accepted reports: the assignments' ``last_report`` in one UPDATE, the report rows in one INSERT
+    (their ids into ``done``), the plan caches bumped when a head's report moves its workers' gate, the metrics and
+    the calibration comparison."""
+    session.execute(
+        update(ASSIGNMENTS)
+        .where(ASSIGNMENTS.c.node_name == bindparam("_node"), ASSIGNMENTS.c.plan_id == bindparam("_plan"))
+        .values(last_report=bindparam("_status")),
+        [{"_node": r.node, "_plan": r.plan_id, "_status": r.status} for r in ok],
+    )
+    new_ids = (
+        session.execute(
+            insert(REPORTS).returning(REPORTS.c.id, sort_by_parameter_order=True),
+            [
+                {
+                    "plan_id": r.plan_id,
+                    "node_name": r.node,
+                    "status": r.status,
+                    "message": r.message,
+                    "details": r.details,
+                    "created_at": now,
+                }
+                for r in ok
+            ],
+        )
+        .scalars()
+        .all()
+    )
+    done.update(zip(ok_idx, new_ids))
+    if any((r.node, r.plan_id) in heads and changes_hold(heads[(r.node, r.plan_id)], r.status) for r in ok):
+        # a head's report opens or closes its workers' gate (domain/group_gate.py): the agents' caches of the
+        # group's assignments are refreshed like after a plan change (services/epochs.py)
+        epochs.bump(session, "plans", ok[0].plan_id or "")
+    for r in ok:
+        metrics.AGENT_REPORTS.labels(r.status).inc()
+        if r.status == "running" and isinstance(r.details.get("vllm"), dict):  # compare with the prediction
+            calibration.record(session, plan=session.get_one(Plan, r.plan_id), node=r.node, details=r.details)
+
+
+def _answers(
+    reports: list[AgentReport], done: dict[int, int | None], current, stale, registered: set
+) -> list[dict[str, Any] | ApiError]:
+    """Per report: what was stored, or why nothing was (no longer current, never assigned, no such node)."""
     return [
         {
             "id": done[i],
