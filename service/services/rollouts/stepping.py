@@ -50,18 +50,7 @@ def step(session: Session, rollout_id: str, *, ctx: Context, now: float) -> str 
         session.execute(select(RolloutWave).where(RolloutWave.rollout_id == r.id).order_by(RolloutWave.index)).scalars()
     )
     units = unit_outcomes(rows, r.wave) if r.wave >= 0 else {}
-    view = domain.View(
-        state=r.state,
-        wave=r.wave,
-        waves=tuple(domain.Wave(w.percent, w.bake_s) for w in waves),
-        failure_limit=r.failure_limit,
-        failures=failed_units(rows),
-        wave_units=len(units),
-        wave_settled=sum(1 for o in units.values() if o.state != "pending"),
-        bake_until=epoch(r.bake_until),
-        promote=r.promote,
-        wave_sizes=tuple(sum(1 for n in rows if n.wave == w.index) for w in waves),
-    )
+    view = _view(r, rows, waves, units)
     d = domain.step(view, now)
     if (
         d.action == "none"
@@ -97,16 +86,7 @@ def step(session: Session, rollout_id: str, *, ctx: Context, now: float) -> str 
             {"bake_until": iso(r.bake_until), "units": count_by(o.state for o in units.values())},
         )
         return "bake"
-    # leaving the current wave: it is done
-    if 0 <= r.wave < len(waves):
-        w = waves[r.wave]
-        if w.settled_at is None:
-            w.settled_at = at_time(now)
-        w.state, w.done_at = "done", at_time(now)
-        event(session, r, "wave_done", {"units": count_by(o.state for o in units.values()), "promoted": r.promote})
-    if r.wave >= 0:  # a promote given in pending skips wave 0's bake: kept until wave 0 is left
-        r.promote = False
-    r.bake_until = None
+    _leave_wave(session, r, waves, units, now)  # leaving the current wave: it is done
     if d.action == "complete":
         for skipped in waves[r.wave + 1 :]:  # left empty (a unit overshot them): nothing to sign or bake
             if skipped.state == "pending":
@@ -131,52 +111,7 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
         return []
     gates = domain.Gates(**r.gates)
     pairs = sorted({(n.node_name, n.new_plan_id) for n in signed})
-    seen: dict[tuple[str, str], dict[str, Any]] = {}
-    # per (node, plan) the first report of each status, and the newest "running" that carries vLLM's KV figure (a
-    # vLLM that restarted prints its pool again: the gate judges what runs now; a later report without the figure
-    # hides nothing): at most five rows per node, however much it reported
-    mine = tuple_(Report.node_name, Report.plan_id).in_(pairs)
-    firsts = (
-        select(func.min(Report.id))
-        .where(mine, Report.status.in_(("running",) + FAILED))
-        .group_by(Report.node_name, Report.plan_id, Report.status)
-    )
-    figured = set(
-        session.scalars(
-            select(func.max(Report.id))
-            .where(mine, Report.status == "running", cast(Report.details, Text).like('%"kv_cache_tokens"%'))
-            .group_by(Report.node_name, Report.plan_id)
-        )
-    )
-    for _rid, node, plan_id, status, message, details, created in session.execute(
-        select(
-            Report.id,
-            Report.node_name,
-            Report.plan_id,
-            Report.status,
-            Report.message,
-            Report.details,
-            Report.created_at,
-        )
-        .where(or_(Report.id.in_(firsts), Report.id.in_(figured)))
-        .order_by(Report.id)
-    ):
-        s = seen.setdefault((node, plan_id), {})
-        at = epoch(created)
-        if status == "running":
-            vllm = (details or {}).get("vllm") if isinstance(details, dict) else None
-            tokens = vllm.get("kv_cache_tokens") if isinstance(vllm, dict) else None
-            first = s.get("running", (at, None))[0]  # when it first ran; the figure of the newest that has one
-            s["running"] = (
-                first,
-                tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else s.get("running", (at, None))[1],
-            )
-        elif "failure" not in s:
-            d = details if isinstance(details, dict) else {}
-            said = message or d.get("reason") or d.get("tail")  # what the agent said it was: evidence
-            s["failure"] = (status, at, said if isinstance(said, str) else None)
-            code = d.get("status")  # vLLM's exit status on an "exited" report
-            s["exit_status"] = code if isinstance(code, int) and not isinstance(code, bool) else None
+    seen = _seen(session, pairs)
     budgets: dict[str, dict[str, Any] | None] = dict(
         session.execute(select(Plan.id, Plan.budget).where(Plan.id.in_(sorted({n.new_plan_id for n in signed})))).all()
     )
@@ -226,6 +161,90 @@ def _observe(session: Session, r: Rollout, rows: list[RolloutNode], now: float) 
                 n.failed = True
             n.outcome, n.evidence, n.updated_at = o.state, evidence, at_time(now)
     return failed_now
+
+
+def _view(
+    r: Rollout, rows: list[RolloutNode], waves: list[RolloutWave], units: dict[int, domain.Outcome]
+) -> domain.View:
+    """What the state machine sees of the rollout: its state, waves, failures and the current wave's units."""
+    return domain.View(
+        state=r.state,
+        wave=r.wave,
+        waves=tuple(domain.Wave(w.percent, w.bake_s) for w in waves),
+        failure_limit=r.failure_limit,
+        failures=failed_units(rows),
+        wave_units=len(units),
+        wave_settled=sum(1 for o in units.values() if o.state != "pending"),
+        bake_until=epoch(r.bake_until),
+        promote=r.promote,
+        wave_sizes=tuple(sum(1 for n in rows if n.wave == w.index) for w in waves),
+    )
+
+
+def _leave_wave(
+    session: Session, r: Rollout, waves: list[RolloutWave], units: dict[int, domain.Outcome], now: float
+) -> None:
+    """Mark the current wave done (settled now if it was not) and clear the promote flag and the bake."""
+    if 0 <= r.wave < len(waves):
+        w = waves[r.wave]
+        if w.settled_at is None:
+            w.settled_at = at_time(now)
+        w.state, w.done_at = "done", at_time(now)
+        event(session, r, "wave_done", {"units": count_by(o.state for o in units.values()), "promoted": r.promote})
+    if r.wave >= 0:  # a promote given in pending skips wave 0's bake: kept until wave 0 is left
+        r.promote = False
+    r.bake_until = None
+
+
+def _seen(session: Session, pairs: list[tuple[str, str | None]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (node, plan): when it first ran and its newest KV figure, its first failure and vLLM's exit status."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    # per (node, plan) the first report of each status, and the newest "running" that carries vLLM's KV figure (a
+    # vLLM that restarted prints its pool again: the gate judges what runs now; a later report without the figure
+    # hides nothing): at most five rows per node, however much it reported
+    mine = tuple_(Report.node_name, Report.plan_id).in_(pairs)
+    firsts = (
+        select(func.min(Report.id))
+        .where(mine, Report.status.in_(("running",) + FAILED))
+        .group_by(Report.node_name, Report.plan_id, Report.status)
+    )
+    figured = set(
+        session.scalars(
+            select(func.max(Report.id))
+            .where(mine, Report.status == "running", cast(Report.details, Text).like('%"kv_cache_tokens"%'))
+            .group_by(Report.node_name, Report.plan_id)
+        )
+    )
+    for _rid, node, plan_id, status, message, details, created in session.execute(
+        select(
+            Report.id,
+            Report.node_name,
+            Report.plan_id,
+            Report.status,
+            Report.message,
+            Report.details,
+            Report.created_at,
+        )
+        .where(or_(Report.id.in_(firsts), Report.id.in_(figured)))
+        .order_by(Report.id)
+    ):
+        s = seen.setdefault((node, plan_id), {})
+        at = epoch(created)
+        if status == "running":
+            vllm = (details or {}).get("vllm") if isinstance(details, dict) else None
+            tokens = vllm.get("kv_cache_tokens") if isinstance(vllm, dict) else None
+            first = s.get("running", (at, None))[0]  # when it first ran; the figure of the newest that has one
+            s["running"] = (
+                first,
+                tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else s.get("running", (at, None))[1],
+            )
+        elif "failure" not in s:
+            d = details if isinstance(details, dict) else {}
+            said = message or d.get("reason") or d.get("tail")  # what the agent said it was: evidence
+            s["failure"] = (status, at, said if isinstance(said, str) else None)
+            code = d.get("status")  # vLLM's exit status on an "exited" report
+            s["exit_status"] = code if isinstance(code, int) and not isinstance(code, bool) else None
+    return seen
 
 
 def _units_of(rows: list[RolloutNode], wave: int) -> dict[int, list[RolloutNode]]:
