@@ -101,7 +101,13 @@ def rollout_dict(
         for w in waves
     ]
     out["outcomes"] = count_by(n.outcome for n in rows)  # e.g. {"ready": 3, "superseded_by_hand": 1}: what it changed
-    out["nodes"] = [
+    out["nodes"] = _node_views(rows)
+    return out
+
+
+def _node_views(rows: list[RolloutNode]) -> list[dict[str, Any]]:
+    """The rollout's nodes as the API shows them: unit, wave, outcome, the plans before and after, the evidence."""
+    return [
         {
             "node": n.node_name,
             "unit": n.unit,
@@ -119,7 +125,6 @@ def rollout_dict(
         }
         for n in rows
     ]
-    return out
 
 
 def list_rollouts(
