@@ -514,20 +514,9 @@ def encoder_profile(
             tp,
             data_mode,
         )
-    if tower.encoder_decoder:
-        return _encoder_decoder_v0(
-            tower,
-            facts,
-            per,
-            limits.get("image", default),
-            max_num_seqs,
-            max_num_batched_tokens,
-            act_bytes,
-            vision_w,
-            notes,
-        )
     return _profile_v0(
         tower,
+        facts,
         active,
         limits,
         default,
@@ -544,6 +533,7 @@ def encoder_profile(
 
 def _profile_v0(
     tower: VisionTower,
+    facts: ModelFacts,
     active: dict[str, ModalityItem],
     limits: dict[str, int],
     default: int,
@@ -556,7 +546,19 @@ def _profile_v0(
     version: tuple[int, int, int],
     none: Callable[[str], EncoderProfile],
 ) -> EncoderProfile:
-    """V0's decoder-only profile run."""
+    """V0's profile run: the encoder-decoder runner's (mllama), else the decoder-only one's."""
+    if tower.encoder_decoder:
+        return _encoder_decoder_v0(
+            tower,
+            facts,
+            per,
+            limits.get("image", default),
+            max_num_seqs,
+            max_num_batched_tokens,
+            act_bytes,
+            vision_w,
+            notes,
+        )
     # V0 (vllm 0.6.6 vllm/worker/model_runner.py:1241-1262 profile_run): the sequences are cut by the registry's
     # max multimodal tokens — the sum over modalities of limit × tokens per item (video counted too) — and each
     # dummy sequence carries the dummy builder's items: images only in 0.6 (qwen2_vl.py:838-862
