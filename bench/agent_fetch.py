@@ -47,12 +47,16 @@ end
 
 
 def wrk(url: str, script: pathlib.Path, conc: int, duration: int) -> dict:
-    out = subprocess.run(["wrk", "-t", "1", "-c", str(conc), "-d", f"{duration}s", "--timeout", "10s",
-                          "-s", str(script), url], capture_output=True, text=True, timeout=duration + 60)
+    out = subprocess.run(
+        ["wrk", "-t", "1", "-c", str(conc), "-d", f"{duration}s", "--timeout", "10s", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        timeout=duration + 60,
+    )
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
     if line is None:
         raise RuntimeError(f"wrk failed: {out.stdout}\n{out.stderr}")
-    r = json.loads(line[len("RESULT "):])
+    r = json.loads(line[len("RESULT ") :])
     r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
     r["errors"] = r["connect"] + r["read"] + r["write"] + r["status"] + r["timeout"]
     return r
@@ -70,8 +74,11 @@ def run_cells(name: str, url: str, script: pathlib.Path, concs: list[int], durat
         r = wrk(url, script, c, duration)
         r.update(server=name, conc=c)
         cells.append(r)
-        print(f"  {name:<22} c={c:<4} {r['rps']:8.0f} req/s  p50 {r['p50_us']/1000:6.1f} ms  "
-              f"p99 {r['p99_us']/1000:6.1f} ms  errors {r['errors']}", flush=True)
+        print(
+            f"  {name:<22} c={c:<4} {r['rps']:8.0f} req/s  p50 {r['p50_us'] / 1000:6.1f} ms  "
+            f"p99 {r['p99_us'] / 1000:6.1f} ms  errors {r['errors']}",
+            flush=True,
+        )
     return cells
 
 
@@ -114,15 +121,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for c in cells:
         ratio = c["rps"] / bare_by_c[c["conc"]]["rps"] * 100 if c["conc"] in bare_by_c else float("nan")
         c["ratio_pct"] = ratio
-        rows.append([c["server"], c["conc"], c["requests"], c["rps"], c["p50_us"] / 1000, c["p99_us"] / 1000,
-                     c["errors"], f"{ratio:.0f} %"])
-    print(f"\nagent fetch, {args.nodes} nodes, body {size} bytes, uvicorn --workers {args.workers}, wrk -t1, "
-          f"{args.duration} s per cell — {machine()}")
+        rows.append(
+            [
+                c["server"],
+                c["conc"],
+                c["requests"],
+                c["rps"],
+                c["p50_us"] / 1000,
+                c["p99_us"] / 1000,
+                c["errors"],
+                f"{ratio:.0f} %",
+            ]
+        )
+    print(
+        f"\nagent fetch, {args.nodes} nodes, body {size} bytes, uvicorn --workers {args.workers}, wrk -t1, "
+        f"{args.duration} s per cell — {machine()}"
+    )
     print(table(["server", "clients", "requests", "req/s", "p50 ms", "p99 ms", "errors", "vs bare"], rows))
     print("target ≥ 50 % of bare (goal 60 %)")
     return cells
-
-
 
 
 if __name__ == "__main__":

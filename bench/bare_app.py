@@ -9,9 +9,13 @@ import os
 from fastapi import FastAPI, Response
 
 BODY = b"x" * int(os.environ.get("BARE_BODY_BYTES", "2048"))
-HEADERS = {"ETag": '"0123456789abcdef0123456789abcdef"', "Cache-Control": "no-cache",
-           "X-Plan-Id": "00000000-0000-0000-0000-000000000000", "X-Plan-Seq": "1",
-           "X-Plan-Freshness": "x" * 480}  # a freshness statement's size (compact JWS)
+HEADERS = {
+    "ETag": '"0123456789abcdef0123456789abcdef"',
+    "Cache-Control": "no-cache",
+    "X-Plan-Id": "00000000-0000-0000-0000-000000000000",
+    "X-Plan-Seq": "1",
+    "X-Plan-Freshness": "x" * 480,
+}  # a freshness statement's size (compact JWS)
 
 app = FastAPI()
 

@@ -58,8 +58,9 @@ async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server)
                     continue
                 body = json.dumps({"plan_id": hdrs["x-plan-id"], "status": "fetched"}).encode()
                 s = time.perf_counter()
-                status, _, _ = await conn.request("POST", f"/v1/nodes/{name}/reports",
-                                                  {**h, "Content-Type": "application/json"}, body)
+                status, _, _ = await conn.request(
+                    "POST", f"/v1/nodes/{name}/reports", {**h, "Content-Type": "application/json"}, body
+                )
                 lat_report.append(time.perf_counter() - s)
                 if status != 201:
                     errors[f"report {status}"] += 1
@@ -93,12 +94,23 @@ async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server)
     w, sup = server.rss_mib()
     lat_fetch.sort()
     lat_report.sort()
-    return {"agents": len(fleet), "conc": conc, "wall": wall, "served": done, "errors": sum(errors.values()),
-            "error_kinds": dict(errors), "fetch_p50": pct(lat_fetch, 50) * 1000, "fetch_p99": pct(lat_fetch, 99) * 1000,
-            "report_p50": pct(lat_report, 50) * 1000, "report_p99": pct(lat_report, 99) * 1000,
-            "rss_peak": peak[0], "rss_after": w, "rss_supervisor": max(peak[1], sup),
-            "client_cpu": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
-            "server_cpu": server.cpu_seconds() - srv0}
+    return {
+        "agents": len(fleet),
+        "conc": conc,
+        "wall": wall,
+        "served": done,
+        "errors": sum(errors.values()),
+        "error_kinds": dict(errors),
+        "fetch_p50": pct(lat_fetch, 50) * 1000,
+        "fetch_p99": pct(lat_fetch, 99) * 1000,
+        "report_p50": pct(lat_report, 50) * 1000,
+        "report_p99": pct(lat_report, 99) * 1000,
+        "rss_peak": peak[0],
+        "rss_after": w,
+        "rss_supervisor": max(peak[1], sup),
+        "client_cpu": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+        "server_cpu": server.cpu_seconds() - srv0,
+    }
 
 
 def check_records(url: str) -> dict:
@@ -120,8 +132,13 @@ def check_records(url: str) -> dict:
             v = verify_chain(s)
     finally:
         engine.dispose()
-    return {"fetched_events": fetched, "report_rows": reports, "chain_ok": v["ok"], "chain_events": v["events"],
-            "chain_pending": v.get("pending", 0)}
+    return {
+        "fetched_events": fetched,
+        "report_rows": reports,
+        "chain_ok": v["ok"],
+        "chain_events": v["events"],
+        "chain_pending": v.get("pending", 0),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -139,30 +156,51 @@ def main(argv: list[str] | None = None) -> dict:
         fleet = asyncio.run(seed_fleet(srv.url, args.agents, per_plan=100, concurrency=8))
         setup = time.perf_counter() - t
         w0, _ = srv.rss_mib()
-        print(f"setup (not counted): {len(fleet)} nodes + plans in {setup:.0f} s; worker RSS before storm "
-              f"{w0:.0f} MiB", flush=True)
-        with (_profiled(srv.workers()) if args.profile else contextlib.nullcontext()) as prof:
+        print(
+            f"setup (not counted): {len(fleet)} nodes + plans in {setup:.0f} s; worker RSS before storm {w0:.0f} MiB",
+            flush=True,
+        )
+        with _profiled(srv.workers()) if args.profile else contextlib.nullcontext() as prof:
             r = asyncio.run(storm(srv.url, fleet, args.conc, args.cap, srv))
         r.update(check_records(db if db != "sqlite" else f"sqlite:///{srv.data_dir / 'preflight.db'}"))
     r.update(setup=setup, rss_before=w0)
-    print(f"\nboot storm: {args.agents:,} agents × (fetch + report), {args.conc} client connections, "
-          f"{'PostgreSQL' if args.db == 'pg' else 'SQLite'}, uvicorn --workers {args.workers} — {machine()}")
-    print(table(["metric", "value"], [
-        ["time until all served (s)", r["wall"]], ["agents served", r["served"]], ["errors", r["errors"]],
-        ["requests/s (fetch+report)", 2 * r["served"] / r["wall"]],
-        ["fetch p50 / p99 (ms)", f"{r['fetch_p50']:.0f} / {r['fetch_p99']:.0f}"],
-        ["report p50 / p99 (ms)", f"{r['report_p50']:.0f} / {r['report_p99']:.0f}"],
-        ["workers RSS before / peak / after (MiB)", f"{r['rss_before']:.0f} / {r['rss_peak']:.0f} / {r['rss_after']:.0f}"],
-        ["supervisor RSS (MiB)", f"{r['rss_supervisor']:.0f}"],
-        ["load generator CPU (s)", r["client_cpu"]],
-        ["server CPU (s), per agent (ms)", f"{r['server_cpu']:.1f}, {r['server_cpu'] / max(1, r['served']) * 1000:.2f}"],
-    ]))
-    print(f"recorded: {r['fetched_events']:,} plan.fetched events, {r['report_rows']:,} reports; audit chain "
-          f"{'verified' if r['chain_ok'] else 'BROKEN'} ({r['chain_events']:,} events, {r['chain_pending']} pending)")
+    print(
+        f"\nboot storm: {args.agents:,} agents × (fetch + report), {args.conc} client connections, "
+        f"{'PostgreSQL' if args.db == 'pg' else 'SQLite'}, uvicorn --workers {args.workers} — {machine()}"
+    )
+    print(
+        table(
+            ["metric", "value"],
+            [
+                ["time until all served (s)", r["wall"]],
+                ["agents served", r["served"]],
+                ["errors", r["errors"]],
+                ["requests/s (fetch+report)", 2 * r["served"] / r["wall"]],
+                ["fetch p50 / p99 (ms)", f"{r['fetch_p50']:.0f} / {r['fetch_p99']:.0f}"],
+                ["report p50 / p99 (ms)", f"{r['report_p50']:.0f} / {r['report_p99']:.0f}"],
+                [
+                    "workers RSS before / peak / after (MiB)",
+                    f"{r['rss_before']:.0f} / {r['rss_peak']:.0f} / {r['rss_after']:.0f}",
+                ],
+                ["supervisor RSS (MiB)", f"{r['rss_supervisor']:.0f}"],
+                ["load generator CPU (s)", r["client_cpu"]],
+                [
+                    "server CPU (s), per agent (ms)",
+                    f"{r['server_cpu']:.1f}, {r['server_cpu'] / max(1, r['served']) * 1000:.2f}",
+                ],
+            ],
+        )
+    )
+    print(
+        f"recorded: {r['fetched_events']:,} plan.fetched events, {r['report_rows']:,} reports; audit chain "
+        f"{'verified' if r['chain_ok'] else 'BROKEN'} ({r['chain_events']:,} events, {r['chain_pending']} pending)"
+    )
     if r["error_kinds"]:
         print("errors by kind:", r["error_kinds"])
-    print(f"target ≤ 30 s with 0 errors: {'met' if r['wall'] <= 30 and not r['errors'] else 'MISSED'}; "
-          f"goal ≤ 20 s: {'met' if r['wall'] <= 20 and not r['errors'] else 'missed'}")
+    print(
+        f"target ≤ 30 s with 0 errors: {'met' if r['wall'] <= 30 and not r['errors'] else 'MISSED'}; "
+        f"goal ≤ 20 s: {'met' if r['wall'] <= 20 and not r['errors'] else 'missed'}"
+    )
     if args.profile:
         from .profile_server import top
 
@@ -188,9 +226,25 @@ def _profiled(pids: list[int]):
     spies = []
     for pid in pids:
         out = tmp / f"w{pid}.raw"
-        spies.append(subprocess.Popen([str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
-                                       "--rate", "200", "--nonblocking", "-o", str(out)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        spies.append(
+            subprocess.Popen(
+                [
+                    str(VENV_BIN / "py-spy"),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "200",
+                    "--nonblocking",
+                    "-o",
+                    str(out),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     time.sleep(1.0)  # py-spy attached before the first request
     files: list[pathlib.Path] = []
     try:

@@ -28,9 +28,12 @@ FLOOR_FIFTY_FILES = 3.0  # s of CPU for 50 files in one call
 
 def request_file(directory: pathlib.Path, i: int, root: pathlib.Path) -> pathlib.Path:
     config = json.loads((root / "tests" / "fixtures" / "models" / FIXTURE / "config.json").read_text())
-    body = {"model": {"name": "meta-llama/Llama-3.1-70B", "config": config},
-            "hardware": {"gpu": "h100-sxm-80gb", "count": 8, "nodes": 1, "interconnect": "nvlink"},
-            "environment": "production", "engine_args": {**ENGINE_ARGS, "max_num_seqs": 64 + i}}
+    body = {
+        "model": {"name": "meta-llama/Llama-3.1-70B", "config": config},
+        "hardware": {"gpu": "h100-sxm-80gb", "count": 8, "nodes": 1, "interconnect": "nvlink"},
+        "environment": "production",
+        "engine_args": {**ENGINE_ARGS, "max_num_seqs": 64 + i},
+    }
     path = directory / f"launch-{i:02d}.json"
     path.write_text(json.dumps(body))
     return path
@@ -69,8 +72,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"preflight check, CPU per process (median) — {machine()}; {cwd}")
     print(table(["command", "CPU s"], [[k, v] for k, v in figures.items()]))
     one, fifty = figures["check, 1 file"], figures["check, 50 files"]
-    print(f"one file ≤ {FLOOR_ONE_FILE} s: {'met' if one <= FLOOR_ONE_FILE else 'MISSED'}; "
-          f"50 files ≤ {FLOOR_FIFTY_FILES} s: {'met' if fifty <= FLOOR_FIFTY_FILES else 'MISSED'}")
+    print(
+        f"one file ≤ {FLOOR_ONE_FILE} s: {'met' if one <= FLOOR_ONE_FILE else 'MISSED'}; "
+        f"50 files ≤ {FLOOR_FIFTY_FILES} s: {'met' if fifty <= FLOOR_FIFTY_FILES else 'MISSED'}"
+    )
     return figures
 
 

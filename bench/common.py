@@ -44,6 +44,7 @@ def pct(sorted_values: list[float], p: float) -> float:
 def table(headers: list[str], rows: list[list]) -> str:
     cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
     def line(r: list[str]) -> str:
         return "| " + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) + " |"
 
@@ -149,7 +150,9 @@ def _wait_ready(server: Server, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
-            raise RuntimeError(f"{server.name} exited ({server.proc.returncode}); log:\n{server.log_path.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"{server.name} exited ({server.proc.returncode}); log:\n{server.log_path.read_text()[-3000:]}"
+            )
         try:
             if httpx.get(server.url + "/healthz", timeout=1).status_code == 200:
                 # every worker must be up, not only the first one to accept
@@ -173,9 +176,23 @@ def preflight_server(db: str, workers: int = 2, data_dir: pathlib.Path | None = 
         env["PREFLIGHT_DATABASE_URL"] = db
     log_path = data_dir / "server.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(VENV_BIN / "preflight"), "serve", "--host", "127.0.0.1", "--port", str(port),
-                                 "--workers", str(workers)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                str(VENV_BIN / "preflight"),
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     server = Server("preflight", proc, port, data_dir, log_path, {**env, "_WORKERS": str(workers)})
     try:
         _wait_ready(server)
@@ -194,9 +211,27 @@ def bare_server(body_size: int, workers: int = 2) -> Iterator[Server]:
     env = dict(os.environ, BARE_BODY_BYTES=str(body_size))
     log_path = data_dir / "server.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.bare_app:app", "--host", "127.0.0.1",
-                                 "--port", str(port), "--workers", str(workers), "--log-level", "info"],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bench.bare_app:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--log-level",
+                "info",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     server = Server("bare", proc, port, data_dir, log_path, {"_WORKERS": str(workers)})
     try:
         _wait_ready(server)
@@ -225,12 +260,17 @@ def manifest_body() -> dict:
     import json
 
     config = json.loads((ROOT / "tests" / "fixtures" / "models" / FIXTURE / "config.json").read_text())
-    return {"name": "meta-llama/Llama-3.1-70B", "version": "1", "uri": "s3://weights/meta-llama/Llama-3.1-70B",
-            "config": config}
+    return {
+        "name": "meta-llama/Llama-3.1-70B",
+        "version": "1",
+        "uri": "s3://weights/meta-llama/Llama-3.1-70B",
+        "config": config,
+    }
 
 
-async def seed_fleet(url: str, n_nodes: int, *, per_plan: int = 1, concurrency: int = 16,
-                     prefix: str = "gpu") -> dict[str, dict]:
+async def seed_fleet(
+    url: str, n_nodes: int, *, per_plan: int = 1, concurrency: int = 16, prefix: str = "gpu"
+) -> dict[str, dict]:
     """Register ``n_nodes`` 8×H100 nodes, the Llama-3.1-70B manifest, and plans (``per_plan`` nodes per plan).
     Returns {node name: {"token": agent token, "plan_id": id}}."""
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -245,8 +285,9 @@ async def seed_fleet(url: str, n_nodes: int, *, per_plan: int = 1, concurrency: 
         async def node(name: str):
             async with sem:
                 for attempt in range(5):
-                    r = await c.post("/v1/nodes", json={"name": name, "gpu": H100, "gpu_count": 8,
-                                                        "interconnect": "nvlink"})
+                    r = await c.post(
+                        "/v1/nodes", json={"name": name, "gpu": H100, "gpu_count": 8, "interconnect": "nvlink"}
+                    )
                     if r.status_code == 201:
                         fleet[name] = {"token": r.json()["agent_token"]}
                         return
@@ -256,8 +297,9 @@ async def seed_fleet(url: str, n_nodes: int, *, per_plan: int = 1, concurrency: 
         async def plan(group: list[str]):
             async with sem:
                 for attempt in range(5):
-                    r = await c.post("/v1/plans", json={"manifest": MANIFEST, "nodes": group,
-                                                        "engine_args": ENGINE_ARGS})
+                    r = await c.post(
+                        "/v1/plans", json={"manifest": MANIFEST, "nodes": group, "engine_args": ENGINE_ARGS}
+                    )
                     if r.status_code == 201:
                         for n in group:
                             fleet[n]["plan_id"] = r.json()["id"]
@@ -266,7 +308,7 @@ async def seed_fleet(url: str, n_nodes: int, *, per_plan: int = 1, concurrency: 
                 raise RuntimeError(f"plan {group[0]}..: {r.status_code} {r.text[:300]}")
 
         await asyncio.gather(*(node(n) for n in names))
-        groups = [names[i:i + per_plan] for i in range(0, len(names), per_plan)]
+        groups = [names[i : i + per_plan] for i in range(0, len(names), per_plan)]
         await asyncio.gather(*(plan(g) for g in groups))
     return fleet
 

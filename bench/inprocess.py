@@ -35,9 +35,13 @@ URI = "s3://weights/meta-llama/Llama-3.1-70B"
 
 def request_dict() -> dict:
     config = json.loads((ROOT / "tests" / "fixtures" / "models" / FIXTURE / "config.json").read_text())
-    return {"model": {"name": "meta-llama/Llama-3.1-70B", "uri": URI, "config": config},
-            "hardware": {"gpu": "h100-sxm-80gb", "count": 8, "nodes": 1, "interconnect": "nvlink"},
-            "environment": "production", "engine_args": dict(ENGINE_ARGS), "env": {}}
+    return {
+        "model": {"name": "meta-llama/Llama-3.1-70B", "uri": URI, "config": config},
+        "hardware": {"gpu": "h100-sxm-80gb", "count": 8, "nodes": 1, "interconnect": "nvlink"},
+        "environment": "production",
+        "engine_args": dict(ENGINE_ARGS),
+        "env": {},
+    }
 
 
 def timeit(fn, n: int, warmup: int = 200) -> list[float]:
@@ -80,14 +84,32 @@ def _run(args, raw: dict, keys: KeyStore) -> dict:
         return shell_command(render_argv(ctx, URI), {})
 
     def sign(res=result):
-        claims = plan_claims(issuer="preflight", audience="preflight-agent", node="gpu-00001",
-                             plan_id="00000000-0000-0000-0000-000000000000", seq=1,
-                             manifest_digest="sha256:" + "0" * 64, vllm_version=res.vllm_version, argv=res.argv,
-                             env={}, model_uri=URI)
+        claims = plan_claims(
+            issuer="preflight",
+            audience="preflight-agent",
+            node="gpu-00001",
+            plan_id="00000000-0000-0000-0000-000000000000",
+            seq=1,
+            manifest_digest="sha256:" + "0" * 64,
+            vllm_version=res.vllm_version,
+            argv=res.argv,
+            env={},
+            model_uri=URI,
+        )
         signed = keys.sign(claims)
-        keys.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node="gpu-00001",
-                                   plan_id="00000000-0000-0000-0000-000000000000", seq=1,
-                                   digest=plan_digest(signed), ttl=3600), typ=FRESHNESS_MEDIA_TYPE, refresh=False)
+        keys.sign(
+            freshness_claims(
+                issuer="preflight",
+                audience="preflight-agent",
+                node="gpu-00001",
+                plan_id="00000000-0000-0000-0000-000000000000",
+                seq=1,
+                digest=plan_digest(signed),
+                ttl=3600,
+            ),
+            typ=FRESHNESS_MEDIA_TYPE,
+            refresh=False,
+        )
         return signed
 
     def total():
@@ -95,9 +117,13 @@ def _run(args, raw: dict, keys: KeyStore) -> dict:
         return sign(res)
 
     rows, figures = [], {}
-    for name, fn in [("parse (LaunchRequest)", parse), ("validate (rules+budget+render)", val),
-                     ("  of which render", render), ("sign (plan + freshness JWS)", sign),
-                     ("total parse+validate+sign", total)]:
+    for name, fn in [
+        ("parse (LaunchRequest)", parse),
+        ("validate (rules+budget+render)", val),
+        ("  of which render", render),
+        ("sign (plan + freshness JWS)", sign),
+        ("total parse+validate+sign", total),
+    ]:
         t = timeit(fn, args.n)
         figures[name] = {"p50": pct(t, 50), "p99": pct(t, 99), "mean": statistics.fmean(t)}
         rows.append([name, args.n, pct(t, 50), pct(t, 99), statistics.fmean(t)])

@@ -96,8 +96,16 @@ def evaluate(printing_version: bool = False) -> list[CaseResult]:
             approx = (case.get("notes") or {}).get("vllm_version_approx")
             acct = approx.lstrip("~").split()[0] if approx else None
         b = compute_budget(ctx, accounting_version=acct)
-        out.append(CaseResult(case["id"], acct or ctx.version, b.kv_cache_tokens, kv["kv_cache_tokens"],
-                              kv.get("tolerance") or 0.10, components_of(b, kv)))
+        out.append(
+            CaseResult(
+                case["id"],
+                acct or ctx.version,
+                b.kv_cache_tokens,
+                kv["kv_cache_tokens"],
+                kv.get("tolerance") or 0.10,
+                components_of(b, kv),
+            )
+        )
     return out
 
 
@@ -121,8 +129,11 @@ def component_summary(results: list[CaseResult]) -> dict[str, dict[str, float]]:
         if not cs:
             continue
         rel = [abs(c.error) for c in cs if c.error is not None]
-        out[label] = {"cases": len(cs), "median_abs_gib": statistics.median(abs(c.delta_gib) for c in cs),
-                      "median_abs_error": statistics.median(rel) if rel else 0.0}
+        out[label] = {
+            "cases": len(cs),
+            "median_abs_gib": statistics.median(abs(c.delta_gib) for c in cs),
+            "median_abs_error": statistics.median(rel) if rel else 0.0,
+        }
     return out
 
 
@@ -139,22 +150,30 @@ def table(results: list[CaseResult]) -> str:
         lines.append(f"| {r.id} | {r.version} | {r.predicted:,} | {r.printed:,} | {r.error * 100:+.1f} % |")
     s = summary(results)
     lines.append("")
-    lines.append(f"KV tokens: median |error| {s['median_abs_error'] * 100:.1f} %; within ±5 %: {s['within_5']:.0%}; "
-                 f"within ±10 %: {s['within_10']:.0%} ({s['cases']} cases)")
+    lines.append(
+        f"KV tokens: median |error| {s['median_abs_error'] * 100:.1f} %; within ±5 %: {s['within_5']:.0%}; "
+        f"within ±10 %: {s['within_10']:.0%} ({s['cases']} cases)"
+    )
     return "\n".join(lines)
 
 
 def component_table(results: list[CaseResult]) -> str:
     labels = [label for label, _ in COMPONENTS.values()]
-    lines = ["Per component, GiB per GPU, predicted / printed (relative error); — where vLLM printed none:", "",
-             "| case | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    lines = [
+        "Per component, GiB per GPU, predicted / printed (relative error); — where vLLM printed none:",
+        "",
+        "| case | " + " | ".join(labels) + " |",
+        "|---|" + "---:|" * len(labels),
+    ]
     for r in results:
         if r.components:
             lines.append(f"| {r.id} | " + " | ".join(_cell(r.component(k)) for k in COMPONENTS) + " |")
     lines.append("")
     for label, s in component_summary(results).items():
-        lines.append(f"- {label}: {s['cases']} cases, median |Δ| {s['median_abs_gib']:.2f} GiB, "
-                     f"median |error| {s['median_abs_error'] * 100:.1f} %")
+        lines.append(
+            f"- {label}: {s['cases']} cases, median |Δ| {s['median_abs_gib']:.2f} GiB, "
+            f"median |error| {s['median_abs_error'] * 100:.1f} %"
+        )
     return "\n".join(lines)
 
 

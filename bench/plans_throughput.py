@@ -24,8 +24,11 @@ HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 def body(names: list[str], i: int, per_plan: int) -> dict:
     start = (i * per_plan) % len(names)
-    return {"manifest": MANIFEST, "nodes": [names[(start + k) % len(names)] for k in range(per_plan)],
-            "engine_args": ENGINE_ARGS}
+    return {
+        "manifest": MANIFEST,
+        "nodes": [names[(start + k) % len(names)] for k in range(per_plan)],
+        "engine_args": ENGINE_ARGS,
+    }
 
 
 def sequential(url: str, names: list[str], n: int, per_plan: int) -> dict:
@@ -68,8 +71,16 @@ async def concurrent(url: str, names: list[str], n: int, conc: int, per_plan: in
 
 def _summary(mode, conc, n, wall, lat, errors) -> dict:
     lat.sort()
-    return {"mode": mode, "conc": conc, "n": n, "wall": wall, "rps": n / wall, "p50_ms": pct(lat, 50) * 1000,
-            "p99_ms": pct(lat, 99) * 1000, "errors": errors}
+    return {
+        "mode": mode,
+        "conc": conc,
+        "n": n,
+        "wall": wall,
+        "rps": n / wall,
+        "p50_ms": pct(lat, 50) * 1000,
+        "p99_ms": pct(lat, 99) * 1000,
+        "errors": errors,
+    }
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -84,13 +95,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
     with pg_database() as db, preflight_server(db, workers=args.workers) as srv:
         fleet = asyncio.run(seed_fleet(srv.url, args.nodes, per_plan=args.nodes, concurrency=8))
         names = sorted(fleet)
-        out = [sequential(srv.url, names, args.seq, args.per_plan),
-               asyncio.run(concurrent(srv.url, names, args.n_conc, args.conc, args.per_plan))]
-    print(f"\nPOST /v1/plans on PostgreSQL, {args.per_plan} node(s) per plan, {args.nodes} nodes cycled, "
-          f"uvicorn --workers {args.workers} — {machine()}")
-    print(table(["mode", "concurrency", "requests", "wall s", "plans/s", "p50 ms", "p99 ms", "errors"],
-                [[r["mode"], r["conc"], r["n"], r["wall"], r["rps"], r["p50_ms"], r["p99_ms"], r["errors"]]
-                 for r in out]))
+        out = [
+            sequential(srv.url, names, args.seq, args.per_plan),
+            asyncio.run(concurrent(srv.url, names, args.n_conc, args.conc, args.per_plan)),
+        ]
+    print(
+        f"\nPOST /v1/plans on PostgreSQL, {args.per_plan} node(s) per plan, {args.nodes} nodes cycled, "
+        f"uvicorn --workers {args.workers} — {machine()}"
+    )
+    print(
+        table(
+            ["mode", "concurrency", "requests", "wall s", "plans/s", "p50 ms", "p99 ms", "errors"],
+            [[r["mode"], r["conc"], r["n"], r["wall"], r["rps"], r["p50_ms"], r["p99_ms"], r["errors"]] for r in out],
+        )
+    )
     return out
 
 

@@ -69,15 +69,44 @@ def main(argv: list[str] | None = None) -> None:
         with ctx as db, preflight_server(db) as srv:
             fleet = asyncio.run(seed_fleet(srv.url, args.nodes, concurrency=8))
             write_script(tmp / "fetch.lua", fleet)
-            load = subprocess.Popen(["wrk", "-t", "1", "-c", str(args.conc), "-d", f"{args.seconds + 3}s",
-                                     "--timeout", "10s", "-s", str(tmp / "fetch.lua"), srv.url],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            load = subprocess.Popen(
+                [
+                    "wrk",
+                    "-t",
+                    "1",
+                    "-c",
+                    str(args.conc),
+                    "-d",
+                    f"{args.seconds + 3}s",
+                    "--timeout",
+                    "10s",
+                    "-s",
+                    str(tmp / "fetch.lua"),
+                    srv.url,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             spies, outs = [], []
             for pid in srv.workers():
                 out = tmp / f"w{pid}.raw"
                 outs.append(out)
-                cmd = [str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration", str(args.seconds),
-                       "--format", "raw", "--rate", "200", "--nonblocking", "-o", str(out)]
+                cmd = [
+                    str(VENV_BIN / "py-spy"),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--duration",
+                    str(args.seconds),
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "200",
+                    "--nonblocking",
+                    "-o",
+                    str(out),
+                ]
                 if args.idle:
                     cmd.append("--idle")
                 spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -90,8 +119,6 @@ def main(argv: list[str] | None = None) -> None:
         print(table(["self: function", "%"], [[k, 100 * v / total] for k, v in self_]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
 
 
 if __name__ == "__main__":

@@ -26,9 +26,15 @@ def plain(value):
     if isinstance(value, enum.Enum):
         return value.name
     if type(value).__name__ == "LoRAModulePath":  # --lora-modules items: compare as Preflight renders them
-        return f"{value.name}={value.path}" if value.base_model_name is None else json.dumps(
-            {"name": value.name, "path": value.path, "base_model_name": value.base_model_name},
-            separators=(",", ":"), sort_keys=True)
+        return (
+            f"{value.name}={value.path}"
+            if value.base_model_name is None
+            else json.dumps(
+                {"name": value.name, "path": value.path, "base_model_name": value.base_model_name},
+                separators=(",", ":"),
+                sort_keys=True,
+            )
+        )
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if hasattr(value, "model_dump"):

@@ -30,13 +30,18 @@ TPS = (1, 2, 4, 8)
 def _request(model: str, gpu: str, tp: int) -> LaunchRequest:
     cfg = json.loads((MODELS / model / "config.json").read_text())
     hq = MODELS / model / "hf_quant_config.json"
-    return LaunchRequest.model_validate({
-        "model": {"name": model.replace("__", "/"), "config": cfg,
-                  "hf_quant_config": json.loads(hq.read_text()) if hq.exists() else None},
-        "hardware": {"gpu": gpu, "count": 8, "nodes": 1, "interconnect": "nvlink"},
-        "environment": "benchmark",
-        "engine_args": {"tensor_parallel_size": tp},
-    })
+    return LaunchRequest.model_validate(
+        {
+            "model": {
+                "name": model.replace("__", "/"),
+                "config": cfg,
+                "hf_quant_config": json.loads(hq.read_text()) if hq.exists() else None,
+            },
+            "hardware": {"gpu": gpu, "count": 8, "nodes": 1, "interconnect": "nvlink"},
+            "environment": "benchmark",
+            "engine_args": {"tensor_parallel_size": tp},
+        }
+    )
 
 
 def render() -> str:
@@ -68,8 +73,10 @@ def render() -> str:
                 else:
                     kv = f"{format_gib(b.kv_cache_bytes_per_gpu):.2f}"
                     tokens, conc = f"{b.kv_cache_tokens:,}", f"{b.max_concurrency:.2f}x"
-                lines.append(f"| {model.replace('__', '/')} | {gpu} | {tp} | {format_gib(b.weights_bytes_per_gpu):.2f} "
-                             f"| {b.kv_bytes_per_token_per_gpu:,} | {kv} | {tokens} | {b.max_model_len:,} | {conc} |")
+                lines.append(
+                    f"| {model.replace('__', '/')} | {gpu} | {tp} | {format_gib(b.weights_bytes_per_gpu):.2f} "
+                    f"| {b.kv_bytes_per_token_per_gpu:,} | {kv} | {tokens} | {b.max_model_len:,} | {conc} |"
+                )
     lines += [
         "",
         "## How close the model is: tests/cases/kv",

@@ -28,9 +28,28 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "service" / "data" / "vllm"
 INSIDE = pathlib.Path(__file__).resolve().parent / "vllm_catalogue_inside.py"
 # What the parser imports for real (the rest is mocked): pure-Python packages and a CPU torch.
-SUPPORT = ["pydantic", "packaging", "regex", "huggingface_hub", "cachetools", "psutil", "numpy", "msgspec", "pyyaml",
-           "cloudpickle", "requests", "tqdm", "filelock", "transformers", "safetensors", "tokenizers", "pyzmq",
-           "blake3", "optree", "typing_extensions"]
+SUPPORT = [
+    "pydantic",
+    "packaging",
+    "regex",
+    "huggingface_hub",
+    "cachetools",
+    "psutil",
+    "numpy",
+    "msgspec",
+    "pyyaml",
+    "cloudpickle",
+    "requests",
+    "tqdm",
+    "filelock",
+    "transformers",
+    "safetensors",
+    "tokenizers",
+    "pyzmq",
+    "blake3",
+    "optree",
+    "typing_extensions",
+]
 
 
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -38,14 +57,26 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def ensure_env(work: pathlib.Path, torch_spec: str, transformers_spec: str | None = None) -> pathlib.Path:
-    env = work / ("env" if not transformers_spec else "env-" + hashlib.sha256(transformers_spec.encode()).hexdigest()[:8])
+    env = work / (
+        "env" if not transformers_spec else "env-" + hashlib.sha256(transformers_spec.encode()).hexdigest()[:8]
+    )
     py = env / "bin" / "python"
     marker = env / ".ready"
     if not marker.exists():
         run([sys.executable, "-m", "venv", str(env)])
         support = [p for p in SUPPORT if not (transformers_spec and p == "transformers")]
-        run([str(py), "-m", "pip", "install", "--quiet", torch_spec, *support,
-             *([transformers_spec] if transformers_spec else [])])
+        run(
+            [
+                str(py),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                torch_spec,
+                *support,
+                *([transformers_spec] if transformers_spec else []),
+            ]
+        )
         marker.write_text(f"{torch_spec} {transformers_spec or ''}")
     return py
 
@@ -80,8 +111,11 @@ def generate(version: str, py: pathlib.Path, work: pathlib.Path, transformers_sp
     data = json.loads(out.stdout)
     if data["vllm_version"] != version:
         raise SystemExit(f"asked for {version}, the wheel says {data['vllm_version']}")
-    data["source"] = {"wheel": wheel.name, "sha256": sha256(wheel),
-                      "generator": "scripts/gen_vllm_catalogue.py + scripts/vllm_catalogue_inside.py"}
+    data["source"] = {
+        "wheel": wheel.name,
+        "sha256": sha256(wheel),
+        "generator": "scripts/gen_vllm_catalogue.py + scripts/vllm_catalogue_inside.py",
+    }
     if transformers_spec:
         data["source"]["transformers_requirement"] = transformers_spec
     return data
@@ -92,9 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("versions", nargs="*", help="vLLM releases (default: those in service/data/vllm)")
     ap.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/preflight-vllm-gen"))
     ap.add_argument("--torch", default="torch==2.13.0", help="torch requirement for the environment (CPU build)")
-    ap.add_argument("--transformers", default=None,
-                    help="a Transformers requirement for releases that do not build with the newest one "
-                         "(0.8/0.9: 'transformers<4.54')")
+    ap.add_argument(
+        "--transformers",
+        default=None,
+        help="a Transformers requirement for releases that do not build with the newest one "
+        "(0.8/0.9: 'transformers<4.54')",
+    )
     ap.add_argument("--out", type=pathlib.Path, default=DATA)
     ap.add_argument("--check", action="store_true", help="compare with the checked-in files instead of writing")
     args = ap.parse_args(argv)
@@ -124,9 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             args.out.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-            print(f"{version}: {len(data['options'])} options, {len(data['registry']['architectures'])} "
-                  f"architectures, {len(data['quantization']['methods'])} quantization methods -> "
-                  f"{path} ({time.monotonic() - t0:.1f} s)")
+            print(
+                f"{version}: {len(data['options'])} options, {len(data['registry']['architectures'])} "
+                f"architectures, {len(data['quantization']['methods'])} quantization methods -> "
+                f"{path} ({time.monotonic() - t0:.1f} s)"
+            )
     return status
 
 

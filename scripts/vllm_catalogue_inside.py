@@ -203,8 +203,9 @@ def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
         if isinstance(action, argparse._HelpAction):
             continue
         if not action.option_strings:
-            positionals.append({"dest": action.dest, "nargs": jsonable(action.nargs),
-                                "default": jsonable(action.default)})
+            positionals.append(
+                {"dest": action.dest, "nargs": jsonable(action.nargs), "default": jsonable(action.default)}
+            )
             continue
         spellings = every.get(id(action), list(action.option_strings))
         negative: list[str] = []
@@ -214,8 +215,18 @@ def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
             kind, optional = "bool", False
         elif type(action).__name__ == "StoreBoolean":  # <= 0.7: --x true|false (vllm/engine/arg_utils.py StoreBoolean)
             kind, optional = "bool_value", False
-        elif isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
-                                 argparse._CountAction)) or action.nargs == 0:
+        elif (
+            isinstance(
+                action,
+                (
+                    argparse._StoreTrueAction,
+                    argparse._StoreFalseAction,
+                    argparse._StoreConstAction,
+                    argparse._CountAction,
+                ),
+            )
+            or action.nargs == 0
+        ):
             kind, optional = "flag", False
         else:
             kind, optional = value_kind(action.type)
@@ -228,22 +239,24 @@ def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
         help_text = action.help if isinstance(action.help, str) else ""
         schema = key_schema(dataclass_of(action.type)) if kind == "json" else None
         deprecated = bool(getattr(action, "deprecated", False)) or action in getattr(parser, "_deprecated", ())
-        out.append({
-            "dest": action.dest,
-            "option_strings": sorted(spellings, key=lambda x: (not x.startswith("--"), x in negative, x)),
-            "negative_option_strings": negative,
-            "action": type(action).__name__,
-            "kind": kind,
-            "optional": optional,
-            "type": getattr(action.type, "__name__", None) if action.type is not None else None,
-            "nargs": jsonable(action.nargs),
-            "choices": choices,
-            "default": jsonable(action.default) if action.default is not argparse.SUPPRESS else None,
-            "const": jsonable(getattr(action, "const", None)),
-            "deprecated": deprecated,
-            "help": " ".join(help_text.split())[:400],
-            **({"json_keys": schema} if schema is not None else {}),
-        })
+        out.append(
+            {
+                "dest": action.dest,
+                "option_strings": sorted(spellings, key=lambda x: (not x.startswith("--"), x in negative, x)),
+                "negative_option_strings": negative,
+                "action": type(action).__name__,
+                "kind": kind,
+                "optional": optional,
+                "type": getattr(action.type, "__name__", None) if action.type is not None else None,
+                "nargs": jsonable(action.nargs),
+                "choices": choices,
+                "default": jsonable(action.default) if action.default is not argparse.SUPPRESS else None,
+                "const": jsonable(getattr(action, "const", None)),
+                "deprecated": deprecated,
+                "help": " ".join(help_text.split())[:400],
+                **({"json_keys": schema} if schema is not None else {}),
+            }
+        )
     out.sort(key=lambda o: o["dest"])
     return out, positionals
 
@@ -258,10 +271,20 @@ def literal(node):
         return None
 
 
-GENERATE_TABLES = {"_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS", "_TRANSFORMERS_SUPPORTED_MODELS",
-                   "_TRANSFORMERS_BACKEND_MODELS"}
-POOLING_TABLES = {"_EMBEDDING_MODELS", "_CROSS_ENCODER_MODELS", "_LATE_INTERACTION_MODELS",
-                  "_TOKEN_CLASSIFICATION_MODELS", "_SEQUENCE_CLASSIFICATION_MODELS", "_REWARD_MODELS"}
+GENERATE_TABLES = {
+    "_TEXT_GENERATION_MODELS",
+    "_MULTIMODAL_MODELS",
+    "_TRANSFORMERS_SUPPORTED_MODELS",
+    "_TRANSFORMERS_BACKEND_MODELS",
+}
+POOLING_TABLES = {
+    "_EMBEDDING_MODELS",
+    "_CROSS_ENCODER_MODELS",
+    "_LATE_INTERACTION_MODELS",
+    "_TOKEN_CLASSIFICATION_MODELS",
+    "_SEQUENCE_CLASSIFICATION_MODELS",
+    "_REWARD_MODELS",
+}
 
 
 def registry(root: pathlib.Path) -> dict:
@@ -304,7 +327,10 @@ def registry(root: pathlib.Path) -> dict:
                 resolved = index.found(module, cls)
                 ifaces = index.interfaces(module, cls) if resolved else set()
                 entry = archs[arch] = {
-                    "module": module, "class": cls, "tables": [], "resolved": resolved,
+                    "module": module,
+                    "class": cls,
+                    "tables": [],
+                    "resolved": resolved,
                     # None = unknown (the class could not be read): never a reason to refuse
                     "supports_pp": ("SupportsPP" in ifaces) if resolved else None,
                     "multimodal": "SupportsMultiModal" in ifaces,
@@ -320,9 +346,12 @@ def registry(root: pathlib.Path) -> dict:
         entry["generate"] = bool(names & GENERATE_TABLES)
         entry["pooling_only"] = not entry["generate"] and bool(names & POOLING_TABLES)
         entry["draft_only"] = names == {"_SPECULATIVE_DECODING_MODELS"}
-    return {"architectures": archs, "tables": sorted(tables),
-            "previously_supported": plain.get("_PREVIOUSLY_SUPPORTED_MODELS", {}),
-            "out_of_tree": plain.get("_OOT_SUPPORTED_MODELS", {})}
+    return {
+        "architectures": archs,
+        "tables": sorted(tables),
+        "previously_supported": plain.get("_PREVIOUSLY_SUPPORTED_MODELS", {}),
+        "out_of_tree": plain.get("_OOT_SUPPORTED_MODELS", {}),
+    }
 
 
 class ClassIndex:
@@ -357,7 +386,9 @@ class ClassIndex:
                     if node.level == 1 and not name.startswith("vllm."):
                         local = mod.split(".")[0]
                     elif node.level >= 1:  # relative inside an absolute package
-                        pkg = name.split(".")[: len(name.split(".")) - node.level + (1 if path.name == "__init__.py" else 0)]
+                        pkg = name.split(".")[
+                            : len(name.split(".")) - node.level + (1 if path.name == "__init__.py" else 0)
+                        ]
                         local = ".".join(pkg + [mod])
                     elif mod.startswith("vllm.model_executor.models."):
                         local = mod.split(".")[3]
@@ -467,7 +498,10 @@ def _quant_class_facts(qdir: pathlib.Path, module: str | None, cls: str) -> dict
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and node.name == cls:
                 for fn in node.body:
-                    if isinstance(fn, ast.FunctionDef) and fn.name in ("get_min_capability", "get_supported_act_dtypes"):
+                    if isinstance(fn, ast.FunctionDef) and fn.name in (
+                        "get_min_capability",
+                        "get_supported_act_dtypes",
+                    ):
                         for sub in ast.walk(fn):
                             if isinstance(sub, ast.Return) and sub.value is not None:
                                 if fn.name == "get_min_capability":
@@ -553,8 +587,11 @@ def build_serve_parser():
     for _ in range(200):
         try:
             config = auto_import("vllm.config")
-            guard = (patch("vllm.config.DeviceConfig.__post_init__")
-                     if hasattr(getattr(config, "DeviceConfig", None), "__post_init__") else nullcontext())
+            guard = (
+                patch("vllm.config.DeviceConfig.__post_init__")
+                if hasattr(getattr(config, "DeviceConfig", None), "__post_init__")
+                else nullcontext()
+            )
             with guard:
                 parser = make(FlexibleArgumentParser(prog="vllm serve")) or parser
             break
@@ -587,9 +624,13 @@ def batch_defaults() -> dict | None:
     if not hasattr(EngineArgs, "get_batch_defaults"):
         return None
     UsageContext = auto_import("vllm.usage.usage_lib", "UsageContext")
-    samples = {"200gib-b200": (200, "NVIDIA B200"), "80gib-h100": (80, "NVIDIA H100 80GB HBM3"),
-               "80gib-a100": (80, "NVIDIA A100-SXM4-80GB"), "48gib-l40s": (48, "NVIDIA L40S"),
-               "24gib-l4": (24, "NVIDIA L4")}
+    samples = {
+        "200gib-b200": (200, "NVIDIA B200"),
+        "80gib-h100": (80, "NVIDIA H100 80GB HBM3"),
+        "80gib-a100": (80, "NVIDIA A100-SXM4-80GB"),
+        "48gib-l40s": (48, "NVIDIA L40S"),
+        "24gib-l4": (24, "NVIDIA L4"),
+    }
     out = {}
     for key, (gib, name) in samples.items():
         platform = MagicMock()
@@ -600,14 +641,26 @@ def batch_defaults() -> dict | None:
         platform.is_cpu.return_value = False
         with patch("vllm.engine.arg_utils.current_platform", platform):
             tokens, seqs = EngineArgs.get_batch_defaults(world_size=1)
-        out[key] = {"memory_gib": gib, "device_name": name,
-                    "max_num_batched_tokens": tokens[UsageContext.OPENAI_API_SERVER],
-                    "max_num_seqs": seqs[UsageContext.OPENAI_API_SERVER]}
+        out[key] = {
+            "memory_gib": gib,
+            "device_name": name,
+            "max_num_batched_tokens": tokens[UsageContext.OPENAI_API_SERVER],
+            "max_num_seqs": seqs[UsageContext.OPENAI_API_SERVER],
+        }
     return out
 
 
-LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-               "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 
 
 def transformers_length_defaults() -> dict:
@@ -625,8 +678,11 @@ def transformers_length_defaults() -> dict:
             cfg = CONFIG_MAPPING[model_type]()
         except Exception:
             continue
-        found = {k: getattr(cfg, k) for k in LENGTH_KEYS
-                 if isinstance(getattr(cfg, k, None), int) and not isinstance(getattr(cfg, k), bool)}
+        found = {
+            k: getattr(cfg, k)
+            for k in LENGTH_KEYS
+            if isinstance(getattr(cfg, k, None), int) and not isinstance(getattr(cfg, k), bool)
+        }
         if found:
             out[model_type] = found
     return {"transformers_version": transformers.__version__, "by_model_type": out}
@@ -634,6 +690,7 @@ def transformers_length_defaults() -> dict:
 
 def dataclass_missing():
     import dataclasses
+
     return dataclasses.MISSING
 
 
@@ -642,17 +699,22 @@ def main() -> None:
     version = importlib.metadata.version("vllm")
     parser = build_serve_parser()
     opts, positionals = options(parser)
-    json.dump({
-        "vllm_version": version,
-        "options": opts,
-        "positionals": positionals,
-        "registry": registry(root),
-        "quantization": quantization(root),
-        "kv_cache_dtypes": cache_dtypes(root),
-        "transformers_length_defaults": transformers_length_defaults(),
-        "defaults": {**defaults(root), "scheduler_by_gpu": batch_defaults()},
-        "mocked_modules": sorted(set(MOCKED)),
-    }, sys.stdout, indent=1, sort_keys=True)
+    json.dump(
+        {
+            "vllm_version": version,
+            "options": opts,
+            "positionals": positionals,
+            "registry": registry(root),
+            "quantization": quantization(root),
+            "kv_cache_dtypes": cache_dtypes(root),
+            "transformers_length_defaults": transformers_length_defaults(),
+            "defaults": {**defaults(root), "scheduler_by_gpu": batch_defaults()},
+            "mocked_modules": sorted(set(MOCKED)),
+        },
+        sys.stdout,
+        indent=1,
+        sort_keys=True,
+    )
 
 
 if __name__ == "__main__":

@@ -31,29 +31,126 @@ from dataclasses import dataclass, field
 
 # -- sinks ------------------------------------------------------------------------------------------------------------
 # call name (the dotted name as written, or its last part for methods) -> (kind, which arguments carry the value)
-IMPORT_CALLS = {"import_module": (0, "name"), "resolve_obj_by_qualname": (0, "qualname"), "__import__": (0, "name"),
-                "spec_from_file_location": (1, "location"), "run_path": (0, "path_name"), "dictConfig": (0, "config"),
-                "load_plugins_by_group": (0, "group"), "locate": (0, "path")}
-UNPICKLE_CALLS = {"pickle.load": 0, "pickle.loads": 0, "cloudpickle.load": 0, "cloudpickle.loads": 0,
-                  "torch.load": 0, "joblib.load": 0}
+IMPORT_CALLS = {
+    "import_module": (0, "name"),
+    "resolve_obj_by_qualname": (0, "qualname"),
+    "__import__": (0, "name"),
+    "spec_from_file_location": (1, "location"),
+    "run_path": (0, "path_name"),
+    "dictConfig": (0, "config"),
+    "load_plugins_by_group": (0, "group"),
+    "locate": (0, "path"),
+}
+UNPICKLE_CALLS = {
+    "pickle.load": 0,
+    "pickle.loads": 0,
+    "cloudpickle.load": 0,
+    "cloudpickle.loads": 0,
+    "torch.load": 0,
+    "joblib.load": 0,
+}
 DOWNLOAD_KWARGS = ("cache_dir", "local_dir", "download_dir")
-OTHER_WEIGHTS_CALLS = {"from_pretrained": 0, "snapshot_download": 0, "hf_hub_download": 0, "get_tokenizer": 0,
-                       "get_config": 0, "cached_tokenizer_from_config": None, "download_weights_from_hf": 0}
+OTHER_WEIGHTS_CALLS = {
+    "from_pretrained": 0,
+    "snapshot_download": 0,
+    "hf_hub_download": 0,
+    "get_tokenizer": 0,
+    "get_config": 0,
+    "cached_tokenizer_from_config": None,
+    "download_weights_from_hf": 0,
+}
 WRITE_METHODS = {"write_text", "write_bytes", "mkdir", "touch"}
 READ_METHODS = {"read_text", "read_bytes"}
-FS_WRITE_CALLS = {"os.makedirs": 0, "os.mkdir": 0, "torch.save": 1, "shutil.copy": 1, "shutil.copyfile": 1,
-                  "shutil.move": 1, "np.save": 0, "numpy.save": 0}
+FS_WRITE_CALLS = {
+    "os.makedirs": 0,
+    "os.mkdir": 0,
+    "torch.save": 1,
+    "shutil.copy": 1,
+    "shutil.copyfile": 1,
+    "shutil.move": 1,
+    "np.save": 0,
+    "numpy.save": 0,
+}
 # calls whose result carries the value of their arguments (strings and paths built from it)
-PASS_THROUGH = {"str", "os.fspath", "os.path.join", "os.path.expanduser", "os.path.abspath", "os.path.realpath",
-                "os.path.normpath", "os.path.dirname", "Path", "pathlib.Path", "PurePath", "join", "format", "strip",
-                "rstrip", "lstrip", "split", "rsplit", "partition", "rpartition", "replace", "lower", "upper",
-                "removeprefix", "removesuffix", "expanduser", "resolve", "absolute", "joinpath", "with_suffix",
-                "with_name", "list", "tuple", "dict", "copy", "deepcopy", "json.loads", "loads", "get", "items",
-                "values", "keys", "cast"}
+PASS_THROUGH = {
+    "str",
+    "os.fspath",
+    "os.path.join",
+    "os.path.expanduser",
+    "os.path.abspath",
+    "os.path.realpath",
+    "os.path.normpath",
+    "os.path.dirname",
+    "Path",
+    "pathlib.Path",
+    "PurePath",
+    "join",
+    "format",
+    "strip",
+    "rstrip",
+    "lstrip",
+    "split",
+    "rsplit",
+    "partition",
+    "rpartition",
+    "replace",
+    "lower",
+    "upper",
+    "removeprefix",
+    "removesuffix",
+    "expanduser",
+    "resolve",
+    "absolute",
+    "joinpath",
+    "with_suffix",
+    "with_name",
+    "list",
+    "tuple",
+    "dict",
+    "copy",
+    "deepcopy",
+    "json.loads",
+    "loads",
+    "get",
+    "items",
+    "values",
+    "keys",
+    "cast",
+}
 # names too common to follow by name across the codebase
-COMMON = {"__init__", "get", "load", "run", "call", "forward", "apply", "update", "build", "create", "make", "init",
-          "setup", "start", "stop", "close", "open", "read", "write", "parse", "process", "execute", "main",
-          "from_config", "from_dict", "to_dict", "__call__", "__post_init__", "validate", "verify", "compute_hash"}
+COMMON = {
+    "__init__",
+    "get",
+    "load",
+    "run",
+    "call",
+    "forward",
+    "apply",
+    "update",
+    "build",
+    "create",
+    "make",
+    "init",
+    "setup",
+    "start",
+    "stop",
+    "close",
+    "open",
+    "read",
+    "write",
+    "parse",
+    "process",
+    "execute",
+    "main",
+    "from_config",
+    "from_dict",
+    "to_dict",
+    "__call__",
+    "__post_init__",
+    "validate",
+    "verify",
+    "compute_hash",
+}
 MAX_DEFS = 4  # a called name defined in more places than this is not followed
 # names the entry points give the parsed command line (an argparse Namespace or EngineArgs): their attributes are the
 # options themselves
@@ -65,11 +162,19 @@ ARGS_CLASSES = ("EngineArgs", "AsyncEngineArgs", "FrontendArgs")  # the classes 
 # option paths (a JSON option's nested keys joined by ".", list items as "[]"), values (kind, file:line, why).
 REVIEWED: dict[str, list[tuple[str, str, str]]] = {
     "compilation_config.backend": [
-        ("import", "vllm/config/compilation.py:1121",
-         "with mode 1 or 2 a backend that is not a known name is resolved by qualified name")],
+        (
+            "import",
+            "vllm/config/compilation.py:1121",
+            "with mode 1 or 2 a backend that is not a known name is resolved by qualified name",
+        )
+    ],
     "model_class_overrides": [
-        ("import", "vllm/model_executor/models/registry.py",
-         "architecture -> class path overrides are imported when the model class is resolved")],
+        (
+            "import",
+            "vllm/model_executor/models/registry.py",
+            "architecture -> class path overrides are imported when the model class is resolved",
+        )
+    ],
 }
 
 
@@ -91,7 +196,8 @@ def annotation_names(node: ast.expr | None) -> set[str]:
         except SyntaxError:
             return set()
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
 
 
 @dataclass
@@ -123,9 +229,13 @@ def read_classes(modules: dict[str, ast.Module]) -> Classes:
         for node in tree.body:
             if not isinstance(node, ast.ClassDef) or not (config or node.name.endswith("Args")):
                 continue
-            body = {s.target.id: annotation_names(s.annotation) for s in node.body
-                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-                    and "ClassVar" not in annotation_names(s.annotation)}
+            body = {
+                s.target.id: annotation_names(s.annotation)
+                for s in node.body
+                if isinstance(s, ast.AnnAssign)
+                and isinstance(s.target, ast.Name)
+                and "ClassVar" not in annotation_names(s.annotation)
+            }
             if body or node.name.endswith("Args"):
                 out.fields.setdefault(node.name, {}).update(body)
                 bases[node.name] = [dotted(b).rsplit(".", 1)[-1] for b in node.bases]
@@ -159,8 +269,9 @@ def unique_fields(classes: Classes) -> dict[str, set[str]]:
             continue
         for name in fields:
             seen[name].add(cls)
-    return {name: owners for name, owners in seen.items()
-            if len(owners) <= 3 and name.count("_") >= 2 and len(name) >= 14}
+    return {
+        name: owners for name, owners in seen.items() if len(owners) <= 3 and name.count("_") >= 2 and len(name) >= 14
+    }
 
 
 # -- taint within one function ----------------------------------------------------------------------------------------
@@ -226,14 +337,28 @@ class Scope(ast.NodeVisitor):
             if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls") and self.cls:
                 return set(self.a.attrs.get((self.cls, node.attr), ()))
             return {f"{lab}.{node.attr}" for lab in self.labels(node.value) if not lab.startswith("param:")} | {
-                lab for lab in self.labels(node.value) if lab.startswith("param:")}
+                lab for lab in self.labels(node.value) if lab.startswith("param:")
+            }
         if isinstance(node, ast.Subscript):
             key = node.slice.value if isinstance(node.slice, ast.Constant) else None
             return {f"{lab}.{key}" if isinstance(key, str) else f"{lab}[]" for lab in self.labels(node.value)}
         if isinstance(node, ast.Call):
             return self.call_labels(node)
-        if isinstance(node, (ast.JoinedStr, ast.FormattedValue, ast.BinOp, ast.BoolOp, ast.IfExp, ast.Tuple,
-                             ast.List, ast.Starred, ast.Await, ast.NamedExpr)):
+        if isinstance(
+            node,
+            (
+                ast.JoinedStr,
+                ast.FormattedValue,
+                ast.BinOp,
+                ast.BoolOp,
+                ast.IfExp,
+                ast.Tuple,
+                ast.List,
+                ast.Starred,
+                ast.Await,
+                ast.NamedExpr,
+            ),
+        ):
             out: set[str] = set()
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.expr) and not (isinstance(node, ast.IfExp) and child is node.test):
@@ -244,8 +369,13 @@ class Scope(ast.NodeVisitor):
     def call_labels(self, node: ast.Call) -> set[str]:
         name = dotted(node.func)
         last = name.rsplit(".", 1)[-1]
-        if last == "get" and isinstance(node.func, ast.Attribute) and node.args and \
-                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        if (
+            last == "get"
+            and isinstance(node.func, ast.Attribute)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             key = node.args[0].value
             return {f"{lab}.{key}" for lab in self.labels(node.func.value)}
         if name in PASS_THROUGH or last in PASS_THROUGH:
@@ -269,8 +399,13 @@ class Scope(ast.NodeVisitor):
         elif isinstance(target, (ast.Tuple, ast.List)):
             for elt in target.elts:
                 self.assign(elt, labels)
-        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
-                target.value.id == "self" and self.cls and labels:
+        elif (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+            and self.cls
+            and labels
+        ):
             self.a.attrs[(self.cls, target.attr)] |= {lab for lab in labels if not lab.startswith("param:")}
 
     def visit_Assign(self, node: ast.Assign) -> None:
@@ -336,8 +471,12 @@ class Analysis:
                 self.defs[fn.name].append((rel, cls, fn))
                 local.setdefault(fn.name, (rel, cls, fn))
             for node in tree.body:  # X = lru_cache(f): a call of X is a call of f
-                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1 \
-                        and isinstance(node.targets[0], ast.Name):
+                if (
+                    isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Call)
+                    and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                ):
                     for a in node.value.args:
                         if isinstance(a, ast.Name) and a.id in local:
                             self.defs[node.targets[0].id].append(local[a.id])
@@ -345,13 +484,17 @@ class Analysis:
 
     def run(self, rounds: int = 3) -> None:
         for _ in range(rounds):
-            before = (sum(len(v) for v in self.facts.values()), sum(len(p) for s in self.summaries.values()
-                                                                   for p in s.values()))
+            before = (
+                sum(len(v) for v in self.facts.values()),
+                sum(len(p) for s in self.summaries.values() for p in s.values()),
+            )
             for defs in self.defs.values():
                 for rel, cls, fn in defs:
                     Scope(self, rel, cls, fn).visit(fn)
-            after = (sum(len(v) for v in self.facts.values()), sum(len(p) for s in self.summaries.values()
-                                                                  for p in s.values()))
+            after = (
+                sum(len(v) for v in self.facts.values()),
+                sum(len(p) for s in self.summaries.values() for p in s.values()),
+            )
             if after == before:
                 return
 
@@ -366,8 +509,11 @@ class Analysis:
         name = dotted(node.func)
         last = name.rsplit(".", 1)[-1]
         site = scope.site(node)
-        arg = lambda i, kw=None: (node.args[i] if i is not None and len(node.args) > i else  # noqa: E731
-                                  next((k.value for k in node.keywords if k.arg == kw), None))
+        arg = lambda i, kw=None: (  # noqa: E731
+            node.args[i]
+            if i is not None and len(node.args) > i
+            else next((k.value for k in node.keywords if k.arg == kw), None)
+        )
         if last in IMPORT_CALLS:
             i, kw = IMPORT_CALLS[last]
             self.record(scope, scope.labels(arg(i, kw)), Fact("import", site))
@@ -375,8 +521,9 @@ class Analysis:
             self.record(scope, scope.labels(arg(UNPICKLE_CALLS[name], "f")), Fact("unpickle", site))
         if name in ("open", "io.open", "builtins.open"):
             mode = arg(1, "mode")
-            writes = isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
-                c in mode.value for c in "wax+")
+            writes = (
+                isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")
+            )
             self.record(scope, scope.labels(arg(0, "file")), Fact("write" if writes else "read", site))
         if isinstance(node.func, ast.Attribute) and last in WRITE_METHODS | READ_METHODS:
             self.record(scope, scope.labels(node.func.value), Fact("write" if last in WRITE_METHODS else "read", site))
@@ -386,8 +533,11 @@ class Analysis:
             if k.arg in DOWNLOAD_KWARGS:
                 self.record(scope, scope.labels(k.value), Fact("download_dir", site))
         if last in OTHER_WEIGHTS_CALLS and OTHER_WEIGHTS_CALLS[last] is not None:
-            self.record(scope, scope.labels(arg(OTHER_WEIGHTS_CALLS[last], "pretrained_model_name_or_path")),
-                        Fact("other_weights", site))
+            self.record(
+                scope,
+                scope.labels(arg(OTHER_WEIGHTS_CALLS[last], "pretrained_model_name_or_path")),
+                Fact("other_weights", site),
+            )
         self.follow(scope, node, name, last)
 
     def follow(self, scope: Scope, node: ast.Call, name: str, last: str) -> None:
@@ -414,16 +564,20 @@ class Analysis:
             passed.update({k.arg: k.value for k in node.keywords if k.arg})
             for param, value in passed.items():
                 for fact in list(summary.get(param, ())):
-                    self.record(scope, scope.labels(value), Fact(fact.kind, fact.site, fact.via or f"{rel}:{fn.lineno}"))
+                    self.record(
+                        scope, scope.labels(value), Fact(fact.kind, fact.site, fact.via or f"{rel}:{fn.lineno}")
+                    )
 
 
 def _weights_only(node: ast.Call) -> bool:
-    return any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
-               for k in node.keywords)
+    return any(
+        k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True for k in node.keywords
+    )
 
 
 def functions(tree: ast.Module):
     """(class name or None, function) for every function and method, nested ones too."""
+
     def walk(node, cls):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
@@ -433,6 +587,7 @@ def functions(tree: ast.Module):
                 yield from walk(child, cls)
             else:
                 yield from walk(child, cls)
+
     yield from walk(tree, None)
 
 
@@ -451,7 +606,7 @@ def resolved_facts(analysis: Analysis) -> dict[str, set[Fact]]:
                 source = direct if label.split(".", 1)[0] == target.split(".", 1)[0] else facts
                 for other, got in list(source.items()):
                     if other == target or other.startswith(target + "."):
-                        key = label + other[len(target):]
+                        key = label + other[len(target) :]
                         if not got <= facts[key]:
                             facts[key] |= got
                             changed = True
@@ -502,8 +657,11 @@ def main(argv: list[str] | None = None) -> None:
     analysis.run()
     paths = option_paths(analysis)
     out = {path: sorted({(f.kind, f.site, f.via) for f in facts}) for path, facts in sorted(paths.items())}
-    json.dump({p: [{"kind": k, "site": s, **({"via": v} if v else {})} for k, s, v in v] for p, v in out.items()},
-              sys.stdout, indent=1)
+    json.dump(
+        {p: [{"kind": k, "site": s, **({"via": v} if v else {})} for k, s, v in v] for p, v in out.items()},
+        sys.stdout,
+        indent=1,
+    )
 
 
 if __name__ == "__main__":

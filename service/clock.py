@@ -22,8 +22,7 @@ class Clock(Protocol):
         """Seconds from an arbitrary start, never going back (intervals, deadlines)."""
         ...
 
-    def sleep(self, seconds: float) -> None:
-        ...
+    def sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:

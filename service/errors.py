@@ -16,8 +16,13 @@ class ApiError(Exception):
         self.extra = extra
 
     def problem(self) -> dict[str, Any]:
-        return {"type": f"https://preflight.dev/problems/{self.type_suffix}", "title": self.title,
-                "status": self.status, "detail": self.detail, **self.extra}
+        return {
+            "type": f"https://preflight.dev/problems/{self.type_suffix}",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            **self.extra,
+        }
 
 
 class NotFound(ApiError):

@@ -7,10 +7,15 @@ import os
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
-REQUESTS = Counter("preflight_http_requests_total", "HTTP requests by route, method and status",
-                   ["route", "method", "status"])
-LATENCY = Histogram("preflight_http_request_duration_seconds", "HTTP request latency by route", ["route", "method"],
-                    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+REQUESTS = Counter(
+    "preflight_http_requests_total", "HTTP requests by route, method and status", ["route", "method", "status"]
+)
+LATENCY = Histogram(
+    "preflight_http_request_duration_seconds",
+    "HTTP request latency by route",
+    ["route", "method"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 VERDICTS = Counter("preflight_verdicts_total", "Launch verdicts by endpoint", ["endpoint", "verdict"])
 FINDINGS = Counter("preflight_findings_total", "Rule findings by rule code and severity", ["rule", "severity"])
 AGENT_FETCHES = Counter("preflight_agent_fetches_total", "Agent plan fetches by outcome", ["outcome"])

@@ -16,8 +16,17 @@ class PeriodicWorker:
     may hold data) and the loop goes on. With ``final_pass``, ``stop()`` runs one last step, so nothing handed to
     the worker before the stop is left undone."""
 
-    def __init__(self, name: str, step: Callable[[], object], interval: float, *, log: logging.Logger,
-                 gather: float = 0.0, final_pass: bool = False, log_level: int = logging.WARNING):
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[], object],
+        interval: float,
+        *,
+        log: logging.Logger,
+        gather: float = 0.0,
+        final_pass: bool = False,
+        log_level: int = logging.WARNING,
+    ):
         self.name, self.step, self.interval, self.gather = name, step, interval, gather
         self.final_pass, self.log, self.log_level = final_pass, log, log_level
         self._wake = threading.Event()
@@ -57,8 +66,10 @@ class PeriodicWorker:
         with self._passed:
             target = self._passes + (2 if self._in_pass else 1)
             self._wake.set()
-            return self._passed.wait_for(lambda: self._passes >= target or not self.running, timeout) and \
-                self._passes >= target
+            return (
+                self._passed.wait_for(lambda: self._passes >= target or not self.running, timeout)
+                and self._passes >= target
+            )
 
     def _run(self) -> None:
         while True:

@@ -65,6 +65,7 @@ class Settings(BaseSettings):
             return TuningSettings(**values)
         except TypeError as exc:
             raise ValueError(f"PREFLIGHT_TUNING: {exc}") from None
+
     rollout_tick_seconds: float = Field(default=5.0, ge=0, le=3600)
 
     @model_validator(mode="after")

@@ -248,15 +248,21 @@ class KeyStore:
         return [k for k in self._keys if k not in self._state.get("retired", [])]
 
     def public_keys(self) -> list[dict[str, Any]]:
-        return [{**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"}
-                for k in sorted(self.published())]
+        return [
+            {**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"}
+            for k in sorted(self.published())
+        ]
 
     def audit_jwks(self) -> dict[str, Any]:
         """Every public key in the directory, retired ones too: what signed an audit checkpoint years ago still
         verifies it for an auditor (nodes trust only the published set)."""
         self.refresh()
-        return {"keys": [{**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"}
-                         for k in sorted(self._keys)], "version": self.keyset_version}
+        return {
+            "keys": [
+                {**self._keys[k].as_dict(private=False), "kid": k, "alg": ALG, "use": "sig"} for k in sorted(self._keys)
+            ],
+            "version": self.keyset_version,
+        }
 
     def jwks(self) -> dict[str, Any]:
         """The published keys, and ``version``: the key-set version they are (a node pins this file)."""
@@ -298,32 +304,72 @@ class KeyStore:
 PLACEMENT_CLAIMS = ("group", "rank", "role", "nnodes", "head", "group_digest")
 
 
-def plan_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, manifest_digest: str,
-                vllm_version: str, argv: list[str], env: dict[str, str], model_uri: str,
-                placement: dict[str, Any] | None = None, now: int | None = None,
-                node_checks: dict[str, Any] | None = None) -> dict[str, Any]:
+def plan_claims(
+    *,
+    issuer: str,
+    audience: str,
+    node: str,
+    plan_id: str,
+    seq: int,
+    manifest_digest: str,
+    vllm_version: str,
+    argv: list[str],
+    env: dict[str, str],
+    model_uri: str,
+    placement: dict[str, Any] | None = None,
+    now: int | None = None,
+    node_checks: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The claims of one node's signed plan (times in seconds since the epoch). No ``exp``: what a plan says does
     not expire; whether it is still the node's current plan is what a freshness statement says. ``placement``:
     the PLACEMENT_CLAIMS."""
     iat = int(now if now is not None else time.time())
     return {
-        "iss": issuer, "sub": node, "aud": audience, "iat": iat, "nbf": iat - 60,
-        "jti": plan_id, "seq": seq, "manifest_digest": manifest_digest, "vllm_version": vllm_version,
-        "argv": argv, "env": env, "model_uri": model_uri, **(placement or {}),
+        "iss": issuer,
+        "sub": node,
+        "aud": audience,
+        "iat": iat,
+        "nbf": iat - 60,
+        "jti": plan_id,
+        "seq": seq,
+        "manifest_digest": manifest_digest,
+        "vllm_version": vllm_version,
+        "argv": argv,
+        "env": env,
+        "model_uri": model_uri,
+        **(placement or {}),
         # what the agent checks before vLLM starts (domain/node_checks.py); older plans carry none
         **({"node_checks": node_checks} if node_checks is not None else {}),
     }
 
 
-def freshness_claims(*, issuer: str, audience: str, node: str, plan_id: str, seq: int, digest: str, ttl: int,
-                     now: int | None = None, head_group_digest: str | None = None,
-                     grouped: bool = False) -> dict[str, Any]:
+def freshness_claims(
+    *,
+    issuer: str,
+    audience: str,
+    node: str,
+    plan_id: str,
+    seq: int,
+    digest: str,
+    ttl: int,
+    now: int | None = None,
+    head_group_digest: str | None = None,
+    grouped: bool = False,
+) -> dict[str, Any]:
     """A freshness statement: "the plan with this digest (id, seq) is node's current plan", valid ``ttl`` s. For a
     member of a multi-node group (``grouped``) also ``head_group_digest``: the group digest of the plan its head
     currently holds (null when the head holds none)."""
     iat = int(now if now is not None else time.time())
-    out = {"iss": issuer, "sub": node, "aud": audience, "iat": iat, "exp": iat + ttl, "jti": plan_id, "seq": seq,
-           "plan_digest": digest}
+    out = {
+        "iss": issuer,
+        "sub": node,
+        "aud": audience,
+        "iat": iat,
+        "exp": iat + ttl,
+        "jti": plan_id,
+        "seq": seq,
+        "plan_digest": digest,
+    }
     if grouped:
         out["head_group_digest"] = head_group_digest
     return out

@@ -60,10 +60,13 @@ class PostgresTemplates:
     def _drop_left_behind(self) -> None:
         """Databases of runs whose process is gone (killed, or a crash before teardown)."""
         with self.admin.connect() as conn:
-            names = conn.execute(text("SELECT datname FROM pg_database WHERE datname LIKE :p"),
-                                 {"p": PG_PREFIX + "%"}).scalars().all()
+            names = (
+                conn.execute(text("SELECT datname FROM pg_database WHERE datname LIKE :p"), {"p": PG_PREFIX + "%"})
+                .scalars()
+                .all()
+            )
         for name in names:
-            pid = name[len(PG_PREFIX):].split("_", 1)[0]
+            pid = name[len(PG_PREFIX) :].split("_", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
                 self.drop(name)
 
@@ -86,8 +89,7 @@ def _admin_engine(url):
     """CREATE and DROP DATABASE run from the server's maintenance database ``postgres`` where it can be reached (a
     session there is never ended by another run's clean-up of the named database), else from the named one."""
     for candidate in (url.set(database="postgres"), url):
-        engine = create_engine(candidate, isolation_level="AUTOCOMMIT", pool_size=1, max_overflow=0,
-                               pool_pre_ping=True)
+        engine = create_engine(candidate, isolation_level="AUTOCOMMIT", pool_size=1, max_overflow=0, pool_pre_ping=True)
         try:
             with engine.connect():
                 return engine

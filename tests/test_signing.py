@@ -14,8 +14,11 @@ from joserfc.jwk import OKPKey
 from service.signing import ALG, FRESHNESS_MEDIA_TYPE, PLAN_MEDIA_TYPE, KeyStore, compact_ed25519
 
 KEY = OKPKey.generate_key("Ed25519")
-claims = st.dictionaries(st.text(max_size=12), st.one_of(
-    st.integers(), st.text(), st.lists(st.text(max_size=30), max_size=12), st.booleans(), st.none()), max_size=12)
+claims = st.dictionaries(
+    st.text(max_size=12),
+    st.one_of(st.integers(), st.text(), st.lists(st.text(max_size=30), max_size=12), st.booleans(), st.none()),
+    max_size=12,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -38,8 +41,14 @@ def test_keystore_sign_verifies_with_the_published_key(tmp_path):
     assert obj.headers() == {"alg": ALG, "kid": keys.active_kid, "typ": PLAN_MEDIA_TYPE}
 
 
-@pytest.mark.parametrize("header", [{"alg": "EdDSA", "kid": "k", "typ": "t"}, {"alg": ALG, "kid": "k"},
-                                    {"alg": ALG, "kid": "k", "typ": "t", "crit": ["x"]}])
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"alg": "EdDSA", "kid": "k", "typ": "t"},
+        {"alg": ALG, "kid": "k"},
+        {"alg": ALG, "kid": "k", "typ": "t", "crit": ["x"]},
+    ],
+)
 def test_other_headers_are_not_signed_here(header):
     with pytest.raises(ValueError):
         compact_ed25519(KEY, header, b"{}")

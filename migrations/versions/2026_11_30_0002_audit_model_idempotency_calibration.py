@@ -5,6 +5,7 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-30
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -29,8 +30,13 @@ def upgrade() -> None:
         batch.add_column(sa.Column("fetch_count", sa.Integer(), nullable=False, server_default="0"))
     op.create_index("ix_audit_events_model_id", "audit_events", ["model", "id"])
     op.create_index("ix_audit_events_ts", "audit_events", ["ts"])
-    op.create_index("ix_audit_events_pending", "audit_events", ["id"], postgresql_where=sa.text("chain_seq IS NULL"),
-                    sqlite_where=sa.text("chain_seq IS NULL"))
+    op.create_index(
+        "ix_audit_events_pending",
+        "audit_events",
+        ["id"],
+        postgresql_where=sa.text("chain_seq IS NULL"),
+        sqlite_where=sa.text("chain_seq IS NULL"),
+    )
     op.create_table(
         "idempotency_keys",
         sa.Column("id", sa.Integer(), primary_key=True),

@@ -12,6 +12,7 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-01
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -21,8 +22,16 @@ branch_labels = None
 depends_on = None
 
 TS = sa.DateTime(timezone=True)
-ID_TABLES = ("nodes", "tokens", "manifests", "assignments", "reports", "audit_events", "idempotency_keys",
-             "calibration")
+ID_TABLES = (
+    "nodes",
+    "tokens",
+    "manifests",
+    "assignments",
+    "reports",
+    "audit_events",
+    "idempotency_keys",
+    "calibration",
+)
 
 
 def upgrade() -> None:
@@ -31,12 +40,15 @@ def upgrade() -> None:
         for table in ID_TABLES:
             op.alter_column(table, "id", type_=sa.BigInteger(), existing_type=sa.Integer(), existing_nullable=False)
             op.execute(f"ALTER SEQUENCE IF EXISTS {table}_id_seq AS bigint")
-        op.alter_column("plans", "manifest_id", type_=sa.BigInteger(), existing_type=sa.Integer(),
-                        existing_nullable=False)
-        op.alter_column("audit_events", "actor", type_=sa.String(256), existing_type=sa.String(128),
-                        existing_nullable=False)
-        op.alter_column("audit_events", "subject", type_=sa.String(512), existing_type=sa.String(256),
-                        existing_nullable=False)
+        op.alter_column(
+            "plans", "manifest_id", type_=sa.BigInteger(), existing_type=sa.Integer(), existing_nullable=False
+        )
+        op.alter_column(
+            "audit_events", "actor", type_=sa.String(256), existing_type=sa.String(128), existing_nullable=False
+        )
+        op.alter_column(
+            "audit_events", "subject", type_=sa.String(512), existing_type=sa.String(256), existing_nullable=False
+        )
     else:
         with op.batch_alter_table("audit_events") as batch:
             batch.alter_column("actor", type_=sa.String(256), existing_type=sa.String(128), existing_nullable=False)
@@ -64,12 +76,15 @@ def downgrade() -> None:
         batch.drop_column("mac")
     pg = op.get_bind().dialect.name == "postgresql"
     if pg:
-        op.alter_column("audit_events", "subject", type_=sa.String(256), existing_type=sa.String(512),
-                        existing_nullable=False)
-        op.alter_column("audit_events", "actor", type_=sa.String(128), existing_type=sa.String(256),
-                        existing_nullable=False)
-        op.alter_column("plans", "manifest_id", type_=sa.Integer(), existing_type=sa.BigInteger(),
-                        existing_nullable=False)
+        op.alter_column(
+            "audit_events", "subject", type_=sa.String(256), existing_type=sa.String(512), existing_nullable=False
+        )
+        op.alter_column(
+            "audit_events", "actor", type_=sa.String(128), existing_type=sa.String(256), existing_nullable=False
+        )
+        op.alter_column(
+            "plans", "manifest_id", type_=sa.Integer(), existing_type=sa.BigInteger(), existing_nullable=False
+        )
         for table in ID_TABLES:
             op.execute(f"ALTER SEQUENCE IF EXISTS {table}_id_seq AS integer")
             op.alter_column(table, "id", type_=sa.Integer(), existing_type=sa.BigInteger(), existing_nullable=False)

@@ -5,6 +5,7 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-01
 """
+
 import sqlalchemy as sa
 from alembic import op
 

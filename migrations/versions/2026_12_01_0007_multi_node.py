@@ -5,6 +5,7 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-01
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -6,6 +6,7 @@ Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-01
 """
+
 import sqlalchemy as sa
 from alembic import op
 

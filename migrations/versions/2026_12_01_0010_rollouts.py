@@ -4,6 +4,7 @@ Revision ID: 0010
 Revises: 0009
 Create Date: 2026-12-01
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -40,8 +41,12 @@ def upgrade() -> None:
     op.create_table(
         "rollout_waves",
         sa.Column("id", ID, primary_key=True),
-        sa.Column("rollout_id", sa.String(36), sa.ForeignKey("rollouts.id", name="fk_rollout_waves_rollout_id_rollouts"),
-                  nullable=False),
+        sa.Column(
+            "rollout_id",
+            sa.String(36),
+            sa.ForeignKey("rollouts.id", name="fk_rollout_waves_rollout_id_rollouts"),
+            nullable=False,
+        ),
         sa.Column("index", sa.Integer(), nullable=False),
         sa.Column("percent", sa.Integer(), nullable=False),
         sa.Column("bake_s", sa.Integer(), nullable=False),
@@ -56,8 +61,12 @@ def upgrade() -> None:
     op.create_table(
         "rollout_nodes",
         sa.Column("id", ID, primary_key=True),
-        sa.Column("rollout_id", sa.String(36), sa.ForeignKey("rollouts.id", name="fk_rollout_nodes_rollout_id_rollouts"),
-                  nullable=False),
+        sa.Column(
+            "rollout_id",
+            sa.String(36),
+            sa.ForeignKey("rollouts.id", name="fk_rollout_nodes_rollout_id_rollouts"),
+            nullable=False,
+        ),
         sa.Column("node_name", sa.String(128), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("unit", sa.Integer(), nullable=False),

@@ -5,6 +5,7 @@ Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-01
 """
+
 from alembic import op
 
 revision = "0012"

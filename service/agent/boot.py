@@ -85,10 +85,20 @@ class Boot:
     """One boot of the node agent (see the module's docstring). ``run()`` returns the Outcome; nothing raises out of
     it for a refusal or an unreachable service."""
 
-    def __init__(self, options: BootOptions, *, client, trust, clock: Clock = SYSTEM, probe=None,
-                 run_child: Callable[..., int] = runner_mod.run, reexec: Callable[[], None] = reexec_self,
-                 err: Callable[[str], None] = say_stderr, out: Callable[[str], None] = print_stdout,
-                 environ: Mapping[str, str] = os.environ):
+    def __init__(
+        self,
+        options: BootOptions,
+        *,
+        client,
+        trust,
+        clock: Clock = SYSTEM,
+        probe=None,
+        run_child: Callable[..., int] = runner_mod.run,
+        reexec: Callable[[], None] = reexec_self,
+        err: Callable[[str], None] = say_stderr,
+        out: Callable[[str], None] = print_stdout,
+        environ: Mapping[str, str] = os.environ,
+    ):
         self.options, self.client, self.trust, self.clock = options, client, trust, clock
         self.probe = probe  # the node's checks (agent/bootcheck.py NodeProbe); needed with --exec only
         self.run_child, self.reexec, self.err, self.out, self.environ = run_child, reexec, err, out, environ
@@ -118,12 +128,18 @@ class Boot:
         self.reachable = self.update_trust()
         witnessed = self.witness_audit() if self.reachable else None
         if self.lost:
-            self.reporter(plan_id=None, seq=None)("reset", "agent state reset: " + self.lost,
-                                                  {"reason": "state_corrupt"})
+            self.reporter(plan_id=None, seq=None)(
+                "reset", "agent state reset: " + self.lost, {"reason": "state_corrupt"}
+            )
         r = self.fetch_plan()
         plan, offline, new = self.accept_plan(r)
-        report = self.reporter(plan_id=plan.claims["jti"], seq=plan.seq, offline=offline, send_pending=True,
-                               placement={k: plan.claims[k] for k in ("group", "rank", "role") if k in plan.claims})
+        report = self.reporter(
+            plan_id=plan.claims["jti"],
+            seq=plan.seq,
+            offline=offline,
+            send_pending=True,
+            placement={k: plan.claims[k] for k in ("group", "rank", "role") if k in plan.claims},
+        )
         if witnessed is not None:
             report.audit_checkpoint = witnessed.details()
         if new:
@@ -151,14 +167,17 @@ class Boot:
         except StateCorrupt as exc:
             aside = AgentState(path=path).set_aside(now=self.clock.time())
             self.lost = f"state file unusable ({exc}); set aside as {aside}"
-            self.say(f"{self.lost}. Starting from an empty state: only a plan the service confirms current right "
-                     f"now may run, and no offline boot.")
+            self.say(
+                f"{self.lost}. Starting from an empty state: only a plan the service confirms current right "
+                f"now may run, and no offline boot."
+            )
             self.state = AgentState(path=path)
 
     def refuse(self, plan_id: str | None, exc: VerificationError, check: str) -> None:
         self.say(f"REFUSED {check}{' ' + plan_id if plan_id else ''}: {exc}")
-        self.reporter(plan_id=plan_id, seq=None)("refused", f"{check} refused: {exc}",
-                                                 {"reason": exc.reason, "check": check})
+        self.reporter(plan_id=plan_id, seq=None)(
+            "refused", f"{check} refused: {exc}", {"reason": exc.reason, "check": check}
+        )
 
     def update_trust(self) -> bool:
         """Apply the key sets the service publishes above the pinned version, each signed by a key trusted at that
@@ -196,8 +215,10 @@ class Boot:
             self.say(f"could not keep the audit checkpoint in {copy}: {exc}")
             return None
         if w.status in ("cut", "rewritten"):
-            self.say(f"AUDIT ALARM: {w.message} (copy kept in {copy}; check the database with `preflight audit "
-                     f"verify --checkpoint {copy}`)")
+            self.say(
+                f"AUDIT ALARM: {w.message} (copy kept in {copy}; check the database with `preflight audit "
+                f"verify --checkpoint {copy}`)"
+            )
         elif w.status == "ignored":
             self.say(w.message)
         return w
@@ -241,16 +262,22 @@ class Boot:
         if hold["final"] and not o.wait:
             self.say(f"REFUSED group {hold['plan_id']}: {hold['message']}. vLLM was not started.")
             self.reporter(plan_id=hold["plan_id"], seq=None)(
-                "refused", f"group refused: {hold['message']}",
-                {"reason": hold["reason"], "check": "group", "head": hold["head"], "head_report": hold["head_report"]})
+                "refused",
+                f"group refused: {hold['message']}",
+                {"reason": hold["reason"], "check": "group", "head": hold["head"], "head_report": hold["head_report"]},
+            )
             raise Stop(EXIT_REFUSED, "refused")
         if not o.wait and waited >= o.group_wait:
-            self.say(f"gave up after {int(waited)} s (--group-wait {int(o.group_wait)}): {hold['message']}. vLLM was "
-                     f"not started.")
+            self.say(
+                f"gave up after {int(waited)} s (--group-wait {int(o.group_wait)}): {hold['message']}. vLLM was "
+                f"not started."
+            )
             raise Stop(EXIT_UNAVAILABLE, "unavailable")
         if self.said != ("hold", hold["reason"], hold["head_report"]):
-            self.say(f"HOLD {hold['plan_id']}: {hold['message']}"
-                     f"{'' if o.wait else f' (at most {int(o.group_wait)} s, --group-wait)'}")
+            self.say(
+                f"HOLD {hold['plan_id']}: {hold['message']}"
+                f"{'' if o.wait else f' (at most {int(o.group_wait)} s, --group-wait)'}"
+            )
             self.said = ("hold", hold["reason"], hold["head_report"])
         delay = min(self.hold_delay, hold["retry_after"])
         self.clock.sleep(delay if o.wait else max(0.0, min(delay, o.group_wait - waited)))
@@ -277,20 +304,33 @@ class Boot:
 
     def _may_boot_offline(self) -> bool:
         age, o = self.offline_age(), self.options
-        return bool(self.state.plan and not self.lost and o.offline_max_age > 0 and age is not None
-                    and -CLOCK_SKEW_SECONDS <= age <= o.offline_max_age)
+        return bool(
+            self.state.plan
+            and not self.lost
+            and o.offline_max_age > 0
+            and age is not None
+            and -CLOCK_SKEW_SECONDS <= age <= o.offline_max_age
+        )
 
     def _unreachable(self, r: httpx.Response | None) -> None:
         """The service cannot be reached (or fails) and no offline boot applies: stop, or with --wait wait and try
         again (the trust root first)."""
         o, st, age = self.options, self.state, self.offline_age()
-        why = ("the saved plan is a multi-node group member's, which never boots offline" if self._may_boot_offline()
-               else "no verified plan is saved" if not st.plan else "offline boot is disabled (--offline-max-age 0)"
-               if o.offline_max_age <= 0 else f"the saved plan was last confirmed {int(age or 0)} s ago, more than "
-               f"--offline-max-age {int(o.offline_max_age)} s")
+        why = (
+            "the saved plan is a multi-node group member's, which never boots offline"
+            if self._may_boot_offline()
+            else "no verified plan is saved"
+            if not st.plan
+            else "offline boot is disabled (--offline-max-age 0)"
+            if o.offline_max_age <= 0
+            else f"the saved plan was last confirmed {int(age or 0)} s ago, more than "
+            f"--offline-max-age {int(o.offline_max_age)} s"
+        )
         if not o.wait:
-            self.say(f"the service is unreachable{f' (HTTP {r.status_code})' if r is not None else ''} and {why}: "
-                     f"nothing runs")
+            self.say(
+                f"the service is unreachable{f' (HTTP {r.status_code})' if r is not None else ''} and {why}: "
+                f"nothing runs"
+            )
             raise Stop(EXIT_UNAVAILABLE, "unavailable")
         if self.said != "offline":
             self.say(f"the service is unreachable and {why}; waiting")
@@ -304,9 +344,16 @@ class Boot:
         """The verified plan, the offline boot it is (None: confirmed current now) and whether it is new."""
         token, header_id, offline = self._plan_token(r)
         try:
-            plan = verify_plan(token, self.trust.jwks, node=self.options.node, audience=self.options.audience,
-                               issuer=self.options.issuer, last_seq=self.state.last_seq,
-                               last_plan_id=self.state.plan_id, now=self.clock.time())
+            plan = verify_plan(
+                token,
+                self.trust.jwks,
+                node=self.options.node,
+                audience=self.options.audience,
+                issuer=self.options.issuer,
+                last_seq=self.state.last_seq,
+                last_plan_id=self.state.plan_id,
+                now=self.clock.time(),
+            )
         except VerificationError as exc:
             self.refuse(header_id, exc, "plan")
             raise Stop(EXIT_REFUSED, "refused") from None
@@ -315,14 +362,22 @@ class Boot:
             self._confirm_fresh(r, token, plan)
             return plan, None, r.status_code == 200
         if plan.grouped:  # the freshness statement is what says the head holds the same group plan
-            self.refuse(plan.claims["jti"], VerificationError(
-                "group_offline", f"the service is unreachable and this node is the {plan.role} (rank "
-                f"{plan.claims['rank']}) of a {plan.claims['nnodes']}-node group: it boots only with the service's "
-                f"word that its head holds the same group plan, never offline"), "freshness")
+            self.refuse(
+                plan.claims["jti"],
+                VerificationError(
+                    "group_offline",
+                    f"the service is unreachable and this node is the {plan.role} (rank "
+                    f"{plan.claims['rank']}) of a {plan.claims['nnodes']}-node group: it boots only with the service's "
+                    f"word that its head holds the same group plan, never offline",
+                ),
+                "freshness",
+            )
             raise Stop(EXIT_UNAVAILABLE, "unavailable")
         # said once the saved plan verified and may boot offline (never before a refusal)
-        self.say(f"the service is unreachable: OFFLINE BOOT of the last verified plan {self.state.plan_id} (seq "
-                 f"{self.state.last_seq}, confirmed current {offline['age_seconds']} s ago)")
+        self.say(
+            f"the service is unreachable: OFFLINE BOOT of the last verified plan {self.state.plan_id} (seq "
+            f"{self.state.last_seq}, confirmed current {offline['age_seconds']} s ago)"
+        )
         return plan, offline, False
 
     def _plan_token(self, r: httpx.Response | None) -> tuple[str, str | None, dict | None]:
@@ -330,9 +385,14 @@ class Boot:
         st = self.state
         if r is None or r.status_code >= 500 or r.status_code == 429:  # fetch_plan allowed an offline boot
             assert st.plan is not None and st.verified_at is not None  # _may_boot_offline: a saved, verified plan
-            return st.plan, st.plan_id, {
-                "plan_verified_at": dt.datetime.fromtimestamp(st.verified_at, dt.UTC).isoformat(),
-                "age_seconds": int(self.started - st.verified_at)}
+            return (
+                st.plan,
+                st.plan_id,
+                {
+                    "plan_verified_at": dt.datetime.fromtimestamp(st.verified_at, dt.UTC).isoformat(),
+                    "age_seconds": int(self.started - st.verified_at),
+                },
+            )
         if r.status_code == 304 and st.plan:
             return st.plan, st.plan_id, None
         if r.status_code == 200:
@@ -354,10 +414,17 @@ class Boot:
         """The freshness statement served with the plan, then the plan saved as this node's last verified one."""
         o, st = self.options, self.state
         try:
-            fresh = verify_freshness(r.headers.get("X-Plan-Freshness", ""), self.trust.jwks, plan_token=token,
-                                     plan=plan, node=o.node, audience=o.audience, issuer=o.issuer,
-                                     not_before=self.started - STALE_NO_STATE_SECONDS if st.last_seq == 0 else None,
-                                     now=self.clock.time())
+            fresh = verify_freshness(
+                r.headers.get("X-Plan-Freshness", ""),
+                self.trust.jwks,
+                plan_token=token,
+                plan=plan,
+                node=o.node,
+                audience=o.audience,
+                issuer=o.issuer,
+                not_before=self.started - STALE_NO_STATE_SECONDS if st.last_seq == 0 else None,
+                now=self.clock.time(),
+            )
         except VerificationError as exc:
             self.refuse(plan.claims["jti"], exc, "freshness")
             raise Stop(EXIT_REFUSED, "refused") from None
@@ -386,15 +453,21 @@ class Boot:
         except Exception as exc:  # whatever a node's tools or disk hand back, a check that cannot finish refuses
             from .bootcheck import Refusal
 
-            refusal = Refusal("node checks", "check_failed",
-                              f"a check could not be completed ({exc.__class__.__name__}: {str(exc)[:200]})")
+            refusal = Refusal(
+                "node checks",
+                "check_failed",
+                f"a check could not be completed ({exc.__class__.__name__}: {str(exc)[:200]})",
+            )
         if refusal is None:
             if self.state.facts_drifted:  # an earlier boot sent drifted facts; the GPUs agree with the plan again
                 self._restore_facts()
             return True
         self.say(f"REFUSED {refusal.check} {claims['jti']}: {refusal.message}. vLLM was not started.")
-        report("refused", f"{refusal.check} refused: {refusal.message}",
-               {"reason": refusal.reason, "check": refusal.check, **refusal.details})
+        report(
+            "refused",
+            f"{refusal.check} refused: {refusal.message}",
+            {"reason": refusal.reason, "check": refusal.check, **refusal.details},
+        )
         drifted = "the node's facts are updated with what nvidia-smi shows: a new plan is needed"
         if refusal.observed_facts is not None and self._put_facts(refusal.observed_facts, drifted):
             self.state.facts_drifted = True
@@ -433,15 +506,25 @@ class Boot:
         and sample vLLM's metrics for the tuning loop. Returns the runner's status (or runner.SUPERSEDED)."""
         o = self.options
         argv = [o.vllm_path, *plan.argv[1:]]
-        where = (f" as the {plan.role} (rank {plan.claims['rank']} of {plan.claims['nnodes']}, group "
-                 f"{plan.claims['group']}, head {plan.claims['head']})" if plan.grouped else "")
+        where = (
+            f" as the {plan.role} (rank {plan.claims['rank']} of {plan.claims['nnodes']}, group "
+            f"{plan.claims['group']}, head {plan.claims['head']})"
+            if plan.grouped
+            else ""
+        )
         self.say(f"running plan {plan.claims['jti']} (seq {plan.seq}){where} with {o.vllm_path}")
         # the agent's own settings (its token among them) never reach vLLM or the model code it may run
         env = {**{k: v for k, v in self.environ.items() if not k.startswith("PREFLIGHT_")}, **plan.claims["env"]}
         sampler = self._start_sampler(plan)
         try:
-            return self.run_child(argv, env, report.enqueue, heartbeat_seconds=o.heartbeat_seconds,
-                                  heartbeat=report.heartbeat, clock=self.clock)
+            return self.run_child(
+                argv,
+                env,
+                report.enqueue,
+                heartbeat_seconds=o.heartbeat_seconds,
+                heartbeat=report.heartbeat,
+                clock=self.clock,
+            )
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -455,8 +538,13 @@ class Boot:
             return None
         from .vllm_metrics import Sampler, metrics_url
 
-        return Sampler(o.metrics_url or metrics_url(plan.argv), plan.claims["jti"], self.client.post_metrics,
-                       seconds=o.metrics_seconds, clock=self.clock).start()
+        return Sampler(
+            o.metrics_url or metrics_url(plan.argv),
+            plan.claims["jti"],
+            self.client.post_metrics,
+            seconds=o.metrics_seconds,
+            clock=self.clock,
+        ).start()
 
 
 def group_member(token: str | None) -> bool:
@@ -491,7 +579,12 @@ def group_hold(r: httpx.Response | None) -> dict | None:
         retry = min(30.0, max(1.0, float(r.headers.get("Retry-After", "5"))))
     except ValueError:
         retry = 5.0
-    return {"reason": text_of(hold.get("reason"), 40), "message": text_of(hold.get("message")),
-            "final": hold.get("final") is True, "head": text_of(hold.get("head"), 128),
-            "head_report": text_of(hold.get("head_report"), 16), "plan_id": text_of(hold.get("plan_id"), 36),
-            "retry_after": retry}
+    return {
+        "reason": text_of(hold.get("reason"), 40),
+        "message": text_of(hold.get("message")),
+        "final": hold.get("final") is True,
+        "head": text_of(hold.get("head"), 128),
+        "head_report": text_of(hold.get("head_report"), 16),
+        "plan_id": text_of(hold.get("plan_id"), 36),
+        "retry_after": retry,
+    }

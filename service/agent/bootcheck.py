@@ -37,25 +37,43 @@ def claim_problem(nc: Any) -> str | None:
     if not isinstance(nc, dict) or not isinstance(nc.get("hardware"), dict) or not isinstance(nc.get("memory"), dict):
         return "node_checks must hold hardware and memory objects"
     hw, mem = nc["hardware"], nc["memory"]
-    if not (isinstance(hw.get("count"), int) and 1 <= hw["count"] <= 64 and isinstance(hw.get("gpu_id"), str)
-            and _num(hw.get("memory_bytes"), 0, 1 << 50)):
+    if not (
+        isinstance(hw.get("count"), int)
+        and 1 <= hw["count"] <= 64
+        and isinstance(hw.get("gpu_id"), str)
+        and _num(hw.get("memory_bytes"), 0, 1 << 50)
+    ):
         return "node_checks.hardware needs gpu_id, count (1..64) and memory_bytes"
-    if not (_num(mem.get("gpu_memory_utilization"), 0.0001, 1) and _num(mem.get("gpus", 1), 1, 64)
-            and (mem.get("kv_cache_memory_bytes") is None or _num(mem["kv_cache_memory_bytes"], 0, 1 << 50))
-            and _num(mem.get("weights_bytes_per_gpu", 0), 0, 1 << 50)):
+    if not (
+        _num(mem.get("gpu_memory_utilization"), 0.0001, 1)
+        and _num(mem.get("gpus", 1), 1, 64)
+        and (mem.get("kv_cache_memory_bytes") is None or _num(mem["kv_cache_memory_bytes"], 0, 1 << 50))
+        and _num(mem.get("weights_bytes_per_gpu", 0), 0, 1 << 50)
+    ):
         return "node_checks.memory has a value of the wrong type or range"
     w = nc.get("weights")
     if w is not None:
         if not isinstance(w, dict) or not isinstance(w.get("shards", []), list) or len(w.get("shards", [])) > 4096:
             return "node_checks.weights must be an object with at most 4096 shards"
         for s in w.get("shards", []):
-            if not isinstance(s, dict) or weights_mod.shard_name_problem(s.get("name")) or not _num(s.get("size"), 0, 1 << 50):
+            if (
+                not isinstance(s, dict)
+                or weights_mod.shard_name_problem(s.get("name"))
+                or not _num(s.get("size"), 0, 1 << 50)
+            ):
                 return f"node_checks.weights: shard {str(s)[:80]} is not a plain file name with a size"
     return None
 
 
-def run_checks(claims: dict, *, nvidia_smi: str, weights_root: pathlib.Path | None, verify_hashes: bool,
-               say: Callable[[str], None], on_bytes: Callable[[int], None] | None = None) -> Refusal | None:
+def run_checks(
+    claims: dict,
+    *,
+    nvidia_smi: str,
+    weights_root: pathlib.Path | None,
+    verify_hashes: bool,
+    say: Callable[[str], None],
+    on_bytes: Callable[[int], None] | None = None,
+) -> Refusal | None:
     nc = claims.get("node_checks")
     if nc is None:
         say("the plan carries no node checks (signed before they existed): GPUs, memory and weights not checked")
@@ -65,26 +83,55 @@ def run_checks(claims: dict, *, nvidia_smi: str, weights_root: pathlib.Path | No
         return Refusal("node checks", "claim_type", problem)
     hw, mem = nc["hardware"], nc["memory"]
 
-    # 1. the GPUs are the ones the plan was validated for
+    return (
+        _check_gpus(hw, nvidia_smi, say)
+        or _check_weights(claims, nc.get("weights"), weights_root, verify_hashes, say, on_bytes)
+        or _check_memory(claims, mem, nvidia_smi, say)
+    )
+
+
+def _check_gpus(hw: dict, nvidia_smi: str, say: Callable[[str], None]) -> Refusal | None:
+    """1. the GPUs are the ones the plan was validated for."""
     try:
         observed = gpu_mod.read_gpus(nvidia_smi)
-        interconnect = (gpu_mod.read_interconnect(nvidia_smi, len(observed))
-                        if hw.get("interconnect") == "nvlink" and len(observed) > 1 else None)
+        interconnect = (
+            gpu_mod.read_interconnect(nvidia_smi, len(observed))
+            if hw.get("interconnect") == "nvlink" and len(observed) > 1
+            else None
+        )
     except gpu_mod.NvidiaSmiError as exc:
         return Refusal("gpus", "nvidia_smi", f"cannot read the node's GPUs: {exc}")
     differences = gpu_mod.drift(observed, hw, interconnect)
     if differences:
-        facts = gpu_mod.node_facts(observed, interconnect if interconnect is not None else
-                                   (gpu_mod.read_interconnect_quietly(nvidia_smi, len(observed))))
+        facts = gpu_mod.node_facts(
+            observed,
+            interconnect
+            if interconnect is not None
+            else (gpu_mod.read_interconnect_quietly(nvidia_smi, len(observed))),
+        )
         mixed = gpu_mod.mixed_models(observed)  # not facts the service takes: said instead of sent
-        return Refusal("gpus", "inventory_drift",
-                       "the node's GPUs differ from the hardware the plan was validated for: " + "; ".join(differences)
-                       + (f" ({mixed}: the node's facts are not updated)" if mixed else ""),
-                       {"differences": differences, "observed": facts}, observed_facts=None if mixed else facts)
+        return Refusal(
+            "gpus",
+            "inventory_drift",
+            "the node's GPUs differ from the hardware the plan was validated for: "
+            + "; ".join(differences)
+            + (f" ({mixed}: the node's facts are not updated)" if mixed else ""),
+            {"differences": differences, "observed": facts},
+            observed_facts=None if mixed else facts,
+        )
     say(f"GPUs: {len(observed)} × {observed[0].name} as the plan was validated for")
+    return None
 
-    # 2. the weights on disk are the manifest's
-    record = nc.get("weights")
+
+def _check_weights(
+    claims: dict,
+    record: dict | None,
+    weights_root: pathlib.Path | None,
+    verify_hashes: bool,
+    say: Callable[[str], None],
+    on_bytes: Callable[[int], None] | None,
+) -> Refusal | None:
+    """2. the weights on disk are the manifest's."""
     if record is None:
         say("weights: the manifest records no weight files (pushed before `manifest push` recorded them): not checked")
     else:
@@ -93,22 +140,35 @@ def run_checks(claims: dict, *, nvidia_smi: str, weights_root: pathlib.Path | No
         except weights_mod.WeightsError as exc:
             return Refusal("weights", "weights_unreadable", str(exc))
         if directory is None:
-            say(f"weights: {claims.get('model_uri')} is remote and no --weights-root maps it to a local directory: "
-                f"not checked")
+            say(
+                f"weights: {claims.get('model_uri')} is remote and no --weights-root maps it to a local directory: "
+                f"not checked"
+            )
         else:
             mismatches = weights_mod.check(directory, record, verify_hashes=verify_hashes, on_bytes=on_bytes)
             if mismatches:
-                return Refusal("weights", "weights_mismatch",
-                               f"the weights in {directory} are not the manifest's: "
-                               + "; ".join(m.message() for m in mismatches[:10])
-                               + (f" (and {len(mismatches) - 10} more)" if len(mismatches) > 10 else ""),
-                               {"directory": str(directory),
-                                "mismatches": [{"file": m.file, "expected": m.expected, "found": m.found}
-                                               for m in mismatches[:100]]})
-            say(f"weights: {directory} matches the manifest ({len(record.get('shards') or [])} shards"
-                f"{', hashes verified' if verify_hashes and any('sha256' in s for s in record.get('shards') or []) else ''})")
+                return Refusal(
+                    "weights",
+                    "weights_mismatch",
+                    f"the weights in {directory} are not the manifest's: "
+                    + "; ".join(m.message() for m in mismatches[:10])
+                    + (f" (and {len(mismatches) - 10} more)" if len(mismatches) > 10 else ""),
+                    {
+                        "directory": str(directory),
+                        "mismatches": [
+                            {"file": m.file, "expected": m.expected, "found": m.found} for m in mismatches[:100]
+                        ],
+                    },
+                )
+            say(
+                f"weights: {directory} matches the manifest ({len(record.get('shards') or [])} shards"
+                f"{', hashes verified' if verify_hashes and any('sha256' in s for s in record.get('shards') or []) else ''})"
+            )
+    return None
 
-    # 3. free memory, read again right before the start (the most changeable fact)
+
+def _check_memory(claims: dict, mem: dict, nvidia_smi: str, say: Callable[[str], None]) -> Refusal | None:
+    """3. free memory, read again right before the start (the most changeable fact)."""
     try:
         observed = gpu_mod.read_gpus(nvidia_smi)
     except gpu_mod.NvidiaSmiError as exc:
@@ -117,16 +177,33 @@ def run_checks(claims: dict, *, nvidia_smi: str, weights_root: pathlib.Path | No
     short = gpu_mod.memory_shortfalls(used, mem)
     if short:
         procs = gpu_mod.holders(gpu_mod.read_compute_apps(nvidia_smi), [s.gpu for s in short])
-        held = "; ".join(f"pid {p['pid']} {p['process_name']} holds {p['used_memory_mib']} MiB"
-                         + (f" on GPU {p['gpu']}" if p["gpu"] is not None else "") for p in procs[:8])
-        return Refusal("gpu memory", "gpu_memory_busy",
-                       "vLLM 0.33 would refuse to start (\"Free memory on device ... is less than desired GPU memory "
-                       "utilization\"): " + "; ".join(s.message() for s in short)
-                       + (f". Processes holding memory: {held}" if held else ". nvidia-smi lists no process holding it"),
-                       {"gpus": [{"index": s.gpu.index, "bus_id": s.gpu.bus_id, "free_bytes": s.gpu.memory_free_bytes,
-                                  "total_bytes": s.gpu.memory_total_bytes, "needed_bytes": s.needed_bytes,
-                                  "needed_for": s.why} for s in short],
-                        "processes": procs})
+        held = "; ".join(
+            f"pid {p['pid']} {p['process_name']} holds {p['used_memory_mib']} MiB"
+            + (f" on GPU {p['gpu']}" if p["gpu"] is not None else "")
+            for p in procs[:8]
+        )
+        return Refusal(
+            "gpu memory",
+            "gpu_memory_busy",
+            'vLLM 0.33 would refuse to start ("Free memory on device ... is less than desired GPU memory '
+            'utilization"): '
+            + "; ".join(s.message() for s in short)
+            + (f". Processes holding memory: {held}" if held else ". nvidia-smi lists no process holding it"),
+            {
+                "gpus": [
+                    {
+                        "index": s.gpu.index,
+                        "bus_id": s.gpu.bus_id,
+                        "free_bytes": s.gpu.memory_free_bytes,
+                        "total_bytes": s.gpu.memory_total_bytes,
+                        "needed_bytes": s.needed_bytes,
+                        "needed_for": s.why,
+                    }
+                    for s in short
+                ],
+                "processes": procs,
+            },
+        )
     say(f"GPU memory: {len(used)} GPU(s) with the memory vLLM will request free")
     return None
 
@@ -142,8 +219,13 @@ class NodeProbe:
     verify_hashes: bool = False
 
     def check(self, claims: dict, *, say: Callable[[str], None]) -> Refusal | None:
-        return run_checks(claims, nvidia_smi=self.nvidia_smi, weights_root=self.weights_root,
-                          verify_hashes=self.verify_hashes, say=say)
+        return run_checks(
+            claims,
+            nvidia_smi=self.nvidia_smi,
+            weights_root=self.weights_root,
+            verify_hashes=self.verify_hashes,
+            say=say,
+        )
 
     def facts(self) -> dict:
         observed = gpu_mod.read_gpus(self.nvidia_smi)

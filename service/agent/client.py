@@ -66,11 +66,17 @@ class AgentState:
             raise StateCorrupt(f"{path} is not JSON ({exc})") from None
         if not isinstance(data, dict):
             raise StateCorrupt(f"{path} does not hold a JSON object")
-        checks = {"last_seq": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53,
-                  "etag": lambda v: _opt(v, str), "plan_id": lambda v: _opt(v, str), "plan": lambda v: _opt(v, str),
-                  "verified_at": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                         and math.isfinite(v)),
-                  "pending": lambda v: isinstance(v, list), "facts_drifted": lambda v: isinstance(v, bool)}
+        checks = {
+            "last_seq": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53,
+            "etag": lambda v: _opt(v, str),
+            "plan_id": lambda v: _opt(v, str),
+            "plan": lambda v: _opt(v, str),
+            "verified_at": lambda v: (
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+            ),
+            "pending": lambda v: isinstance(v, list),
+            "facts_drifted": lambda v: isinstance(v, bool),
+        }
         defaults = {"last_seq": 0, "pending": [], "facts_drifted": False}
         values = {}
         for name, ok in checks.items():
@@ -121,11 +127,16 @@ def read_body(r: httpx.Response, url: str, *, max_bytes: int, start: float, dead
 
 
 class AgentClient:
-    def __init__(self, server: str, node: str, token: str, *, transport: httpx.BaseTransport | None = None,
-                 timeout: float = 30.0):
+    def __init__(
+        self, server: str, node: str, token: str, *, transport: httpx.BaseTransport | None = None, timeout: float = 30.0
+    ):
         self.node = node
-        self.http = httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
-                                 timeout=timeout, transport=transport)
+        self.http = httpx.Client(
+            base_url=server.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            transport=transport,
+        )
         self._lock = threading.Lock()
         self.timeout = timeout
         self.deadline = 2 * timeout  # a whole response, headers and body
@@ -178,9 +189,13 @@ class AgentClient:
         usable = etag is not None and etag.isascii() and etag.isprintable() and len(etag) <= 256
         headers = {"If-None-Match": etag} if usable and etag else {}
         params = {"wait": wait} if wait else {}
-        return self._get(f"/v1/nodes/{self.node}/plan", headers=headers, params=params,
-                         timeout=self.timeout + wait if wait else self.http.timeout,
-                         deadline=self.deadline + wait)
+        return self._get(
+            f"/v1/nodes/{self.node}/plan",
+            headers=headers,
+            params=params,
+            timeout=self.timeout + wait if wait else self.http.timeout,
+            deadline=self.deadline + wait,
+        )
 
     def post_metrics(self, body: dict) -> httpx.Response:
         """One window of vLLM's live metrics (agent/vllm_metrics.py) for the tuning loop."""
@@ -193,13 +208,13 @@ class AgentClient:
     def post_report(self, body: dict) -> httpx.Response:
         return self.http.post(f"/v1/nodes/{self.node}/reports", json=body)
 
-    def report(self, plan_id: str | None, status: str, message: str | None = None,
-               details: dict | None = None) -> bool:
+    def report(self, plan_id: str | None, status: str, message: str | None = None, details: dict | None = None) -> bool:
         """Best effort: True when the service stored it (the verdict on a plan never depends on it)."""
         try:
             with self._lock:
-                r = self.post_report({"plan_id": plan_id, "status": status, "message": message,
-                                      "details": details or {}})
+                r = self.post_report(
+                    {"plan_id": plan_id, "status": status, "message": message, "details": details or {}}
+                )
             return r.status_code == 201
         except httpx.HTTPError:
             return False

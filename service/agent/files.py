@@ -48,8 +48,7 @@ def read_file(path: pathlib.Path | str, *, limit: int, what: str = "file", follo
         fd = os.open(path, flags)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW on a symlink (EMLINK on the BSDs)
-            raise UnsafeFile(f"{what} {path} is a symlink: refused (name the file itself, not a link to it)") \
-                from None
+            raise UnsafeFile(f"{what} {path} is a symlink: refused (name the file itself, not a link to it)") from None
         raise
     try:
         st = os.fstat(fd)
@@ -78,8 +77,7 @@ def token_problem(text: str) -> str | None:
     if not text:
         return "is empty (run `preflight agent register`)"
     if not TOKEN_RE.fullmatch(text):
-        return (f"does not hold a Preflight token ({TOKEN_PREFIX} followed by 43 characters of A-Z, a-z, 0-9, _ "
-                f"and -)")
+        return f"does not hold a Preflight token ({TOKEN_PREFIX} followed by 43 characters of A-Z, a-z, 0-9, _ and -)"
     return None
 
 

@@ -22,10 +22,8 @@ from ..domain.gpus import lookup, parse_capability
 
 MIB = 1 << 20
 GIB = 1 << 30
-QUERY_GPUS = ["--query-gpu=index,name,memory.total,memory.used,compute_cap,pci.bus_id",
-              "--format=csv,noheader,nounits"]
-QUERY_APPS = ["--query-compute-apps=pid,process_name,used_memory,gpu_uuid,gpu_bus_id",
-              "--format=csv,noheader,nounits"]
+QUERY_GPUS = ["--query-gpu=index,name,memory.total,memory.used,compute_cap,pci.bus_id", "--format=csv,noheader,nounits"]
+QUERY_APPS = ["--query-compute-apps=pid,process_name,used_memory,gpu_uuid,gpu_bus_id", "--format=csv,noheader,nounits"]
 TOPOLOGY = ["topo", "-m"]
 MAX_OUTPUT = 1 << 20
 MAX_GPUS = 64  # a node's gpu_count is at most 64 (NodeIn)
@@ -86,7 +84,7 @@ def parse_gpus(text: str) -> list[ObservedGpu]:
         if not line:
             continue
         parts = _fields(line, 6, "GPU")
-        index, name = parts[0], ", ".join(parts[1:len(parts) - 4])
+        index, name = parts[0], ", ".join(parts[1 : len(parts) - 4])
         total, used, cc, bus = parts[-4:]
         if not re.fullmatch(r"\d{1,3}", index):
             raise NvidiaSmiError(f"nvidia-smi printed {line[:120]!r}, not a GPU line")
@@ -96,9 +94,16 @@ def parse_gpus(text: str) -> list[ObservedGpu]:
             raise NvidiaSmiError(f"nvidia-smi GPU {index}: {exc.message}") from None
         if not name or len(name) > 128 or not name.isprintable():
             raise NvidiaSmiError(f"nvidia-smi GPU {index}: unreadable name {name[:40]!r}")
-        gpus.append(ObservedGpu(index=int(index), name=name, memory_total_bytes=_mib(total, "memory.total"),
-                                memory_used_bytes=_mib(used, "memory.used"), compute_capability=f"{major}.{minor}",
-                                bus_id=bus[:32]))
+        gpus.append(
+            ObservedGpu(
+                index=int(index),
+                name=name,
+                memory_total_bytes=_mib(total, "memory.total"),
+                memory_used_bytes=_mib(used, "memory.used"),
+                compute_capability=f"{major}.{minor}",
+                bus_id=bus[:32],
+            )
+        )
         if len(gpus) > MAX_GPUS:
             raise NvidiaSmiError(f"nvidia-smi lists more than {MAX_GPUS} GPUs")
     if not gpus:
@@ -117,11 +122,16 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
         bus = parts[-1] if len(parts) >= 5 else ""
         uuid = parts[-2] if len(parts) >= 5 else parts[-1]
         used = parts[-3] if len(parts) >= 5 else parts[-2]
-        name = ", ".join(parts[1:len(parts) - (3 if len(parts) >= 5 else 2)])
-        apps.append(ComputeApp(pid=int(parts[0][:10]), process_name=name[:256],
-                               used_memory_bytes=int(used) * MIB if re.fullmatch(r"[0-9]{1,9}", used) else 0,
-                               gpu_uuid=uuid[:64],
-                               gpu_bus_id=bus[:32]))
+        name = ", ".join(parts[1 : len(parts) - (3 if len(parts) >= 5 else 2)])
+        apps.append(
+            ComputeApp(
+                pid=int(parts[0][:10]),
+                process_name=name[:256],
+                used_memory_bytes=int(used) * MIB if re.fullmatch(r"[0-9]{1,9}", used) else 0,
+                gpu_uuid=uuid[:64],
+                gpu_bus_id=bus[:32],
+            )
+        )
     return apps
 
 
@@ -156,8 +166,7 @@ def _run(nvidia_smi: str, args: list[str], timeout: float = 30.0) -> str:
     what = f"{nvidia_smi} {' '.join(args[:1])}"
     try:
         with tempfile.TemporaryFile() as err_file:
-            p = subprocess.Popen([nvidia_smi, *args], stdout=subprocess.PIPE, stderr=err_file,
-                                 stdin=subprocess.DEVNULL)
+            p = subprocess.Popen([nvidia_smi, *args], stdout=subprocess.PIPE, stderr=err_file, stdin=subprocess.DEVNULL)
             assert p.stdout is not None  # stdout=PIPE
             try:
                 deadline = time.monotonic() + timeout
@@ -217,6 +226,7 @@ def read_compute_apps(nvidia_smi: str = "nvidia-smi") -> list[ComputeApp]:
 
 # --- the node's facts, as the service stores them --------------------------------------------------------------
 
+
 def node_facts(gpus: list[ObservedGpu], interconnect: str | None) -> dict:
     """The body of ``PUT /v1/nodes/{name}/facts``: the GPU model by its catalogue id when nvidia-smi's name is in
     the catalogue, else a custom GPU with the reported memory and capability; the count; the interconnect; and each
@@ -225,8 +235,15 @@ def node_facts(gpus: list[ObservedGpu], interconnect: str | None) -> dict:
     keep the stored one (an omitted field is kept, an explicit null clears it)."""
     first = gpus[0]
     known = lookup(first.name)
-    gpu: str | dict = known.id if known is not None else {
-        "name": first.name, "compute_capability": first.compute_capability, "memory_bytes": first.memory_total_bytes}
+    gpu: str | dict = (
+        known.id
+        if known is not None
+        else {
+            "name": first.name,
+            "compute_capability": first.compute_capability,
+            "memory_bytes": first.memory_total_bytes,
+        }
+    )
     out: dict = {"gpu": gpu, "gpu_count": len(gpus), "gpus": [asdict(g) for g in gpus]}
     if interconnect is not None or len(gpus) <= 1:
         out["interconnect"] = interconnect
@@ -237,12 +254,15 @@ def mixed_models(gpus: list[ObservedGpu]) -> str | None:
     """Why the GPUs cannot be one node's facts (None when they can): Preflight validates a node as one GPU model."""
     for g in gpus[1:]:
         if g.name.strip().lower() != gpus[0].name.strip().lower():
-            return (f"the node mixes GPU models (GPU {gpus[0].index} is {gpus[0].name}, GPU {g.index} is {g.name}): "
-                    f"Preflight validates a node as one GPU model")
+            return (
+                f"the node mixes GPU models (GPU {gpus[0].index} is {gpus[0].name}, GPU {g.index} is {g.name}): "
+                f"Preflight validates a node as one GPU model"
+            )
     return None
 
 
 # --- boot check 1: drift --------------------------------------------------------------------------------------
+
 
 def _same_model(g: ObservedGpu, hw: dict) -> bool:
     if hw.get("gpu_id") and hw["gpu_id"] != "custom":
@@ -262,19 +282,24 @@ def drift(gpus: list[ObservedGpu], hardware: dict, interconnect: str | None = No
         out.append(f"GPU count: the plan was validated for {want}, nvidia-smi lists {len(gpus)}")
     for g in gpus:
         if not _same_model(g, hardware):
-            out.append(f"GPU {g.index} ({g.bus_id}): model {g.name!r}, the plan was validated for "
-                       f"{hardware.get('gpu_name') or hardware.get('gpu_id')!r}")
+            out.append(
+                f"GPU {g.index} ({g.bus_id}): model {g.name!r}, the plan was validated for "
+                f"{hardware.get('gpu_name') or hardware.get('gpu_id')!r}"
+            )
         elif hardware.get("memory_bytes") and hardware.get("memory_checked", True):
             expected = int(hardware["memory_bytes"])
             if abs(g.memory_total_bytes - expected) > MEMORY_TOLERANCE * expected:
-                out.append(f"GPU {g.index} ({g.bus_id}): memory.total {g.memory_total_bytes // MIB} MiB, the plan "
-                           f"was validated for {expected // MIB} MiB")
+                out.append(
+                    f"GPU {g.index} ({g.bus_id}): memory.total {g.memory_total_bytes // MIB} MiB, the plan "
+                    f"was validated for {expected // MIB} MiB"
+                )
     if hardware.get("interconnect") == "nvlink" and interconnect is not None and interconnect != "nvlink":
         out.append(f"interconnect: the plan was validated for nvlink, nvidia-smi topo -m shows {interconnect}")
     return out
 
 
 # --- boot check 2: free memory ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class MemoryShortfall:
@@ -284,12 +309,15 @@ class MemoryShortfall:
 
     def message(self) -> str:
         g = self.gpu
-        return (f"GPU {g.index} ({g.bus_id}): {g.memory_free_bytes / GIB:.2f} GiB free of "
-                f"{g.memory_total_bytes / GIB:.2f} GiB, the plan needs {self.needed_bytes / GIB:.2f} GiB ({self.why})")
+        return (
+            f"GPU {g.index} ({g.bus_id}): {g.memory_free_bytes / GIB:.2f} GiB free of "
+            f"{g.memory_total_bytes / GIB:.2f} GiB, the plan needs {self.needed_bytes / GIB:.2f} GiB ({self.why})"
+        )
 
 
-def gpus_used(gpus: list[ObservedGpu], memory: dict, env: dict[str, str],
-              argv: list[str] | None = None) -> list[ObservedGpu]:
+def gpus_used(
+    gpus: list[ObservedGpu], memory: dict, env: dict[str, str], argv: list[str] | None = None
+) -> list[ObservedGpu]:
     """The GPUs vLLM will use: the first ``gpus`` of the signed memory claim (TP × PP × DP on this node), in the
     order ``--device-ids`` or ``CUDA_VISIBLE_DEVICES`` gives (indices as nvidia-smi numbers them), else 0, 1, …; every
     GPU of the node when the selection names GPUs otherwise (UUIDs, MIG) or does not cover the claim."""
@@ -332,22 +360,38 @@ def memory_shortfalls(gpus: list[ObservedGpu], memory: dict) -> list[MemoryShort
     for g in gpus:
         requested = math.ceil(g.memory_total_bytes * util)
         if g.memory_free_bytes < requested:
-            out.append(MemoryShortfall(g, requested, f"gpu_memory_utilization {util} × {g.memory_total_bytes / GIB:.2f}"
-                                                     f" GiB total"))
+            out.append(
+                MemoryShortfall(
+                    g, requested, f"gpu_memory_utilization {util} × {g.memory_total_bytes / GIB:.2f} GiB total"
+                )
+            )
         elif kv is not None and g.memory_free_bytes < int(kv) + weights:
-            out.append(MemoryShortfall(g, int(kv) + weights, f"kv_cache_memory_bytes {int(kv) / GIB:.2f} GiB + "
-                                                            f"weights {weights / GIB:.2f} GiB per GPU"))
+            out.append(
+                MemoryShortfall(
+                    g,
+                    int(kv) + weights,
+                    f"kv_cache_memory_bytes {int(kv) / GIB:.2f} GiB + weights {weights / GIB:.2f} GiB per GPU",
+                )
+            )
     return out
 
 
 def holders(apps: list[ComputeApp], gpus: list[ObservedGpu]) -> list[dict]:
     """The processes holding memory on these GPUs (matched by PCI bus id), largest first."""
+
     def norm(b: str) -> str:
         return b.lower().lstrip("0")[-12:]
 
     buses = {norm(g.bus_id): g.index for g in gpus}
     out: list[dict[str, Any]] = [
-        {"pid": a.pid, "process_name": a.process_name, "used_memory_mib": a.used_memory_bytes // MIB,
-         "gpu": buses.get(norm(a.gpu_bus_id)), "gpu_uuid": a.gpu_uuid}
-        for a in apps if not a.gpu_bus_id or norm(a.gpu_bus_id) in buses]
+        {
+            "pid": a.pid,
+            "process_name": a.process_name,
+            "used_memory_mib": a.used_memory_bytes // MIB,
+            "gpu": buses.get(norm(a.gpu_bus_id)),
+            "gpu_uuid": a.gpu_uuid,
+        }
+        for a in apps
+        if not a.gpu_bus_id or norm(a.gpu_bus_id) in buses
+    ]
     return sorted(out, key=lambda a: -a["used_memory_mib"])[:32]

@@ -24,9 +24,19 @@ class Reporter:
     while vLLM runs) hands the report to a sender thread, so reading vLLM's output never waits on the network (a
     full pipe would stall vLLM)."""
 
-    def __init__(self, client, state, *, plan_id: str | None, seq: int | None, offline: dict | None = None,
-                 send_pending: bool = False, placement: dict | None = None, clock: Clock = SYSTEM,
-                 say: Callable[[str], None] = say_stderr):
+    def __init__(
+        self,
+        client,
+        state,
+        *,
+        plan_id: str | None,
+        seq: int | None,
+        offline: dict | None = None,
+        send_pending: bool = False,
+        placement: dict | None = None,
+        clock: Clock = SYSTEM,
+        say: Callable[[str], None] = say_stderr,
+    ):
         self.client, self.state, self.plan_id, self.seq, self.offline = client, state, plan_id, seq, offline
         self.clock, self.say = clock, say
         self.placement = placement  # group, rank, role of a node in a plan with placement claims
@@ -38,8 +48,11 @@ class Reporter:
         self.closing = False
         # reports queued by an earlier (offline) boot go only to a service that has just proved itself genuine
         # (a queued entry without a string status is no report: a damaged or hand-edited state file)
-        self.queue: list[dict] = [q for q in state.pending if isinstance(q, dict) and isinstance(q.get("status"), str)
-                                  ][-MAX_KEPT:] if send_pending else []
+        self.queue: list[dict] = (
+            [q for q in state.pending if isinstance(q, dict) and isinstance(q.get("status"), str)][-MAX_KEPT:]
+            if send_pending
+            else []
+        )
 
     def _body(self, status: str, message: str | None, details: dict | None) -> dict:
         body_details = {**(details or {}), "run_id": self.run_id, "at": round(self.clock.time(), 3)}
@@ -107,8 +120,9 @@ class Reporter:
         if not self.flush():
             return None
         try:
-            r = self.client.post_report({"plan_id": self.plan_id, "status": "heartbeat", "message": None,
-                                         "details": {"run_id": self.run_id}})
+            r = self.client.post_report(
+                {"plan_id": self.plan_id, "status": "heartbeat", "message": None, "details": {"run_id": self.run_id}}
+            )
             body = r.json() if r.status_code == 201 else None
         except (httpx.HTTPError, ValueError, RecursionError):
             return None

@@ -63,14 +63,22 @@ def exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def run(argv: list[str], env: dict[str, str], report: Report, *, heartbeat_seconds: float = 60.0,
-        heartbeat: Callable[[], bool | None] | None = None, clock: Clock = SYSTEM) -> int:
+def run(
+    argv: list[str],
+    env: dict[str, str],
+    report: Report,
+    *,
+    heartbeat_seconds: float = 60.0,
+    heartbeat: Callable[[], bool | None] | None = None,
+    clock: Clock = SYSTEM,
+) -> int:
     """Run to completion; returns the agent's exit status (0 after a requested stop, the child's status when it
     ended by itself, 127 when it could not start), or SUPERSEDED. ``heartbeat`` returns False when the service says
     the plan is no longer current (None: no answer); it is called every ``heartbeat_seconds`` of ``clock``'s time."""
     try:
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                bufsize=1, errors="replace")
+        proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, errors="replace"
+        )
     except OSError as exc:
         report("exited", f"could not start {argv[0]}: {exc}", {"status": 127, "tail": []})
         return 127
@@ -122,8 +130,11 @@ def run(argv: list[str], env: dict[str, str], report: Report, *, heartbeat_secon
             signal.signal(sig, handler)
     details = {"status": code, "tail": list(tail), "vllm": dict(figures)}
     if superseded.is_set() and not asked:
-        report("stopped", f"stopped: the plan is no longer the node's current one (vLLM exit status {code})",
-               {**details, "signal": "SIGTERM", "reason": "superseded"})
+        report(
+            "stopped",
+            f"stopped: the plan is no longer the node's current one (vLLM exit status {code})",
+            {**details, "signal": "SIGTERM", "reason": "superseded"},
+        )
         return SUPERSEDED
     if asked:
         name = signal.Signals(asked[0]).name

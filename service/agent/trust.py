@@ -38,8 +38,14 @@ def _check_keys(keys: Any, where: str) -> list[dict]:
         raise ValueError(f"{where}: 'keys' must be a non-empty list of at most {MAX_KEYS} keys")
     out = []
     for i, k in enumerate(keys):
-        if not isinstance(k, dict) or k.get("kty") != "OKP" or k.get("crv") != "Ed25519" \
-                or not isinstance(k.get("x"), str) or not isinstance(k.get("kid"), str) or "d" in k:
+        if (
+            not isinstance(k, dict)
+            or k.get("kty") != "OKP"
+            or k.get("crv") != "Ed25519"
+            or not isinstance(k.get("x"), str)
+            or not isinstance(k.get("kid"), str)
+            or "d" in k
+        ):
             raise ValueError(f"{where}: keys[{i}] is not a public Ed25519 OKP key with a kid")
         out.append({n: k[n] for n in ("kty", "crv", "x", "kid")})
     return out
@@ -62,9 +68,10 @@ class Trust:
         except UnsafeFile as exc:
             raise TrustError(str(exc)) from None
         except FileNotFoundError:
-            raise TrustError(f"trust file {path} does not exist: install the service's JWKS at provisioning "
-                             f"(curl $S/.well-known/jwks.json > {path}, or `preflight keys export --out {path}`)") \
-                from None
+            raise TrustError(
+                f"trust file {path} does not exist: install the service's JWKS at provisioning "
+                f"(curl $S/.well-known/jwks.json > {path}, or `preflight keys export --out {path}`)"
+            ) from None
         except (OSError, ValueError, RecursionError) as exc:
             raise TrustError(f"trust file {path} is unreadable: {exc.__class__.__name__}") from None
         try:
@@ -94,8 +101,9 @@ class Trust:
                     claims, _kid = verify_jws(token, {"keys": keys}, typ=KEYSET_MEDIA_TYPE)
                 except VerificationError as exc:
                     if exc.reason == "unknown_kid":
-                        raise VerificationError("keyset_untrusted", f"a key set is signed by a key this node does "
-                                                f"not trust ({exc.detail})") from None
+                        raise VerificationError(
+                            "keyset_untrusted", f"a key set is signed by a key this node does not trust ({exc.detail})"
+                        ) from None
                     raise VerificationError("keyset_" + exc.reason, exc.detail) from None
                 v = claims.get("version")
                 if isinstance(v, bool) or not isinstance(v, int):

@@ -106,24 +106,37 @@ def _str_dict(v: Any) -> bool:
 
 
 PLAN_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
-    "iss": lambda v: isinstance(v, str), "sub": lambda v: isinstance(v, str), "aud": lambda v: isinstance(v, str),
-    "iat": _is_int, "nbf": _is_int, "jti": lambda v: isinstance(v, str) and 0 < len(v) <= 64,
-    "seq": lambda v: _is_int(v) and 1 <= v < 2**53, "manifest_digest": lambda v: isinstance(v, str),
+    "iss": lambda v: isinstance(v, str),
+    "sub": lambda v: isinstance(v, str),
+    "aud": lambda v: isinstance(v, str),
+    "iat": _is_int,
+    "nbf": _is_int,
+    "jti": lambda v: isinstance(v, str) and 0 < len(v) <= 64,
+    "seq": lambda v: _is_int(v) and 1 <= v < 2**53,
+    "manifest_digest": lambda v: isinstance(v, str),
     "vllm_version": lambda v: isinstance(v, str),
     "argv": lambda v: isinstance(v, list) and len(v) >= 2 and all(isinstance(a, str) for a in v),
-    "env": _str_dict, "model_uri": lambda v: isinstance(v, str),
+    "env": _str_dict,
+    "model_uri": lambda v: isinstance(v, str),
 }
 # A node's place in its plan (signing.PLACEMENT_CLAIMS): optional (plans signed before multi-node launches carry
 # none), all or nothing, each typed.
 PLACEMENT_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
-    "group": lambda v: _is_int(v) and 0 <= v < 2**16, "rank": lambda v: _is_int(v) and 0 <= v < 2**16,
-    "role": lambda v: v in ("replica", "head", "worker"), "nnodes": lambda v: _is_int(v) and 1 <= v < 2**16,
+    "group": lambda v: _is_int(v) and 0 <= v < 2**16,
+    "rank": lambda v: _is_int(v) and 0 <= v < 2**16,
+    "role": lambda v: v in ("replica", "head", "worker"),
+    "nnodes": lambda v: _is_int(v) and 1 <= v < 2**16,
     "head": lambda v: isinstance(v, str) and 0 < len(v) <= 128,
     "group_digest": lambda v: isinstance(v, str) and len(v) == 64,
 }
 FRESHNESS_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
-    "iss": lambda v: isinstance(v, str), "sub": lambda v: isinstance(v, str), "aud": lambda v: isinstance(v, str),
-    "iat": _is_int, "exp": _is_int, "jti": lambda v: isinstance(v, str), "seq": lambda v: _is_int(v) and v >= 1,
+    "iss": lambda v: isinstance(v, str),
+    "sub": lambda v: isinstance(v, str),
+    "aud": lambda v: isinstance(v, str),
+    "iat": _is_int,
+    "exp": _is_int,
+    "jti": lambda v: isinstance(v, str),
+    "seq": lambda v: _is_int(v) and v >= 1,
     "plan_digest": lambda v: isinstance(v, str),
 }
 
@@ -133,12 +146,22 @@ def _check_types(claims: dict, types: dict[str, Callable[[Any], bool]], what: st
         if name not in claims:
             raise VerificationError("claim_missing", f"{what} has no {name!r} claim")
         if not ok(claims[name]):
-            raise VerificationError("claim_type", f"{what} claim {name!r} has the wrong type or range: "
-                                                  f"{json.dumps(claims[name])[:80]}")
+            raise VerificationError(
+                "claim_type", f"{what} claim {name!r} has the wrong type or range: {json.dumps(claims[name])[:80]}"
+            )
 
 
-def verify_plan(token: str, jwks: dict, *, node: str, audience: str, issuer: str | None = None, last_seq: int = 0,
-                last_plan_id: str | None = None, now: float | None = None) -> VerifiedPlan:
+def verify_plan(
+    token: str,
+    jwks: dict,
+    *,
+    node: str,
+    audience: str,
+    issuer: str | None = None,
+    last_seq: int = 0,
+    last_plan_id: str | None = None,
+    now: float | None = None,
+) -> VerifiedPlan:
     """Verify a compact JWS plan for ``node`` against the node's trusted keys. Raises VerificationError naming the
     first failed check.
 
@@ -154,9 +177,12 @@ def verify_plan(token: str, jwks: dict, *, node: str, audience: str, issuer: str
         (claims["aud"] == audience, "wrong_audience", f"aud {claims['aud']!r} is not {audience!r}"),
         (issuer is None or claims["iss"] == issuer, "wrong_issuer", f"iss {claims['iss']!r} is not {issuer!r}"),
         (claims["nbf"] - LEEWAY <= t, "not_yet_valid", "plan is not valid yet"),
-        (claims["seq"] > last_seq or (claims["seq"] == last_seq and claims["jti"] == last_plan_id), "replayed_seq",
-         f"seq {claims['seq']} (plan {claims['jti']}) is below the last accepted seq {last_seq}"
-         + (f" (plan {last_plan_id})" if last_plan_id else "")),
+        (
+            claims["seq"] > last_seq or (claims["seq"] == last_seq and claims["jti"] == last_plan_id),
+            "replayed_seq",
+            f"seq {claims['seq']} (plan {claims['jti']}) is below the last accepted seq {last_seq}"
+            + (f" (plan {last_plan_id})" if last_plan_id else ""),
+        ),
         (claims["argv"][:2] == ["vllm", "serve"], "bad_argv", "argv is not a vllm serve command"),
         (not env_refused, "env_not_allowed", "; ".join(f"{n}: {why}" for n, why in env_refused)),
     ]
@@ -181,18 +207,32 @@ def _check_placement(claims: dict, node: str) -> None:
     _check_types(claims, PLACEMENT_CLAIM_TYPES, "plan")
     role, rank, nnodes = claims["role"], claims["rank"], claims["nnodes"]
     headless = "--headless" in claims["argv"]
-    consistent = {"replica": rank == 0 and nnodes == 1 and claims["head"] == node and not headless,
-                  "head": rank == 0 and nnodes > 1 and claims["head"] == node and not headless,
-                  "worker": 0 < rank < nnodes and claims["head"] != node and headless}[role]
+    consistent = {
+        "replica": rank == 0 and nnodes == 1 and claims["head"] == node and not headless,
+        "head": rank == 0 and nnodes > 1 and claims["head"] == node and not headless,
+        "worker": 0 < rank < nnodes and claims["head"] != node and headless,
+    }[role]
     if not consistent:
-        raise VerificationError("bad_placement", f"role {role} with rank {rank} of {nnodes}, head "
-                                                 f"{claims['head']!r} and{'' if headless else ' no'} --headless "
-                                                 f"do not agree")
+        raise VerificationError(
+            "bad_placement",
+            f"role {role} with rank {rank} of {nnodes}, head "
+            f"{claims['head']!r} and{'' if headless else ' no'} --headless "
+            f"do not agree",
+        )
 
 
-def verify_freshness(token: str, jwks: dict, *, plan_token: str, plan: VerifiedPlan, node: str, audience: str,
-                     issuer: str | None = None, not_before: float | None = None,
-                     now: float | None = None) -> dict[str, Any]:
+def verify_freshness(
+    token: str,
+    jwks: dict,
+    *,
+    plan_token: str,
+    plan: VerifiedPlan,
+    node: str,
+    audience: str,
+    issuer: str | None = None,
+    not_before: float | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
     """Verify the freshness statement served with a plan: signed by a trusted key, for this node, naming exactly
     this plan (digest, id, seq), and not expired. ``not_before``: refuse a statement signed before this time (a node
     that lost its state accepts only a statement made just now). Returns its claims."""
@@ -205,16 +245,27 @@ def verify_freshness(token: str, jwks: dict, *, plan_token: str, plan: VerifiedP
         (claims["sub"] == node, "wrong_node", f"freshness statement is for node {claims['sub']!r}"),
         (claims["aud"] == audience, "wrong_audience", f"aud {claims['aud']!r} is not {audience!r}"),
         (issuer is None or claims["iss"] == issuer, "wrong_issuer", f"iss {claims['iss']!r} is not {issuer!r}"),
-        (claims["plan_digest"] == plan_digest(plan_token) and claims["jti"] == plan.claims["jti"]
-         and claims["seq"] == plan.seq, "freshness_mismatch", "the freshness statement names another plan"),
+        (
+            claims["plan_digest"] == plan_digest(plan_token)
+            and claims["jti"] == plan.claims["jti"]
+            and claims["seq"] == plan.seq,
+            "freshness_mismatch",
+            "the freshness statement names another plan",
+        ),
         (claims["iat"] - LEEWAY <= t, "not_yet_valid", "freshness statement is from the future"),
         (t < claims["exp"], "stale", f"freshness statement expired {int(t - claims['exp'])} s ago"),
-        (not_before is None or claims["iat"] >= not_before, "stale",
-         "freshness statement was signed before this boot (a node without state accepts only a new one)"),
-        (not plan.grouped or claims.get("head_group_digest") == plan.claims["group_digest"], "group_digest_mismatch",
-         f"this node's plan is for group digest {str(plan.claims.get('group_digest'))[:16]}…, but its head "
-         f"{plan.claims.get('head')!r} holds {str(claims.get('head_group_digest'))[:16]}… (a half-updated group "
-         f"never starts)"),
+        (
+            not_before is None or claims["iat"] >= not_before,
+            "stale",
+            "freshness statement was signed before this boot (a node without state accepts only a new one)",
+        ),
+        (
+            not plan.grouped or claims.get("head_group_digest") == plan.claims["group_digest"],
+            "group_digest_mismatch",
+            f"this node's plan is for group digest {str(plan.claims.get('group_digest'))[:16]}…, but its head "
+            f"{plan.claims.get('head')!r} holds {str(claims.get('head_group_digest'))[:16]}… (a half-updated group "
+            f"never starts)",
+        ),
     ]
     for ok, reason, detail in checks:
         if not ok:

@@ -147,13 +147,17 @@ def window(plan: str, prev: Scrape, cur: Scrape) -> dict | None:
         # beyond what a window may carry (the service takes ≤ 10^6 s): unknown, not a window lost to a 422
         return round(v, 6) if v is not None and 0 <= v <= MAX_P99_S else None
 
-    return {"plan": plan, "window_s": round(min(span, 3600.0), 3),
-            "num_requests_running": max(0.0, cur.gauges[RUNNING]),
-            "num_requests_waiting": max(0.0, cur.gauges[WAITING]),
-            "kv_cache_usage_perc": min(1.0, max(0.0, cur.gauges[KV_USAGE])),
-            "num_preemptions": max(0.0, delta(PREEMPTIONS)),
-            "ttft_p99_s": p99(TTFT), "e2e_p99_s": p99(E2E),
-            "generation_tokens_per_s": round(max(0.0, delta(GEN_TOKENS)) / span, 3)}
+    return {
+        "plan": plan,
+        "window_s": round(min(span, 3600.0), 3),
+        "num_requests_running": max(0.0, cur.gauges[RUNNING]),
+        "num_requests_waiting": max(0.0, cur.gauges[WAITING]),
+        "kv_cache_usage_perc": min(1.0, max(0.0, cur.gauges[KV_USAGE])),
+        "num_preemptions": max(0.0, delta(PREEMPTIONS)),
+        "ttft_p99_s": p99(TTFT),
+        "e2e_p99_s": p99(E2E),
+        "generation_tokens_per_s": round(max(0.0, delta(GEN_TOKENS)) / span, 3),
+    }
 
 
 def read(url: str, *, timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> str:
@@ -161,8 +165,10 @@ def read(url: str, *, timeout: float = 5.0, transport: httpx.BaseTransport | Non
     ScrapeError."""
     start = time.monotonic()
     try:
-        with httpx.Client(timeout=timeout, transport=transport) as c, \
-                c.stream("GET", url, headers={"Accept-Encoding": "identity", "Accept": "text/plain"}) as r:
+        with (
+            httpx.Client(timeout=timeout, transport=transport) as c,
+            c.stream("GET", url, headers={"Accept-Encoding": "identity", "Accept": "text/plain"}) as r,
+        ):
             if r.status_code != 200:
                 raise ScrapeError(f"{url}: HTTP {r.status_code}")
             body = read_body(r, url, max_bytes=MAX_BYTES, start=start, deadline=timeout)
@@ -183,8 +189,13 @@ def metrics_url(argv: list[str]) -> str:
     host, port = "127.0.0.1", "8000"
     for i, a in enumerate(argv):
         for flag in ("--port", "--host"):
-            val = a.split("=", 1)[1] if a.startswith(flag + "=") else argv[i + 1] if a == flag and i + 1 < len(argv) \
+            val = (
+                a.split("=", 1)[1]
+                if a.startswith(flag + "=")
+                else argv[i + 1]
+                if a == flag and i + 1 < len(argv)
                 else None
+            )
             if val is not None:
                 if flag == "--port":
                     port = val
@@ -199,8 +210,17 @@ class Sampler:
     """Scrape every ``seconds`` of ``clock``'s time on a thread and hand each window to ``post`` (best effort: a
     failed scrape or post is skipped, the next scrape starts a new window)."""
 
-    def __init__(self, url: str, plan: str, post: Callable[[dict], object], *, seconds: float = 15.0,
-                 timeout: float = 5.0, fetch: Callable[[str], str] | None = None, clock: Clock = SYSTEM):
+    def __init__(
+        self,
+        url: str,
+        plan: str,
+        post: Callable[[dict], object],
+        *,
+        seconds: float = 15.0,
+        timeout: float = 5.0,
+        fetch: Callable[[str], str] | None = None,
+        clock: Clock = SYSTEM,
+    ):
         self.url, self.plan, self.post, self.seconds = url, plan, post, max(1.0, seconds)
         self.fetch = fetch or (lambda u: read(u, timeout=timeout))
         self.clock = clock

@@ -116,8 +116,11 @@ def open_regular(directory: pathlib.Path, name: str) -> tuple[pathlib.Path, os.s
         inside = root in real.parents
         blob = blobs is not None and real.parent == blobs and HF_BLOB.fullmatch(real.name) is not None
         if not (inside or blob):
-            where = (f"outside the weights directory {root}" if blobs is None else
-                     f"neither inside the snapshot {root} nor a blob of its repository ({blobs}/<sha>)")
+            where = (
+                f"outside the weights directory {root}"
+                if blobs is None
+                else f"neither inside the snapshot {root} nor a blob of its repository ({blobs}/<sha>)"
+            )
             raise WeightsError(f"{name}: a symlink to {real}, {where}")
     try:
         st = os.stat(real)
@@ -216,8 +219,9 @@ def shard_list(directory: pathlib.Path) -> tuple[int | None, list[str]]:
     return total, list(names)
 
 
-def describe(directory: pathlib.Path, *, hash_shards: bool = False,
-             on_bytes: Callable[[int], None] | None = None) -> dict:
+def describe(
+    directory: pathlib.Path, *, hash_shards: bool = False, on_bytes: Callable[[int], None] | None = None
+) -> dict:
     """The record of a model directory (see the module docstring). Raises WeightsError (never an OSError)."""
     directory = pathlib.Path(directory)
     problem = directory_problem(directory)
@@ -241,10 +245,13 @@ def describe(directory: pathlib.Path, *, hash_shards: bool = False,
             if found is None:  # removed since it was listed
                 raise WeightsError(f"{s['name']} went away from {directory} while it was being described")
             s["sha256"] = sha256_file(found[0], s["size"], on_bytes)
-    return {"config_sha256": hashlib.sha256(config).hexdigest(),
-            "quantization": quant_method(tag) if tag is not None else None,
-            "hf_quant_config_sha256": hashlib.sha256(hf_quant).hexdigest() if hf_quant is not None else None,
-            "total_size": total, "shards": shards}
+    return {
+        "config_sha256": hashlib.sha256(config).hexdigest(),
+        "quantization": quant_method(tag) if tag is not None else None,
+        "hf_quant_config_sha256": hashlib.sha256(hf_quant).hexdigest() if hf_quant is not None else None,
+        "total_size": total,
+        "shards": shards,
+    }
 
 
 def directory_problem(directory: pathlib.Path) -> str | None:
@@ -268,8 +275,9 @@ class Mismatch:
         return f"{self.file}: the manifest records {self.expected}, the node has {self.found}"
 
 
-def check(directory: pathlib.Path, record: dict, *, verify_hashes: bool = False,
-          on_bytes: Callable[[int], None] | None = None) -> list[Mismatch]:
+def check(
+    directory: pathlib.Path, record: dict, *, verify_hashes: bool = False, on_bytes: Callable[[int], None] | None = None
+) -> list[Mismatch]:
     """Compare the weights directory with the manifest's record: config.json's digest, the quantization tag,
     hf_quant_config.json's digest, every shard present with its size (and its SHA-256 when recorded and
     ``verify_hashes``). Returns the mismatches (empty: the weights are the ones the plan was validated for).
@@ -302,16 +310,26 @@ def check(directory: pathlib.Path, record: dict, *, verify_hashes: bool = False,
         except WeightsError as exc:
             found_q = f"an unreadable tag ({exc})"
         if (found_q or "none") != (want_q or "none"):
-            out.append(Mismatch("quantization.txt", f"tag {want_q}" if want_q else "no tag",
-                                f"tag {found_q}" if tag is not None else "no quantization.txt"))
+            out.append(
+                Mismatch(
+                    "quantization.txt",
+                    f"tag {want_q}" if want_q else "no tag",
+                    f"tag {found_q}" if tag is not None else "no quantization.txt",
+                )
+            )
     hq, err = small("hf_quant_config.json", MAX_SMALL)
     want_h = record.get("hf_quant_config_sha256")
     found_h = hashlib.sha256(hq).hexdigest() if hq is not None else None
     if err:
         out.append(Mismatch("hf_quant_config.json", f"sha256 {want_h}", err))
     elif found_h != want_h:
-        out.append(Mismatch("hf_quant_config.json", f"sha256 {want_h}" if want_h else "no file",
-                            f"sha256 {found_h}" if found_h else "no such file"))
+        out.append(
+            Mismatch(
+                "hf_quant_config.json",
+                f"sha256 {want_h}" if want_h else "no file",
+                f"sha256 {found_h}" if found_h else "no such file",
+            )
+        )
     for shard in (record.get("shards") or [])[:MAX_SHARDS]:
         entry = shard if isinstance(shard, dict) else {}  # a record's shard that is no object names no file
         name, size = entry.get("name"), entry.get("size")

@@ -44,8 +44,13 @@ class Witnessed:
 def _claims(token: str, jwks: dict) -> dict[str, Any]:
     claims, _ = verify_jws(token, jwks, typ=CHECKPOINT_MEDIA_TYPE)
     seq, head = claims.get("last_seq"), claims.get("head")
-    if type(seq) is not int or not 0 < seq < 2**62 or type(head) is not str or len(head) != 64 \
-            or not set(head) <= HEX64:
+    if (
+        type(seq) is not int
+        or not 0 < seq < 2**62
+        or type(head) is not str
+        or len(head) != 64
+        or not set(head) <= HEX64
+    ):
         raise VerificationError("malformed", "checkpoint claims last_seq / head missing or of the wrong type")
     return claims
 
@@ -80,20 +85,35 @@ def witness(path: pathlib.Path, served_token: Any, jwks: dict) -> Witnessed:
         _, kept = read_kept(path, jwks)
         if kept is None:
             return Witnessed("none", "the service has no audit checkpoint yet")
-        return Witnessed("cut", f"the service says it has no audit checkpoint, but this node kept one at seq "
-                                f"{kept['last_seq']}: its checkpoints were removed", kept, None)
+        return Witnessed(
+            "cut",
+            f"the service says it has no audit checkpoint, but this node kept one at seq "
+            f"{kept['last_seq']}: its checkpoints were removed",
+            kept,
+            None,
+        )
     try:
         served = _claims(served_token, jwks)
     except VerificationError as exc:
         return Witnessed("ignored", f"the service's audit checkpoint does not verify ({exc}): ignored")
     _, kept = read_kept(path, jwks)
     if kept is not None and served["last_seq"] < kept["last_seq"]:
-        return Witnessed("cut", f"the service's audit chain ends at seq {served['last_seq']} but this node kept a "
-                                f"checkpoint at seq {kept['last_seq']}: audit events were deleted", kept, served)
+        return Witnessed(
+            "cut",
+            f"the service's audit chain ends at seq {served['last_seq']} but this node kept a "
+            f"checkpoint at seq {kept['last_seq']}: audit events were deleted",
+            kept,
+            served,
+        )
     if kept is not None and served["last_seq"] == kept["last_seq"]:
         if served["head"] != kept["head"]:
-            return Witnessed("rewritten", f"the service's audit chain at seq {served['last_seq']} has another head "
-                                          f"than the checkpoint this node kept: history was rewritten", kept, served)
+            return Witnessed(
+                "rewritten",
+                f"the service's audit chain at seq {served['last_seq']} has another head "
+                f"than the checkpoint this node kept: history was rewritten",
+                kept,
+                served,
+            )
         return Witnessed("same", "the audit checkpoint is the one this node kept", kept, served)
     write_text_atomic(path, served_token + "\n")
     return Witnessed("kept", f"kept the audit checkpoint at seq {served['last_seq']}", served, served)

@@ -1,7 +1,6 @@
 """The FastAPI application: settings, database and keys, the lifespan, one problem+json error contract and the
 middleware; the routes live one router per domain in routers/ (their shared dependencies in deps.py)."""
 
-
 import contextlib
 import logging
 import re
@@ -64,9 +63,15 @@ class BodyLimit:
         declared = next((v for k, v in scope.get("headers") or () if k == b"content-length"), None)
 
         def too_big():
-            return problem_response(413, {"type": "https://preflight.dev/problems/too-large",
-                                          "title": "Payload too large", "status": 413,
-                                          "detail": f"request body exceeds {self.limit} bytes"})
+            return problem_response(
+                413,
+                {
+                    "type": "https://preflight.dev/problems/too-large",
+                    "title": "Payload too large",
+                    "status": 413,
+                    "detail": f"request body exceeds {self.limit} bytes",
+                },
+            )
 
         if declared is not None:
             if declared.isdigit() and int(declared) > self.limit:
@@ -113,8 +118,12 @@ class CachedPlanFetch:
         self.app, self.answer = app, answer
 
     async def __call__(self, scope, receive, send):
-        if (scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string")
-                and not scope.get("root_path")):
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "GET"
+            and not scope.get("query_string")
+            and not scope.get("root_path")
+        ):
             m = self.PATH.fullmatch(scope["path"])
             if m is not None:
                 auth: list[str] = []
@@ -135,23 +144,41 @@ class CachedPlanFetch:
 def install_error_handlers(app: FastAPI) -> None:
     """One error contract (RFC 9457 problem+json) for every error: the service's, the domain's, FastAPI's
     validation, Starlette's HTTP errors, the database's (never its own text) and anything unexpected (logged)."""
+
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError):
         retry = getattr(exc, "retry_after", None)
-        return problem_response(exc.status, exc.problem(),
-                                headers={"Retry-After": str(retry)} if retry is not None else None)
+        return problem_response(
+            exc.status, exc.problem(), headers={"Retry-After": str(retry)} if retry is not None else None
+        )
 
     @app.exception_handler(DomainError)
     async def _domain_error(_: Request, exc: DomainError):
-        return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
-                                      "status": 422, "detail": exc.message, "errors": [exc.as_dict()]})
+        return problem_response(
+            422,
+            {
+                "type": "https://preflight.dev/problems/invalid",
+                "title": "Invalid request",
+                "status": 422,
+                "detail": exc.message,
+                "errors": [exc.as_dict()],
+            },
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):
         errors = [{"field": error_field(e), "rule": e.get("type"), "message": e.get("msg")} for e in exc.errors()]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
-        return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
-                                      "status": 422, "detail": detail, "errors": errors})
+        return problem_response(
+            422,
+            {
+                "type": "https://preflight.dev/problems/invalid",
+                "title": "Invalid request",
+                "status": 422,
+                "detail": detail,
+                "errors": errors,
+            },
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):
@@ -160,42 +187,84 @@ def install_error_handlers(app: FastAPI) -> None:
             body["errors"] = [{"field": "body", "rule": "unparseable", "message": str(exc.detail)}]
         return problem_response(exc.status_code, body, headers=getattr(exc, "headers", None))
 
-    def request_id(request: Request) -> str | None:
-        return request.scope.get("state", {}).get("request_id")
+    _install_database_handlers(app)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error", extra={"request_id": _request_id(request), "path": request.url.path})
+        return problem_response(
+            500,
+            {
+                "type": "https://preflight.dev/problems/internal",
+                "title": "Internal error",
+                "status": 500,
+                "detail": "an unexpected error; it has been logged",
+            },
+        )
+
+
+def _request_id(request: Request) -> str | None:
+    return request.scope.get("state", {}).get("request_id")
+
+
+def _install_database_handlers(app: FastAPI) -> None:
+    """The database's errors as problems: a refused value (422), a conflict (409), the database down (503); its own
+    text goes to the log with the request id, never into the response."""
 
     @app.exception_handler(DataError)
     async def _data_error(request: Request, exc: Exception):
         # the database's own text stays in the log (with the request id), never in the response
-        log.warning("value refused by the database: %s", str(getattr(exc, "orig", exc))[:300],
-                    extra={"request_id": request_id(request), "path": request.url.path})
-        return problem_response(422, {"type": "https://preflight.dev/problems/invalid", "title": "Invalid request",
-                                      "status": 422, "detail": "a value cannot be stored (out of range or not "
-                                      "representable)", "errors": [{"field": "body", "rule": "unstorable",
-                                                                    "message": "a value cannot be stored"}]})
+        log.warning(
+            "value refused by the database: %s",
+            str(getattr(exc, "orig", exc))[:300],
+            extra={"request_id": _request_id(request), "path": request.url.path},
+        )
+        return problem_response(
+            422,
+            {
+                "type": "https://preflight.dev/problems/invalid",
+                "title": "Invalid request",
+                "status": 422,
+                "detail": "a value cannot be stored (out of range or not representable)",
+                "errors": [{"field": "body", "rule": "unstorable", "message": "a value cannot be stored"}],
+            },
+        )
 
     @app.exception_handler(IntegrityError)
     async def _conflict(request: Request, exc: Exception):
-        log.warning("integrity conflict: %s", str(getattr(exc, "orig", exc))[:300],
-                    extra={"request_id": request_id(request), "path": request.url.path})
-        return problem_response(409, {"type": "https://preflight.dev/problems/conflict", "title": "Conflict",
-                                      "status": 409, "detail": "the change conflicts with one made at the same time; "
-                                      "read the current state and retry"})
+        log.warning(
+            "integrity conflict: %s",
+            str(getattr(exc, "orig", exc))[:300],
+            extra={"request_id": _request_id(request), "path": request.url.path},
+        )
+        return problem_response(
+            409,
+            {
+                "type": "https://preflight.dev/problems/conflict",
+                "title": "Conflict",
+                "status": 409,
+                "detail": "the change conflicts with one made at the same time; read the current state and retry",
+            },
+        )
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
     async def _db_down(request: Request, exc: Exception):
-        log.error("database error: %s", exc.__class__.__name__,
-                  extra={"request_id": request_id(request), "path": request.url.path})
-        return problem_response(503, {"type": "https://preflight.dev/problems/unavailable",
-                                      "title": "Service unavailable", "status": 503,
-                                      "detail": "the database is unreachable; retry later"},
-                                headers={"Retry-After": "5"})
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        log.exception("unhandled error", extra={"request_id": request_id(request), "path": request.url.path})
-        return problem_response(500, {"type": "https://preflight.dev/problems/internal", "title": "Internal error",
-                                      "status": 500, "detail": "an unexpected error; it has been logged"})
+        log.error(
+            "database error: %s",
+            exc.__class__.__name__,
+            extra={"request_id": _request_id(request), "path": request.url.path},
+        )
+        return problem_response(
+            503,
+            {
+                "type": "https://preflight.dev/problems/unavailable",
+                "title": "Service unavailable",
+                "status": 503,
+                "detail": "the database is unreachable; retry later",
+            },
+            headers={"Retry-After": "5"},
+        )
 
 
 class Workers:
@@ -231,8 +300,13 @@ def _seal_with_keys(db: Database, keys: KeyStore, settings: Settings, clock: Clo
     if db.audit_keys is None:
         db.audit_keys = audit.AuditKeys(keys)
     db.sealer.checkpointer = audit.Checkpointer(
-        keys, settings.issuer, settings.checkpoint_file, every_events=settings.audit_checkpoint_events,
-        every_seconds=settings.audit_checkpoint_seconds, clock=clock)
+        keys,
+        settings.issuer,
+        settings.checkpoint_file,
+        every_events=settings.audit_checkpoint_events,
+        every_seconds=settings.audit_checkpoint_seconds,
+        clock=clock,
+    )
 
 
 def _install_caches(app: FastAPI, ctx: Context, workers: Workers) -> None:
@@ -255,23 +329,40 @@ def _install_caches(app: FastAPI, ctx: Context, workers: Workers) -> None:
 def _install_routes(app: FastAPI) -> None:
     """One router per domain (service/api/routers/), in this order: the agent's first, so the fleet's hot path is
     matched before any other route."""
-    for router in (agent.router, ops.router, keys_routes.router, nodes.router, manifests.router, plans.router,
-                   rollouts.router, audit_routes.router, tokens.router, tuning.router):
+    for router in (
+        agent.router,
+        ops.router,
+        keys_routes.router,
+        nodes.router,
+        manifests.router,
+        plans.router,
+        rollouts.router,
+        audit_routes.router,
+        tokens.router,
+        tuning.router,
+    ):
         # probes, metrics and the published key set answer whatever a load balancer or cache-buster appends
         open_query = router in (ops.router, keys_routes.router)
         app.include_router(router, dependencies=[] if open_query else [Depends(known_query)])
 
 
-def create_app(settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None,
-               clock: Clock = SYSTEM) -> FastAPI:
+def create_app(
+    settings: Settings, *, db: Database | None = None, keys: KeyStore | None = None, clock: Clock = SYSTEM
+) -> FastAPI:
     """The app: ``clock`` is what its services read the time from (a test passes a ManualClock)."""
     db = db or Database(settings.resolved_database_url)
     keys = keys or KeyStore(settings.key_dir, create=settings.env != "production")
     _seal_with_keys(db, keys, settings, clock)
     ctx = Context(settings, keys, clock)
     workers = Workers(db, ctx)
-    app = FastAPI(title="Preflight", version=__version__, lifespan=workers.lifespan, docs_url=None, redoc_url=None,
-                  description="Validates, signs and audits vLLM launch configurations before any GPU is touched.")
+    app = FastAPI(
+        title="Preflight",
+        version=__version__,
+        lifespan=workers.lifespan,
+        docs_url=None,
+        redoc_url=None,
+        description="Validates, signs and audits vLLM launch configurations before any GPU is touched.",
+    )
     state = app.state
     state.db, state.keys, state.settings, state.clock, state.context = db, keys, settings, clock, ctx
     state.epochs, state.rollouts, state.writes = workers.watcher, workers.scheduler, workers.writes

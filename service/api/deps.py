@@ -84,8 +84,9 @@ async def known_query(request: Request) -> None:  # async: no thread hop on the 
     if unknown:
         takes = f"this operation takes: {', '.join(declared)}" if declared else "this operation takes none"
         name = escape_invisible(unknown[0][:64])  # echoed bounded, and as text a person can read
-        raise DomainError(f"query.{name}" if name else "query",
-                          f"unknown query parameter {name!r} ({takes})", rule="unknown_query")
+        raise DomainError(
+            f"query.{name}" if name else "query", f"unknown query parameter {name!r} ({takes})", rule="unknown_query"
+        )
 
 
 # -- the database session ---------------------------------------------------------------------------------------------
@@ -149,8 +150,9 @@ class Principals:
         return self.cached(secret) or self.lookup(secret)
 
 
-async def principal_dep(request: Request,
-                        authorization: Annotated[str | None, Header()] = None) -> token_service.Principal:
+async def principal_dep(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> token_service.Principal:
     """The caller, from ``Authorization: Bearer``. Async (no thread hop) when the look-up is cached; a miss runs
     one short transaction in the thread pool, so a long-poll holds no database connection."""
     secret = bearer_secret(authorization, len(request.headers.getlist("authorization")))
@@ -167,6 +169,7 @@ def require(*roles: str) -> Callable:
         if p.role not in roles:
             raise Forbidden(f"role {p.role} may not do this (needs {' or '.join(roles)})")
         return p
+
     return check
 
 

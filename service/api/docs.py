@@ -29,12 +29,19 @@ def install(app: FastAPI) -> None:
     @app.get("/docs", include_in_schema=False)
     def swagger_ui():
         return get_swagger_ui_html(
-            openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API",
-            swagger_js_url=PREFIX + "swagger-ui-bundle.js", swagger_css_url=PREFIX + "swagger-ui.css",
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url=PREFIX + "swagger-ui-bundle.js",
+            swagger_css_url=PREFIX + "swagger-ui.css",
             swagger_favicon_url=PREFIX + "favicon-32x32.png",
             # no validator badge (it would load an image from validator.swagger.io); keep the token across reloads
-            swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": True, "tryItOutEnabled": False,
-                                   "displayRequestDuration": True})
+            swagger_ui_parameters={
+                "validatorUrl": None,
+                "persistAuthorization": True,
+                "tryItOutEnabled": False,
+                "displayRequestDuration": True,
+            },
+        )
 
     @app.get(PREFIX + "{name}", include_in_schema=False)
     def swagger_asset(name: str):

@@ -23,8 +23,12 @@ class JsonFormatter(logging.Formatter):
     RESERVED = set(vars(logging.makeLogRecord({})))
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
-               "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        out = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         out.update({k: v for k, v in vars(record).items() if k not in self.RESERVED and not k.startswith("_")})
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
@@ -91,6 +95,14 @@ class Observability:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             metrics.REQUESTS.labels(route, scope["method"], str(status["code"])).inc()
             metrics.LATENCY.labels(route, scope["method"]).observe(elapsed)
-            log.info("request", extra={"request_id": rid, "method": scope["method"], "route": route,
-                                       "path": scope["path"], "status": status["code"],
-                                       "duration_ms": round(elapsed * 1000, 2)})
+            log.info(
+                "request",
+                extra={
+                    "request_id": rid,
+                    "method": scope["method"],
+                    "route": route,
+                    "path": scope["path"],
+                    "status": status["code"],
+                    "duration_ms": round(elapsed * 1000, 2),
+                },
+            )

@@ -13,32 +13,64 @@ from fastapi.openapi.utils import get_openapi
 PROBLEM_SCHEMA = {
     "type": "object",
     "description": "RFC 9457 problem details. `errors` names each offending field and rule; `findings` carries a "
-                   "rejected launch's rule findings (with remedies).",
+    "rejected launch's rule findings (with remedies).",
     "required": ["type", "title", "status", "detail"],
     "properties": {
-        "type": {"type": "string", "description": "A URI naming the kind of problem (about:blank: the status says it)."},
+        "type": {
+            "type": "string",
+            "description": "A URI naming the kind of problem (about:blank: the status says it).",
+        },
         "title": {"type": "string", "description": "The HTTP status's phrase."},
         "status": {"type": "integer", "description": "The HTTP status code."},
         "detail": {"type": "string", "description": "What went wrong, for people."},
-        "errors": {"type": "array", "description": "Each offending field: its path, the rule it broke, a message.",
-                   "items": {"type": "object", "properties": {
-                       "field": {"type": "string", "description": "Dotted path of the field (engine_args.x, waves.0)."},
-                       "rule": {"type": "string", "description": "The rule or check it broke."},
-                       "message": {"type": "string", "description": "Why, for people."},
-                       "accepted": {"type": "array", "items": {"type": "string"},
-                                    "description": "Values that would be accepted, when a list says it."}}}},
-        "findings": {"type": "array", "items": {"type": "object"},
-                     "description": "A rejected launch's findings (rule, severity, message, remedy, source)."},
+        "errors": {
+            "type": "array",
+            "description": "Each offending field: its path, the rule it broke, a message.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "field": {"type": "string", "description": "Dotted path of the field (engine_args.x, waves.0)."},
+                    "rule": {"type": "string", "description": "The rule or check it broke."},
+                    "message": {"type": "string", "description": "Why, for people."},
+                    "accepted": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Values that would be accepted, when a list says it.",
+                    },
+                },
+            },
+        },
+        "findings": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "A rejected launch's findings (rule, severity, message, remedy, source).",
+        },
         "field": {"type": "string", "description": "The one field the problem is about, when there is one."},
     },
 }
-BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": (
-    "A token from `POST /v1/tokens` (admin, deployer, auditor), a node's agent token, or the admin token "
-    "`make run` prints (var/admin-token).")}
+BEARER_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": (
+        "A token from `POST /v1/tokens` (admin, deployer, auditor), a node's agent token, or the admin token "
+        "`make run` prints (var/admin-token)."
+    ),
+}
 PUBLIC = {"healthz", "readyz", "jwks", "keysets", "metrics"}
-CONFLICT = {"registerNode", "registerManifest", "createAuditCheckpoint", "revokeToken", "rotateToken",
-            "reportNodeStatus", "createRollout", "pauseRollout", "resumeRollout", "promoteRollout",
-            "abortRollout", "applyNodeTuning"}
+CONFLICT = {
+    "registerNode",
+    "registerManifest",
+    "createAuditCheckpoint",
+    "revokeToken",
+    "rotateToken",
+    "reportNodeStatus",
+    "createRollout",
+    "pauseRollout",
+    "resumeRollout",
+    "promoteRollout",
+    "abortRollout",
+    "applyNodeTuning",
+}
 DESCRIPTIONS = {
     "400": "the body is not parseable (not UTF-8 / not JSON)",
     "401": "missing, unknown or revoked bearer token",
@@ -54,58 +86,111 @@ DESCRIPTIONS = {
 
 @lru_cache(maxsize=1)
 def example_config() -> dict:
-    return json.loads(resources.files("service").joinpath("data/examples/phi-3-medium-4k-instruct.config.json")
-                      .read_text())
+    return json.loads(
+        resources.files("service").joinpath("data/examples/phi-3-medium-4k-instruct.config.json").read_text()
+    )
 
 
 def request_examples() -> dict[str, dict]:
     cfg = example_config()
     return {
         "validateLaunch": {
-            "phi3-tp4-rejected": {"summary": "Phi-3-medium at TP=4: 10 KV heads do not split 4 ways",
-                                  "value": {"model": {"name": "microsoft/Phi-3-medium-4k-instruct", "config": cfg},
-                                            "hardware": {"gpu": "a100-sxm4-80gb", "count": 4, "interconnect": "nvlink"},
-                                            "engine_args": {"tensor_parallel_size": 4}}},
-            "phi3-tp2": {"summary": "the same model at TP=2 with a workload (values filled and explained)",
-                         "value": {"model": {"name": "microsoft/Phi-3-medium-4k-instruct", "config": cfg},
-                                   "hardware": {"gpu": "a100-sxm4-80gb", "count": 4, "interconnect": "nvlink"},
-                                   "workload": {"avg_seq_len": 1500, "p99_seq_len": 3500, "shape": "balanced"},
-                                   "engine_args": {"tensor_parallel_size": 2}}},
+            "phi3-tp4-rejected": {
+                "summary": "Phi-3-medium at TP=4: 10 KV heads do not split 4 ways",
+                "value": {
+                    "model": {"name": "microsoft/Phi-3-medium-4k-instruct", "config": cfg},
+                    "hardware": {"gpu": "a100-sxm4-80gb", "count": 4, "interconnect": "nvlink"},
+                    "engine_args": {"tensor_parallel_size": 4},
+                },
+            },
+            "phi3-tp2": {
+                "summary": "the same model at TP=2 with a workload (values filled and explained)",
+                "value": {
+                    "model": {"name": "microsoft/Phi-3-medium-4k-instruct", "config": cfg},
+                    "hardware": {"gpu": "a100-sxm4-80gb", "count": 4, "interconnect": "nvlink"},
+                    "workload": {"avg_seq_len": 1500, "p99_seq_len": 3500, "shape": "balanced"},
+                    "engine_args": {"tensor_parallel_size": 2},
+                },
+            },
         },
         "registerManifest": {
-            "phi3": {"summary": "a merged bf16 checkpoint", "value": {
-                "name": "microsoft/Phi-3-medium-4k-instruct", "version": "1", "uri": "s3://weights/phi-3-medium",
-                "config": cfg, "checkpoint": {"layout": "merged"}, "weights_bytes": 27920000000}},
+            "phi3": {
+                "summary": "a merged bf16 checkpoint",
+                "value": {
+                    "name": "microsoft/Phi-3-medium-4k-instruct",
+                    "version": "1",
+                    "uri": "s3://weights/phi-3-medium",
+                    "config": cfg,
+                    "checkpoint": {"layout": "merged"},
+                    "weights_bytes": 27920000000,
+                },
+            },
         },
+        **_fleet_examples(),
+    }
+
+
+def _fleet_examples() -> dict[str, dict]:
+    """The examples of the requests that need no model config: plans, rollouts, nodes."""
+    return {
         "createPlan": {
-            "phi3-on-a100": {"summary": "plan for one node", "value": {
-                "manifest": "microsoft/Phi-3-medium-4k-instruct@1", "nodes": ["gpu-01"],
-                "engine_args": {"tensor_parallel_size": 2, "max_model_len": 4096, "gpu_memory_utilization": 0.9}}},
-            "two-node-tp16": {"summary": "one instance over two 8-GPU nodes (TP 16): each node signed its own "
-                              "command, the first node heads the group", "value": {
-                "manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["gpu-01", "gpu-02"],
-                "engine_args": {"tensor_parallel_size": 16, "max_model_len": 32768},
-                "group_env": [{"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}]}},
+            "phi3-on-a100": {
+                "summary": "plan for one node",
+                "value": {
+                    "manifest": "microsoft/Phi-3-medium-4k-instruct@1",
+                    "nodes": ["gpu-01"],
+                    "engine_args": {"tensor_parallel_size": 2, "max_model_len": 4096, "gpu_memory_utilization": 0.9},
+                },
+            },
+            "two-node-tp16": {
+                "summary": "one instance over two 8-GPU nodes (TP 16): each node signed its own "
+                "command, the first node heads the group",
+                "value": {
+                    "manifest": "deepseek-ai/DeepSeek-V3@1",
+                    "nodes": ["gpu-01", "gpu-02"],
+                    "engine_args": {"tensor_parallel_size": 16, "max_model_len": 32768},
+                    "group_env": [{"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}],
+                },
+            },
         },
         "createRollout": {
-            "canary-then-all": {"summary": "a new max_model_len over four nodes: one node first, an hour's bake, "
-                                "then the rest; the first failure rolls back", "value": {
-                "manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01", "gpu-02", "gpu-03", "gpu-04"],
-                "engine_args": {"tensor_parallel_size": 8, "max_model_len": 16384},
-                "waves": [{"percent": 25, "bake_s": 3600}, {"percent": 100}], "failure_limit": 0,
-                "gates": {"ready_timeout_s": 600, "kv_tolerance": 0.2}}},
-            "by-selector": {"summary": "every H100 node labelled pool=canary, in three waves", "value": {
-                "manifest": "meta-llama/Llama-3.1-70B@1", "selector": {"gpu": "h100-sxm-80gb",
-                                                                       "labels": {"pool": "canary"}},
-                "engine_args": {"tensor_parallel_size": 8, "max_model_len": 16384},
-                "waves": [{"percent": 10, "bake_s": 600}, {"percent": 50, "bake_s": 600}, {"percent": 100}]}},
+            "canary-then-all": {
+                "summary": "a new max_model_len over four nodes: one node first, an hour's bake, "
+                "then the rest; the first failure rolls back",
+                "value": {
+                    "manifest": "meta-llama/Llama-3.1-70B@1",
+                    "nodes": ["gpu-01", "gpu-02", "gpu-03", "gpu-04"],
+                    "engine_args": {"tensor_parallel_size": 8, "max_model_len": 16384},
+                    "waves": [{"percent": 25, "bake_s": 3600}, {"percent": 100}],
+                    "failure_limit": 0,
+                    "gates": {"ready_timeout_s": 600, "kv_tolerance": 0.2},
+                },
+            },
+            "by-selector": {
+                "summary": "every H100 node labelled pool=canary, in three waves",
+                "value": {
+                    "manifest": "meta-llama/Llama-3.1-70B@1",
+                    "selector": {"gpu": "h100-sxm-80gb", "labels": {"pool": "canary"}},
+                    "engine_args": {"tensor_parallel_size": 8, "max_model_len": 16384},
+                    "waves": [{"percent": 10, "bake_s": 600}, {"percent": 50, "bake_s": 600}, {"percent": 100}],
+                },
+            },
         },
         "registerNode": {
-            "h100": {"summary": "8 × H100 SXM by the name nvidia-smi prints", "value": {
-                "name": "gpu-01", "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "interconnect": "nvlink"}},
-            "h200-head": {"summary": "8 × H200 with the address the other nodes of a group reach it at", "value": {
-                "name": "gpu-01", "gpu": "h200-141gb", "gpu_count": 8, "interconnect": "nvlink",
-                "address": "10.0.0.11"}},
+            "h100": {
+                "summary": "8 × H100 SXM by the name nvidia-smi prints",
+                "value": {"name": "gpu-01", "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "interconnect": "nvlink"},
+            },
+            "h200-head": {
+                "summary": "8 × H200 with the address the other nodes of a group reach it at",
+                "value": {
+                    "name": "gpu-01",
+                    "gpu": "h200-141gb",
+                    "gpu_count": 8,
+                    "interconnect": "nvlink",
+                    "address": "10.0.0.11",
+                },
+            },
         },
     }
 

@@ -23,19 +23,38 @@ data-dir file, a file an auditor saved): a deleted tail, an emptied table or swa
 
 from .chain import append, append_many, chain_lock, event_dict
 from .checkpoints import (
-                          CHECKPOINT_TYPE,
-                          Checkpointer,
-                          check_checkpoint,
-                          checkpoint_claims,
-                          known_checkpoints,
-                          read_checkpoint_file,
+    CHECKPOINT_TYPE,
+    Checkpointer,
+    check_checkpoint,
+    checkpoint_claims,
+    known_checkpoints,
+    read_checkpoint_file,
 )
 from .encoding import GENESIS, canonical, event_hash, sha256_hex
 from .keys import AuditKeys, audit_keys
 from .sealing import Sealer, seal
 from .verify import STALE_UNSEALED_SECONDS, unsealed, verify_chain
 
-__all__ = ["CHECKPOINT_TYPE", "GENESIS", "STALE_UNSEALED_SECONDS", "AuditKeys", "Checkpointer", "Sealer", "append",
-           "append_many", "audit_keys", "canonical", "chain_lock", "check_checkpoint", "checkpoint_claims",
-           "event_dict", "event_hash", "known_checkpoints", "read_checkpoint_file", "seal", "sha256_hex", "unsealed",
-           "verify_chain"]
+__all__ = [
+    "CHECKPOINT_TYPE",
+    "GENESIS",
+    "STALE_UNSEALED_SECONDS",
+    "AuditKeys",
+    "Checkpointer",
+    "Sealer",
+    "append",
+    "append_many",
+    "audit_keys",
+    "canonical",
+    "chain_lock",
+    "check_checkpoint",
+    "checkpoint_claims",
+    "event_dict",
+    "event_hash",
+    "known_checkpoints",
+    "read_checkpoint_file",
+    "seal",
+    "sha256_hex",
+    "unsealed",
+    "verify_chain",
+]

@@ -16,12 +16,23 @@ from .keys import audit_keys
 _ADVISORY_KEY = 0x5052454654  # "PREFT"
 
 
-def append(session: Session, *, actor: str, kind: str, subject: str, payload: dict[str, Any],
-           node: str | None = None, plan_id: str | None = None, model: str | None = None) -> None:
+def append(
+    session: Session,
+    *,
+    actor: str,
+    kind: str,
+    subject: str,
+    payload: dict[str, Any],
+    node: str | None = None,
+    plan_id: str | None = None,
+    model: str | None = None,
+) -> None:
     """Record one event inside the caller's transaction (sealed into the chain after it commits). A plain INSERT:
     no lock, no read of the chain head."""
-    append_many(session, [dict(actor=actor, kind=kind, subject=subject, payload=payload, node=node, plan_id=plan_id,
-                               model=model)])
+    append_many(
+        session,
+        [dict(actor=actor, kind=kind, subject=subject, payload=payload, node=node, plan_id=plan_id, model=model)],
+    )
 
 
 def append_many(session: Session, events: list[dict[str, Any]]) -> None:
@@ -30,13 +41,36 @@ def append_many(session: Session, events: list[dict[str, Any]]) -> None:
     if not events:
         return
     now = utcnow()
-    rows = [{"ts": now, "node": None, "plan_id": None, "model": None, **ev,
-             "payload_digest": sha256_hex(canonical(ev["payload"]))} for ev in events]
+    rows = [
+        {
+            "ts": now,
+            "node": None,
+            "plan_id": None,
+            "model": None,
+            **ev,
+            "payload_digest": sha256_hex(canonical(ev["payload"])),
+        }
+        for ev in events
+    ]
     keys = audit_keys(session)
     sign = keys.signer() if keys is not None else None
     for row in rows:
-        row["mac"] = sign(mac_fields(row["ts"], row["actor"], row["kind"], row["subject"], row["node"],
-                                      row["plan_id"], row["model"], row["payload_digest"])) if sign else None
+        row["mac"] = (
+            sign(
+                mac_fields(
+                    row["ts"],
+                    row["actor"],
+                    row["kind"],
+                    row["subject"],
+                    row["node"],
+                    row["plan_id"],
+                    row["model"],
+                    row["payload_digest"],
+                )
+            )
+            if sign
+            else None
+        )
     session.execute(insert(table_of(AuditEvent)), rows)
     session.info["audit_appended"] = True
     for ev in events:
@@ -59,7 +93,17 @@ _REFUSED: set[int] = set()  # ids of rows the sealer refused (no valid MAC), to 
 
 def event_dict(ev: AuditEvent) -> dict[str, Any]:
     return {
-        "id": ev.id, "seq": ev.chain_seq, "ts": ts_text(ev.ts), "actor": ev.actor, "kind": ev.kind,
-        "subject": ev.subject, "node": ev.node, "plan_id": ev.plan_id, "model": ev.model, "payload": ev.payload,
-        "payload_digest": ev.payload_digest, "prev_hash": ev.prev_hash, "hash": ev.hash,
+        "id": ev.id,
+        "seq": ev.chain_seq,
+        "ts": ts_text(ev.ts),
+        "actor": ev.actor,
+        "kind": ev.kind,
+        "subject": ev.subject,
+        "node": ev.node,
+        "plan_id": ev.plan_id,
+        "model": ev.model,
+        "payload": ev.payload,
+        "payload_digest": ev.payload_digest,
+        "prev_hash": ev.prev_hash,
+        "hash": ev.hash,
     }

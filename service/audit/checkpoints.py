@@ -33,8 +33,15 @@ def checkpoint_claims(session: Session, issuer: str) -> dict[str, Any]:
     out = verify_chain(session, up_to=None)
     if not out["ok"] and "first_broken" in out:
         raise ValueError(f"audit chain broken at event {out['first_broken']['id']}: {out['first_broken']['reason']}")
-    return {"iss": issuer, "iat": int(utcnow().timestamp()), "events": out["events"], "last_seq": out["last_seq"],
-            "head": out["head"], "ids_digest": out["ids_digest"], "typ": "audit-checkpoint"}
+    return {
+        "iss": issuer,
+        "iat": int(utcnow().timestamp()),
+        "events": out["events"],
+        "last_seq": out["last_seq"],
+        "head": out["head"],
+        "ids_digest": out["ids_digest"],
+        "typ": "audit-checkpoint",
+    }
 
 
 def check_checkpoint(session: Session, claims: dict[str, Any]) -> dict[str, Any]:
@@ -43,12 +50,17 @@ def check_checkpoint(session: Session, claims: dict[str, Any]) -> dict[str, Any]
     out = verify_chain(session, up_to=int(claims["last_seq"]))
     if not out["ok"]:
         return {"ok": False, "reason": "chain broken", "first_broken": out["first_broken"]}
-    if out["events"] != claims["events"] or out["head"] != claims["head"] or (
-            claims.get("ids_digest") and out["ids_digest"] != claims["ids_digest"]):
-        return {"ok": False, "reason": "the chain up to the checkpoint differs (events deleted, inserted, edited or "
-                                       "renumbered)",
-                "expected": {"events": claims["events"], "head": claims["head"]},
-                "found": {"events": out["events"], "head": out["head"]}}
+    if (
+        out["events"] != claims["events"]
+        or out["head"] != claims["head"]
+        or (claims.get("ids_digest") and out["ids_digest"] != claims["ids_digest"])
+    ):
+        return {
+            "ok": False,
+            "reason": "the chain up to the checkpoint differs (events deleted, inserted, edited or renumbered)",
+            "expected": {"events": claims["events"], "head": claims["head"]},
+            "found": {"events": out["events"], "head": out["head"]},
+        }
     return {"ok": True, "events": out["events"], "head": out["head"], "last_seq": out["last_seq"]}
 
 
@@ -58,8 +70,9 @@ class Checkpointer:
     data dir: a copy the database cannot take back). The id digest continues from the newest checkpoint whose
     signature verifies, so a checkpoint costs the events since the last one, not the whole chain."""
 
-    def __init__(self, keys, issuer: str, path: pathlib.Path, *, every_events: int, every_seconds: float,
-                 clock: Clock = SYSTEM):
+    def __init__(
+        self, keys, issuer: str, path: pathlib.Path, *, every_events: int, every_seconds: float, clock: Clock = SYSTEM
+    ):
         self.keys, self.issuer, self.path = keys, issuer, pathlib.Path(path)
         self.every_events, self.every_seconds, self.clock = every_events, every_seconds, clock
         self._warned = float("-inf")
@@ -120,15 +133,18 @@ class Checkpointer:
         while True:
             # Core rows (attribute access like the ORM's, no identity map: the sealing transaction's objects stay)
             table = table_of(AuditEvent)
-            rows = session.execute(select(table).where(table.c.chain_seq > seq)
-                                   .order_by(table.c.chain_seq).limit(2000)).all()
+            rows = session.execute(
+                select(table).where(table.c.chain_seq > seq).order_by(table.c.chain_seq).limit(2000)
+            ).all()
             if not rows:
                 break
             for ev in rows:
                 if ev.chain_seq != seq + 1 or ev.prev_hash != prev:
                     raise ValueError(f"audit chain broken at event {ev.id}: does not link to the previous event")
-                if sha256_hex(canonical(ev.payload)) != ev.payload_digest or hash_of(ev, ev.chain_seq,
-                                                                                      ev.prev_hash) != ev.hash:
+                if (
+                    sha256_hex(canonical(ev.payload)) != ev.payload_digest
+                    or hash_of(ev, ev.chain_seq, ev.prev_hash) != ev.hash
+                ):
                     raise ValueError(f"audit chain broken at event {ev.id}: its hash does not match its fields")
                 if ev.mac is None:
                     if macs_from is not None and ev.chain_seq >= macs_from:
@@ -137,20 +153,38 @@ class Checkpointer:
                 elif valid is not None and not valid(ev):
                     raise ValueError(f"audit event {ev.id}: its MAC does not match (not written by the service)")
                 seq, prev, ids, count = ev.chain_seq, ev.hash, ids_step(ids, ev.chain_seq, ev.id), count + 1
-                if on_file is not None and seq == int(on_file.get("last_seq", -1)) and (
-                        prev != on_file.get("head") or (on_file.get("ids_digest") and ids != on_file["ids_digest"])):
-                    raise ValueError(f"the audit chain at seq {seq} differs from the data-dir checkpoint: history "
-                                     f"was rewritten")
+                if (
+                    on_file is not None
+                    and seq == int(on_file.get("last_seq", -1))
+                    and (prev != on_file.get("head") or (on_file.get("ids_digest") and ids != on_file["ids_digest"]))
+                ):
+                    raise ValueError(
+                        f"the audit chain at seq {seq} differs from the data-dir checkpoint: history was rewritten"
+                    )
         if count == 0 or (newest is not None and newest.last_seq >= seq):
             return None
         if on_file is not None and int(on_file.get("last_seq", 0)) > seq:
             raise ValueError(f"the data-dir checkpoint covers {on_file['last_seq']} events but the chain ends at {seq}")
         if macs_from is None:
             macs_from = (last_without_mac or 0) + 1
-        claims = {"iss": self.issuer, "iat": int(self.clock.time()), "typ": "audit-checkpoint", "events": count,
-                  "last_seq": seq, "head": prev, "ids_digest": ids, "macs_from": macs_from}
-        row = AuditCheckpoint(last_seq=seq, events=count, head=prev, ids_digest=ids, kid=self.keys.active_kid,
-                              signed=self.keys.sign(claims, typ=CHECKPOINT_TYPE))
+        claims = {
+            "iss": self.issuer,
+            "iat": int(self.clock.time()),
+            "typ": "audit-checkpoint",
+            "events": count,
+            "last_seq": seq,
+            "head": prev,
+            "ids_digest": ids,
+            "macs_from": macs_from,
+        }
+        row = AuditCheckpoint(
+            last_seq=seq,
+            events=count,
+            head=prev,
+            ids_digest=ids,
+            kid=self.keys.active_kid,
+            signed=self.keys.sign(claims, typ=CHECKPOINT_TYPE),
+        )
         session.add(row)
         session.flush()
         return row

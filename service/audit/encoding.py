@@ -73,16 +73,39 @@ def ts_text(value: dt.datetime) -> str:
     return value.isoformat(timespec="microseconds")
 
 
-def event_hash(seq: int, prev_hash: str, ts: dt.datetime, actor: str, kind: str, subject: str, node: str | None,
-               plan_id: str | None, model: str | None, payload_digest: str) -> str:
-    return sha256_hex(_record(_HASH_KEYS, (actor, kind, model, node, payload_digest, plan_id, prev_hash, seq, subject,
-                                           ts_text(ts))))
+def event_hash(
+    seq: int,
+    prev_hash: str,
+    ts: dt.datetime,
+    actor: str,
+    kind: str,
+    subject: str,
+    node: str | None,
+    plan_id: str | None,
+    model: str | None,
+    payload_digest: str,
+) -> str:
+    return sha256_hex(
+        _record(_HASH_KEYS, (actor, kind, model, node, payload_digest, plan_id, prev_hash, seq, subject, ts_text(ts)))
+    )
 
 
 _HASH_KEYS = ("actor", "kind", "model", "node", "payload_digest", "plan_id", "prev_hash", "seq", "subject", "ts")
 _MAC_KEYS = ("actor", "kind", "model", "node", "payload_digest", "plan_id", "subject", "ts")
-_SEALED_KEYS = ("actor", "hash", "id", "kind", "model", "node", "payload_digest", "plan_id", "prev_hash", "seq",
-                "subject", "ts")
+_SEALED_KEYS = (
+    "actor",
+    "hash",
+    "id",
+    "kind",
+    "model",
+    "node",
+    "payload_digest",
+    "plan_id",
+    "prev_hash",
+    "seq",
+    "subject",
+    "ts",
+)
 
 
 class HashedFields(Protocol):
@@ -108,18 +131,42 @@ class HashedFields(Protocol):
 
 
 def hash_of(ev: HashedFields, seq: int, prev_hash: str) -> str:
-    return event_hash(seq, prev_hash, ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model,
-                      ev.payload_digest)
+    return event_hash(
+        seq, prev_hash, ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model, ev.payload_digest
+    )
 
 
-def mac_fields(ts: dt.datetime, actor: str, kind: str, subject: str, node: str | None, plan_id: str | None,
-                model: str | None, payload_digest: str) -> bytes:
+def mac_fields(
+    ts: dt.datetime,
+    actor: str,
+    kind: str,
+    subject: str,
+    node: str | None,
+    plan_id: str | None,
+    model: str | None,
+    payload_digest: str,
+) -> bytes:
     return _record(_MAC_KEYS, (actor, kind, model, node, payload_digest, plan_id, subject, ts_text(ts)))
 
 
 def sealed_fields(ev: AuditEvent, seq: int, prev_hash: str | None, h: str | None) -> bytes:
-    return _record(_SEALED_KEYS, (ev.actor, h, ev.id, ev.kind, ev.model, ev.node, ev.payload_digest, ev.plan_id,
-                                  prev_hash, seq, ev.subject, ts_text(ev.ts)))
+    return _record(
+        _SEALED_KEYS,
+        (
+            ev.actor,
+            h,
+            ev.id,
+            ev.kind,
+            ev.model,
+            ev.node,
+            ev.payload_digest,
+            ev.plan_id,
+            prev_hash,
+            seq,
+            ev.subject,
+            ts_text(ev.ts),
+        ),
+    )
 
 
 def ids_step(digest: str, seq: int, event_id: int) -> str:

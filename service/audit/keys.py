@@ -41,6 +41,7 @@ class AuditKeys:
 
         def sign(ev: AuditEvent, seq: int, prev_hash: str, h: str) -> str:
             return f"s1.{kid}.{hmac.new(secret, sealed_fields(ev, seq, prev_hash, h), hashlib.sha256).hexdigest()}"
+
         return sign
 
     def checker(self):
@@ -60,10 +61,13 @@ class AuditKeys:
                 fields = sealed_fields(ev, ev.chain_seq, ev.prev_hash, ev.hash)
             else:
                 secret = secrets.get(head)
-                fields = mac_fields(ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model,
-                                     ev.payload_digest)
-            return secret is not None and hmac.compare_digest(digest,
-                                                              hmac.new(secret, fields, hashlib.sha256).hexdigest())
+                fields = mac_fields(
+                    ev.ts, ev.actor, ev.kind, ev.subject, ev.node, ev.plan_id, ev.model, ev.payload_digest
+                )
+            return secret is not None and hmac.compare_digest(
+                digest, hmac.new(secret, fields, hashlib.sha256).hexdigest()
+            )
+
         return check
 
     def event_valid(self, ev: AuditEvent) -> bool:

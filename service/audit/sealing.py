@@ -27,8 +27,12 @@ _REFUSED: set[int] = set()  # ids of rows the sealer refused (no valid MAC), to 
 
 def _head(session: Session) -> tuple[int, str]:
     """The sealed chain's last (seq, hash): (0, GENESIS) when nothing is sealed yet."""
-    head = session.execute(select(AuditEvent.chain_seq, AuditEvent.hash).where(AuditEvent.chain_seq.is_not(None))
-                           .order_by(AuditEvent.chain_seq.desc()).limit(1)).first()
+    head = session.execute(
+        select(AuditEvent.chain_seq, AuditEvent.hash)
+        .where(AuditEvent.chain_seq.is_not(None))
+        .order_by(AuditEvent.chain_seq.desc())
+        .limit(1)
+    ).first()
     if head is None:
         return 0, GENESIS
     seq, h = head
@@ -52,8 +56,9 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
     table = table_of(AuditEvent)
     while True:
         # Core rows (attribute access like the ORM's, without an identity map or instance state per event)
-        pending = session.execute(select(table).where(table.c.chain_seq.is_(None), table.c.id > cursor)
-                                  .order_by(table.c.id).limit(batch)).all()
+        pending = session.execute(
+            select(table).where(table.c.chain_seq.is_(None), table.c.id > cursor).order_by(table.c.id).limit(batch)
+        ).all()
         if not pending:
             return total
         cursor = pending[-1].id
@@ -69,13 +74,28 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
                 continue
             seq += 1
             h = hash_of(ev, seq, prev)
-            rows.append({"_id": ev.id, "chain_seq": seq, "prev_hash": prev, "hash": h,
-                         "mac": seal_mac(ev, seq, prev, h) if seal_mac is not None else ev.mac})
+            rows.append(
+                {
+                    "_id": ev.id,
+                    "chain_seq": seq,
+                    "prev_hash": prev,
+                    "hash": h,
+                    "mac": seal_mac(ev, seq, prev, h) if seal_mac is not None else ev.mac,
+                }
+            )
             prev = h
         if rows:
-            session.connection().execute(update(table).where(table.c.id == bindparam("_id"))
-                                         .values(chain_seq=bindparam("chain_seq"), prev_hash=bindparam("prev_hash"),
-                                                 hash=bindparam("hash"), mac=bindparam("mac")), rows)
+            session.connection().execute(
+                update(table)
+                .where(table.c.id == bindparam("_id"))
+                .values(
+                    chain_seq=bindparam("chain_seq"),
+                    prev_hash=bindparam("prev_hash"),
+                    hash=bindparam("hash"),
+                    mac=bindparam("mac"),
+                ),
+                rows,
+            )
         total += len(rows)
         session.info["chain_head_seq"] = seq
         if not full:
@@ -94,8 +114,9 @@ class Sealer:
         self.background = False
         self.checkpointer: Checkpointer | None = None
         self.high_water = 0  # the longest chain this process has sealed onto: a shorter one later means a cut tail
-        self._worker = PeriodicWorker("audit-sealer", self.seal_now, SWEEP_INTERVAL, log=log, gather=SEAL_INTERVAL,
-                                      final_pass=True)
+        self._worker = PeriodicWorker(
+            "audit-sealer", self.seal_now, SWEEP_INTERVAL, log=log, gather=SEAL_INTERVAL, final_pass=True
+        )
 
     def seal_now(self, *, wait: bool = True) -> int:
         made = None

@@ -36,8 +36,10 @@ class _Walk:
         if hash_of(ev, ev.chain_seq, ev.prev_hash) != ev.hash:
             return "hash does not match the event's fields (edited)"
         if ev.mac is None and self.macs_from is not None and ev.chain_seq >= self.macs_from:
-            return (f"it has no MAC although every event from seq {self.macs_from} has one (signed checkpoint): "
-                    f"MACs were stripped or the row was forged")
+            return (
+                f"it has no MAC although every event from seq {self.macs_from} has one (signed checkpoint): "
+                f"MACs were stripped or the row was forged"
+            )
         if valid is not None and (ev.mac is not None or self.mac_seen) and not valid(ev):
             return "its MAC does not match: the service did not write this event (forged or edited)"
         return None
@@ -50,8 +52,9 @@ class _Walk:
         self.ids = ids_step(self.ids, ev.chain_seq, ev.id)
 
 
-def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
-                 checkpoints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def verify_chain(
+    session: Session, batch: int = 5000, up_to: int | None = None, checkpoints: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Recompute the sealed chain in ``chain_seq`` order (up to ``up_to`` when given). Read-only: never seals.
 
     Checks every link and hash, every MAC (when the session's database has the service's keys; events sealed before
@@ -69,8 +72,12 @@ def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
     walk = _Walk(macs_from=min(froms) if froms else None)
     seen_at: dict[int, tuple[str, str]] = {}
     while True:
-        q = (select(AuditEvent).where(AuditEvent.chain_seq.is_not(None), AuditEvent.chain_seq > walk.last_seq)
-             .order_by(AuditEvent.chain_seq).limit(batch))
+        q = (
+            select(AuditEvent)
+            .where(AuditEvent.chain_seq.is_not(None), AuditEvent.chain_seq > walk.last_seq)
+            .order_by(AuditEvent.chain_seq)
+            .limit(batch)
+        )
         if up_to is not None:
             q = q.where(AuditEvent.chain_seq <= up_to)
         rows = session.execute(q).scalars().all()
@@ -79,14 +86,23 @@ def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
         for ev in rows:
             reason = walk.broken(ev, valid)
             if reason:
-                return {"ok": False, "events": walk.count + 1,
-                        "first_broken": {"id": ev.id, "seq": ev.chain_seq, "kind": ev.kind, "reason": reason}}
+                return {
+                    "ok": False,
+                    "events": walk.count + 1,
+                    "first_broken": {"id": ev.id, "seq": ev.chain_seq, "kind": ev.kind, "reason": reason},
+                }
             walk.step(ev)
             if walk.last_seq in want:
                 seen_at[walk.last_seq] = (walk.prev_hash, walk.ids)
         session.expunge_all()
-    out: dict[str, Any] = {"ok": True, "events": walk.count, "head": walk.prev_hash, "last_seq": walk.last_seq,
-                           "ids_digest": walk.ids, "macs": "checked" if keys is not None else "unchecked"}
+    out: dict[str, Any] = {
+        "ok": True,
+        "events": walk.count,
+        "head": walk.prev_hash,
+        "last_seq": walk.last_seq,
+        "ids_digest": walk.ids,
+        "macs": "checked" if keys is not None else "unchecked",
+    }
     _compare_with_checkpoints(out, want, seen_at)
     if checkpoints:  # every copy the chain was compared with (stored, the data-dir file, a file passed)
         out["compared"] = [{"source": c.get("source"), "last_seq": c.get("last_seq")} for c in checkpoints]
@@ -97,29 +113,41 @@ def verify_chain(session: Session, batch: int = 5000, up_to: int | None = None,
     return out
 
 
-def _compare_with_checkpoints(out: dict[str, Any], want: dict[int, dict[str, Any]],
-                              seen_at: dict[int, tuple[str, str]]) -> None:
+def _compare_with_checkpoints(
+    out: dict[str, Any], want: dict[int, dict[str, Any]], seen_at: dict[int, tuple[str, str]]
+) -> None:
     """The chain must reach each checkpoint's ``last_seq`` with the same head and id digest there: the newest one it
     no longer matches is reported (``out["ok"]`` false), else the newest one it matches."""
     for cp_seq in sorted(want, reverse=True):
         cp = want[cp_seq]
         problem = None
         if cp_seq not in seen_at:
-            problem = (f"the chain ends at seq {out['last_seq']} but a checkpoint covers {cp_seq} events: events were "
-                       f"deleted (a cut tail or an emptied table)")
+            problem = (
+                f"the chain ends at seq {out['last_seq']} but a checkpoint covers {cp_seq} events: events were "
+                f"deleted (a cut tail or an emptied table)"
+            )
         elif seen_at[cp_seq][0] != cp["head"]:
             problem = f"the chain's hash at seq {cp_seq} differs from the checkpoint's head: history was rewritten"
         elif cp.get("ids_digest") and seen_at[cp_seq][1] != cp["ids_digest"]:
             problem = f"the event ids up to seq {cp_seq} differ from the checkpoint's: ids were swapped or renumbered"
         if problem:
             out["ok"] = False
-            out["checkpoint"] = {"last_seq": cp_seq, "events": cp.get("events"), "iat": cp.get("iat"),
-                                 "source": cp.get("source"), "reason": problem}
+            out["checkpoint"] = {
+                "last_seq": cp_seq,
+                "events": cp.get("events"),
+                "iat": cp.get("iat"),
+                "source": cp.get("source"),
+                "reason": problem,
+            }
             return
     if want:
         newest = want[max(want)]
-        out["checkpoint"] = {"last_seq": newest["last_seq"], "iat": newest.get("iat"), "source": newest.get("source"),
-                             "ok": True}
+        out["checkpoint"] = {
+            "last_seq": newest["last_seq"],
+            "iat": newest.get("iat"),
+            "source": newest.get("source"),
+            "ok": True,
+        }
 
 
 STALE_UNSEALED_SECONDS = 60.0
@@ -134,16 +162,22 @@ def unsealed(session: Session, keys: AuditKeys | None, limit: int = 1000) -> dic
     out: dict[str, Any] = {"pending": int(total or 0)}
     if not total:
         return out
-    rows = session.execute(select(AuditEvent).where(AuditEvent.chain_seq.is_(None)).order_by(AuditEvent.id)
-                           .limit(limit)).scalars().all()
+    rows = (
+        session.execute(select(AuditEvent).where(AuditEvent.chain_seq.is_(None)).order_by(AuditEvent.id).limit(limit))
+        .scalars()
+        .all()
+    )
     if keys is not None:
         valid = keys.checker()
         forged = [ev.id for ev in rows if not valid(ev)]
     else:
         now = utcnow()
-        forged = [ev.id for ev in rows
-                  if (now - (ev.ts if ev.ts.tzinfo else ev.ts.replace(tzinfo=dt.UTC))).total_seconds()
-                  > STALE_UNSEALED_SECONDS]
+        forged = [
+            ev.id
+            for ev in rows
+            if (now - (ev.ts if ev.ts.tzinfo else ev.ts.replace(tzinfo=dt.UTC))).total_seconds()
+            > STALE_UNSEALED_SECONDS
+        ]
     if forged:
         out["forged"] = forged
         out["pending"] -= len(forged)

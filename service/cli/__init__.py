@@ -11,8 +11,21 @@ from __future__ import annotations
 import importlib
 import sys
 
-MODULES = ("agent", "audit", "check", "check_files", "common", "keys", "manifest", "rollout", "root", "server",
-           "tokens", "tune", "upgrade")
+MODULES = (
+    "agent",
+    "audit",
+    "check",
+    "check_files",
+    "common",
+    "keys",
+    "manifest",
+    "rollout",
+    "root",
+    "server",
+    "tokens",
+    "tune",
+    "upgrade",
+)
 
 
 def __getattr__(name: str):
@@ -46,8 +59,9 @@ def _say_unreachable(e: Exception) -> None:
         except (AttributeError, RuntimeError):  # no request was built (an unusable URL)
             pass
     keep = "\n\t"
-    typer.echo(f"preflight: cannot reach the service{printable(where, keep)}: {printable(reason, keep)}{hint}",
-               err=True)
+    typer.echo(
+        f"preflight: cannot reach the service{printable(where, keep)}: {printable(reason, keep)}{hint}", err=True
+    )
 
 
 def _plain_check(files, as_json: bool) -> int:

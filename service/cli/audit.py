@@ -28,10 +28,13 @@ def _jwks(jwks_file: pathlib.Path | None, server: str | None) -> dict:
 
 
 @audit_app.command("verify")
-def audit_verify(checkpoint: pathlib.Path | None = typer.Option(
-                     None, "--checkpoint", help="A checkpoint (JWS) saved earlier: the chain must still match it."),
-                 jwks_file: pathlib.Path | None = typer.Option(None, "--jwks", help="JWKS file (default: local keys)."),
-                 server: str | None = typer.Option(None, help="Fetch the JWKS from this server.")) -> None:
+def audit_verify(
+    checkpoint: pathlib.Path | None = typer.Option(
+        None, "--checkpoint", help="A checkpoint (JWS) saved earlier: the chain must still match it."
+    ),
+    jwks_file: pathlib.Path | None = typer.Option(None, "--jwks", help="JWKS file (default: local keys)."),
+    server: str | None = typer.Option(None, help="Fetch the JWKS from this server."),
+) -> None:
     """Recompute the audit chain from the database, read-only (never seals): links, hashes, MACs (with the local
     keys), unsealed or forged rows, and the chain against the newest signed checkpoint found (stored, the data-dir
     file, and --checkpoint FILE). Exit 0 intact, 1 broken or cut."""
@@ -62,11 +65,16 @@ def audit_verify(checkpoint: pathlib.Path | None = typer.Option(
 
 
 @audit_app.command("export")
-def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),
-                     out: pathlib.Path | None = typer.Option(None, help="File to write (default: stdout)."),
-                     node: str | None = None, plan: str | None = None, model: str | None = None,
-                     kind: str | None = None, since: str | None = typer.Option(None, help="ISO 8601 time"),
-                     until: str | None = typer.Option(None, help="ISO 8601 time")) -> None:
+def audit_export_cmd(
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),
+    out: pathlib.Path | None = typer.Option(None, help="File to write (default: stdout)."),
+    node: str | None = None,
+    plan: str | None = None,
+    model: str | None = None,
+    kind: str | None = None,
+    since: str | None = typer.Option(None, help="ISO 8601 time"),
+    until: str | None = typer.Option(None, help="ISO 8601 time"),
+) -> None:
     """Export the audit log (filtered) as JSON Lines or CSV, read from the database."""
     import datetime as dt
 
@@ -80,8 +88,12 @@ def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or
         typer.echo("preflight: --format must be jsonl or csv", err=True)
         raise typer.Exit(2)
     q = select(AuditEvent).order_by(AuditEvent.id)
-    for col, value in ((AuditEvent.node, node), (AuditEvent.plan_id, plan), (AuditEvent.model, model),
-                       (AuditEvent.kind, kind)):
+    for col, value in (
+        (AuditEvent.node, node),
+        (AuditEvent.plan_id, plan),
+        (AuditEvent.model, model),
+        (AuditEvent.kind, kind),
+    ):
         if value:
             q = q.where(col == value)
     try:
@@ -103,11 +115,13 @@ def audit_export_cmd(fmt: str = typer.Option("jsonl", "--format", help="jsonl or
 
 
 @audit_app.command("runs")
-def audit_runs(node: str = typer.Option(..., help="The node."),
-               at: str | None = typer.Option(None, help="ISO 8601 time: the run(s) in progress then."),
-               since: str | None = typer.Option(None, help="ISO 8601 time"),
-               until: str | None = typer.Option(None, help="ISO 8601 time"),
-               as_json: bool = typer.Option(False, "--json", help="The runs as JSON.")) -> None:
+def audit_runs(
+    node: str = typer.Option(..., help="The node."),
+    at: str | None = typer.Option(None, help="ISO 8601 time: the run(s) in progress then."),
+    since: str | None = typer.Option(None, help="ISO 8601 time"),
+    until: str | None = typer.Option(None, help="ISO 8601 time"),
+    as_json: bool = typer.Option(False, "--json", help="The runs as JSON."),
+) -> None:
     """Which plan ran on a node at a time (or in a range), read from the database: one line per run. Exit 1 when
     nothing ran then."""
     import datetime as dt
@@ -142,11 +156,19 @@ def audit_runs(node: str = typer.Option(..., help="The node."),
     else:
         for r in out["items"]:
             m = r["manifest"] or {}
-            end = (f"{r['ended_at']} ({r['end']}" + (f", status {r['exit_status']}" if r["exit_status"] is not None
-                                                    else "") + ")") if r["ended_at"] else \
-                f"still running (last heartbeat {r['last_heartbeat_at'] or 'none'})"
-            typer.echo(f"{r['started_at']} → {end}  plan {r['plan_id']} seq {r['seq']}  "
-                       f"{m.get('name')}@{m.get('version')}  {shlex.join(r['argv'] or [])}")
+            end = (
+                (
+                    f"{r['ended_at']} ({r['end']}"
+                    + (f", status {r['exit_status']}" if r["exit_status"] is not None else "")
+                    + ")"
+                )
+                if r["ended_at"]
+                else f"still running (last heartbeat {r['last_heartbeat_at'] or 'none'})"
+            )
+            typer.echo(
+                f"{r['started_at']} → {end}  plan {r['plan_id']} seq {r['seq']}  "
+                f"{m.get('name')}@{m.get('version')}  {shlex.join(r['argv'] or [])}"
+            )
         if not out["items"]:
             typer.echo(f"nothing ran on {node} {'at ' + at if at else 'in that range'}")
     raise typer.Exit(0 if out["items"] else 1)
@@ -161,8 +183,13 @@ def audit_checkpoint(out: pathlib.Path = typer.Option(..., help="Where to write 
 
     s_ = common.settings()
     keys = KeyStore(s_.key_dir, create=False)
-    checkpointer = audit.Checkpointer(keys, s_.issuer, s_.checkpoint_file, every_events=s_.audit_checkpoint_events,
-                                      every_seconds=s_.audit_checkpoint_seconds)
+    checkpointer = audit.Checkpointer(
+        keys,
+        s_.issuer,
+        s_.checkpoint_file,
+        every_events=s_.audit_checkpoint_events,
+        every_seconds=s_.audit_checkpoint_seconds,
+    )
     db = common.database(s_)
     with db.transaction() as s:
         audit.chain_lock(s, wait=True)
@@ -181,10 +208,11 @@ def audit_checkpoint(out: pathlib.Path = typer.Option(..., help="Where to write 
 
 
 @audit_app.command("check-checkpoint")
-def audit_check_checkpoint(file: pathlib.Path = typer.Argument(..., help="A saved checkpoint JWS."),
-                           jwks_file: pathlib.Path | None = typer.Option(None, "--jwks",
-                                                                            help="JWKS file (default: local keys)."),
-                           server: str | None = typer.Option(None, help="Fetch the JWKS from this server.")) -> None:
+def audit_check_checkpoint(
+    file: pathlib.Path = typer.Argument(..., help="A saved checkpoint JWS."),
+    jwks_file: pathlib.Path | None = typer.Option(None, "--jwks", help="JWKS file (default: local keys)."),
+    server: str | None = typer.Option(None, help="Fetch the JWKS from this server."),
+) -> None:
     """Verify a checkpoint's signature, then recompute this database's chain up to it. Exit 0 match, 1 mismatch."""
     from .. import audit
     from ..agent.verify import VerificationError, verify_jws

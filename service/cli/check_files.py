@@ -70,8 +70,10 @@ def print_report(name: str, result, echo: Callable[[str], None] = print) -> None
             echo(f"      remedy: {json.dumps(f['remedy'])}")
     b = r.get("budget")
     if b:
-        echo(f"  budget per GPU: weights {b.get('weights_bytes_per_gpu', 0) / 2**30:.2f} GiB, "
-             f"KV cache {b.get('kv_cache_bytes_per_gpu', 0) / 2**30:.2f} GiB")
+        echo(
+            f"  budget per GPU: weights {b.get('weights_bytes_per_gpu', 0) / 2**30:.2f} GiB, "
+            f"KV cache {b.get('kv_cache_bytes_per_gpu', 0) / 2**30:.2f} GiB"
+        )
         if b.get("log_line"):
             echo(f"  {b['log_line']}")
     echo(f"  command: {r['command']}")
@@ -87,8 +89,9 @@ def _input_errors(exc: Exception) -> list[dict]:
         return [{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]} for e in exc.errors()]
     if isinstance(exc, DomainError):
         return [exc.as_dict()]
-    return [{"field": "file", "rule": "unreadable" if isinstance(exc, OSError) else "invalid_json",
-             "message": str(exc)}]
+    return [
+        {"field": "file", "rule": "unreadable" if isinstance(exc, OSError) else "invalid_json", "message": str(exc)}
+    ]
 
 
 def _print_invalid(path: pathlib.Path, errors: list[dict], as_json: bool, echo: Callable[[str], None]) -> None:

@@ -49,8 +49,9 @@ def _plans_signed_with(kid: str) -> set[str]:
 
     in_use: set[str] = set()
     with common.database(common.settings()).read() as session:
-        for plan_id, signed in session.execute(select(Assignment.plan_id, Assignment.signed)
-                                               .where(Assignment.status == "active")):
+        for plan_id, signed in session.execute(
+            select(Assignment.plan_id, Assignment.signed).where(Assignment.status == "active")
+        ):
             head = signed.split(".", 1)[0]
             try:
                 if b64json(head).get("kid") == kid:
@@ -64,21 +65,29 @@ def _refuse_if_in_use(kid: str) -> None:
     try:
         in_use = _plans_signed_with(kid)
     except Exception as exc:  # a retirement that cannot be checked is not made by default
-        typer.echo(f"preflight: cannot check which active plans are signed with {kid} (database: "
-                   f"{exc.__class__.__name__}); run it where PREFLIGHT_DATABASE_URL reaches the service's "
-                   f"database, or --force", err=True)
+        typer.echo(
+            f"preflight: cannot check which active plans are signed with {kid} (database: "
+            f"{exc.__class__.__name__}); run it where PREFLIGHT_DATABASE_URL reaches the service's "
+            f"database, or --force",
+            err=True,
+        )
         raise typer.Exit(1)
     if in_use:
         shown = ", ".join(sorted(in_use)[:5]) + (" …" if len(in_use) > 5 else "")
-        typer.echo(f"preflight: {len(in_use)} active plan(s) are signed with {kid} ({shown}); their nodes would "
-                   f"refuse them at the next boot. Reissue them first (POST /v1/plans/ID/reissue), or --force.",
-                   err=True)
+        typer.echo(
+            f"preflight: {len(in_use)} active plan(s) are signed with {kid} ({shown}); their nodes would "
+            f"refuse them at the next boot. Reissue them first (POST /v1/plans/ID/reissue), or --force.",
+            err=True,
+        )
         raise typer.Exit(1)
 
 
 @keys_app.command("retire")
-def keys_retire(kid: str, force: bool = typer.Option(
-        False, "--force", help="Retire it even while active plans are signed with it (their nodes stop booting).")
+def keys_retire(
+    kid: str,
+    force: bool = typer.Option(
+        False, "--force", help="Retire it even while active plans are signed with it (their nodes stop booting)."
+    ),
 ) -> None:
     """Stop publishing a key (plans it signed stop verifying). Refused while active plans are signed with it: reissue
     those first (``POST /v1/plans/{id}/reissue`` signs with the active key)."""

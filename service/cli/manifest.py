@@ -24,16 +24,21 @@ def _describe_weights(directory: pathlib.Path, hash_shards: bool) -> dict:
 
 
 @manifest_app.command("push")
-def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model directory holding config.json."),
-                  server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
-                  token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
-                  name: str | None = typer.Option(None, help="Manifest name (default: the directory name)."),
-                  version: str = typer.Option("1", help="Manifest version."),
-                  uri: str | None = typer.Option(None, help="Where nodes load the weights (default: the path)."),
-                  tp_sharded: int | None = typer.Option(None, help="Checkpoint saved per rank at this TP."),
-                  hash_shards: bool = typer.Option(False, "--hash-shards",
-                                                   help="Also record each shard's SHA-256 (reads every shard: tens "
-                                                        "of GB; nodes verify them with --verify-hashes).")) -> None:
+def manifest_push(
+    directory: pathlib.Path = typer.Argument(..., help="Model directory holding config.json."),
+    server: str = typer.Option(..., envvar="PREFLIGHT_SERVER"),
+    token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN"),
+    name: str | None = typer.Option(None, help="Manifest name (default: the directory name)."),
+    version: str = typer.Option("1", help="Manifest version."),
+    uri: str | None = typer.Option(None, help="Where nodes load the weights (default: the path)."),
+    tp_sharded: int | None = typer.Option(None, help="Checkpoint saved per rank at this TP."),
+    hash_shards: bool = typer.Option(
+        False,
+        "--hash-shards",
+        help="Also record each shard's SHA-256 (reads every shard: tens "
+        "of GB; nodes verify them with --verify-hashes).",
+    ),
+) -> None:
     """Register a model directory as a manifest, with what the launch depends on in it: config.json's SHA-256, the
     quantization tag, hf_quant_config.json, the safetensors index's shards and sizes (nodes check them at boot)."""
     from ..agent.weights import WeightsError
@@ -44,9 +49,12 @@ def manifest_push(directory: pathlib.Path = typer.Argument(..., help="Model dire
     except (OSError, ValueError, RecursionError, WeightsError) as exc:
         typer.echo(f"preflight: {exc}", err=True)
         raise typer.Exit(2)
-    body.update(name=name or directory.name, version=version, uri=uri or str(directory.resolve()),
-                checkpoint={"layout": "tp_sharded", "tensor_parallel_size": tp_sharded} if tp_sharded
-                else {"layout": "merged"})
+    body.update(
+        name=name or directory.name,
+        version=version,
+        uri=uri or str(directory.resolve()),
+        checkpoint={"layout": "tp_sharded", "tensor_parallel_size": tp_sharded} if tp_sharded else {"layout": "merged"},
+    )
     r = common.client(server, token).post("/v1/manifests", json=body)
     common.fail_on_problem(r)
     typer.echo(json.dumps(r.json(), indent=2))

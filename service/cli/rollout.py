@@ -10,8 +10,11 @@ import typer
 from . import common
 from .common import safe
 
-rollout_app = typer.Typer(help="Staged rollouts: a launch config changed over nodes in waves.",
-                          no_args_is_help=True, rich_markup_mode="markdown")
+rollout_app = typer.Typer(
+    help="Staged rollouts: a launch config changed over nodes in waves.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
 
 SERVER = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL.")
 TOKEN = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer or admin token (auditor: status only).")
@@ -65,33 +68,44 @@ def _summary_lines(r: dict) -> str:
     if not isinstance(target, dict):
         target = {}
     wave = r.get("wave")
-    lines = [f"rollout {safe(r['id'], 64)}: {safe(r['state'], 40)}"
-             + (f" (wave {wave})" if isinstance(wave, int) and not isinstance(wave, bool) and wave >= 0 else "")
-             + (f", {safe(target['manifest'])}" if target.get("manifest") is not None else "")
-             + f", failures {num(r.get('failures', 0))} (limit {num(r.get('failure_limit'))})"
-             + (f": {safe(r['reason'])}" if r.get("reason") else "")]
+    lines = [
+        f"rollout {safe(r['id'], 64)}: {safe(r['state'], 40)}"
+        + (f" (wave {wave})" if isinstance(wave, int) and not isinstance(wave, bool) and wave >= 0 else "")
+        + (f", {safe(target['manifest'])}" if target.get("manifest") is not None else "")
+        + f", failures {num(r.get('failures', 0))} (limit {num(r.get('failure_limit'))})"
+        + (f": {safe(r['reason'])}" if r.get("reason") else "")
+    ]
     for j in (r.get("judged") or ())[:64]:  # the target's verdict per hardware shape
         rules = [f.get("rule") for f in (j.get("findings") or ())[:64] if isinstance(f, dict)]
-        lines.append(f"  judged {num(j.get('nodes'))} node(s) of {num(j.get('gpu_count'))} x {safe(j.get('gpu'))}: "
-                     f"{safe(j.get('verdict'), 40)}" + (f" ({safe(', '.join(map(str, rules)))})" if rules else ""))
+        lines.append(
+            f"  judged {num(j.get('nodes'))} node(s) of {num(j.get('gpu_count'))} x {safe(j.get('gpu'))}: "
+            f"{safe(j.get('verdict'), 40)}" + (f" ({safe(', '.join(map(str, rules)))})" if rules else "")
+        )
     for w in (r.get("warnings") or ())[:64]:
         lines.append(f"  warning {safe(w.get('rule'), 64)}: {safe(w.get('message'))}")
     for w in (r.get("waves") or ())[:64]:
         if "index" in w:
-            lines.append(f"  wave {num(w['index'])}: {num(w.get('percent'))} %, bake {num(w.get('bake_s'))} s, "
-                         f"{safe(w.get('state'), 40)}, {len(w.get('nodes') or ())} node(s)")
+            lines.append(
+                f"  wave {num(w['index'])}: {num(w.get('percent'))} %, bake {num(w.get('bake_s'))} s, "
+                f"{safe(w.get('state'), 40)}, {len(w.get('nodes') or ())} node(s)"
+            )
     outcomes = r.get("outcomes")
     if isinstance(outcomes, dict) and outcomes:
         lines.append("  nodes: " + ", ".join(f"{safe(k, 40)} {num(v)}" for k, v in sorted(outcomes.items())[:16]))
     for n in (r.get("nodes") or ())[:2048]:
         evidence = n.get("evidence") if isinstance(n.get("evidence"), dict) else {}
         reason, outcome = evidence.get("reason"), n.get("outcome")
-        lines.append(f"  {safe(n['node'], 128)}: wave {num(n.get('wave'))}, {safe(outcome, 40)}"
-                     + (f" ({safe(reason, 64)})" if reason and reason != outcome else "")
-                     + (f" [restore: {safe(evidence['restore'])}]" if outcome == "not_restored"
-                        and evidence.get("restore") else "")
-                     + (f", seq {num(n['new_seq'])}" if n.get("new_seq") else "")
-                     + (f", restored at seq {num(n['restored_seq'])}" if n.get("restored_seq") else ""))
+        lines.append(
+            f"  {safe(n['node'], 128)}: wave {num(n.get('wave'))}, {safe(outcome, 40)}"
+            + (f" ({safe(reason, 64)})" if reason and reason != outcome else "")
+            + (
+                f" [restore: {safe(evidence['restore'])}]"
+                if outcome == "not_restored" and evidence.get("restore")
+                else ""
+            )
+            + (f", seq {num(n['new_seq'])}" if n.get("new_seq") else "")
+            + (f", restored at seq {num(n['restored_seq'])}" if n.get("restored_seq") else "")
+        )
     return "\n".join(lines)
 
 
@@ -107,10 +121,12 @@ def _echo(r: dict, as_json: bool = False) -> None:
 
 
 @rollout_app.command("create")
-def rollout_create(file: pathlib.Path = typer.Argument(..., help="The rollout as JSON (the body of POST "
-                                                                 "/v1/rollouts; - for stdin)."),
-                   server: str = SERVER, token: str = TOKEN,
-                   as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
+def rollout_create(
+    file: pathlib.Path = typer.Argument(..., help="The rollout as JSON (the body of POST /v1/rollouts; - for stdin)."),
+    server: str = SERVER,
+    token: str = TOKEN,
+    as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
+) -> None:
     """Create a rollout from a JSON file: target (manifest, engine_args, ...), nodes or selector, waves,
     failure_limit, gates. Exit 1 when the service refuses it (the findings are printed)."""
     try:
@@ -118,14 +134,16 @@ def rollout_create(file: pathlib.Path = typer.Argument(..., help="The rollout as
     except (OSError, ValueError) as exc:
         typer.echo(f"preflight: {file}: {exc}", err=True)
         raise typer.Exit(2)
-    _echo(_call(common.client(server, token), "POST", "/v1/rollouts", body=body,
-                                timeout=ROLLOUT_TIMEOUT_S), as_json)
+    _echo(_call(common.client(server, token), "POST", "/v1/rollouts", body=body, timeout=ROLLOUT_TIMEOUT_S), as_json)
 
 
 @rollout_app.command("status")
-def rollout_status(rollout_id: str | None = typer.Argument(None, help="A rollout id (default: list them)."),
-                   server: str = SERVER, token: str = TOKEN,
-                   as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
+def rollout_status(
+    rollout_id: str | None = typer.Argument(None, help="A rollout id (default: list them)."),
+    server: str = SERVER,
+    token: str = TOKEN,
+    as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
+) -> None:
     """One rollout's state, waves and per-node outcome, or the list of rollouts. With a rollout id, the exit status
     says how it stands, for scripts: 0 completed, 3 halted, rolling back or rolled back, 4 aborted, 5 still going
     (``preflight rollout wait`` waits for the end)."""
@@ -156,10 +174,13 @@ def _exit_status(state) -> int:
 
 
 @rollout_app.command("wait")
-def rollout_wait(rollout_id: str = typer.Argument(..., help="The rollout id."), server: str = SERVER,
-                 token: str = TOKEN,
-                 timeout: float = typer.Option(3600.0, min=1, help="Give up after this many seconds (exit 5)."),
-                 interval: float = typer.Option(5.0, min=0.5, help="Seconds between polls.")) -> None:
+def rollout_wait(
+    rollout_id: str = typer.Argument(..., help="The rollout id."),
+    server: str = SERVER,
+    token: str = TOKEN,
+    timeout: float = typer.Option(3600.0, min=1, help="Give up after this many seconds (exit 5)."),
+    interval: float = typer.Option(5.0, min=0.5, help="Seconds between polls."),
+) -> None:
     """Wait until the rollout is over or halted, printing each change of state; the exit status is
     ``rollout status``'s (0 completed, 3 halted or rolled back, 4 aborted, 5 still going when the timeout passed)."""
     from ..domain.rollout import FINAL
@@ -169,8 +190,7 @@ def rollout_wait(rollout_id: str = typer.Argument(..., help="The rollout id."), 
     deadline, seen = time.monotonic() + timeout, None
     while True:
         # each poll within what is left of --timeout (at most 60 s): a server that stalls cannot hold the wait open
-        body = _call(c, "GET", f"/v1/rollouts/{rollout_id}",
-                             timeout=min(60.0, max(1.0, deadline - time.monotonic())))
+        body = _call(c, "GET", f"/v1/rollouts/{rollout_id}", timeout=min(60.0, max(1.0, deadline - time.monotonic())))
         state = body.get("state")
         now = (state, body.get("wave"), body.get("failures"))
         if now != seen:
@@ -188,18 +208,32 @@ def rollout_wait(rollout_id: str = typer.Argument(..., help="The rollout id."), 
 
 
 def _verb_command(verb: str, doc: str):
-    def run(rollout_id: str = typer.Argument(..., help="The rollout id."), server: str = SERVER, token: str = TOKEN,
-            reason: str | None = typer.Option(None, help="Why (recorded in the audit)."),
-            as_json: bool = typer.Option(False, "--json", help="Print the response as JSON.")) -> None:
-        _echo(_call(common.client(server, token), "POST", f"/v1/rollouts/{rollout_id}/{verb}",
-                                    body={"reason": reason} if reason else None, timeout=ROLLOUT_TIMEOUT_S), as_json)
+    def run(
+        rollout_id: str = typer.Argument(..., help="The rollout id."),
+        server: str = SERVER,
+        token: str = TOKEN,
+        reason: str | None = typer.Option(None, help="Why (recorded in the audit)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
+    ) -> None:
+        _echo(
+            _call(
+                common.client(server, token),
+                "POST",
+                f"/v1/rollouts/{rollout_id}/{verb}",
+                body={"reason": reason} if reason else None,
+                timeout=ROLLOUT_TIMEOUT_S,
+            ),
+            as_json,
+        )
 
     run.__doc__ = doc
     rollout_app.command(verb)(run)
 
 
-for _verb, _doc in (("pause", "Stop advancing the rollout (failures past the limit still halt and restore)."),
-                    ("resume", "Continue a paused rollout (a paused bake starts over)."),
-                    ("promote", "Skip the current wave's bake."),
-                    ("abort", "Stop the rollout and restore every node it changed to its previous plan.")):
+for _verb, _doc in (
+    ("pause", "Stop advancing the rollout (failures past the limit still halt and restore)."),
+    ("resume", "Continue a paused rollout (a paused bake starts over)."),
+    ("promote", "Skip the current wave's bake."),
+    ("abort", "Stop the rollout and restore every node it changed to its previous plan."),
+):
     _verb_command(_verb, _doc)

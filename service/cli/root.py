@@ -4,8 +4,11 @@ import typer
 
 from . import agent, audit, check, keys, manifest, rollout, server, tokens, tune, upgrade
 
-app = typer.Typer(help="Preflight: validate, sign and audit vLLM launch configurations.", no_args_is_help=True,
-                  rich_markup_mode="markdown")
+app = typer.Typer(
+    help="Preflight: validate, sign and audit vLLM launch configurations.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
 app.command()(server.migrate)
 app.command()(server.serve)
 app.command()(check.check)

@@ -25,8 +25,13 @@ def bootstrap_admin_token(settings, db) -> tuple[str | None, bool]:
         secret, _ = tokens.create(s, role="admin", label="bootstrap admin token")
         from .. import audit
 
-        audit.append(s, actor="preflight", kind="token.created", subject="token:bootstrap-admin",
-                     payload={"role": "admin", "label": "bootstrap admin token"})
+        audit.append(
+            s,
+            actor="preflight",
+            kind="token.created",
+            subject="token:bootstrap-admin",
+            payload={"role": "admin", "label": "bootstrap admin token"},
+        )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(secret + "\n")
@@ -43,10 +48,12 @@ def migrate() -> None:
     typer.echo(f"migrated {s.resolved_database_url.split('@')[-1]}")
 
 
-def serve(host: str = typer.Option("127.0.0.1", help="Interface to bind."),
-          port: int = typer.Option(8000, help="Port."),
-          workers: int = typer.Option(1, help="uvicorn worker processes."),
-          no_migrate: bool = typer.Option(False, "--no-migrate", help="Do not apply migrations first.")) -> None:
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    port: int = typer.Option(8000, help="Port."),
+    workers: int = typer.Option(1, help="uvicorn worker processes."),
+    no_migrate: bool = typer.Option(False, "--no-migrate", help="Do not apply migrations first."),
+) -> None:
     """Run the HTTP service (applies migrations, creates the signing key and admin token on first start)."""
     import uvicorn
 
@@ -62,20 +69,28 @@ def serve(host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     try:
         keys = KeyStore(s.key_dir, create=s.env != "production")
     except KeyError_ as exc:
-        typer.echo(f"preflight: refusing to start: {exc} (production never generates a key: run `preflight keys "
-                   f"init` once, or mount the keys at PREFLIGHT_SIGNING_KEY_DIR)", err=True)
+        typer.echo(
+            f"preflight: refusing to start: {exc} (production never generates a key: run `preflight keys "
+            f"init` once, or mount the keys at PREFLIGHT_SIGNING_KEY_DIR)",
+            err=True,
+        )
         raise typer.Exit(2)
     db = Database(s.resolved_database_url, audit_keys=AuditKeys(keys))
     token, generated = bootstrap_admin_token(s, db)
-    typer.echo(f"Preflight on http://{host}:{port}  (fleet page: http://{host}:{port}/ui/, API docs: "
-               f"http://{host}:{port}/docs)")
+    typer.echo(
+        f"Preflight on http://{host}:{port}  (fleet page: http://{host}:{port}/ui/, API docs: "
+        f"http://{host}:{port}/docs)"
+    )
     typer.echo(f"database: {s.resolved_database_url.split('@')[-1]}; signing key: {keys.active_kid}")
     if token:
         typer.echo(f"admin token{' (new)' if generated else ''}: {token}")
     elif s.admin_token:
         typer.echo("admin token: the value of PREFLIGHT_ADMIN_TOKEN")
     else:
-        typer.echo(f"admin token: the one in {s.data_dir / 'admin-token'} has been revoked (not printed); use another "
-                   "admin token, or set PREFLIGHT_ADMIN_TOKEN")
-    uvicorn.run("service.api.main:app", host=host, port=port, workers=workers, log_level="warning",
-                access_log=False)  # access lines come from the app, as JSON with a request id
+        typer.echo(
+            f"admin token: the one in {s.data_dir / 'admin-token'} has been revoked (not printed); use another "
+            "admin token, or set PREFLIGHT_ADMIN_TOKEN"
+        )
+    uvicorn.run(
+        "service.api.main:app", host=host, port=port, workers=workers, log_level="warning", access_log=False
+    )  # access lines come from the app, as JSON with a request id

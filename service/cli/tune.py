@@ -6,18 +6,25 @@ import typer
 
 from . import common
 
-tune_app = typer.Typer(help="The tuning loop: from vLLM's live metrics to the next plan (docs/operating.md §9).",
-                       no_args_is_help=True, rich_markup_mode="markdown")
+tune_app = typer.Typer(
+    help="The tuning loop: from vLLM's live metrics to the next plan (docs/operating.md §9).",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
 
 
 def _print_tuning(out: dict) -> None:
     typer.echo(f"{out.get('node')}: {out.get('state')} ({out.get('action')}); plan {out.get('plan')}")
     cur = out.get("current", {}).get("engine_args", {})
-    typer.echo(f"  current: max_num_seqs {cur.get('max_num_seqs')}, gpu_memory_utilization "
-               f"{cur.get('gpu_memory_utilization')}")
+    typer.echo(
+        f"  current: max_num_seqs {cur.get('max_num_seqs')}, gpu_memory_utilization {cur.get('gpu_memory_utilization')}"
+    )
     nxt = out.get("next")
-    typer.echo(f"  next:    max_num_seqs {nxt['max_num_seqs']}, gpu_memory_utilization "
-               f"{nxt['gpu_memory_utilization']}" if nxt else "  next:    keep the current plan")
+    typer.echo(
+        f"  next:    max_num_seqs {nxt['max_num_seqs']}, gpu_memory_utilization {nxt['gpu_memory_utilization']}"
+        if nxt
+        else "  next:    keep the current plan"
+    )
     for reason in out.get("reasons", []):
         typer.echo(f"  - {reason}")
     ids = [w["id"] for w in out.get("evidence", [])]
@@ -26,11 +33,12 @@ def _print_tuning(out: dict) -> None:
 
 
 @tune_app.command("status")
-def tune_status(node: str = typer.Argument(..., help="The node."),
-                server: str = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL."),
-                token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A reader's token (admin, deployer, "
-                                                                                "auditor)."),
-                as_json: bool = typer.Option(False, "--json", help="The API's answer as JSON.")) -> None:
+def tune_status(
+    node: str = typer.Argument(..., help="The node."),
+    server: str = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL."),
+    token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A reader's token (admin, deployer, auditor)."),
+    as_json: bool = typer.Option(False, "--json", help="The API's answer as JSON."),
+) -> None:
     """The tuning loop's state for the node's current plan: what it proposes next, why, and from which windows."""
     r = common.client(server, token).get(f"/v1/nodes/{node}/tuning")
     common.fail_on_problem(r)
@@ -41,9 +49,11 @@ def tune_status(node: str = typer.Argument(..., help="The node."),
 
 
 @tune_app.command("apply")
-def tune_apply(node: str = typer.Argument(..., help="The node."),
-               server: str = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL."),
-               token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer's or admin's token.")) -> None:
+def tune_apply(
+    node: str = typer.Argument(..., help="The node."),
+    server: str = typer.Option(..., envvar="PREFLIGHT_SERVER", help="The service's URL."),
+    token: str = typer.Option(..., envvar="PREFLIGHT_TOKEN", help="A deployer's or admin's token."),
+) -> None:
     """Create the loop's next plan for the node (validated, signed, audited, superseding the current one). Exit 3
     when the loop proposes nothing now (HTTP 409)."""
     r = common.client(server, token).post(f"/v1/nodes/{node}/tuning/apply")

@@ -217,8 +217,12 @@ class AuditEvent(Base):
         Index("ix_audit_events_subject_id", "subject", "id"),
         Index("ix_audit_events_ts", "ts"),
         # the sealer's work list: only unsealed events are in it, so finding them never scans the chain
-        Index("ix_audit_events_pending", "id", postgresql_where=text("chain_seq IS NULL"),
-              sqlite_where=text("chain_seq IS NULL")),
+        Index(
+            "ix_audit_events_pending",
+            "id",
+            postgresql_where=text("chain_seq IS NULL"),
+            sqlite_where=text("chain_seq IS NULL"),
+        ),
     )
     id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
     ts: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -344,8 +348,10 @@ class RolloutNode(Base):
     signed it (``new_plan_id``), the one that restored it, and the outcome with its evidence."""
 
     __tablename__ = "rollout_nodes"
-    __table_args__ = (UniqueConstraint("rollout_id", "node_name", name="uq_rollout_nodes_rollout_id_node_name"),
-                      Index("ix_rollout_nodes_node_name", "node_name"))
+    __table_args__ = (
+        UniqueConstraint("rollout_id", "node_name", name="uq_rollout_nodes_rollout_id_node_name"),
+        Index("ix_rollout_nodes_node_name", "node_name"),
+    )
     id: Mapped[int] = mapped_column(ID, primary_key=True)
     rollout_id: Mapped[str] = mapped_column(ForeignKey("rollouts.id"))
     node_name: Mapped[str] = mapped_column(String(128))

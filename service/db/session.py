@@ -21,8 +21,7 @@ def make_engine(url: str) -> Engine:
     failing half-way. PostgreSQL: a fixed pool as large as the worker's thread pool.
     """
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30,
-                                                  "isolation_level": None})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30, "isolation_level": None})
 
         @event.listens_for(engine, "connect")
         def _pragma(dbapi_conn, _):  # pragma: no cover - trivial

@@ -134,7 +134,8 @@ def nearest_alternatives(request: LaunchRequest, result: ValidationResult) -> li
         if r.verdict != "reject":
             found.append(patch)
         elif len(r.errors) < errors_before or (
-                len(r.errors) == errors_before and {f.rule for f in r.errors} != rules_before):
+            len(r.errors) == errors_before and {f.rule for f in r.errors} != rules_before
+        ):
             partial.append((len(r.errors), patch, r))
     # two changes: the nearest partial fixes, completed with the remedies of what is left
     partial.sort(key=lambda x: x[0])

@@ -47,8 +47,14 @@ class _computed_once(Generic[_T]):
 
 
 FP16_FORBIDDEN_MODEL_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4"}  # vllm/config/model.py:2397-2420
-DTYPE_ALIASES = {"half": "float16", "float": "float32", "float16": "float16", "bfloat16": "bfloat16",
-                 "float32": "float32", "auto": "auto"}
+DTYPE_ALIASES = {
+    "half": "float16",
+    "float": "float32",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32",
+    "auto": "auto",
+}
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,11 @@ def build_context(req: LaunchRequest) -> LaunchContext:
         config = apply_hf_overrides(config, overrides)
     facts = read_model_facts(config, req.model.hf_quant_config, line.length_defaults)
     gpu = resolve(req.hardware.gpu if isinstance(req.hardware.gpu, str) else req.hardware.gpu.model_dump())
-    tag = parse_quantization_txt(req.model.quantization_txt, line.quant_methods) if req.model.quantization_txt is not None else None
+    tag = (
+        parse_quantization_txt(req.model.quantization_txt, line.quant_methods)
+        if req.model.quantization_txt is not None
+        else None
+    )
     ctx = LaunchContext(
         request=req,
         facts=facts,
@@ -225,7 +235,9 @@ def _apply_defaults(ctx: LaunchContext) -> None:
         ctx.max_model_len = int(mml)
     ctx.gpu_memory_utilization = float(a.get("gpu_memory_utilization", ctx.line.default_gpu_memory_utilization))
     ctx.enable_chunked_prefill = bool(a.get("enable_chunked_prefill", True))
-    ctx.dtype = effective_dtype(str(a.get("dtype", "auto")).lower(), ctx.facts.torch_dtype, ctx.facts.model_type, ctx.gpu)
+    ctx.dtype = effective_dtype(
+        str(a.get("dtype", "auto")).lower(), ctx.facts.torch_dtype, ctx.facts.model_type, ctx.gpu
+    )
     ctx.kv_cache_dtype = str(a.get("kv_cache_dtype", "auto")).lower()
     ctx.block_size = effective_block_size(a, ctx.facts, ctx.gpu)
     # scheduler defaults and post-processing (vllm 0.33.0 vllm/engine/arg_utils.py:3151-3240)

@@ -63,8 +63,15 @@ _MIN = {
     "port": 1,
     "master_port": 1,
 }
-_MAX = {"tensor_parallel_size": 4096, "pipeline_parallel_size": 1024, "data_parallel_size": 4096, "port": 65535,
-        "master_port": 65535, "block_size": 4096, "nnodes": 4096}
+_MAX = {
+    "tensor_parallel_size": 4096,
+    "pipeline_parallel_size": 1024,
+    "data_parallel_size": 4096,
+    "port": 65535,
+    "master_port": 65535,
+    "block_size": 4096,
+    "nnodes": 4096,
+}
 # Ranges judged by a rule with vLLM's own message (util_range), not refused as bad input
 RULE_RANGES = {"gpu_memory_utilization"}
 # Options whose value is the model or where it comes from: set by Preflight from the manifest, never by a request.
@@ -99,7 +106,9 @@ def parse_size(value: Any, name: str, auto: bool = False) -> int:
         m = _SIZE_TEXT.fullmatch(text)
         if m and ("." not in m.group(1) or m.group(2).islower()):
             return int(float(m.group(1)) * _SUFFIX[m.group(2)])
-    raise DomainError(f"engine_args.{name}", f"{name} must be an integer or a size like 32k / 32K, got {value!r}", rule="type")
+    raise DomainError(
+        f"engine_args.{name}", f"{name} must be an integer or a size like 32k / 32K, got {value!r}", rule="type"
+    )
 
 
 @dataclass
@@ -161,18 +170,24 @@ def _text(name: str, value: Any, what: str = "a string") -> str:
         raise DomainError(fld, f"{name} must be {what}, got {value!r}", rule="type")
     text = value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
     if len(text) > MAX_TEXT or "\x00" in text or any(ord(c) < 32 and c not in "\t" for c in text):
-        raise DomainError(fld, f"{name} is too long ({len(text)} > {MAX_TEXT}) or contains control characters", rule="range")
+        raise DomainError(
+            fld, f"{name} is too long ({len(text)} > {MAX_TEXT}) or contains control characters", rule="range"
+        )
     if text.startswith("-") and not _NEG_INT_TEXT.fullmatch(text):
         # vLLM's parser reads an element that begins with '-' as an option, and one that also holds a '.' as a dotted
         # key taking the next element as its value (vllm/utils/argparse_utils.py:460-486): only a negative integer
         # is read as a value
         raise DomainError(
-            fld, f"{name} = {text!r} begins with '-': vLLM's parser would read it as an option, not as the value of "
-            f"{flag(name)}", rule="argv_injection")
+            fld,
+            f"{name} = {text!r} begins with '-': vLLM's parser would read it as an option, not as the value of "
+            f"{flag(name)}",
+            rule="argv_injection",
+        )
     invisible = display_text_problem(text, allow_tab=True)
     if invisible:
-        raise DomainError(fld, f"{name} {invisible}: the signed command would read differently from what runs",
-                          rule="argv_injection")
+        raise DomainError(
+            fld, f"{name} {invisible}: the signed command would read differently from what runs", rule="argv_injection"
+        )
     return text
 
 
@@ -229,8 +244,9 @@ def scalar(name: str, opt: Option, value: Any) -> Any:
         out = _number(name, value, integer=False)
         least = _MIN.get(name, 0.0)  # no vLLM float option takes a negative value; -x.y would read as a dotted key
         if out < least and name not in RULE_RANGES:
-            raise DomainError(f"engine_args.{name}", f"{name} = {value!r} is out of range (must be >= {least})",
-                              rule="range")
+            raise DomainError(
+                f"engine_args.{name}", f"{name} = {value!r} is out of range (must be >= {least})", rule="range"
+            )
         return out
     elif kind is K_STR:
         return _text(name, value)
@@ -248,7 +264,9 @@ def scalar(name: str, opt: Option, value: Any) -> Any:
     lo, hi = _MIN.get(name), _MAX.get(name, MAX_INT)
     if (lo is not None and out < lo) or out > hi or out < -1 or (out == -1 and lo is not None):
         bound = f">= {lo}" if lo is not None else "non-negative"
-        raise DomainError(f"engine_args.{name}", f"{name} = {value!r} is out of range (must be {bound} and <= {hi})", rule="range")
+        raise DomainError(
+            f"engine_args.{name}", f"{name} = {value!r} is out of range (must be {bound} and <= {hi})", rule="range"
+        )
     return out
 
 
@@ -259,10 +277,16 @@ def _lora_module(name: str, item: Any) -> str:
     fld = f"engine_args.{name}"
     if isinstance(item, dict):
         allowed = {"name", "path", "base_model_name", "is_3d_lora_weight"}
-        if not {"name", "path"} <= set(item) or set(item) - allowed or not all(
-                isinstance(item[k], str) for k in ("name", "path")):
-            raise DomainError(fld, f"a {name} object needs string 'name' and 'path' (and optionally "
-                                   f"'base_model_name'), got {item!r}", rule="type")
+        if (
+            not {"name", "path"} <= set(item)
+            or set(item) - allowed
+            or not all(isinstance(item[k], str) for k in ("name", "path"))
+        ):
+            raise DomainError(
+                fld,
+                f"a {name} object needs string 'name' and 'path' (and optionally 'base_model_name'), got {item!r}",
+                rule="type",
+            )
         return json.dumps(item, separators=(",", ":"), sort_keys=True)
     text = _text(name, item)
     if "=" in text and "," not in text:
@@ -272,8 +296,12 @@ def _lora_module(name: str, item: Any) -> str:
     elif text.lstrip().startswith("{"):
         _lora_module(name, _json(name, text))
         return text
-    raise DomainError(fld, f"{name} items are 'name=path' or a JSON object with name and path; vLLM refuses "
-                           f"{text!r} ('Invalid JSON format for --lora-modules')", rule="type")
+    raise DomainError(
+        fld,
+        f"{name} items are 'name=path' or a JSON object with name and path; vLLM refuses "
+        f"{text!r} ('Invalid JSON format for --lora-modules')",
+        rule="type",
+    )
 
 
 def coerce(name: str, opt: Option, value: Any) -> Any:
@@ -295,8 +323,9 @@ def coerce(name: str, opt: Option, value: Any) -> Any:
     return scalar(name, opt, value)
 
 
-def unknown_keys(value: dict[str, Any], schema: dict[str, Any], prefix: str = "",
-                 depth: int = 0) -> tuple[str, tuple[str, ...]] | None:
+def unknown_keys(
+    value: dict[str, Any], schema: dict[str, Any], prefix: str = "", depth: int = 0
+) -> tuple[str, tuple[str, ...]] | None:
     """The first key of a JSON value that the option's config dataclass does not have (vLLM's pydantic validation
     exits with "Unexpected keyword argument"), as (dotted path, the keys it allows)."""
     keys = schema.get("keys") or {}
@@ -344,15 +373,22 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
     for key, value in raw.items():
         name = resolve_name(key, line)
         if name in RESERVED:
-            raise DomainError(f"engine_args.{key}", f"{key!r} cannot be set in engine_args: {RESERVED[name]}", rule="flag_reserved")
+            raise DomainError(
+                f"engine_args.{key}", f"{key!r} cannot be set in engine_args: {RESERVED[name]}", rule="flag_reserved"
+            )
         if name in out.given or name in out.unsupported or name in out.bool_with_value:
-            raise DomainError(f"engine_args.{key}", f"{name} is given twice (as {key!r} and another spelling)", rule="flag_name")
+            raise DomainError(
+                f"engine_args.{key}", f"{name} is given twice (as {key!r} and another spelling)", rule="flag_name"
+            )
         opt = line.options.get(name)
         if opt is None:
             out.unsupported[name] = value
             continue
-        if value is None or (opt.optional and isinstance(value, str) and value in ("", "None")) or (
-                opt.appends and value == []):
+        if (
+            value is None
+            or (opt.optional and isinstance(value, str) and value in ("", "None"))
+            or (opt.appends and value == [])
+        ):
             out.given.add(name)  # '' and 'None' parse to None for an optional option (arg_utils.py:173-179)
             out.values[name] = None
             continue
@@ -380,8 +416,11 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
                 out.bad_keys[name] = unknown
                 continue
         if opt.choices is not None:
-            wrong = [v for v in (parsed if isinstance(parsed, list) else [parsed]) if v not in opt.choices
-                     and str(v) not in {str(c) for c in opt.choices}]
+            wrong = [
+                v
+                for v in (parsed if isinstance(parsed, list) else [parsed])
+                if v not in opt.choices and str(v) not in {str(c) for c in opt.choices}
+            ]
             if wrong:
                 out.bad_choice[name] = (value, opt.choices)
                 continue

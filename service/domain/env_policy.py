@@ -14,14 +14,31 @@ from typing import Any
 
 # Allowed: a name equal to one of these, or starting with one ending in "_".
 ALLOWED_PREFIXES = (
-    "VLLM_", "NCCL_", "CUDA_", "HF_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_CUDA_ALLOC_CONF", "TRITON_", "NVIDIA_",
-    "CUBLAS_", "CUDNN_", "GLOO_", "UCX_", "NVTE_", "TOKENIZERS_PARALLELISM", "TRANSFORMERS_OFFLINE",
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "VLLM_",
+    "NCCL_",
+    "CUDA_",
+    "HF_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "TRITON_",
+    "NVIDIA_",
+    "CUBLAS_",
+    "CUDNN_",
+    "GLOO_",
+    "UCX_",
+    "NVTE_",
+    "TOKENIZERS_PARALLELISM",
+    "TRANSFORMERS_OFFLINE",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
 )
 # Named in the refusal for a clearer message (they are refused by the allowlist anyway).
-DENIED = re.compile(r"^(PATH|LD_.*|PYTHON.*|DYLD_.*|PERL5?LIB|PERL5OPT|RUBYLIB|RUBYOPT|NODE_OPTIONS|BASH_ENV|ENV|"
-                    r"SHELL|SHELLOPTS|IFS|HOME|TMPDIR|GCONV_PATH|MALLOC_.*|GLIBC_TUNABLES|HOSTALIASES|LOCPATH|"
-                    r"NLSPATH|SSL_CERT_.*|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|.*_PROXY|.*_proxy)$")
+DENIED = re.compile(
+    r"^(PATH|LD_.*|PYTHON.*|DYLD_.*|PERL5?LIB|PERL5OPT|RUBYLIB|RUBYOPT|NODE_OPTIONS|BASH_ENV|ENV|"
+    r"SHELL|SHELLOPTS|IFS|HOME|TMPDIR|GCONV_PATH|MALLOC_.*|GLIBC_TUNABLES|HOSTALIASES|LOCPATH|"
+    r"NLSPATH|SSL_CERT_.*|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|.*_PROXY|.*_proxy)$"
+)
 # Some variables under an allowed prefix still name a path the process loads code from.
 # Any of them that names a place code, libraries, binaries or weights come from (paths, homes, roots, cache
 # directories, plugins, modules, library and injection hooks, hub endpoints): CUDA_INJECTION64_PATH,
@@ -32,7 +49,8 @@ DENIED_ALLOWED = re.compile(
     r"^(TORCHINDUCTOR_CACHE_DIR|TRITON_CACHE_DIR|VLLM_PLUGINS|CUDA_CACHE_PATH|HF_MODULES_CACHE|TORCH_EXTENSIONS_DIR|"
     r"VLLM_USE_MODELSCOPE|TRITON_CACHE_MANAGER|TRITON_REMOTE_CACHE_BACKEND|[A-Z0-9]+_.*(COMMAND|CMD)|"
     r"[A-Z0-9]+_.*(PATH|PATHS|HOME|DIR|DIRS|ROOT|PLUGIN|PLUGINS|ENDPOINT|URL|LIB|LIBS|LIBRARY|MODULE|MODULES|"
-    r"CACHE|INJECTION[A-Z0-9_]*|FILE)|[A-Z0-9_]*INJECTION[A-Z0-9_]*)$")
+    r"CACHE|INJECTION[A-Z0-9_]*|FILE)|[A-Z0-9_]*INJECTION[A-Z0-9_]*)$"
+)
 
 
 def _allowed(name: str) -> bool:
@@ -46,11 +64,13 @@ def refused(env: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     for name in sorted(env):
         if not isinstance(name, str) or not _allowed(name):
-            why = ("it changes which executable, loader or interpreter runs" if isinstance(name, str)
-                   and DENIED.match(name) else
-                   "it names where code, libraries, binaries or weights come from (a path, home, cache, plugin, "
-                   "module or endpoint): the node decides that, not a plan" if isinstance(name, str)
-                   and DENIED_ALLOWED.match(name)
-                   else "it is not under an allowed prefix (" + ", ".join(ALLOWED_PREFIXES) + ")")
+            why = (
+                "it changes which executable, loader or interpreter runs"
+                if isinstance(name, str) and DENIED.match(name)
+                else "it names where code, libraries, binaries or weights come from (a path, home, cache, plugin, "
+                "module or endpoint): the node decides that, not a plan"
+                if isinstance(name, str) and DENIED_ALLOWED.match(name)
+                else "it is not under an allowed prefix (" + ", ".join(ALLOWED_PREFIXES) + ")"
+            )
             out.append((str(name), why))
     return out

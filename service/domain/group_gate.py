@@ -45,12 +45,26 @@ class Hold:
     head_report: str | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"reason": self.reason, "message": self.message, "final": self.final, "head": self.head,
-                "head_report": self.head_report}
+        return {
+            "reason": self.reason,
+            "message": self.message,
+            "final": self.final,
+            "head": self.head,
+            "head_report": self.head_report,
+        }
 
 
-def group_hold(*, role: str | None, plan_id: str, group: int | None, head: str | None, head_assigned: bool,
-               head_digest: str | None, own_digest: str | None, head_report: str | None) -> Hold | None:
+def group_hold(
+    *,
+    role: str | None,
+    plan_id: str,
+    group: int | None,
+    head: str | None,
+    head_assigned: bool,
+    head_digest: str | None,
+    own_digest: str | None,
+    head_report: str | None,
+) -> Hold | None:
     """None when the node may take its plan now; else why it waits.
 
     ``role``: the node's role in its plan (replica | head | worker; None for plans before topologies). ``head``: the
@@ -64,28 +78,62 @@ def group_hold(*, role: str | None, plan_id: str, group: int | None, head: str |
     name = head or "the head"
     where = f"plan {plan_id} (group {group})"
     if not head_assigned:
-        return Hold("head_missing", f"the head {name} holds no current assignment of {where}: this worker waits "
-                    f"for it", False, name, None)
+        return Hold(
+            "head_missing",
+            f"the head {name} holds no current assignment of {where}: this worker waits for it",
+            False,
+            name,
+            None,
+        )
     if head_digest != own_digest:
         return None
     if head_report in STARTED:
         return None
     if head_report in REFUSED:
-        return Hold("head_refused", f"the head {name} reported {where} {head_report}: this worker does not start it",
-                    True, name, head_report)
+        return Hold(
+            "head_refused",
+            f"the head {name} reported {where} {head_report}: this worker does not start it",
+            True,
+            name,
+            head_report,
+        )
     if head_report in NOT_RUNNING:
-        return Hold("head_not_running", f"the head {name} reported {where} {head_report}: this worker waits until "
-                    f"the head starts it again", False, name, head_report)
+        return Hold(
+            "head_not_running",
+            f"the head {name} reported {where} {head_report}: this worker waits until the head starts it again",
+            False,
+            name,
+            head_report,
+        )
     if head_report == "fetched":
-        return Hold("head_fetched", f"the head {name} has fetched {where} but not started vLLM yet: this worker "
-                    f"waits for it", False, name, head_report)
-    return Hold("head_pending", f"the head {name} has not started {where} yet (it may still run an earlier plan): "
-                f"this worker waits for it", False, name, head_report)
+        return Hold(
+            "head_fetched",
+            f"the head {name} has fetched {where} but not started vLLM yet: this worker waits for it",
+            False,
+            name,
+            head_report,
+        )
+    return Hold(
+        "head_pending",
+        f"the head {name} has not started {where} yet (it may still run an earlier plan): this worker waits for it",
+        False,
+        name,
+        head_report,
+    )
 
 
 def _stage(head_report: str | None) -> str:
-    return ("started" if head_report in STARTED else "refused" if head_report in REFUSED else
-            "not_running" if head_report in NOT_RUNNING else "fetched" if head_report == "fetched" else "pending")
+    return (
+        "started"
+        if head_report in STARTED
+        else "refused"
+        if head_report in REFUSED
+        else "not_running"
+        if head_report in NOT_RUNNING
+        else "fetched"
+        if head_report == "fetched"
+        else "pending"
+    )
 
 
 def changes_hold(before: str | None, after: str | None) -> bool:

@@ -107,13 +107,15 @@ def config_int(value: Any, field: str, lo: int = 0, hi: int = MAX_LENGTH) -> int
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DomainError(field, f"{field} must be an integer, got {type(value).__name__} {_short(value)}",
-                          rule="config_invalid")
+        raise DomainError(
+            field, f"{field} must be an integer, got {type(value).__name__} {_short(value)}", rule="config_invalid"
+        )
     if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
         raise DomainError(field, f"{field} must be an integer, got {_short(value)}", rule="config_invalid")
     if not lo <= value <= hi:
-        raise DomainError(field, f"{field} must be between {lo} and {hi}, got {_short(value)}",
-                          rule="config_out_of_range")
+        raise DomainError(
+            field, f"{field} must be between {lo} and {hi}, got {_short(value)}", rule="config_out_of_range"
+        )
     return int(value)
 
 
@@ -122,11 +124,13 @@ def config_number(value: Any, field: str, lo: float, hi: float) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DomainError(field, f"{field} must be a number, got {type(value).__name__} {_short(value)}",
-                          rule="config_invalid")
+        raise DomainError(
+            field, f"{field} must be a number, got {type(value).__name__} {_short(value)}", rule="config_invalid"
+        )
     if not (lo <= value <= hi):  # also refuses NaN
-        raise DomainError(field, f"{field} must be between {lo:g} and {hi:g}, got {_short(value)}",
-                          rule="config_out_of_range")
+        raise DomainError(
+            field, f"{field} must be between {lo:g} and {hi:g}, got {_short(value)}", rule="config_out_of_range"
+        )
     return float(value)
 
 
@@ -193,10 +197,21 @@ class QuantConfig:
 # Transformers backend (registry.py:753-767) with transformers' own two-matrix MLPs: PhiForCausalLM (fc1, fc2),
 # GPTNeoXForCausalLM (dense_h_to_4h, dense_4h_to_h), GPTBigCodeForCausalLM and Starcoder2ForCausalLM (c_fc, c_proj).
 # Every other decoder is counted gated (LlamaMLP and its many copies: gate_up_proj as MergedColumnParallelLinear).
-NON_GATED_MLP = frozenset({
-    "FalconForCausalLM", "RWForCausalLM", "GPT2LMHeadModel", "GPTJForCausalLM", "OPTForCausalLM", "BloomForCausalLM",
-    "NemotronForCausalLM", "PhiForCausalLM", "GPTNeoXForCausalLM", "GPTBigCodeForCausalLM", "Starcoder2ForCausalLM",
-})
+NON_GATED_MLP = frozenset(
+    {
+        "FalconForCausalLM",
+        "RWForCausalLM",
+        "GPT2LMHeadModel",
+        "GPTJForCausalLM",
+        "OPTForCausalLM",
+        "BloomForCausalLM",
+        "NemotronForCausalLM",
+        "PhiForCausalLM",
+        "GPTNeoXForCausalLM",
+        "GPTBigCodeForCausalLM",
+        "Starcoder2ForCausalLM",
+    }
+)
 
 
 # built per plan, with 35 fields: not frozen, because a frozen __init__ pays an object.__setattr__ call per field
@@ -271,15 +286,17 @@ def _normalise_dtype(value: Any) -> str | None:
     return {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(text, text)
 
 
-def _rope(text: dict[str, Any],
-          prefix: str = "model.config.") -> tuple[str | None, float | None, dict[str, Any] | None]:
+def _rope(
+    text: dict[str, Any], prefix: str = "model.config."
+) -> tuple[str | None, float | None, dict[str, Any] | None]:
     key = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
     rope = text.get(key)
     if not rope:
         return None, None, None
     if not isinstance(rope, dict):
-        raise DomainError(prefix + key, f"{prefix + key} must be an object, got {type(rope).__name__}",
-                          rule="config_invalid")
+        raise DomainError(
+            prefix + key, f"{prefix + key} must be an object, got {type(rope).__name__}", rule="config_invalid"
+        )
     field = prefix + key
     # Transformers v5 nests per-layer-type parameters; take the first dict that names a type
     if "rope_type" not in rope and "type" not in rope:
@@ -296,8 +313,9 @@ def _rope(text: dict[str, Any],
     return (rtype or None), factor, rope
 
 
-def derive_max_model_len(text: dict[str, Any], model_type: str | None,
-                         prefix: str = "model.config.") -> tuple[int, str, int | None]:
+def derive_max_model_len(
+    text: dict[str, Any], model_type: str | None, prefix: str = "model.config."
+) -> tuple[int, str, int | None]:
     """The maximum length vLLM 0.33 derives: ``(length, key, model_max_length)``.
 
     Smallest present length key; a truthy ``model_max_length`` overrides it; rope ``factor`` multiplies it only for
@@ -324,8 +342,11 @@ def derive_max_model_len(text: dict[str, Any], model_type: str | None,
         elif rtype not in NON_SCALING_ROPE_TYPES and factor:
             scaled = length * factor
             if scaled > MAX_LENGTH:
-                raise DomainError(prefix + "rope_scaling.factor", f"rope scaling factor {factor:g} × {key} {length} "
-                                  f"exceeds {MAX_LENGTH} tokens", rule="config_out_of_range")
+                raise DomainError(
+                    prefix + "rope_scaling.factor",
+                    f"rope scaling factor {factor:g} × {key} {length} exceeds {MAX_LENGTH} tokens",
+                    rule="config_out_of_range",
+                )
             length = int(scaled)
     return length, key, mml
 
@@ -350,12 +371,15 @@ def _modelopt(raw: dict[str, Any], source: str) -> QuantConfig | None:
     algo = str(q.get("quant_algo") or "").upper()
     if algo not in MODELOPT_ALGOS:
         raise DomainError(
-            "model.hf_quant_config", f"Unknown ModelOpt quant algo: {algo or None}", rule="quant_unknown",
+            "model.hf_quant_config",
+            f"Unknown ModelOpt quant algo: {algo or None}",
+            rule="quant_unknown",
             accepted=sorted(MODELOPT_ALGOS),
         )
     kvq = q.get("kv_cache_quant_algo")
-    return QuantConfig(method=MODELOPT_ALGOS[algo], raw=raw, source=source,
-                       kv_cache_quant=str(kvq).lower() if kvq else None)
+    return QuantConfig(
+        method=MODELOPT_ALGOS[algo], raw=raw, source=source, kv_cache_quant=str(kvq).lower() if kvq else None
+    )
 
 
 def _ct_weights(raw: dict[str, Any], qf: str) -> tuple[dict[str, Any] | None, str]:
@@ -403,8 +427,9 @@ def read_quant_config(config: dict[str, Any], hf_quant_config: dict[str, Any] | 
         return modelopt
     method = raw.get("quant_method") or ""
     if not isinstance(method, str):
-        raise DomainError("model.config.quantization_config.quant_method", "quant_method must be a string",
-                          rule="config_invalid")
+        raise DomainError(
+            "model.config.quantization_config.quant_method", "quant_method must be a string", rule="config_invalid"
+        )
     method = method.lower().replace("compressed_tensors", "compressed-tensors")
     if not method:
         return None
@@ -420,8 +445,9 @@ def read_quant_config(config: dict[str, Any], hf_quant_config: dict[str, Any] | 
         sym = not raw.get("zero_point", True)
     block = raw.get("weight_block_size")
     if block is not None and not (isinstance(block, (list, tuple)) and len(block) == 2):
-        raise DomainError(qf + "weight_block_size", "weight_block_size must be a list of two integers",
-                          rule="config_invalid")
+        raise DomainError(
+            qf + "weight_block_size", "weight_block_size must be a list of two integers", rule="config_invalid"
+        )
     block_field = qf + "weight_block_size"
     if method == "compressed-tensors":
         weights, wf = _ct_weights(raw, qf)
@@ -485,14 +511,20 @@ def _attention_shape(text: dict[str, Any], prefix: str, model_type: str | None) 
     hidden = _read(text, prefix, HIDDEN_KEYS, 1, MAX_HIDDEN)
     for name, value in (("num_attention_heads", heads), ("num_hidden_layers", layers), ("hidden_size", hidden)):
         if not value:
-            raise DomainError(prefix + name, f"config.json has no usable {name} (needed to build the model)",
-                              rule="config_missing_key")
+            raise DomainError(
+                prefix + name,
+                f"config.json has no usable {name} (needed to build the model)",
+                rule="config_missing_key",
+            )
     assert heads and layers and hidden  # checked just above
     kv_given = _read(text, prefix, KV_HEAD_KEYS, 0, MAX_HEADS)
     if kv_given and kv_given > heads:
-        raise DomainError(prefix + _first_key(text, KV_HEAD_KEYS)[0],
-                          f"{kv_given} key/value heads but only {heads} attention heads (each KV head serves a group "
-                          f"of query heads: there cannot be more)", rule="config_out_of_range")
+        raise DomainError(
+            prefix + _first_key(text, KV_HEAD_KEYS)[0],
+            f"{kv_given} key/value heads but only {heads} attention heads (each KV head serves a group "
+            f"of query heads: there cannot be more)",
+            rule="config_out_of_range",
+        )
     if model_type in FALCON_TYPES and not text.get("new_decoder_architecture") and text.get("multi_query"):
         kv = 1
     else:
@@ -500,8 +532,9 @@ def _attention_shape(text: dict[str, Any], prefix: str, model_type: str | None) 
     return heads, layers, hidden, kv
 
 
-def _head_dim(text: dict[str, Any], prefix: str, model_type: str | None, hidden: int,
-              heads: int) -> tuple[int, dict[str, int | None]]:
+def _head_dim(
+    text: dict[str, Any], prefix: str, model_type: str | None, hidden: int, heads: int
+) -> tuple[int, dict[str, int | None]]:
     """``(head_dim, MLA dimensions)``: ``head_dim`` if > 0, else ``hidden_size_per_head``, else hidden // heads
     (convertor:91-118); an MLA model caches the latent, head size = kv_lora_rank + qk_rope_head_dim
     (convertor:92-98). The MLA dimensions are empty for other model types."""
@@ -510,8 +543,13 @@ def _head_dim(text: dict[str, Any], prefix: str, model_type: str | None, hidden:
     )
     mla: dict[str, int | None] = {}
     if model_type in MLA_MODEL_TYPES:
-        for k, hi in (("kv_lora_rank", MAX_HIDDEN), ("q_lora_rank", MAX_HIDDEN), ("qk_rope_head_dim", MAX_HEAD_DIM),
-                      ("qk_nope_head_dim", MAX_HEAD_DIM), ("v_head_dim", MAX_HEAD_DIM)):
+        for k, hi in (
+            ("kv_lora_rank", MAX_HIDDEN),
+            ("q_lora_rank", MAX_HIDDEN),
+            ("qk_rope_head_dim", MAX_HEAD_DIM),
+            ("qk_nope_head_dim", MAX_HEAD_DIM),
+            ("v_head_dim", MAX_HEAD_DIM),
+        ):
             mla[k] = _get_int(text, k, prefix, 0, hi)
     kv_lora = mla.get("kv_lora_rank")
     if kv_lora:
@@ -519,8 +557,9 @@ def _head_dim(text: dict[str, Any], prefix: str, model_type: str | None, hidden:
     return head_dim or hidden // heads, mla
 
 
-def _lengths(text: dict[str, Any], model_type: str | None, prefix: str,
-             length_defaults: dict[str, Any] | None) -> tuple[int, str, int | None]:
+def _lengths(
+    text: dict[str, Any], model_type: str | None, prefix: str, length_defaults: dict[str, Any] | None
+) -> tuple[int, str, int | None]:
     """The derived maximum length; ``length_defaults`` are the length keys the Transformers config class of this
     model_type sets when config.json omits them (FalconConfig: max_position_embeddings=2048), from the target
     release's generated catalogue."""
@@ -534,11 +573,14 @@ def _moe_intermediate(text: dict[str, Any], prefix: str, num_experts: int, model
     """The expert MLP width: ``moe_intermediate_size``; Mixtral and gpt-oss name it ``intermediate_size``."""
     return _get_int(text, "moe_intermediate_size", prefix, 0, MAX_WIDTH) or (
         _get_int(text, "intermediate_size", prefix, 0, MAX_WIDTH)
-        if num_experts and model_type in ("mixtral", "gpt_oss") else None)
+        if num_experts and model_type in ("mixtral", "gpt_oss")
+        else None
+    )
 
 
-def read_model_facts(config: dict[str, Any], hf_quant_config: dict[str, Any] | None = None,
-                     length_defaults: dict[str, Any] | None = None) -> ModelFacts:
+def read_model_facts(
+    config: dict[str, Any], hf_quant_config: dict[str, Any] | None = None, length_defaults: dict[str, Any] | None = None
+) -> ModelFacts:
     """Read a config.json dict into ModelFacts.
 
     Raises DomainError naming the ``model.config.<key>`` that is missing or invalid (attention heads, layers and
@@ -562,14 +604,18 @@ def read_model_facts(config: dict[str, Any], hf_quant_config: dict[str, Any] | N
     num_experts = _read(text, prefix, EXPERT_KEYS, 0, MAX_EXPERTS) or 0
     arch = config.get("architectures") or text.get("architectures") or []
     if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
-        raise DomainError("model.config.architectures", "architectures must be a list of class names (strings)",
-                          rule="config_invalid")
+        raise DomainError(
+            "model.config.architectures", "architectures must be a list of class names (strings)", rule="config_invalid"
+        )
     sw = text.get("sliding_window")
     sw = None if sw is None or isinstance(sw, bool) else config_int(sw, prefix + "sliding_window", 0, MAX_LENGTH)
     vocab_key = "vocab_size" if text.get("vocab_size") else None
-    vocab = config_int(text.get("vocab_size") or config.get("vocab_size"),
-                       prefix + "vocab_size" if vocab_key or text is config else "model.config.vocab_size",
-                       0, MAX_VOCAB)
+    vocab = config_int(
+        text.get("vocab_size") or config.get("vocab_size"),
+        prefix + "vocab_size" if vocab_key or text is config else "model.config.vocab_size",
+        0,
+        MAX_VOCAB,
+    )
     return ModelFacts(
         model_type=model_type,
         architectures=tuple(arch),
@@ -620,8 +666,9 @@ def _layer_lists(text: dict[str, Any], prefix: str) -> None:
                 config_int(value, prefix + key, 0, MAX_LAYERS)
             continue
         if not isinstance(value, list) or len(value) > MAX_LAYERS:
-            raise DomainError(prefix + key, f"{prefix + key} must be a list of at most {MAX_LAYERS} entries",
-                              rule="config_invalid")
+            raise DomainError(
+                prefix + key, f"{prefix + key} must be a list of at most {MAX_LAYERS} entries", rule="config_invalid"
+            )
         if key == "mlp_only_layers":
             for i, v in enumerate(value):
                 config_int(v, f"{prefix}{key}[{i}]", 0, MAX_LAYERS)
@@ -668,8 +715,11 @@ def tp_accepted(facts: ModelFacts, tp: int) -> bool:
     """vLLM can shard the text model over ``tp`` ranks: heads divisible (vllm 0.33.0 vllm/config/model.py:1557-1564),
     the KV-head rule, and the padded vocabulary divisible (vocab_parallel_embedding.py:286-306); the MLP and
     quantization rules judge the rest."""
-    return (facts.num_attention_heads % tp == 0 and kv_heads_ok(facts.total_num_kv_heads, tp, facts.is_mla)
-            and (not facts.vocab_size or padded_vocab(facts.vocab_size) % tp == 0))
+    return (
+        facts.num_attention_heads % tp == 0
+        and kv_heads_ok(facts.total_num_kv_heads, tp, facts.is_mla)
+        and (not facts.vocab_size or padded_vocab(facts.vocab_size) % tp == 0)
+    )
 
 
 def accepted_tp_sizes(facts: ModelFacts, limit: int) -> list[int]:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,17 +96,18 @@ class VisionTower:
         ``W × out + out²`` (LLaVA's two-layer MLP)."""
         W, I = self.width, self.mlp_width
         block = 4 * W * W + 4 * W + (3 if self.gated_mlp else 2) * W * I + I + W + 4 * W
-        patch = self.in_chans * self.temporal_patch_size * self.patch_size ** 2 * W
+        patch = self.in_chans * self.temporal_patch_size * self.patch_size**2 * W
         if self.family.startswith("qwen"):
-            mw = W * self.merge_size ** 2
+            mw = W * self.merge_size**2
             proj = self.mergers * (mw * mw + mw + mw * self.out_hidden + self.out_hidden + 2 * W)
         else:
             proj = W * self.out_hidden + self.out_hidden * self.out_hidden
         return self.depth * block + patch + proj
 
 
-def _int(v: dict[str, Any], keys: tuple[str, ...], field: str, default: int | None = None,
-         hi: int = MAX_HIDDEN) -> int | None:
+def _int(
+    v: dict[str, Any], keys: tuple[str, ...], field: str, default: int | None = None, hi: int = MAX_HIDDEN
+) -> int | None:
     for k in keys:
         if v.get(k) is not None:
             return config_int(v.get(k), f"model.config.vision_config.{k}", 0, hi)
@@ -159,15 +161,25 @@ def _vision_tower(facts: ModelFacts) -> VisionTower | None:
     tpi = config.get("mm_tokens_per_image")
     tiles = (_int(vis, ("max_num_tiles",), "max_num_tiles", 4, 64) or 4) if mt == "mllama" else 1
     return VisionTower(
-        family=family, width=width, depth=depth, mlp_width=mlp, gated_mlp=gated, patch_size=patch,
+        family=family,
+        width=width,
+        depth=depth,
+        mlp_width=mlp,
+        gated_mlp=gated,
+        patch_size=patch,
         merge_size=(_int(vis, ("spatial_merge_size",), "spatial_merge_size", 2, 64) or 1) if family != "vit" else 1,
         temporal_patch_size=(_int(vis, ("temporal_patch_size",), "temporal_patch_size", 2, 64) or 1)
-        if family != "vit" else 1,
+        if family != "vit"
+        else 1,
         in_chans=_int(vis, ("in_chans", "in_channels", "num_channels"), "in_chans", 3, 64) or 3,
-        out_hidden=out, mergers=mergers, image_size=image_size,
-        tokens_per_image_config=tpi if isinstance(tpi, int) and not isinstance(tpi, bool) and 0 < tpi < 1 << 20
+        out_hidden=out,
+        mergers=mergers,
+        image_size=image_size,
+        tokens_per_image_config=tpi
+        if isinstance(tpi, int) and not isinstance(tpi, bool) and 0 < tpi < 1 << 20
         else None,
-        max_num_tiles=tiles, encoder_decoder=mt == "mllama",
+        max_num_tiles=tiles,
+        encoder_decoder=mt == "mllama",
     )
 
 
@@ -193,10 +205,12 @@ def qwen_image_grid(max_pixels: int, patch: int, merge: int) -> int:
     return 1
 
 
-def _max_pixels(tower: VisionTower, facts: ModelFacts, preprocessor: dict[str, Any] | None,
-                mm_kwargs: Any) -> tuple[int, str]:
+def _max_pixels(
+    tower: VisionTower, facts: ModelFacts, preprocessor: dict[str, Any] | None, mm_kwargs: Any
+) -> tuple[int, str]:
     """``max_pixels`` as vLLM resolves it: ``--mm-processor-kwargs`` (``max_pixels`` or ``size.longest_edge``) over
     the checkpoint's preprocessor_config.json over the family's official default (qwen2_vl.py:950-978)."""
+
     def read(d: Any) -> int | None:
         if not isinstance(d, dict):
             return None
@@ -212,8 +226,9 @@ def _max_pixels(tower: VisionTower, facts: ModelFacts, preprocessor: dict[str, A
         if v:
             return v, src
     mt = str((facts.raw_config or {}).get("model_type") or "")
-    return QWEN_VL_DEFAULT_MAX_PIXELS.get(mt, QWEN_VL_DEFAULT_MAX_PIXELS.get(tower.family, 12845056)), \
-        "the official checkpoints' preprocessor_config.json (not given)"
+    return QWEN_VL_DEFAULT_MAX_PIXELS.get(
+        mt, QWEN_VL_DEFAULT_MAX_PIXELS.get(tower.family, 12845056)
+    ), "the official checkpoints' preprocessor_config.json (not given)"
 
 
 @dataclass(frozen=True)
@@ -223,8 +238,9 @@ class ModalityItem:
     patches: int  # rows the vision blocks process
 
 
-def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preprocessor: dict[str, Any] | None,
-              mm_kwargs: Any) -> tuple[dict[str, ModalityItem], list[str]]:
+def max_items(
+    tower: VisionTower, facts: ModelFacts, max_model_len: int, preprocessor: dict[str, Any] | None, mm_kwargs: Any
+) -> tuple[dict[str, ModalityItem], list[str]]:
     """The item of each modality with the most features, as the processing info computes it."""
     notes: list[str] = []
     if tower.family == "vit":
@@ -235,7 +251,12 @@ def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preproc
         per_tile = max(1, side * side)
         tiles, how = 1, "one tile"
         mdp = cfg.get("max_dynamic_patch")
-        if isinstance(mdp, int) and not isinstance(mdp, bool) and 1 <= mdp <= 64 and cfg.get("dynamic_image_size", True):
+        if (
+            isinstance(mdp, int)
+            and not isinstance(mdp, bool)
+            and 1 <= mdp <= 64
+            and cfg.get("dynamic_image_size", True)
+        ):
             # InternVL: the most tiles a ratio i × j ≤ max_dynamic_patch gives, plus the thumbnail (vllm 0.33.0
             # vllm/transformers_utils/processors/internvl.py:70-98, models/internvl.py:155-189)
             tiles = mdp + (1 if cfg.get("use_thumbnail") and mdp != 1 else 0)
@@ -246,12 +267,14 @@ def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preproc
         else:
             per_tile_tokens = tower.tokens_per_image_config or per_tile
         patches, tokens = tiles * per_tile, tiles * per_tile_tokens
-        notes.append(f"vision tower profiled on {size}px {how}: {patches:,} patches, {tokens:,} tokens per image"
-                     + ("" if tiles > 1 or tower.encoder_decoder else "; other tiling processors are not modelled"))
+        notes.append(
+            f"vision tower profiled on {size}px {how}: {patches:,} patches, {tokens:,} tokens per image"
+            + ("" if tiles > 1 or tower.encoder_decoder else "; other tiling processors are not modelled")
+        )
         return {"image": ModalityItem("image", tokens, patches)}, notes
     mp, src = _max_pixels(tower, facts, preprocessor, mm_kwargs)
     img = qwen_image_grid(mp, tower.patch_size, tower.merge_size)
-    m2 = tower.merge_size ** 2
+    m2 = tower.merge_size**2
     notes.append(f"max_pixels {mp:,} from {src}: {img:,} tokens ({img * m2:,} patches) per image")
     items = {"image": ModalityItem("image", img, img * m2)}
     if tower.family in ("qwen2_vl", "qwen2_5_vl"):
@@ -268,10 +291,20 @@ def max_items(tower: VisionTower, facts: ModelFacts, max_model_len: int, preproc
 
 # vLLM 0.33's dummy options per modality (vllm/config/multimodal.py:211-236: count ≥ 0; sizes > 0; extra keys
 # forbidden for image, video and audio), checked by its ``limit_per_prompt`` validator (:471-495) at start-up
-_DUMMY_OPTIONS = {"image": ("count", "width", "height"), "video": ("count", "num_frames", "width", "height"),
-                  "audio": ("count", "length")}
-SIZE_KEYS = ("max_pixels", "min_pixels", "patch_size", "merge_size", "temporal_patch_size", "shortest_edge",
-             "longest_edge")
+_DUMMY_OPTIONS = {
+    "image": ("count", "width", "height"),
+    "video": ("count", "num_frames", "width", "height"),
+    "audio": ("count", "length"),
+}
+SIZE_KEYS = (
+    "max_pixels",
+    "min_pixels",
+    "patch_size",
+    "merge_size",
+    "temporal_patch_size",
+    "shortest_edge",
+    "longest_edge",
+)
 
 
 def _whole(v: Any) -> bool:
@@ -286,8 +319,11 @@ def limit_problems(raw: Any) -> list[str]:
     if isinstance(raw, str):
         text = raw.strip()[:4096]
         try:
-            raw = json.loads(text) if text.startswith("{") else {
-                k.strip(): int(v) for k, v in (kv.split("=", 1) for kv in text.split(",") if "=" in kv)}
+            raw = (
+                json.loads(text)
+                if text.startswith("{")
+                else {k.strip(): int(v) for k, v in (kv.split("=", 1) for kv in text.split(",") if "=" in kv)}
+            )
         except (ValueError, RecursionError):
             return ["must be a JSON object of modality: count or options, or the form image=1,video=0"]
     if not isinstance(raw, dict):
@@ -307,8 +343,12 @@ def limit_problems(raw: Any) -> list[str]:
                 out.append(f"{k}.{name}: not an option of {k} (allowed: {', '.join(allowed)})")
             elif name == "count" and not (_whole(x) and x >= 0):
                 out.append(f"{k}.count must be an integer ≥ 0")
-            elif name != "count" and (allowed is not None or name in ("width", "height")) and x is not None \
-                    and not (_whole(x) and x > 0):
+            elif (
+                name != "count"
+                and (allowed is not None or name in ("width", "height"))
+                and x is not None
+                and not (_whole(x) and x > 0)
+            ):
                 out.append(f"{k}.{name} must be a positive integer")
     return out
 
@@ -337,8 +377,11 @@ def _limits(raw: Any, default: int) -> dict[str, int]:
     if isinstance(raw, str):
         text = raw.strip()[:4096]
         try:
-            raw = json.loads(text) if text.startswith("{") else {
-                k.strip(): int(v) for k, v in (kv.split("=", 1) for kv in text.split(",") if "=" in kv)}
+            raw = (
+                json.loads(text)
+                if text.startswith("{")
+                else {k.strip(): int(v) for k, v in (kv.split("=", 1) for kv in text.split(",") if "=" in kv)}
+            )
         except ValueError:
             return out
     if isinstance(raw, dict):
@@ -402,14 +445,25 @@ def per_patch_bytes(tower: VisionTower, tp: int, act_bytes: int, version: tuple[
     W = tower.width
     attn = (attention_widths(tower, version) + (3 / tp if tp > 1 else 0)) * W
     mlp = 2 * W + (3 if tower.gated_mlp else 2) * tower.mlp_width / tp
-    pixels = tower.in_chans * tower.temporal_patch_size * tower.patch_size ** 2
+    pixels = tower.in_chans * tower.temporal_patch_size * tower.patch_size**2
     return int((max(attn, mlp) + pixels) * act_bytes)
 
 
-def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, act_bytes: int, weight_bytes: float,
-                    max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int, chunked_prefill: bool,
-                    preprocessor: dict[str, Any] | None,
-                    version: tuple[int, int, int] = (0, 33, 0)) -> EncoderProfile | None:
+def encoder_profile(
+    facts: ModelFacts,
+    args: Any,
+    *,
+    v1_engine: bool,
+    tp: int,
+    act_bytes: int,
+    weight_bytes: float,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    chunked_prefill: bool,
+    preprocessor: dict[str, Any] | None,
+    version: tuple[int, int, int] = (0, 33, 0),
+) -> EncoderProfile | None:
     """The encoder's share of the profile run for this launch, or None for a text-only model.
 
     ``weight_bytes``: bytes per vision parameter (the activation dtype: vision towers stay unquantized in the
@@ -426,8 +480,10 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
         # Qwen3-VL keeps one zeroed buffer of max_num_batched_tokens × hidden per deepstack level, allocated with
         # the model (vllm 0.33.0 vllm/model_executor/models/qwen3_vl.py:2030-2037): part of "model loading" memory
         vision_w += (tower.mergers - 1) * max_num_batched_tokens * facts.hidden_size * act_bytes
-    notes: list[str] = [f"vision tower {tower.family}: {tower.params / 1e6:.0f}M parameters, "
-                        + ("replicated (--mm-encoder-tp-mode data)" if data_mode else f"split over TP {tp}")]
+    notes: list[str] = [
+        f"vision tower {tower.family}: {tower.params / 1e6:.0f}M parameters, "
+        + ("replicated (--mm-encoder-tp-mode data)" if data_mode else f"split over TP {tp}")
+    ]
 
     def none(reason: str) -> EncoderProfile:
         return EncoderProfile(None, 0, 0, 0, 0, 0, 0, vision_w, None, reason, tuple(notes))
@@ -443,11 +499,66 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
         return none("limit_mm_per_prompt is 0 for every modality: no encoder profiling")
     per = per_patch_bytes(tower, tp_w, act_bytes, version)
     if v1_engine:
-        return _profile_v1(tower, active, limits, per, act_bytes, vision_w, notes, max_model_len,
-                           max_num_batched_tokens, max_num_seqs, chunked_prefill, tp, data_mode)
+        return _profile_v1(
+            tower,
+            active,
+            limits,
+            per,
+            act_bytes,
+            vision_w,
+            notes,
+            max_model_len,
+            max_num_batched_tokens,
+            max_num_seqs,
+            chunked_prefill,
+            tp,
+            data_mode,
+        )
+    return _profile_v0(
+        tower,
+        facts,
+        active,
+        limits,
+        default,
+        per,
+        act_bytes,
+        vision_w,
+        notes,
+        max_num_batched_tokens,
+        max_num_seqs,
+        version,
+        none,
+    )
+
+
+def _profile_v0(
+    tower: VisionTower,
+    facts: ModelFacts,
+    active: dict[str, ModalityItem],
+    limits: dict[str, int],
+    default: int,
+    per: int,
+    act_bytes: int,
+    vision_w: int,
+    notes: list[str],
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    version: tuple[int, int, int],
+    none: Callable[[str], EncoderProfile],
+) -> EncoderProfile:
+    """V0's profile run: the encoder-decoder runner's (mllama), else the decoder-only one's."""
     if tower.encoder_decoder:
-        return _encoder_decoder_v0(tower, facts, per, limits.get("image", default), max_num_seqs,
-                                   max_num_batched_tokens, act_bytes, vision_w, notes)
+        return _encoder_decoder_v0(
+            tower,
+            facts,
+            per,
+            limits.get("image", default),
+            max_num_seqs,
+            max_num_batched_tokens,
+            act_bytes,
+            vision_w,
+            notes,
+        )
     # V0 (vllm 0.6.6 vllm/worker/model_runner.py:1241-1262 profile_run): the sequences are cut by the registry's
     # max multimodal tokens — the sum over modalities of limit × tokens per item (video counted too) — and each
     # dummy sequence carries the dummy builder's items: images only in 0.6 (qwen2_vl.py:838-862
@@ -472,13 +583,37 @@ def encoder_profile(facts: ModelFacts, args: Any, *, v1_engine: bool, tp: int, a
     peak = patches_all * per + out
     modality, item = max(dummy.items(), key=lambda kv: (kv[1].tokens, kv[0]))
     notes.append(f"V0 profile: {seqs} sequence(s) with {', '.join(dummy)} items, {tokens_all:,} placeholder tokens")
-    return EncoderProfile(modality, item.tokens, item.patches, n, n, int(peak), int(out), vision_w, seqs, None,
-                          tuple(notes), text_tokens=max(max_num_batched_tokens, tokens_all))
+    return EncoderProfile(
+        modality,
+        item.tokens,
+        item.patches,
+        n,
+        n,
+        int(peak),
+        int(out),
+        vision_w,
+        seqs,
+        None,
+        tuple(notes),
+        text_tokens=max(max_num_batched_tokens, tokens_all),
+    )
 
 
-def _profile_v1(tower: VisionTower, active: dict[str, ModalityItem], limits: dict[str, int], per: int,
-                act_bytes: int, vision_w: int, notes: list[str], max_model_len: int, max_num_batched_tokens: int,
-                max_num_seqs: int, chunked_prefill: bool, tp: int, data_mode: bool) -> EncoderProfile:
+def _profile_v1(
+    tower: VisionTower,
+    active: dict[str, ModalityItem],
+    limits: dict[str, int],
+    per: int,
+    act_bytes: int,
+    vision_w: int,
+    notes: list[str],
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    chunked_prefill: bool,
+    tp: int,
+    data_mode: bool,
+) -> EncoderProfile:
     """The V1 encoder profile (the module docstring's formulas): the modality whose item has the most tokens, as
     many items as the encoder budget and the sequences hold, spread over the TP ranks in data mode."""
     modality, item = max(active.items(), key=lambda kv: (kv[1].tokens, kv[0]))
@@ -493,8 +628,9 @@ def _profile_v1(tower: VisionTower, active: dict[str, ModalityItem], limits: dic
     peak = on_rank * item.patches * per + on_rank * T * out_width * act_bytes
     out = n * T * out_width * act_bytes
     notes.append(f"encoder budget {budget:,} tokens: {n} {modality} item(s) of {T:,} tokens in the profile batch")
-    return EncoderProfile(modality, T, item.patches, n, on_rank, int(peak), int(out), vision_w, None, None,
-                          tuple(notes))
+    return EncoderProfile(
+        modality, T, item.patches, n, on_rank, int(peak), int(out), vision_w, None, None, tuple(notes)
+    )
 
 
 def mllama_image_geometry(tower: VisionTower) -> tuple[int, int]:
@@ -508,9 +644,17 @@ def mllama_image_geometry(tower: VisionTower) -> tuple[int, int]:
     return tower.max_num_tiles * padded, tower.max_num_tiles * per_tile
 
 
-def _encoder_decoder_v0(tower: VisionTower, facts: ModelFacts, per: int, limit: int, max_num_seqs: int,
-                        max_num_batched_tokens: int, act_bytes: int, vision_w: int,
-                        notes: list[str]) -> EncoderProfile:
+def _encoder_decoder_v0(
+    tower: VisionTower,
+    facts: ModelFacts,
+    per: int,
+    limit: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    act_bytes: int,
+    vision_w: int,
+    notes: list[str],
+) -> EncoderProfile:
     """V0's encoder-decoder profile run (mllama): unlike the decoder-only runner it does **not** cut the sequences
     for the multimodal tokens — all ``max_num_seqs`` dummy sequences of ``max_num_batched_tokens // max_num_seqs``
     tokens carry the encoder dummy data of ``limit_mm_per_prompt`` images (vllm 0.6.6
@@ -531,12 +675,33 @@ def _encoder_decoder_v0(tower: VisionTower, facts: ModelFacts, per: int, limit: 
     mask = images * patches * patches * act_bytes
     out = images * tokens * facts.hidden_size * act_bytes
     peak = mask + images * patches * per + out
-    notes.append(f"V0 encoder-decoder profile: {max_num_seqs} sequence(s), {images} image(s) of {tower.max_num_tiles} "
-                 f"tiles ({patches:,} padded patches, {tokens:,} cross-attention tokens each); aspect-ratio mask "
-                 f"{mask / (1 << 30):.2f} GiB")
-    return EncoderProfile("image", tokens, patches, images, images, int(peak), int(out), vision_w, max_num_seqs, None,
-                          tuple(notes), text_tokens=max_num_batched_tokens)
+    notes.append(
+        f"V0 encoder-decoder profile: {max_num_seqs} sequence(s), {images} image(s) of {tower.max_num_tiles} "
+        f"tiles ({patches:,} padded patches, {tokens:,} cross-attention tokens each); aspect-ratio mask "
+        f"{mask / (1 << 30):.2f} GiB"
+    )
+    return EncoderProfile(
+        "image",
+        tokens,
+        patches,
+        images,
+        images,
+        int(peak),
+        int(out),
+        vision_w,
+        max_num_seqs,
+        None,
+        tuple(notes),
+        text_tokens=max_num_batched_tokens,
+    )
 
 
-__all__ = ["VisionTower", "vision_tower", "encoder_profile", "EncoderProfile", "qwen_image_grid", "per_patch_bytes",
-           "mllama_image_geometry"]
+__all__ = [
+    "VisionTower",
+    "vision_tower",
+    "encoder_profile",
+    "EncoderProfile",
+    "qwen_image_grid",
+    "per_patch_bytes",
+    "mllama_image_geometry",
+]

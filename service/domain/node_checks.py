@@ -22,30 +22,47 @@ def check_facts(*, gpu: Gpu, gpu_count: int, gpus: list[dict[str, Any]] | None, 
     ``gpus`` out), and the message says how to replace or clear it. Raises DomainError naming the field."""
     if not gpus:
         return
-    hint = (" (the stored per-GPU list, kept because the request left `gpus` out: send the GPUs as read, or "
-            "`\"gpus\": null` to clear it)" if kept else "")
+    hint = (
+        " (the stored per-GPU list, kept because the request left `gpus` out: send the GPUs as read, or "
+        '`"gpus": null` to clear it)'
+        if kept
+        else ""
+    )
     if len(gpus) != gpu_count:
-        raise DomainError("gpus", f"gpus lists {len(gpus)} GPU(s) but gpu_count is {gpu_count}{hint}",
-                          rule="facts_inconsistent")
+        raise DomainError(
+            "gpus", f"gpus lists {len(gpus)} GPU(s) but gpu_count is {gpu_count}{hint}", rule="facts_inconsistent"
+        )
     seen: set[object] = set()
     first = str(gpus[0].get("name", ""))
     for i, g in enumerate(gpus):
         if g.get("index") in seen:
-            raise DomainError(f"gpus.{i}.index", f"GPU index {g.get('index')} is listed twice{hint}",
-                              rule="facts_inconsistent")
+            raise DomainError(
+                f"gpus.{i}.index", f"GPU index {g.get('index')} is listed twice{hint}", rule="facts_inconsistent"
+            )
         seen.add(g.get("index"))
         name = str(g.get("name", ""))
         if name.strip().lower() != first.strip().lower():
-            raise DomainError(f"gpus.{i}.name", f"the node mixes GPU models (gpus.0 is {first!r}, gpus.{i} is "
-                              f"{name!r}): Preflight validates a node as one GPU model; give each model its own "
-                              f"node{hint}", rule="facts_mixed_gpus")
+            raise DomainError(
+                f"gpus.{i}.name",
+                f"the node mixes GPU models (gpus.0 is {first!r}, gpus.{i} is "
+                f"{name!r}): Preflight validates a node as one GPU model; give each model its own "
+                f"node{hint}",
+                rule="facts_mixed_gpus",
+            )
     known = lookup(first)
-    same = (known.id == gpu.id) if known is not None else (gpu.id == "custom" and gpu.name.strip().lower()
-                                                             == first.strip().lower())
+    same = (
+        (known.id == gpu.id)
+        if known is not None
+        else (gpu.id == "custom" and gpu.name.strip().lower() == first.strip().lower())
+    )
     if not same:
-        raise DomainError("gpus.0.name", f"nvidia-smi's name {first!r} is "
-                          f"{known.id if known is not None else 'not in the GPU catalogue'}, but gpu is {gpu.id}"
-                          f"{' (' + gpu.name + ')' if gpu.id == 'custom' else ''}{hint}", rule="facts_inconsistent")
+        raise DomainError(
+            "gpus.0.name",
+            f"nvidia-smi's name {first!r} is "
+            f"{known.id if known is not None else 'not in the GPU catalogue'}, but gpu is {gpu.id}"
+            f"{' (' + gpu.name + ')' if gpu.id == 'custom' else ''}{hint}",
+            rule="facts_inconsistent",
+        )
 
 
 def hardware_claim(*, gpu_id: str, gpu: dict[str, Any], count: int, interconnect: str | None) -> dict[str, Any]:
@@ -55,24 +72,40 @@ def hardware_claim(*, gpu_id: str, gpu: dict[str, Any], count: int, interconnect
     # memory is compared at boot only when it is a figure nvidia-smi reports (a custom GPU's, or a catalogue entry
     # with one): a marketed size (A10G: 24 GiB sold, 23028 MiB reported) would be drift on every healthy node
     exact = known is None or known.memory_source.startswith("nvidia-smi")
-    return {"gpu_id": gpu_id, "gpu_name": str(gpu.get("name") or gpu_id), "memory_bytes": int(gpu["memory_bytes"]),
-            "memory_checked": exact, "compute_capability": gpu.get("compute_capability"), "count": int(count),
-            "interconnect": interconnect}
+    return {
+        "gpu_id": gpu_id,
+        "gpu_name": str(gpu.get("name") or gpu_id),
+        "memory_bytes": int(gpu["memory_bytes"]),
+        "memory_checked": exact,
+        "compute_capability": gpu.get("compute_capability"),
+        "count": int(count),
+        "interconnect": interconnect,
+    }
 
 
-def memory_claim(*, effective: dict[str, Any], budget: dict[str, Any] | None, kv_cache_memory_bytes: int | None,
-                 gpus_used: int, gpus_per_node: int) -> dict[str, Any]:
+def memory_claim(
+    *,
+    effective: dict[str, Any],
+    budget: dict[str, Any] | None,
+    kv_cache_memory_bytes: int | None,
+    gpus_used: int,
+    gpus_per_node: int,
+) -> dict[str, Any]:
     """What vLLM 0.33 will request of each GPU it uses (vllm/v1/worker/utils.py:716-772): the utilization it runs
     with (defaults applied), ``kv_cache_memory_bytes`` when set, the weights per GPU the budget counted, and how many
     of the node's GPUs the launch uses (the topology's GPUs per node: domain/topology.py ``local_world``)."""
     used = min(gpus_per_node, max(1, int(gpus_used)))
-    return {"gpu_memory_utilization": float(effective.get("gpu_memory_utilization") or 0.92),
-            "kv_cache_memory_bytes": int(kv_cache_memory_bytes) if kv_cache_memory_bytes is not None else None,
-            "weights_bytes_per_gpu": int((budget or {}).get("weights_bytes_per_gpu") or 0), "gpus": used}
+    return {
+        "gpu_memory_utilization": float(effective.get("gpu_memory_utilization") or 0.92),
+        "kv_cache_memory_bytes": int(kv_cache_memory_bytes) if kv_cache_memory_bytes is not None else None,
+        "weights_bytes_per_gpu": int((budget or {}).get("weights_bytes_per_gpu") or 0),
+        "gpus": used,
+    }
 
 
-def node_checks_claim(*, hardware: dict[str, Any], memory: dict[str, Any],
-                      weights: dict[str, Any] | None) -> dict[str, Any]:
+def node_checks_claim(
+    *, hardware: dict[str, Any], memory: dict[str, Any], weights: dict[str, Any] | None
+) -> dict[str, Any]:
     out: dict[str, Any] = {"hardware": hardware, "memory": memory}
     if weights:
         out["weights"] = weights

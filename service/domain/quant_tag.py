@@ -27,7 +27,9 @@ class QuantTag:
     params: dict[str, str] = field(default_factory=dict)
 
 
-def parse_quantization_txt(text: str, accepted: tuple[str, ...], field_name: str = "model.quantization_txt") -> QuantTag:
+def parse_quantization_txt(
+    text: str, accepted: tuple[str, ...], field_name: str = "model.quantization_txt"
+) -> QuantTag:
     """Parse the tag file text.
 
     ``accepted`` is the target version's quantization method names. Raises DomainError when the file is empty,
@@ -39,7 +41,9 @@ def parse_quantization_txt(text: str, accepted: tuple[str, ...], field_name: str
         if line:
             lines.append(line)
     if not lines:
-        raise DomainError(field_name, "quantization.txt has no method line (only comments or blank)", rule="quant_tag_empty")
+        raise DomainError(
+            field_name, "quantization.txt has no method line (only comments or blank)", rule="quant_tag_empty"
+        )
     method = lines[0].lower()
     if method != "none" and method not in accepted:
         raise DomainError(

@@ -79,19 +79,31 @@ def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, An
     cannot be judged (as ``validate`` does)."""
     given = _norm(request.engine_args)
     wl = request.workload
-    f = _Fill(request, given, dict(given), [], wl.stage if wl and wl.stage else "initial",
-              build_context(request).facts.derived_max_model_len)
+    f = _Fill(
+        request,
+        given,
+        dict(given),
+        [],
+        wl.stage if wl and wl.stage else "initial",
+        build_context(request).facts.derived_max_model_len,
+    )
     _fill_max_model_len(f)  # before TP: the PCIe choice depends on it
     _fill_chunked_prefill(f)
     _fill_batched_tokens(f)
     if f.wants("enforce_eager"):
-        f.explain("enforce_eager", False, "CUDA graphs on: 10-20 % faster than eager; eager is for debugging only "
-                  "(docs/operating.md §7)")
+        f.explain(
+            "enforce_eager",
+            False,
+            "CUDA graphs on: 10-20 % faster than eager; eager is for debugging only (docs/operating.md §7)",
+        )
     if f.wants("gpu_memory_utilization"):
         util_target = STAGES[f.stage][0]
-        f.explain("gpu_memory_utilization", util_target,
-                  f"stage {f.stage}: {util_target} ({'conservative start' if f.stage == 'initial' else 'production cap'}; "
-                  "docs/operating.md §3, §9 — vLLM's own default 0.92 is above the production cap)")
+        f.explain(
+            "gpu_memory_utilization",
+            util_target,
+            f"stage {f.stage}: {util_target} ({'conservative start' if f.stage == 'initial' else 'production cap'}; "
+            "docs/operating.md §3, §9 — vLLM's own default 0.92 is above the production cap)",
+        )
     _fill_tensor_parallel(f)
     _fill_max_num_seqs(f)
     return f.args, f.why
@@ -102,10 +114,13 @@ def _fill_max_model_len(f: _Fill) -> None:
     wl = f.workload
     if not f.wants("max_model_len") or not wl or not wl.p99_seq_len:
         return
-    f.explain("max_model_len", recommended_max_model_len(wl.p99_seq_len, f.derived),
-              f"P99 {wl.p99_seq_len} tokens × 1.2 = {p99_with_headroom(wl.p99_seq_len)}, rounded up to a multiple of "
-              f"1024, capped at the model's maximum {f.derived} (docs/operating.md §4: from the traffic, not the model "
-              f"card)")
+    f.explain(
+        "max_model_len",
+        recommended_max_model_len(wl.p99_seq_len, f.derived),
+        f"P99 {wl.p99_seq_len} tokens × 1.2 = {p99_with_headroom(wl.p99_seq_len)}, rounded up to a multiple of "
+        f"1024, capped at the model's maximum {f.derived} (docs/operating.md §4: from the traffic, not the model "
+        f"card)",
+    )
 
 
 def _fill_chunked_prefill(f: _Fill) -> None:
@@ -114,10 +129,14 @@ def _fill_chunked_prefill(f: _Fill) -> None:
         return
     wl = f.workload
     short = bool(wl and wl.p99_seq_len and wl.p99_seq_len < SHORT_PROMPTS)
-    f.explain("enable_chunked_prefill", not short,
-              "every prompt is short (P99 < 512 tokens): chunking gains nothing (docs/operating.md §6)" if short else
-              "on: long prompts are cut into chunks so decodes keep running between them (docs/operating.md §6); "
-              "vLLM 0.33's default too")
+    f.explain(
+        "enable_chunked_prefill",
+        not short,
+        "every prompt is short (P99 < 512 tokens): chunking gains nothing (docs/operating.md §6)"
+        if short
+        else "on: long prompts are cut into chunks so decodes keep running between them (docs/operating.md §6); "
+        "vLLM 0.33's default too",
+    )
 
 
 def _fill_batched_tokens(f: _Fill) -> None:
@@ -127,8 +146,9 @@ def _fill_batched_tokens(f: _Fill) -> None:
     wl = f.workload
     shape = wl.shape if wl and wl.shape else None
     mnbt = MNBT_BY_SHAPE.get(shape or "balanced", 8192)
-    reason = (f"workload shape {shape}: " if shape else "no workload shape: the guide's starting point ") + \
-        f"{mnbt} tokens per step (docs/operating.md §6: 4096 long-in/short-out, 8192 balanced, 16384 short-in/long-out)"
+    reason = (
+        f"workload shape {shape}: " if shape else "no workload shape: the guide's starting point "
+    ) + f"{mnbt} tokens per step (docs/operating.md §6: 4096 long-in/short-out, 8192 balanced, 16384 short-in/long-out)"
     if not f.args.get("enable_chunked_prefill", True):
         mml_now = int(f.args.get("max_model_len") or f.derived)
         if mnbt < mml_now:
@@ -145,8 +165,10 @@ def _fill_tensor_parallel(f: _Fill) -> None:
     limit = hw.count // int(f.args.get("pipeline_parallel_size", 1) or 1)
     tps = valid_tps(f.request, max(1, limit))
     choice = tps[-1] if tps else 1
-    reason = (f"the largest TP up to the node's {hw.count} GPUs that the model accepts "
-              f"(valid: {tps}); spreading weights thin leaves each GPU more KV cache (docs/operating.md §2)")
+    reason = (
+        f"the largest TP up to the node's {hw.count} GPUs that the model accepts "
+        f"(valid: {tps}); spreading weights thin leaves each GPU more KV cache (docs/operating.md §2)"
+    )
     if hw.interconnect == "pcie":
         for t in tps:
             try:
@@ -155,8 +177,10 @@ def _fill_tensor_parallel(f: _Fill) -> None:
                 continue
             if b.fits_max_model_len and (b.max_num_seqs_bound or 0) >= 1:
                 choice = t
-                reason = (f"PCIe node (no NVLink): the smallest valid TP ({t}, of {tps}) whose KV cache holds "
-                          "one max_model_len request; all-reduce over PCIe makes larger TP slower (docs/operating.md §2)")
+                reason = (
+                    f"PCIe node (no NVLink): the smallest valid TP ({t}, of {tps}) whose KV cache holds "
+                    "one max_model_len request; all-reduce over PCIe makes larger TP slower (docs/operating.md §2)"
+                )
                 break
     f.explain("tensor_parallel_size", choice, reason)
 
@@ -170,15 +194,20 @@ def _fill_max_num_seqs(f: _Fill) -> None:
     trial = {**f.args, "max_num_seqs": 256}
     for _ in range(2):
         b = _budget_for(f.request, trial)
-        mns = min(max(1, int((b.max_num_seqs_bound or 0) * fraction)),
-                  int(trial.get("max_num_batched_tokens") or b.profiled_tokens))
+        mns = min(
+            max(1, int((b.max_num_seqs_bound or 0) * fraction)),
+            int(trial.get("max_num_batched_tokens") or b.profiled_tokens),
+        )
         trial["max_num_seqs"] = mns
     wl = f.workload
-    f.explain("max_num_seqs", mns,
-              f"bound = KV pool {format_gib(b.kv_cache_bytes_per_gpu)} GiB / ({b.kv_bytes_per_token_per_gpu:,} B/token "
-              f"× {b.max_num_seqs_bound_seq_len} tokens"
-              f"{' average' if wl and wl.avg_seq_len else ' (max_model_len; no average given)'}) ≈ "
-              f"{b.max_num_seqs_bound}; stage {f.stage} takes {fraction} × bound (docs/operating.md §5, §9)")
+    f.explain(
+        "max_num_seqs",
+        mns,
+        f"bound = KV pool {format_gib(b.kv_cache_bytes_per_gpu)} GiB / ({b.kv_bytes_per_token_per_gpu:,} B/token "
+        f"× {b.max_num_seqs_bound_seq_len} tokens"
+        f"{' average' if wl and wl.avg_seq_len else ' (max_model_len; no average given)'}) ≈ "
+        f"{b.max_num_seqs_bound}; stage {f.stage} takes {fraction} × bound (docs/operating.md §5, §9)",
+    )
 
 
 def recommended_budget(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, Any]], Budget]:

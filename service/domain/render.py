@@ -51,13 +51,18 @@ def model_reference_problem(ref: str) -> str | None:
         return f"model reference {ref!r} begins with '-': vLLM's parser would read it as an option"
     if ".." in ref.split("/") or "/../" in ref:
         return f"model reference {ref!r} contains '..'"
-    if (_ASCII_SPACE_OR_CONTROL.search(ref) if ref.isascii() else
-            display_text_problem(ref) or any(unicodedata.category(c) == "Zs" for c in ref)):
+    if (
+        _ASCII_SPACE_OR_CONTROL.search(ref)
+        if ref.isascii()
+        else display_text_problem(ref) or any(unicodedata.category(c) == "Zs" for c in ref)
+    ):
         return f"model reference {ref!r} contains spaces or invisible formatting characters"
     if _URI.fullmatch(ref) or _PATH.fullmatch(ref) or (_REPO_ID.fullmatch(ref) and ".." not in ref):
         return None
-    return (f"model reference {ref!r} is neither a Hugging Face repository id (org/name), an absolute path, nor an "
-            f"s3:// / gs:// / az:// URI")
+    return (
+        f"model reference {ref!r} is neither a Hugging Face repository id (org/name), an absolute path, nor an "
+        f"s3:// / gs:// / az:// URI"
+    )
 
 
 def _value_strings(opt: Option, value: Any) -> list[str]:
@@ -130,7 +135,7 @@ def render_argv(ctx: LaunchContext, model: str | None = None, args: dict[str, An
     if args is None:
         args = validated_arguments(ctx)
     order = [n for n in PINNED] + (["pipeline_parallel_size"] if "pipeline_parallel_size" in args else [])
-    order += (["quantization"] if "quantization" in args else [])
+    order += ["quantization"] if "quantization" in args else []
     order += sorted(n for n in args if n not in order)
     for name in order:
         opt = ctx.line.options.get(name)
@@ -227,8 +232,10 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
             want_many = opt.is_list and not opt.appends
             while i < len(rest) and not _looks_like_option(rest[i]):
                 if rest[i][:1] == "-" and "." in rest[i]:
-                    raise ArgvError(f"{rest[i]!r}: vLLM reads an element that begins with '-' and holds a '.' as a "
-                                    f"dotted key, not as the value of {key}")
+                    raise ArgvError(
+                        f"{rest[i]!r}: vLLM reads an element that begins with '-' and holds a '.' as a "
+                        f"dotted key, not as the value of {key}"
+                    )
                 taken.append(rest[i])
                 i += 1
                 if not want_many:
@@ -259,8 +266,9 @@ def _read_scalar(dest: str, opt: Option, text: str) -> Any:
     return scalar(dest, opt, text)
 
 
-def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit,
-                       expected: dict[str, Any] | None = None) -> list[Finding]:
+def roundtrip_findings(
+    ctx: LaunchContext, argv: list[str], emit: Emit, expected: dict[str, Any] | None = None
+) -> list[Finding]:
     """The rendered argv, parsed back, must give exactly the validated arguments and the intended model (the
     ``argv_roundtrip`` rule's findings, built with its ``emit``). ``expected``: ``validated_arguments(ctx)`` when
     the caller already computed it (it is not modified)."""
@@ -269,32 +277,44 @@ def roundtrip_findings(ctx: LaunchContext, argv: list[str], emit: Emit,
         argv = [*argv[:2], "model", *argv[3:]]
     problem = model_reference_problem(argv[2]) if len(argv) > 2 else "no model argument"
     if problem:
-        return [emit.error(
-            "model_reference",
-            f"{problem}; Preflight will not sign a command whose model vLLM could read as something else.",
-            remedy={"uri": "a repository id, an absolute path or an s3:// URI"}, field="model.uri",
-        )]
+        return [
+            emit.error(
+                "model_reference",
+                f"{problem}; Preflight will not sign a command whose model vLLM could read as something else.",
+                remedy={"uri": "a repository id, an absolute path or an s3:// URI"},
+                field="model.uri",
+            )
+        ]
     if expected is None:
         expected = validated_arguments(ctx)
     try:
         model, parsed = parse_argv(argv, ctx.line)
     except ArgvError as e:
-        return [emit.error(
-            "argv_roundtrip",
-            f"The rendered vllm serve argv does not parse back to the validated arguments: {e}.",
-            remedy=None, field="engine_args",
-        )]
+        return [
+            emit.error(
+                "argv_roundtrip",
+                f"The rendered vllm serve argv does not parse back to the validated arguments: {e}.",
+                remedy=None,
+                field="engine_args",
+            )
+        ]
     # equal dicts have no differing key under _norm either (rounding equal floats gives equal floats); the key walk
     # runs only when they differ, to name the differences
-    diffs = [] if parsed == expected else sorted(
-        k for k in set(expected) | set(parsed) if _norm(expected.get(k)) != _norm(parsed.get(k)))
+    diffs = (
+        []
+        if parsed == expected
+        else sorted(k for k in set(expected) | set(parsed) if _norm(expected.get(k)) != _norm(parsed.get(k)))
+    )
     if model != argv[2] or diffs:
         shown = ", ".join(f"{k}: validated {expected.get(k)!r}, parsed {parsed.get(k)!r}" for k in diffs[:5])
-        return [emit.error(
-            "argv_roundtrip",
-            f"The rendered vllm serve argv parses back to other arguments than the ones validated ({shown}).",
-            remedy=None, field="engine_args",
-        )]
+        return [
+            emit.error(
+                "argv_roundtrip",
+                f"The rendered vllm serve argv parses back to other arguments than the ones validated ({shown}).",
+                remedy=None,
+                field="engine_args",
+            )
+        ]
     return []
 
 

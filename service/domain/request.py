@@ -34,13 +34,14 @@ class Checkpoint(Strict):
     layout: Literal["merged", "tp_sharded"] = Field(
         default="merged",
         description="merged: one checkpoint vLLM splits at load time; tp_sharded: saved per rank (loads "
-                    "only at the tensor and pipeline parallel sizes it was saved at).")
+        "only at the tensor and pipeline parallel sizes it was saved at).",
+    )
     tensor_parallel_size: Annotated[int, Field(ge=1, le=1024, strict=True)] | None = Field(
-        default=None,
-        description="For a tp_sharded checkpoint: the tensor parallel size it was saved at.")
+        default=None, description="For a tp_sharded checkpoint: the tensor parallel size it was saved at."
+    )
     pipeline_parallel_size: Annotated[int, Field(ge=1, le=1024, strict=True)] | None = Field(
-        default=None,
-        description="For a tp_sharded checkpoint: the pipeline parallel size it was saved at.")
+        default=None, description="For a tp_sharded checkpoint: the pipeline parallel size it was saved at."
+    )
 
     @model_validator(mode="after")
     def _sharded_needs_tp(self) -> Checkpoint:
@@ -54,31 +55,37 @@ class ModelSpec(Strict):
     config.json, quantization.txt, hf_quant_config.json and model.safetensors.index.json instead)."""
 
     name: DisplayStr | None = Field(
-        default=None, max_length=512,
-        description="The model's name (a label: Hugging Face id or your own).")
+        default=None, max_length=512, description="The model's name (a label: Hugging Face id or your own)."
+    )
     # judged with the other findings (render.model_reference_problem, rule model_reference: bidi, spaces, ``..``)
     uri: str | None = Field(default=None, max_length=2048, description="Where the node loads the weights from.")
     path: str | None = Field(default=None, max_length=4096, description="CLI only: a local model directory.")
     config: dict[str, Any] | None = Field(
         default=None,
-        description="The model's config.json, as a JSON object: what every rule and the memory model read.")
+        description="The model's config.json, as a JSON object: what every rule and the memory model read.",
+    )
     hf_quant_config: dict[str, Any] | None = Field(
-        default=None,
-        description="hf_quant_config.json (ModelOpt checkpoints), when the checkpoint has one.")
+        default=None, description="hf_quant_config.json (ModelOpt checkpoints), when the checkpoint has one."
+    )
     preprocessor_config: dict[str, Any] | None = Field(
-        default=None, description="The checkpoint's preprocessor_config.json (multimodal models: image size limits "
-                                  "for the encoder's memory profile).")
+        default=None,
+        description="The checkpoint's preprocessor_config.json (multimodal models: image size limits "
+        "for the encoder's memory profile).",
+    )
     quantization_txt: str | None = Field(
-        default=None, max_length=65536,
+        default=None,
+        max_length=65536,
         description="The weight version's quantization.txt (its format tag, e.g. fp8 or awq): the "
-                    "quantization Preflight renders.")
+        "quantization Preflight renders.",
+    )
     checkpoint: Checkpoint = Field(
-        default_factory=Checkpoint,
-        description="How the weights are laid out on disk (merged or saved per rank).")
+        default_factory=Checkpoint, description="How the weights are laid out on disk (merged or saved per rank)."
+    )
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = Field(
         default=None,
         description="Total size of the weight files in bytes; when given, the memory model splits it "
-                    "instead of estimating from config.json.")
+        "instead of estimating from config.json.",
+    )
 
     @field_validator("preprocessor_config")
     @classmethod
@@ -94,11 +101,11 @@ class ModelSpec(Strict):
 class CustomGpu(Strict):
     name: DisplayStr = Field(max_length=256, description="The GPU's name (as nvidia-smi prints it).")
     compute_capability: DisplayStr | float | None = Field(
-        default=None,
-        description="Compute capability, e.g. \"9.0\" (H100) or 8.9.")
+        default=None, description='Compute capability, e.g. "9.0" (H100) or 8.9.'
+    )
     memory_bytes: Annotated[int, Field(ge=1 << 30, le=1 << 42, strict=True)] | None = Field(
-        default=None,
-        description="Memory per GPU in bytes (as nvidia-smi reports its total).")
+        default=None, description="Memory per GPU in bytes (as nvidia-smi reports its total)."
+    )
 
 
 class Hardware(Strict):
@@ -106,18 +113,18 @@ class Hardware(Strict):
     ``count``: GPUs per node; ``nodes``: number of nodes; ``interconnect``: ``nvlink``, ``pcie`` or null (unknown)."""
 
     gpu: DisplayStr | CustomGpu = Field(
-        description="A GPU catalogue id (e.g. h100-sxm-80gb), the name nvidia-smi prints, or an inline GPU "
-                    "description.")
+        description="A GPU catalogue id (e.g. h100-sxm-80gb), the name nvidia-smi prints, or an inline GPU description."
+    )
     count: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE, strict=True)] = Field(
-        default=1,
-        description="GPUs per node.")
+        default=1, description="GPUs per node."
+    )
     nodes: Annotated[int, Field(ge=1, le=MAX_NODES, strict=True)] = Field(
-        default=1,
-        description="Nodes one vLLM instance spans (multi-node: tensor or pipeline parallel across nodes).")
+        default=1, description="Nodes one vLLM instance spans (multi-node: tensor or pipeline parallel across nodes)."
+    )
     interconnect: Literal["nvlink", "pcie"] | None = Field(
         default=None,
-        description="nvlink or pcie between the node's GPUs (judges tensor parallel over PCIe); unknown "
-                    "when left out.")
+        description="nvlink or pcie between the node's GPUs (judges tensor parallel over PCIe); unknown when left out.",
+    )
 
 
 class Workload(Strict):
@@ -126,19 +133,23 @@ class Workload(Strict):
     avg_seq_len: Annotated[int, Field(ge=1, le=MAX_SEQ, strict=True)] | None = Field(
         default=None,
         description="Average tokens per request (prompt + output): sizes the max_num_seqs bound "
-                    "(docs/operating.md §5).")
+        "(docs/operating.md §5).",
+    )
     p99_seq_len: Annotated[int, Field(ge=1, le=MAX_SEQ, strict=True)] | None = Field(
         default=None,
         description="P99 of tokens per request: sizes max_model_len (min(P99 × 1.2, the model's maximum), "
-                    "docs/operating.md §4).")
+        "docs/operating.md §4).",
+    )
     shape: Literal["long_in_short_out", "short_in_long_out", "balanced"] | None = Field(
         default=None,
         description="long_in_short_out, short_in_long_out or balanced: picks max_num_batched_tokens (4096, "
-                    "16384, 8192; docs/operating.md §6).")
+        "16384, 8192; docs/operating.md §6).",
+    )
     stage: Literal["initial", "production"] | None = Field(
         default=None,
         description="initial (the conservative start: utilization 0.85, 0.5 × the max_num_seqs bound) or "
-                    "production (0.90, 0.75 × bound); docs/operating.md §9.")
+        "production (0.90, 0.75 × bound); docs/operating.md §9.",
+    )
 
 
 class LaunchRequest(Strict):
@@ -146,27 +157,31 @@ class LaunchRequest(Strict):
 
     model: ModelSpec = Field(
         description="The model: its config.json (or a local path for the CLI), quantization tag, checkpoint"
-                    " layout, size.")
+        " layout, size."
+    )
     hardware: Hardware = Field(description="The GPUs the launch runs on.")
     environment: Literal["production", "benchmark"] = Field(
         default="production",
-        description="production (the operators' policy applies: warnings for what it advises against) or "
-                    "benchmark.")
+        description="production (the operators' policy applies: warnings for what it advises against) or benchmark.",
+    )
     workload: Workload | None = Field(
         default=None,
-        description="Expected traffic; with it, left-out engine arguments are filled with recommended "
-                    "values.")
+        description="Expected traffic; with it, left-out engine arguments are filled with recommended values.",
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="vllm serve options by name (max_model_len, --max-model-len or -tp spellings), with "
-                    "JSON values as vLLM's parser reads them.")
+        "JSON values as vLLM's parser reads them.",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment variables for the vLLM process (e.g. VLLM_ALLOW_LONG_MAX_MODEL_LEN).",
     )
     vllm_version: str | None = Field(
-        default=None, max_length=32,
-        description="The vLLM release the launch targets (default: the newest line Preflight knows).")
+        default=None,
+        max_length=32,
+        description="The vLLM release the launch targets (default: the newest line Preflight knows).",
+    )
     config_provenance: str | None = Field(
         default=None, max_length=8192, description="Free text: where the config.json came from (kept, not judged)."
     )
@@ -185,5 +200,7 @@ class LaunchRequest(Strict):
             raise ValueError("engine_args has more than 200 entries")
         for key, value in self.env.items():
             if not ENV_NAME.fullmatch(key) or len(value) > 4096 or "\x00" in value:
-                raise ValueError(f"env: {key!r} is not a valid environment variable name (A-Z, 0-9, _) or its value is too long")
+                raise ValueError(
+                    f"env: {key!r} is not a valid environment variable name (A-Z, 0-9, _) or its value is too long"
+                )
         return self

@@ -68,19 +68,29 @@ def check_waves(waves: Sequence[Wave]) -> None:
     previous = 0
     for i, w in enumerate(waves):
         if not 1 <= w.percent <= 100:
-            raise DomainError(f"waves.{i}.percent", f"wave {i} percent {w.percent} is not between 1 and 100",
-                              rule="rollout_waves")
+            raise DomainError(
+                f"waves.{i}.percent", f"wave {i} percent {w.percent} is not between 1 and 100", rule="rollout_waves"
+            )
         if w.percent <= previous:
-            raise DomainError(f"waves.{i}.percent", f"wave {i} percent {w.percent} does not rise above the wave "
-                              f"before ({previous}): percents are cumulative shares of the nodes",
-                              rule="rollout_waves")
+            raise DomainError(
+                f"waves.{i}.percent",
+                f"wave {i} percent {w.percent} does not rise above the wave "
+                f"before ({previous}): percents are cumulative shares of the nodes",
+                rule="rollout_waves",
+            )
         if not 0 <= w.bake_s <= MAX_BAKE_S:
-            raise DomainError(f"waves.{i}.bake_s", f"wave {i} bake_s {w.bake_s} is not between 0 and {MAX_BAKE_S}",
-                              rule="rollout_waves")
+            raise DomainError(
+                f"waves.{i}.bake_s",
+                f"wave {i} bake_s {w.bake_s} is not between 0 and {MAX_BAKE_S}",
+                rule="rollout_waves",
+            )
         previous = w.percent
     if waves[-1].percent != 100:
-        raise DomainError(f"waves.{len(waves) - 1}.percent", f"the last wave is at {waves[-1].percent} percent: it "
-                          f"must be 100 (a rollout ends with every node changed)", rule="rollout_waves")
+        raise DomainError(
+            f"waves.{len(waves) - 1}.percent",
+            f"the last wave is at {waves[-1].percent} percent: it must be 100 (a rollout ends with every node changed)",
+            rule="rollout_waves",
+        )
 
 
 def units(order: Sequence[str], together: Iterable[Iterable[str]]) -> list[tuple[str, ...]]:
@@ -129,6 +139,7 @@ def wave_units(unit_list: Sequence[tuple[str, ...]], waves: Sequence[Wave]) -> l
 
 # -- gates ---------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Observed:
     """What one node said about the rollout's plan for it since it was signed (``at`` in seconds, any epoch)."""
@@ -162,26 +173,38 @@ def node_outcome(o: Observed, gates: Gates, now: float, metrics_gate: MetricsGat
     timeout and gates judge the instance) and is ready when its head is. The evidence says what was seen."""
     if o.failure is not None:
         status, at, message = o.failure
-        return Outcome("failed", f"report_{status}", {"status": status, "after_s": round(at - o.signed_at, 3),
-                                                      **({"exit_status": o.exit_status}
-                                                         if o.exit_status is not None else {}),
-                                                      **({"message": message[:500]} if message else {})})
+        return Outcome(
+            "failed",
+            f"report_{status}",
+            {
+                "status": status,
+                "after_s": round(at - o.signed_at, 3),
+                **({"exit_status": o.exit_status} if o.exit_status is not None else {}),
+                **({"message": message[:500]} if message else {}),
+            },
+        )
     if o.head_ready is not None:
         return Outcome("ready", None, {"ready_with_head": True}) if o.head_ready else Outcome("pending")
     if o.running_at is not None:
         ev: dict[str, Any] = {"running_after_s": round(o.running_at - o.signed_at, 3)}
         if o.measured_kv_tokens is not None and o.predicted_kv_tokens:
             err = o.measured_kv_tokens / o.predicted_kv_tokens - 1
-            ev.update(predicted_kv_tokens=o.predicted_kv_tokens, measured_kv_tokens=o.measured_kv_tokens,
-                      kv_relative_error=round(err, 4))
+            ev.update(
+                predicted_kv_tokens=o.predicted_kv_tokens,
+                measured_kv_tokens=o.measured_kv_tokens,
+                kv_relative_error=round(err, 4),
+            )
             if gates.kv_tolerance is not None and abs(err) > gates.kv_tolerance:
                 ev["kv_tolerance"] = gates.kv_tolerance
                 return Outcome("failed", "kv_out_of_range", ev)
         if gates.kv_tolerance is None:
             ev["kv_gate"] = "not judged: kv_tolerance is null"
         elif "kv_relative_error" not in ev:  # said, so that a gate that judged nothing is not read as passed
-            ev["kv_gate"] = ("not judged: the running report carried no KV cache figure" if o.predicted_kv_tokens
-                             else "not judged: the plan has no KV cache prediction")
+            ev["kv_gate"] = (
+                "not judged: the running report carried no KV cache figure"
+                if o.predicted_kv_tokens
+                else "not judged: the plan has no KV cache prediction"
+            )
         if metrics_gate is not None:
             verdict = metrics_gate(o)
             if verdict is not None and verdict.state != "ready":
@@ -210,6 +233,7 @@ def unit_outcome(members: Sequence[Outcome], heads: Sequence[bool] | None = None
 
 
 # -- the state machine ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class View:
@@ -247,8 +271,9 @@ def step(v: View, now: float) -> Decision:
     if v.state in RESTORING:
         return Decision("restore", v.state, v.wave)
     if v.failures > v.failure_limit:
-        return Decision("halt", "halted", v.wave, f"{v.failures} unit(s) failed, more than failure_limit "
-                                                 f"{v.failure_limit}")
+        return Decision(
+            "halt", "halted", v.wave, f"{v.failures} unit(s) failed, more than failure_limit {v.failure_limit}"
+        )
     if v.state == "paused":
         return Decision("none", "paused", v.wave)
     if v.state == "pending":
@@ -292,14 +317,16 @@ def command(state: str, verb: str, promoted: bool = False) -> str:
     if state in FINAL:
         raise DomainError("state", f"the rollout is {state}: nothing to {verb}", rule="rollout_final")
     if state == "aborting" or (state == "rolling_back" and verb != "abort"):
-        raise DomainError("state", f"the rollout is {state} (its nodes are being restored): nothing to {verb}",
-                          rule="rollout_state")
+        raise DomainError(
+            "state", f"the rollout is {state} (its nodes are being restored): nothing to {verb}", rule="rollout_state"
+        )
     if verb == "pause":
         if state == "paused":
             raise DomainError("state", "the rollout is already paused", rule="rollout_state")
         if state == "halted":
-            raise DomainError("state", "the rollout is halted (being rolled back): nothing to pause",
-                              rule="rollout_state")
+            raise DomainError(
+                "state", "the rollout is halted (being rolled back): nothing to pause", rule="rollout_state"
+            )
         return "paused"
     if verb == "resume":
         if state != "paused":
@@ -307,11 +334,15 @@ def command(state: str, verb: str, promoted: bool = False) -> str:
         return "resume"
     if verb == "promote":
         if state not in ("waiting", "baking", "pending"):
-            raise DomainError("state", f"the rollout is {state}: promote skips the bake of a running wave (resume "
-                              f"a paused rollout first)", rule="rollout_state")
+            raise DomainError(
+                "state",
+                f"the rollout is {state}: promote skips the bake of a running wave (resume a paused rollout first)",
+                rule="rollout_state",
+            )
         if promoted:
-            raise DomainError("state", "already promoted: the current wave's bake is skipped once it settles",
-                              rule="rollout_state")
+            raise DomainError(
+                "state", "already promoted: the current wave's bake is skipped once it settles", rule="rollout_state"
+            )
         return state
     if verb == "abort":
         return "aborted"

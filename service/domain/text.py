@@ -31,8 +31,10 @@ def escape_invisible(text: str, keep: str = "") -> str:
     (``\\U0010XXXX`` above the BMP), the characters of ``keep`` (e.g. a newline) left as they are."""
     if text.isascii() and text.isprintable():
         return text
-    return "".join(ch if ch in keep or not _hidden(ch) else
-                   (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}") for ch in text)
+    return "".join(
+        ch if ch in keep or not _hidden(ch) else (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+        for ch in text
+    )
 
 
 def printable(text: str, keep: str = "") -> str:
@@ -41,8 +43,7 @@ def printable(text: str, keep: str = "") -> str:
     the characters of ``keep`` (e.g. newlines and tabs) left as they are."""
     if text.isascii() and text.isprintable():
         return text
-    return "".join(ch if ch in keep or not _hidden(ch) else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
+    return "".join(ch if ch in keep or not _hidden(ch) else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def display_text_problem(text: str, *, allow_tab: bool = False) -> str | None:
@@ -55,9 +56,11 @@ def display_text_problem(text: str, *, allow_tab: bool = False) -> str | None:
         cat = unicodedata.category(ch)
         if cat in REFUSED_CATEGORIES or ord(ch) in INVISIBLE:
             name = unicodedata.name(ch, "") if cat != "Cs" else ""
-            return (f"contains U+{ord(ch):04X}{' ' + name if name else ''} (Unicode category {cat}) at position {i}: "
-                    f"control, invisible formatting and bidirectional characters are refused (the text would "
-                    f"display differently from what it is)")
+            return (
+                f"contains U+{ord(ch):04X}{' ' + name if name else ''} (Unicode category {cat}) at position {i}: "
+                f"control, invisible formatting and bidirectional characters are refused (the text would "
+                f"display differently from what it is)"
+            )
     return None
 
 

@@ -58,8 +58,15 @@ MAX_ADDRESS = 253  # a DNS name's longest text form (RFC 1035 §2.3.4); IPv6 tex
 _LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")  # used with fullmatch ($ allows a final \n)
 FORMS = ("nnodes", "data_parallel")
 # per-node arguments Preflight renders for every member of a group; a plan's engine_args may not set them
-PER_NODE = ("node_rank", "master_addr", "headless", "data_parallel_start_rank", "data_parallel_address",
-            "data_parallel_rank", "data_parallel_size_local")
+PER_NODE = (
+    "node_rank",
+    "master_addr",
+    "headless",
+    "data_parallel_start_rank",
+    "data_parallel_address",
+    "data_parallel_rank",
+    "data_parallel_size_local",
+)
 
 
 def address_problem(value: str) -> str | None:
@@ -86,13 +93,23 @@ def address_problem(value: str) -> str | None:
     name = value[:-1] if value.endswith(".") else value
     labels = name.split(".")
     if not all(_LABEL.fullmatch(label) for label in labels) or labels[-1].isdigit():
-        return ("must be an IP address or a DNS name (labels of letters, digits and inner hyphens, 1 to 63 "
-                "characters each, separated by dots)")
+        return (
+            "must be an IP address or a DNS name (labels of letters, digits and inner hyphens, 1 to 63 "
+            "characters each, separated by dots)"
+        )
     return None
 
 
-def plan_topology(nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: int, line: VersionLine,
-                  backend: str | None = None, form: str | None = None) -> Topology:
+def plan_topology(
+    nodes: list[str],
+    gpus_per_node: int,
+    tp: int,
+    pp: int,
+    dp: int,
+    line: VersionLine,
+    backend: str | None = None,
+    form: str | None = None,
+) -> Topology:
     """Group ``nodes`` into instances. Raises DomainError (field ``nodes`` or ``engine_args.*``) with the numbers.
 
     ``form`` picks the multi-node form when both apply: ``nnodes`` (the default where the release has
@@ -107,29 +124,33 @@ def plan_topology(nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: in
             "engine_args.tensor_parallel_size",
             f"World size {world} (TP {tp} × PP {pp} × DP {dp}) does not divide evenly over the {k} nodes of "
             f"{gpus_per_node} GPUs it needs: vLLM requires `--nnodes {k}` to evenly divide the total world size.",
-            rule="nnodes")
+            rule="nnodes",
+        )
     if len(nodes) % k:
         raise DomainError(
             "nodes",
             f"World size {world} (TP {tp} × PP {pp} × DP {dp}) spans {k} nodes of {gpus_per_node} GPUs, so the nodes "
             f"form instances of {k}; {len(nodes)} node(s) is not a multiple of {k} (give {k * max(1, len(nodes) // k)} "
             f"or {k * (len(nodes) // k + 1)} nodes).",
-            rule="nnodes")
+            rule="nnodes",
+        )
     if backend == "ray":
         raise DomainError(
             "engine_args.distributed_executor_backend",
             "A multi-node plan with --distributed-executor-backend ray needs a Ray cluster started outside vllm serve "
             "(ray start on every node), which Preflight does not render or supervise. Leave the backend unset (or mp): "
             "Preflight renders vLLM's multiprocessing form (--nnodes/--node-rank/--master-addr, --headless workers).",
-            rule="nnodes")
-    dp_form_fits = (tp * pp <= gpus_per_node and dp > 1 and dp % k == 0
-                    and "data_parallel_start_rank" in line.options)
+            rule="nnodes",
+        )
+    dp_form_fits = tp * pp <= gpus_per_node and dp > 1 and dp % k == 0 and "data_parallel_start_rank" in line.options
     if form == "data_parallel" and not dp_form_fits:
         raise DomainError(
             "multi_node_form",
             f"The data-parallel form spreads whole DP ranks over nodes: it needs data_parallel_size > 1 divisible by "
             f"the {k} nodes of an instance and TP × PP = {tp * pp} within one node's {gpus_per_node} GPUs "
-            f"(DP {dp}). Use the nnodes form.", rule="nnodes")
+            f"(DP {dp}). Use the nnodes form.",
+            rule="nnodes",
+        )
     if form == "data_parallel":
         pass
     elif "nnodes" in line.options:
@@ -141,8 +162,9 @@ def plan_topology(nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: in
             "vllm_version",
             f"vLLM {line.newest} has no --nnodes: TP × PP = {tp * pp} across nodes needs a Ray cluster, which Preflight "
             f"does not render. Use vLLM 0.11 or newer for the multiprocessing multi-node form.",
-            rule="nnodes")
-    groups = tuple(tuple(nodes[i:i + k]) for i in range(0, len(nodes), k))
+            rule="nnodes",
+        )
+    groups = tuple(tuple(nodes[i : i + k]) for i in range(0, len(nodes), k))
     placements = {}
     for g, members in enumerate(groups):
         for r, n in enumerate(members):
@@ -150,9 +172,18 @@ def plan_topology(nodes: list[str], gpus_per_node: int, tp: int, pp: int, dp: in
     return Topology(form, k, groups, placements, world // k)
 
 
-def node_arguments(topo: Topology, placement: Placement, line: VersionLine, *, head_address: str,
-                   tp: int, pp: int, dp: int, master_port: int = DEFAULT_MASTER_PORT,
-                   rpc_port: int = DEFAULT_DP_RPC_PORT) -> dict[str, Any]:
+def node_arguments(
+    topo: Topology,
+    placement: Placement,
+    line: VersionLine,
+    *,
+    head_address: str,
+    tp: int,
+    pp: int,
+    dp: int,
+    master_port: int = DEFAULT_MASTER_PORT,
+    rpc_port: int = DEFAULT_DP_RPC_PORT,
+) -> dict[str, Any]:
     """The per-node engine arguments (by dest) a node adds to the group's argv.
 
     Workers (rank > 0) take ``--headless``: no API server; with ``node_rank_within_dp > 0`` vLLM runs only a
@@ -163,14 +194,21 @@ def node_arguments(topo: Topology, placement: Placement, line: VersionLine, *, h
     if placement.role == "replica":
         return {}
     if topo.form == "nnodes":
-        out: dict[str, Any] = {"nnodes": placement.nnodes, "node_rank": placement.rank, "master_addr": head_address,
-                               "master_port": master_port}
+        out: dict[str, Any] = {
+            "nnodes": placement.nnodes,
+            "node_rank": placement.rank,
+            "master_addr": head_address,
+            "master_port": master_port,
+        }
     else:  # data-parallel form: DP ranks spread over nodes, each node dp_local ranks
         dp_local = topo.local_world // (tp * pp)
         # the head takes no --data-parallel-start-rank: with one and without --headless vLLM infers hybrid load
         # balancing (vllm 0.33.0 vllm/engine/arg_utils.py:2486-2491), which the documented head command does not
-        out = {"data_parallel_size_local": dp_local, "data_parallel_address": head_address,
-               "data_parallel_rpc_port": rpc_port}
+        out = {
+            "data_parallel_size_local": dp_local,
+            "data_parallel_address": head_address,
+            "data_parallel_rpc_port": rpc_port,
+        }
         if placement.rank > 0:
             out["data_parallel_start_rank"] = placement.rank * dp_local
     if placement.rank > 0:
@@ -181,8 +219,17 @@ def node_arguments(topo: Topology, placement: Placement, line: VersionLine, *, h
 def node_argv(group_argv: list[str], extra: dict[str, Any], line: VersionLine) -> list[str]:
     """The group's argv with this node's arguments appended (in a fixed order)."""
     argv = list(group_argv)
-    for name in ("nnodes", "node_rank", "master_addr", "master_port", "data_parallel_size_local",
-                 "data_parallel_start_rank", "data_parallel_address", "data_parallel_rpc_port", "headless"):
+    for name in (
+        "nnodes",
+        "node_rank",
+        "master_addr",
+        "master_port",
+        "data_parallel_size_local",
+        "data_parallel_start_rank",
+        "data_parallel_address",
+        "data_parallel_rpc_port",
+        "headless",
+    ):
         if name in extra:
             argv += render_option(line.options[name], extra[name])
     return argv
@@ -200,13 +247,16 @@ def group_arguments(topo: Topology, line: VersionLine, *, tp: int, pp: int, give
     if topo.form == "nnodes":
         out = {"nnodes": topo.nodes_per_instance, "master_port": given.get("master_port") or DEFAULT_MASTER_PORT}
     else:
-        out = {"data_parallel_size_local": topo.local_world // (tp * pp),
-               "data_parallel_rpc_port": given.get("data_parallel_rpc_port") or DEFAULT_DP_RPC_PORT}
+        out = {
+            "data_parallel_size_local": topo.local_world // (tp * pp),
+            "data_parallel_rpc_port": given.get("data_parallel_rpc_port") or DEFAULT_DP_RPC_PORT,
+        }
     return {k: v for k, v in out.items() if k in line.options}
 
 
-def member_arguments(topo: Topology, placement: Placement, line: VersionLine, *, head_address: str, tp: int,
-                     pp: int, dp: int) -> dict[str, Any]:
+def member_arguments(
+    topo: Topology, placement: Placement, line: VersionLine, *, head_address: str, tp: int, pp: int, dp: int
+) -> dict[str, Any]:
     """What one member adds to its group's validated argv: ``node_arguments`` without the group-wide ones."""
     extra = node_arguments(topo, placement, line, head_address=head_address, tp=tp, pp=pp, dp=dp)
     return {k: v for k, v in extra.items() if k not in GROUP_WIDE}
@@ -220,8 +270,9 @@ def group_digest(content: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def member_argvs(topo: Topology, group: int, argv: list[str], line: VersionLine, *, head_address: str, tp: int,
-                 pp: int, dp: int) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+def member_argvs(
+    topo: Topology, group: int, argv: list[str], line: VersionLine, *, head_address: str, tp: int, pp: int, dp: int
+) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
     """Each member's own argv — the group's validated argv plus its rank's arguments (``member_arguments``) — and
     what it must parse to. Every argv is parsed back with the release's parser semantics (render.parse_argv, the
     argv_roundtrip rule's reading) and must give exactly the validated arguments plus its own; else DomainError
@@ -237,9 +288,14 @@ def member_argvs(topo: Topology, group: int, argv: list[str], line: VersionLine,
         try:
             _, parsed = parse_argv(mine, line)
         except ArgvError as exc:
-            raise DomainError("nodes", f"node {name}'s argv does not parse back: {exc}", rule="argv_roundtrip") from None
+            raise DomainError(
+                "nodes", f"node {name}'s argv does not parse back: {exc}", rule="argv_roundtrip"
+            ) from None
         if parsed != {**base, **extra}:
-            raise DomainError("nodes", f"node {name}'s argv parses back to other arguments than the ones validated",
-                              rule="argv_roundtrip")
+            raise DomainError(
+                "nodes",
+                f"node {name}'s argv parses back to other arguments than the ones validated",
+                rule="argv_roundtrip",
+            )
         argvs[name], expected[name] = mine, parsed
     return argvs, expected

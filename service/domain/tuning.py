@@ -42,8 +42,9 @@ from typing import Any, Literal
 
 State = Literal["exploring", "knee_found", "settled", "backing_off", "stuck"]
 STATES = ("exploring", "knee_found", "settled", "backing_off", "stuck")
-Action = Literal["measure", "hold", "raise_max_num_seqs", "raise_gpu_memory_utilization", "refine", "settle",
-                 "back_off"]
+Action = Literal[
+    "measure", "hold", "raise_max_num_seqs", "raise_gpu_memory_utilization", "refine", "settle", "back_off"
+]
 
 
 @dataclass(frozen=True)
@@ -67,15 +68,22 @@ class TuningSettings:
     floor_fraction: float = 0.25  # never propose max_num_seqs below 0.25 × the starting level (or below 1)
 
     def __post_init__(self) -> None:
-        checks = {"step_fraction": 0 < self.step_fraction <= 4, "util_step": 0 <= self.util_step <= 0.2,
-                  "util_cap": 0.1 <= self.util_cap <= 0.90, "kv_high_water": 0 < self.kv_high_water <= 1,
-                  "production_fraction": 0 < self.production_fraction <= 1,
-                  "refine_tolerance": 0 < self.refine_tolerance < 1, "backoff_fraction": 0 < self.backoff_fraction < 1,
-                  "preemptions_per_min_max": 0 <= self.preemptions_per_min_max,
-                  "windows": 1 <= self.windows <= 100, "fail_windows": 1 <= self.fail_windows <= self.windows,
-                  "warmup_windows": 0 <= self.warmup_windows <= 100, "max_steps": 1 <= self.max_steps <= 1000,
-                  "floor_fraction": 0 < self.floor_fraction <= 1,
-                  "loaded_running_fraction": 0 < self.loaded_running_fraction <= 1}
+        checks = {
+            "step_fraction": 0 < self.step_fraction <= 4,
+            "util_step": 0 <= self.util_step <= 0.2,
+            "util_cap": 0.1 <= self.util_cap <= 0.90,
+            "kv_high_water": 0 < self.kv_high_water <= 1,
+            "production_fraction": 0 < self.production_fraction <= 1,
+            "refine_tolerance": 0 < self.refine_tolerance < 1,
+            "backoff_fraction": 0 < self.backoff_fraction < 1,
+            "preemptions_per_min_max": 0 <= self.preemptions_per_min_max,
+            "windows": 1 <= self.windows <= 100,
+            "fail_windows": 1 <= self.fail_windows <= self.windows,
+            "warmup_windows": 0 <= self.warmup_windows <= 100,
+            "max_steps": 1 <= self.max_steps <= 1000,
+            "floor_fraction": 0 < self.floor_fraction <= 1,
+            "loaded_running_fraction": 0 < self.loaded_running_fraction <= 1,
+        }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"tuning settings out of range: {', '.join(bad)}")
@@ -118,8 +126,11 @@ class Point:
     plan: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"max_num_seqs": self.max_num_seqs, "gpu_memory_utilization": self.gpu_memory_utilization,
-                "plan": self.plan}
+        return {
+            "max_num_seqs": self.max_num_seqs,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "plan": self.plan,
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> Point | None:
@@ -149,10 +160,18 @@ class Memo:
     saturation: int | None = None  # the most requests that ran while the KV pool was full (the pool's real bound)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "held": self.held.as_dict() if self.held else None,
-                "failed": self.failed.as_dict() if self.failed else None, "knee": self.knee, "steps": self.steps,
-                "util_ceiling": self.util_ceiling, "slo": asdict(self.slo), "auto_apply": self.auto_apply,
-                "initial": self.initial, "saturation": self.saturation}
+        return {
+            "state": self.state,
+            "held": self.held.as_dict() if self.held else None,
+            "failed": self.failed.as_dict() if self.failed else None,
+            "knee": self.knee,
+            "steps": self.steps,
+            "util_ceiling": self.util_ceiling,
+            "slo": asdict(self.slo),
+            "auto_apply": self.auto_apply,
+            "initial": self.initial,
+            "saturation": self.saturation,
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> Memo:
@@ -162,12 +181,18 @@ class Memo:
         raw_slo = d.get("slo")
         slo: dict[str, Any] = raw_slo if isinstance(raw_slo, dict) else {}
         state: State = d["state"] if d.get("state") in STATES else "exploring"
-        return cls(state=state, held=Point.from_dict(d.get("held")), failed=Point.from_dict(d.get("failed")),
-                   knee=_whole(d.get("knee")), steps=_whole(d.get("steps")) or 0,
-                   util_ceiling=_real(d.get("util_ceiling")),
-                   slo=Slo(_real(slo.get("ttft_p99_s")), _real(slo.get("e2e_p99_s"))),
-                   auto_apply=d.get("auto_apply") is True,
-                   initial=_positive(_whole(d.get("initial"))), saturation=_positive(_whole(d.get("saturation"))))
+        return cls(
+            state=state,
+            held=Point.from_dict(d.get("held")),
+            failed=Point.from_dict(d.get("failed")),
+            knee=_whole(d.get("knee")),
+            steps=_whole(d.get("steps")) or 0,
+            util_ceiling=_real(d.get("util_ceiling")),
+            slo=Slo(_real(slo.get("ttft_p99_s")), _real(slo.get("e2e_p99_s"))),
+            auto_apply=d.get("auto_apply") is True,
+            initial=_positive(_whole(d.get("initial"))),
+            saturation=_positive(_whole(d.get("saturation"))),
+        )
 
 
 def _real(v: object) -> float | None:
@@ -227,8 +252,14 @@ class Decision:
     evidence: tuple[int, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "action": self.action, "next": self.next.as_dict() if self.next else None,
-                "memo": self.memo.as_dict(), "reasons": list(self.reasons), "evidence": list(self.evidence)}
+        return {
+            "state": self.state,
+            "action": self.action,
+            "next": self.next.as_dict() if self.next else None,
+            "memo": self.memo.as_dict(),
+            "reasons": list(self.reasons),
+            "evidence": list(self.evidence),
+        }
 
 
 def _median(values: Sequence[float]) -> float:
@@ -244,8 +275,10 @@ def preempting(w: Window, s: TuningSettings) -> bool:
 
 def too_slow(w: Window, slo: Slo) -> bool:
     """A window whose P99 is beyond the SLO (never, without one)."""
-    return bool((slo.ttft_p99_s is not None and w.ttft_p99_s is not None and w.ttft_p99_s > slo.ttft_p99_s)
-                or (slo.e2e_p99_s is not None and w.e2e_p99_s is not None and w.e2e_p99_s > slo.e2e_p99_s))
+    return bool(
+        (slo.ttft_p99_s is not None and w.ttft_p99_s is not None and w.ttft_p99_s > slo.ttft_p99_s)
+        or (slo.e2e_p99_s is not None and w.e2e_p99_s is not None and w.e2e_p99_s > slo.e2e_p99_s)
+    )
 
 
 def loaded(w: Window, max_num_seqs: int, s: TuningSettings) -> bool:
@@ -257,12 +290,18 @@ def judge(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS)
     """Judge the level on its newest ``s.windows`` windows (the first ``warmup_windows`` of its plan skipped):
     ``failed`` when at least ``fail_windows`` preempt or are beyond the SLO, ``held`` when fewer do and at least
     ``fail_windows`` were under load, else ``untested``. Windows of other plans are ignored."""
-    mine = sorted((w for w in windows if w.plan == level.plan), key=lambda w: w.id)[s.warmup_windows:]
-    recent = mine[-s.windows:]
+    mine = sorted((w for w in windows if w.plan == level.plan), key=lambda w: w.id)[s.warmup_windows :]
+    recent = mine[-s.windows :]
     ids = tuple(w.id for w in recent)
     if len(recent) < s.windows:
-        return Verdict("untested", (f"{len(recent)} of the {s.windows} windows needed to judge max_num_seqs "
-                                    f"{level.max_num_seqs} (after {s.warmup_windows} warm-up window(s))",), ids)
+        return Verdict(
+            "untested",
+            (
+                f"{len(recent)} of the {s.windows} windows needed to judge max_num_seqs "
+                f"{level.max_num_seqs} (after {s.warmup_windows} warm-up window(s))",
+            ),
+            ids,
+        )
     pre = [w for w in recent if preempting(w, s)]
     slow = [w for w in recent if too_slow(w, level.memo.slo)]
     bad = {w.id for w in pre} | {w.id for w in slow}
@@ -271,21 +310,34 @@ def judge(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS)
     if len(bad) >= s.fail_windows:
         why = []
         if pre:
-            why.append(f"preemptions climb: {len(pre)} of the last {len(recent)} windows above "
-                       f"{s.preemptions_per_min_max:g}/min (rates {rates} per min; docs/operating.md §5)")
+            why.append(
+                f"preemptions climb: {len(pre)} of the last {len(recent)} windows above "
+                f"{s.preemptions_per_min_max:g}/min (rates {rates} per min; docs/operating.md §5)"
+            )
         if slow:
             p99 = [(w.ttft_p99_s, w.e2e_p99_s) for w in slow]
-            why.append(f"P99 beyond the SLO in {len(slow)} of the last {len(recent)} windows "
-                       f"(ttft, e2e: {p99}; SLO {asdict(level.memo.slo)})")
+            why.append(
+                f"P99 beyond the SLO in {len(slow)} of the last {len(recent)} windows "
+                f"(ttft, e2e: {p99}; SLO {asdict(level.memo.slo)})"
+            )
         return Verdict("failed", tuple(why), ids, kv, len(pre), len(slow))
     busy = [w for w in recent if loaded(w, level.max_num_seqs, s)]
     if len(busy) < s.fail_windows:
-        return Verdict("untested", (f"not under load: requests waited (or the batch was full) in only {len(busy)} "
-                                    f"of the last {len(recent)} windows; max_num_seqs {level.max_num_seqs} is not "
-                                    f"tested until the queue grows",), ids, kv)
-    why = [f"held: preemption rates {rates} per min (at most {len(bad)} bad window(s) of {len(recent)}), "
-           f"median waiting {_median([w.num_requests_waiting for w in recent]):g}, "
-           f"median KV usage {kv:.2f}"]
+        return Verdict(
+            "untested",
+            (
+                f"not under load: requests waited (or the batch was full) in only {len(busy)} "
+                f"of the last {len(recent)} windows; max_num_seqs {level.max_num_seqs} is not "
+                f"tested until the queue grows",
+            ),
+            ids,
+            kv,
+        )
+    why = [
+        f"held: preemption rates {rates} per min (at most {len(bad)} bad window(s) of {len(recent)}), "
+        f"median waiting {_median([w.num_requests_waiting for w in recent]):g}, "
+        f"median KV usage {kv:.2f}"
+    ]
     if bad:
         why.append(f"{len(bad)} outlier window(s) ({sorted(bad)}) below the {s.fail_windows} needed to fail a level")
     return Verdict("held", tuple(why), ids, kv, len(pre), len(slow))
@@ -301,8 +353,9 @@ def floor_of(initial: int, s: TuningSettings = DEFAULTS) -> int:
     return max(1, math.ceil(s.floor_fraction * initial))
 
 
-_NEEDS_A_PERSON = ("needs a person: a smaller max_model_len, more GPUs or less traffic per replica "
-                   "(docs/operating.md §4, §5)")
+_NEEDS_A_PERSON = (
+    "needs a person: a smaller max_model_len, more GPUs or less traffic per replica (docs/operating.md §4, §5)"
+)
 
 
 @dataclass
@@ -327,8 +380,15 @@ class _Step:
     def here(self) -> Point:
         return self.level.point
 
-    def memo_for(self, state: State, held: Point | None, failed: Point | None, knee: int | None, steps: int,
-                 ceiling: float | None) -> Memo:
+    def memo_for(
+        self,
+        state: State,
+        held: Point | None,
+        failed: Point | None,
+        knee: int | None,
+        steps: int,
+        ceiling: float | None,
+    ) -> Memo:
         m = self.memo
         return Memo(state, held, failed, knee, steps, ceiling, m.slo, m.auto_apply, self.initial, self.saturation)
 
@@ -338,16 +398,31 @@ class _Step:
             nxt = replace(nxt, max_num_seqs=level.max_num_seqs_cap)  # vLLM refuses more (max_num_batched_tokens)
         if nxt is not None and level.kv_bound is not None and nxt.max_num_seqs > level.kv_bound:
             nxt = replace(nxt, max_num_seqs=max(1, level.kv_bound))  # the pool holds no more (docs/operating.md §5)
-        if nxt is not None and action != "settle" \
-                and (nxt.max_num_seqs, nxt.gpu_memory_utilization) == (here.max_num_seqs, here.gpu_memory_utilization):
-            return Decision(state, "hold", None, self.memo, tuple(self.reasons + list(extra) + [
-                "the step lands on the current level: nothing to change"]), self.v.evidence)
+        if (
+            nxt is not None
+            and action != "settle"
+            and (nxt.max_num_seqs, nxt.gpu_memory_utilization) == (here.max_num_seqs, here.gpu_memory_utilization)
+        ):
+            return Decision(
+                state,
+                "hold",
+                None,
+                self.memo,
+                tuple(self.reasons + list(extra) + ["the step lands on the current level: nothing to change"]),
+                self.v.evidence,
+            )
         return Decision(state, action, nxt, new_memo, tuple(self.reasons + list(extra)), self.v.evidence)
 
     def stuck(self, why: str) -> Decision:
         m = self.memo
-        return self.out("stuck", "hold", None, self.memo_for("stuck", m.held, m.failed, m.knee, m.steps,
-                                                             m.util_ceiling), why, _NEEDS_A_PERSON)
+        return self.out(
+            "stuck",
+            "hold",
+            None,
+            self.memo_for("stuck", m.held, m.failed, m.knee, m.steps, m.util_ceiling),
+            why,
+            _NEEDS_A_PERSON,
+        )
 
 
 @dataclass(frozen=True)
@@ -369,8 +444,12 @@ def _begin(level: Level, windows: Sequence[Window], s: TuningSettings) -> _Step:
     judged = [w for w in windows if w.plan == level.plan and w.id in v.evidence]
     run_max = max((w.num_requests_running for w in judged), default=0.0)
     # the KV pool is full and requests wait: the pool, not max_num_seqs, decides how many run (docs/operating.md §3)
-    kv_full = v.outcome == "held" and v.kv_usage is not None and v.kv_usage >= s.kv_high_water \
+    kv_full = (
+        v.outcome == "held"
+        and v.kv_usage is not None
+        and v.kv_usage >= s.kv_high_water
         and _median([w.num_requests_waiting for w in judged]) >= 1
+    )
     if kv_full and run_max >= 1:
         saturation = max(saturation or 0, math.floor(run_max))
     return _Step(level, s, v, list(v.reasons), initial, floor_of(initial, s), saturation, run_max, kv_full)
@@ -381,8 +460,10 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
     st = _begin(level, windows, s)
     memo = level.memo
     if memo.state == "stuck":
-        return st.stuck(f"the loop stopped at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
-                        f"{level.gpu_memory_utilization:g}: it proposes no further plan")
+        return st.stuck(
+            f"the loop stopped at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
+            f"{level.gpu_memory_utilization:g}: it proposes no further plan"
+        )
     if memo.state in ("settled", "backing_off"):
         return _settled(st, [w for w in windows if w.plan == level.plan and w.id in st.v.evidence])
     if st.v.outcome == "untested":
@@ -398,10 +479,14 @@ def decide(level: Level, windows: Sequence[Window], s: TuningSettings = DEFAULTS
         mid = (lo + hi) // 2
         if mid <= lo:
             return _settle(st, p, f"no level between {lo} (held) and {hi} (failed)")
-        return st.out("exploring", "refine", Point(mid, p.held.gpu_memory_utilization),
-                      st.memo_for("exploring", p.held, p.failed, None, p.steps, p.ceiling),
-                      f"the knee lies between {lo} (held) and {hi} (failed), {hi - lo} apart (> "
-                      f"{s.refine_tolerance:.0%} of {lo}): try the midpoint {mid}")
+        return st.out(
+            "exploring",
+            "refine",
+            Point(mid, p.held.gpu_memory_utilization),
+            st.memo_for("exploring", p.held, p.failed, None, p.steps, p.ceiling),
+            f"the knee lies between {lo} (held) and {hi} (failed), {hi - lo} apart (> "
+            f"{s.refine_tolerance:.0%} of {lo}): try the midpoint {mid}",
+        )
     return _step_up(st, p)
 
 
@@ -410,20 +495,33 @@ def _settled(st: _Step, judged: list[Window]) -> Decision:
     level, memo, s = st.level, st.memo, st.s
     if st.v.outcome == "failed" and any(preempting(w, s) for w in judged):
         if memo.steps + 1 > s.max_steps:
-            return st.stuck(f"a burst of preemptions at max_num_seqs {level.max_num_seqs}, but {memo.steps} "
-                            f"tuning plans already made (limit max_steps {s.max_steps})")
+            return st.stuck(
+                f"a burst of preemptions at max_num_seqs {level.max_num_seqs}, but {memo.steps} "
+                f"tuning plans already made (limit max_steps {s.max_steps})"
+            )
         mns = max(st.floor, math.floor(level.max_num_seqs * (1 - s.backoff_fraction)))
         if mns >= level.max_num_seqs:
-            return st.stuck(f"max_num_seqs {level.max_num_seqs} is the floor ({s.floor_fraction:g} × the starting "
-                            f"level {st.initial}) and still preempts: lowering it further does not help")
-        return st.out("backing_off", "back_off", Point(mns, level.gpu_memory_utilization),
-                      replace(memo, state="backing_off", failed=st.here, steps=memo.steps + 1, initial=st.initial),
-                      f"a burst of preemptions at the settled max_num_seqs {level.max_num_seqs}: back off "
-                      f"{s.backoff_fraction:.0%} to {mns} (docs/operating.md §3: a climbing preemption count → lower "
-                      f"max_num_seqs; never below the floor {st.floor})")
-    return st.out(memo.state, "hold", None, memo,
-                  f"settled at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
-                  f"{level.gpu_memory_utilization:g}" + (f" (knee {memo.knee})" if memo.knee else ""))
+            return st.stuck(
+                f"max_num_seqs {level.max_num_seqs} is the floor ({s.floor_fraction:g} × the starting "
+                f"level {st.initial}) and still preempts: lowering it further does not help"
+            )
+        return st.out(
+            "backing_off",
+            "back_off",
+            Point(mns, level.gpu_memory_utilization),
+            replace(memo, state="backing_off", failed=st.here, steps=memo.steps + 1, initial=st.initial),
+            f"a burst of preemptions at the settled max_num_seqs {level.max_num_seqs}: back off "
+            f"{s.backoff_fraction:.0%} to {mns} (docs/operating.md §3: a climbing preemption count → lower "
+            f"max_num_seqs; never below the floor {st.floor})",
+        )
+    return st.out(
+        memo.state,
+        "hold",
+        None,
+        memo,
+        f"settled at max_num_seqs {level.max_num_seqs}, gpu_memory_utilization "
+        f"{level.gpu_memory_utilization:g}" + (f" (knee {memo.knee})" if memo.knee else ""),
+    )
 
 
 def _progress(st: _Step) -> _Progress:
@@ -434,11 +532,16 @@ def _progress(st: _Step) -> _Progress:
     if st.v.outcome == "held":
         held = st.here
     else:
-        if held is not None and held.max_num_seqs == level.max_num_seqs \
-                and level.gpu_memory_utilization > held.gpu_memory_utilization:
+        if (
+            held is not None
+            and held.max_num_seqs == level.max_num_seqs
+            and level.gpu_memory_utilization > held.gpu_memory_utilization
+        ):
             ceiling = held.gpu_memory_utilization
-            st.reasons.append(f"failed right after raising gpu_memory_utilization to "
-                              f"{level.gpu_memory_utilization:g}: it stays at {ceiling:g} from here on")
+            st.reasons.append(
+                f"failed right after raising gpu_memory_utilization to "
+                f"{level.gpu_memory_utilization:g}: it stays at {ceiling:g} from here on"
+            )
         failed = st.here if failed is None or level.max_num_seqs <= failed.max_num_seqs else failed
     return _Progress(held, failed, memo.steps + 1, ceiling)
 
@@ -453,20 +556,31 @@ def _settle(st: _Step, p: _Progress, why: str, knee: int | None = None) -> Decis
             return st.stuck(f"{memo.steps} tuning plans (limit max_steps {s.max_steps}) and no level held")
         mns = max(st.floor, level.max_num_seqs // 2)
         if mns >= level.max_num_seqs:
-            return st.stuck(f"max_num_seqs {level.max_num_seqs} fails and is the floor ({s.floor_fraction:g} × the "
-                            f"starting level {st.initial}, at least 1): the launch does not serve this traffic")
-        return st.out("exploring", "back_off", Point(mns, level.gpu_memory_utilization),
-                      st.memo_for("exploring", None, st.here, None, p.steps, p.ceiling),
-                      f"the starting level failed: no level held yet; halve max_num_seqs to {mns} (never below the "
-                      f"floor {st.floor})")
+            return st.stuck(
+                f"max_num_seqs {level.max_num_seqs} fails and is the floor ({s.floor_fraction:g} × the "
+                f"starting level {st.initial}, at least 1): the launch does not serve this traffic"
+            )
+        return st.out(
+            "exploring",
+            "back_off",
+            Point(mns, level.gpu_memory_utilization),
+            st.memo_for("exploring", None, st.here, None, p.steps, p.ceiling),
+            f"the starting level failed: no level held yet; halve max_num_seqs to {mns} (never below the "
+            f"floor {st.floor})",
+        )
     knee = held.max_num_seqs if knee is None else knee
     prod = max(1, math.floor(knee * s.production_fraction))
     util = min(held.gpu_memory_utilization, s.util_cap)
-    return st.out("knee_found", "settle", Point(prod, util),
-                  st.memo_for("settled", held, p.failed, knee, p.steps, p.ceiling), why,
-                  f"knee = {knee} (plan {held.plan}); production max_num_seqs = "
-                  f"{s.production_fraction:g} × {knee} = {prod}, gpu_memory_utilization {util:g} (the last level that "
-                  f"held, never above {s.util_cap:g}; docs/operating.md §5, §9)")
+    return st.out(
+        "knee_found",
+        "settle",
+        Point(prod, util),
+        st.memo_for("settled", held, p.failed, knee, p.steps, p.ceiling),
+        why,
+        f"knee = {knee} (plan {held.plan}); production max_num_seqs = "
+        f"{s.production_fraction:g} × {knee} = {prod}, gpu_memory_utilization {util:g} (the last level that "
+        f"held, never above {s.util_cap:g}; docs/operating.md §5, §9)",
+    )
 
 
 def _step_up(st: _Step, p: _Progress) -> Decision:
@@ -477,40 +591,59 @@ def _step_up(st: _Step, p: _Progress) -> Decision:
     util_limit = min(s.util_cap, p.ceiling) if p.ceiling is not None else s.util_cap
     if st.kv_full and level.gpu_memory_utilization + 1e-9 < util_limit:
         util = round(min(util_limit, level.gpu_memory_utilization + s.util_step), 4)
-        return st.out("exploring", "raise_gpu_memory_utilization", Point(level.max_num_seqs, util),
-                      st.memo_for("exploring", p.held, None, None, p.steps, p.ceiling),
-                      f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting and no preemptions: the "
-                      f"pool limits — raise gpu_memory_utilization to {util:g} (docs/operating.md §3; cap "
-                      f"{util_limit:g})")
+        return st.out(
+            "exploring",
+            "raise_gpu_memory_utilization",
+            Point(level.max_num_seqs, util),
+            st.memo_for("exploring", p.held, None, None, p.steps, p.ceiling),
+            f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting and no preemptions: the "
+            f"pool limits — raise gpu_memory_utilization to {util:g} (docs/operating.md §3; cap "
+            f"{util_limit:g})",
+        )
     if st.kv_full and run_max < s.loaded_running_fraction * level.max_num_seqs:
         # the pool is full, requests wait, yet fewer than max_num_seqs run: a larger max_num_seqs admits nothing
         # more and tests nothing — the knee is where running saturates (docs/operating.md §5, §9)
-        return _settle(st, p, f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting, yet at most "
-                              f"{run_max:g} of max_num_seqs {level.max_num_seqs} run and gpu_memory_utilization is at "
-                              f"its cap {util_limit:g}: the KV pool is the limit, raising max_num_seqs admits nothing "
-                              f"more; the knee is where running saturates (docs/operating.md §5, §9)",
-                       max(1, math.floor(run_max)))
+        return _settle(
+            st,
+            p,
+            f"KV usage {v.kv_usage:.2f} ≥ {s.kv_high_water:g} with requests waiting, yet at most "
+            f"{run_max:g} of max_num_seqs {level.max_num_seqs} run and gpu_memory_utilization is at "
+            f"its cap {util_limit:g}: the KV pool is the limit, raising max_num_seqs admits nothing "
+            f"more; the knee is where running saturates (docs/operating.md §5, §9)",
+            max(1, math.floor(run_max)),
+        )
     mns = _raise_mns(level.max_num_seqs, s, cap)
     limits = []
     if st.kv_full:  # the pool is full: go no further than a step past what ran
         sat_cap = max(level.max_num_seqs, math.floor(run_max * (1 + s.step_fraction)))
         if mns > sat_cap:
             mns = sat_cap
-            limits.append(f"capped at {s.step_fraction:.0%} above the {run_max:g} requests that ran with the KV pool "
-                          f"full (KV usage {v.kv_usage:.2f}; docs/operating.md §5)")
+            limits.append(
+                f"capped at {s.step_fraction:.0%} above the {run_max:g} requests that ran with the KV pool "
+                f"full (KV usage {v.kv_usage:.2f}; docs/operating.md §5)"
+            )
     if level.kv_bound is not None and mns > level.kv_bound:
         mns = max(level.max_num_seqs, level.kv_bound)
         limits.append(f"capped at the plan's KV bound {level.kv_bound} (docs/operating.md §5)")
     if mns <= level.max_num_seqs:
-        what = (f"max_num_batched_tokens {cap}" if cap is not None and level.max_num_seqs >= cap
-                else f"the KV bound {level.kv_bound}" if level.kv_bound is not None
-                and level.max_num_seqs >= level.kv_bound else "the KV pool")
-        return _settle(st, p, f"max_num_seqs {level.max_num_seqs} is the most the launch allows ({what}): it is the "
-                              f"knee")
-    return st.out("exploring", "raise_max_num_seqs", Point(mns, level.gpu_memory_utilization),
-                  st.memo_for("exploring", p.held, None, None, p.steps, p.ceiling),
-                  f"raise max_num_seqs by {s.step_fraction:.0%}: {level.max_num_seqs} → {mns} (docs/operating.md §9)",
-                  *limits)
+        what = (
+            f"max_num_batched_tokens {cap}"
+            if cap is not None and level.max_num_seqs >= cap
+            else f"the KV bound {level.kv_bound}"
+            if level.kv_bound is not None and level.max_num_seqs >= level.kv_bound
+            else "the KV pool"
+        )
+        return _settle(
+            st, p, f"max_num_seqs {level.max_num_seqs} is the most the launch allows ({what}): it is the knee"
+        )
+    return st.out(
+        "exploring",
+        "raise_max_num_seqs",
+        Point(mns, level.gpu_memory_utilization),
+        st.memo_for("exploring", p.held, None, None, p.steps, p.ceiling),
+        f"raise max_num_seqs by {s.step_fraction:.0%}: {level.max_num_seqs} → {mns} (docs/operating.md §9)",
+        *limits,
+    )
 
 
 def step_back(level: Level, proposed: Point, s: TuningSettings = DEFAULTS) -> Point | None:
@@ -521,7 +654,9 @@ def step_back(level: Level, proposed: Point, s: TuningSettings = DEFAULTS) -> Po
     if proposed.max_num_seqs < level.max_num_seqs:  # a back-off that fails validation: keep going down
         mns = max(floor_of(level.memo.initial or level.max_num_seqs, s), proposed.max_num_seqs // 2)
     cand = Point(mns, util)
-    if (cand.max_num_seqs, cand.gpu_memory_utilization) in ((proposed.max_num_seqs, proposed.gpu_memory_utilization),
-                                                             (level.max_num_seqs, level.gpu_memory_utilization)):
+    if (cand.max_num_seqs, cand.gpu_memory_utilization) in (
+        (proposed.max_num_seqs, proposed.gpu_memory_utilization),
+        (level.max_num_seqs, level.gpu_memory_utilization),
+    ):
         return None
     return cand

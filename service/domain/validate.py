@@ -72,8 +72,9 @@ def effective_values(ctx: LaunchContext) -> dict[str, Any]:
     }
 
 
-def validate(request: LaunchRequest, *, model_ref: str | None = None, fill: bool = True,
-             alternatives: bool = True) -> ValidationResult:
+def validate(
+    request: LaunchRequest, *, model_ref: str | None = None, fill: bool = True, alternatives: bool = True
+) -> ValidationResult:
     """Judge one launch request.
 
     When the request carries a ``workload`` and ``fill`` is true, the engine arguments it leaves out are first filled

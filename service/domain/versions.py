@@ -108,7 +108,11 @@ class RemovedFlag:
 
     @property
     def when(self) -> str:
-        return f"after vLLM {self.last_seen} (gone by {self.removed_in})" if self.last_seen else f"in vLLM {self.removed_in}"
+        return (
+            f"after vLLM {self.last_seen} (gone by {self.removed_in})"
+            if self.last_seen
+            else f"in vLLM {self.removed_in}"
+        )
 
 
 @dataclass(frozen=True)
@@ -188,11 +192,14 @@ class VersionLine:
 # Hand-written advice for what a removal means (the removal itself follows from the data). Keyed by dest.
 ADVICE: dict[str, tuple[str, str]] = {
     "swap_space": ("drop it: the V1 engine has no CPU swap space", "vllm-project/vllm#36216"),
-    "rope_scaling": ('use --hf-overrides \'{"rope_parameters": {...}}\'', "vllm-project/recipes#856"),
-    "rope_theta": ('use --hf-overrides \'{"rope_parameters": {...}}\'', "vllm-project/recipes#856"),
+    "rope_scaling": ("use --hf-overrides '{\"rope_parameters\": {...}}'", "vllm-project/recipes#856"),
+    "rope_theta": ("use --hf-overrides '{\"rope_parameters\": {...}}'", "vllm-project/recipes#856"),
     "override_attention_dtype": ("drop it", "runpod-workers/worker-vllm#332"),
     "calculate_kv_scales": ("drop it", "runpod-workers/worker-vllm#332"),
-    "task": ("use --runner / --convert; vllm serve has no --task", "vllm/utils/argparse_utils.py (FlexibleArgumentParser.error)"),
+    "task": (
+        "use --runner / --convert; vllm serve has no --task",
+        "vllm/utils/argparse_utils.py (FlexibleArgumentParser.error)",
+    ),
     "disable_log_requests": ("use --enable-log-requests / --no-enable-log-requests", "vllm/engine/arg_utils.py"),
     "use_v2_block_manager": ("drop it: the only block manager since 0.6", "vllm/engine/arg_utils.py"),
 }
@@ -206,8 +213,11 @@ QUANT_PLUGINS: dict[str, str] = {
 # X.Y[.Z[.W…]] (PEP 440 release segments, ASCII digits only: vLLM published 0.10.1.1; segments past the third are kept
 # out of the triple) with pre/post/dev suffixes (the number may be implicit: 0.6.4.post2.dev, 0.8.5.dev) and a local
 # part (0.6.3.dev114+g4f95ffee, 0.8.5.post1, 0.11.0rc2)
-_VERSION = re.compile(r"v?(?P<release>\d{1,4}\.\d{1,4}(?:\.\d{1,6}){0,4})"
-                      r"(?P<rest>(?:\.?(?:post|dev|rc|a|b)\d{0,9})*(?:\+[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?)", re.ASCII)
+_VERSION = re.compile(
+    r"v?(?P<release>\d{1,4}\.\d{1,4}(?:\.\d{1,6}){0,4})"
+    r"(?P<rest>(?:\.?(?:post|dev|rc|a|b)\d{0,9})*(?:\+[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?)",
+    re.ASCII,
+)
 
 
 def _version_parts(text: str) -> tuple[list[int], str] | None:
@@ -277,8 +287,15 @@ def _load(path: pathlib.Path) -> VersionLine:
     spellings = {s: o.dest for o in options.values() for s in o.spellings}
     reg = data["registry"]
     archs = {
-        name: Architecture(name, a.get("supports_pp"), bool(a.get("multimodal")), bool(a.get("hybrid")),
-                           bool(a.get("attention_free")), bool(a.get("pooling_only")), bool(a.get("generate")))
+        name: Architecture(
+            name,
+            a.get("supports_pp"),
+            bool(a.get("multimodal")),
+            bool(a.get("hybrid")),
+            bool(a.get("attention_free")),
+            bool(a.get("pooling_only")),
+            bool(a.get("generate")),
+        )
         for name, a in reg["architectures"].items()
     }
     version = data["vllm_version"]
@@ -302,8 +319,10 @@ def _load(path: pathlib.Path) -> VersionLine:
         default_gpu_memory_utilization=float(gmu.default) if gmu and isinstance(gmu.default, (int, float)) else 0.9,
         source={"vllm_version": version, **data.get("source", {})},
         length_defaults=(data.get("transformers_length_defaults") or {}).get("by_model_type") or {},
-        quant_details={m: {k: v for k, v in d.items() if k in ("min_capability", "act_dtypes") and v is not None}
-                       for m, d in (data["quantization"].get("details") or {}).items()},
+        quant_details={
+            m: {k: v for k, v in d.items() if k in ("min_capability", "act_dtypes") and v is not None}
+            for m, d in (data["quantization"].get("details") or {}).items()
+        },
     )
 
 
@@ -348,14 +367,19 @@ def _removals(line: VersionLine) -> tuple[dict[str, RemovedFlag], dict[str, tupl
     for dest, last in seen_flags.items():
         if dest not in line.options:
             advice, source = ADVICE.get(dest, ("drop it", f"service/data/vllm/{last}.json vs {line.newest}.json"))
-            removed[dest] = RemovedFlag(_first_without(loaded, last, lambda l: dest in l.options), advice, source,  # noqa: B023 - called at once
-                                        last)
+            removed[dest] = RemovedFlag(
+                _first_without(loaded, last, lambda l: dest in l.options),  # noqa: B023 - called at once
+                advice,
+                source,
+                last,
+            )
     plugin_only = {}
     for method, last in seen_quant.items():
         if method not in line.quant_methods:
-            plugin_only[method] = (_first_without(loaded, last, lambda l: method in l.quant_methods),  # noqa: B023 - called at once
-                                   QUANT_PLUGINS.get(method, f"vLLM {last} or older (the newest generated line "
-                                                             f"that still has it)"))
+            plugin_only[method] = (
+                _first_without(loaded, last, lambda l: method in l.quant_methods),  # noqa: B023 - called at once
+                QUANT_PLUGINS.get(method, f"vLLM {last} or older (the newest generated line that still has it)"),
+            )
     return removed, plugin_only
 
 
@@ -399,8 +423,11 @@ def resolve_version(version: str | None) -> tuple[str, VersionLine]:
             full = canonical_version(text) or "{}.{}.{}".format(*parsed)
             if len(full) <= MAX_VERSION_CHARS:
                 return full, _line(candidates[-1])
-            raise DomainError("vllm_version", f"vLLM version {full[:40]!r}…: at most {MAX_VERSION_CHARS} characters "
-                              f"in its normal form", rule="version_unsupported")
+            raise DomainError(
+                "vllm_version",
+                f"vLLM version {full[:40]!r}…: at most {MAX_VERSION_CHARS} characters in its normal form",
+                rule="version_unsupported",
+            )
     first, last = files[0][0], files[-1][0]
     raise DomainError(
         "vllm_version",

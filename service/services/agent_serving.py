@@ -40,8 +40,9 @@ def etag_matches(etag: str, tags) -> bool:
     return any(t == "*" or (t[2:] if t.startswith("W/") else t) == strong for t in tags)
 
 
-def serve_to_agents(session: Session, fetches: list[AgentFetch], *,
-                    clock: Clock) -> list[tuple[dict | None, bool] | ApiError]:
+def serve_to_agents(
+    session: Session, fetches: list[AgentFetch], *, clock: Clock
+) -> list[tuple[dict | None, bool] | ApiError]:
     """The agents' fetches, in bulk (one query for the nodes' active assignments, one UPDATE and one audit INSERT for
     the fetches to record). Per fetch, in order: (assignment dict — ``id``, ``plan_id``, ``seq``, ``etag``,
     ``signed``, ``last_fetched_at``, ``fetch_count``, ``node_name`` —, served), with served False when the agent's
@@ -53,11 +54,22 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch], *,
     nodes = sorted({f.node for f in fetches})
     current: dict[str, dict] = {}
     for found in session.execute(
-            select(ASSIGNMENTS.c.id, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.etag,
-                   ASSIGNMENTS.c.signed, ASSIGNMENTS.c.freshness, ASSIGNMENTS.c.last_fetched_at,
-                   ASSIGNMENTS.c.fetch_count, ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.group_index,
-                   ASSIGNMENTS.c.rank, ASSIGNMENTS.c.role, ASSIGNMENTS.c.group_digest)
-            .where(ASSIGNMENTS.c.node_name.in_(nodes), ASSIGNMENTS.c.status == "active")).mappings():
+        select(
+            ASSIGNMENTS.c.id,
+            ASSIGNMENTS.c.plan_id,
+            ASSIGNMENTS.c.seq,
+            ASSIGNMENTS.c.etag,
+            ASSIGNMENTS.c.signed,
+            ASSIGNMENTS.c.freshness,
+            ASSIGNMENTS.c.last_fetched_at,
+            ASSIGNMENTS.c.fetch_count,
+            ASSIGNMENTS.c.node_name,
+            ASSIGNMENTS.c.group_index,
+            ASSIGNMENTS.c.rank,
+            ASSIGNMENTS.c.role,
+            ASSIGNMENTS.c.group_digest,
+        ).where(ASSIGNMENTS.c.node_name.in_(nodes), ASSIGNMENTS.c.status == "active")
+    ).mappings():
         if found["node_name"] not in current or found["seq"] > current[found["node_name"]]["seq"]:
             current[found["node_name"]] = dict(found)
     heads_of(session, list(current.values()))
@@ -68,8 +80,9 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch], *,
     for f in fetches:
         row = current.get(f.node)
         if row is None:
-            out.append((None, False) if f.node in registered else
-                       NotFound(f"node {f.node!r} is not registered", field="name"))
+            out.append(
+                (None, False) if f.node in registered else NotFound(f"node {f.node!r} is not registered", field="name")
+            )
         elif etag_matches(row["etag"], f.etags) or (f.record and row.get("hold")):  # a held worker: no delivery
             out.append((row, False))
         else:
@@ -78,21 +91,43 @@ def serve_to_agents(session: Session, fetches: list[AgentFetch], *,
                 record[row["id"]] = (f, row)
             out.append((row, True))
     if record:
-        now = utc(clock)
-        session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.id == bindparam("_id")).values(
-            first_fetched_at=func.coalesce(ASSIGNMENTS.c.first_fetched_at, bindparam("_now")),
-            last_fetched_at=bindparam("_now"), fetch_count=bindparam("_count")),
-            [{"_id": aid, "_now": now, "_count": (row["fetch_count"] or 0) + 1} for aid, (_, row) in record.items()])
-        models = models_of(session, [row["plan_id"] for _, row in record.values()])
-        audit.append_many(session, [dict(
-            actor=f.actor, kind="plan.fetched", subject=f"plan:{row['plan_id']}", node=f.node,
-            plan_id=row["plan_id"], model=models[row["plan_id"]],
-            payload={"seq": row["seq"], "etag": row["etag"], "refetch": bool(row["fetch_count"])})
-            for f, row in record.values()])
-        for _, row in record.values():
-            row["fetch_count"] = (row["fetch_count"] or 0) + 1
-            row["last_fetched_at"] = now
+        _record_fetches(session, record, clock)
     return out
+
+
+def _record_fetches(session: Session, record: dict[int, tuple[AgentFetch, dict]], clock: Clock) -> None:
+    """Record the served fetches: the assignments' fetch counters in one UPDATE, ``plan.fetched`` in one audit
+    INSERT, and the rows handed back updated to match."""
+    now = utc(clock)
+    session.execute(
+        update(ASSIGNMENTS)
+        .where(ASSIGNMENTS.c.id == bindparam("_id"))
+        .values(
+            first_fetched_at=func.coalesce(ASSIGNMENTS.c.first_fetched_at, bindparam("_now")),
+            last_fetched_at=bindparam("_now"),
+            fetch_count=bindparam("_count"),
+        ),
+        [{"_id": aid, "_now": now, "_count": (row["fetch_count"] or 0) + 1} for aid, (_, row) in record.items()],
+    )
+    models = models_of(session, [row["plan_id"] for _, row in record.values()])
+    audit.append_many(
+        session,
+        [
+            dict(
+                actor=f.actor,
+                kind="plan.fetched",
+                subject=f"plan:{row['plan_id']}",
+                node=f.node,
+                plan_id=row["plan_id"],
+                model=models[row["plan_id"]],
+                payload={"seq": row["seq"], "etag": row["etag"], "refetch": bool(row["fetch_count"])},
+            )
+            for f, row in record.values()
+        ],
+    )
+    for _, row in record.values():
+        row["fetch_count"] = (row["fetch_count"] or 0) + 1
+        row["last_fetched_at"] = now
 
 
 def heads_of(session: Session, rows: list[dict]) -> None:
@@ -110,17 +145,35 @@ def heads_of(session: Session, rows: list[dict]) -> None:
         r["hold"] = None
     if not grouped:
         return
-    heads = {(p, g): (d, n, rep) for p, g, d, n, rep in session.execute(
-        select(ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.group_index, ASSIGNMENTS.c.group_digest,
-               ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.last_report)
-        .where(ASSIGNMENTS.c.plan_id.in_(sorted({r["plan_id"] for r in grouped})), ASSIGNMENTS.c.rank == 0,
-               ASSIGNMENTS.c.status == "active"))}
+    heads = {
+        (p, g): (d, n, rep)
+        for p, g, d, n, rep in session.execute(
+            select(
+                ASSIGNMENTS.c.plan_id,
+                ASSIGNMENTS.c.group_index,
+                ASSIGNMENTS.c.group_digest,
+                ASSIGNMENTS.c.node_name,
+                ASSIGNMENTS.c.last_report,
+            ).where(
+                ASSIGNMENTS.c.plan_id.in_(sorted({r["plan_id"] for r in grouped})),
+                ASSIGNMENTS.c.rank == 0,
+                ASSIGNMENTS.c.status == "active",
+            )
+        )
+    }
     for r in grouped:
         digest, head, report = heads.get((r["plan_id"], r["group_index"]), (None, None, None))
         r["head_group_digest"] = digest
-        hold = group_hold(role=r["role"], plan_id=r["plan_id"], group=r["group_index"], head=head,
-                          head_assigned=head is not None, head_digest=digest, own_digest=r.get("group_digest"),
-                          head_report=report)
+        hold = group_hold(
+            role=r["role"],
+            plan_id=r["plan_id"],
+            group=r["group_index"],
+            head=head,
+            head_assigned=head is not None,
+            head_digest=digest,
+            own_digest=r.get("group_digest"),
+            head_report=report,
+        )
         r["hold"] = hold.as_dict() if hold is not None else None
 
 

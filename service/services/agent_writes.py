@@ -152,8 +152,19 @@ def run_batch(session, items: list[Fetch | Report], *, clock: Clock) -> list[Any
     reports: list[tuple[int, AgentReport]] = []
     for i, it in enumerate(items):
         if isinstance(it, Report):
-            reports.append((i, AgentReport(actor=it.principal.name, node=it.node, plan_id=it.plan_id,
-                                                        status=it.status, message=it.message, details=it.details)))
+            reports.append(
+                (
+                    i,
+                    AgentReport(
+                        actor=it.principal.name,
+                        node=it.node,
+                        plan_id=it.plan_id,
+                        status=it.status,
+                        message=it.message,
+                        details=it.details,
+                    ),
+                )
+            )
             continue
         p = it.principal or principals.get(it.secret)
         try:
@@ -163,8 +174,9 @@ def run_batch(session, items: list[Fetch | Report], *, clock: Clock) -> list[Any
         except ApiError as exc:
             outcomes[i] = exc
     if fetches:
-        served = serve_to_agents(session, [AgentFetch(p.name, f.node, f.etags, record=p.role == "agent")
-                                           for _, p, f in fetches], clock=clock)
+        served = serve_to_agents(
+            session, [AgentFetch(p.name, f.node, f.etags, record=p.role == "agent") for _, p, f in fetches], clock=clock
+        )
         for (i, p, _), out in zip(fetches, served):
             outcomes[i] = out if isinstance(out, ApiError) else (p, *out)
     if reports:

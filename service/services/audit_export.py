@@ -13,8 +13,21 @@ from ..audit import event_dict
 from ..db.models import AuditEvent
 from ..db.session import Database
 
-CSV_FIELDS = ["id", "seq", "ts", "actor", "kind", "subject", "node", "plan_id", "model", "payload_digest", "prev_hash",
-              "hash", "payload"]
+CSV_FIELDS = [
+    "id",
+    "seq",
+    "ts",
+    "actor",
+    "kind",
+    "subject",
+    "node",
+    "plan_id",
+    "model",
+    "payload_digest",
+    "prev_hash",
+    "hash",
+    "payload",
+]
 
 
 def stream(db: Database, query: Select, fmt: str, batch: int = 2000) -> Iterator[str]:
@@ -36,6 +49,7 @@ def stream(db: Database, query: Select, fmt: str, batch: int = 2000) -> Iterator
             buf = io.StringIO()
             w = csv.writer(buf)
             for r in rows:
-                w.writerow([json.dumps(r["payload"], separators=(",", ":")) if f == "payload" else r[f]
-                            for f in CSV_FIELDS])
+                w.writerow(
+                    [json.dumps(r["payload"], separators=(",", ":")) if f == "payload" else r[f] for f in CSV_FIELDS]
+                )
             yield buf.getvalue()

@@ -41,8 +41,9 @@ def bump(session: Session, kind: str, key: str = "") -> None:
     name = f"{kind}:{zlib.crc32(key.encode()) % SHARDS}"
     dialect = session.get_bind().dialect.name
     upsert = (pg_insert if dialect == "postgresql" else sqlite_insert)(CacheEpoch).values(name=name, epoch=1)
-    session.execute(upsert.on_conflict_do_update(index_elements=[CacheEpoch.name],
-                                                 set_={"epoch": CacheEpoch.epoch + 1}))
+    session.execute(
+        upsert.on_conflict_do_update(index_elements=[CacheEpoch.name], set_={"epoch": CacheEpoch.epoch + 1})
+    )
 
 
 def read(session: Session) -> dict[str, int]:
@@ -58,8 +59,9 @@ class EpochWatcher:
     """Polls the epochs every ``POLL_SECONDS`` in a daemon thread. ``current(kind)`` is the epoch to tag a cache
     entry with when it is read from the database; ``valid(kind, tag)`` says whether such an entry may be used."""
 
-    def __init__(self, db, poll_seconds: float = POLL_SECONDS, stale_after: float = STALE_AFTER, *,
-                 clock: Clock = SYSTEM):
+    def __init__(
+        self, db, poll_seconds: float = POLL_SECONDS, stale_after: float = STALE_AFTER, *, clock: Clock = SYSTEM
+    ):
         self.db, self.poll_seconds, self.stale_after, self.clock = db, poll_seconds, stale_after, clock
         self._epochs: dict[str, int] = {}
         self._last_ok = float("-inf")

@@ -37,13 +37,27 @@ def _utc(t: dt.datetime | None) -> dt.datetime | None:
 
 # -- plans ------------------------------------------------------------------------------------------------------------
 
-def list_plans(session: Session, *, node: str | None = None, model: str | None = None, status: str | None = None,
-               since: dt.datetime | None = None, until: dt.datetime | None = None, limit: int = 100,
-               after: str | None = None, secrets: bool = True) -> dict[str, Any]:
+
+def list_plans(
+    session: Session,
+    *,
+    node: str | None = None,
+    model: str | None = None,
+    status: str | None = None,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    limit: int = 100,
+    after: str | None = None,
+    secrets: bool = True,
+) -> dict[str, Any]:
     """Plans, newest first, filtered by node (assigned to it), model (manifest name), status and creation time
     ``[since, until)``. ``after`` is the cursor: the id of the last plan of the previous page (``next``)."""
-    q = (select(Plan, Manifest.name, Manifest.version).join(Manifest, Manifest.id == Plan.manifest_id)
-         .order_by(Plan.created_at.desc(), Plan.id.desc()).limit(limit))
+    q = (
+        select(Plan, Manifest.name, Manifest.version)
+        .join(Manifest, Manifest.id == Plan.manifest_id)
+        .order_by(Plan.created_at.desc(), Plan.id.desc())
+        .limit(limit)
+    )
     if node:
         q = q.where(Plan.id.in_(select(Assignment.plan_id).where(Assignment.node_name == node)))
     if model:
@@ -62,15 +76,23 @@ def list_plans(session: Session, *, node: str | None = None, model: str | None =
     rows = session.execute(q).all()
     by_plan: dict[str, list[Assignment]] = {}
     if rows:
-        for a in session.execute(select(Assignment).where(Assignment.plan_id.in_([p.id for p, _, _ in rows]))
-                                 .order_by(Assignment.id)).scalars():
+        for a in session.execute(
+            select(Assignment).where(Assignment.plan_id.in_([p.id for p, _, _ in rows])).order_by(Assignment.id)
+        ).scalars():
             by_plan.setdefault(a.plan_id, []).append(a)
-    items = [{**plan_service.plan_dict(p, by_plan.get(p.id, []), secrets=secrets),
-              "model": name, "manifest": f"{name}@{version}"} for p, name, version in rows]
+    items = [
+        {
+            **plan_service.plan_dict(p, by_plan.get(p.id, []), secrets=secrets),
+            "model": name,
+            "manifest": f"{name}@{version}",
+        }
+        for p, name, version in rows
+    ]
     return {"items": items, "next": rows[-1][0].id if len(rows) == limit else None}
 
 
 # -- nodes and their state --------------------------------------------------------------------------------------------
+
 
 def node_states(session: Session, names: list[str], *, now: dt.datetime | None = None) -> dict[str, dict[str, Any]]:
     """Per node: its current plan (the active assignment: id, seq, status, model, verdict, predicted KV tokens), the
@@ -79,31 +101,22 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
     if not names:
         return {}
     now = now or utcnow()
-    current: dict[str, dict[str, Any]] = {}
-    for a, p, m_name, m_version in session.execute(
-            select(Assignment, Plan, Manifest.name, Manifest.version).join(Plan, Plan.id == Assignment.plan_id)
-            .join(Manifest, Manifest.id == Plan.manifest_id)
-            .where(Assignment.node_name.in_(names), Assignment.status == "active")):
-        if a.node_name in current and current[a.node_name]["seq"] > a.seq:
-            continue
-        current[a.node_name] = {"id": p.id, "seq": a.seq, "status": p.status, "verdict": p.verdict,
-                                "model": m_name, "manifest": f"{m_name}@{m_version}",
-                                "vllm_version": p.vllm_version, "created_at": iso(p.created_at),
-                                "predicted_kv_tokens": (p.budget or {}).get("kv_cache_tokens"),
-                                "group": a.group_index, "rank": a.rank, "role": a.role,
-                                "last_heartbeat_at": _utc(a.last_heartbeat_at),
-                                "last_fetched_at": _utc(a.last_fetched_at)}
+    current = _current_assignments(session, names)
     # heartbeats and fetches of any of the node's assignments (an agent still running a superseded plan is alive)
     heard: dict[str, list[dt.datetime]] = {}
     for name, beat, fetched in session.execute(
-            select(Assignment.node_name, func.max(Assignment.last_heartbeat_at), func.max(Assignment.last_fetched_at))
-            .where(Assignment.node_name.in_(names)).group_by(Assignment.node_name)):
+        select(Assignment.node_name, func.max(Assignment.last_heartbeat_at), func.max(Assignment.last_fetched_at))
+        .where(Assignment.node_name.in_(names))
+        .group_by(Assignment.node_name)
+    ):
         heard[name] = [t for t in (_utc(beat), _utc(fetched)) if t is not None]
     # the newest report of each node, and the newest report that says a run began (what runs, per the agent)
     newest = select(func.max(Report.id)).where(Report.node_name.in_(names)).group_by(Report.node_name)
-    began = (select(func.max(Report.id)).where(Report.node_name.in_(names),
-                                               Report.status.in_(("started", "running")))
-             .group_by(Report.node_name))
+    began = (
+        select(func.max(Report.id))
+        .where(Report.node_name.in_(names), Report.status.in_(("started", "running")))
+        .group_by(Report.node_name)
+    )
     last: dict[str, Report] = {}
     last_run: dict[str, Report] = {}
     for r in session.execute(select(Report).where(or_(Report.id.in_(newest), Report.id.in_(began)))).scalars():
@@ -115,8 +128,11 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
     measured: dict[tuple[str, str], int] = {}
     pairs = [(n, c["id"]) for n, c in current.items()]
     if pairs:
-        newest_cal = (select(func.max(Calibration.id)).where(Calibration.node_name.in_([n for n, _ in pairs]))
-                      .group_by(Calibration.node_name, Calibration.plan_id))
+        newest_cal = (
+            select(func.max(Calibration.id))
+            .where(Calibration.node_name.in_([n for n, _ in pairs]))
+            .group_by(Calibration.node_name, Calibration.plan_id)
+        )
         for c in session.execute(select(Calibration).where(Calibration.id.in_(newest_cal))).scalars():
             measured[(c.node_name, c.plan_id)] = c.actual_kv_tokens
     out: dict[str, dict[str, Any]] = {}
@@ -126,8 +142,11 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
         run = last_run.get(name)
         seen = heard.get(name, []) + ([_utc(rep.created_at)] if rep is not None else [])
         last_seen = max(seen) if seen else None
-        running_plan = run.plan_id if run is not None and not (rep is not None and rep.id > run.id
-                                                               and rep.status in RUN_ENDED) else None
+        running_plan = (
+            run.plan_id
+            if run is not None and not (rep is not None and rep.id > run.id and rep.status in RUN_ENDED)
+            else None
+        )
         status = _status(cur, rep, running_plan, last_seen, now)
         plan = None
         if cur is not None:
@@ -135,8 +154,14 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
             plan["measured_kv_tokens"] = measured.get((name, cur["id"]))
         out[name] = {
             "plan": plan,
-            "last_report": {"plan_id": rep.plan_id, "status": rep.status, "message": rep.message,
-                            "at": iso(rep.created_at)} if rep is not None else None,
+            "last_report": {
+                "plan_id": rep.plan_id,
+                "status": rep.status,
+                "message": rep.message,
+                "at": iso(rep.created_at),
+            }
+            if rep is not None
+            else None,
             "last_seen_at": iso(last_seen),
             "running_plan_id": running_plan,
             "drift": cur is not None and running_plan is not None and running_plan != cur["id"],
@@ -145,8 +170,39 @@ def node_states(session: Session, names: list[str], *, now: dt.datetime | None =
     return out
 
 
-def _status(cur: dict | None, rep: Report | None, running_plan: str | None, last_seen: dt.datetime | None,
-            now: dt.datetime) -> str:
+def _current_assignments(session: Session, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per node, its active assignment of the highest seq with its plan and manifest, in one query."""
+    current: dict[str, dict[str, Any]] = {}
+    for a, p, m_name, m_version in session.execute(
+        select(Assignment, Plan, Manifest.name, Manifest.version)
+        .join(Plan, Plan.id == Assignment.plan_id)
+        .join(Manifest, Manifest.id == Plan.manifest_id)
+        .where(Assignment.node_name.in_(names), Assignment.status == "active")
+    ):
+        if a.node_name in current and current[a.node_name]["seq"] > a.seq:
+            continue
+        current[a.node_name] = {
+            "id": p.id,
+            "seq": a.seq,
+            "status": p.status,
+            "verdict": p.verdict,
+            "model": m_name,
+            "manifest": f"{m_name}@{m_version}",
+            "vllm_version": p.vllm_version,
+            "created_at": iso(p.created_at),
+            "predicted_kv_tokens": (p.budget or {}).get("kv_cache_tokens"),
+            "group": a.group_index,
+            "rank": a.rank,
+            "role": a.role,
+            "last_heartbeat_at": _utc(a.last_heartbeat_at),
+            "last_fetched_at": _utc(a.last_fetched_at),
+        }
+    return current
+
+
+def _status(
+    cur: dict | None, rep: Report | None, running_plan: str | None, last_seen: dt.datetime | None, now: dt.datetime
+) -> str:
     """running / starting / failed / refused / stopped / stale / pending (planned, nothing reported on it yet) /
     unplanned (no current plan)."""
     if cur is None:
@@ -164,8 +220,11 @@ def _status(cur: dict | None, rep: Report | None, running_plan: str | None, last
     if last_seen is None or (now - last_seen).total_seconds() > STALE_AFTER_SECONDS:
         return "stale"
     if running_plan == cur["id"]:
-        return "running" if rep is not None and rep.status in ("running", "heartbeat") or \
-            cur["last_heartbeat_at"] is not None else "starting"
+        return (
+            "running"
+            if rep is not None and rep.status in ("running", "heartbeat") or cur["last_heartbeat_at"] is not None
+            else "starting"
+        )
     return "pending" if running_plan is None else "running"  # an older plan runs: drift says so
 
 
@@ -201,8 +260,7 @@ def group_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             members=[m["name"] for m in members],
             member_statuses={m["name"]: m["status"] for m in members},
             gpu_count=sum(m.get("gpu_count") or 0 for m in members),
-            status=next((st for st in GROUP_STATUS_ORDER if any(m["status"] == st for m in members)),
-                        head["status"]),
+            status=next((st for st in GROUP_STATUS_ORDER if any(m["status"] == st for m in members)), head["status"]),
             drift=any(m.get("drift") for m in members),
             last_seen_at=None if None in seen else min(seen, key=dt.datetime.fromisoformat),
         )
@@ -217,8 +275,10 @@ def node_view(node: Node, state: dict[str, Any] | None) -> dict[str, Any]:
 def list_nodes(session: Session, *, limit: int, after: str | None) -> dict[str, Any]:
     rows = node_service.list_nodes(session, limit=limit, after=after)
     states = node_states(session, [n.name for n in rows])
-    return {"items": [node_view(n, states[n.name]) for n in rows],
-            "next": rows[-1].name if len(rows) == limit else None}
+    return {
+        "items": [node_view(n, states[n.name]) for n in rows],
+        "next": rows[-1].name if len(rows) == limit else None,
+    }
 
 
 def get_node(session: Session, name: str) -> dict[str, Any]:
@@ -227,6 +287,7 @@ def get_node(session: Session, name: str) -> dict[str, Any]:
 
 
 # -- dry run ----------------------------------------------------------------------------------------------------------
+
 
 def dry_run(session: Session, plan: PlanIn) -> dict[str, Any]:
     """What ``POST /v1/plans`` would decide for this body, by manifest and node names: validated and rendered, nothing
@@ -241,8 +302,18 @@ def dry_run(session: Session, plan: PlanIn) -> dict[str, Any]:
         exc = j.rejection(session)
         exc.extra["dry_run"] = True
         raise exc
-    return {"dry_run": True, "verdict": result.verdict, "findings": j.findings, "argv": result.argv,
-            "command": result.command, "env": dict(j.request.env), "budget": result.budget,
-            "vllm_version": result.vllm_version, "recommendations": result.recommendations,
-            "alternatives": result.alternatives, "manifest": f"{manifest.name}@{manifest.version}",
-            "nodes": names, "nodes_per_instance": j.layout.topo.nodes_per_instance}
+    return {
+        "dry_run": True,
+        "verdict": result.verdict,
+        "findings": j.findings,
+        "argv": result.argv,
+        "command": result.command,
+        "env": dict(j.request.env),
+        "budget": result.budget,
+        "vllm_version": result.vllm_version,
+        "recommendations": result.recommendations,
+        "alternatives": result.alternatives,
+        "manifest": f"{manifest.name}@{manifest.version}",
+        "nodes": names,
+        "nodes_per_instance": j.layout.topo.nodes_per_instance,
+    }

@@ -28,17 +28,26 @@ def _placement_rows(session: Session, assignments: list[Assignment]) -> list[dic
     for a in assignments:
         rep = reports.get((a.plan_id, a.node_name), {})
         last = rep.get("_last")
-        out.append({
-            "plan_id": a.plan_id, "node": a.node_name, "seq": a.seq, "assignment_status": a.status,
-            "assigned_at": iso(a.created_at),
-            "first_fetched_at": iso(a.first_fetched_at), "last_fetched_at": iso(a.last_fetched_at),
-            "fetches": a.fetch_count or 0,
-            "started_at": iso(rep.get("started")), "running_at": iso(rep.get("running")),
-            "failed_at": iso(rep.get("failed")), "stopped_at": iso(rep.get("stopped")),
-            "exited_at": iso(rep.get("exited")), "refused_at": iso(rep.get("refused")),
-            "last_report": {"status": last[0], "at": iso(last[1]), "message": last[2]} if last else None,
-            **_place(a),
-        })
+        out.append(
+            {
+                "plan_id": a.plan_id,
+                "node": a.node_name,
+                "seq": a.seq,
+                "assignment_status": a.status,
+                "assigned_at": iso(a.created_at),
+                "first_fetched_at": iso(a.first_fetched_at),
+                "last_fetched_at": iso(a.last_fetched_at),
+                "fetches": a.fetch_count or 0,
+                "started_at": iso(rep.get("started")),
+                "running_at": iso(rep.get("running")),
+                "failed_at": iso(rep.get("failed")),
+                "stopped_at": iso(rep.get("stopped")),
+                "exited_at": iso(rep.get("exited")),
+                "refused_at": iso(rep.get("refused")),
+                "last_report": {"status": last[0], "at": iso(last[1]), "message": last[2]} if last else None,
+                **_place(a),
+            }
+        )
     return out
 
 
@@ -70,9 +79,14 @@ def _node_argv(plan: Plan, a: Assignment) -> list[str]:
 def node_history(session: Session, name: str, *, limit: int = 100, before_seq: int | None = None) -> dict[str, Any]:
     """Plans assigned to a node, newest first, with who approved them, what ran and whether it started."""
     node_service.get(session, name)
-    q = (select(Assignment, Plan, Manifest).join(Plan, Plan.id == Assignment.plan_id)
-         .join(Manifest, Manifest.id == Plan.manifest_id).where(Assignment.node_name == name)
-         .order_by(Assignment.seq.desc()).limit(limit))
+    q = (
+        select(Assignment, Plan, Manifest)
+        .join(Plan, Plan.id == Assignment.plan_id)
+        .join(Manifest, Manifest.id == Plan.manifest_id)
+        .where(Assignment.node_name == name)
+        .order_by(Assignment.seq.desc())
+        .limit(limit)
+    )
     if before_seq is not None:
         q = q.where(Assignment.seq < before_seq)
     rows = session.execute(q).all()
@@ -80,10 +94,17 @@ def node_history(session: Session, name: str, *, limit: int = 100, before_seq: i
     groups = group_statuses(session, [a for a, _, _ in rows])
     items = []
     for a, plan, m in rows:
-        items.append({**placements[a.plan_id], "approved_by": plan.created_by, "plan_status": plan.status,
-                      "manifest": {"name": m.name, "version": m.version, "digest": m.digest},
-                      "vllm_version": plan.vllm_version, "argv": _node_argv(plan, a),
-                      "group_status": groups.get((a.plan_id, a.group_index))})
+        items.append(
+            {
+                **placements[a.plan_id],
+                "approved_by": plan.created_by,
+                "plan_status": plan.status,
+                "manifest": {"name": m.name, "version": m.version, "digest": m.digest},
+                "vllm_version": plan.vllm_version,
+                "argv": _node_argv(plan, a),
+                "group_status": groups.get((a.plan_id, a.group_index)),
+            }
+        )
     return {"node": name, "items": items, "next": items[-1]["seq"] if len(items) == limit else None}
 
 
@@ -91,8 +112,13 @@ def plan_placements(session: Session, plan_id: str) -> dict[str, Any]:
     from . import plans as plan_service
 
     plan, assignments = plan_service.get(session, plan_id)
-    out = {"plan_id": plan.id, "plan_status": plan.status, "approved_by": plan.created_by,
-           "created_at": iso(plan.created_at), "placements": _placement_rows(session, assignments)}
+    out = {
+        "plan_id": plan.id,
+        "plan_status": plan.status,
+        "approved_by": plan.created_by,
+        "created_at": iso(plan.created_at),
+        "placements": _placement_rows(session, assignments),
+    }
     if plan.topology:
         out["groups"] = plan_service.group_states(plan.topology, assignments, secrets=False)
     return out
@@ -112,12 +138,20 @@ def _utc(t):
 LATE_SECONDS = 30
 
 
-def _end_after(session: Session, name: str, until: Any, open_runs: list[dict[str, Any]],
-               by_id: dict[str, dict[str, Any]]) -> None:
+def _end_after(
+    session: Session, name: str, until: Any, open_runs: list[dict[str, Any]], by_id: dict[str, dict[str, Any]]
+) -> None:
     """How runs still open at ``until`` ended after it: their end report, or the node's next start."""
-    later = (select(Report).where(Report.node_name == name, Report.created_at >= until,
-                                  Report.status.in_(("started", "stopped", "exited", "failed")))
-             .order_by(Report.id).limit(1000))
+    later = (
+        select(Report)
+        .where(
+            Report.node_name == name,
+            Report.created_at >= until,
+            Report.status.in_(("started", "stopped", "exited", "failed")),
+        )
+        .order_by(Report.id)
+        .limit(1000)
+    )
     for r in session.execute(later).scalars():
         details = r.details if isinstance(r.details, dict) else {}
         at = _when(r.created_at, details.get("at"))
@@ -127,8 +161,13 @@ def _end_after(session: Session, name: str, until: Any, open_runs: list[dict[str
             break
         run = by_id.get(details.get("run_id") or f"plan:{r.plan_id}")
         if run is not None and run in open_runs:
-            run.update(ended_at=at, end="exited" if r.status == "failed" else r.status,
-                       exit_status=details.get("status"), signal=details.get("signal"), tail=details.get("tail"))
+            run.update(
+                ended_at=at,
+                end="exited" if r.status == "failed" else r.status,
+                exit_status=details.get("status"),
+                signal=details.get("signal"),
+                tail=details.get("tail"),
+            )
             open_runs.remove(run)
         if not open_runs:
             break
@@ -158,9 +197,56 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
     (``end: "interrupted"``: the node lost power or the agent was killed) or is still open (``ended_at`` null, with
     the last heartbeat). Times are the service's receipt times, except for reports delivered late (``_when``)."""
     node_service.get(session, name)
-    q = (select(Report).where(Report.node_name == name, Report.status.in_(RUN_STATUSES)).order_by(Report.id))
+    q = select(Report).where(Report.node_name == name, Report.status.in_(RUN_STATUSES)).order_by(Report.id)
     if until is not None:
         q = q.where(Report.created_at < until)
+    runs, by_id = _fold_runs(session, q)
+    open_runs = [r for r in runs if r["ended_at"] is None]
+    if until is not None and open_runs:
+        _end_after(session, name, until, open_runs, by_id)
+    since, until = _utc(since), _utc(until)
+    runs = [
+        r
+        for r in runs
+        if (until is None or r["started_at"] < until)
+        and (since is None or r["ended_at"] is None or r["ended_at"] > since)
+    ][-limit:]
+    plan_ids = {r["plan_id"] for r in runs}
+    info: dict[str, Any] = {}
+    if plan_ids:
+        for a, plan, m in session.execute(
+            select(Assignment, Plan, Manifest)
+            .join(Plan, Plan.id == Assignment.plan_id)
+            .join(Manifest, Manifest.id == Plan.manifest_id)
+            .where(Assignment.node_name == name, Assignment.plan_id.in_(plan_ids))
+        ):
+            info[a.plan_id] = (a, plan, m)
+    groups = group_statuses(session, [a for a, _, _ in info.values()])
+    out = []
+    for run in runs:
+        a, plan, m = info.get(run["plan_id"], (None, None, None))
+        beat = _utc(a.last_heartbeat_at) if a is not None else None
+        out.append(
+            {
+                **run,
+                "started_at": iso(run["started_at"]),
+                "running_at": iso(run["running_at"]),
+                "ended_at": iso(run["ended_at"]),
+                "seq": a.seq if a else None,
+                "argv": _node_argv(plan, a) if plan and a else None,
+                **(_place(a) if a else {"group": None, "rank": None, "role": None}),
+                "group_status": groups.get((a.plan_id, a.group_index)) if a else None,
+                "manifest": {"name": m.name, "version": m.version, "digest": m.digest} if m else None,
+                "last_heartbeat_at": iso(beat)
+                if run["ended_at"] is None and beat and beat >= run["started_at"]
+                else None,
+            }
+        )
+    return {"node": name, "since": iso(since), "until": iso(until), "items": out}
+
+
+def _fold_runs(session: Session, q) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The node's run reports folded into runs, oldest first, and the same runs by run id."""
     runs: list[dict[str, Any]] = []
     by_id: dict[str, dict[str, Any]] = {}
     for r in session.execute(q).scalars():
@@ -171,9 +257,19 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
             for other in runs:  # one vLLM per node: a new start ends every run still open
                 if other["ended_at"] is None:
                     other.update(ended_at=at, end="interrupted")
-            started = {"run_id": run_id, "plan_id": r.plan_id, "started_at": at, "running_at": None,
-                       "ended_at": None, "end": None, "exit_status": None, "signal": None, "vllm": None, "tail": None,
-                       "offline_boot": details.get("offline_boot")}
+            started = {
+                "run_id": run_id,
+                "plan_id": r.plan_id,
+                "started_at": at,
+                "running_at": None,
+                "ended_at": None,
+                "end": None,
+                "exit_status": None,
+                "signal": None,
+                "vllm": None,
+                "tail": None,
+                "offline_boot": details.get("offline_boot"),
+            }
             runs.append(started)
             by_id[run_id] = started
             continue
@@ -184,34 +280,11 @@ def node_runs(session: Session, name: str, *, since=None, until=None, limit: int
             run["running_at"] = at
             run["vllm"] = details.get("vllm")
         elif run["ended_at"] is None:
-            run.update(ended_at=at, end="exited" if r.status == "failed" else r.status,
-                       exit_status=details.get("status"), signal=details.get("signal"), tail=details.get("tail"))
-    open_runs = [r for r in runs if r["ended_at"] is None]
-    if until is not None and open_runs:
-        _end_after(session, name, until, open_runs, by_id)
-    since, until = _utc(since), _utc(until)
-    runs = [r for r in runs if (until is None or r["started_at"] < until)
-            and (since is None or r["ended_at"] is None or r["ended_at"] > since)][-limit:]
-    plan_ids = {r["plan_id"] for r in runs}
-    info: dict[str, Any] = {}
-    if plan_ids:
-        for a, plan, m in session.execute(
-                select(Assignment, Plan, Manifest).join(Plan, Plan.id == Assignment.plan_id)
-                .join(Manifest, Manifest.id == Plan.manifest_id)
-                .where(Assignment.node_name == name, Assignment.plan_id.in_(plan_ids))):
-            info[a.plan_id] = (a, plan, m)
-    groups = group_statuses(session, [a for a, _, _ in info.values()])
-    out = []
-    for run in runs:
-        a, plan, m = info.get(run["plan_id"], (None, None, None))
-        beat = _utc(a.last_heartbeat_at) if a is not None else None
-        out.append({
-            **run, "started_at": iso(run["started_at"]), "running_at": iso(run["running_at"]),
-            "ended_at": iso(run["ended_at"]),
-            "seq": a.seq if a else None, "argv": _node_argv(plan, a) if plan and a else None,
-            **(_place(a) if a else {"group": None, "rank": None, "role": None}),
-            "group_status": groups.get((a.plan_id, a.group_index)) if a else None,
-            "manifest": {"name": m.name, "version": m.version, "digest": m.digest} if m else None,
-            "last_heartbeat_at": iso(beat) if run["ended_at"] is None and beat and beat >= run["started_at"] else None,
-        })
-    return {"node": name, "since": iso(since), "until": iso(until), "items": out}
+            run.update(
+                ended_at=at,
+                end="exited" if r.status == "failed" else r.status,
+                exit_status=details.get("status"),
+                signal=details.get("signal"),
+                tail=details.get("tail"),
+            )
+    return runs, by_id

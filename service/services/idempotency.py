@@ -24,8 +24,16 @@ def scope(route: str, principal: str) -> str:
     return f"{route} {audit.sha256_hex(principal.encode())[:24]}"
 
 
-def run(db: Database, *, route: str, principal: str, key: str | None, request: BaseModel, status_code: int,
-        action: Callable[[Session], dict[str, Any]]) -> tuple[int, dict[str, Any], bool]:
+def run(
+    db: Database,
+    *,
+    route: str,
+    principal: str,
+    key: str | None,
+    request: BaseModel,
+    status_code: int,
+    action: Callable[[Session], dict[str, Any]],
+) -> tuple[int, dict[str, Any], bool]:
     """Run ``action(session)`` once per (route, principal, key): the request is compared by its JSON's digest, the
     answer (``action``'s JSON) stored with the key. Returns (status, response, replayed)."""
     route = scope(route, principal)
@@ -57,8 +65,9 @@ def run(db: Database, *, route: str, principal: str, key: str | None, request: B
 
 def _lookup(db: Database, route: str, key: str):
     with db.transaction() as s:
-        row = s.execute(select(IdempotencyKey).where(IdempotencyKey.route == route, IdempotencyKey.key == key)
-                        ).scalar_one_or_none()
+        row = s.execute(
+            select(IdempotencyKey).where(IdempotencyKey.route == route, IdempotencyKey.key == key)
+        ).scalar_one_or_none()
         return None if row is None else (row.request_hash, row.status_code, row.response)
 
 
@@ -67,4 +76,3 @@ def _replay(stored, digest: str) -> tuple[int, dict[str, Any], bool]:
     if request_hash != digest:
         raise Invalid("this Idempotency-Key was used with a different request body", field="Idempotency-Key")
     return status_code, response, True
-

@@ -59,10 +59,18 @@ def apply(session: Session, manifest: Manifest, nodes: list[Node], target: T) ->
     if target.kv_cache_pool != "pinned":
         return target
     if any(k.lstrip("-").replace("-", "_") == "kv_cache_memory_bytes" for k in target.engine_args):
-        raise Invalid("kv_cache_pool pinned takes the pool nodes reported: leave engine_args.kv_cache_memory_bytes "
-                      "out (or use kv_cache_pool utilization with your own value)", field="kv_cache_pool",
-                      errors=[{"field": "engine_args.kv_cache_memory_bytes", "rule": "kv_pool_conflict",
-                               "message": "kv_cache_memory_bytes given with kv_cache_pool pinned"}])
+        raise Invalid(
+            "kv_cache_pool pinned takes the pool nodes reported: leave engine_args.kv_cache_memory_bytes "
+            "out (or use kv_cache_pool utilization with your own value)",
+            field="kv_cache_pool",
+            errors=[
+                {
+                    "field": "engine_args.kv_cache_memory_bytes",
+                    "rule": "kv_pool_conflict",
+                    "message": "kv_cache_memory_bytes given with kv_cache_pool pinned",
+                }
+            ],
+        )
     wanted = _launch_key(target.engine_args)
     names = [n.name for n in nodes]
     # a figure a node reports is believed only below its GPU's memory: one node cannot pin an impossible pool
@@ -71,7 +79,9 @@ def apply(session: Session, manifest: Manifest, nodes: list[Node], target: T) ->
         select(Report.node_name, Report.details, Plan.request, Plan.vllm_version)
         .join(Plan, Plan.id == Report.plan_id)
         .where(Plan.manifest_id == manifest.id, Report.status == "running", Report.node_name.in_(names))
-        .order_by(Report.id.desc()).limit(SCAN_LIMIT)).all()
+        .order_by(Report.id.desc())
+        .limit(SCAN_LIMIT)
+    ).all()
     latest: dict[str, tuple[int, str]] = {}
     target_version = resolve_version(target.vllm_version)[0]
     for node, details, request, version in rows:
@@ -84,8 +94,15 @@ def apply(session: Session, manifest: Manifest, nodes: list[Node], target: T) ->
         raise Invalid(
             f"kv_cache_pool pinned: no node of this plan ({', '.join(names)}) has reported the KV pool vLLM printed "
             f"for {manifest.name}@{manifest.version} with these engine arguments; run it once with "
-            "kv_cache_pool utilization first", field="kv_cache_pool",
-            errors=[{"field": "kv_cache_pool", "rule": "kv_pool_not_measured",
-                     "message": "no reported KV pool for this manifest and launch on these nodes"}])
+            "kv_cache_pool utilization first",
+            field="kv_cache_pool",
+            errors=[
+                {
+                    "field": "kv_cache_pool",
+                    "rule": "kv_pool_not_measured",
+                    "message": "no reported KV pool for this manifest and launch on these nodes",
+                }
+            ],
+        )
     pool, _source = min(latest.values())
     return target.model_copy(update={"engine_args": {**target.engine_args, "kv_cache_memory_bytes": pool}})

@@ -22,16 +22,33 @@ ALL_QUANT_METHODS = all_quant_methods()
 
 
 def manifest_body(m: Manifest) -> dict[str, Any]:
-    return {"name": m.name, "version": m.version, "uri": m.uri, "config": m.config,
-            "quantization_txt": m.quantization_txt, "hf_quant_config": m.hf_quant_config,
-            "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes, "digests": m.digests,
-            "allow_remote_code": bool(m.allow_remote_code), **({"files": m.files} if m.files else {})}
+    return {
+        "name": m.name,
+        "version": m.version,
+        "uri": m.uri,
+        "config": m.config,
+        "quantization_txt": m.quantization_txt,
+        "hf_quant_config": m.hf_quant_config,
+        "checkpoint": m.checkpoint,
+        "weights_bytes": m.weights_bytes,
+        "digests": m.digests,
+        "allow_remote_code": bool(m.allow_remote_code),
+        **({"files": m.files} if m.files else {}),
+    }
 
 
 def manifest_dict(m: Manifest, *, full: bool = False) -> dict[str, Any]:
-    out = {"id": m.id, "name": m.name, "version": m.version, "uri": m.uri, "digest": m.digest,
-           "checkpoint": m.checkpoint, "weights_bytes": m.weights_bytes,
-           "allow_remote_code": bool(m.allow_remote_code), "created_at": iso(m.created_at)}
+    out = {
+        "id": m.id,
+        "name": m.name,
+        "version": m.version,
+        "uri": m.uri,
+        "digest": m.digest,
+        "checkpoint": m.checkpoint,
+        "weights_bytes": m.weights_bytes,
+        "allow_remote_code": bool(m.allow_remote_code),
+        "created_at": iso(m.created_at),
+    }
     if m.quantization_txt is not None:
         out["quantization"] = parse_quantization_txt(m.quantization_txt, ALL_QUANT_METHODS).method
     if full:
@@ -47,9 +64,11 @@ def _with_files(body: dict[str, Any]) -> dict[str, Any]:
     if not files:
         return {k: v for k, v in body.items() if k != "files"}
     tag = body.get("quantization_txt")
-    files = {**{k: v for k, v in files.items() if v is not None},
-             "quantization": parse_quantization_txt(tag, ALL_QUANT_METHODS).method if tag is not None else None,
-             "shards": [{k: v for k, v in sh.items() if v is not None} for sh in files.get("shards") or []]}
+    files = {
+        **{k: v for k, v in files.items() if v is not None},
+        "quantization": parse_quantization_txt(tag, ALL_QUANT_METHODS).method if tag is not None else None,
+        "shards": [{k: v for k, v in sh.items() if v is not None} for sh in files.get("shards") or []],
+    }
     return {**body, "files": files}
 
 
@@ -64,26 +83,48 @@ def register(session: Session, *, actor: str, manifest: ManifestIn) -> Manifest:
     problem = model_reference_problem(body["uri"]) if body.get("uri") else None
     if problem:  # the uri becomes vllm serve's positional model argument on every node
         raise DomainError("uri", problem, rule="model_reference")
-    if session.execute(select(Manifest.id).where(Manifest.name == body["name"],
-                                                 Manifest.version == body["version"])).first():
+    if session.execute(
+        select(Manifest.id).where(Manifest.name == body["name"], Manifest.version == body["version"])
+    ).first():
         raise Conflict(f"manifest {body['name']}@{body['version']} already exists", field="version")
     body = {**body, "allow_remote_code": bool(body.get("allow_remote_code"))}
     body = _with_files(body)
     # the digest covers allow_remote_code only when set, so manifests registered before the field keep their digest
-    digest = "sha256:" + audit.sha256_hex(audit.canonical(
-        body if body["allow_remote_code"] else {k: v for k, v in body.items() if k != "allow_remote_code"}))
-    previous = session.execute(select(Manifest).where(Manifest.name == body["name"]).order_by(Manifest.id.desc())
-                               .limit(1)).scalar_one_or_none()
+    digest = "sha256:" + audit.sha256_hex(
+        audit.canonical(
+            body if body["allow_remote_code"] else {k: v for k, v in body.items() if k != "allow_remote_code"}
+        )
+    )
+    previous = session.execute(
+        select(Manifest).where(Manifest.name == body["name"]).order_by(Manifest.id.desc()).limit(1)
+    ).scalar_one_or_none()
     m = Manifest(digest=digest, **body)
     session.add(m)
     session.flush()
-    audit.append(session, actor=actor, kind="manifest.registered", subject=f"manifest:{m.name}@{m.version}",
-                 model=m.name, payload={"id": m.id, "name": m.name, "version": m.version, "digest": digest, "uri": m.uri,
-                          "allow_remote_code": m.allow_remote_code})
+    audit.append(
+        session,
+        actor=actor,
+        kind="manifest.registered",
+        subject=f"manifest:{m.name}@{m.version}",
+        model=m.name,
+        payload={
+            "id": m.id,
+            "name": m.name,
+            "version": m.version,
+            "digest": digest,
+            "uri": m.uri,
+            "allow_remote_code": m.allow_remote_code,
+        },
+    )
     if previous is not None:
-        audit.append(session, actor=actor, kind="manifest.superseded",
-                     subject=f"manifest:{previous.name}@{previous.version}", model=m.name,
-                     payload={"id": previous.id, "superseded_by": f"{m.name}@{m.version}"})
+        audit.append(
+            session,
+            actor=actor,
+            kind="manifest.superseded",
+            subject=f"manifest:{previous.name}@{previous.version}",
+            model=m.name,
+            payload={"id": previous.id, "superseded_by": f"{m.name}@{m.version}"},
+        )
     return m
 
 
@@ -93,7 +134,9 @@ def resolve_ref(session: Session, ref: str | int | dict) -> Manifest:
     if isinstance(ref, int):
         m = session.get(Manifest, ref)
     elif isinstance(ref, dict):
-        m = session.execute(q.where(Manifest.name == ref.get("name"), Manifest.version == ref.get("version"))).scalar_one_or_none()
+        m = session.execute(
+            q.where(Manifest.name == ref.get("name"), Manifest.version == ref.get("version"))
+        ).scalar_one_or_none()
     elif "@" in ref:
         name, version = ref.rsplit("@", 1)
         m = session.execute(q.where(Manifest.name == name, Manifest.version == version)).scalar_one_or_none()

@@ -19,28 +19,52 @@ from . import tokens
 
 
 def node_dict(n: Node) -> dict[str, Any]:
-    return {"name": n.name, "gpu": n.gpu, "gpu_count": n.gpu_count, "interconnect": n.interconnect,
-            "address": n.address, "labels": n.labels, "created_at": iso(n.created_at),
-            **({"gpus": n.gpus} if n.gpus else {})}
+    return {
+        "name": n.name,
+        "gpu": n.gpu,
+        "gpu_count": n.gpu_count,
+        "interconnect": n.interconnect,
+        "address": n.address,
+        "labels": n.labels,
+        "created_at": iso(n.created_at),
+        **({"gpus": n.gpus} if n.gpus else {}),
+    }
 
 
-def register(session: Session, *, actor: str, name: str, gpu: str | dict, gpu_count: int, interconnect: str | None,
-             labels: dict[str, str], address: str | None = None) -> tuple[Node, str]:
+def register(
+    session: Session,
+    *,
+    actor: str,
+    name: str,
+    gpu: str | dict,
+    gpu_count: int,
+    interconnect: str | None,
+    labels: dict[str, str],
+    address: str | None = None,
+) -> tuple[Node, str]:
     """Register a node and issue its agent token (returned once). Raises DomainError for an unknown GPU and
     Conflict when the name is taken."""
     resolved = resolve(gpu, "gpu")
     if session.execute(select(Node.id).where(Node.name == name)).first():
         raise Conflict(f"node {name!r} already exists", field="name")
-    node = Node(name=name, gpu_id=resolved.id, gpu=resolved.as_dict(), gpu_count=gpu_count,
-                interconnect=interconnect, labels=labels, address=address)
+    node = Node(
+        name=name,
+        gpu_id=resolved.id,
+        gpu=resolved.as_dict(),
+        gpu_count=gpu_count,
+        interconnect=interconnect,
+        labels=labels,
+        address=address,
+    )
     session.add(node)
     try:
         session.flush()
     except IntegrityError:
         raise Conflict(f"node {name!r} already exists", field="name") from None
     secret, _ = tokens.create(session, role="agent", node=name, label=f"agent token of {name}")
-    audit.append(session, actor=actor, kind="node.registered", subject=f"node:{name}", node=name,
-                 payload=node_dict(node))
+    audit.append(
+        session, actor=actor, kind="node.registered", subject=f"node:{name}", node=name, payload=node_dict(node)
+    )
     return node, secret
 
 
@@ -50,9 +74,17 @@ def distinct(names: list[str], field: str = "nodes") -> list[str]:
     first: dict[str, int] = {}
     for j, n in enumerate(names):
         if n in first:
-            raise Invalid(f"node {n!r} is listed twice ({field}.{first[n]} and {field}.{j}): list each node once",
-                          field=f"{field}.{j}", errors=[{"field": f"{field}.{j}", "rule": "duplicate_node",
-                                                         "message": f"{n!r} already at {field}.{first[n]}"}])
+            raise Invalid(
+                f"node {n!r} is listed twice ({field}.{first[n]} and {field}.{j}): list each node once",
+                field=f"{field}.{j}",
+                errors=[
+                    {
+                        "field": f"{field}.{j}",
+                        "rule": "duplicate_node",
+                        "message": f"{n!r} already at {field}.{first[n]}",
+                    }
+                ],
+            )
         first[n] = j
     return list(names)
 
@@ -87,8 +119,14 @@ def rotate_token(session: Session, *, actor: str, name: str) -> str:
     get(session, name, for_update=True)
     revoked = tokens.revoke_node_tokens(session, name)
     secret, row = tokens.create(session, role="agent", node=name, label=f"agent token of {name}")
-    audit.append(session, actor=actor, kind="token.rotated", subject=f"node:{name}", node=name,
-                 payload={"revoked": revoked, "token_id": row.id})
+    audit.append(
+        session,
+        actor=actor,
+        kind="token.rotated",
+        subject=f"node:{name}",
+        node=name,
+        payload={"revoked": revoked, "token_id": row.id},
+    )
     return secret
 
 
@@ -119,8 +157,14 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, upd
         node.gpus = None
     node.updated_at = utc(clock)
     session.flush()
-    audit.append(session, actor=actor, kind="node.updated", subject=f"node:{name}", node=name,
-                 payload={"before": before, "after": node_dict(node)})
+    audit.append(
+        session,
+        actor=actor,
+        kind="node.updated",
+        subject=f"node:{name}",
+        node=name,
+        payload={"before": before, "after": node_dict(node)},
+    )
     return node
 
 
@@ -129,8 +173,9 @@ def update(session: Session, *, actor: str, name: str, if_match: str | None, upd
 FACT_FIELDS = ("interconnect", "gpus", "address")  # optional: omitted keeps the stored value, null clears it
 
 
-def put_facts(session: Session, *, actor: str, role: str, name: str, body: NodeFactsIn,
-              clock: Clock) -> tuple[Node, bool, str | None]:
+def put_facts(
+    session: Session, *, actor: str, role: str, name: str, body: NodeFactsIn, clock: Clock
+) -> tuple[Node, bool, str | None]:
     """Create the node (an enroller or admin) or update its hardware facts (gpu, gpu_count, interconnect, the GPUs as
     nvidia-smi read them; ``address``, where the other nodes of a multi-node instance reach it). Returns ``(node,
     created, agent token or None)``: a token is issued when the node is created, or when ``rotate_token`` is asked
@@ -154,8 +199,16 @@ def put_facts(session: Session, *, actor: str, role: str, name: str, body: NodeF
         if role == "agent":
             raise Forbidden(f"an agent token may not create node {name!r}")
         check_facts(gpu=resolved, gpu_count=facts["gpu_count"], gpus=facts.get("gpus"))
-        node, secret = register(session, actor=actor, name=name, gpu=gpu, gpu_count=facts["gpu_count"],
-                                interconnect=facts.get("interconnect"), labels={}, address=facts.get("address"))
+        node, secret = register(
+            session,
+            actor=actor,
+            name=name,
+            gpu=gpu,
+            gpu_count=facts["gpu_count"],
+            interconnect=facts.get("interconnect"),
+            labels={},
+            address=facts.get("address"),
+        )
         node.gpus = facts.get("gpus")
         session.flush()
         return node, True, secret
@@ -170,7 +223,13 @@ def put_facts(session: Session, *, actor: str, role: str, name: str, body: NodeF
             setattr(existing, k, v)
         existing.updated_at = utc(clock)
         session.flush()
-        audit.append(session, actor=actor, kind="node.facts_updated", subject=f"node:{name}", node=name,
-                     payload={"before": before, "after": node_dict(existing)})
+        audit.append(
+            session,
+            actor=actor,
+            kind="node.facts_updated",
+            subject=f"node:{name}",
+            node=name,
+            payload={"before": before, "after": node_dict(existing)},
+        )
     rotated = rotate_token(session, actor=actor, name=name) if facts.get("rotate_token") else None
     return existing, False, rotated

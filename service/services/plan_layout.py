@@ -22,38 +22,62 @@ from ..domain.versions import resolve_version
 from ..errors import Invalid
 
 
-def launch_request(manifest: Manifest, nodes: list[Node], target: LaunchTarget, *,
-                   nodes_per_instance: int | None = None) -> LaunchRequest:
+def launch_request(
+    manifest: Manifest, nodes: list[Node], target: LaunchTarget, *, nodes_per_instance: int | None = None
+) -> LaunchRequest:
     """The launch request a plan's target implies: the manifest's model, the nodes' hardware (``hardware.nodes``: the
     nodes one instance spans, ``nodes_per_instance``; by default all the plan's nodes)."""
     first = nodes[0]
     shapes = {(n.gpu_id, n.gpu["memory_bytes"], n.gpu["compute_capability"], n.gpu_count) for n in nodes}
     if len(shapes) > 1:
         seen = ", ".join(f"{n.name}: {n.gpu_count} × {n.gpu.get('name', n.gpu_id)}" for n in nodes[:8])
-        raise Invalid(f"all nodes of one plan (and so of every group in it) must have the same GPU model and count "
-                      f"({seen})", field="nodes")
-    gpu: Any = first.gpu_id if first.gpu_id != "custom" else {
-        "name": first.gpu["name"], "compute_capability": first.gpu["compute_capability"],
-        "memory_bytes": first.gpu["memory_bytes"]}
+        raise Invalid(
+            f"all nodes of one plan (and so of every group in it) must have the same GPU model and count ({seen})",
+            field="nodes",
+        )
+    gpu: Any = (
+        first.gpu_id
+        if first.gpu_id != "custom"
+        else {
+            "name": first.gpu["name"],
+            "compute_capability": first.gpu["compute_capability"],
+            "memory_bytes": first.gpu["memory_bytes"],
+        }
+    )
     interconnects = {n.interconnect for n in nodes}
     try:
-        return LaunchRequest.model_validate({
-            "model": {"name": manifest.name, "uri": manifest.uri, "config": manifest.config,
-                      "hf_quant_config": manifest.hf_quant_config, "quantization_txt": manifest.quantization_txt,
-                      "checkpoint": manifest.checkpoint, "weights_bytes": manifest.weights_bytes},
-            "hardware": {"gpu": gpu, "count": first.gpu_count, "nodes": nodes_per_instance or len(nodes),
-                         "interconnect": interconnects.pop() if len(interconnects) == 1 else None},
-            "environment": target.environment,
-            "workload": target.workload,
-            "engine_args": target.engine_args,
-            "env": target.env,
-            "vllm_version": target.vllm_version,
-        })
+        return LaunchRequest.model_validate(
+            {
+                "model": {
+                    "name": manifest.name,
+                    "uri": manifest.uri,
+                    "config": manifest.config,
+                    "hf_quant_config": manifest.hf_quant_config,
+                    "quantization_txt": manifest.quantization_txt,
+                    "checkpoint": manifest.checkpoint,
+                    "weights_bytes": manifest.weights_bytes,
+                },
+                "hardware": {
+                    "gpu": gpu,
+                    "count": first.gpu_count,
+                    "nodes": nodes_per_instance or len(nodes),
+                    "interconnect": interconnects.pop() if len(interconnects) == 1 else None,
+                },
+                "environment": target.environment,
+                "workload": target.workload,
+                "engine_args": target.engine_args,
+                "env": target.env,
+                "vllm_version": target.vllm_version,
+            }
+        )
     except ValidationError as exc:
-        raise Invalid("the plan does not make a valid launch request: " + "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]),
-            errors=[{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
-                    for e in exc.errors()]) from None
+        raise Invalid(
+            "the plan does not make a valid launch request: "
+            + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]),
+            errors=[
+                {"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]} for e in exc.errors()
+            ],
+        ) from None
 
 
 def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
@@ -62,9 +86,11 @@ def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
     ``allow_remote_code``. Raises Invalid (422) naming the field and the rule."""
     refused = env_policy.refused(request.env)
     if refused:
-        raise Invalid("the plan's env sets variables a node does not take from a plan: " + "; ".join(
-            f"{name}: {why}" for name, why in refused),
-            errors=[{"field": f"env.{name}", "rule": "env_not_allowed", "message": why} for name, why in refused])
+        raise Invalid(
+            "the plan's env sets variables a node does not take from a plan: "
+            + "; ".join(f"{name}: {why}" for name, why in refused),
+            errors=[{"field": f"env.{name}", "rule": "env_not_allowed", "message": why} for name, why in refused],
+        )
     if request.environment != "production" or manifest.allow_remote_code:
         return
     # judged on the parsed arguments, so no spelling (--trust-remote-code, -trust_remote_code) slips past
@@ -73,24 +99,36 @@ def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
     if loading:
         field, why = loading[0]
         rule = "trust_remote_code_not_allowed" if field == "engine_args.trust_remote_code" else "code_not_allowed"
-        raise Invalid(f"{why}: in production the manifest {manifest.name}@{manifest.version} must be registered with "
-                      f"allow_remote_code",
-                      errors=[{"field": f, "rule": rule if f == field else "code_not_allowed",
-                               "message": f"{w}; the manifest does not allow remote code in production"}
-                              for f, w in loading])
+        raise Invalid(
+            f"{why}: in production the manifest {manifest.name}@{manifest.version} must be registered with "
+            f"allow_remote_code",
+            errors=[
+                {
+                    "field": f,
+                    "rule": rule if f == field else "code_not_allowed",
+                    "message": f"{w}; the manifest does not allow remote code in production",
+                }
+                for f, w in loading
+            ],
+        )
 
 
 def node_checks_claim(node: Node, manifest: Manifest, result: ValidationResult, gpus_used: int) -> dict[str, Any]:
     """The signed ``node_checks`` claim: hardware, memory, and the weights files the manifest recorded."""
     args = result.context.args if result.context is not None else None
     return node_checks.node_checks_claim(
-        hardware=node_checks.hardware_claim(gpu_id=node.gpu_id, gpu=node.gpu, count=node.gpu_count,
-                                            interconnect=node.interconnect),
+        hardware=node_checks.hardware_claim(
+            gpu_id=node.gpu_id, gpu=node.gpu, count=node.gpu_count, interconnect=node.interconnect
+        ),
         memory=node_checks.memory_claim(
-            effective=result.effective or {}, budget=result.budget,
+            effective=result.effective or {},
+            budget=result.budget,
             kv_cache_memory_bytes=args.get("kv_cache_memory_bytes") if args is not None else None,
-            gpus_used=gpus_used, gpus_per_node=node.gpu_count),
-        weights=manifest.files)
+            gpus_used=gpus_used,
+            gpus_per_node=node.gpu_count,
+        ),
+        weights=manifest.files,
+    )
 
 
 @dataclass
@@ -129,46 +167,87 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], plan: PlanIn) -> Layo
     k = -(-world // gpus) if world > 0 else 1
     if len(nodes) == 1 or world <= 0 or k > len(nodes):
         # one node, or fewer nodes than one instance needs: the rules judge it (world_size_exceeds_gpus)
-        topo = Topology("replicas", 1, tuple((n,) for n in names),
-                        {n: Placement(n, i, 0, "replica", 1, n) for i, n in enumerate(names)}, world)
+        topo = Topology(
+            "replicas",
+            1,
+            tuple((n,) for n in names),
+            {n: Placement(n, i, 0, "replica", 1, n) for i, n in enumerate(names)},
+            world,
+        )
     else:
-        topo = plan_topology(names, gpus, tp, pp, dp, line, backend=args.get("distributed_executor_backend"),
-                             form=plan.multi_node_form)
+        topo = plan_topology(
+            names, gpus, tp, pp, dp, line, backend=args.get("distributed_executor_backend"), form=plan.multi_node_form
+        )
     # per-node flags are Preflight's to render from the topology — on a one-node plan too, where a signed
     # --headless or --node-rank would make the node a worker of an instance that does not exist (and the agent
     # refuses a replica that is told to be headless)
     for name in PER_NODE:
         if name in args.given and not (topo.form == "replicas" and name == "data_parallel_size_local"):
-            raise DomainError(f"engine_args.{name}", f"--{name.replace('_', '-')} differs per node: Preflight "
-                              f"renders it for every node of a multi-node plan from the topology (leave it out)",
-                              rule="flag_per_node")
+            raise DomainError(
+                f"engine_args.{name}",
+                f"--{name.replace('_', '-')} differs per node: Preflight "
+                f"renders it for every node of a multi-node plan from the topology (leave it out)",
+                rule="flag_per_node",
+            )
     if len(nodes) > 1:
         n_given = args.get("nnodes")
         if n_given is not None and int(n_given) != topo.nodes_per_instance:
-            raise DomainError("engine_args.nnodes", f"--nnodes {n_given} but world size {world} (TP {tp} × PP {pp} × "
-                              f"DP {dp}) over nodes of {gpus} GPUs makes instances of {topo.nodes_per_instance} "
-                              f"node(s): leave --nnodes out (Preflight renders it)", rule="nnodes")
-    if group_env and len(group_env) != len(topo.groups):
-        raise DomainError("group_env", f"group_env has {len(group_env)} entries but the plan has "
-                          f"{len(topo.groups)} group(s) of {topo.nodes_per_instance} node(s): give one per group, in "
-                          f"group order", rule="group_env")
-    for i, env in enumerate(group_env):
-        refused = env_policy.refused(env)
-        if refused:
-            raise Invalid("group_env sets variables a node does not take from a plan: " + "; ".join(
-                f"{name}: {why}" for name, why in refused),
-                errors=[{"field": f"group_env.{i}.{name}", "rule": "env_not_allowed", "message": why}
-                        for name, why in refused])
+            raise DomainError(
+                "engine_args.nnodes",
+                f"--nnodes {n_given} but world size {world} (TP {tp} × PP {pp} × "
+                f"DP {dp}) over nodes of {gpus} GPUs makes instances of {topo.nodes_per_instance} "
+                f"node(s): leave --nnodes out (Preflight renders it)",
+                rule="nnodes",
+            )
+    _check_group_env(group_env, topo)
     by_name = {n.name: n for n in nodes}
     heads: dict[int, str | None] = {}
     for g, members in enumerate(topo.groups):
         head = by_name[members[0]]
         if topo.nodes_per_instance > 1 and not head.address:
-            raise Invalid(f"node {head.name!r} heads group {g} ({', '.join(members)}), a {len(members)}-node "
-                          f"instance, but has no address: the other nodes connect to it. Set it with PATCH "
-                          f"/v1/nodes/{head.name} {{\"address\": \"10.0.0.1\"}}", field="nodes",
-                          errors=[{"field": f"nodes.{names.index(head.name)}", "rule": "head_address",
-                                   "message": f"node {head.name!r} has no address"}])
+            raise Invalid(
+                f"node {head.name!r} heads group {g} ({', '.join(members)}), a {len(members)}-node "
+                f"instance, but has no address: the other nodes connect to it. Set it with PATCH "
+                f'/v1/nodes/{head.name} {{"address": "10.0.0.1"}}',
+                field="nodes",
+                errors=[
+                    {
+                        "field": f"nodes.{names.index(head.name)}",
+                        "rule": "head_address",
+                        "message": f"node {head.name!r} has no address",
+                    }
+                ],
+            )
         heads[g] = head.address
-    return Layout(topo, group_arguments(topo, line, tp=tp, pp=pp, given=args.values), heads,
-                  group_env or [{} for _ in topo.groups], tp, pp, dp)
+    return Layout(
+        topo,
+        group_arguments(topo, line, tp=tp, pp=pp, given=args.values),
+        heads,
+        group_env or [{} for _ in topo.groups],
+        tp,
+        pp,
+        dp,
+    )
+
+
+def _check_group_env(group_env: list, topo: Topology) -> None:
+    """One env per group, in group order, and none setting a variable a node does not take from a plan."""
+    if group_env and len(group_env) != len(topo.groups):
+        raise DomainError(
+            "group_env",
+            f"group_env has {len(group_env)} entries but the plan has "
+            f"{len(topo.groups)} group(s) of {topo.nodes_per_instance} node(s): give one per group, in "
+            f"group order",
+            rule="group_env",
+        )
+    for i, env in enumerate(group_env):
+        refused = env_policy.refused(env)
+        if refused:
+            raise Invalid(
+                "group_env sets variables a node does not take from a plan: "
+                + "; ".join(f"{name}: {why}" for name, why in refused),
+                errors=[
+                    {"field": f"group_env.{i}.{name}", "rule": "env_not_allowed", "message": why}
+                    for name, why in refused
+                ],
+            )

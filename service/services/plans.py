@@ -33,8 +33,11 @@ from .plan_layout import Layout, check_node_safety, engine_args_with, launch_req
 
 def _retire_plan_if_done(session: Session, plan_id: str, *, exclude: int) -> None:
     """A plan whose every assignment has been superseded is itself superseded."""
-    still = session.execute(select(Assignment.id).where(Assignment.plan_id == plan_id, Assignment.status == "active",
-                                                        Assignment.id != exclude)).first()
+    still = session.execute(
+        select(Assignment.id).where(
+            Assignment.plan_id == plan_id, Assignment.status == "active", Assignment.id != exclude
+        )
+    ).first()
     plan = session.get(Plan, plan_id)
     if still is None and plan is not None and plan.status == "active":
         plan.status = "superseded"
@@ -48,20 +51,40 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secret
     signed JWS, which carries them, is left out."""
     env = plan.env if secrets else {k: REDACTED for k in plan.env or {}}
     command = plan.command if secrets or not plan.env else shell_command(plan.argv, env)
-    out = {"id": plan.id, "status": plan.status, "verdict": plan.verdict, "findings": plan.findings,
-           "argv": plan.argv, "command": command, "env": env, "budget": plan.budget,
-           "vllm_version": plan.vllm_version, "manifest_id": plan.manifest_id, "created_by": plan.created_by,
-           "created_at": iso(plan.created_at), "tuning": plan.tuning}
+    out = {
+        "id": plan.id,
+        "status": plan.status,
+        "verdict": plan.verdict,
+        "findings": plan.findings,
+        "argv": plan.argv,
+        "command": command,
+        "env": env,
+        "budget": plan.budget,
+        "vllm_version": plan.vllm_version,
+        "manifest_id": plan.manifest_id,
+        "created_by": plan.created_by,
+        "created_at": iso(plan.created_at),
+        "tuning": plan.tuning,
+    }
     topo = plan.topology or None
     if topo:
         out["topology"] = {"form": topo.get("form"), "nodes_per_instance": topo.get("nodes_per_instance")}
     if assignments is not None:
-        out["assignments"] = [{"node": a.node_name, "seq": a.seq, "status": a.status,
-                               "signed": a.signed if secrets else None, "last_report": a.last_report,
-                               "group": a.group_index, "rank": a.rank, "role": a.role,
-                               "group_digest": a.group_digest,
-                               **({"argv": a_argv} if (a_argv := member_argv(topo, a)) is not None else {})}
-                              for a in assignments]
+        out["assignments"] = [
+            {
+                "node": a.node_name,
+                "seq": a.seq,
+                "status": a.status,
+                "signed": a.signed if secrets else None,
+                "last_report": a.last_report,
+                "group": a.group_index,
+                "rank": a.rank,
+                "role": a.role,
+                "group_digest": a.group_digest,
+                **({"argv": a_argv} if (a_argv := member_argv(topo, a)) is not None else {}),
+            }
+            for a in assignments
+        ]
         if assignments:
             out["signed"] = assignments[0].signed if secrets else None
         if topo:
@@ -108,9 +131,15 @@ def group_states(topo: dict, assignments: list[Assignment], *, secrets: bool = T
     out = []
     for g in topo.get("groups", ()):
         members = sorted((a for a in assignments if a.group_index == g.get("group")), key=lambda a: a.rank or 0)
-        item = {"group": g.get("group"), "nodes": g.get("nodes"), "head": g.get("head"),
-                "head_address": g.get("head_address"), "nnodes": g.get("nnodes"), "digest": g.get("digest"),
-                "status": group_state(members) if members else None}
+        item = {
+            "group": g.get("group"),
+            "nodes": g.get("nodes"),
+            "head": g.get("head"),
+            "head_address": g.get("head_address"),
+            "nnodes": g.get("nnodes"),
+            "digest": g.get("digest"),
+            "status": group_state(members) if members else None,
+        }
         if g.get("env"):
             item["env"] = g["env"] if secrets else {k: REDACTED for k in g["env"]}
         out.append(item)
@@ -121,14 +150,25 @@ def _supersede_groups(session: Session, *, actor: str, names: list[str], plan: P
     """Supersede the nodes' active assignments and, with each one that belongs to a multi-node group, every other
     member of that group (a group moves together: a worker never keeps a plan whose head moved on). Audit
     ``plan.superseded`` per assignment (``group_member_of`` names the node that pulled a member along)."""
-    previous = session.execute(select(Assignment).where(Assignment.node_name.in_(names),
-                                                        Assignment.status == "active")).scalars().all()
+    previous = (
+        session.execute(select(Assignment).where(Assignment.node_name.in_(names), Assignment.status == "active"))
+        .scalars()
+        .all()
+    )
     pulled: list[tuple[Assignment, str]] = [(a, a.node_name) for a in previous]
     groups = {(a.plan_id, a.group_index) for a in previous if a.role in ("head", "worker")}
     if groups:
-        for a in session.execute(select(Assignment).where(
-                Assignment.plan_id.in_(sorted({p for p, _ in groups})), Assignment.status == "active",
-                Assignment.node_name.not_in(names))).scalars().all():
+        for a in (
+            session.execute(
+                select(Assignment).where(
+                    Assignment.plan_id.in_(sorted({p for p, _ in groups})),
+                    Assignment.status == "active",
+                    Assignment.node_name.not_in(names),
+                )
+            )
+            .scalars()
+            .all()
+        ):
             if (a.plan_id, a.group_index) in groups:
                 cause = next(b.node_name for b in previous if (b.plan_id, b.group_index) == (a.plan_id, a.group_index))
                 pulled.append((a, cause))
@@ -139,8 +179,16 @@ def _supersede_groups(session: Session, *, actor: str, names: list[str], plan: P
         payload = {"superseded_by": plan.id, "seq": prev.seq}
         if cause != prev.node_name:
             payload["group_member_of"] = cause
-        audit.append(session, actor=actor, kind="plan.superseded", subject=f"plan:{prev.plan_id}",
-                     node=prev.node_name, plan_id=prev.plan_id, model=model, payload=payload)
+        audit.append(
+            session,
+            actor=actor,
+            kind="plan.superseded",
+            subject=f"plan:{prev.plan_id}",
+            node=prev.node_name,
+            plan_id=prev.plan_id,
+            model=model,
+            payload=payload,
+        )
 
 
 def plan_in(data: dict[str, Any]) -> PlanIn:
@@ -149,10 +197,13 @@ def plan_in(data: dict[str, Any]) -> PlanIn:
     try:
         return PlanIn.model_validate(data)
     except ValidationError as exc:
-        raise Invalid("the stored content does not make a valid plan body: " + "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]),
-            errors=[{"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]}
-                    for e in exc.errors()]) from None
+        raise Invalid(
+            "the stored content does not make a valid plan body: "
+            + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5]),
+            errors=[
+                {"field": ".".join(map(str, e["loc"])), "rule": e["type"], "message": e["msg"]} for e in exc.errors()
+            ],
+        ) from None
 
 
 @dataclass
@@ -175,9 +226,14 @@ class Judgement:
         r = self.result
         return LaunchRejected(
             f"vLLM {r.vllm_version} would refuse this launch: " + "; ".join(f"{f.rule}: {f.message}" for f in r.errors),
-            findings=self.findings, argv=r.argv, budget=r.budget, alternatives=r.alternatives,
+            findings=self.findings,
+            argv=r.argv,
+            budget=r.budget,
+            alternatives=r.alternatives,
             variants=variants.fitting_variants(session, self.manifest, self.nodes, self.plan)
-            if variants.needs_memory(self.findings) else [])
+            if variants.needs_memory(self.findings)
+            else [],
+        )
 
 
 def judge(session: Session, manifest: Manifest, nodes: list[Node], plan: PlanIn) -> Judgement:
@@ -197,8 +253,12 @@ def judge(session: Session, manifest: Manifest, nodes: list[Node], plan: PlanIn)
     layout = plan_layout(request, nodes, plan)
     _, line = resolve_version(request.vllm_version)
     if len(nodes) > 1:
-        judged_in = launch_request(manifest, nodes, plan.model_copy(update={"engine_args": engine_args_with(
-            request.engine_args, layout.group_args, line)}), nodes_per_instance=layout.topo.nodes_per_instance)
+        judged_in = launch_request(
+            manifest,
+            nodes,
+            plan.model_copy(update={"engine_args": engine_args_with(request.engine_args, layout.group_args, line)}),
+            nodes_per_instance=layout.topo.nodes_per_instance,
+        )
         result = validate(judged_in, model_ref=manifest.uri, fill=False)
         if recommendations is not None:
             result.recommendations = recommendations
@@ -240,8 +300,14 @@ class _Member:
     group_digest: str
 
     def placement(self) -> dict[str, Any]:
-        return {"group": self.group, "rank": self.rank, "role": self.role, "nnodes": self.nnodes, "head": self.head,
-                "group_digest": self.group_digest}
+        return {
+            "group": self.group,
+            "rank": self.rank,
+            "role": self.role,
+            "nnodes": self.nnodes,
+            "head": self.head,
+            "group_digest": self.group_digest,
+        }
 
 
 def _groups(j: Judgement, plan_id: str) -> tuple[list[dict[str, Any]], dict[str, _Member]]:
@@ -252,18 +318,49 @@ def _groups(j: Judgement, plan_id: str) -> tuple[list[dict[str, Any]], dict[str,
     groups: list[dict[str, Any]] = []
     members: dict[str, _Member] = {}
     for g, names in enumerate(topo.groups):
-        argvs, _ = member_argvs(topo, g, result.argv, j.line, head_address=layout.head_addresses[g] or "",
-                                tp=layout.tp, pp=layout.pp, dp=layout.dp)
+        argvs, _ = member_argvs(
+            topo,
+            g,
+            result.argv,
+            j.line,
+            head_address=layout.head_addresses[g] or "",
+            tp=layout.tp,
+            pp=layout.pp,
+            dp=layout.dp,
+        )
         env = {**j.request.env, **layout.group_env[g]}
         k = topo.nodes_per_instance
-        content = {"plan": plan_id, "group": g, "nnodes": k, "vllm_version": result.vllm_version,
-                   "manifest_digest": manifest.digest, "model_uri": manifest.uri,
-                   "members": [{"node": n, "rank": topo.placements[n].rank, "role": topo.placements[n].role,
-                                "argv": argvs[n], "env": env} for n in names]}
+        content = {
+            "plan": plan_id,
+            "group": g,
+            "nnodes": k,
+            "vllm_version": result.vllm_version,
+            "manifest_digest": manifest.digest,
+            "model_uri": manifest.uri,
+            "members": [
+                {
+                    "node": n,
+                    "rank": topo.placements[n].rank,
+                    "role": topo.placements[n].role,
+                    "argv": argvs[n],
+                    "env": env,
+                }
+                for n in names
+            ],
+        }
         digest = group_digest(content)
-        groups.append({"group": g, "nodes": list(names), "head": names[0],
-                       "head_address": layout.head_addresses[g] if k > 1 else None, "nnodes": k, "digest": digest,
-                       "argv": argvs, "env": dict(layout.group_env[g])})
+        groups.append(
+            {
+                "group": g,
+                "nodes": list(names),
+                "head": names[0],
+                "head_address": layout.head_addresses[g] if k > 1 else None,
+                "nnodes": k,
+                "digest": digest,
+                "argv": argvs,
+                "env": dict(layout.group_env[g]),
+            }
+        )
         for n in names:
             p = topo.placements[n]
             members[n] = _Member(argvs[n], env, g, p.rank, p.role, k, names[0], digest)
@@ -275,27 +372,55 @@ def _assign(ctx: Context, j: Judgement, plan: Plan, node: Node, seq: int, mine: 
     fetches after a rollout — a fleet booting at once — are answered without a signature each). A group member's
     statement carries its head's group digest: in this transaction, the group's own."""
     settings, keys, manifest, result = ctx.settings, ctx.keys, j.manifest, j.result
-    claims = plan_claims(issuer=settings.issuer, audience=settings.audience, node=node.name, plan_id=plan.id,
-                         seq=seq, manifest_digest=manifest.digest, vllm_version=result.vllm_version,
-                         argv=mine.argv, env=mine.env, model_uri=manifest.uri,
-                         placement={k: v for k, v in mine.placement().items() if k in PLACEMENT_CLAIMS},
-                         node_checks=node_checks_claim(node, manifest, result, j.layout.topo.local_world),
-                         now=int(ctx.clock.time()))
+    claims = plan_claims(
+        issuer=settings.issuer,
+        audience=settings.audience,
+        node=node.name,
+        plan_id=plan.id,
+        seq=seq,
+        manifest_digest=manifest.digest,
+        vllm_version=result.vllm_version,
+        argv=mine.argv,
+        env=mine.env,
+        model_uri=manifest.uri,
+        placement={k: v for k, v in mine.placement().items() if k in PLACEMENT_CLAIMS},
+        node_checks=node_checks_claim(node, manifest, result, j.layout.topo.local_world),
+        now=int(ctx.clock.time()),
+    )
     signed = keys.sign(claims)
     grouped = mine.role in ("head", "worker")
-    fresh = keys.sign(freshness_claims(issuer=settings.issuer, audience=settings.audience, node=node.name,
-                                       plan_id=plan.id, seq=seq, digest=plan_digest(signed),
-                                       ttl=settings.freshness_ttl_seconds, grouped=grouped,
-                                       head_group_digest=mine.group_digest if grouped else None,
-                                       now=int(ctx.clock.time())),
-                      typ=FRESHNESS_MEDIA_TYPE, refresh=False)
-    return Assignment(plan_id=plan.id, node_name=node.name, seq=seq, signed=signed, freshness=fresh,
-                      etag='"' + audit.sha256_hex(signed.encode())[:32] + '"', group_index=mine.group,
-                      rank=mine.rank, role=mine.role, group_digest=mine.group_digest, created_at=ctx.now())
+    fresh = keys.sign(
+        freshness_claims(
+            issuer=settings.issuer,
+            audience=settings.audience,
+            node=node.name,
+            plan_id=plan.id,
+            seq=seq,
+            digest=plan_digest(signed),
+            ttl=settings.freshness_ttl_seconds,
+            grouped=grouped,
+            head_group_digest=mine.group_digest if grouped else None,
+            now=int(ctx.clock.time()),
+        ),
+        typ=FRESHNESS_MEDIA_TYPE,
+        refresh=False,
+    )
+    return Assignment(
+        plan_id=plan.id,
+        node_name=node.name,
+        seq=seq,
+        signed=signed,
+        freshness=fresh,
+        etag='"' + audit.sha256_hex(signed.encode())[:32] + '"',
+        group_index=mine.group,
+        rank=mine.rank,
+        role=mine.role,
+        group_digest=mine.group_digest,
+        created_at=ctx.now(),
+    )
 
 
-def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn,
-           tuning: dict[str, Any] | None = None) -> Signed:
+def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: dict[str, Any] | None = None) -> Signed:
     """Validate, sign and store a plan for every named node. Raises LaunchRejected (422, nothing stored) when the
     verdict is reject; DomainError / NotFound / Invalid for bad input.
 
@@ -319,29 +444,74 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn,
     judged = result.context.request if result.context is not None else j.request  # with recommended values filled
     plan_id = str(uuid.uuid4())
     groups, members = _groups(j, plan_id)
-    row = Plan(id=plan_id, manifest_id=manifest.id, request=judged.model_dump(mode="json"),
-               verdict=result.verdict, findings=j.findings, argv=result.argv, command=result.command,
-               env=dict(j.request.env), budget=result.budget, recommendations=result.recommendations,
-               vllm_version=result.vllm_version, created_by=actor, tuning=tuning, created_at=ctx.now(),
-               topology={"form": topo.form, "nodes_per_instance": topo.nodes_per_instance, "groups": groups,
-                         "multi_node_form": j.plan.multi_node_form, "group_env": j.plan.group_env})
+    row = Plan(
+        id=plan_id,
+        manifest_id=manifest.id,
+        request=judged.model_dump(mode="json"),
+        verdict=result.verdict,
+        findings=j.findings,
+        argv=result.argv,
+        command=result.command,
+        env=dict(j.request.env),
+        budget=result.budget,
+        recommendations=result.recommendations,
+        vllm_version=result.vllm_version,
+        created_by=actor,
+        tuning=tuning,
+        created_at=ctx.now(),
+        topology={
+            "form": topo.form,
+            "nodes_per_instance": topo.nodes_per_instance,
+            "groups": groups,
+            "multi_node_form": j.plan.multi_node_form,
+            "group_env": j.plan.group_env,
+        },
+    )
     session.add(row)
     session.flush()
     _supersede_groups(session, actor=actor, names=names, plan=row, model=manifest.name)
-    seqs = dict(session.execute(select(Assignment.node_name, func.max(Assignment.seq))
-                                .where(Assignment.node_name.in_(names)).group_by(Assignment.node_name)).all())
+    seqs = dict(
+        session.execute(
+            select(Assignment.node_name, func.max(Assignment.seq))
+            .where(Assignment.node_name.in_(names))
+            .group_by(Assignment.node_name)
+        ).all()
+    )
     assignments = [_assign(ctx, j, row, node, (seqs.get(node.name) or 0) + 1, members[node.name]) for node in nodes]
     session.add_all(assignments)
     session.flush()
-    audit.append(session, actor=actor, kind="plan.created", subject=f"plan:{row.id}", plan_id=row.id,
-                 node=names[0] if len(names) == 1 else None, model=manifest.name,
-                 payload={"manifest": manifest.digest, "nodes": names, "seqs": [a.seq for a in assignments],
-                          "plan_digests": [plan_digest(a.signed) for a in assignments],
-                          "verdict": result.verdict, "argv": result.argv, "kid": ctx.keys.active_kid,
-                          "topology": {"form": topo.form, "nodes_per_instance": topo.nodes_per_instance,
-                                       "group_digests": [g["digest"] for g in groups]}})
+    _audit_created(session, ctx, actor, row, names, manifest, assignments, result, topo, groups)
     epochs.bump(session, "plans", row.id)  # other processes' plan caches drop the superseded assignments
     return Signed(row, assignments, result.recommendations)
+
+
+def _audit_created(
+    session: Session, ctx: Context, actor: str, row: Plan, names: list[str], manifest, assignments, result, topo, groups
+) -> None:
+    """The ``plan.created`` audit event: the manifest, the nodes with their seqs and plan digests, the verdict."""
+    audit.append(
+        session,
+        actor=actor,
+        kind="plan.created",
+        subject=f"plan:{row.id}",
+        plan_id=row.id,
+        node=names[0] if len(names) == 1 else None,
+        model=manifest.name,
+        payload={
+            "manifest": manifest.digest,
+            "nodes": names,
+            "seqs": [a.seq for a in assignments],
+            "plan_digests": [plan_digest(a.signed) for a in assignments],
+            "verdict": result.verdict,
+            "argv": result.argv,
+            "kid": ctx.keys.active_kid,
+            "topology": {
+                "form": topo.form,
+                "nodes_per_instance": topo.nodes_per_instance,
+                "group_digests": [g["digest"] for g in groups],
+            },
+        },
+    )
 
 
 def get(session: Session, plan_id: str) -> tuple[Plan, list[Assignment]]:
@@ -366,8 +536,13 @@ def models_of(session: Session, plan_ids: list[str]) -> dict[str, str | None]:
     if missing:
         if len(_MODEL_OF) > 100_000:
             _MODEL_OF.clear()
-        found = dict(session.execute(select(Plan.id, Manifest.name).join(Manifest, Plan.manifest_id == Manifest.id)
-                                     .where(Plan.id.in_(missing))).all())
+        found = dict(
+            session.execute(
+                select(Plan.id, Manifest.name)
+                .join(Manifest, Plan.manifest_id == Manifest.id)
+                .where(Plan.id.in_(missing))
+            ).all()
+        )
         _MODEL_OF.update({p: found.get(p) for p in missing})
     return {p: _MODEL_OF.get(p) for p in plan_ids}
 
@@ -377,15 +552,23 @@ def revoke(session: Session, *, actor: str, plan_id: str, clock: Clock) -> Plan:
     if plan.status == "revoked":
         return plan  # already withdrawn: the same answer, no second event
     if not any(a.status == "active" for a in assignments):
-        raise Conflict(f"plan {plan_id} is no longer current on any node (it was {plan.status}): nothing to revoke",
-                       field="plan_id")
+        raise Conflict(
+            f"plan {plan_id} is no longer current on any node (it was {plan.status}): nothing to revoke",
+            field="plan_id",
+        )
     plan.status = "revoked"
     for a in assignments:
         if a.status == "active":
             a.status = "revoked"
-    audit.append(session, actor=actor, kind="plan.revoked", subject=f"plan:{plan_id}", plan_id=plan_id,
-                 model=model_of(session, plan_id),
-                 payload={"nodes": [a.node_name for a in assignments], "at": utc(clock).isoformat()})
+    audit.append(
+        session,
+        actor=actor,
+        kind="plan.revoked",
+        subject=f"plan:{plan_id}",
+        plan_id=plan_id,
+        model=model_of(session, plan_id),
+        payload={"nodes": [a.node_name for a in assignments], "at": utc(clock).isoformat()},
+    )
     epochs.bump(session, "plans", plan_id)
     return plan
 
@@ -402,11 +585,20 @@ def content(old: Plan, assignments: list[Assignment], **changes: Any) -> PlanIn:
     if group_env:
         kept = sorted({a.group_index or 0 for a in ordered})
         group_env = [group_env[g] for g in kept if g < len(group_env)]
-    return plan_in({"manifest": old.manifest_id, "nodes": [a.node_name for a in ordered],
-                    "engine_args": req.get("engine_args") or {}, "env": req.get("env") or {},
-                    "environment": req.get("environment") or "production", "workload": req.get("workload"),
-                    "vllm_version": req.get("vllm_version"), "multi_node_form": topo.get("multi_node_form"),
-                    "group_env": group_env, **changes})
+    return plan_in(
+        {
+            "manifest": old.manifest_id,
+            "nodes": [a.node_name for a in ordered],
+            "engine_args": req.get("engine_args") or {},
+            "env": req.get("env") or {},
+            "environment": req.get("environment") or "production",
+            "workload": req.get("workload"),
+            "vllm_version": req.get("vllm_version"),
+            "multi_node_form": topo.get("multi_node_form"),
+            "group_env": group_env,
+            **changes,
+        }
+    )
 
 
 def reissue(session: Session, ctx: Context, *, actor: str, plan_id: str) -> Signed:
@@ -415,9 +607,20 @@ def reissue(session: Session, ctx: Context, *, actor: str, plan_id: str) -> Sign
     old, assignments = get(session, plan_id)
     # the tuning memo travels with the content (its SLO, auto_apply, the levels that held): a reissue does not
     # restart the loop or drop its SLO
-    out = create(session, ctx, actor=actor, plan=content(old, assignments),
-                 tuning=old.tuning if isinstance(old.tuning, dict) else None)
-    audit.append(session, actor=actor, kind="plan.reissued", subject=f"plan:{out.plan.id}", plan_id=out.plan.id,
-                 model=model_of(session, out.plan.id),
-                 payload={"from": plan_id})
+    out = create(
+        session,
+        ctx,
+        actor=actor,
+        plan=content(old, assignments),
+        tuning=old.tuning if isinstance(old.tuning, dict) else None,
+    )
+    audit.append(
+        session,
+        actor=actor,
+        kind="plan.reissued",
+        subject=f"plan:{out.plan.id}",
+        plan_id=out.plan.id,
+        model=model_of(session, out.plan.id),
+        payload={"from": plan_id},
+    )
     return out

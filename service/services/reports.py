@@ -3,6 +3,7 @@ rows, the audit events, the calibration comparison, and a head's report opening 
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,8 +65,9 @@ LATE_WINDOW = 30 * 86400
 Pair = tuple[str, str | None]  # (node, plan id) of a report; a report naming no plan is never among the assignments
 
 
-def _assigned(session: Session, reports: list[AgentReport]) -> tuple[dict[Pair, int], set[Pair], dict[Pair, str],
-                                                                     dict[Pair, str | None]]:
+def _assigned(
+    session: Session, reports: list[AgentReport]
+) -> tuple[dict[Pair, int], set[Pair], dict[Pair, str], dict[Pair, str | None]]:
     """The assignments the reports name, in one read: per (node, plan) its highest seq; the pairs current (active);
     those assigned once but superseded or revoked since (their status); and the active heads of multi-node groups
     (their last report)."""
@@ -76,9 +78,15 @@ def _assigned(session: Session, reports: list[AgentReport]) -> tuple[dict[Pair, 
     heads: dict[Pair, str | None] = {}
     if pairs:
         for node, plan_id, seq, status, role, last in session.execute(
-                select(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id, ASSIGNMENTS.c.seq, ASSIGNMENTS.c.status,
-                       ASSIGNMENTS.c.role, ASSIGNMENTS.c.last_report)
-                .where(tuple_(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id).in_(pairs))):
+            select(
+                ASSIGNMENTS.c.node_name,
+                ASSIGNMENTS.c.plan_id,
+                ASSIGNMENTS.c.seq,
+                ASSIGNMENTS.c.status,
+                ASSIGNMENTS.c.role,
+                ASSIGNMENTS.c.last_report,
+            ).where(tuple_(ASSIGNMENTS.c.node_name, ASSIGNMENTS.c.plan_id).in_(pairs))
+        ):
             seqs[(node, plan_id)] = max(seq, seqs.get((node, plan_id), seq))
             if status == "active":
                 current.add((node, plan_id))
@@ -106,8 +114,11 @@ def report_many(session: Session, reports: list[AgentReport], *, clock: Clock) -
     seqs, current, stale, heads = _assigned(session, reports)
     planless_nodes = {r.node for r in reports if r.plan_id is None}
     known = set(session.scalars(select(Node.name).where(Node.name.in_(planless_nodes)))) if planless_nodes else set()
-    assigned = [i for i, r in enumerate(reports) if (r.node, r.plan_id) in seqs
-                and ((r.node, r.plan_id) not in stale or r.status in STALE_OK or late(r, clock))]
+    assigned = [
+        i
+        for i, r in enumerate(reports)
+        if (r.node, r.plan_id) in seqs and ((r.node, r.plan_id) not in stale or r.status in STALE_OK or late(r, clock))
+    ]
     beats = [reports[i] for i in assigned if reports[i].status == "heartbeat"]
     ok_idx = [i for i in assigned if reports[i].status != "heartbeat"]
     ok = [reports[i] for i in ok_idx]
@@ -115,52 +126,118 @@ def report_many(session: Session, reports: list[AgentReport], *, clock: Clock) -
     done: dict[int, int | None] = {}  # index in ``reports`` -> new report id (None: nothing stored but accepted)
     now = utc(clock)
     if beats:
-        session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.node_name == bindparam("_node"),
-                                                  ASSIGNMENTS.c.plan_id == bindparam("_plan"))
-                        .values(last_heartbeat_at=bindparam("_now")),
-                        [{"_node": r.node, "_plan": r.plan_id, "_now": now} for r in beats])
+        session.execute(
+            update(ASSIGNMENTS)
+            .where(ASSIGNMENTS.c.node_name == bindparam("_node"), ASSIGNMENTS.c.plan_id == bindparam("_plan"))
+            .values(last_heartbeat_at=bindparam("_now")),
+            [{"_node": r.node, "_plan": r.plan_id, "_now": now} for r in beats],
+        )
         for i in assigned:
             if reports[i].status == "heartbeat":
                 done[i] = None
         metrics.AGENT_REPORTS.labels("heartbeat").inc(len(beats))
     if ok:
-        session.execute(update(ASSIGNMENTS).where(ASSIGNMENTS.c.node_name == bindparam("_node"),
-                                                  ASSIGNMENTS.c.plan_id == bindparam("_plan"))
-                        .values(last_report=bindparam("_status")),
-                        [{"_node": r.node, "_plan": r.plan_id, "_status": r.status} for r in ok])
-        new_ids = session.execute(
-            insert(REPORTS).returning(REPORTS.c.id, sort_by_parameter_order=True),
-            [{"plan_id": r.plan_id, "node_name": r.node, "status": r.status, "message": r.message,
-              "details": r.details, "created_at": now} for r in ok]).scalars().all()
-        done.update(zip(ok_idx, new_ids))
-        if any((r.node, r.plan_id) in heads and changes_hold(heads[(r.node, r.plan_id)], r.status) for r in ok):
-            # a head's report opens or closes its workers' gate (domain/group_gate.py): the agents' caches of the
-            # group's assignments are refreshed like after a plan change (services/epochs.py)
-            epochs.bump(session, "plans", ok[0].plan_id or "")
-        for r in ok:
-            metrics.AGENT_REPORTS.labels(r.status).inc()
-            if r.status == "running" and isinstance(r.details.get("vllm"), dict):  # compare with the prediction
-                calibration.record(session, plan=session.get_one(Plan, r.plan_id), node=r.node, details=r.details)
+        _store_reports(session, ok, ok_idx, heads, now, done)
     models = models_of(session, [r.plan_named for r in ok]) if ok else {}
-    events = [dict(actor=r.actor, kind=f"agent.{r.status}", subject=f"plan:{r.plan_id}", node=r.node,
-                   plan_id=r.plan_id, model=models[r.plan_named],
-                   payload={"seq": seqs[(r.node, r.plan_id)], "status": r.status, "message": r.message,
-                            "details": r.details}) for r in ok]
+    events = [
+        dict(
+            actor=r.actor,
+            kind=f"agent.{r.status}",
+            subject=f"plan:{r.plan_id}",
+            node=r.node,
+            plan_id=r.plan_id,
+            model=models[r.plan_named],
+            payload={"seq": seqs[(r.node, r.plan_id)], "status": r.status, "message": r.message, "details": r.details},
+        )
+        for r in ok
+    ]
     for i in planless_idx:
         r = reports[i]
         metrics.AGENT_REPORTS.labels(r.status).inc()
-        events.append(dict(actor=r.actor, kind=f"agent.{r.status}", subject=f"node:{r.node}", node=r.node,
-                           payload={"status": r.status, "message": r.message, "details": r.details}))
+        events.append(
+            dict(
+                actor=r.actor,
+                kind=f"agent.{r.status}",
+                subject=f"node:{r.node}",
+                node=r.node,
+                payload={"status": r.status, "message": r.message, "details": r.details},
+            )
+        )
         done[i] = None
     if events:
         audit.append_many(session, events)
     missing = {r.node for i, r in enumerate(reports) if i not in done}
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(missing)))) if missing else set()
-    return [{"id": done[i], "plan_id": r.plan_id, "node": r.node, "status": r.status,
-             **({"current": (r.node, r.plan_id) in current} if r.status == "heartbeat" else {})} if i in done else
-            Conflict(f"plan {r.plan_id!r} is no longer current on node {r.node!r} (it was "
-                     f"{stale[(r.node, r.plan_id)]}): report on the node's current plan", field="plan_id")
-            if (r.node, r.plan_id) in stale else
-            NotFound(f"plan {r.plan_id!r} was never assigned to node {r.node!r}", field="plan_id")
-            if r.node in registered else NotFound(f"node {r.node!r} is not registered", field="name")
-            for i, r in enumerate(reports)]
+    return _answers(reports, done, current, stale, registered)
+
+
+def _store_reports(
+    session: Session,
+    ok: list[AgentReport],
+    ok_idx: list[int],
+    heads: dict,
+    now: dt.datetime,
+    done: dict[int, int | None],
+) -> None:
+    """Store the accepted reports: the assignments' ``last_report`` in one UPDATE, the report rows in one INSERT
+    (their ids into ``done``), the plan caches bumped when a head's report moves its workers' gate, the metrics and
+    the calibration comparison."""
+    session.execute(
+        update(ASSIGNMENTS)
+        .where(ASSIGNMENTS.c.node_name == bindparam("_node"), ASSIGNMENTS.c.plan_id == bindparam("_plan"))
+        .values(last_report=bindparam("_status")),
+        [{"_node": r.node, "_plan": r.plan_id, "_status": r.status} for r in ok],
+    )
+    new_ids = (
+        session.execute(
+            insert(REPORTS).returning(REPORTS.c.id, sort_by_parameter_order=True),
+            [
+                {
+                    "plan_id": r.plan_id,
+                    "node_name": r.node,
+                    "status": r.status,
+                    "message": r.message,
+                    "details": r.details,
+                    "created_at": now,
+                }
+                for r in ok
+            ],
+        )
+        .scalars()
+        .all()
+    )
+    done.update(zip(ok_idx, new_ids))
+    if any((r.node, r.plan_id) in heads and changes_hold(heads[(r.node, r.plan_id)], r.status) for r in ok):
+        # a head's report opens or closes its workers' gate (domain/group_gate.py): the agents' caches of the
+        # group's assignments are refreshed like after a plan change (services/epochs.py)
+        epochs.bump(session, "plans", ok[0].plan_id or "")
+    for r in ok:
+        metrics.AGENT_REPORTS.labels(r.status).inc()
+        if r.status == "running" and isinstance(r.details.get("vllm"), dict):  # compare with the prediction
+            calibration.record(session, plan=session.get_one(Plan, r.plan_id), node=r.node, details=r.details)
+
+
+def _answers(
+    reports: list[AgentReport], done: dict[int, int | None], current, stale, registered: set
+) -> list[dict[str, Any] | ApiError]:
+    """Per report: what was stored, or why nothing was (no longer current, never assigned, no such node)."""
+    return [
+        {
+            "id": done[i],
+            "plan_id": r.plan_id,
+            "node": r.node,
+            "status": r.status,
+            **({"current": (r.node, r.plan_id) in current} if r.status == "heartbeat" else {}),
+        }
+        if i in done
+        else Conflict(
+            f"plan {r.plan_id!r} is no longer current on node {r.node!r} (it was "
+            f"{stale[(r.node, r.plan_id)]}): report on the node's current plan",
+            field="plan_id",
+        )
+        if (r.node, r.plan_id) in stale
+        else NotFound(f"plan {r.plan_id!r} was never assigned to node {r.node!r}", field="plan_id")
+        if r.node in registered
+        else NotFound(f"node {r.node!r} is not registered", field="name")
+        for i, r in enumerate(reports)
+    ]

@@ -63,8 +63,9 @@ def authenticate_many(session: Session, secrets_: list[str]) -> dict[str, Princi
     """``authenticate`` for several secrets in one query (the agents' batched first fetches)."""
     by_hash = {hash_token(s): s for s in secrets_}
     out: dict[str, Principal | None] = dict.fromkeys(secrets_)
-    for row in session.execute(select(Token).where(Token.token_hash.in_(list(by_hash)), Token.revoked_at.is_(None))
-                               ).scalars():
+    for row in session.execute(
+        select(Token).where(Token.token_hash.in_(list(by_hash)), Token.revoked_at.is_(None))
+    ).scalars():
         name = f"{row.role}:{row.node_name}" if row.node_name else f"{row.role}:token-{row.id}"
         out[by_hash[row.token_hash]] = Principal(role=row.role, name=name, node=row.node_name, token_id=row.id)
     return out
@@ -80,9 +81,14 @@ def revoke_node_tokens(session: Session, node: str) -> int:
 
 
 def token_dict(row: Token) -> dict:
-    return {"id": row.id, "role": row.role, "node": row.node_name, "label": row.label,
-            "created_at": iso(row.created_at),
-            "revoked_at": iso(row.revoked_at)}
+    return {
+        "id": row.id,
+        "role": row.role,
+        "node": row.node_name,
+        "label": row.label,
+        "created_at": iso(row.created_at),
+        "revoked_at": iso(row.revoked_at),
+    }
 
 
 def get(session: Session, token_id: int, *, for_update: bool = False) -> Token:
@@ -109,11 +115,22 @@ def revoke(session: Session, token_id: int, *, keep_an_admin: bool = True) -> To
     row = get(session, token_id)
     if row.revoked_at is None:
         if row.role == "admin" and keep_an_admin:
-            admins = session.execute(select(Token.id).where(Token.role == "admin", Token.revoked_at.is_(None))
-                                     .order_by(Token.id).with_for_update()).scalars().all()
+            admins = (
+                session.execute(
+                    select(Token.id)
+                    .where(Token.role == "admin", Token.revoked_at.is_(None))
+                    .order_by(Token.id)
+                    .with_for_update()
+                )
+                .scalars()
+                .all()
+            )
             if admins == [row.id]:
-                raise Conflict("this is the last active admin token: create another admin token before revoking it "
-                               "(the service would have no administrator left)", field="token_id")
+                raise Conflict(
+                    "this is the last active admin token: create another admin token before revoking it "
+                    "(the service would have no administrator left)",
+                    field="token_id",
+                )
         row.revoked_at = utcnow()
         epochs.bump(session, "tokens", str(row.id))
     return row

@@ -25,34 +25,64 @@ def upgrade_impact(session: Session, vllm_version: str) -> dict[str, Any]:
     active_ids = select(Assignment.plan_id).where(Assignment.status == "active").distinct()
     newest_per_manifest = select(func.max(Plan.created_at)).group_by(Plan.manifest_id)
     plans = session.execute(
-        select(Plan, Manifest.name, Manifest.version).join(Manifest, Manifest.id == Plan.manifest_id)
+        select(Plan, Manifest.name, Manifest.version)
+        .join(Manifest, Manifest.id == Plan.manifest_id)
         .where((Plan.id.in_(active_ids)) | (Plan.created_at.in_(newest_per_manifest)))
-        .order_by(Plan.created_at.desc()).limit(MAX_PLANS)
+        .order_by(Plan.created_at.desc())
+        .limit(MAX_PLANS)
     ).all()
     nodes: dict[str, list[str]] = {}
     if plans:
-        for plan_id, node in session.execute(select(Assignment.plan_id, Assignment.node_name).where(
-                Assignment.plan_id.in_([p.id for p, _, _ in plans]), Assignment.status == "active")):
+        for plan_id, node in session.execute(
+            select(Assignment.plan_id, Assignment.node_name).where(
+                Assignment.plan_id.in_([p.id for p, _, _ in plans]), Assignment.status == "active"
+            )
+        ):
             nodes.setdefault(plan_id, []).append(node)
     items = []
     for plan, mname, mversion in plans:
         items.append(_judge(plan, f"{mname}@{mversion}", sorted(nodes.get(plan.id, [])), version))
     breaking = [i for i in items if i["breaks"]]
-    return {"vllm_version": version, "catalogue": line.newest, "checked": len(items), "breaking": len(breaking),
-            "truncated": len(items) >= MAX_PLANS, "plans": breaking + [i for i in items if not i["breaks"]]}
+    return {
+        "vllm_version": version,
+        "catalogue": line.newest,
+        "checked": len(items),
+        "breaking": len(breaking),
+        "truncated": len(items) >= MAX_PLANS,
+        "plans": breaking + [i for i in items if not i["breaks"]],
+    }
 
 
 def _judge(plan: Plan, manifest: str, nodes: list[str], version: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"plan": plan.id, "status": plan.status, "manifest": manifest, "nodes": nodes,
-                           "from_version": plan.vllm_version, "to_version": version}
+    out: dict[str, Any] = {
+        "plan": plan.id,
+        "status": plan.status,
+        "manifest": manifest,
+        "nodes": nodes,
+        "from_version": plan.vllm_version,
+        "to_version": version,
+    }
     try:
         request = LaunchRequest.model_validate({**plan.request, "vllm_version": version})
         result = validate(request, fill=False, alternatives=False)
     except DomainError as e:
-        return {**out, "breaks": True, "verdict": "invalid",
-                "findings": [{"rule": e.rule, "severity": "error", "message": e.message, "field": e.field}]}
+        return {
+            **out,
+            "breaks": True,
+            "verdict": "invalid",
+            "findings": [{"rule": e.rule, "severity": "error", "message": e.message, "field": e.field}],
+        }
     except ValidationError as e:
-        return {**out, "breaks": True, "verdict": "invalid",
-                "findings": [{"rule": "invalid", "severity": "error", "message": str(e.errors()[:1])}]}
-    return {**out, "breaks": result.verdict == "reject", "verdict": result.verdict,
-            "findings": [f.as_dict() for f in result.errors], "argv": result.argv}
+        return {
+            **out,
+            "breaks": True,
+            "verdict": "invalid",
+            "findings": [{"rule": "invalid", "severity": "error", "message": str(e.errors()[:1])}],
+        }
+    return {
+        **out,
+        "breaks": result.verdict == "reject",
+        "verdict": result.verdict,
+        "findings": [f.as_dict() for f in result.errors],
+        "argv": result.argv,
+    }

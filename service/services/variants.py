@@ -16,8 +16,15 @@ from ..errors import ApiError
 from .plan_layout import launch_request
 
 FIT_RULES = ("weights_fit", "kv_pool_empty", "kv_cache_fits_max_len")  # the rejections more memory would cure
-GEOMETRY = ("architectures", "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
-            "num_key_value_heads", "vocab_size")
+GEOMETRY = (
+    "architectures",
+    "model_type",
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+)
 SCANNED = 500  # newest manifests looked at
 QUANT_ARGS = ("quantization", "q", "dtype", "kv_cache_dtype")  # the variant's own format decides these
 
@@ -47,16 +54,16 @@ def needs_memory(findings: list[dict[str, Any]]) -> bool:
     return any(f.get("rule") in FIT_RULES and f.get("severity") == "error" for f in findings)
 
 
-def fitting_variants(session: Session, manifest: Manifest, nodes: list[Node], target: LaunchTarget,
-                     limit: int = 5) -> list[dict[str, Any]]:
+def fitting_variants(
+    session: Session, manifest: Manifest, nodes: list[Node], target: LaunchTarget, limit: int = 5
+) -> list[dict[str, Any]]:
     """Up to ``limit`` quantized manifests of ``manifest``'s model (newest version per name) that these nodes would
     run with the target's engine args (quantization and dtype left to the variant): ``{"manifest", "quantization",
     "verdict", "kv_cache_tokens"}``. Bounded: the newest ``SCANNED`` manifests, judged only on a geometry match."""
     want = geometry(manifest.config)
     out: list[dict[str, Any]] = []
     seen: set[str] = {manifest.name}
-    args = {k: v for k, v in target.engine_args.items()
-            if str(k).lstrip("-").replace("-", "_") not in QUANT_ARGS}
+    args = {k: v for k, v in target.engine_args.items() if str(k).lstrip("-").replace("-", "_") not in QUANT_ARGS}
     for m in session.execute(select(Manifest).order_by(Manifest.id.desc()).limit(SCANNED)).scalars():
         if m.name in seen:
             continue
@@ -65,13 +72,22 @@ def fitting_variants(session: Session, manifest: Manifest, nodes: list[Node], ta
         if tag is None or geometry(m.config) != want:
             continue
         try:
-            result = validate(launch_request(m, nodes, target.model_copy(update={"engine_args": args})), model_ref=m.uri,
-                              alternatives=False)
+            result = validate(
+                launch_request(m, nodes, target.model_copy(update={"engine_args": args})),
+                model_ref=m.uri,
+                alternatives=False,
+            )
         except (DomainError, ApiError):
             continue
         if result.verdict != "reject":
-            out.append({"manifest": f"{m.name}@{m.version}", "quantization": tag, "verdict": result.verdict,
-                        "kv_cache_tokens": (result.budget or {}).get("kv_cache_tokens")})
+            out.append(
+                {
+                    "manifest": f"{m.name}@{m.version}",
+                    "quantization": tag,
+                    "verdict": result.verdict,
+                    "kv_cache_tokens": (result.budget or {}).get("kv_cache_tokens"),
+                }
+            )
             if len(out) >= limit:
                 break
     return out

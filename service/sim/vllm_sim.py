@@ -31,10 +31,53 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # vLLM 0.33 buckets (vllm/v1/metrics/buckets.py:30-52 request latency, :57-80 time to first token)
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                           240.0, 480.0, 960.0, 1920.0, 7680.0)
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0, 160.0, 640.0, 2560.0)
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 STEP_S = 1.0
 MAX_QUEUE = 20_000  # clients give up beyond this
 
@@ -67,8 +110,16 @@ class SimEngine:
 
 
 class SimVllm:
-    def __init__(self, *, kv_cache_tokens: int, max_num_seqs: int, workload: SimWorkload, seed: int = 0,
-                 engine: SimEngine | None = None, model_name: str = "sim"):
+    def __init__(
+        self,
+        *,
+        kv_cache_tokens: int,
+        max_num_seqs: int,
+        workload: SimWorkload,
+        seed: int = 0,
+        engine: SimEngine | None = None,
+        model_name: str = "sim",
+    ):
         self.pool = float(kv_cache_tokens)
         self.max_num_seqs = int(max_num_seqs)
         self.workload = workload
@@ -80,20 +131,35 @@ class SimVllm:
         labels = ["model_name", "engine"]
         lv = (model_name, "0")
         r = self.registry
-        self.g_running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                               labels, registry=r).labels(*lv)
-        self.g_waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                               labels, registry=r).labels(*lv)
-        self.g_kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                          labels, registry=r).labels(*lv)
-        self.c_pre = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-                             labels, registry=r).labels(*lv)
-        self.c_gen = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                             labels, registry=r).labels(*lv)
-        self.h_ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                                labels, buckets=TTFT_BUCKETS, registry=r).labels(*lv)
-        self.h_e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                               labels, buckets=REQUEST_LATENCY_BUCKETS, registry=r).labels(*lv)
+        self.g_running = Gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", labels, registry=r
+        ).labels(*lv)
+        self.g_waiting = Gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels, registry=r
+        ).labels(*lv)
+        self.g_kv = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, registry=r
+        ).labels(*lv)
+        self.c_pre = Counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", labels, registry=r
+        ).labels(*lv)
+        self.c_gen = Counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=r
+        ).labels(*lv)
+        self.h_ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        ).labels(*lv)
+        self.h_e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            labels,
+            buckets=REQUEST_LATENCY_BUCKETS,
+            registry=r,
+        ).labels(*lv)
         self._carry = 0.0  # fractional completions carried between steps
 
     # -- the model ---------------------------------------------------------------------------------------------
@@ -147,8 +213,11 @@ class SimVllm:
         self.in_system -= done
         queue_wait = waiting / done_rate if done_rate > 0 else 0.0
         ttft_mean = queue_wait + w.prompt / e.prefill_tokens_per_s + e.step(running)
-        e2e_mean = queue_wait + w.prompt / e.prefill_tokens_per_s + w.output * e.step(running) \
-            * (running / useful if useful else 1)
+        e2e_mean = (
+            queue_wait
+            + w.prompt / e.prefill_tokens_per_s
+            + w.output * e.step(running) * (running / useful if useful else 1)
+        )
         for _ in range(min(done, 2000)):
             spread = math.exp(self.rng.gauss(0, w.latency_cv))
             self.h_ttft.observe(ttft_mean * spread)
@@ -192,11 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     port = int(_arg(argv, "--port", "8000"))
     mns = int(_arg(argv, "--max-num-seqs", "256"))
-    sim = SimVllm(kv_cache_tokens=int(os.environ.get("VLLM_SIM_KV_TOKENS", "100000")), max_num_seqs=mns,
-                  workload=SimWorkload(**json.loads(os.environ.get("VLLM_SIM_WORKLOAD",
-                                                                    '{"prompt": 400, "output": 200, '
-                                                                    '"arrival_rate": 50}'))),
-                  seed=int(os.environ.get("VLLM_SIM_SEED", "0")))
+    sim = SimVllm(
+        kv_cache_tokens=int(os.environ.get("VLLM_SIM_KV_TOKENS", "100000")),
+        max_num_seqs=mns,
+        workload=SimWorkload(
+            **json.loads(os.environ.get("VLLM_SIM_WORKLOAD", '{"prompt": 400, "output": 200, "arrival_rate": 50}'))
+        ),
+        seed=int(os.environ.get("VLLM_SIM_SEED", "0")),
+    )
     speed = float(os.environ.get("VLLM_SIM_SPEED", "1"))
     lock = threading.Lock()
 

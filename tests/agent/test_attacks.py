@@ -36,9 +36,18 @@ def store(tmp_path):
 
 
 def claims(**over):
-    base = plan_claims(issuer="preflight", audience=AUD, node="gpu-01", plan_id="p-1", seq=5,
-                       manifest_digest="sha256:00", vllm_version="0.33.0",
-                       argv=["vllm", "serve", "s3://m", "--tensor-parallel-size", "8"], env={}, model_uri="s3://m")
+    base = plan_claims(
+        issuer="preflight",
+        audience=AUD,
+        node="gpu-01",
+        plan_id="p-1",
+        seq=5,
+        manifest_digest="sha256:00",
+        vllm_version="0.33.0",
+        argv=["vllm", "serve", "s3://m", "--tensor-parallel-size", "8"],
+        env={},
+        model_uri="s3://m",
+    )
     base.update(over)
     return base
 
@@ -94,8 +103,9 @@ def test_hs256_signed_with_the_public_key(store):
     secret = json.dumps(jwk).encode()  # the classic confusion: the public key used as an HMAC secret
     sig = b64(hmac.new(secret, f"{header}.{payload}".encode(), hashlib.sha256).digest())
     refused(f"{header}.{payload}.{sig}", store.jwks(), "alg_refused")
-    sig2 = b64(hmac.new(base64.urlsafe_b64decode(jwk["x"] + "="), f"{header}.{payload}".encode(),
-                        hashlib.sha256).digest())
+    sig2 = b64(
+        hmac.new(base64.urlsafe_b64decode(jwk["x"] + "="), f"{header}.{payload}".encode(), hashlib.sha256).digest()
+    )
     refused(f"{header}.{payload}.{sig2}", store.jwks(), "alg_refused")
 
 
@@ -113,8 +123,16 @@ def test_a_plan_has_no_expiry_its_freshness_statement_does(store):
 
 def statement(plan_token, **over):
     now = over.pop("now", int(time.time()))
-    base = freshness_claims(issuer="preflight", audience=AUD, node="gpu-01", plan_id="p-1", seq=5,
-                            digest=plan_digest(plan_token), ttl=3600, now=now)
+    base = freshness_claims(
+        issuer="preflight",
+        audience=AUD,
+        node="gpu-01",
+        plan_id="p-1",
+        seq=5,
+        digest=plan_digest(plan_token),
+        ttl=3600,
+        now=now,
+    )
     base.update(over)
     return base
 
@@ -122,8 +140,9 @@ def statement(plan_token, **over):
 def fresh_refused(token, store, plan_token, reason, jwks=None, **kw):
     plan = verify_plan(plan_token, store.jwks(), node="gpu-01", audience=AUD)
     with pytest.raises(VerificationError) as exc:
-        verify_freshness(token, jwks or store.jwks(), plan_token=plan_token, plan=plan, node="gpu-01", audience=AUD,
-                         **kw)
+        verify_freshness(
+            token, jwks or store.jwks(), plan_token=plan_token, plan=plan, node="gpu-01", audience=AUD, **kw
+        )
     assert exc.value.reason == reason, exc.value
 
 
@@ -135,8 +154,9 @@ def test_freshness_statement_attacks(store, tmp_path):
     fresh_refused(store.sign(statement(token, seq=6), typ=FRESHNESS_MEDIA_TYPE), store, token, "freshness_mismatch")
     fresh_refused(store.sign(statement(token, sub="gpu-02"), typ=FRESHNESS_MEDIA_TYPE), store, token, "wrong_node")
     fresh_refused(store.sign(statement(token), typ=PLAN_MEDIA_TYPE), store, token, "typ")  # a plan is not one
-    fresh_refused(KeyStore(tmp_path / "other").sign(statement(token), typ=FRESHNESS_MEDIA_TYPE), store, token,
-                  "unknown_kid")
+    fresh_refused(
+        KeyStore(tmp_path / "other").sign(statement(token), typ=FRESHNESS_MEDIA_TYPE), store, token, "unknown_kid"
+    )
     fresh_refused(store.sign(statement(token, exp=True), typ=FRESHNESS_MEDIA_TYPE), store, token, "claim_type")
     old = store.sign(statement(token, now=int(time.time()) - 600), typ=FRESHNESS_MEDIA_TYPE)
     fresh_refused(old, store, token, "stale", not_before=time.time() - 120)  # a node without state wants a new one
@@ -153,8 +173,16 @@ def test_claim_types_issuer_and_same_seq_rules(store):
     refused(token, store.jwks(), "replayed_seq", last_seq=5, last_plan_id="p-other")
 
 
-@pytest.mark.parametrize("env", [{"PATH": "/tmp/evil"}, {"LD_PRELOAD": "/tmp/x.so"}, {"PYTHONPATH": "/tmp"},
-                                 {"LD_LIBRARY_PATH": "/tmp"}, {"SOMETHING_ELSE": "1"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"PATH": "/tmp/evil"},
+        {"LD_PRELOAD": "/tmp/x.so"},
+        {"PYTHONPATH": "/tmp"},
+        {"LD_LIBRARY_PATH": "/tmp"},
+        {"SOMETHING_ELSE": "1"},
+    ],
+)
 def test_plan_env_that_picks_the_binary_or_loader_is_refused(store, env):
     refused(store.sign(claims(env={"VLLM_LOGGING_LEVEL": "INFO", **env})), store.jwks(), "env_not_allowed")
 
@@ -195,8 +223,12 @@ def test_private_key_files_are_0600(store):
 
 def test_legacy_eddsa_name_accepted(store):
     key = OKPKey.import_key(json.loads((store.dir / f"{store.active_kid}.jwk").read_text()))
-    token = jws.serialize_compact({"alg": "EdDSA", "kid": store.active_kid, "typ": PLAN_MEDIA_TYPE},
-                                  json.dumps(claims()).encode(), key, algorithms=["EdDSA"])
+    token = jws.serialize_compact(
+        {"alg": "EdDSA", "kid": store.active_kid, "typ": PLAN_MEDIA_TYPE},
+        json.dumps(claims()).encode(),
+        key,
+        algorithms=["EdDSA"],
+    )
     assert verify_plan(token, store.jwks(), node="gpu-01", audience=AUD).seq == 5
 
 

@@ -23,40 +23,97 @@ NODE = "gpu-01"
 ARGV = ["vllm", "serve", "s3://llama-8b", "--max-model-len", "8192"]
 
 
-def signed(store: KeyStore, clock: ManualClock, *, plan_id="p-1", seq=1, node=NODE, ttl=600, placement=None,
-           env=None, plan_age=0, argv=ARGV) -> tuple[str, str]:
+def signed(
+    store: KeyStore,
+    clock: ManualClock,
+    *,
+    plan_id="p-1",
+    seq=1,
+    node=NODE,
+    ttl=600,
+    placement=None,
+    env=None,
+    plan_age=0,
+    argv=ARGV,
+) -> tuple[str, str]:
     """A plan (issued ``plan_age`` seconds ago) and its freshness statement, signed at the clock's time."""
     now = int(clock.time())
-    token = store.sign(plan_claims(issuer="preflight", audience="preflight-agent", node=node, plan_id=plan_id,
-                                   seq=seq, manifest_digest="sha256:00", vllm_version="0.33.0", argv=argv,
-                                   env=env or {}, model_uri="s3://llama-8b", placement=placement,
-                                   now=now - plan_age))
-    fresh = store.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node=node, plan_id=plan_id,
-                                        seq=seq, digest=plan_digest(token), ttl=ttl, now=now,
-                                        grouped=placement is not None,
-                                        head_group_digest=(placement or {}).get("group_digest")),
-                       typ=FRESHNESS_MEDIA_TYPE)
+    token = store.sign(
+        plan_claims(
+            issuer="preflight",
+            audience="preflight-agent",
+            node=node,
+            plan_id=plan_id,
+            seq=seq,
+            manifest_digest="sha256:00",
+            vllm_version="0.33.0",
+            argv=argv,
+            env=env or {},
+            model_uri="s3://llama-8b",
+            placement=placement,
+            now=now - plan_age,
+        )
+    )
+    fresh = store.sign(
+        freshness_claims(
+            issuer="preflight",
+            audience="preflight-agent",
+            node=node,
+            plan_id=plan_id,
+            seq=seq,
+            digest=plan_digest(token),
+            ttl=ttl,
+            now=now,
+            grouped=placement is not None,
+            head_group_digest=(placement or {}).get("group_digest"),
+        ),
+        typ=FRESHNESS_MEDIA_TYPE,
+    )
     return token, fresh
 
 
 def served(token: str, fresh: str, plan_id="p-1") -> httpx.Response:
-    return httpx.Response(200, text=token, headers={"X-Plan-Id": plan_id, "X-Plan-Freshness": fresh,
-                                                    "ETag": f'"{plan_id}"'})
+    return httpx.Response(
+        200, text=token, headers={"X-Plan-Id": plan_id, "X-Plan-Freshness": fresh, "ETag": f'"{plan_id}"'}
+    )
 
 
 def not_modified(store: KeyStore, clock: ManualClock, token: str, plan_id="p-1", seq=1) -> httpx.Response:
     """The saved plan is still current: 304, with a freshness statement signed now."""
-    fresh = store.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node=NODE, plan_id=plan_id,
-                                        seq=seq, digest=plan_digest(token), ttl=600, now=int(clock.time())),
-                       typ=FRESHNESS_MEDIA_TYPE)
+    fresh = store.sign(
+        freshness_claims(
+            issuer="preflight",
+            audience="preflight-agent",
+            node=NODE,
+            plan_id=plan_id,
+            seq=seq,
+            digest=plan_digest(token),
+            ttl=600,
+            now=int(clock.time()),
+        ),
+        typ=FRESHNESS_MEDIA_TYPE,
+    )
     return httpx.Response(304, headers={"X-Plan-Freshness": fresh, "ETag": f'"{plan_id}"'})
 
 
 def group_hold(final=False) -> httpx.Response:
-    return httpx.Response(409, headers={"Retry-After": "5"}, json={
-        "type": "https://preflight.dev/problems/group-hold", "title": "Held", "status": 409,
-        "hold": {"reason": "head_pending", "message": "the head head-1 has not started plan p-2 (group 0) yet",
-                 "final": final, "head": "head-1", "head_report": None, "plan_id": "p-2"}})
+    return httpx.Response(
+        409,
+        headers={"Retry-After": "5"},
+        json={
+            "type": "https://preflight.dev/problems/group-hold",
+            "title": "Held",
+            "status": 409,
+            "hold": {
+                "reason": "head_pending",
+                "message": "the head head-1 has not started plan p-2 (group 0) yet",
+                "final": final,
+                "head": "head-1",
+                "head_report": None,
+                "plan_id": "p-2",
+            },
+        },
+    )
 
 
 class FakeService:
@@ -146,12 +203,26 @@ class Node:
         self.reexecs += 1
 
     def boot(self, service, **options):
-        opts = BootOptions(node=NODE, state_path=self.state, checkpoint_copy=self.dir / "state.checkpoint.jws",
-                           metrics_seconds=0, **options)
+        opts = BootOptions(
+            node=NODE,
+            state_path=self.state,
+            checkpoint_copy=self.dir / "state.checkpoint.jws",
+            metrics_seconds=0,
+            **options,
+        )
         self.said.clear()
-        return Boot(opts, client=service, trust=Trust.load(self.trust), clock=self.clock, probe=self.probe,
-                    run_child=self.run_child, reexec=self.reexec, err=self.said.append, out=self.printed.append,
-                    environ={"HOME": "/root", "PREFLIGHT_TOKEN": "secret"}).run()
+        return Boot(
+            opts,
+            client=service,
+            trust=Trust.load(self.trust),
+            clock=self.clock,
+            probe=self.probe,
+            run_child=self.run_child,
+            reexec=self.reexec,
+            err=self.said.append,
+            out=self.printed.append,
+            environ={"HOME": "/root", "PREFLIGHT_TOKEN": "secret"},
+        ).run()
 
     def saved(self) -> AgentState:
         return AgentState.load(self.state)
@@ -209,11 +280,17 @@ def saved_plan(node, *, age: float) -> str:
     return token
 
 
-@pytest.mark.parametrize("age, max_age, code", [
-    (3599, 3600, 0), (3600, 3600, 0), (3601, 3600, 75),
-    (-CLOCK_SKEW_SECONDS, 3600, 0), (-CLOCK_SKEW_SECONDS - 1, 3600, 75),  # confirmed "in the future": 300 s margin
-    (10, 0, 75),  # 0: offline boot disabled
-])
+@pytest.mark.parametrize(
+    "age, max_age, code",
+    [
+        (3599, 3600, 0),
+        (3600, 3600, 0),
+        (3601, 3600, 75),
+        (-CLOCK_SKEW_SECONDS, 3600, 0),
+        (-CLOCK_SKEW_SECONDS - 1, 3600, 75),  # confirmed "in the future": 300 s margin
+        (10, 0, 75),  # 0: offline boot disabled
+    ],
+)
 def test_offline_boot_by_the_age_of_the_last_confirmation(node, age, max_age, code):
     token = saved_plan(node, age=age)
     out = node.boot(FakeService(down=True), offline_max_age=max_age)
@@ -293,8 +370,9 @@ def test_a_superseded_run_boots_again(node):
 
 def test_a_node_check_refusal_sends_the_observed_facts_and_the_next_boot_restores_them(node):
     token, fresh = signed(node.store, node.clock)
-    node.probe = FakeProbe(Refusal("gpus", "inventory_drift", "7 GPUs, not 8", {"differences": ["count"]},
-                                   observed_facts={"gpu_count": 7}))
+    node.probe = FakeProbe(
+        Refusal("gpus", "inventory_drift", "7 GPUs, not 8", {"differences": ["count"]}, observed_facts={"gpu_count": 7})
+    )
     service = FakeService(served(token, fresh))
     out = node.boot(service, print_only=False, vllm_path="/opt/vllm/bin/vllm")
     assert (out.code, out.step) == (3, "refused") and node.children == []

@@ -40,8 +40,7 @@ def test_a_compressed_answer_is_refused_before_it_is_expanded():
     import gzip
 
     bomb = gzip.compress(b"\0" * (8 << 20))
-    transport = httpx.MockTransport(lambda req: httpx.Response(200, content=bomb,
-                                                               headers={"Content-Encoding": "gzip"}))
+    transport = httpx.MockTransport(lambda req: httpx.Response(200, content=bomb, headers={"Content-Encoding": "gzip"}))
     with pytest.raises(ResponseTooLarge):
         AgentClient("http://service", "n1", "t", transport=transport).fetch()
 
@@ -59,8 +58,9 @@ def test_an_etag_that_is_no_header_value_is_not_sent(etag):
     # the ETag comes from the state file or a server's header; one that HTTP cannot carry made every fetch raise
     # (UnicodeEncodeError out of the boot, or a protocol error read as "the service is unreachable")
     seen = []
-    transport = httpx.MockTransport(lambda req: (seen.append(req.headers.get("If-None-Match")),
-                                                 httpx.Response(200, content=iter([b"plan"])))[1])
+    transport = httpx.MockTransport(
+        lambda req: (seen.append(req.headers.get("If-None-Match")), httpx.Response(200, content=iter([b"plan"])))[1]
+    )
     client = AgentClient("http://service", "n1", "t", transport=transport)
     assert client.fetch(etag).status_code == 200 and seen == [None]
     assert client.fetch('"p-1"').status_code == 200 and seen[-1] == '"p-1"'

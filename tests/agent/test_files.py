@@ -48,9 +48,13 @@ def test_a_token_file_is_read_only_as_a_regular_file_of_ours(tmp_path):
         f.read_token_file(tmp_path)
     with pytest.raises(FileNotFoundError):
         f.read_token_file(tmp_path / "missing")
-    for text, why in [("x" * 5000, "more than the 4096"), ("hunter2", "does not hold a Preflight token"),
-                      ("pf_" + "a" * 42, "does not hold a Preflight token"),
-                      ("pf_" + "a" * 42 + "/", "does not hold a Preflight token"), ("", "is empty")]:
+    for text, why in [
+        ("x" * 5000, "more than the 4096"),
+        ("hunter2", "does not hold a Preflight token"),
+        ("pf_" + "a" * 42, "does not hold a Preflight token"),
+        ("pf_" + "a" * 42 + "/", "does not hold a Preflight token"),
+        ("", "is empty"),
+    ]:
         real.write_text(text)
         with pytest.raises(f.UnsafeFile, match=why):
             f.read_token_file(real)
@@ -87,8 +91,7 @@ def test_agent_run_refuses_a_foreign_token_file_before_anything(tmp_path):
     args = ["agent", "run", "--server", "http://127.0.0.1:9", "--node", "n", "--trust", str(tmp_path / "t.json")]
     real.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")  # never sent as a bearer token, link or not
     for given in (real, link):
-        out = subprocess.run([PREFLIGHT, *args, "--token-file", str(given)], capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run([PREFLIGHT, *args, "--token-file", str(given)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and "does not hold a Preflight token" in out.stderr, out.stderr
         assert "Traceback" not in out.stderr
 
@@ -100,8 +103,25 @@ def test_agent_register_refuses_a_symlinked_token_file_and_changes_nothing(tmp_p
     real.write_text(token)
     link = tmp_path / "agent.token"
     link.symlink_to(real)
-    out = subprocess.run([PREFLIGHT, "agent", "register", "--server", "http://127.0.0.1:9", "--node", "n",
-                          "--enroll-token", "e", "--token-file", str(link), "--nvidia-smi", str(fake)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            PREFLIGHT,
+            "agent",
+            "register",
+            "--server",
+            "http://127.0.0.1:9",
+            "--node",
+            "n",
+            "--enroll-token",
+            "e",
+            "--token-file",
+            str(link),
+            "--nvidia-smi",
+            str(fake),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "is a symlink: refused" in out.stderr and "nothing changed" in out.stderr
     assert link.is_symlink() and real.read_text() == token

@@ -67,14 +67,17 @@ def test_fast_path_answers_byte_for_byte_as_the_route(client, monkeypatch):
     assert comparable(again) == comparable(first)
     assert cond.status_code == 304 and cond.content == b""
     # the same conditional request through the route (a query string skips the fast path) answers the same
-    routed = client.get("/v1/nodes/gpu-01/plan?wait=0", headers={"Authorization": f"Bearer {token}",
-                                                                 "If-None-Match": etag})
+    routed = client.get(
+        "/v1/nodes/gpu-01/plan?wait=0", headers={"Authorization": f"Bearer {token}", "If-None-Match": etag}
+    )
     assert calls == ["/v1/nodes/gpu-01/plan"]
     assert comparable(routed) == comparable(cond)
     assert cond.headers["x-request-id"]  # still logged and counted by Observability
     metrics = client.get("/metrics").text
-    assert 'route="/v1/nodes/{name}/plan"' in metrics and 'preflight_agent_fetches_total{outcome="not_modified"}' \
-        in metrics
+    assert (
+        'route="/v1/nodes/{name}/plan"' in metrics
+        and 'preflight_agent_fetches_total{outcome="not_modified"}' in metrics
+    )
 
 
 def test_fast_path_leaves_errors_to_the_route(client, monkeypatch):
@@ -164,19 +167,20 @@ def test_epoch_cache_entry_read_under_an_older_epoch_is_not_used(db):
 
 # -- group commit ------------------------------------------------------------------------------------------------
 
+
 def test_batch_gives_each_request_its_own_outcome(client, db):
     fleet = setup_fleet(client)
     t1, t2 = fleet["gpu-01"]["token"], fleet["gpu-02"]["token"]
     p1 = fleet["gpu-01"]["plan"]["id"]
     agent1 = token_service.Principal(role="agent", name="agent:gpu-01", node="gpu-01")
     items = [
-        agent_writes.Fetch(t1, None, "gpu-01", ()),                         # fine: served and recorded
-        agent_writes.Fetch("pf_unknown", None, "gpu-01", ()),               # unknown token
-        agent_writes.Fetch(t2, None, "gpu-01", ()),                         # another node's token
+        agent_writes.Fetch(t1, None, "gpu-01", ()),  # fine: served and recorded
+        agent_writes.Fetch("pf_unknown", None, "gpu-01", ()),  # unknown token
+        agent_writes.Fetch(t2, None, "gpu-01", ()),  # another node's token
         agent_writes.Fetch(ADMIN, token_service.Principal(role="admin", name="admin"), "gpu-99", ()),
-        agent_writes.Report(agent1, "gpu-01", p1, "running", None, {}),     # fine
+        agent_writes.Report(agent1, "gpu-01", p1, "running", None, {}),  # fine
         agent_writes.Report(agent1, "gpu-01", "no-such-plan", "running", None, {}),
-        agent_writes.Fetch(t1, None, "gpu-01", ()),                         # same node again: recorded once
+        agent_writes.Fetch(t1, None, "gpu-01", ()),  # same node again: recorded once
     ]
     with db.transaction() as s:
         out = agent_writes.run_batch(s, items, clock=SYSTEM)
@@ -206,11 +210,16 @@ def test_a_batch_failing_in_the_database_is_retried_one_by_one(db, monkeypatch):
     p = token_service.Principal(role="admin", name="admin")
     import concurrent.futures
 
-    batch = [(agent_writes.Report(p, f"n{i}", "x", "running", "poison" if i == 1 else None, {}),
-              concurrent.futures.Future()) for i in range(3)]
+    batch = [
+        (agent_writes.Report(p, f"n{i}", "x", "running", "poison" if i == 1 else None, {}), concurrent.futures.Future())
+        for i in range(3)
+    ]
     writes._settle(batch)
-    assert [f.result() if not f.exception() else type(f.exception()) for _, f in batch] == \
-        ["ok:n0", ValueError, "ok:n2"]
+    assert [f.result() if not f.exception() else type(f.exception()) for _, f in batch] == [
+        "ok:n0",
+        ValueError,
+        "ok:n2",
+    ]
     assert real is not poisoned
 
 
@@ -239,6 +248,7 @@ def test_a_cancelled_request_is_dropped_and_the_writer_keeps_running(client, db)
 
 # -- hostile timing and input on the hot path --------------------------------------------------------------
 
+
 def test_a_long_poll_stops_when_its_token_is_revoked(client):
     import threading
 
@@ -248,8 +258,9 @@ def test_a_long_poll_stops_when_its_token_is_revoked(client):
     result = {}
 
     def long_poll():
-        result["r"] = client.get("/v1/nodes/gpu-01/plan?wait=10",
-                                 headers={"Authorization": f"Bearer {token}", "If-None-Match": etag})
+        result["r"] = client.get(
+            "/v1/nodes/gpu-01/plan?wait=10", headers={"Authorization": f"Bearer {token}", "If-None-Match": etag}
+        )
 
     t = threading.Thread(target=long_poll)
     t.start()
@@ -279,38 +290,49 @@ def test_if_none_match_star_and_weak_tags_match(client, monkeypatch):
     etag = fetch(client, "gpu-01", token).headers["etag"]
     for url in ("/v1/nodes/gpu-01/plan?wait=0", "/v1/nodes/gpu-01/plan"):
         for tag in ("*", f"W/{etag}", f'"other", W/{etag}'):
-            assert client.get(url, headers={"Authorization": f"Bearer {token}",
-                                            "If-None-Match": tag}).status_code == 304, (url, tag)
-        assert client.get(url, headers={"Authorization": f"Bearer {token}",
-                                        "If-None-Match": 'W/"other"'}).status_code == 200
+            assert (
+                client.get(url, headers={"Authorization": f"Bearer {token}", "If-None-Match": tag}).status_code == 304
+            ), (url, tag)
+        assert (
+            client.get(url, headers={"Authorization": f"Bearer {token}", "If-None-Match": 'W/"other"'}).status_code
+            == 200
+        )
 
 
 def test_an_admin_reading_a_plan_is_not_the_agents_delivery(client):
     fleet = setup_fleet(client, ["gpu-01"])
     plan_id = fleet["gpu-01"]["plan"]["id"]
     assert client.get("/v1/nodes/gpu-01/plan").status_code == 200  # the admin token
-    fetched = [e for e in client.get("/v1/audit", params={"plan": plan_id}).json()["items"]
-               if e["kind"] == "plan.fetched"]
+    fetched = [
+        e for e in client.get("/v1/audit", params={"plan": plan_id}).json()["items"] if e["kind"] == "plan.fetched"
+    ]
     assert fetched == []
     assert fetch(client, "gpu-01", fleet["gpu-01"]["token"]).status_code == 200
-    fetched = [e for e in client.get("/v1/audit", params={"plan": plan_id}).json()["items"]
-               if e["kind"] == "plan.fetched"]
+    fetched = [
+        e for e in client.get("/v1/audit", params={"plan": plan_id}).json()["items"] if e["kind"] == "plan.fetched"
+    ]
     assert [e["actor"] for e in fetched] == ["agent:gpu-01"]
     placement = client.get(f"/v1/plans/{plan_id}/placements").json()["placements"][0]
     assert placement["fetches"] == 1
 
 
-@pytest.mark.parametrize("figures, field", [
-    ({"kv_cache_tokens": 1000, "available_kv_cache_gib": 1e300}, "details.vllm.available_kv_cache_gib"),
-    ({"kv_cache_tokens": 1000, "available_kv_cache_gib": 1e10}, "details.vllm.available_kv_cache_gib"),
-    ({"kv_cache_tokens": 0}, "details.vllm.kv_cache_tokens"),
-    ({"kv_cache_tokens": 2**41}, "details.vllm.kv_cache_tokens"),
-    ({"kv_cache_tokens": "1000"}, "details.vllm.kv_cache_tokens"),
-])
+@pytest.mark.parametrize(
+    "figures, field",
+    [
+        ({"kv_cache_tokens": 1000, "available_kv_cache_gib": 1e300}, "details.vllm.available_kv_cache_gib"),
+        ({"kv_cache_tokens": 1000, "available_kv_cache_gib": 1e10}, "details.vllm.available_kv_cache_gib"),
+        ({"kv_cache_tokens": 0}, "details.vllm.kv_cache_tokens"),
+        ({"kv_cache_tokens": 2**41}, "details.vllm.kv_cache_tokens"),
+        ({"kv_cache_tokens": "1000"}, "details.vllm.kv_cache_tokens"),
+    ],
+)
 def test_out_of_range_vllm_figures_are_refused_naming_the_field(client, figures, field):
     fleet = setup_fleet(client, ["gpu-01"])
-    r = client.post("/v1/nodes/gpu-01/reports", headers={"Authorization": f"Bearer {fleet['gpu-01']['token']}"},
-                    json={"plan_id": fleet["gpu-01"]["plan"]["id"], "status": "running", "details": {"vllm": figures}})
+    r = client.post(
+        "/v1/nodes/gpu-01/reports",
+        headers={"Authorization": f"Bearer {fleet['gpu-01']['token']}"},
+        json={"plan_id": fleet["gpu-01"]["plan"]["id"], "status": "running", "details": {"vllm": figures}},
+    )
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == field, r.text
     assert client.get("/v1/calibration").json()["count"] == 0
 
@@ -357,9 +379,11 @@ def test_changes_are_committed_before_the_response_starts(settings, db, keys):
 
     def state() -> tuple:
         with reader.connect() as c:
-            return (c.execute(text("SELECT status FROM plans ORDER BY created_at DESC LIMIT 1")).scalar(),
-                    c.execute(text("SELECT count(*) FROM tokens WHERE revoked_at IS NOT NULL")).scalar(),
-                    c.execute(text("SELECT count(*) FROM nodes")).scalar())
+            return (
+                c.execute(text("SELECT status FROM plans ORDER BY created_at DESC LIMIT 1")).scalar(),
+                c.execute(text("SELECT count(*) FROM tokens WHERE revoked_at IS NOT NULL")).scalar(),
+                c.execute(text("SELECT count(*) FROM nodes")).scalar(),
+            )
 
     class AtResponseStart:
         def __init__(self, app):
@@ -370,6 +394,7 @@ def test_changes_are_committed_before_the_response_starts(settings, db, keys):
                 if message["type"] == "http.response.start" and scope["method"] == "POST":
                     seen.append((scope["path"], state()))
                 await send(message)
+
             return await self.app(scope, receive, watch if scope["type"] == "http" else send)
 
     app = create_app(settings, db=db, keys=keys)

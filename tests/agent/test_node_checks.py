@@ -35,6 +35,7 @@ def hw_of(gpu_id: str, count: int, interconnect: str | None) -> dict:
 
 # --- nvidia-smi ---------------------------------------------------------------------------------------------------
 
+
 def test_eight_h100_sxm_with_nvlink():
     gpus = g.parse_gpus(read("h100-sxm-8", "gpus.csv"))
     assert [x.index for x in gpus] == list(range(8))
@@ -62,26 +63,39 @@ def test_one_l4_has_no_interconnect():
 
 def test_a_gpu_outside_the_catalogue_is_custom_with_its_reported_memory_and_capability():
     gpus = g.parse_gpus("0, NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887, 0, 12.0, 00000000:01:00.0\n")
-    assert g.node_facts(gpus, None)["gpu"] == {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-                                               "compute_capability": "12.0", "memory_bytes": 97887 * MIB}
+    assert g.node_facts(gpus, None)["gpu"] == {
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "compute_capability": "12.0",
+        "memory_bytes": 97887 * MIB,
+    }
 
 
-@pytest.mark.parametrize("text", ["", "No devices were found\n", "index, name, memory.total [MiB]\n",
-                                  "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
-                                  "0, NVIDIA H100, 81559, 0, 99.0, 00000000:18:00.0\n",
-                                  "0, NVIDIA H100, -1, 0, 9.0, 00000000:18:00.0\n",
-                                  "0, NVIDIA H100, [N/A], 0, 9.0, 00000000:18:00.0\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "No devices were found\n",
+        "index, name, memory.total [MiB]\n",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+        "0, NVIDIA H100, 81559, 0, 99.0, 00000000:18:00.0\n",
+        "0, NVIDIA H100, -1, 0, 9.0, 00000000:18:00.0\n",
+        "0, NVIDIA H100, [N/A], 0, 9.0, 00000000:18:00.0\n",
+    ],
+)
 def test_what_is_not_a_gpu_list_is_refused(text):
     with pytest.raises(g.NvidiaSmiError):
         g.parse_gpus(text)
 
 
 def test_a_partial_nvlink_mesh_is_pcie():
-    topo = read("h100-sxm-8", "topo.txt").replace("GPU3\tNV18\tNV18\tNV18\t X \tNV18", "GPU3\tNV18\tNV18\tNV18\t X \tSYS")
+    topo = read("h100-sxm-8", "topo.txt").replace(
+        "GPU3\tNV18\tNV18\tNV18\t X \tNV18", "GPU3\tNV18\tNV18\tNV18\t X \tSYS"
+    )
     assert g.parse_interconnect(topo, 8) == "pcie"
 
 
 # --- drift ----------------------------------------------------------------------------------------------------------
+
 
 def test_the_same_gpus_do_not_drift():
     assert g.drift(g.parse_gpus(read("h100-sxm-8", "gpus.csv")), hw_of("h100-sxm-80gb", 8, "nvlink"), "nvlink") == []
@@ -94,15 +108,20 @@ def test_one_gpu_missing_is_drift_naming_the_count():
 
 def test_another_model_is_drift_naming_each_gpu():
     d = g.drift(g.parse_gpus(read("a100-pcie-4", "gpus.csv")), hw_of("h100-sxm-80gb", 4, "nvlink"), "pcie")
-    assert d[0] == "GPU 0 (00000000:17:00.0): model 'NVIDIA A100 80GB PCIe', the plan was validated for 'NVIDIA H100 SXM5 80GB'"
+    assert (
+        d[0]
+        == "GPU 0 (00000000:17:00.0): model 'NVIDIA A100 80GB PCIe', the plan was validated for 'NVIDIA H100 SXM5 80GB'"
+    )
     assert len(d) == 5 and d[-1] == "interconnect: the plan was validated for nvlink, nvidia-smi topo -m shows pcie"
 
 
 def test_less_memory_than_validated_for_is_drift():
-    custom = hardware_claim(gpu_id="custom", gpu={"name": "NVIDIA L4", "memory_bytes": 48 * GIB}, count=1,
-                            interconnect=None)
+    custom = hardware_claim(
+        gpu_id="custom", gpu={"name": "NVIDIA L4", "memory_bytes": 48 * GIB}, count=1, interconnect=None
+    )
     assert g.drift(g.parse_gpus(read("l4-1", "gpus.csv")), custom, None) == [
-        "GPU 0 (00000000:00:03.0): memory.total 23034 MiB, the plan was validated for 49152 MiB"]
+        "GPU 0 (00000000:00:03.0): memory.total 23034 MiB, the plan was validated for 49152 MiB"
+    ]
 
 
 def test_a_marketed_memory_size_is_not_compared():
@@ -110,10 +129,12 @@ def test_a_marketed_memory_size_is_not_compared():
     hw = hw_of("a10g-24gb", 1, None)
     assert hw["memory_checked"] is False and g.drift(a10g, hw, None) == []
     assert g.drift(a10g, {**hw, "memory_checked": True}, None) == [
-        "GPU 0 (00000000:00:1E.0): memory.total 23028 MiB, the plan was validated for 24576 MiB"]
+        "GPU 0 (00000000:00:1E.0): memory.total 23028 MiB, the plan was validated for 24576 MiB"
+    ]
 
 
 # --- free memory (vllm 0.33.0 vllm/v1/worker/utils.py:716-772) ------------------------------------------------------
+
 
 def mem(util=0.92, kv=None, weights=0, gpus=8):
     return {"gpu_memory_utilization": util, "kv_cache_memory_bytes": kv, "weights_bytes_per_gpu": weights, "gpus": gpus}
@@ -124,11 +145,20 @@ def test_a_foreign_process_holding_60_gib_is_a_shortfall_with_the_numbers_and_th
     short = g.memory_shortfalls(gpus, mem(0.9))
     assert len(short) == 1 and short[0].gpu.index == 0
     assert short[0].needed_bytes == math.ceil(81559 * MIB * 0.9)  # as vLLM requests it (worker/utils.py:723)
-    assert short[0].message() == ("GPU 0 (00000000:18:00.0): 19.64 GiB free of 79.65 GiB, the plan needs 71.68 GiB "
-                                  "(gpu_memory_utilization 0.9 × 79.65 GiB total)")
+    assert short[0].message() == (
+        "GPU 0 (00000000:18:00.0): 19.64 GiB free of 79.65 GiB, the plan needs 71.68 GiB "
+        "(gpu_memory_utilization 0.9 × 79.65 GiB total)"
+    )
     procs = g.holders(g.parse_compute_apps(read("h100-sxm-8-busy", "apps.csv")), [short[0].gpu])
-    assert procs == [{"pid": 48213, "process_name": "/usr/bin/python3", "used_memory_mib": 61440, "gpu": 0,
-                      "gpu_uuid": "GPU-5c3c8a9e-6b1d-4f0e-9a51-1c9b5f0c2e11"}]
+    assert procs == [
+        {
+            "pid": 48213,
+            "process_name": "/usr/bin/python3",
+            "used_memory_mib": 61440,
+            "gpu": 0,
+            "gpu_uuid": "GPU-5c3c8a9e-6b1d-4f0e-9a51-1c9b5f0c2e11",
+        }
+    ]
 
 
 def test_a_launch_on_other_gpus_is_not_held_up_by_a_busy_gpu_0():
@@ -147,13 +177,14 @@ def test_kv_cache_memory_bytes_needs_the_kv_cache_and_the_weights_free_too():
 
 def test_memory_claim_counts_the_gpus_the_launch_uses():
     eff = {"tensor_parallel_size": 2, "pipeline_parallel_size": 2, "gpu_memory_utilization": 0.85}
-    assert memory_claim(effective=eff, budget={"weights_bytes_per_gpu": 5}, kv_cache_memory_bytes=None,
-                        gpus_used=4, gpus_per_node=8) == {
-        "gpu_memory_utilization": 0.85, "kv_cache_memory_bytes": None, "weights_bytes_per_gpu": 5, "gpus": 4}
+    assert memory_claim(
+        effective=eff, budget={"weights_bytes_per_gpu": 5}, kv_cache_memory_bytes=None, gpus_used=4, gpus_per_node=8
+    ) == {"gpu_memory_utilization": 0.85, "kv_cache_memory_bytes": None, "weights_bytes_per_gpu": 5, "gpus": 4}
     assert memory_claim(effective=eff, budget=None, kv_cache_memory_bytes=1, gpus_used=16, gpus_per_node=8)["gpus"] == 8
 
 
 # --- weights --------------------------------------------------------------------------------------------------------
+
 
 def test_describe_records_config_digest_tag_index_and_shards(tmp_path):
     d = weights_dir(tmp_path / "m", shards=3, tag="fp8")
@@ -161,7 +192,8 @@ def test_describe_records_config_digest_tag_index_and_shards(tmp_path):
     assert rec["config_sha256"] == sha256(d / "config.json") and rec["quantization"] == "fp8"
     assert rec["total_size"] == 3 * 4096 and rec["hf_quant_config_sha256"] is None
     assert [(s["name"], s["size"]) for s in rec["shards"]] == [
-        (f"model-0000{i}-of-00003.safetensors", 4096) for i in (1, 2, 3)]
+        (f"model-0000{i}-of-00003.safetensors", 4096) for i in (1, 2, 3)
+    ]
     assert rec["shards"][1]["sha256"] == sha256(d / "model-00002-of-00003.safetensors")
     assert w.check(d, rec, verify_hashes=True) == []
 
@@ -171,7 +203,8 @@ def test_a_wrong_tag_names_the_file_and_both_values(tmp_path):
     rec = w.describe(d)
     (d / "quantization.txt").write_text("awq\n")
     assert [m.message() for m in w.check(d, rec)] == [
-        "quantization.txt: the manifest records tag fp8, the node has tag awq"]
+        "quantization.txt: the manifest records tag fp8, the node has tag awq"
+    ]
 
 
 def test_a_config_from_another_revision(tmp_path):
@@ -192,7 +225,9 @@ def test_a_pre_sharded_copy_for_tp_2_misses_every_recorded_shard(tmp_path):
     for rank in (0, 1):  # vLLM's sharded_state layout: model-rank-R-part-P.safetensors
         (pre / f"model-rank-{rank}-part-0.safetensors").write_bytes(b"x" * 100)
     assert [(m.file, m.found) for m in w.check(pre, rec)] == [
-        ("model-00001-of-00002.safetensors", "no such file"), ("model-00002-of-00002.safetensors", "no such file")]
+        ("model-00001-of-00002.safetensors", "no such file"),
+        ("model-00002-of-00002.safetensors", "no such file"),
+    ]
 
 
 def test_a_missing_and_a_short_shard(tmp_path):
@@ -203,7 +238,8 @@ def test_a_missing_and_a_short_shard(tmp_path):
         fh.truncate(1000)  # an interrupted copy
     assert [m.message() for m in w.check(d, rec)] == [
         "model-00001-of-00003.safetensors: the manifest records 4096 bytes, the node has no such file",
-        "model-00003-of-00003.safetensors: the manifest records 4096 bytes, the node has 1000 bytes"]
+        "model-00003-of-00003.safetensors: the manifest records 4096 bytes, the node has 1000 bytes",
+    ]
 
 
 def test_a_corrupted_shard_of_the_right_size_shows_only_with_hashes(tmp_path):
@@ -228,8 +264,21 @@ def test_a_recorded_shard_that_is_no_object_is_a_mismatch(tmp_path):
     assert (m.file, m.expected) == ("None", "None bytes") and "not a plain file name" in m.found
 
 
-@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "a/b.safetensors", "..", ".", "a\\b",
-                                  "x\x00.safetensors", "x\n.safetensors", "", "a" * 256])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../etc/passwd",
+        "/etc/passwd",
+        "a/b.safetensors",
+        "..",
+        ".",
+        "a\\b",
+        "x\x00.safetensors",
+        "x\n.safetensors",
+        "",
+        "a" * 256,
+    ],
+)
 def test_path_traversal_and_weird_shard_names_are_refused(tmp_path, name):
     assert w.shard_name_problem(name) is not None
     d = weights_dir(tmp_path / "m", shards=1)
@@ -284,9 +333,14 @@ def test_an_index_naming_too_many_shards_is_refused(tmp_path):
         w.describe(d)
 
 
-@pytest.mark.parametrize("uri,expected", [("/models/llama", "/models/llama"),
-                                          ("s3://weights/llama-3.1-70b", "/srv/w/weights/llama-3.1-70b"),
-                                          ("meta-llama/Llama-3.1-8B", "/srv/w/meta-llama/Llama-3.1-8B")])
+@pytest.mark.parametrize(
+    "uri,expected",
+    [
+        ("/models/llama", "/models/llama"),
+        ("s3://weights/llama-3.1-70b", "/srv/w/weights/llama-3.1-70b"),
+        ("meta-llama/Llama-3.1-8B", "/srv/w/meta-llama/Llama-3.1-8B"),
+    ],
+)
 def test_weights_root_maps_remote_uris(tmp_path, uri, expected):
     import pathlib
 
@@ -303,6 +357,7 @@ def test_a_uri_that_would_leave_the_weights_root_is_refused():
 
 # --- the whole sequence, with the fake nvidia-smi --------------------------------------------------------------------
 
+
 def claims_for(hw, memory, weights=None, uri="s3://x", env=None):
     nc = {"hardware": hw, "memory": memory, **({"weights": weights} if weights else {})}
     return {"jti": "p", "model_uri": uri, "env": env or {}, "node_checks": nc}
@@ -318,7 +373,10 @@ def test_run_checks_in_order_against_the_fake_nvidia_smi(tmp_path):
     install_nvidia_smi(tmp_path / "bin", "h100-sxm-7-missing")
     r = run_checks(ok, nvidia_smi=smi, weights_root=None, verify_hashes=False, say=lines.append)
     assert (r.check, r.reason, r.details["differences"]) == (
-        "gpus", "inventory_drift", ["GPU count: the plan was validated for 8, nvidia-smi lists 7"])
+        "gpus",
+        "inventory_drift",
+        ["GPU count: the plan was validated for 8, nvidia-smi lists 7"],
+    )
     assert r.observed_facts["gpu_count"] == 7 and r.observed_facts["interconnect"] == "nvlink"
     install_nvidia_smi(tmp_path / "bin", "h100-sxm-8-busy")
     r = run_checks(ok, nvidia_smi=smi, weights_root=None, verify_hashes=False, say=lines.append)
@@ -327,13 +385,20 @@ def test_run_checks_in_order_against_the_fake_nvidia_smi(tmp_path):
     assert "pid 48213 /usr/bin/python3 holds 61440 MiB on GPU 0" in r.message
     (d / "quantization.txt").write_text("awq\n")  # weights are checked before memory
     r = run_checks(ok, nvidia_smi=smi, weights_root=None, verify_hashes=False, say=lines.append)
-    assert (r.reason, r.details["mismatches"]) == ("weights_mismatch", [
-        {"file": "quantization.txt", "expected": "tag fp8", "found": "tag awq"}])
+    assert (r.reason, r.details["mismatches"]) == (
+        "weights_mismatch",
+        [{"file": "quantization.txt", "expected": "tag fp8", "found": "tag awq"}],
+    )
 
 
 def test_no_nvidia_smi_is_a_refusal_not_a_crash(tmp_path):
-    r = run_checks(claims_for(hw_of("l4-24gb", 1, None), mem(gpus=1)), nvidia_smi=str(tmp_path / "nope"),
-                   weights_root=None, verify_hashes=False, say=lambda s: None)
+    r = run_checks(
+        claims_for(hw_of("l4-24gb", 1, None), mem(gpus=1)),
+        nvidia_smi=str(tmp_path / "nope"),
+        weights_root=None,
+        verify_hashes=False,
+        say=lambda s: None,
+    )
     assert (r.check, r.reason) == ("gpus", "nvidia_smi") and "not found" in r.message
 
 
@@ -345,11 +410,21 @@ def test_a_hanging_nvidia_smi_is_bounded(tmp_path, monkeypatch):
         g._run(str(slow), g.QUERY_GPUS, timeout=0.5)
 
 
-@pytest.mark.parametrize("nc", [None, {}, {"hardware": {}, "memory": {}},
-                                {"hardware": {"gpu_id": "x", "count": 0, "memory_bytes": 1}, "memory": mem()},
-                                {"hardware": {"gpu_id": "x", "count": 1, "memory_bytes": 1}, "memory": mem(util=2)},
-                                {"hardware": {"gpu_id": "x", "count": 1, "memory_bytes": 1}, "memory": mem(),
-                                 "weights": {"shards": [{"name": "../x", "size": 1}]}}])
+@pytest.mark.parametrize(
+    "nc",
+    [
+        None,
+        {},
+        {"hardware": {}, "memory": {}},
+        {"hardware": {"gpu_id": "x", "count": 0, "memory_bytes": 1}, "memory": mem()},
+        {"hardware": {"gpu_id": "x", "count": 1, "memory_bytes": 1}, "memory": mem(util=2)},
+        {
+            "hardware": {"gpu_id": "x", "count": 1, "memory_bytes": 1},
+            "memory": mem(),
+            "weights": {"shards": [{"name": "../x", "size": 1}]},
+        },
+    ],
+)
 def test_a_malformed_claim_is_refused(nc):
     assert claim_problem(nc) is not None
 
@@ -360,8 +435,10 @@ def test_observed_facts_leave_out_an_interconnect_that_could_not_be_read():
     assert g.node_facts(observed("l4-1"), None)["interconnect"] is None  # one GPU: none, said
     assert g.mixed_models(gpus) is None
     mixed = observed("h100-sxm-8")[:2] + observed("a100-pcie-4")[2:3]
-    assert g.mixed_models(mixed) == ("the node mixes GPU models (GPU 0 is NVIDIA H100 80GB HBM3, GPU 2 is NVIDIA "
-                                     "A100 80GB PCIe): Preflight validates a node as one GPU model")
+    assert g.mixed_models(mixed) == (
+        "the node mixes GPU models (GPU 0 is NVIDIA H100 80GB HBM3, GPU 2 is NVIDIA "
+        "A100 80GB PCIe): Preflight validates a node as one GPU model"
+    )
 
 
 def test_agent_register_on_a_node_of_mixed_models_says_so_and_registers_nothing(tmp_path):
@@ -373,12 +450,31 @@ def test_agent_register_on_a_node_of_mixed_models_says_so_and_registers_nothing(
     (scenario / "topo.txt").write_text((NVIDIA_SMI / "a100-pcie-4" / "topo.txt").read_text())
     (scenario / "apps.csv").write_text("")
     fake = install_nvidia_smi(tmp_path / "bin", scenario)
-    out = subprocess.run([PREFLIGHT, "agent", "register", "--server", "http://127.0.0.1:9", "--node", "n",
-                          "--enroll-token", "e", "--token-file", str(tmp_path / "t"), "--nvidia-smi", str(fake)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            PREFLIGHT,
+            "agent",
+            "register",
+            "--server",
+            "http://127.0.0.1:9",
+            "--node",
+            "n",
+            "--enroll-token",
+            "e",
+            "--token-file",
+            str(tmp_path / "t"),
+            "--nvidia-smi",
+            str(fake),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2, out.stderr
-    assert ("the node mixes GPU models (GPU 0 is NVIDIA H100 80GB HBM3, GPU 2 is NVIDIA A100 80GB PCIe)"
-            in out.stderr and "nothing registered" in out.stderr)
+    assert (
+        "the node mixes GPU models (GPU 0 is NVIDIA H100 80GB HBM3, GPU 2 is NVIDIA A100 80GB PCIe)" in out.stderr
+        and "nothing registered" in out.stderr
+    )
 
 
 def test_the_agent_refuses_a_shard_name_that_displays_as_another(tmp_path):
@@ -412,9 +508,17 @@ def test_a_snapshot_linking_into_its_blobs_is_fine_even_by_an_absolute_link(tmp_
     assert w.check(snap, w.describe(snap, hash_shards=True), verify_hashes=True) == []
 
 
-@pytest.mark.parametrize("target", ["../../refs/main", "../other-rev/model-00001-of-00002.safetensors",
-                                    "../../blobs/../../../secret", "/ABS/secret", "../../blobs/not-a-sha",
-                                    "../../../models--other--repo/blobs/" + "a" * 64])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "../../refs/main",
+        "../other-rev/model-00001-of-00002.safetensors",
+        "../../blobs/../../../secret",
+        "/ABS/secret",
+        "../../blobs/not-a-sha",
+        "../../../models--other--repo/blobs/" + "a" * 64,
+    ],
+)
 def test_a_snapshot_link_anywhere_but_its_blobs_is_refused(tmp_path, target):
     repo, snap = hf_cache(tmp_path)
     rec = w.describe(snap)
@@ -444,9 +548,13 @@ def test_outside_a_snapshot_a_link_into_blobs_is_refused(tmp_path):
         w.describe(plain)
 
 
-KINDS = {"loop": "a symlink loop", "loop2": "a symlink loop",
-         "dangling": "a dangling symlink (its target does not exist)",
-         "directory": "a directory where a file is expected", "link-to-directory": "a directory where a file is expected"}
+KINDS = {
+    "loop": "a symlink loop",
+    "loop2": "a symlink loop",
+    "dangling": "a dangling symlink (its target does not exist)",
+    "directory": "a directory where a file is expected",
+    "link-to-directory": "a directory where a file is expected",
+}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -491,8 +599,10 @@ def test_permission_denied_is_a_finding(tmp_path, monkeypatch):
 
     monkeypatch.setattr(w.os, "open", guarded)
     [m] = w.check(d, rec, verify_hashes=True)
-    assert (m.file, m.found) == ("model-00002-of-00002.safetensors",
-                                 "model-00002-of-00002.safetensors: permission denied")
+    assert (m.file, m.found) == (
+        "model-00002-of-00002.safetensors",
+        "model-00002-of-00002.safetensors: permission denied",
+    )
     with pytest.raises(w.WeightsError, match="permission denied"):
         w.describe(d, hash_shards=True)
 
@@ -507,13 +617,31 @@ def test_a_boot_check_on_a_looping_shard_is_a_weights_refusal(tmp_path):
     from service.domain.node_checks import hardware_claim, memory_claim
 
     gpu = lookup("l4-24gb")
-    claims = {"model_uri": str(d), "env": {}, "argv": ["vllm", "serve", str(d)], "node_checks": {
-        "hardware": hardware_claim(gpu_id=gpu.id, gpu={**gpu.as_dict(), "memory_bytes": l4.memory_total_bytes},
-                                   count=1, interconnect=None),
-        "memory": memory_claim(effective={"gpu_memory_utilization": 0.5}, budget=None, kv_cache_memory_bytes=None,
-                               gpus_used=1, gpus_per_node=1), "weights": rec}}
+    claims = {
+        "model_uri": str(d),
+        "env": {},
+        "argv": ["vllm", "serve", str(d)],
+        "node_checks": {
+            "hardware": hardware_claim(
+                gpu_id=gpu.id, gpu={**gpu.as_dict(), "memory_bytes": l4.memory_total_bytes}, count=1, interconnect=None
+            ),
+            "memory": memory_claim(
+                effective={"gpu_memory_utilization": 0.5},
+                budget=None,
+                kv_cache_memory_bytes=None,
+                gpus_used=1,
+                gpus_per_node=1,
+            ),
+            "weights": rec,
+        },
+    }
     said = []
     refusal = run_checks(claims, nvidia_smi=str(fake), weights_root=None, verify_hashes=False, say=said.append)
     assert refusal is not None and (refusal.check, refusal.reason) == ("weights", "weights_mismatch")
-    assert refusal.details["mismatches"] == [{"file": "model-00001-of-00002.safetensors", "expected": "4096 bytes",
-                                              "found": "model-00001-of-00002.safetensors: a symlink loop"}]
+    assert refusal.details["mismatches"] == [
+        {
+            "file": "model-00001-of-00002.safetensors",
+            "expected": "4096 bytes",
+            "found": "model-00001-of-00002.safetensors: a symlink loop",
+        }
+    ]

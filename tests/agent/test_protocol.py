@@ -24,8 +24,15 @@ def test_every_fetch_carries_a_freshness_statement_over_the_plan(client):
     r = fetch(client, "gpu-01", token)
     jwks = client.get("/.well-known/jwks.json").json()
     plan = verify_plan(r.text, jwks, node="gpu-01", audience=AUD, issuer="preflight")
-    claims = verify_freshness(r.headers["x-plan-freshness"], jwks, plan_token=r.text, plan=plan, node="gpu-01",
-                              audience=AUD, issuer="preflight")
+    claims = verify_freshness(
+        r.headers["x-plan-freshness"],
+        jwks,
+        plan_token=r.text,
+        plan=plan,
+        node="gpu-01",
+        audience=AUD,
+        issuer="preflight",
+    )
     assert claims["plan_digest"] == plan_digest(r.text) and claims["seq"] == 1
     assert 3500 <= claims["exp"] - time.time() <= 3600
     again = fetch(client, "gpu-01", token, **{"If-None-Match": r.headers["etag"]})
@@ -47,22 +54,41 @@ def test_the_statement_signed_with_the_plan_is_served_while_young_then_a_new_one
     r = fetch(client, "gpu-01", fleet["gpu-01"]["token"])
     assert r.headers["x-plan-freshness"] == stored["gpu-01"]
     plan = verify_plan(r.text, jwks, node="gpu-01", audience=AUD, issuer="preflight")
-    verify_freshness(stored["gpu-01"], jwks, plan_token=r.text, plan=plan, node="gpu-01", audience=AUD,
-                     issuer="preflight")
+    verify_freshness(
+        stored["gpu-01"], jwks, plan_token=r.text, plan=plan, node="gpu-01", audience=AUD, issuer="preflight"
+    )
     keys.rotate()  # the stored statement's key is no longer the active one
     r2 = fetch(client, "gpu-02", fleet["gpu-02"]["token"])
     assert r2.headers["x-plan-freshness"] != stored["gpu-02"]
     jwks = client.get("/.well-known/jwks.json").json()
     plan2 = verify_plan(r2.text, jwks, node="gpu-02", audience=AUD, issuer="preflight")
-    claims = verify_freshness(r2.headers["x-plan-freshness"], jwks, plan_token=r2.text, plan=plan2, node="gpu-02",
-                              audience=AUD, issuer="preflight")
+    claims = verify_freshness(
+        r2.headers["x-plan-freshness"],
+        jwks,
+        plan_token=r2.text,
+        plan=plan2,
+        node="gpu-02",
+        audience=AUD,
+        issuer="preflight",
+    )
     assert claims["seq"] == 1
     later = time.time() + 3600  # past the re-signing window: a new statement, with a later iat
     monkeypatch.setattr(time, "time", lambda: later)
     r3 = fetch(client, "gpu-01", fleet["gpu-01"]["token"], **{"If-None-Match": r.headers["etag"]})
     assert r3.status_code == 304 and r3.headers["x-plan-freshness"] != stored["gpu-01"]
-    assert verify_freshness(r3.headers["x-plan-freshness"], jwks, plan_token=r.text, plan=plan, node="gpu-01",
-                            audience=AUD, issuer="preflight", now=later)["iat"] >= int(later) - 1
+    assert (
+        verify_freshness(
+            r3.headers["x-plan-freshness"],
+            jwks,
+            plan_token=r.text,
+            plan=plan,
+            node="gpu-01",
+            audience=AUD,
+            issuer="preflight",
+            now=later,
+        )["iat"]
+        >= int(later) - 1
+    )
 
 
 def test_keyset_chain_endpoint_follows_rotation_and_retirement(client, keys, tmp_path):
@@ -96,8 +122,13 @@ def test_heartbeats_store_nothing_but_the_time_and_say_when_the_plan_is_supersed
     with db.transaction() as s:
         events, reports = len(s.execute(select(AuditEvent.id)).all()), len(s.execute(select(Report.id)).all())
     beat = post({"plan_id": plan_id, "status": "heartbeat", "details": {"run_id": "r1"}})
-    assert beat.status_code == 201 and beat.json() == {"id": None, "plan_id": plan_id, "node": "gpu-01",
-                                                       "status": "heartbeat", "current": True}
+    assert beat.status_code == 201 and beat.json() == {
+        "id": None,
+        "plan_id": plan_id,
+        "node": "gpu-01",
+        "status": "heartbeat",
+        "current": True,
+    }
     with db.transaction() as s:
         assert len(s.execute(select(AuditEvent.id)).all()) == events
         assert len(s.execute(select(Report.id)).all()) == reports
@@ -112,11 +143,17 @@ def test_report_bodies_are_checked(client):
     auth = {"Authorization": f"Bearer {fleet['gpu-01']['token']}"}
     r = client.post("/v1/nodes/gpu-01/reports", json={"status": "started"}, headers=auth)
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "plan_id"
-    r = client.post("/v1/nodes/gpu-01/reports", json={"plan_id": fleet["gpu-01"]["plan"]["id"], "status": "running",
-                                                      "details": {"run_id": 7}}, headers=auth)
+    r = client.post(
+        "/v1/nodes/gpu-01/reports",
+        json={"plan_id": fleet["gpu-01"]["plan"]["id"], "status": "running", "details": {"run_id": 7}},
+        headers=auth,
+    )
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "details.run_id"
-    r = client.post("/v1/nodes/gpu-01/reports", json={"status": "refused", "message": "key set refused",
-                                                      "details": {"reason": "keyset_untrusted"}}, headers=auth)
+    r = client.post(
+        "/v1/nodes/gpu-01/reports",
+        json={"status": "refused", "message": "key set refused", "details": {"reason": "keyset_untrusted"}},
+        headers=auth,
+    )
     assert r.status_code == 201 and r.json()["id"] is None
     event = client.get("/v1/audit", params={"node": "gpu-01", "kind": "agent.refused"}).json()["items"][0]
     assert event["plan_id"] is None and event["payload"]["details"]["reason"] == "keyset_untrusted"
@@ -128,8 +165,11 @@ def test_runs_answers_which_plan_ran_when(client):
     a = fleet["gpu-01"]["plan"]["id"]
 
     def post(plan, kind, run, **details):
-        r = client.post("/v1/nodes/gpu-01/reports", json={"plan_id": plan, "status": kind,
-                                                          "details": {"run_id": run, **details}}, headers=auth)
+        r = client.post(
+            "/v1/nodes/gpu-01/reports",
+            json={"plan_id": plan, "status": kind, "details": {"run_id": run, **details}},
+            headers=auth,
+        )
         assert r.status_code == 201, r.text
 
     post(a, "started", "r1")
@@ -137,14 +177,18 @@ def test_runs_answers_which_plan_ran_when(client):
     post(a, "started", "r2")  # no end report for r1: the node lost power
     b = client.post("/v1/plans", json={**PLAN, "nodes": ["gpu-01"]}).json()["id"]
     post(a, "exited", "r2", status=1, tail=["boom"])  # the end of a run is recorded after the plan was superseded
-    r = client.post("/v1/nodes/gpu-01/reports", json={"plan_id": a, "status": "running", "details": {"run_id": "r2"}},
-                    headers=auth)
+    r = client.post(
+        "/v1/nodes/gpu-01/reports", json={"plan_id": a, "status": "running", "details": {"run_id": "r2"}}, headers=auth
+    )
     assert r.status_code == 409  # ... but the superseded plan cannot start running again
     post(b, "started", "r3")
     post(b, "stopped", "r3", signal="SIGTERM", status=0)
     runs = client.get("/v1/nodes/gpu-01/runs").json()["items"]
     assert [(r["run_id"], r["plan_id"], r["seq"], r["end"], r["exit_status"]) for r in runs] == [
-        ("r1", a, 1, "interrupted", None), ("r2", a, 1, "exited", 1), ("r3", b, 2, "stopped", 0)]
+        ("r1", a, 1, "interrupted", None),
+        ("r2", a, 1, "exited", 1),
+        ("r3", b, 2, "stopped", 0),
+    ]
     at = client.get("/v1/nodes/gpu-01/runs", params={"at": runs[2]["started_at"]}).json()["items"]
     assert [r["run_id"] for r in at] == ["r3"]
     assert client.get("/v1/nodes/nope/runs").status_code == 404
@@ -158,12 +202,25 @@ def test_reports_delivered_late_keep_the_agents_time(client):
     plan = fleet["gpu-01"]["plan"]["id"]
     then = time.time() - 600  # an offline boot ten minutes ago, reported now
     for kind, at in (("started", then), ("exited", then + 5)):
-        r = client.post("/v1/nodes/gpu-01/reports", headers=auth, json={
-            "plan_id": plan, "status": kind, "details": {"run_id": "r1", "at": at, "status": 0,
-                                                        "offline_boot": {"age_seconds": 3600}}})
+        r = client.post(
+            "/v1/nodes/gpu-01/reports",
+            headers=auth,
+            json={
+                "plan_id": plan,
+                "status": kind,
+                "details": {"run_id": "r1", "at": at, "status": 0, "offline_boot": {"age_seconds": 3600}},
+            },
+        )
         assert r.status_code == 201
-    client.post("/v1/nodes/gpu-01/reports", headers=auth, json={  # a clock far off is not believed
-        "plan_id": plan, "status": "started", "details": {"run_id": "r2", "at": time.time() - 90 * 86400}})
+    client.post(
+        "/v1/nodes/gpu-01/reports",
+        headers=auth,
+        json={  # a clock far off is not believed
+            "plan_id": plan,
+            "status": "started",
+            "details": {"run_id": "r2", "at": time.time() - 90 * 86400},
+        },
+    )
     runs = client.get("/v1/nodes/gpu-01/runs").json()["items"]
     started = [dt.datetime.fromisoformat(r["started_at"]).timestamp() for r in runs]
     assert abs(started[0] - then) < 0.01 and abs(started[1] - time.time()) < 60
@@ -177,11 +234,15 @@ def test_late_reports_are_believed_only_within_the_window(client):
     old = fleet["gpu-01"]["plan"]["id"]
     assert client.post("/v1/plans", json={**PLAN, "nodes": ["gpu-01"]}).status_code == 201
     for at in (0, -1e300, 99999999999, time.time() - 40 * 86400):
-        r = client.post("/v1/nodes/gpu-01/reports", headers=auth,
-                        json={"plan_id": old, "status": "running", "details": {"at": at}})
+        r = client.post(
+            "/v1/nodes/gpu-01/reports", headers=auth, json={"plan_id": old, "status": "running", "details": {"at": at}}
+        )
         assert r.status_code == 409, (at, r.text)
-    r = client.post("/v1/nodes/gpu-01/reports", headers=auth,
-                    json={"plan_id": old, "status": "running", "details": {"at": time.time() - 600}})
+    r = client.post(
+        "/v1/nodes/gpu-01/reports",
+        headers=auth,
+        json={"plan_id": old, "status": "running", "details": {"at": time.time() - 600}},
+    )
     assert r.status_code == 201
 
 
@@ -192,8 +253,11 @@ def test_runs_in_a_past_window_show_how_they_ended(client):
     plan = fleet["gpu-01"]["plan"]["id"]
 
     def post(kind, run, **details):
-        r = client.post("/v1/nodes/gpu-01/reports", headers=auth,
-                        json={"plan_id": plan, "status": kind, "details": {"run_id": run, **details}})
+        r = client.post(
+            "/v1/nodes/gpu-01/reports",
+            headers=auth,
+            json={"plan_id": plan, "status": kind, "details": {"run_id": run, **details}},
+        )
         assert r.status_code == 201, r.text
 
     post("started", "r1")

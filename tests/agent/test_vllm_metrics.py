@@ -25,11 +25,18 @@ LABELS = 'engine="0",model_name="m"'
 
 def exposition(*, running=5, waiting=2, kv=0.25, kv_name="vllm:kv_cache_usage_perc", pre=0, gen=0, e2e=None):
     """A vLLM-style text exposition (names and suffixes as prometheus-client renders vLLM 0.33's metrics)."""
-    lines = ["# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{LABELS}}} {running}",
-             "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{LABELS}}} {waiting}",
-             f"# TYPE {kv_name} gauge", f"{kv_name}{{{LABELS}}} {kv}",
-             "# TYPE vllm:num_preemptions_total counter", f"vllm:num_preemptions_total{{{LABELS}}} {pre}",
-             "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{LABELS}}} {gen}"]
+    lines = [
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{LABELS}}} {running}",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{LABELS}}} {waiting}",
+        f"# TYPE {kv_name} gauge",
+        f"{kv_name}{{{LABELS}}} {kv}",
+        "# TYPE vllm:num_preemptions_total counter",
+        f"vllm:num_preemptions_total{{{LABELS}}} {pre}",
+        "# TYPE vllm:generation_tokens_total counter",
+        f"vllm:generation_tokens_total{{{LABELS}}} {gen}",
+    ]
     if e2e is not None:
         lines.append("# TYPE vllm:e2e_request_latency_seconds histogram")
         for le, c in e2e:
@@ -40,20 +47,31 @@ def exposition(*, running=5, waiting=2, kv=0.25, kv_name="vllm:kv_cache_usage_pe
 
 def test_a_window_from_two_scrapes():
     a = parse(exposition(pre=10, gen=1000, e2e=[("1.0", 0), ("5.0", 0), ("+Inf", 0)]), at=100)
-    b = parse(exposition(running=64, waiting=30, kv=0.8, pre=13, gen=16000,
-                         e2e=[("1.0", 50), ("5.0", 100), ("+Inf", 100)]), at=115)
+    b = parse(
+        exposition(running=64, waiting=30, kv=0.8, pre=13, gen=16000, e2e=[("1.0", 50), ("5.0", 100), ("+Inf", 100)]),
+        at=115,
+    )
     w = window("p1", a, b)
-    assert w == {"plan": "p1", "window_s": 15.0, "num_requests_running": 64.0, "num_requests_waiting": 30.0,
-                 "kv_cache_usage_perc": 0.8, "num_preemptions": 3.0, "ttft_p99_s": None,
-                 "e2e_p99_s": pytest.approx(4.92), "generation_tokens_per_s": 1000.0}
+    assert w == {
+        "plan": "p1",
+        "window_s": 15.0,
+        "num_requests_running": 64.0,
+        "num_requests_waiting": 30.0,
+        "kv_cache_usage_perc": 0.8,
+        "num_preemptions": 3.0,
+        "ttft_p99_s": None,
+        "e2e_p99_s": pytest.approx(4.92),
+        "generation_tokens_per_s": 1000.0,
+    }
 
 
 def test_p99_interpolates_within_the_bucket_like_histogram_quantile():
     # 100 observations: 90 ≤ 1 s, 10 in (1, 5]: rank 99 lies 9/10 into (1, 5] → 4.6
     assert quantile(0.99, {}, {1.0: 90, 5.0: 100, float("inf"): 100}) == pytest.approx(4.6)
     # only the window's observations count (bucket deltas)
-    assert quantile(0.99, {1.0: 1000, 5.0: 1000, float("inf"): 1000},
-                    {1.0: 1090, 5.0: 1100, float("inf"): 1100}) == pytest.approx(4.6)
+    assert quantile(
+        0.99, {1.0: 1000, 5.0: 1000, float("inf"): 1000}, {1.0: 1090, 5.0: 1100, float("inf"): 1100}
+    ) == pytest.approx(4.6)
     # the +Inf bucket answers its lower bound; nothing observed → None
     assert quantile(0.99, {}, {1.0: 0, 5.0: 0, float("inf"): 10}) == 5.0
     assert quantile(0.99, {1.0: 5, float("inf"): 5}, {1.0: 5, float("inf"): 5}) is None
@@ -74,9 +92,16 @@ def test_a_counter_reset_counts_from_zero():
 
 
 def test_engines_are_summed_and_kv_is_the_fullest():
-    text = exposition(running=3, kv=0.2) + "\n".join([
-        'vllm:num_requests_running{engine="1",model_name="m"} 4',
-        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7']) + "\n"
+    text = (
+        exposition(running=3, kv=0.2)
+        + "\n".join(
+            [
+                'vllm:num_requests_running{engine="1",model_name="m"} 4',
+                'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7',
+            ]
+        )
+        + "\n"
+    )
     s = parse(text)
     assert s.gauges["vllm:num_requests_running"] == 7 and s.gauges[KV_USAGE] == 0.7
 
@@ -89,7 +114,7 @@ def test_missing_gauges_or_a_short_interval_make_no_window():
 
 def test_garbage_is_a_scrape_error():
     with pytest.raises(ScrapeError):
-        parse("vllm:num_requests_running{engine=\"0\" 1 2 3 {{{\n")
+        parse('vllm:num_requests_running{engine="0" 1 2 3 {{{\n')
 
 
 def test_reads_are_bounded():
@@ -141,8 +166,12 @@ def test_a_missing_preemption_counter_is_no_window_not_zero_preemptions():
     a, b = parse(without, at=100), parse(without, at=115)
     assert window("p1", a, b) is None
     # the counter without its TYPE line, or OpenMetrics-style (TYPE names the family without _total): still read
-    untyped = "\n".join(line for line in exposition(pre=7).splitlines()
-                        if line != "# TYPE vllm:num_preemptions_total counter") + "\n"
+    untyped = (
+        "\n".join(
+            line for line in exposition(pre=7).splitlines() if line != "# TYPE vllm:num_preemptions_total counter"
+        )
+        + "\n"
+    )
     assert parse(untyped).counters["vllm:num_preemptions"] == 7.0
     om = exposition(pre=9).replace("# TYPE vllm:num_preemptions_total counter", "# TYPE vllm:num_preemptions counter")
     assert parse(om).counters["vllm:num_preemptions"] == 9.0

@@ -20,8 +20,18 @@ def ks(tmp_path):
 
 
 def cp(ks, last_seq, head=HEAD_A, **extra):
-    return ks.sign({"iss": "preflight", "iat": 1, "typ": "audit-checkpoint", "events": last_seq,
-                    "last_seq": last_seq, "head": head, **extra}, typ=CHECKPOINT_MEDIA_TYPE)
+    return ks.sign(
+        {
+            "iss": "preflight",
+            "iat": 1,
+            "typ": "audit-checkpoint",
+            "events": last_seq,
+            "last_seq": last_seq,
+            "head": head,
+            **extra,
+        },
+        typ=CHECKPOINT_MEDIA_TYPE,
+    )
 
 
 def test_keeps_the_longest_and_reports_a_cut_or_a_rewrite(ks, tmp_path):
@@ -45,11 +55,19 @@ def test_a_checkpoint_that_does_not_verify_never_replaces_the_copy(ks, tmp_path)
     witness(copy, cp(ks, 10), jwks)
     before = copy.read_bytes()
     other = KeyStore(tmp_path / "other", create=True)  # a spoofed server's own key
-    hostile = [cp(other, 10**6), "junk", None, 7, {"a": 1}, "a.b.c", cp(ks, 10**6).replace(".", "x", 1),
-               ks.sign({"last_seq": True, "head": HEAD_A}, typ=CHECKPOINT_MEDIA_TYPE),
-               ks.sign({"last_seq": 2**63, "head": HEAD_A}, typ=CHECKPOINT_MEDIA_TYPE),
-               ks.sign({"last_seq": 5, "head": "zz"}, typ=CHECKPOINT_MEDIA_TYPE),
-               ks.sign({"last_seq": 11, "head": HEAD_A}, typ="application/vnd.preflight.plan+jwt")]
+    hostile = [
+        cp(other, 10**6),
+        "junk",
+        None,
+        7,
+        {"a": 1},
+        "a.b.c",
+        cp(ks, 10**6).replace(".", "x", 1),
+        ks.sign({"last_seq": True, "head": HEAD_A}, typ=CHECKPOINT_MEDIA_TYPE),
+        ks.sign({"last_seq": 2**63, "head": HEAD_A}, typ=CHECKPOINT_MEDIA_TYPE),
+        ks.sign({"last_seq": 5, "head": "zz"}, typ=CHECKPOINT_MEDIA_TYPE),
+        ks.sign({"last_seq": 11, "head": HEAD_A}, typ="application/vnd.preflight.plan+jwt"),
+    ]
     for token in hostile:
         w = witness(copy, token, jwks)
         assert w.status == "ignored", token

@@ -17,17 +17,28 @@ runner = CliRunner()
 def fleet(client, nodes=("gpu-17", "gpu-18")):
     tokens = {}
     for n in nodes:
-        tokens[n] = client.post("/v1/nodes", json={"name": n, "gpu": "h100-sxm-80gb", "gpu_count": 8,
-                                                   "interconnect": "nvlink"}).json()["agent_token"]
-    for fixture, name in (("meta-llama__Meta-Llama-3.1-70B", "llama-70b"), ("meta-llama__Meta-Llama-3.1-8B", "llama-8b")):
-        assert client.post("/v1/manifests", json={"name": name, "version": "1", "uri": f"s3://{name}",
-                                                  "config": model_config(fixture)}).status_code == 201
+        tokens[n] = client.post(
+            "/v1/nodes", json={"name": n, "gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"}
+        ).json()["agent_token"]
+    for fixture, name in (
+        ("meta-llama__Meta-Llama-3.1-70B", "llama-70b"),
+        ("meta-llama__Meta-Llama-3.1-8B", "llama-8b"),
+    ):
+        assert (
+            client.post(
+                "/v1/manifests",
+                json={"name": name, "version": "1", "uri": f"s3://{name}", "config": model_config(fixture)},
+            ).status_code
+            == 201
+        )
     return tokens
 
 
 def plan(client, manifest, nodes, **engine_args):
-    r = client.post("/v1/plans", json={"manifest": manifest, "nodes": list(nodes),
-                                       "engine_args": {"max_model_len": 8192, **engine_args}})
+    r = client.post(
+        "/v1/plans",
+        json={"manifest": manifest, "nodes": list(nodes), "engine_args": {"max_model_len": 8192, **engine_args}},
+    )
     assert r.status_code == 201, r.text
     return r.json()
 
@@ -36,9 +47,11 @@ def test_node_history_answers_which_config_ran_and_who_approved_it(client):
     tokens = fleet(client)
     deployer = client.post("/v1/tokens", json={"role": "deployer", "label": "ci"}).json()["token"]
     first = plan(client, "llama-70b", ["gpu-17"], tensor_parallel_size=8)
-    second = client.post("/v1/plans", headers={"Authorization": f"Bearer {deployer}"},
-                         json={"manifest": "llama-8b", "nodes": ["gpu-17"],
-                               "engine_args": {"max_model_len": 8192}}).json()
+    second = client.post(
+        "/v1/plans",
+        headers={"Authorization": f"Bearer {deployer}"},
+        json={"manifest": "llama-8b", "nodes": ["gpu-17"], "engine_args": {"max_model_len": 8192}},
+    ).json()
     agent = {"Authorization": f"Bearer {tokens['gpu-17']}"}
     client.get("/v1/nodes/gpu-17/plan", headers=agent)
     client.post("/v1/nodes/gpu-17/reports", headers=agent, json={"plan_id": second["id"], "status": "started"})
@@ -96,7 +109,9 @@ def test_export_jsonl_and_csv_match_the_log(client):
     exported = [json.loads(line) for line in jl.text.splitlines()]
     assert [e["id"] for e in exported] == [e["id"] for e in events]
     assert all(e["hash"] and e["seq"] for e in exported)  # export seals pending events first
-    rows = list(csv.DictReader(io.StringIO(client.get("/v1/audit/export", params={"format": "csv", "node": "gpu-18"}).text)))
+    rows = list(
+        csv.DictReader(io.StringIO(client.get("/v1/audit/export", params={"format": "csv", "node": "gpu-18"}).text))
+    )
     assert rows and all(r["node"] == "gpu-18" for r in rows)
 
 
@@ -107,7 +122,10 @@ def test_signed_checkpoint_checks_a_fresh_copy(client, settings, monkeypatch, tm
     claims = cp.json()["claims"]
     f = tmp_path / "checkpoint.jws"
     f.write_text(cp.json()["checkpoint"])
-    for k, v in {"PREFLIGHT_DATABASE_URL": settings.resolved_database_url, "PREFLIGHT_DATA_DIR": str(settings.data_dir)}.items():
+    for k, v in {
+        "PREFLIGHT_DATABASE_URL": settings.resolved_database_url,
+        "PREFLIGHT_DATA_DIR": str(settings.data_dir),
+    }.items():
         monkeypatch.setenv(k, v)
     jwks = tmp_path / "jwks.json"
     jwks.write_text(json.dumps(client.get("/.well-known/jwks.json").json()))
@@ -153,7 +171,9 @@ def test_idempotency_key_replays_and_refuses_a_different_body(client):
     b = client.post("/v1/plans", json=body, headers={"Idempotency-Key": "k1"})
     assert a.status_code == b.status_code == 201 and a.json()["id"] == b.json()["id"]
     assert b.headers.get("Idempotent-Replayed") == "true"
-    c = client.post("/v1/plans", json={**body, "engine_args": {"max_model_len": 4096}}, headers={"Idempotency-Key": "k1"})
+    c = client.post(
+        "/v1/plans", json={**body, "engine_args": {"max_model_len": 4096}}, headers={"Idempotency-Key": "k1"}
+    )
     assert c.status_code == 422
     m = {"name": "x", "version": "1", "uri": "s3://x", "config": model_config("meta-llama__Meta-Llama-3.1-8B")}
     assert client.post("/v1/manifests", json=m, headers={"Idempotency-Key": "m1"}).status_code == 201
@@ -188,7 +208,14 @@ def test_if_match_on_node_update(client):
 
 def test_manifest_new_version_supersedes(client):
     fleet(client)
-    client.post("/v1/manifests", json={"name": "llama-8b", "version": "2", "uri": "s3://llama-8b-v2",
-                                       "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
+    client.post(
+        "/v1/manifests",
+        json={
+            "name": "llama-8b",
+            "version": "2",
+            "uri": "s3://llama-8b-v2",
+            "config": model_config("meta-llama__Meta-Llama-3.1-8B"),
+        },
+    )
     kinds = [e["kind"] for e in client.get("/v1/audit", params={"model": "llama-8b"}).json()["items"]]
     assert kinds == ["manifest.registered", "manifest.registered", "manifest.superseded"]

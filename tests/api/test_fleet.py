@@ -32,8 +32,9 @@ def test_nodes_carry_current_plan_last_report_and_status(client):
 
 def test_drift_when_a_new_plan_is_not_yet_running(client):
     p1, _ = fleet_of_two(client)
-    p3 = client.post("/v1/plans", json={**PLAN_70B, "engine_args": {**PLAN_70B["engine_args"],
-                                                                     "max_model_len": 4096}}).json()
+    p3 = client.post(
+        "/v1/plans", json={**PLAN_70B, "engine_args": {**PLAN_70B["engine_args"], "max_model_len": 4096}}
+    ).json()
     g1 = client.get("/v1/nodes/gpu-01").json()
     assert g1["plan"]["id"] == p3["id"] and g1["plan"]["seq"] == 2
     assert g1["running_plan_id"] == p1["id"] and g1["drift"] is True
@@ -53,7 +54,8 @@ def test_unplanned_node_and_queries_do_not_grow_with_nodes(client, db):
         def count(conn, cursor, statement, *a):
             # (the audit sealer and the cache-epoch watcher query in the background: only the listing's tables count)
             if statement.lstrip().upper().startswith("SELECT") and re.search(
-                    r"FROM (nodes|assignments|reports|calibration|tokens)\b", statement):
+                r"FROM (nodes|assignments|reports|calibration|tokens)\b", statement
+            ):
                 statements.append(statement)
 
         event.listen(db.engine, "before_cursor_execute", count)
@@ -77,11 +79,13 @@ def test_list_plans_filters_and_cursor(client):
     assert [p["id"] for p in r["items"]] == [p3["id"], p2["id"], p1["id"]] and r["next"] is None
     assert r["items"][0]["model"] == "meta-llama/Llama-3.1-70B" and r["items"][0]["assignments"][0]["node"] == "gpu-01"
     assert [p["id"] for p in client.get("/v1/plans", params={"node": "gpu-01"}).json()["items"]] == [p3["id"], p1["id"]]
-    assert [p["id"] for p in client.get("/v1/plans", params={"model": "meta-llama/Llama-3.1-8B"}).json()["items"]] \
-        == [p2["id"]]
+    assert [p["id"] for p in client.get("/v1/plans", params={"model": "meta-llama/Llama-3.1-8B"}).json()["items"]] == [
+        p2["id"]
+    ]
     assert [p["id"] for p in client.get("/v1/plans", params={"status": "superseded"}).json()["items"]] == [p1["id"]]
-    assert [p["id"] for p in client.get("/v1/plans", params={"status": "active", "node": "gpu-01"}).json()["items"]] \
-        == [p3["id"]]
+    assert [
+        p["id"] for p in client.get("/v1/plans", params={"status": "active", "node": "gpu-01"}).json()["items"]
+    ] == [p3["id"]]
     page1 = client.get("/v1/plans", params={"limit": 2}).json()
     assert [p["id"] for p in page1["items"]] == [p3["id"], p2["id"]] and page1["next"] == p2["id"]
     page2 = client.get("/v1/plans", params={"limit": 2, "after": page1["next"]}).json()
@@ -95,9 +99,13 @@ def test_list_plans_filters_and_cursor(client):
 
 def test_list_plans_bad_input_names_the_field(client):
     fleet_of_two(client)
-    for params, field in (({"status": "running"}, "status"), ({"since": "yesterday"}, "since"),
-                          ({"limit": 0}, "limit"), ({"after": "x" * 37}, "after"),
-                          ({"since": "2026-12-02T00:00:00Z", "until": "2026-12-01T00:00:00Z"}, "until")):
+    for params, field in (
+        ({"status": "running"}, "status"),
+        ({"since": "yesterday"}, "since"),
+        ({"limit": 0}, "limit"),
+        ({"after": "x" * 37}, "after"),
+        ({"since": "2026-12-02T00:00:00Z", "until": "2026-12-01T00:00:00Z"}, "until"),
+    ):
         r = client.get("/v1/plans", params=params)
         assert r.status_code == 422, (params, r.text)
         assert r.json()["errors"][0]["field"] in (field, f"query.{field}")
@@ -121,8 +129,9 @@ def test_list_plans_redacts_env_for_auditors(client):
 
 def _counts(db):
     with db.transaction() as s:
-        return tuple(s.execute(select(func.count()).select_from(t)).scalar()
-                     for t in (Plan, Assignment, AuditEvent, Report))
+        return tuple(
+            s.execute(select(func.count()).select_from(t)).scalar() for t in (Plan, Assignment, AuditEvent, Report)
+        )
 
 
 def test_dry_run_stores_nothing_and_consumes_no_seq(client, db):
@@ -150,7 +159,9 @@ def test_dry_run_rejected_is_422_with_findings_and_nothing_stored(client, db):
     r = client.post("/v1/plans?dry_run=true", json={**PLAN_70B, "engine_args": {"tensor_parallel_size": 3}})
     assert r.status_code == 422
     body = r.json()
-    assert body["dry_run"] is True and any(f["rule"] == "tp_heads_divisible" for f in body["findings"]), body["findings"]
+    assert body["dry_run"] is True and any(f["rule"] == "tp_heads_divisible" for f in body["findings"]), body[
+        "findings"
+    ]
     assert _counts(db) == before
     assert client.post("/v1/plans?dry_run=true", json={**PLAN_70B, "nodes": ["nope"]}).status_code == 404
     assert client.post("/v1/plans?dry_run=maybe", json=PLAN_70B).json()["errors"][0]["field"] == "query.dry_run"
@@ -169,15 +180,19 @@ def test_no_workload_production_warns_when_max_num_seqs_exceeds_the_bound_at_max
     nothing."""
     register_node(client, "l4-01", gpu="NVIDIA L4", count=1, interconnect=None)
     register_manifest(client, fixture="meta-llama__Meta-Llama-3.1-8B", name="meta-llama/Llama-3.1-8B")
-    body = {"manifest": "meta-llama/Llama-3.1-8B@1", "nodes": ["l4-01"],
-            "engine_args": {"max_model_len": 8192, "gpu_memory_utilization": 0.9}}
+    body = {
+        "manifest": "meta-llama/Llama-3.1-8B@1",
+        "nodes": ["l4-01"],
+        "engine_args": {"max_model_len": 8192, "gpu_memory_utilization": 0.9},
+    }
     out = client.post("/v1/plans?dry_run=true", json=body).json()
     f = next(f for f in out["findings"] if f["rule"] == "max_num_seqs_above_bound_at_max_len")
     assert out["verdict"] == "warn" and f["severity"] == "warning"
     assert f["remedy"] == {"max_num_seqs": 3} and f["data"]["bound"] == 3 == out["budget"]["max_num_seqs_bound"]
     assert "max_num_seqs 256" in f["message"] and "at most 3" in f["message"]
-    fixed = client.post("/v1/plans?dry_run=true", json={**body, "engine_args": {**body["engine_args"],
-                                                                               "max_num_seqs": 3}}).json()
+    fixed = client.post(
+        "/v1/plans?dry_run=true", json={**body, "engine_args": {**body["engine_args"], "max_num_seqs": 3}}
+    ).json()
     assert not any(f["rule"].startswith("max_num_seqs_above") for f in fixed["findings"])
     bench = client.post("/v1/plans?dry_run=true", json={**body, "environment": "benchmark"}).json()
     assert not any(f["rule"] == "max_num_seqs_above_bound_at_max_len" for f in bench["findings"])
@@ -192,11 +207,19 @@ def test_too_big_names_the_gpu_count_and_the_quantized_variants_that_fit(client)
     register_node(client, "h100x2", count=2)
     register_manifest(client)  # Llama-3.1-70B, bf16
     fp8 = "nvidia__Llama-3.1-70B-Instruct-FP8"
-    register_manifest(client, fixture=fp8, name="nvidia/Llama-3.1-70B-Instruct-FP8", quantization_txt="modelopt\n",
-                      hf_quant_config=hf_quant_config(fp8))
+    register_manifest(
+        client,
+        fixture=fp8,
+        name="nvidia/Llama-3.1-70B-Instruct-FP8",
+        quantization_txt="modelopt\n",
+        hf_quant_config=hf_quant_config(fp8),
+    )
     register_manifest(client, fixture="meta-llama__Meta-Llama-3.1-8B", name="meta-llama/Llama-3.1-8B")
-    body = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["h100x2"],
-            "engine_args": {"tensor_parallel_size": 2, "max_model_len": 8192, "gpu_memory_utilization": 0.9}}
+    body = {
+        "manifest": "meta-llama/Llama-3.1-70B@1",
+        "nodes": ["h100x2"],
+        "engine_args": {"tensor_parallel_size": 2, "max_model_len": 8192, "gpu_memory_utilization": 0.9},
+    }
     for path in ("/v1/plans?dry_run=true", "/v1/plans"):
         r = client.post(path, json=body)
         assert r.status_code == 422, r.text

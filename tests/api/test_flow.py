@@ -31,9 +31,14 @@ def test_register_plan_fetch_verify_report_audit(client, settings):
     node = register_node(client)
     assert node["gpu"]["id"] == "h100-sxm-80gb" and node["gpu"]["memory_bytes"] == 85520809984
     manifest = register_manifest(client)
-    r = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-                                       "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192,
-                                                       "gpu_memory_utilization": 0.9}})
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B@1",
+            "nodes": ["gpu-01"],
+            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9},
+        },
+    )
     assert r.status_code == 201, r.text
     plan = r.json()
     assert plan["verdict"] in ("accept", "warn")
@@ -57,8 +62,11 @@ def test_register_plan_fetch_verify_report_audit(client, settings):
     unchanged = client.get("/v1/nodes/gpu-01/plan", headers={**agent, "If-None-Match": fetched.headers["ETag"]})
     assert unchanged.status_code == 304
 
-    rep = client.post("/v1/nodes/gpu-01/reports", headers=agent,
-                      json={"plan_id": plan["id"], "status": "running", "message": "vLLM up"})
+    rep = client.post(
+        "/v1/nodes/gpu-01/reports",
+        headers=agent,
+        json={"plan_id": plan["id"], "status": "running", "message": "vLLM up"},
+    )
     assert rep.status_code == 201, rep.text
 
     events = client.get("/v1/audit", params={"node": "gpu-01"}).json()["items"]
@@ -71,8 +79,10 @@ def test_tp3_refused_with_valid_sizes_and_nothing_stored(client):
     register_node(client)
     register_manifest(client)
     before = audit_events(client)
-    r = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
-                                       "engine_args": {"tensor_parallel_size": 3}})
+    r = client.post(
+        "/v1/plans",
+        json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"], "engine_args": {"tensor_parallel_size": 3}},
+    )
     assert r.status_code == 422
     assert r.headers["content-type"] == "application/problem+json"
     body = r.json()
@@ -85,8 +95,14 @@ def test_tp3_refused_with_valid_sizes_and_nothing_stored(client):
 def test_phi3_medium_tp4_refused_by_kv_heads(client):
     register_node(client, name="a100-node", gpu="a100-sxm4-80gb", count=4)
     register_manifest(client, fixture="microsoft__Phi-3-medium-4k-instruct", name="microsoft/Phi-3-medium-4k-instruct")
-    r = client.post("/v1/plans", json={"manifest": "microsoft/Phi-3-medium-4k-instruct", "nodes": ["a100-node"],
-                                       "engine_args": {"tensor_parallel_size": 4}})
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "microsoft/Phi-3-medium-4k-instruct",
+            "nodes": ["a100-node"],
+            "engine_args": {"tensor_parallel_size": 4},
+        },
+    )
     assert r.status_code == 422
     kv = [f for f in r.json()["findings"] if f["rule"] == "tp_kv_heads"]
     assert kv and kv[0]["remedy"]["tensor_parallel_size"] == [1, 2]
@@ -97,8 +113,14 @@ def test_new_plan_supersedes_and_seq_increases(client, settings):
     register_manifest(client)
     ids = []
     for mml in (8192, 16384):
-        r = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
-                                           "engine_args": {"tensor_parallel_size": 8, "max_model_len": mml}})
+        r = client.post(
+            "/v1/plans",
+            json={
+                "manifest": "meta-llama/Llama-3.1-70B",
+                "nodes": ["gpu-01"],
+                "engine_args": {"tensor_parallel_size": 8, "max_model_len": mml},
+            },
+        )
         assert r.status_code == 201, r.text
         ids.append(r.json()["id"])
     agent = {"Authorization": f"Bearer {node['agent_token']}"}
@@ -116,10 +138,21 @@ def test_new_plan_supersedes_and_seq_increases(client, settings):
 def test_modelopt_manifest_quantization_from_tag(client):
     register_node(client, name="h100", count=4)
     fixture = "nvidia__Llama-3.1-70B-Instruct-FP8"
-    register_manifest(client, fixture=fixture, name="nvidia/Llama-3.1-70B-Instruct-FP8",
-                      quantization_txt="modelopt\n", hf_quant_config=hf_quant_config(fixture))
-    r = client.post("/v1/plans", json={"manifest": "nvidia/Llama-3.1-70B-Instruct-FP8", "nodes": ["h100"],
-                                       "engine_args": {"tensor_parallel_size": 4, "max_model_len": 8192}})
+    register_manifest(
+        client,
+        fixture=fixture,
+        name="nvidia/Llama-3.1-70B-Instruct-FP8",
+        quantization_txt="modelopt\n",
+        hf_quant_config=hf_quant_config(fixture),
+    )
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "nvidia/Llama-3.1-70B-Instruct-FP8",
+            "nodes": ["h100"],
+            "engine_args": {"tensor_parallel_size": 4, "max_model_len": 8192},
+        },
+    )
     assert r.status_code == 201, r.text
     argv = r.json()["argv"]
     assert argv[argv.index("--quantization") + 1] == "modelopt"
@@ -131,13 +164,22 @@ def test_agent_cannot_fetch_another_nodes_plan(client):
     r = client.get("/v1/nodes/gpu-b/plan", headers={"Authorization": f"Bearer {a['agent_token']}"})
     assert r.status_code == 403
     assert client.get("/v1/nodes/gpu-b/plan", headers={"Authorization": ""}).status_code == 401
-    assert client.post("/v1/nodes", headers={"Authorization": f"Bearer {a['agent_token']}"},
-                       json={"name": "x", "gpu": H100, "gpu_count": 1}).status_code == 403
+    assert (
+        client.post(
+            "/v1/nodes",
+            headers={"Authorization": f"Bearer {a['agent_token']}"},
+            json={"name": "x", "gpu": H100, "gpu_count": 1},
+        ).status_code
+        == 403
+    )
 
 
 def test_validate_endpoint_matches_cli_schema(client):
-    body = {"model": {"name": "phi3", "config": model_config("microsoft__Phi-3-medium-4k-instruct")},
-            "hardware": {"gpu": "a100-sxm4-80gb", "count": 4}, "engine_args": {"tensor_parallel_size": 4}}
+    body = {
+        "model": {"name": "phi3", "config": model_config("microsoft__Phi-3-medium-4k-instruct")},
+        "hardware": {"gpu": "a100-sxm4-80gb", "count": 4},
+        "engine_args": {"tensor_parallel_size": 4},
+    }
     r = client.post("/v1/validate", json=body)
     assert r.status_code == 200, r.text
     out = r.json()
@@ -148,41 +190,79 @@ def test_validate_endpoint_matches_cli_schema(client):
 def test_long_poll_returns_304_after_wait_and_200_when_a_new_plan_lands(client):
     node = register_node(client)
     register_manifest(client)
-    client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
-                                   "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}})
+    client.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B",
+            "nodes": ["gpu-01"],
+            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192},
+        },
+    )
     agent = {"Authorization": f"Bearer {node['agent_token']}"}
     first = client.get("/v1/nodes/gpu-01/plan", headers=agent)
-    r = client.get("/v1/nodes/gpu-01/plan", params={"wait": 1}, headers={**agent, "If-None-Match": first.headers["ETag"]})
+    r = client.get(
+        "/v1/nodes/gpu-01/plan", params={"wait": 1}, headers={**agent, "If-None-Match": first.headers["ETag"]}
+    )
     assert r.status_code == 304
-    client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
-                                   "engine_args": {"tensor_parallel_size": 8, "max_model_len": 4096}})
-    r = client.get("/v1/nodes/gpu-01/plan", params={"wait": 5}, headers={**agent, "If-None-Match": first.headers["ETag"]})
+    client.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B",
+            "nodes": ["gpu-01"],
+            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 4096},
+        },
+    )
+    r = client.get(
+        "/v1/nodes/gpu-01/plan", params={"wait": 5}, headers={**agent, "If-None-Match": first.headers["ETag"]}
+    )
     assert r.status_code == 200 and r.headers["X-Plan-Seq"] == "2"
 
 
 def test_reissue_is_a_new_plan_with_a_new_seq(client, settings):
     node = register_node(client)
     register_manifest(client)
-    old = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
-                                         "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}}).json()
-    client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
-                                   "engine_args": {"tensor_parallel_size": 8, "max_model_len": 4096}})
+    old = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B",
+            "nodes": ["gpu-01"],
+            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192},
+        },
+    ).json()
+    client.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B",
+            "nodes": ["gpu-01"],
+            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 4096},
+        },
+    )
     back = client.post(f"/v1/plans/{old['id']}/reissue")
     assert back.status_code == 201, back.text
     new = back.json()
     assert new["id"] != old["id"] and new["argv"] == old["argv"]
     assert new["assignments"][0]["seq"] == 3 and new["signed"] != old["signed"]
     token = client.get("/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node['agent_token']}"}).text
-    assert verify_plan(token, client.get("/.well-known/jwks.json").json(), node="gpu-01",
-                       audience=settings.audience, last_seq=2).claims["jti"] == new["id"]
+    assert (
+        verify_plan(
+            token, client.get("/.well-known/jwks.json").json(), node="gpu-01", audience=settings.audience, last_seq=2
+        ).claims["jti"]
+        == new["id"]
+    )
 
 
 def test_workload_fills_recommended_values_into_the_signed_plan(client):
     """Llama-3.1-70B on 8 × H100, average 2000 tokens, P99 8000: every filled value explained, budget adds up."""
     register_node(client)
     register_manifest(client)
-    r = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B", "nodes": ["gpu-01"],
-                                       "workload": {"avg_seq_len": 2000, "p99_seq_len": 8000}})
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B",
+            "nodes": ["gpu-01"],
+            "workload": {"avg_seq_len": 2000, "p99_seq_len": 8000},
+        },
+    )
     assert r.status_code == 201, r.text
     plan = r.json()
     recs = {x["field"]: x for x in plan["recommendations"]}
@@ -200,8 +280,9 @@ def test_workload_fills_recommended_values_into_the_signed_plan(client):
 def test_rejection_lists_the_nearest_launches_that_pass(client):
     register_node(client, name="a100-node", gpu="a100-sxm4-80gb", count=4)
     register_manifest(client, fixture="microsoft__Phi-3-medium-4k-instruct", name="phi3")
-    r = client.post("/v1/plans", json={"manifest": "phi3", "nodes": ["a100-node"],
-                                       "engine_args": {"tensor_parallel_size": 4}})
+    r = client.post(
+        "/v1/plans", json={"manifest": "phi3", "nodes": ["a100-node"], "engine_args": {"tensor_parallel_size": 4}}
+    )
     assert r.status_code == 422
     alts = r.json()["alternatives"]
     assert alts and alts[0] == {"tensor_parallel_size": 2}

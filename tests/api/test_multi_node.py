@@ -12,6 +12,8 @@ from tests.support.api import register_manifest
 from tests.support.multi_node import H200, TP16, agent_headers, deepseek, node, plan
 
 LINE = resolve_version("0.33.0")[1]
+
+
 def claims_of(client, keys, name, plan_id):
     r = client.get(f"/v1/plans/{plan_id}")
     a = next(a for a in r.json()["assignments"] if a["node"] == name)
@@ -62,10 +64,17 @@ def test_four_nodes_at_tp16_form_two_groups_each_with_its_head(client, keys):
 def test_tp8_pp2_llama4_maverick_over_two_nodes(client, keys):
     node(client, "m-a", "m-a.gpu.internal")
     node(client, "m-b", "m-b.gpu.internal")
-    register_manifest(client, fixture="meta-llama__Llama-4-Maverick-17B-128E-Instruct",
-                      name="meta-llama/Llama-4-Maverick-17B-128E-Instruct")
-    p = plan(client, ["m-a", "m-b"], {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 32768},
-             manifest="meta-llama/Llama-4-Maverick-17B-128E-Instruct@1")
+    register_manifest(
+        client,
+        fixture="meta-llama__Llama-4-Maverick-17B-128E-Instruct",
+        name="meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+    )
+    p = plan(
+        client,
+        ["m-a", "m-b"],
+        {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 32768},
+        manifest="meta-llama/Llama-4-Maverick-17B-128E-Instruct@1",
+    )
     assert p["budget"]["kv_layers_per_gpu"] == 24  # 48 layers over two pipeline stages
     b = claims_of(client, keys, "m-b", p["id"])
     _, parsed = parse_argv(b["argv"], LINE)
@@ -78,8 +87,7 @@ def test_dp4_tp4_over_two_nodes_in_both_forms(client, keys):
     node(client, "d-a", "10.0.2.1")
     node(client, "d-b", "10.0.2.2")
     deepseek(client)
-    args = {"tensor_parallel_size": 4, "data_parallel_size": 4, "enable_expert_parallel": True,
-            "max_model_len": 16384}
+    args = {"tensor_parallel_size": 4, "data_parallel_size": 4, "enable_expert_parallel": True, "max_model_len": 16384}
     p = plan(client, ["d-a", "d-b"], args)
     b = parse_argv(claims_of(client, keys, "d-b", p["id"])["argv"], LINE)[1]
     assert (b["nnodes"], b["node_rank"], b["data_parallel_size"], b["tensor_parallel_size"]) == (2, 1, 4, 4)
@@ -98,8 +106,12 @@ def test_replicas_of_a_tp8_launch_get_the_same_argv_without_nnodes(client, keys)
     node(client, "r-a")
     node(client, "r-b")  # replicas need no address
     register_manifest(client)
-    p = plan(client, ["r-a", "r-b"], {"tensor_parallel_size": 8, "max_model_len": 8192},
-             manifest="meta-llama/Llama-3.1-70B@1")
+    p = plan(
+        client,
+        ["r-a", "r-b"],
+        {"tensor_parallel_size": 8, "max_model_len": 8192},
+        manifest="meta-llama/Llama-3.1-70B@1",
+    )
     assert p["topology"] == {"form": "replicas", "nodes_per_instance": 1}
     a, b = claims_of(client, keys, "r-a", p["id"]), claims_of(client, keys, "r-b", p["id"])
     assert a["argv"] == b["argv"] == p["argv"]
@@ -112,8 +124,9 @@ def test_three_nodes_for_a_two_node_instance_is_422_with_the_numbers(client):
     for i in range(3):
         node(client, f"t{i}", f"10.0.3.{i + 1}")
     deepseek(client)
-    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["t0", "t1", "t2"],
-                                       "engine_args": TP16})
+    r = client.post(
+        "/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["t0", "t1", "t2"], "engine_args": TP16}
+    )
     assert r.status_code == 422
     body = r.json()
     assert body["errors"][0]["field"] == "nodes" and body["errors"][0]["rule"] == "nnodes"
@@ -145,8 +158,10 @@ def test_revoke_and_reissue_move_the_whole_group(client, keys):
     node(client, "v-b", "10.0.5.2")
     deepseek(client)
     p = plan(client, ["v-a", "v-b"], TP16, group_env=[{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1"}])
-    assert claims_of(client, keys, "v-b", p["id"])["env"] == {"NCCL_SOCKET_IFNAME": "eth1",
-                                                              "GLOO_SOCKET_IFNAME": "eth1"}
+    assert claims_of(client, keys, "v-b", p["id"])["env"] == {
+        "NCCL_SOCKET_IFNAME": "eth1",
+        "GLOO_SOCKET_IFNAME": "eth1",
+    }
     r = client.post(f"/v1/plans/{p['id']}/revoke")
     assert r.status_code == 200
     assert client.get("/v1/nodes/v-a/plan").status_code == 404 and client.get("/v1/nodes/v-b/plan").status_code == 404
@@ -160,8 +175,9 @@ def test_a_head_without_an_address_is_422_naming_the_node(client):
     node(client, "x-a")
     node(client, "x-b", "10.0.6.2")
     deepseek(client)
-    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["x-a", "x-b"],
-                                       "engine_args": TP16})
+    r = client.post(
+        "/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["x-a", "x-b"], "engine_args": TP16}
+    )
     assert r.status_code == 422 and "'x-a'" in r.json()["detail"]
     assert r.json()["errors"][0] == {"field": "nodes.0", "rule": "head_address", "message": "node 'x-a' has no address"}
     r = client.patch("/v1/nodes/x-a", json={"address": "10.0.6.1"})
@@ -174,27 +190,65 @@ def test_per_node_arguments_ray_and_mixed_hardware_are_refused(client):
     node(client, "y-b", "10.0.7.2")
     node(client, "y-c", "10.0.7.3", count=4)
     deepseek(client)
-    for args, field in (({**TP16, "node_rank": 1}, "engine_args.node_rank"),
-                        ({**TP16, "--master-addr": "10.9.9.9"}, "engine_args.master_addr"),
-                        ({**TP16, "nnodes": 4}, "engine_args.nnodes"),
-                        ({**TP16, "distributed_executor_backend": "ray"}, "engine_args.distributed_executor_backend")):
-        r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["y-a", "y-b"],
-                                           "engine_args": args})
+    for args, field in (
+        ({**TP16, "node_rank": 1}, "engine_args.node_rank"),
+        ({**TP16, "--master-addr": "10.9.9.9"}, "engine_args.master_addr"),
+        ({**TP16, "nnodes": 4}, "engine_args.nnodes"),
+        ({**TP16, "distributed_executor_backend": "ray"}, "engine_args.distributed_executor_backend"),
+    ):
+        r = client.post(
+            "/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["y-a", "y-b"], "engine_args": args}
+        )
         assert r.status_code == 422 and r.json()["errors"][0]["field"] == field, (args, r.text)
-    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["y-a", "y-c"],
-                                       "engine_args": TP16})
+    r = client.post(
+        "/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["y-a", "y-c"], "engine_args": TP16}
+    )
     assert r.status_code == 422 and "y-c: 4" in r.json()["detail"]
-    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["y-a", "y-b"],
-                                       "engine_args": TP16, "group_env": [{"LD_PRELOAD": "/x.so"}]})
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "deepseek-ai/DeepSeek-V3@1",
+            "nodes": ["y-a", "y-b"],
+            "engine_args": TP16,
+            "group_env": [{"LD_PRELOAD": "/x.so"}],
+        },
+    )
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "group_env.0.LD_PRELOAD"
-    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["y-a", "y-b"],
-                                       "engine_args": TP16, "group_env": [{}, {}]})
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "deepseek-ai/DeepSeek-V3@1",
+            "nodes": ["y-a", "y-b"],
+            "engine_args": TP16,
+            "group_env": [{}, {}],
+        },
+    )
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "group_env"
 
 
-@pytest.mark.parametrize("address", ["--evil", "a b", "x" * 254, "10.0.0.1;rm", "", "0.0.0.0", "-a.example",
-                                     "a..b", "ä.example", "1.2.3", "gpu\n", "10.0.0.1\n", "a\n.b", "::ffff:0.0.0.0",
-                                     "fe80::1%--evil", "fe80::1% x", "255.255.255.255", "a\tb"])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "--evil",
+        "a b",
+        "x" * 254,
+        "10.0.0.1;rm",
+        "",
+        "0.0.0.0",
+        "-a.example",
+        "a..b",
+        "ä.example",
+        "1.2.3",
+        "gpu\n",
+        "10.0.0.1\n",
+        "a\n.b",
+        "::ffff:0.0.0.0",
+        "fe80::1%--evil",
+        "fe80::1% x",
+        "255.255.255.255",
+        "a\tb",
+    ],
+)
 def test_hostile_addresses_are_422_naming_the_field(client, address):
     r = client.post("/v1/nodes", json={"name": "z", "gpu": H200, "gpu_count": 8, "address": address})
     assert r.status_code == 422, address
@@ -222,14 +276,20 @@ def test_group_is_running_when_the_head_is_ready_and_failed_when_a_worker_fails(
 
     assert state() == "pending"
     for name, token in (("g-a", ta), ("g-b", tb)):
-        r = client.post(f"/v1/nodes/{name}/reports", headers=agent_headers(token),
-                        json={"plan_id": p["id"], "status": "started", "details": {"rank": 0 if name == "g-a" else 1}})
+        r = client.post(
+            f"/v1/nodes/{name}/reports",
+            headers=agent_headers(token),
+            json={"plan_id": p["id"], "status": "started", "details": {"rank": 0 if name == "g-a" else 1}},
+        )
         assert r.status_code == 201, r.text
     assert state() == "starting"
     client.post("/v1/nodes/g-a/reports", headers=agent_headers(ta), json={"plan_id": p["id"], "status": "running"})
     assert state() == "running"
-    client.post("/v1/nodes/g-b/reports", headers=agent_headers(tb),
-                json={"plan_id": p["id"], "status": "exited", "details": {"status": 1, "rank": 1}})
+    client.post(
+        "/v1/nodes/g-b/reports",
+        headers=agent_headers(tb),
+        json={"plan_id": p["id"], "status": "exited", "details": {"status": 1, "rank": 1}},
+    )
     assert state() == "failed"
     runs = client.get("/v1/nodes/g-a/history").json()["items"]
     assert runs[0]["group_status"] == "failed" and runs[0]["role"] == "head" and runs[0]["rank"] == 0
@@ -274,8 +334,9 @@ def test_a_worker_is_held_until_its_head_reports_the_same_plan_started(client):
     assert client.get("/v1/nodes/w-a/plan", headers=agent_headers(ta)).status_code == 200  # the head never is
 
     def report(status, plan_id, token=ta, name="w-a"):
-        return client.post(f"/v1/nodes/{name}/reports", headers=agent_headers(token),
-                           json={"plan_id": plan_id, "status": status})
+        return client.post(
+            f"/v1/nodes/{name}/reports", headers=agent_headers(token), json={"plan_id": plan_id, "status": status}
+        )
 
     assert report("fetched", p1["id"]).status_code == 201
     r = eventually(lambda: held(client, "w-b", tb), lambda r: r.json().get("hold", {}).get("reason") != "head_pending")
@@ -314,25 +375,51 @@ def test_freshness_carries_the_heads_group_digest_and_the_agent_checks_it(client
     tb = node(client, "f-b", "10.0.9.2")["agent_token"]
     deepseek(client)
     p = plan(client, ["f-a", "f-b"], TP16)
-    assert client.post("/v1/nodes/f-a/reports", headers=agent_headers(ta),
-                       json={"plan_id": p["id"], "status": "started"}).status_code == 201  # the worker's gate
+    assert (
+        client.post(
+            "/v1/nodes/f-a/reports", headers=agent_headers(ta), json={"plan_id": p["id"], "status": "started"}
+        ).status_code
+        == 201
+    )  # the worker's gate
     r = eventually(lambda: client.get("/v1/nodes/f-b/plan", headers=agent_headers(tb)), lambda r: r.status_code != 409)
     assert r.status_code == 200
     mine = verify_plan(r.text, keys.jwks(), node="f-b", audience="preflight-agent")
-    fresh = verify_freshness(r.headers["X-Plan-Freshness"], keys.jwks(), plan_token=r.text, plan=mine, node="f-b",
-                             audience="preflight-agent")
+    fresh = verify_freshness(
+        r.headers["X-Plan-Freshness"], keys.jwks(), plan_token=r.text, plan=mine, node="f-b", audience="preflight-agent"
+    )
     assert fresh["head_group_digest"] == p["groups"][0]["digest"] == mine.claims["group_digest"]
     # a statement naming another head digest (the head moved to another group plan) is refused
     from service.signing import FRESHNESS_MEDIA_TYPE, freshness_claims, plan_digest
 
-    other = keys.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node="f-b", plan_id=p["id"],
-                                       seq=mine.seq, digest=plan_digest(r.text), ttl=600, grouped=True,
-                                       head_group_digest="0" * 64), typ=FRESHNESS_MEDIA_TYPE)
+    other = keys.sign(
+        freshness_claims(
+            issuer="preflight",
+            audience="preflight-agent",
+            node="f-b",
+            plan_id=p["id"],
+            seq=mine.seq,
+            digest=plan_digest(r.text),
+            ttl=600,
+            grouped=True,
+            head_group_digest="0" * 64,
+        ),
+        typ=FRESHNESS_MEDIA_TYPE,
+    )
     with pytest.raises(VerificationError) as e:
         verify_freshness(other, keys.jwks(), plan_token=r.text, plan=mine, node="f-b", audience="preflight-agent")
     assert e.value.reason == "group_digest_mismatch"
-    none = keys.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node="f-b", plan_id=p["id"],
-                                      seq=mine.seq, digest=plan_digest(r.text), ttl=600), typ=FRESHNESS_MEDIA_TYPE)
+    none = keys.sign(
+        freshness_claims(
+            issuer="preflight",
+            audience="preflight-agent",
+            node="f-b",
+            plan_id=p["id"],
+            seq=mine.seq,
+            digest=plan_digest(r.text),
+            ttl=600,
+        ),
+        typ=FRESHNESS_MEDIA_TYPE,
+    )
     with pytest.raises(VerificationError) as e:  # a statement without the head's digest confirms nothing
         verify_freshness(none, keys.jwks(), plan_token=r.text, plan=mine, node="f-b", audience="preflight-agent")
     assert e.value.reason == "group_digest_mismatch"
@@ -342,30 +429,48 @@ def test_the_agent_refuses_placement_claims_that_disagree_with_the_argv(keys):
     from service.agent.verify import VerificationError
     from service.signing import plan_claims
 
-    base = dict(issuer="preflight", audience="preflight-agent", node="w", plan_id="p1", seq=1, manifest_digest="d",
-                vllm_version="0.33.0", env={}, model_uri="s3://m")
+    base = dict(
+        issuer="preflight",
+        audience="preflight-agent",
+        node="w",
+        plan_id="p1",
+        seq=1,
+        manifest_digest="d",
+        vllm_version="0.33.0",
+        env={},
+        model_uri="s3://m",
+    )
     argv = ["vllm", "serve", "s3://m", "--nnodes", "2", "--node-rank", "1"]
     good = {"group": 0, "rank": 1, "role": "worker", "nnodes": 2, "head": "h", "group_digest": "a" * 64}
     ok = keys.sign(plan_claims(**base, argv=[*argv, "--headless"], placement=good))
     assert verify_plan(ok, keys.jwks(), node="w", audience="preflight-agent").role == "worker"
-    for argv_, placement in ((argv, good),  # a worker without --headless would start a second API server
-                             ([*argv, "--headless"], {**good, "role": "head"}),
-                             ([*argv, "--headless"], {**good, "rank": 2}),
-                             ([*argv, "--headless"], {k: v for k, v in good.items() if k != "group_digest"})):
+    for argv_, placement in (
+        (argv, good),  # a worker without --headless would start a second API server
+        ([*argv, "--headless"], {**good, "role": "head"}),
+        ([*argv, "--headless"], {**good, "rank": 2}),
+        ([*argv, "--headless"], {k: v for k, v in good.items() if k != "group_digest"}),
+    ):
         token = keys.sign(plan_claims(**base, argv=argv_, placement=placement))
         with pytest.raises(VerificationError):
             verify_plan(token, keys.jwks(), node="w", audience="preflight-agent")
 
 
-@pytest.mark.parametrize("flag", [{"headless": True}, {"node_rank": 1}, {"data_parallel_start_rank": 1},
-                                  {"master_addr": "10.0.0.9"}])
+@pytest.mark.parametrize(
+    "flag", [{"headless": True}, {"node_rank": 1}, {"data_parallel_start_rank": 1}, {"master_addr": "10.0.0.9"}]
+)
 def test_per_node_flags_are_refused_on_a_one_node_plan_too(client, flag):
     """A signed --headless or --node-rank on a one-node plan would make the node a worker of an instance that does
     not exist (and the agent refuses such a replica): 422 before anything is stored or superseded."""
     deepseek(client)
     node(client, "solo", "10.0.0.1")
-    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["solo"],
-                                       "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, **flag}})
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "deepseek-ai/DeepSeek-V3@1",
+            "nodes": ["solo"],
+            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, **flag},
+        },
+    )
     assert r.status_code == 422, r.text
     err = r.json()["errors"][0]
     assert err["rule"] == "flag_per_node" and err["field"] == f"engine_args.{next(iter(flag))}"
@@ -379,11 +484,24 @@ def test_env_is_bounded_because_every_node_signs_a_copy(client):
     deepseek(client)
     node(client, "e-a", "10.0.0.1")
     big = {f"VLLM_X{i}": "v" * 4000 for i in range(5)}
-    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["e-a"],
-                                       "engine_args": {"tensor_parallel_size": 8}, "env": big})
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "deepseek-ai/DeepSeek-V3@1",
+            "nodes": ["e-a"],
+            "engine_args": {"tensor_parallel_size": 8},
+            "env": big,
+        },
+    )
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "env", r.text
-    r = client.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["e-a"],
-                                       "engine_args": {"tensor_parallel_size": 8},
-                                       "group_env": [{"NCCL_SOCKET_IFNAME": "eth0\nLD_PRELOAD=/x.so"}]})
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "deepseek-ai/DeepSeek-V3@1",
+            "nodes": ["e-a"],
+            "engine_args": {"tensor_parallel_size": 8},
+            "group_env": [{"NCCL_SOCKET_IFNAME": "eth0\nLD_PRELOAD=/x.so"}],
+        },
+    )
     assert r.status_code == 422 and r.json()["errors"][0]["field"].startswith("group_env"), r.text
     assert client.get("/v1/nodes/e-a/plan").status_code == 404

@@ -18,9 +18,14 @@ def test_request_id_is_echoed_or_generated(client):
 
 def test_metrics_count_routes_verdicts_findings_fetches_and_audit(client):
     client.post("/v1/nodes", json={"name": "n1", "gpu": "a100-sxm4-80gb", "gpu_count": 4})
-    client.post("/v1/validate", json={"model": {"config": model_config("microsoft__Phi-3-medium-4k-instruct")},
-                                      "hardware": {"gpu": "a100-sxm4-80gb", "count": 4},
-                                      "engine_args": {"tensor_parallel_size": 4}})
+    client.post(
+        "/v1/validate",
+        json={
+            "model": {"config": model_config("microsoft__Phi-3-medium-4k-instruct")},
+            "hardware": {"gpu": "a100-sxm4-80gb", "count": 4},
+            "engine_args": {"tensor_parallel_size": 4},
+        },
+    )
     text = client.get("/metrics").text
     assert 'preflight_http_requests_total{method="POST",route="/v1/nodes",status="201"}' in text
     assert 'preflight_verdicts_total{endpoint="validate",verdict="reject"}' in text
@@ -35,8 +40,16 @@ def test_readyz_reports_database_and_key(client, keys):
 
 
 def test_json_log_lines_carry_the_request_fields():
-    rec = logging.makeLogRecord({"name": "preflight.access", "levelname": "INFO", "msg": "request",
-                                 "request_id": "r1", "route": "/v1/plans", "status": 201})
+    rec = logging.makeLogRecord(
+        {
+            "name": "preflight.access",
+            "levelname": "INFO",
+            "msg": "request",
+            "request_id": "r1",
+            "route": "/v1/plans",
+            "status": 201,
+        }
+    )
     out = json.loads(JsonFormatter().format(rec))
     assert out["message"] == "request" and out["request_id"] == "r1" and out["status"] == 201
 

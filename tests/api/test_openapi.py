@@ -58,11 +58,19 @@ def test_every_operation_and_schema_field_has_a_description():
     import pathlib
 
     doc = json.loads((pathlib.Path(__file__).resolve().parents[2] / "openapi" / "openapi.json").read_text())
-    bare = [f"{name}.{field}" for name, schema in doc["components"]["schemas"].items()
-            for field, spec in (schema.get("properties") or {}).items() if not spec.get("description")]
+    bare = [
+        f"{name}.{field}"
+        for name, schema in doc["components"]["schemas"].items()
+        for field, spec in (schema.get("properties") or {}).items()
+        if not spec.get("description")
+    ]
     assert bare == []
-    undocumented = [f"{method.upper()} {path}" for path, ops in doc["paths"].items() for method, op in ops.items()
-                    if not (op.get("description") or op.get("summary"))]
+    undocumented = [
+        f"{method.upper()} {path}"
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        if not (op.get("description") or op.get("summary"))
+    ]
     assert undocumented == []
 
 
@@ -70,13 +78,25 @@ def test_every_success_body_has_a_schema():
     """Every 2xx response that has a body describes it with a real schema (a model, or a typed string for the
     signed plan, the metrics and the export), never ``{}``."""
     doc = json.loads(DOC.read_text())
-    bare = [f"{method.upper()} {path} {code} {media}" for path, ops in doc["paths"].items()
-            for method, op in ops.items() for code, resp in op["responses"].items() if code.startswith("2")
-            for media, content in (resp.get("content") or {}).items() if not content.get("schema")]
+    bare = [
+        f"{method.upper()} {path} {code} {media}"
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        for code, resp in op["responses"].items()
+        if code.startswith("2")
+        for media, content in (resp.get("content") or {}).items()
+        if not content.get("schema")
+    ]
     assert bare == []
-    json_2xx = [(path, method) for path, ops in doc["paths"].items() for method, op in ops.items()
-                if any(code.startswith("2") and "application/json" in (resp.get("content") or {})
-                       for code, resp in op["responses"].items())]
+    json_2xx = [
+        (path, method)
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        if any(
+            code.startswith("2") and "application/json" in (resp.get("content") or {})
+            for code, resp in op["responses"].items()
+        )
+    ]
     assert len(json_2xx) == 43  # every operation but the signed plan (jose), the metrics and the export
 
 
@@ -84,6 +104,9 @@ def test_every_json_route_declares_its_response_model(client):
     from fastapi.routing import APIRoute
 
     routes = [r for r in client.app.routes if isinstance(r, APIRoute) and r.include_in_schema]
-    undeclared = [r.operation_id for r in routes if r.response_model is None
-                  and r.operation_id not in {"fetchNodePlan", "metrics", "exportAudit"}]
+    undeclared = [
+        r.operation_id
+        for r in routes
+        if r.response_model is None and r.operation_id not in {"fetchNodePlan", "metrics", "exportAudit"}
+    ]
     assert undeclared == []

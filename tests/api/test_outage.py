@@ -109,8 +109,14 @@ def _outage_then_recovery(app, proxy):
         # an agent whose plan and token are cached in this process
         register_manifest(c)
         agent = {"Authorization": "Bearer " + register_node(c, name="gpu-01")["agent_token"]}
-        plan = c.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-                                         "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}}).json()
+        plan = c.post(
+            "/v1/plans",
+            json={
+                "manifest": "meta-llama/Llama-3.1-70B@1",
+                "nodes": ["gpu-01"],
+                "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192},
+            },
+        ).json()
         assert c.get("/v1/nodes/gpu-01/plan", headers=agent).status_code == 200
         proxy.outage()
         assert_503(c.get("/readyz"))
@@ -126,5 +132,9 @@ def _outage_then_recovery(app, proxy):
         assert c.get("/readyz").status_code == 200
         assert c.post("/v1/nodes", json={"name": "n1", "gpu": "h100-sxm-80gb", "gpu_count": 8}).status_code == 201
         assert c.get("/v1/nodes/gpu-01/plan", headers=agent).status_code == 200
-        assert c.post("/v1/nodes/gpu-01/reports", headers=agent,
-                      json={"plan_id": plan["id"], "status": "fetched"}).status_code == 201
+        assert (
+            c.post(
+                "/v1/nodes/gpu-01/reports", headers=agent, json={"plan_id": plan["id"], "status": "fetched"}
+            ).status_code
+            == 201
+        )

@@ -39,6 +39,11 @@ MAX = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "15"))
 def test_api(case):
     case.call_and_validate(
         headers={"Authorization": f"Bearer {TOKEN}"},
-        checks=[not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-                negative_data_rejection],
+        checks=[
+            not_a_server_error,
+            status_code_conformance,
+            content_type_conformance,
+            response_schema_conformance,
+            negative_data_rejection,
+        ],
     )

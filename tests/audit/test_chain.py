@@ -12,8 +12,9 @@ from service.db.models import AuditEvent
 def seed(db, n=5):
     with db.transaction() as s:
         for i in range(n):
-            audit.append(s, actor="tester", kind="node.registered", subject=f"node:n{i}", node=f"n{i}",
-                         payload={"i": i})
+            audit.append(
+                s, actor="tester", kind="node.registered", subject=f"node:n{i}", node=f"n{i}", payload={"i": i}
+            )
 
 
 def verify(db):
@@ -54,8 +55,10 @@ def test_reordered_rows_are_detected(db):
     seed(db)
     with db.engine.begin() as conn:
         rows = conn.execute(text("SELECT id, subject, node FROM audit_events WHERE id IN (2, 3) ORDER BY id")).all()
-        conn.execute(text("UPDATE audit_events SET subject = :s, node = :n WHERE id = :i"),
-                     [{"s": rows[1].subject, "n": rows[1].node, "i": 2}, {"s": rows[0].subject, "n": rows[0].node, "i": 3}])
+        conn.execute(
+            text("UPDATE audit_events SET subject = :s, node = :n WHERE id = :i"),
+            [{"s": rows[1].subject, "n": rows[1].node, "i": 2}, {"s": rows[0].subject, "n": rows[0].node, "i": 3}],
+        )
     assert verify(db)["first_broken"]["id"] == 2
 
 
@@ -80,7 +83,12 @@ def test_events_are_pending_until_sealed_then_chained_in_write_order(db):
     with db.sessions() as s:
         out = audit.verify_chain(s)
         assert {k: out[k] for k in ("ok", "events", "head", "last_seq", "pending")} == {
-            "ok": True, "events": 0, "head": audit.GENESIS, "last_seq": 0, "pending": 3}
+            "ok": True,
+            "events": 0,
+            "head": audit.GENESIS,
+            "last_seq": 0,
+            "pending": 3,
+        }
     assert db.sealer.seal_now() == 3
     with db.transaction() as s:
         out = audit.verify_chain(s)
@@ -95,8 +103,12 @@ def test_canonical_fast_path_is_rfc8785_for_flat_field_sets():
 
     from service.audit import canonical
 
-    scalar = st.one_of(st.none(), st.booleans(), st.integers(-(2**53) + 1, 2**53 - 1),
-                       st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+    scalar = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**53) + 1, 2**53 - 1),
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40),
+    )
 
     @settings(max_examples=300, derandomize=True, deadline=None)
     @given(st.dictionaries(st.text(alphabet=st.characters(max_codepoint=127), max_size=12), scalar, max_size=12))
@@ -115,8 +127,12 @@ def test_fixed_field_records_are_rfc8785():
 
     from service.audit.encoding import _HASH_KEYS, _MAC_KEYS, _SEALED_KEYS, _record
 
-    value = st.one_of(st.none(), st.booleans(), st.integers(-(2**60), 2**60),
-                      st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+    value = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**60), 2**60),
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40),
+    )
     for keys in (_HASH_KEYS, _MAC_KEYS, _SEALED_KEYS):
         assert list(keys) == sorted(keys)
 

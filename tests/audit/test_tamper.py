@@ -39,7 +39,9 @@ def make_client(settings, db, keys):
 
 def register(client, n, start=0):
     for i in range(start, start + n):
-        assert client.post("/v1/nodes", json={"name": f"n{i}", "gpu": "h100-sxm-80gb", "gpu_count": 8}).status_code == 201
+        assert (
+            client.post("/v1/nodes", json={"name": f"n{i}", "gpu": "h100-sxm-80gb", "gpu_count": 8}).status_code == 201
+        )
 
 
 def sql(settings, statement, params=None):
@@ -118,9 +120,12 @@ def test_forged_unsealed_row_is_never_sealed_and_is_reported(make_client, settin
     client = make_client()
     register(client, 2)
     verify(client)
-    sql(settings, "INSERT INTO audit_events (ts, actor, kind, subject, payload, payload_digest) VALUES "
-                  "(:ts, 'admin', 'plan.revoked', 'plan:x', '{}', :d)",
-        {"ts": "2026-01-01 00:00:00", "d": audit.sha256_hex(audit.canonical({}))})
+    sql(
+        settings,
+        "INSERT INTO audit_events (ts, actor, kind, subject, payload, payload_digest) VALUES "
+        "(:ts, 'admin', 'plan.revoked', 'plan:x', '{}', :d)",
+        {"ts": "2026-01-01 00:00:00", "d": audit.sha256_hex(audit.canonical({}))},
+    )
     forged_id = sql(settings, "SELECT max(id) FROM audit_events")[0][0]
     out = verify(client)  # waits for the sealer: it refuses the row; verify itself never seals
     assert out["ok"] is False and out["forged"] == [forged_id], out
@@ -141,9 +146,12 @@ def test_forged_row_chained_by_hand_is_detected(make_client, settings):
     ts = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     digest = audit.sha256_hex(audit.canonical({}))
     h = audit.event_hash(seq + 1, head, ts, "admin", "plan.revoked", "plan:x", None, None, None, digest)
-    sql(settings, "INSERT INTO audit_events (ts, actor, kind, subject, payload, payload_digest, chain_seq, "
-                  "prev_hash, hash) VALUES (:ts, 'admin', 'plan.revoked', 'plan:x', '{}', :d, :s, :p, :h)",
-        {"ts": ts, "d": digest, "s": seq + 1, "p": head, "h": h})
+    sql(
+        settings,
+        "INSERT INTO audit_events (ts, actor, kind, subject, payload, payload_digest, chain_seq, "
+        "prev_hash, hash) VALUES (:ts, 'admin', 'plan.revoked', 'plan:x', '{}', :d, :s, :p, :h)",
+        {"ts": ts, "d": digest, "s": seq + 1, "p": head, "h": h},
+    )
     out = verify(client)
     assert out["ok"] is False and "MAC" in out["first_broken"]["reason"], out
 
@@ -187,8 +195,10 @@ def test_cli_verify_against_a_checkpoint_an_auditor_kept(make_client, settings, 
     register(client, 3)
     kept = tmp_path / "kept.jws"
     kept.write_text(checkpoint(client)["checkpoint"])  # an auditor asks for one and keeps it
-    for k, v in {"PREFLIGHT_DATABASE_URL": settings.resolved_database_url,
-                 "PREFLIGHT_DATA_DIR": str(settings.data_dir)}.items():
+    for k, v in {
+        "PREFLIGHT_DATABASE_URL": settings.resolved_database_url,
+        "PREFLIGHT_DATA_DIR": str(settings.data_dir),
+    }.items():
         monkeypatch.setenv(k, v)
     verify(client)
     ok = runner.invoke(cli, ["audit", "verify", "--checkpoint", str(kept)])
@@ -210,9 +220,12 @@ def test_cli_verify_against_a_checkpoint_an_auditor_kept(make_client, settings, 
 
 def test_without_the_keys_a_long_unsealed_row_is_reported(db, settings):
     """A verifier away from the key directory cannot check MACs: a row unsealed for minutes is reported."""
-    sql(settings, "INSERT INTO audit_events (ts, actor, kind, subject, payload, payload_digest) VALUES "
-                  "(:ts, 'admin', 'plan.revoked', 'plan:x', '{}', :d)",
-        {"ts": "2026-01-01 00:00:00", "d": audit.sha256_hex(audit.canonical({}))})
+    sql(
+        settings,
+        "INSERT INTO audit_events (ts, actor, kind, subject, payload, payload_digest) VALUES "
+        "(:ts, 'admin', 'plan.revoked', 'plan:x', '{}', :d)",
+        {"ts": "2026-01-01 00:00:00", "d": audit.sha256_hex(audit.canonical({}))},
+    )
     with db.sessions() as s:
         out = audit.verify_chain(s)
     assert out["ok"] is False and out["forged"] == [1] and out["macs"] == "unchecked"
@@ -262,17 +275,21 @@ def test_stripped_macs_and_a_rechained_forgery_are_caught_and_never_checkpointed
     first = checkpoint(client)
     assert verify(client)["ok"]
     sql(settings, "UPDATE audit_events SET mac = NULL")
-    head = sql(settings, "SELECT chain_seq, hash FROM audit_events WHERE chain_seq IS NOT NULL "
-                         "ORDER BY chain_seq DESC LIMIT 1")[0]
+    head = sql(
+        settings, "SELECT chain_seq, hash FROM audit_events WHERE chain_seq IS NOT NULL ORDER BY chain_seq DESC LIMIT 1"
+    )[0]
     import datetime as dt
 
     ts = dt.datetime.now(dt.UTC)
     payload = {"forged": True}
     digest = audit.sha256_hex(audit.canonical(payload))
     h = audit.event_hash(head[0] + 1, head[1], ts, "admin", "node.registered", "node:evil", "evil", None, None, digest)
-    sql(settings, "INSERT INTO audit_events (ts, actor, kind, subject, node, payload, payload_digest, chain_seq, "
-                  "prev_hash, hash) VALUES (:ts, 'admin', 'node.registered', 'node:evil', 'evil', :p, :d, :s, :ph, :h)",
-        {"ts": ts, "p": json.dumps(payload), "d": digest, "s": head[0] + 1, "ph": head[1], "h": h})
+    sql(
+        settings,
+        "INSERT INTO audit_events (ts, actor, kind, subject, node, payload, payload_digest, chain_seq, "
+        "prev_hash, hash) VALUES (:ts, 'admin', 'node.registered', 'node:evil', 'evil', :p, :d, :s, :ph, :h)",
+        {"ts": ts, "p": json.dumps(payload), "d": digest, "s": head[0] + 1, "ph": head[1], "h": h},
+    )
     out = verify(client)
     assert not out["ok"] and "MAC" in out["first_broken"]["reason"]
     r = client.post("/v1/audit/checkpoints")

@@ -18,7 +18,13 @@ from service.domain.rules import RULES
 from service.domain.validate import validate
 from tests.support import case_files, case_request, load_case
 
-BUDGET_CODES = {"weights_fit", "kv_pool_empty", "kv_cache_fits_max_len", "max_num_seqs_above_bound", "util_exceeds_free"}
+BUDGET_CODES = {
+    "weights_fit",
+    "kv_pool_empty",
+    "kv_cache_fits_max_len",
+    "max_num_seqs_above_bound",
+    "util_exceeds_free",
+}
 REGISTERED = {code for info in RULES for code in info.codes}
 CASES = case_files("handed")
 
@@ -53,4 +59,5 @@ def test_handed_case(path):
     if pending and not _judge(expect, findings, result.verdict):
         pytest.xfail(f"pending: needs budget rules {sorted(rules)}, none registered yet")
     assert _judge(expect, findings, result.verdict), (
-        f"{case['id']}: expected {expect.get('verdict')} via {sorted(rules)}, got {result.verdict}: {summary}")
+        f"{case['id']}: expected {expect.get('verdict')} via {sorted(rules)}, got {result.verdict}: {summary}"
+    )

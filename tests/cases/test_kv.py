@@ -82,8 +82,10 @@ def test_accuracy_target():
 WEIGHTS_MISSES = {"qwen25-05b-bnb-rtx4090-48gb-v0100-unsloth"}
 
 
-@pytest.mark.parametrize("case_id", sorted(i for i, r in PRINTING.items()
-                                           if r.component("weights_gib") is not None and i not in WEIGHTS_MISSES))
+@pytest.mark.parametrize(
+    "case_id",
+    sorted(i for i, r in PRINTING.items() if r.component("weights_gib") is not None and i not in WEIGHTS_MISSES),
+)
 def test_weights_within_3_percent_of_what_vllm_loaded(case_id):
     c = PRINTING[case_id].component("weights_gib")
     assert abs(c.error) <= 0.03, f"{case_id}: {c.predicted_gib:.2f} GiB vs {c.printed_gib:.2f} printed"
@@ -97,8 +99,9 @@ def judge(case_id: str):
     return case["expect"], result, errors, warnings
 
 
-@pytest.mark.parametrize("case_id", ["kvfit-llama33-70b-fp8-1xh100-default", "weights-dsv3-32x4090",
-                                     "util-1.0-llama2-70b-tp2"])
+@pytest.mark.parametrize(
+    "case_id", ["kvfit-llama33-70b-fp8-1xh100-default", "weights-dsv3-32x4090", "util-1.0-llama2-70b-tp2"]
+)
 def test_handed_memory_rejections(case_id):
     expect, result, errors, _ = judge(case_id)
     assert result.verdict == "reject"
@@ -115,9 +118,16 @@ def test_handed_max_num_seqs_above_bound():
 MEMORY_RULES = {"weights_fit", "kv_pool_empty", "kv_cache_fits_max_len", "util_exceeds_free"}
 
 
-@pytest.mark.parametrize("case_id", ["good-deepseek-r1-8xh200-tp8-ep", "good-gptoss-120b-1xh100",
-                                     "good-gptoss-120b-1xa100", "fp8-qwen3-235b-fp8-tp8",
-                                     "good-deepseek-v3-fp8-2x8xh100-tp16-sglang"])
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "good-deepseek-r1-8xh200-tp8-ep",
+        "good-gptoss-120b-1xh100",
+        "good-gptoss-120b-1xa100",
+        "fp8-qwen3-235b-fp8-tp8",
+        "good-deepseek-v3-fp8-2x8xh100-tp16-sglang",
+    ],
+)
 def test_handed_accepts_have_no_memory_errors(case_id):
     _, result, errors, _ = judge(case_id)
     assert not errors & MEMORY_RULES, errors
@@ -132,6 +142,7 @@ def test_kv_fit_message_and_remedy():
 
 def test_kv_cache_fits_max_len_remedy_gives_len_and_tp():
     from tests.support import request
+
     req = request("meta-llama__Meta-Llama-3.1-70B", "h100-sxm-80gb", count=8, tensor_parallel_size=2)
     result = validate(LaunchRequest.model_validate(req))
     f = next(f for f in result.findings if f.rule == "kv_cache_fits_max_len")
@@ -139,11 +150,23 @@ def test_kv_cache_fits_max_len_remedy_gives_len_and_tp():
     assert "Based on the available memory, the estimated maximum model length is" in f.message
     est = f.remedy["max_model_len"]
     assert 0 < est < 131072 and f.remedy["tensor_parallel_size"] == 4
-    ok = validate(LaunchRequest.model_validate(
-        request("meta-llama__Meta-Llama-3.1-70B", "h100-sxm-80gb", count=8, tensor_parallel_size=2,
-                max_model_len=est)))
+    ok = validate(
+        LaunchRequest.model_validate(
+            request(
+                "meta-llama__Meta-Llama-3.1-70B", "h100-sxm-80gb", count=8, tensor_parallel_size=2, max_model_len=est
+            )
+        )
+    )
     assert "kv_cache_fits_max_len" not in {x.rule for x in ok.findings}
-    too_long = validate(LaunchRequest.model_validate(
-        request("meta-llama__Meta-Llama-3.1-70B", "h100-sxm-80gb", count=8, tensor_parallel_size=2,
-                max_model_len=est + 16)))
+    too_long = validate(
+        LaunchRequest.model_validate(
+            request(
+                "meta-llama__Meta-Llama-3.1-70B",
+                "h100-sxm-80gb",
+                count=8,
+                tensor_parallel_size=2,
+                max_model_len=est + 16,
+            )
+        )
+    )
     assert "kv_cache_fits_max_len" in {x.rule for x in too_long.findings}

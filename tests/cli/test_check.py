@@ -30,8 +30,11 @@ def test_check_json_one_line_per_file_in_order(tmp_path):
 
 
 def test_check_reads_a_model_directory(tmp_path):
-    req = {"model": {"path": str(MODELS / "microsoft__Phi-3-medium-4k-instruct")},
-           "hardware": {"gpu": "a100-sxm4-80gb", "count": 4}, "engine_args": {"tensor_parallel_size": 2}}
+    req = {
+        "model": {"path": str(MODELS / "microsoft__Phi-3-medium-4k-instruct")},
+        "hardware": {"gpu": "a100-sxm4-80gb", "count": 4},
+        "engine_args": {"tensor_parallel_size": 2},
+    }
     r = runner.invoke(app, ["check", "--json", str(write(tmp_path, "ok.json", req))])
     out = json.loads(r.stdout.splitlines()[0])
     assert r.exit_code == 0 and out["verdict"] in ("accept", "warn")
@@ -39,8 +42,11 @@ def test_check_reads_a_model_directory(tmp_path):
 
 
 def test_check_reject_exit_1_and_readable_report(tmp_path):
-    req = {"model": {"config": model_config("microsoft__Phi-3-medium-4k-instruct")},
-           "hardware": {"gpu": "a100-sxm4-80gb", "count": 4}, "engine_args": {"tensor_parallel_size": 4}}
+    req = {
+        "model": {"config": model_config("microsoft__Phi-3-medium-4k-instruct")},
+        "hardware": {"gpu": "a100-sxm4-80gb", "count": 4},
+        "engine_args": {"tensor_parallel_size": 4},
+    }
     r = runner.invoke(app, ["check", str(write(tmp_path, "bad.json", req))])
     assert r.exit_code == 1 and "REJECT" in r.stdout and "tp_kv_heads" in r.stdout
 
@@ -48,8 +54,11 @@ def test_check_reject_exit_1_and_readable_report(tmp_path):
 def test_check_bad_input_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    unknown = write(tmp_path, "u.json", {"model": {"config": model_config("01-ai__Yi-34B")},
-                                         "hardware": {"gpu": "no-such-gpu"}, "surprise": 1})
+    unknown = write(
+        tmp_path,
+        "u.json",
+        {"model": {"config": model_config("01-ai__Yi-34B")}, "hardware": {"gpu": "no-such-gpu"}, "surprise": 1},
+    )
     r = runner.invoke(app, ["check", "--json", str(bad), str(unknown)])
     assert r.exit_code == 2
     lines = [json.loads(l) for l in r.stdout.splitlines()]
@@ -77,17 +86,40 @@ def test_agent_verify_needs_only_the_trust_file_and_keys_export_writes_one(tmp_p
     r = runner.invoke(app, ["keys", "export", "--out", str(trust)])
     assert r.exit_code == 0 and json.loads(trust.read_text()) == store.jwks()
     assert "d" not in json.loads(trust.read_text())["keys"][0]
-    token = store.sign(plan_claims(issuer="preflight", audience="preflight-agent", node="gpu-01", plan_id="p-1",
-                                   seq=4, manifest_digest="sha256:00", vllm_version="0.33.0",
-                                   argv=["vllm", "serve", "s3://m"], env={}, model_uri="s3://m"))
+    token = store.sign(
+        plan_claims(
+            issuer="preflight",
+            audience="preflight-agent",
+            node="gpu-01",
+            plan_id="p-1",
+            seq=4,
+            manifest_digest="sha256:00",
+            vllm_version="0.33.0",
+            argv=["vllm", "serve", "s3://m"],
+            env={},
+            model_uri="s3://m",
+        )
+    )
     plan = tmp_path / "plan.jws"
     plan.write_text(token)
     fresh = tmp_path / "fresh.jws"
-    fresh.write_text(store.sign(freshness_claims(issuer="preflight", audience="preflight-agent", node="gpu-01",
-                                                 plan_id="p-1", seq=4, digest=plan_digest(token), ttl=600),
-                                typ=FRESHNESS_MEDIA_TYPE))
-    ok = runner.invoke(app, ["agent", "verify", str(plan), "--node", "gpu-01", "--trust", str(trust),
-                             "--freshness", str(fresh)])
+    fresh.write_text(
+        store.sign(
+            freshness_claims(
+                issuer="preflight",
+                audience="preflight-agent",
+                node="gpu-01",
+                plan_id="p-1",
+                seq=4,
+                digest=plan_digest(token),
+                ttl=600,
+            ),
+            typ=FRESHNESS_MEDIA_TYPE,
+        )
+    )
+    ok = runner.invoke(
+        app, ["agent", "verify", str(plan), "--node", "gpu-01", "--trust", str(trust), "--freshness", str(fresh)]
+    )
     assert ok.exit_code == 0 and json.loads(ok.stdout)["seq"] == 4
     other = tmp_path / "other.json"
     other.write_text(json.dumps(KeyStore(tmp_path / "other").jwks()))
@@ -110,14 +142,19 @@ def test_a_service_that_cannot_be_reached_is_one_line_and_status_69():
         port = s.getsockname()[1]
     exe = str(pathlib.Path(sys.executable).parent / "preflight")
     for server in (f"http://127.0.0.1:{port}", f"127.0.0.1:{port}"):
-        r = subprocess.run([exe, "tokens", "list", "--server", server, "--token", "x"], capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run(
+            [exe, "tokens", "list", "--server", server, "--token", "x"], capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 69, r.stderr
         assert r.stderr.startswith("preflight: cannot reach the service") and r.stderr.count("\n") == 1, r.stderr
         assert "Traceback" not in r.stderr
     assert "http:// or https://" in r.stderr
-    first = subprocess.run([exe, "tokens", "list", "--server", f"http://127.0.0.1:{port}", "--token", "x"],
-                           capture_output=True, text=True, timeout=60)
+    first = subprocess.run(
+        [exe, "tokens", "list", "--server", f"http://127.0.0.1:{port}", "--token", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert first.stderr.startswith(f"preflight: cannot reach the service at http://127.0.0.1:{port}: ")
 
 
@@ -126,10 +163,17 @@ def test_problems_are_printed_as_a_person_reads_them_and_never_raw_control_chara
 
     from service.cli.common import problem_text
 
-    r = httpx.Response(422, json={"type": "about:blank", "title": "Unprocessable", "status": 422,
-                                  "detail": "rejected \x1b]0;pwned\x07",
-                                  "errors": [{"field": "waves.0.percent", "message": "must rise"}],
-                                  "findings": [{"rule": "tp_heads", "severity": "error", "message": "TP 3"}]})
+    r = httpx.Response(
+        422,
+        json={
+            "type": "about:blank",
+            "title": "Unprocessable",
+            "status": 422,
+            "detail": "rejected \x1b]0;pwned\x07",
+            "errors": [{"field": "waves.0.percent", "message": "must rise"}],
+            "findings": [{"rule": "tp_heads", "severity": "error", "message": "TP 3"}],
+        },
+    )
     assert problem_text(r) == ("rejected \\x1b]0;pwned\\x07\n  waves.0.percent: must rise\n  [tp_heads] TP 3")
     assert problem_text(httpx.Response(502, text="bad \u202egateway")) == "bad \\u202egateway"
 
@@ -157,13 +201,24 @@ def test_the_plain_check_runs_without_the_command_line_and_says_the_same(tmp_pat
     ok = write(tmp_path, "ok.json", case_request(load_case(case_files("handed")[0])))
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
-    reject = write(tmp_path, "reject.json", {
-        "model": {"config": model_config("microsoft__Phi-3-medium-4k-instruct")},
-        "hardware": {"gpu": "a100-sxm4-80gb", "count": 4}, "engine_args": {"tensor_parallel_size": 4}})
-    for args in ([str(ok)], [str(reject), "--json"], ["--json", str(ok), str(bad), str(tmp_path / "missing.json")],
-                 [str(bad)]):
-        plain = subprocess.run([sys.executable, "-m", "service.cli", "check", *args], capture_output=True, text=True,
-                               timeout=120)
+    reject = write(
+        tmp_path,
+        "reject.json",
+        {
+            "model": {"config": model_config("microsoft__Phi-3-medium-4k-instruct")},
+            "hardware": {"gpu": "a100-sxm4-80gb", "count": 4},
+            "engine_args": {"tensor_parallel_size": 4},
+        },
+    )
+    for args in (
+        [str(ok)],
+        [str(reject), "--json"],
+        ["--json", str(ok), str(bad), str(tmp_path / "missing.json")],
+        [str(bad)],
+    ):
+        plain = subprocess.run(
+            [sys.executable, "-m", "service.cli", "check", *args], capture_output=True, text=True, timeout=120
+        )
         typed = runner.invoke(app, ["check", *args])
         assert (plain.returncode, plain.stdout) == (typed.exit_code, typed.stdout), args
     assert plain_arguments(["a.json", "--json"]) == ([pathlib.Path("a.json")], True)
@@ -179,8 +234,9 @@ def test_a_reader_that_goes_away_ends_check_quietly_with_status_1(tmp_path):
     ok = write(tmp_path, "ok.json", case_request(load_case(case_files("handed")[0])))
     files = [str(ok)] * 200  # far more than a pipe holds
     for args in (["check", *files], ["check", "--", *files]):
-        with subprocess.Popen([sys.executable, "-m", "service.cli", *args], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE) as p:
+        with subprocess.Popen(
+            [sys.executable, "-m", "service.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        ) as p:
             assert p.stdout.read(100).startswith(b"== ")
             p.stdout.close()
             assert p.wait(120) == 1, args

@@ -36,8 +36,9 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules),
 def loaded(*args: str) -> dict:
     """Run ``preflight ARGS`` in a fresh interpreter: its exit code, every module it imported, and how many vLLM
     catalogue lines it read."""
-    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -89,8 +90,20 @@ def test_an_agent_boot_loads_nothing_of_the_service(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    got = loaded("agent", "run", "--server", f"http://127.0.0.1:{port}", "--node", "gpu-01", "--token", "t" * 43,
-                 "--trust", str(trust), "--state", str(tmp_path / "state.json"))
+    got = loaded(
+        "agent",
+        "run",
+        "--server",
+        f"http://127.0.0.1:{port}",
+        "--node",
+        "gpu-01",
+        "--token",
+        "t" * 43,
+        "--trust",
+        str(trust),
+        "--state",
+        str(tmp_path / "state.json"),
+    )
     assert got["code"] == 75
     assert roots(got["modules"]).isdisjoint(SERVICE_STACK)
     assert got["all_lines_read"] == 0  # nor every vLLM catalogue line

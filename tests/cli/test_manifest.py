@@ -13,8 +13,12 @@ from tests.support.live import PREFLIGHT
 def test_manifest_push_of_an_odd_directory_says_which_file(tmp_path):
     d = weights_dir(tmp_path / "m", shards=2)
     odd(d, "model-00002-of-00002.safetensors", "dangling")
-    out = subprocess.run([PREFLIGHT, "manifest", "push", str(d), "--server", "http://127.0.0.1:9", "--token", "t"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [PREFLIGHT, "manifest", "push", str(d), "--server", "http://127.0.0.1:9", "--token", "t"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "model-00002-of-00002.safetensors: a dangling symlink" in out.stderr
 
@@ -23,6 +27,10 @@ def test_a_fifo_config_never_blocks_manifest_push(tmp_path):
     d = weights_dir(tmp_path / "m", shards=1)
     (d / "config.json").unlink()
     os.mkfifo(d / "config.json")
-    out = subprocess.run([PREFLIGHT, "manifest", "push", str(d), "--server", "http://127.0.0.1:9", "--token", "t"],
-                         capture_output=True, text=True, timeout=60)  # a blocking open would time out here
+    out = subprocess.run(
+        [PREFLIGHT, "manifest", "push", str(d), "--server", "http://127.0.0.1:9", "--token", "t"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # a blocking open would time out here
     assert out.returncode == 2 and "config.json: not a regular file" in out.stderr

@@ -24,5 +24,6 @@ def test_downgrade_then_upgrade(db_url):
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     upgrade(db_url)
     assert {"nodes", "manifests", "plans", "assignments", "reports", "audit_events", "tokens"} <= set(
-        inspect(engine).get_table_names())
+        inspect(engine).get_table_names()
+    )
     engine.dispose()

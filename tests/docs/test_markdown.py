@@ -91,9 +91,15 @@ def test_vllm_rules_sections_cited_in_the_code_exist():
 def test_the_link_checker_catches_what_it_should(tmp_path):
     assert slug("4. Context length (`max_model_len`)") == "4-context-length-max_model_len"
     assert slug("1. Tensor / pipeline / data / expert parallel divisibility") == (
-        "1-tensor--pipeline--data--expert-parallel-divisibility")
+        "1-tensor--pipeline--data--expert-parallel-divisibility"
+    )
     page = tmp_path / "page.md"
-    page.write_text("# Top\n\n## Two words\n\n[ok](#two-words) [bad](#three) [gone](missing.md) [up](../x.md) "
-                    "`[code](not-a-link.md)` [web](https://example.com)\n\n```\n[fenced](nope.md)\n```\n")
-    assert broken(page, root=tmp_path) == ["#three: no heading #three in page.md", "missing.md: no such file",
-                                           "../x.md: outside the repository"]
+    page.write_text(
+        "# Top\n\n## Two words\n\n[ok](#two-words) [bad](#three) [gone](missing.md) [up](../x.md) "
+        "`[code](not-a-link.md)` [web](https://example.com)\n\n```\n[fenced](nope.md)\n```\n"
+    )
+    assert broken(page, root=tmp_path) == [
+        "#three: no heading #three in page.md",
+        "missing.md: no such file",
+        "../x.md: outside the repository",
+    ]

@@ -24,7 +24,10 @@ def test_docs_page_and_assets_are_served_locally(client):
 def test_openapi_has_bearer_scheme_and_descriptions(client):
     doc = client.get("/openapi.json").json()
     assert doc["components"]["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "bearer", "description": doc["components"]["securitySchemes"]["bearer"]["description"]}
+        "type": "http",
+        "scheme": "bearer",
+        "description": doc["components"]["securitySchemes"]["bearer"]["description"],
+    }
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             assert op.get("description", "").strip(), f"{method} {path} ({op['operationId']}) has no description"

@@ -30,8 +30,9 @@ def test_accepted_request_has_no_alternatives():
 
 
 def test_tp_alternatives_are_nearest_valid_sizes():
-    req = request("microsoft__Phi-3-medium-4k-instruct", gpu="a100-sxm4-80gb", count=4, tensor_parallel_size=4,
-                  max_model_len=4096)
+    req = request(
+        "microsoft__Phi-3-medium-4k-instruct", gpu="a100-sxm4-80gb", count=4, tensor_parallel_size=4, max_model_len=4096
+    )
     result, alts = _alts(req)
     assert result.verdict == "reject"
     assert alts[0] == {"tensor_parallel_size": 2}
@@ -41,8 +42,14 @@ def test_tp_alternatives_are_nearest_valid_sizes():
 
 
 def test_expert_parallel_or_smaller_tp_for_fp8_blocks():
-    req = request("deepseek-ai__DeepSeek-V3", count=8, nodes=4, tensor_parallel_size=32,
-                  distributed_executor_backend="ray", max_model_len=8192)
+    req = request(
+        "deepseek-ai__DeepSeek-V3",
+        count=8,
+        nodes=4,
+        tensor_parallel_size=32,
+        distributed_executor_backend="ray",
+        max_model_len=8192,
+    )
     result, alts = _alts(req)
     assert result.verdict == "reject"
     assert alts and alts[0] == {"tensor_parallel_size": 16}
@@ -55,8 +62,14 @@ def test_removed_flag_is_dropped():
 
 
 def test_bf16_on_t4_goes_float16():
-    req = request("meta-llama__Llama-3.1-8B-Instruct", gpu="t4-16gb", count=1, dtype="bfloat16", max_model_len=2048,
-                  quantization="fp8_per_tensor")
+    req = request(
+        "meta-llama__Llama-3.1-8B-Instruct",
+        gpu="t4-16gb",
+        count=1,
+        dtype="bfloat16",
+        max_model_len=2048,
+        quantization="fp8_per_tensor",
+    )
     result, alts = _alts(req)
     assert result.verdict == "reject"
     assert any(p.get("dtype") == "float16" for p in alts)

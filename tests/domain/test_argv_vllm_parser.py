@@ -57,16 +57,38 @@ def cases():
 MULTI_NODE = [
     ("deepseek-ai__DeepSeek-V3", "h200-141gb", 8, 2, {"tensor_parallel_size": 16, "max_model_len": 32768}, None),
     ("deepseek-ai__DeepSeek-V3", "h200-141gb", 8, 4, {"tensor_parallel_size": 16, "max_model_len": 32768}, None),
-    ("meta-llama__Llama-4-Maverick-17B-128E-Instruct", "h200-141gb", 8, 2,
-     {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 32768}, None),
-    ("deepseek-ai__DeepSeek-V3", "h200-141gb", 8, 2,
-     {"tensor_parallel_size": 4, "data_parallel_size": 4, "enable_expert_parallel": True, "max_model_len": 16384},
-     None),
-    ("deepseek-ai__DeepSeek-V3", "h200-141gb", 8, 2,
-     {"tensor_parallel_size": 4, "data_parallel_size": 4, "enable_expert_parallel": True, "max_model_len": 16384},
-     "data_parallel"),
-    ("meta-llama__Meta-Llama-3.1-70B", "h100-sxm-80gb", 8, 2, {"tensor_parallel_size": 8, "max_model_len": 8192},
-     None),  # replicas: the same argv on both nodes
+    (
+        "meta-llama__Llama-4-Maverick-17B-128E-Instruct",
+        "h200-141gb",
+        8,
+        2,
+        {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 32768},
+        None,
+    ),
+    (
+        "deepseek-ai__DeepSeek-V3",
+        "h200-141gb",
+        8,
+        2,
+        {"tensor_parallel_size": 4, "data_parallel_size": 4, "enable_expert_parallel": True, "max_model_len": 16384},
+        None,
+    ),
+    (
+        "deepseek-ai__DeepSeek-V3",
+        "h200-141gb",
+        8,
+        2,
+        {"tensor_parallel_size": 4, "data_parallel_size": 4, "enable_expert_parallel": True, "max_model_len": 16384},
+        "data_parallel",
+    ),
+    (
+        "meta-llama__Meta-Llama-3.1-70B",
+        "h100-sxm-80gb",
+        8,
+        2,
+        {"tensor_parallel_size": 8, "max_model_len": 8192},
+        None,
+    ),  # replicas: the same argv on both nodes
 ]
 
 
@@ -84,18 +106,25 @@ def multi_node_cases() -> list[dict]:
         for g in range(len(topo.groups)):
             argvs, expected = member_argvs(topo, g, r.argv, LINE, head_address=f"10.0.{g}.1", tp=tp, pp=pp, dp=dp)
             for name, argv in argvs.items():
-                out.append({"argv": argv, "expected": expected.get(name, validated_arguments(r.context)),
-                            "model": argv[2]})
+                out.append(
+                    {"argv": argv, "expected": expected.get(name, validated_arguments(r.context)), "model": argv[2]}
+                )
     return out
 
 
-@pytest.mark.skipif(not (PYTHON and RELEASE), reason="no vLLM release configured (PREFLIGHT_VLLM_PYTHON / "
-                                                     "PREFLIGHT_VLLM_PYTHONPATH)")
+@pytest.mark.skipif(
+    not (PYTHON and RELEASE), reason="no vLLM release configured (PREFLIGHT_VLLM_PYTHON / PREFLIGHT_VLLM_PYTHONPATH)"
+)
 def test_vllms_own_parser_reads_every_signed_argv_as_validated(tmp_path):  # pragma: no cover - needs vLLM
     path = tmp_path / "argvs.jsonl"
     path.write_text("".join(json.dumps(c) + "\n" for c in cases()))
-    res = subprocess.run([PYTHON, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": RELEASE})
+    res = subprocess.run(
+        [PYTHON, str(SCRIPT), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": RELEASE},
+    )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert res.stdout.strip().endswith("0 mismatches")
 
@@ -112,5 +141,8 @@ def test_multi_node_cases_are_each_nodes_own_command():
     assert "--headless" in tp16[1]["argv"] and "--headless" not in tp16[0]["argv"]
     assert {x["expected"]["master_addr"] for x in lines[2:6]} == {"10.0.0.1", "10.0.1.1"}
     dp_head, dp_follower = lines[10], lines[11]
-    assert dp_follower["expected"]["data_parallel_start_rank"] == 2 and "data_parallel_start_rank" not in dp_head["expected"]
+    assert (
+        dp_follower["expected"]["data_parallel_start_rank"] == 2
+        and "data_parallel_start_rank" not in dp_head["expected"]
+    )
     assert lines[-1]["argv"] == lines[-2]["argv"] and "--nnodes" not in lines[-1]["argv"]

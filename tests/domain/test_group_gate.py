@@ -11,8 +11,16 @@ D = "a" * 64
 
 
 def hold(**kw):
-    args = dict(role="worker", plan_id="p-new", group=0, head="head-1", head_assigned=True, head_digest=D,
-                own_digest=D, head_report=None)
+    args = dict(
+        role="worker",
+        plan_id="p-new",
+        group=0,
+        head="head-1",
+        head_assigned=True,
+        head_digest=D,
+        own_digest=D,
+        head_report=None,
+    )
     return group_hold(**{**args, **kw})
 
 
@@ -50,8 +58,13 @@ def test_a_head_that_refused_or_failed_the_plan_holds_its_workers_for_good(repor
     h = hold(head_report=report)
     assert (h.reason, h.final, h.head_report) == ("head_refused", True, report)
     assert f"reported plan p-new (group 0) {report}" in h.message and "does not start it" in h.message
-    assert h.as_dict() == {"reason": "head_refused", "message": h.message, "final": True, "head": "head-1",
-                           "head_report": report}
+    assert h.as_dict() == {
+        "reason": "head_refused",
+        "message": h.message,
+        "final": True,
+        "head": "head-1",
+        "head_report": report,
+    }
 
 
 def test_no_active_head_assignment_holds():

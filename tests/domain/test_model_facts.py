@@ -32,7 +32,12 @@ EXPECTED = {
 def test_fixture_facts(name):
     f = read_model_facts(model_config(name), hf_quant_config(name))
     heads, kv, head_dim, layers, max_len, quant = EXPECTED[name]
-    assert (f.num_attention_heads, f.total_num_kv_heads, f.head_dim, f.num_hidden_layers) == (heads, kv, head_dim, layers)
+    assert (f.num_attention_heads, f.total_num_kv_heads, f.head_dim, f.num_hidden_layers) == (
+        heads,
+        kv,
+        head_dim,
+        layers,
+    )
     assert f.derived_max_model_len == max_len
     assert (f.quant.method if f.quant else None) == quant
 
@@ -56,31 +61,51 @@ def test_modelopt_kv_cache_quant_from_hf_quant_config():
     assert read_model_facts(model_config(name), hf_quant_config(name)).quant.kv_cache_quant == "fp8"
 
 
-@pytest.mark.parametrize("text,expected", [
-    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}}, 8192),
-    ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, 16384),
-    ({"max_position_embeddings": 32768, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
-                                                         "original_max_position_embeddings": 32768}}, 32768),
-    ({"max_position_embeddings": 131072, "rope_scaling": {"type": "longrope", "factor": 32.0,
-                                                          "original_max_position_embeddings": 4096}}, 4096),
-    ({"max_position_embeddings": 8192, "seq_length": 2048}, 2048),
-    ({"max_position_embeddings": 8192, "model_max_length": 131072}, 131072),
-    ({}, 2048),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}}, 8192),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, 16384),
+        (
+            {
+                "max_position_embeddings": 32768,
+                "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+            },
+            32768,
+        ),
+        (
+            {
+                "max_position_embeddings": 131072,
+                "rope_scaling": {"type": "longrope", "factor": 32.0, "original_max_position_embeddings": 4096},
+            },
+            4096,
+        ),
+        ({"max_position_embeddings": 8192, "seq_length": 2048}, 2048),
+        ({"max_position_embeddings": 8192, "model_max_length": 131072}, 131072),
+        ({}, 2048),
+    ],
+)
 def test_derived_max_len_rules(text, expected):
     assert derive_max_model_len(text, "llama")[0] == expected
 
 
 def test_gemma3_rope_factor_never_scales():
-    assert derive_max_model_len({"max_position_embeddings": 32768,
-                                 "rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "gemma3_text")[0] == 32768
+    assert (
+        derive_max_model_len(
+            {"max_position_embeddings": 32768, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "gemma3_text"
+        )[0]
+        == 32768
+    )
 
 
-@pytest.mark.parametrize("mutate,field", [
-    (lambda c: c.pop("num_attention_heads"), "num_attention_heads"),
-    (lambda c: c.update(num_hidden_layers="many"), "num_hidden_layers"),
-    (lambda c: c.update(num_key_value_heads=-1), "num_key_value_heads"),
-])
+@pytest.mark.parametrize(
+    "mutate,field",
+    [
+        (lambda c: c.pop("num_attention_heads"), "num_attention_heads"),
+        (lambda c: c.update(num_hidden_layers="many"), "num_hidden_layers"),
+        (lambda c: c.update(num_key_value_heads=-1), "num_key_value_heads"),
+    ],
+)
 def test_missing_or_invalid_keys_name_the_field(mutate, field):
     cfg = model_config("meta-llama__Meta-Llama-3.1-70B")
     mutate(cfg)
@@ -92,11 +117,14 @@ def test_missing_or_invalid_keys_name_the_field(mutate, field):
 # Parameter counts the model pages publish (Hugging Face's safetensors metadata: "Model size"), against the estimate
 # from config.json alone — a two-matrix MLP (Falcon: dense_h_to_4h, dense_4h_to_h; vllm 0.33.0
 # model_executor/models/falcon.py:225-257) counted as a gated one put Falcon-40B at 57.9 B.
-@pytest.mark.parametrize("name, published_b, matrices", [
-    ("tiiuae__falcon-40b", 41.8, 2),
-    ("meta-llama__Meta-Llama-3.1-8B", 8.03, 3),
-    ("meta-llama__Meta-Llama-3.1-70B", 70.6, 3),
-])
+@pytest.mark.parametrize(
+    "name, published_b, matrices",
+    [
+        ("tiiuae__falcon-40b", 41.8, 2),
+        ("meta-llama__Meta-Llama-3.1-8B", 8.03, 3),
+        ("meta-llama__Meta-Llama-3.1-70B", 70.6, 3),
+    ],
+)
 def test_parameter_count_from_config_matches_the_published_size(name, published_b, matrices):
     from service.domain.memory import estimate_weights
 

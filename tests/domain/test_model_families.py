@@ -30,23 +30,36 @@ def test_llama4_weights_count_only_the_interleaved_moe_layers(fixture):
 
 
 def test_every_llama4_fixture_is_covered():
-    family = {p.name for p in MODELS.iterdir() if (p / "config.json").exists()
-              and json.loads((p / "config.json").read_text()).get("model_type") == "llama4"}
+    family = {
+        p.name
+        for p in MODELS.iterdir()
+        if (p / "config.json").exists() and json.loads((p / "config.json").read_text()).get("model_type") == "llama4"
+    }
     assert family == set(LLAMA4)
 
 
 def test_maverick_tp8_pp2_over_two_h100_nodes_passes():
-    req = request("meta-llama__Llama-4-Maverick-17B-128E-Instruct", count=8, nodes=2, tensor_parallel_size=8,
-                  pipeline_parallel_size=2, distributed_executor_backend="ray", max_model_len=8192,
-                  gpu_memory_utilization=0.9)
+    req = request(
+        "meta-llama__Llama-4-Maverick-17B-128E-Instruct",
+        count=8,
+        nodes=2,
+        tensor_parallel_size=8,
+        pipeline_parallel_size=2,
+        distributed_executor_backend="ray",
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+    )
     r = validate(LaunchRequest.model_validate(req), alternatives=False)
     assert r.verdict != "reject", [f.message for f in r.errors]
     assert 45 < r.budget["weights_bytes_per_gpu"] / 2**30 < 48  # 746 GiB over 16 GPUs
 
 
 def _falcon_configs():
-    out = {p.name: json.loads((p / "config.json").read_text()) for p in MODELS.iterdir()
-           if (p / "config.json").exists() and json.loads((p / "config.json").read_text()).get("model_type") == "falcon"}
+    out = {
+        p.name: json.loads((p / "config.json").read_text())
+        for p in MODELS.iterdir()
+        if (p / "config.json").exists() and json.loads((p / "config.json").read_text()).get("model_type") == "falcon"
+    }
     for path in sorted((CASES / "handed").glob("*.json")):
         case = json.loads(path.read_text())
         cfg = case["model"].get("config")
@@ -71,8 +84,10 @@ def test_length_defaults_come_from_transformers_config_classes():
     assert LINE.length_defaults["llama"]["max_position_embeddings"] == 2048
 
 
-@pytest.mark.parametrize("fixture,interleave", [("meta-llama__Llama-4-Maverick-17B-128E-Instruct", 2),
-                                                ("meta-llama__Llama-4-Scout-17B-16E-Instruct", 1)])
+@pytest.mark.parametrize(
+    "fixture,interleave",
+    [("meta-llama__Llama-4-Maverick-17B-128E-Instruct", 2), ("meta-llama__Llama-4-Scout-17B-16E-Instruct", 1)],
+)
 def test_llama4_moe_layers_per_pipeline_stage_follow_the_interleave(fixture, interleave):
     est = estimate_weights(read_model_facts(model_config(fixture)), 8, 1, False, 2, None)
     for lo, hi in ((0, 48), (0, 24), (24, 48), (0, 1), (1, 2), (5, 17), (47, 48)):

@@ -37,8 +37,10 @@ def test_newcomer_llama31_70b_8xh100():
     assert budget.usable_bytes == budget.weights_bytes_per_gpu + budget.overhead_bytes + budget.kv_cache_bytes_per_gpu
     assert budget.overhead_bytes == budget.activation_peak_bytes + budget.non_torch_bytes + budget.cuda_graph_bytes
     # initial stage: max_num_seqs = 0.5 × bound at the average length
-    assert args["max_num_seqs"] == int(0.5 * budget.max_num_seqs_bound) or \
-        abs(args["max_num_seqs"] - 0.5 * budget.max_num_seqs_bound) <= 2
+    assert (
+        args["max_num_seqs"] == int(0.5 * budget.max_num_seqs_bound)
+        or abs(args["max_num_seqs"] - 0.5 * budget.max_num_seqs_bound) <= 2
+    )
     # the recommended command validates cleanly and renders
     req = newcomer()
     result = validate(req.model_copy(update={"engine_args": args}))
@@ -55,8 +57,9 @@ def test_production_stage():
 
 def test_only_fills_what_is_left_out():
     req = newcomer()
-    req = req.model_copy(update={"engine_args": {"tensor_parallel_size": 4, "max_model_len": 16384,
-                                                 "gpu_memory_utilization": 0.8}})
+    req = req.model_copy(
+        update={"engine_args": {"tensor_parallel_size": 4, "max_model_len": 16384, "gpu_memory_utilization": 0.8}}
+    )
     args, why = recommend(req)
     assert args["tensor_parallel_size"] == 4 and args["max_model_len"] == 16384
     assert args["gpu_memory_utilization"] == 0.8

@@ -15,8 +15,16 @@ def argv_of(req: dict) -> list[str]:
 
 
 def test_booleans_render_as_flags_never_with_values():
-    argv = argv_of(request("meta-llama__Meta-Llama-3.1-8B", count=1, enforce_eager=False,
-                           enable_prefix_caching=True, enable_chunked_prefill=False, max_num_batched_tokens=131072))
+    argv = argv_of(
+        request(
+            "meta-llama__Meta-Llama-3.1-8B",
+            count=1,
+            enforce_eager=False,
+            enable_prefix_caching=True,
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=131072,
+        )
+    )
     assert "--no-enforce-eager" in argv and "--enable-prefix-caching" in argv
     # 0.33's parser pairs --enable-chunked-prefill with --disable-chunked-prefill (EnableDisableAction)
     assert "--disable-chunked-prefill" in argv
@@ -33,7 +41,9 @@ def test_removed_flag_is_reported_and_never_rendered():
 
 
 def test_bool_given_a_string_value_is_flag_unsupported():
-    result = validate(LaunchRequest.model_validate(request("meta-llama__Meta-Llama-3.1-8B", count=1, enforce_eager="False")))
+    result = validate(
+        LaunchRequest.model_validate(request("meta-llama__Meta-Llama-3.1-8B", count=1, enforce_eager="False"))
+    )
     assert [f.rule for f in result.findings if f.severity.value == "error"] == ["flag_unsupported"]
     assert "--enforce-eager" not in result.argv
 
@@ -55,6 +65,8 @@ def test_command_is_the_shell_quoted_argv_with_env():
 
 
 def test_model_is_the_positional_argument():
-    req = {"model": {"name": "meta-llama/Llama-3.1-8B", "config": model_config("meta-llama__Meta-Llama-3.1-8B")},
-           "hardware": {"gpu": "h100-sxm-80gb"}}
+    req = {
+        "model": {"name": "meta-llama/Llama-3.1-8B", "config": model_config("meta-llama__Meta-Llama-3.1-8B")},
+        "hardware": {"gpu": "h100-sxm-80gb"},
+    }
     assert argv_of(req)[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B"]

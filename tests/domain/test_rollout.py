@@ -14,17 +14,21 @@ W = R.Wave
 
 # -- waves -------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("waves, field", [
-    ([], "waves"),
-    ([W(50), W(50), W(100)], "waves.1.percent"),      # not rising
-    ([W(60), W(40), W(100)], "waves.1.percent"),      # falling
-    ([W(0), W(100)], "waves.0.percent"),
-    ([W(50), W(101)], "waves.1.percent"),
-    ([W(10), W(50)], "waves.1.percent"),              # last is not 100
-    ([W(10, bake_s=-1), W(100)], "waves.0.bake_s"),
-    ([W(10, bake_s=R.MAX_BAKE_S + 1), W(100)], "waves.0.bake_s"),
-    ([W(i + 1) for i in range(R.MAX_WAVES)] + [W(100)], "waves"),
-])
+
+@pytest.mark.parametrize(
+    "waves, field",
+    [
+        ([], "waves"),
+        ([W(50), W(50), W(100)], "waves.1.percent"),  # not rising
+        ([W(60), W(40), W(100)], "waves.1.percent"),  # falling
+        ([W(0), W(100)], "waves.0.percent"),
+        ([W(50), W(101)], "waves.1.percent"),
+        ([W(10), W(50)], "waves.1.percent"),  # last is not 100
+        ([W(10, bake_s=-1), W(100)], "waves.0.bake_s"),
+        ([W(10, bake_s=R.MAX_BAKE_S + 1), W(100)], "waves.0.bake_s"),
+        ([W(i + 1) for i in range(R.MAX_WAVES)] + [W(100)], "waves"),
+    ],
+)
 def test_bad_waves_name_the_field(waves, field):
     with pytest.raises(DomainError) as e:
         R.check_waves(waves)
@@ -62,8 +66,7 @@ def test_units_join_target_and_previous_groups_transitively_in_order():
     assert R.units(order, [("d", "a")]) == [("a", "d"), ("b",), ("c",), ("e",)]
 
 
-@given(st.lists(st.integers(1, 4), min_size=1, max_size=60),
-       st.lists(st.integers(1, 99), max_size=6, unique=True))
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=60), st.lists(st.integers(1, 99), max_size=6, unique=True))
 def test_every_unit_in_exactly_one_wave_in_order(sizes, percents):
     unit_list = [tuple(f"u{i}n{j}" for j in range(k)) for i, k in enumerate(sizes)]
     waves = [W(p) for p in sorted(percents)] + [W(100)]
@@ -100,28 +103,35 @@ def test_refused_and_exited_fail_too():
 
 
 def test_running_with_kv_inside_tolerance_is_ready():
-    o = R.node_outcome(R.Observed("a", 0.0, running_at=40.0, predicted_kv_tokens=400_000,
-                                  measured_kv_tokens=360_000), G, 50.0)
+    o = R.node_outcome(
+        R.Observed("a", 0.0, running_at=40.0, predicted_kv_tokens=400_000, measured_kv_tokens=360_000), G, 50.0
+    )
     assert o.state == "ready" and o.evidence["kv_relative_error"] == -0.1
 
 
 def test_running_with_kv_far_below_prediction_fails():
-    o = R.node_outcome(R.Observed("a", 0.0, running_at=40.0, predicted_kv_tokens=400_000,
-                                  measured_kv_tokens=200_000), G, 50.0)
+    o = R.node_outcome(
+        R.Observed("a", 0.0, running_at=40.0, predicted_kv_tokens=400_000, measured_kv_tokens=200_000), G, 50.0
+    )
     assert o.state == "failed" and o.reason == "kv_out_of_range" and o.evidence["kv_relative_error"] == -0.5
 
 
 def test_kv_gate_off_and_missing_figures_pass():
     off = R.Gates(ready_timeout_s=300, kv_tolerance=None)
-    assert R.node_outcome(R.Observed("a", 0.0, running_at=1.0, predicted_kv_tokens=400_000,
-                                     measured_kv_tokens=1), off, 2.0).state == "ready"
+    assert (
+        R.node_outcome(
+            R.Observed("a", 0.0, running_at=1.0, predicted_kv_tokens=400_000, measured_kv_tokens=1), off, 2.0
+        ).state
+        == "ready"
+    )
     missing = R.node_outcome(R.Observed("a", 0.0, running_at=1.0, predicted_kv_tokens=400_000), G, 2.0)
     assert missing.state == "ready"
     assert missing.evidence["kv_gate"] == "not judged: the running report carried no KV cache figure"
     unpredicted = R.node_outcome(R.Observed("a", 0.0, running_at=1.0, measured_kv_tokens=5), G, 2.0)
     assert unpredicted.evidence["kv_gate"] == "not judged: the plan has no KV cache prediction"
     assert R.node_outcome(R.Observed("a", 0.0, running_at=1.0), off, 2.0).evidence["kv_gate"] == (
-        "not judged: kv_tolerance is null")
+        "not judged: kv_tolerance is null"
+    )
 
 
 def test_a_headless_worker_never_times_out_and_is_ready_with_its_head():
@@ -215,15 +225,25 @@ def test_operator_commands():
     assert R.command("paused", "resume") == "resume"
     assert R.command("baking", "promote") == "baking"
     assert R.command("waiting", "abort") == R.command("halted", "abort") == "aborted"
-    for state, verb in (("paused", "pause"), ("waiting", "resume"), ("paused", "promote"), ("completed", "abort"),
-                        ("rolled_back", "pause"), ("halted", "pause")):
+    for state, verb in (
+        ("paused", "pause"),
+        ("waiting", "resume"),
+        ("paused", "promote"),
+        ("completed", "abort"),
+        ("rolled_back", "pause"),
+        ("halted", "pause"),
+    ):
         with pytest.raises(DomainError):
             R.command(state, verb)
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.sampled_from(["tick", "pause", "resume", "promote"])),
-                max_size=60),
-       st.integers(0, 2))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.booleans(), st.sampled_from(["tick", "pause", "resume", "promote"])),
+        max_size=60,
+    ),
+    st.integers(0, 2),
+)
 def test_random_runs_sign_each_wave_once_in_order_and_halt_only_past_the_limit(events, limit):
     """Drive the state machine with random outcomes and operator commands: waves are signed 0, 1, 2 in order, each
     once; it completes only after the last; it halts only when failures pass the limit."""
@@ -263,12 +283,30 @@ def test_random_runs_sign_each_wave_once_in_order_and_halt_only_past_the_limit(e
 
 # -- edge cases: empty waves, bakes, limits ---------------------------------------------------------------------------
 
+
 def test_empty_waves_are_skipped_without_a_bake():
-    v = R.View(state="waiting", wave=0, waves=(W(25), W(50, bake_s=3600), W(75, bake_s=60), W(100)), failure_limit=0,
-               failures=0, wave_units=1, wave_settled=1, wave_sizes=(2, 0, 0, 2))
+    v = R.View(
+        state="waiting",
+        wave=0,
+        waves=(W(25), W(50, bake_s=3600), W(75, bake_s=60), W(100)),
+        failure_limit=0,
+        failures=0,
+        wave_units=1,
+        wave_settled=1,
+        wave_sizes=(2, 0, 0, 2),
+    )
     assert R.step(v, 0) == R.Decision("sign", "waiting", 3)
-    done = R.View(state="baking", wave=1, waves=(W(50), W(75), W(100)), failure_limit=0, failures=0, wave_units=1,
-                  wave_settled=1, bake_until=5, wave_sizes=(2, 2, 0))
+    done = R.View(
+        state="baking",
+        wave=1,
+        waves=(W(50), W(75), W(100)),
+        failure_limit=0,
+        failures=0,
+        wave_units=1,
+        wave_settled=1,
+        bake_until=5,
+        wave_sizes=(2, 2, 0),
+    )
     assert R.step(done, 10).action == "complete"
 
 

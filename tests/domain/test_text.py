@@ -7,8 +7,22 @@ import pytest
 
 from service.domain.text import display_text_problem
 
-REFUSED = ["\u202e", "\u202a", "\u2066", "\u200b", "\u200d", "\ufeff", "\u00ad", "\u0085", "\u2028", "\u2029",
-           "\x07", "\x1b", "\x7f", "\ue000"]
+REFUSED = [
+    "\u202e",
+    "\u202a",
+    "\u2066",
+    "\u200b",
+    "\u200d",
+    "\ufeff",
+    "\u00ad",
+    "\u0085",
+    "\u2028",
+    "\u2029",
+    "\x07",
+    "\x1b",
+    "\x7f",
+    "\ue000",
+]
 
 
 @pytest.mark.parametrize("ch", REFUSED)
@@ -17,7 +31,16 @@ def test_control_and_invisible_characters_are_refused_by_the_one_check(ch):
     assert problem is not None and f"U+{ord(ch):04X}" in problem and "at position 3" in problem
 
 
-@pytest.mark.parametrize("text", ["NVIDIA H100 80GB HBM3", "Llama-3.1-8B-Instruct", "équipe données", "機械学習-東京",
-                                  "rack 12 🚀", "model-00001-of-00030.safetensors"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NVIDIA H100 80GB HBM3",
+        "Llama-3.1-8B-Instruct",
+        "équipe données",
+        "機械学習-東京",
+        "rack 12 🚀",
+        "model-00001-of-00030.safetensors",
+    ],
+)
 def test_printable_text_in_any_script_passes(text):
     assert display_text_problem(text) is None

@@ -98,18 +98,37 @@ def test_the_data_parallel_head_takes_no_start_rank():
 def test_group_digest_is_deterministic_and_covers_every_member():
     from service.domain.topology import group_digest
 
-    content = {"plan": "p", "members": [{"node": "a", "rank": 0, "argv": ["vllm", "serve", "m"]},
-                                        {"node": "b", "rank": 1, "argv": ["vllm", "serve", "m", "--headless"]}]}
+    content = {
+        "plan": "p",
+        "members": [
+            {"node": "a", "rank": 0, "argv": ["vllm", "serve", "m"]},
+            {"node": "b", "rank": 1, "argv": ["vllm", "serve", "m", "--headless"]},
+        ],
+    }
     again = {"members": [dict(reversed(list(m.items()))) for m in content["members"]], "plan": "p"}
     assert group_digest(content) == group_digest(again)
     changed = {**content, "members": [content["members"][0], {**content["members"][1], "rank": 2}]}
     assert group_digest(changed) != group_digest(content)
 
 
-@pytest.mark.parametrize("value,ok", [("10.0.0.1", True), ("fd00::1", True), ("gpu-1.example.com", True),
-                                      ("gpu-1.example.com.", True), ("localhost", True), ("0.0.0.0", False),
-                                      ("224.0.0.1", False), ("-x", False), ("a_b", False), ("1.2.3", False),
-                                      ("x" * 64, False), ("a." * 127 + "a", False), ("", False)])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        ("10.0.0.1", True),
+        ("fd00::1", True),
+        ("gpu-1.example.com", True),
+        ("gpu-1.example.com.", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("-x", False),
+        ("a_b", False),
+        ("1.2.3", False),
+        ("x" * 64, False),
+        ("a." * 127 + "a", False),
+        ("", False),
+    ],
+)
 def test_address_problem(value, ok):
     from service.domain.topology import address_problem
 

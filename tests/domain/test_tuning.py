@@ -155,8 +155,16 @@ def test_judge_uses_only_the_newest_windows():
 
 
 def test_memo_round_trips_and_survives_garbage():
-    m = Memo(state="settled", held=Point(9, 0.9, "x"), failed=Point(12, 0.9, "y"), knee=9, steps=4,
-             util_ceiling=0.875, slo=Slo(1.0, 20.0), auto_apply=True)
+    m = Memo(
+        state="settled",
+        held=Point(9, 0.9, "x"),
+        failed=Point(12, 0.9, "y"),
+        knee=9,
+        steps=4,
+        util_ceiling=0.875,
+        slo=Slo(1.0, 20.0),
+        auto_apply=True,
+    )
     assert Memo.from_dict(m.as_dict()) == m
     assert Memo.from_dict({"state": "nonsense", "held": {"max_num_seqs": "x"}, "knee": float("nan")}) == Memo()
     assert Memo.from_dict(None) == Memo()
@@ -184,31 +192,44 @@ def test_every_reason_cites_what_a_user_can_open():
     from tests.support.sources import unresolved
 
     memo = Memo(held=Point(80, 0.9, "p80"))
-    decisions = [decide(level(), windows(3)), decide(level(), windows(4, running=1, waiting=0)),
-                 decide(level(64), windows(4)), decide(level(64, 0.85), windows(4, kv=0.9)),
-                 decide(level(100, 0.9, memo), windows(4, pre=5)),
-                 decide(level(96, 0.9, Memo(held=Point(92, 0.9), failed=Point(100, 0.9))), windows(4, pre=3)),
-                 decide(level(72, 0.9, Memo(state="settled", knee=90)), windows(4, pre=4)),
-                 decide(level(64, memo=Memo(slo=Slo(e2e_p99_s=1.0), held=Point(40, 0.85))), windows(4, e2e=9.0)),
-                 decide(level(110, 0.9, memo=Memo(held=Point(100, 0.9)), cap=110), windows(4))]
-    assert {d.action for d in decisions} == {"measure", "raise_max_num_seqs", "raise_gpu_memory_utilization",
-                                             "refine", "settle", "back_off"}
+    decisions = [
+        decide(level(), windows(3)),
+        decide(level(), windows(4, running=1, waiting=0)),
+        decide(level(64), windows(4)),
+        decide(level(64, 0.85), windows(4, kv=0.9)),
+        decide(level(100, 0.9, memo), windows(4, pre=5)),
+        decide(level(96, 0.9, Memo(held=Point(92, 0.9), failed=Point(100, 0.9))), windows(4, pre=3)),
+        decide(level(72, 0.9, Memo(state="settled", knee=90)), windows(4, pre=4)),
+        decide(level(64, memo=Memo(slo=Slo(e2e_p99_s=1.0), held=Point(40, 0.85))), windows(4, e2e=9.0)),
+        decide(level(110, 0.9, memo=Memo(held=Point(100, 0.9)), cap=110), windows(4)),
+    ]
+    assert {d.action for d in decisions} == {
+        "measure",
+        "raise_max_num_seqs",
+        "raise_gpu_memory_utilization",
+        "refine",
+        "settle",
+        "back_off",
+    }
     for d in decisions:
         for r in d.reasons:
             assert not unresolved(r), r
     assert any("docs/operating.md §" in r for d in decisions for r in d.reasons)
 
 
-
 finite = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
 
 
 @hsettings(max_examples=400, deadline=None)
-@given(mns=st.integers(1, 5000), util=st.sampled_from([0.5, 0.8, 0.85, 0.875, 0.9]),
-       cap=st.one_of(st.none(), st.integers(1, 8192)),
-       state=st.sampled_from(["exploring", "settled", "backing_off"]),
-       held=st.one_of(st.none(), st.integers(1, 5000)), failed=st.one_of(st.none(), st.integers(1, 5000)),
-       ws=st.lists(st.tuples(finite, finite, st.floats(0, 1), finite, st.one_of(st.none(), finite)), max_size=8))
+@given(
+    mns=st.integers(1, 5000),
+    util=st.sampled_from([0.5, 0.8, 0.85, 0.875, 0.9]),
+    cap=st.one_of(st.none(), st.integers(1, 8192)),
+    state=st.sampled_from(["exploring", "settled", "backing_off"]),
+    held=st.one_of(st.none(), st.integers(1, 5000)),
+    failed=st.one_of(st.none(), st.integers(1, 5000)),
+    ws=st.lists(st.tuples(finite, finite, st.floats(0, 1), finite, st.one_of(st.none(), finite)), max_size=8),
+)
 def test_any_windows_give_a_bounded_proposal(mns, util, cap, state, held, failed, ws):
     memo = Memo(state=state, held=Point(held, util) if held else None, failed=Point(failed, util) if failed else None)
     lv = Level(PLAN, mns, util, memo, cap)
@@ -239,8 +260,13 @@ def test_kv_pool_limit_settles_where_running_saturates_instead_of_walking_max_nu
     # 50 wait, only 300 ever run, no preemptions. The old loop raised max_num_seqs 13 times to 8192.
     ds = _drive(Point(312, 0.85), lambda lvl: dict(running=300, waiting=50, kv=0.95, pre=0), cap=8192)
     actions = [d.action for d in ds]
-    assert actions == ["raise_gpu_memory_utilization", "raise_gpu_memory_utilization", "raise_max_num_seqs",
-                       "settle", "hold"]
+    assert actions == [
+        "raise_gpu_memory_utilization",
+        "raise_gpu_memory_utilization",
+        "raise_max_num_seqs",
+        "settle",
+        "hold",
+    ]
     assert max(d.next.max_num_seqs for d in ds if d.next) == 375  # 300 ran × 1.25, never 8192
     settle = ds[3]
     assert settle.next == Point(240, 0.9)  # 0.8 × 300 (where running saturated), utilization at the cap

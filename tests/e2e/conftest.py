@@ -19,6 +19,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if HERE in item.path.resolve().parents:
             item.add_marker(pytest.mark.e2e)
 
+
 @pytest.fixture
 def servers(db_url, tmp_path):
     """``servers(n)``: n services on one database and data directory, their URLs. One runs in a thread of the test

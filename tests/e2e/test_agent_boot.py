@@ -25,8 +25,11 @@ from tests.support import ADMIN
 from tests.support.agent_node import FAKE_VLLM, Node
 from tests.support.live import PREFLIGHT, PY, Behind, admin, free_port, setup_fleet, start_server
 
-PLAN = {"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["gpu-01"],
-        "engine_args": {"tensor_parallel_size": 1, "max_model_len": 8192}}
+PLAN = {
+    "manifest": "meta-llama/Llama-3.1-8B",
+    "nodes": ["gpu-01"],
+    "engine_args": {"tensor_parallel_size": 1, "max_model_len": 8192},
+}
 
 
 @pytest.fixture
@@ -53,8 +56,15 @@ def test_reboot_relaunches_the_same_plan_and_runs_answers_which_plan_ran(fleet):
     assert node.launches() == ["serve " + expected] * 2
     assert json.loads(node.state.read_text())["last_seq"] == 1
     agent, events = kinds(c)
-    assert agent == ["agent.fetched", "agent.started", "agent.running", "agent.exited",
-                     "agent.started", "agent.running", "agent.exited"]
+    assert agent == [
+        "agent.fetched",
+        "agent.started",
+        "agent.running",
+        "agent.exited",
+        "agent.started",
+        "agent.running",
+        "agent.exited",
+    ]
     running = next(e for e in events if e["kind"] == "agent.running")["payload"]["details"]["vllm"]
     assert running["kv_cache_tokens"] == 501568 and running["max_concurrency"] == 61.23
     assert running["kv_cache_memory_bytes_suggested"] == 65745289000
@@ -82,14 +92,17 @@ def rewrite_assignment(db_url, data_dir, node, **claim_changes):
     or one whose env the service would refuse today), as if stored that way."""
     engine = create_engine(db_url)
     with engine.begin() as conn:
-        row = conn.execute(text("SELECT id, signed FROM assignments WHERE node_name = :n AND status = 'active'"),
-                           {"n": node}).one()
+        row = conn.execute(
+            text("SELECT id, signed FROM assignments WHERE node_name = :n AND status = 'active'"), {"n": node}
+        ).one()
         part = row.signed.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
         claims.update(claim_changes)
         signed = KeyStore(data_dir / "keys", create=False).sign(claims)
-        conn.execute(text("UPDATE assignments SET signed = :s, etag = :e WHERE id = :i"),
-                     {"s": signed, "e": '"' + audit_mod.sha256_hex(signed.encode())[:32] + '"', "i": row.id})
+        conn.execute(
+            text("UPDATE assignments SET signed = :s, etag = :e WHERE id = :i"),
+            {"s": signed, "e": '"' + audit_mod.sha256_hex(signed.encode())[:32] + '"', "i": row.id},
+        )
         conn.execute(text("UPDATE cache_epochs SET epoch = epoch + 1"))
     engine.dispose()
     return signed
@@ -133,9 +146,28 @@ def test_a_second_preflight_with_its_own_keys_is_refused_and_the_state_is_untouc
         KeyStore(tmp_path / "spoof-var" / "keys").rotate()  # a key set version 2, signed by the spoof's own key
         for _ in range(3):
             assert s.post("/v1/plans", json={**PLAN, "engine_args": {"max_model_len": 4096}}).status_code == 201
-        run = subprocess.run([PREFLIGHT, "agent", "run", "--server", f"http://127.0.0.1:{port}", "--node", "gpu-01",
-                              "--token", spoof_token, "--state", str(node.state), "--trust", str(node.trust),
-                              "--exec"], env=node.env(), capture_output=True, text=True, timeout=60)
+        run = subprocess.run(
+            [
+                PREFLIGHT,
+                "agent",
+                "run",
+                "--server",
+                f"http://127.0.0.1:{port}",
+                "--node",
+                "gpu-01",
+                "--token",
+                spoof_token,
+                "--state",
+                str(node.state),
+                "--trust",
+                str(node.trust),
+                "--exec",
+            ],
+            env=node.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         spoof.terminate()
         spoof.wait(10)
@@ -154,8 +186,9 @@ def test_rotation_reaches_the_node_through_the_signed_chain(fleet, db_url, tmp_p
     assert node.run().returncode == 0
     cli_env = {**os.environ, "PREFLIGHT_DATA_DIR": str(tmp_path / "var"), "PREFLIGHT_DATABASE_URL": db_url}
     old_kid = json.loads(node.trust.read_text())["keys"][0]["kid"]
-    new_kid = subprocess.run([PREFLIGHT, "keys", "rotate"], env=cli_env, capture_output=True, text=True,
-                             check=True).stdout.strip()
+    new_kid = subprocess.run(
+        [PREFLIGHT, "keys", "rotate"], env=cli_env, capture_output=True, text=True, check=True
+    ).stdout.strip()
     # the node's active plan is signed with the old key: retiring it now would stop the node from booting
     refused = subprocess.run([PREFLIGHT, "keys", "retire", old_kid], env=cli_env, capture_output=True, text=True)
     assert refused.returncode == 1 and "1 active plan(s) are signed with" in refused.stderr, refused.stderr
@@ -194,8 +227,13 @@ def test_loader_and_interpreter_variables_are_refused_by_the_service(fleet, name
     url, c, node = fleet
     r = c.post("/v1/plans", json={**PLAN, "env": {name: "/tmp/evil", "VLLM_LOGGING_LEVEL": "INFO"}})
     assert r.status_code == 422, r.text
-    assert r.json()["errors"] == [{"field": f"env.{name}", "rule": "env_not_allowed",
-                                   "message": "it changes which executable, loader or interpreter runs"}]
+    assert r.json()["errors"] == [
+        {
+            "field": f"env.{name}",
+            "rule": "env_not_allowed",
+            "message": "it changes which executable, loader or interpreter runs",
+        }
+    ]
     ok = c.post("/v1/plans", json={**PLAN, "env": {"VLLM_LOGGING_LEVEL": "INFO", "NCCL_DEBUG": "WARN"}})
     assert ok.status_code == 201, ok.text
 
@@ -271,8 +309,13 @@ def test_report_sequence_and_runs_across_two_plans_with_stop_and_heartbeat(fleet
     a = c.post("/v1/plans", json=PLAN).json()
     assert node.run().returncode == 0
     b = c.post("/v1/plans", json={**PLAN, "engine_args": {"max_model_len": 4096}}).json()
-    proc = subprocess.Popen(node.args(None, "--heartbeat-seconds", "0.3"), env=node.env(FAKE_VLLM_MODE="serve"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        node.args(None, "--heartbeat-seconds", "0.3"),
+        env=node.env(FAKE_VLLM_MODE="serve"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
         runs = c.get("/v1/nodes/gpu-01/runs").json()["items"]
@@ -283,8 +326,16 @@ def test_report_sequence_and_runs_across_two_plans_with_stop_and_heartbeat(fleet
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     agent, _ = kinds(c)
-    assert agent == ["agent.fetched", "agent.started", "agent.running", "agent.exited",
-                     "agent.fetched", "agent.started", "agent.running", "agent.stopped"]
+    assert agent == [
+        "agent.fetched",
+        "agent.started",
+        "agent.running",
+        "agent.exited",
+        "agent.fetched",
+        "agent.started",
+        "agent.running",
+        "agent.stopped",
+    ]
     runs = c.get("/v1/nodes/gpu-01/runs").json()["items"]
     assert [(r["plan_id"], r["seq"], r["end"]) for r in runs] == [(a["id"], 1, "exited"), (b["id"], 2, "stopped")]
     assert runs[1]["signal"] == "SIGTERM"
@@ -296,7 +347,6 @@ def test_report_sequence_and_runs_across_two_plans_with_stop_and_heartbeat(fleet
     assert c.get("/v1/nodes/gpu-01/runs", params={"at": at_a, "since": at_a}).status_code == 422
 
 
-
 def test_audit_runs_cli(fleet, db_url, tmp_path):
     url, c, node = fleet
     a = c.post("/v1/plans", json=PLAN).json()
@@ -306,12 +356,22 @@ def test_audit_runs_cli(fleet, db_url, tmp_path):
     runs = c.get("/v1/nodes/gpu-01/runs").json()["items"]
     env = {**os.environ, "PREFLIGHT_DATABASE_URL": db_url, "PREFLIGHT_DATA_DIR": str(tmp_path / "var")}
     for run, plan in zip(runs, (a, b)):
-        out = subprocess.run([PREFLIGHT, "audit", "runs", "--node", "gpu-01", "--at", run["started_at"]], env=env,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [PREFLIGHT, "audit", "runs", "--node", "gpu-01", "--at", run["started_at"]],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert out.stdout.count("\n") == 1 and f"plan {plan['id']} seq {plan['assignments'][0]['seq']}" in out.stdout
-    none = subprocess.run([PREFLIGHT, "audit", "runs", "--node", "gpu-01", "--at", "2001-01-01T00:00:00Z"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    none = subprocess.run(
+        [PREFLIGHT, "audit", "runs", "--node", "gpu-01", "--at", "2001-01-01T00:00:00Z"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert none.returncode == 1 and "nothing ran" in none.stdout
 
 
@@ -337,9 +397,27 @@ def test_reset_on_purpose_is_recorded_then_the_genuine_plan_boots(fleet):
     node.state.write_text(json.dumps({"last_seq": 10**9, "plan_id": "spoofed"}))  # left by an older agent
     refused = node.run()
     assert refused.returncode == 3 and "replayed_seq" in refused.stderr
-    reset = subprocess.run([PREFLIGHT, "agent", "reset", "--server", url, "--node", "gpu-01", "--token", node.token,
-                            "--state", str(node.state), "--reason", "state poisoned by a spoofed server"],
-                           env=node.env(), capture_output=True, text=True, timeout=60)
+    reset = subprocess.run(
+        [
+            PREFLIGHT,
+            "agent",
+            "reset",
+            "--server",
+            url,
+            "--node",
+            "gpu-01",
+            "--token",
+            node.token,
+            "--state",
+            str(node.state),
+            "--reason",
+            "state poisoned by a spoofed server",
+        ],
+        env=node.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert reset.returncode == 0, reset.stderr
     [aside] = node.dir.glob("state.json.reset-*")  # set aside on purpose: not called corrupt
     assert f"previous state kept as {aside}" in reset.stdout and not list(node.dir.glob("state.json.corrupt-*"))
@@ -358,9 +436,16 @@ def test_trust_remote_code_in_production_needs_the_manifest_to_allow_it(fleet):
     assert c.post("/v1/plans", json={**body, "environment": "benchmark"}).status_code == 201
     from tests.support import model_config
 
-    m = c.post("/v1/manifests", json={"name": "meta-llama/Llama-3.1-8B", "version": "2", "uri": "s3://llama-8b",
-                                      "config": model_config("meta-llama__Meta-Llama-3.1-8B"),
-                                      "allow_remote_code": True})
+    m = c.post(
+        "/v1/manifests",
+        json={
+            "name": "meta-llama/Llama-3.1-8B",
+            "version": "2",
+            "uri": "s3://llama-8b",
+            "config": model_config("meta-llama__Meta-Llama-3.1-8B"),
+            "allow_remote_code": True,
+        },
+    )
     assert m.status_code == 201 and m.json()["allow_remote_code"] is True
     assert c.post("/v1/plans", json={**body, "manifest": "meta-llama/Llama-3.1-8B@2"}).status_code == 201
 
@@ -368,9 +453,15 @@ def test_trust_remote_code_in_production_needs_the_manifest_to_allow_it(fleet):
 def test_a_new_plan_reaches_a_running_node_through_its_heartbeat(fleet):
     url, c, node = fleet
     a = c.post("/v1/plans", json=PLAN).json()
-    proc = subprocess.Popen(node.args(None, "--heartbeat-seconds", "0.3"), env=node.env(FAKE_VLLM_MODE="serve"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        node.args(None, "--heartbeat-seconds", "0.3"),
+        env=node.env(FAKE_VLLM_MODE="serve"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
+
         def runs():
             return c.get("/v1/nodes/gpu-01/runs").json()["items"]
 
@@ -390,14 +481,17 @@ def test_a_new_plan_reaches_a_running_node_through_its_heartbeat(fleet):
         assert proc.wait(30) == 0
 
 
-@pytest.mark.parametrize("keysets, plan, status, said", [
-    (b'{"keysets": "x"}', b"not a jws", 200, ["keyset_malformed", "malformed: not a compact JWS"]),
-    (b"[]", b"eyJhbGciOiJub25lIn0.e30.", 200, ["keyset_malformed", "alg_refused"]),
-    (b"\xff\xfe", b'{"oops": true}', 200, ["keyset_malformed", "malformed"]),
-    (b'{"keysets": []}', b"", 304, ["fetch failed: HTTP 304"]),
-    (b'{"keysets": []}', b"A" * (2 << 20), 200, ["too_large"]),  # a 2 MiB "plan": read no further than 1 MiB
-    (b'{"keysets": ["' + b"A" * (2 << 20) + b'"]}', b"x", 200, ["keyset_too_large", "malformed"]),
-])
+@pytest.mark.parametrize(
+    "keysets, plan, status, said",
+    [
+        (b'{"keysets": "x"}', b"not a jws", 200, ["keyset_malformed", "malformed: not a compact JWS"]),
+        (b"[]", b"eyJhbGciOiJub25lIn0.e30.", 200, ["keyset_malformed", "alg_refused"]),
+        (b"\xff\xfe", b'{"oops": true}', 200, ["keyset_malformed", "malformed"]),
+        (b'{"keysets": []}', b"", 304, ["fetch failed: HTTP 304"]),
+        (b'{"keysets": []}', b"A" * (2 << 20), 200, ["too_large"]),  # a 2 MiB "plan": read no further than 1 MiB
+        (b'{"keysets": ["' + b"A" * (2 << 20) + b'"]}', b"x", 200, ["keyset_too_large", "malformed"]),
+    ],
+)
 def test_hostile_server_answers_are_refused_without_a_traceback(tmp_path, keysets, plan, status, said):
     """A server that answers anything: the agent refuses, runs nothing, and leaves its state and trust as they were."""
     import http.server

@@ -32,19 +32,48 @@ class BareNode:
         self.trust.write_text(httpx.get(f"{url}/.well-known/jwks.json").text)  # provisioning
 
     def env(self):
-        return {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "FAKE_VLLM_LOG": str(self.log),
-                "PREFLIGHT_DATA_DIR": str(self.dir / "var")}
+        return {
+            **os.environ,
+            "PATH": f"{self.bin}:{os.environ['PATH']}",
+            "FAKE_VLLM_LOG": str(self.log),
+            "PREFLIGHT_DATA_DIR": str(self.dir / "var"),
+        }
 
     def cli(self, *args, timeout=60):
         return subprocess.run([PREFLIGHT, *args], env=self.env(), capture_output=True, text=True, timeout=timeout)
 
     def register(self, enroll_token, *more):
-        return self.cli("agent", "register", "--server", self.url, "--node", self.name, "--enroll-token",
-                        enroll_token, "--token-file", str(self.token_file), *more)
+        return self.cli(
+            "agent",
+            "register",
+            "--server",
+            self.url,
+            "--node",
+            self.name,
+            "--enroll-token",
+            enroll_token,
+            "--token-file",
+            str(self.token_file),
+            *more,
+        )
 
     def boot(self, *more):
-        return self.cli("agent", "run", "--server", self.url, "--node", self.name, "--token-file",
-                        str(self.token_file), "--state", str(self.state), "--trust", str(self.trust), "--exec", *more)
+        return self.cli(
+            "agent",
+            "run",
+            "--server",
+            self.url,
+            "--node",
+            self.name,
+            "--token-file",
+            str(self.token_file),
+            "--state",
+            str(self.state),
+            "--trust",
+            str(self.trust),
+            "--exec",
+            *more,
+        )
 
     def launches(self):
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -57,40 +86,64 @@ def world(servers, tmp_path):
     enroll = c.post("/v1/tokens", json={"role": "enroller", "label": "rack 12 rollout"}).json()["token"]
     node = BareNode(tmp_path, url)
     weights = weights_dir(tmp_path / "weights" / "llama-3.1-8b", shards=4, tag="none")
-    push = node.cli("manifest", "push", str(weights), "--server", url, "--token", c.headers["Authorization"][7:],
-                    "--name", "meta-llama/Llama-3.1-8B", "--version", "1", "--hash-shards")
+    push = node.cli(
+        "manifest",
+        "push",
+        str(weights),
+        "--server",
+        url,
+        "--token",
+        c.headers["Authorization"][7:],
+        "--name",
+        "meta-llama/Llama-3.1-8B",
+        "--version",
+        "1",
+        "--hash-shards",
+    )
     assert push.returncode == 0, push.stderr
     return url, c, enroll, node, weights
 
 
 def refusals(c):
-    return [e["payload"] for e in c.get("/v1/audit", params={"node": "gpu-01", "kind": "agent.refused"}).json()["items"]]
+    return [
+        e["payload"] for e in c.get("/v1/audit", params={"node": "gpu-01", "kind": "agent.refused"}).json()["items"]
+    ]
 
 
-PLAN = {"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["gpu-01"],
-        "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9}}
+PLAN = {
+    "manifest": "meta-llama/Llama-3.1-8B",
+    "nodes": ["gpu-01"],
+    "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9},
+}
 
 
 def test_bare_metal_to_running_with_an_enrollment_token_alone(world):
     url, c, enroll, node, weights = world
     reg = node.register(enroll, "--address", "10.0.12.7")
     assert reg.returncode == 0, reg.stderr
-    assert reg.stdout.startswith("registered gpu-01: 8 × NVIDIA H100 SXM5 80GB (h100-sxm-80gb), 81559 MiB, "
-                                 "interconnect nvlink; agent token written to ")
+    assert reg.stdout.startswith(
+        "registered gpu-01: 8 × NVIDIA H100 SXM5 80GB (h100-sxm-80gb), 81559 MiB, "
+        "interconnect nvlink; agent token written to "
+    )
     assert stat.S_IMODE(node.token_file.stat().st_mode) == 0o600
     token = node.token_file.read_text().strip()
     assert token.startswith("pf_") and token not in reg.stdout + reg.stderr  # shown nowhere else
     facts = c.get("/v1/nodes/gpu-01").json()
     assert (facts["gpu"]["id"], facts["gpu_count"], facts["interconnect"]) == ("h100-sxm-80gb", 8, "nvlink")
-    assert facts["address"] == "10.0.12.7" and facts["labels"] == {} and facts["gpus"][7]["bus_id"] == "00000000:DB:00.0"
+    assert (
+        facts["address"] == "10.0.12.7" and facts["labels"] == {} and facts["gpus"][7]["bus_id"] == "00000000:DB:00.0"
+    )
     # The enroller can do nothing else
     e = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {enroll}"})
     assert e.post("/v1/plans", json=PLAN).status_code == 403
     assert e.get("/v1/nodes/gpu-01/plan").status_code == 403
     # the manifest recorded the weights (hashes too)
     files = c.get("/v1/manifests/meta-llama/Llama-3.1-8B@1").json()["files"]
-    assert files["quantization"] is None and len(files["shards"]) == 4 and all(len(s["sha256"]) == 64
-                                                                                 for s in files["shards"])
+    assert (
+        files["quantization"] is None
+        and len(files["shards"]) == 4
+        and all(len(s["sha256"]) == 64 for s in files["shards"])
+    )
     plan = c.post("/v1/plans", json=PLAN)
     assert plan.status_code == 201, plan.text
     plan = plan.json()
@@ -121,8 +174,10 @@ def test_a_gpu_missing_at_boot_is_refused_reported_and_the_facts_updated(world):
     install_nvidia_smi(node.bin, "h100-sxm-7-missing")  # a GPU fell off the bus since
     run = node.boot()
     assert run.returncode == 3 and node.launches() == []
-    assert (f"preflight agent: REFUSED gpus {plan['id']}: the node's GPUs differ from the hardware the plan was "
-            f"validated for: GPU count: the plan was validated for 8, nvidia-smi lists 7. vLLM was not started.") in run.stderr
+    assert (
+        f"preflight agent: REFUSED gpus {plan['id']}: the node's GPUs differ from the hardware the plan was "
+        f"validated for: GPU count: the plan was validated for 8, nvidia-smi lists 7. vLLM was not started."
+    ) in run.stderr
     [r] = refusals(c)
     assert r["status"] == "refused" and r["details"]["reason"] == "inventory_drift"
     assert r["details"]["differences"] == ["GPU count: the plan was validated for 8, nvidia-smi lists 7"]
@@ -152,8 +207,10 @@ def test_a_foreign_process_holding_60_gb_is_refused_with_the_numbers_and_the_pro
     install_nvidia_smi(node.bin, "h100-sxm-8-busy")
     run = node.boot()
     assert run.returncode == 3 and node.launches() == []
-    assert ("GPU 0 (00000000:18:00.0): 19.64 GiB free of 79.65 GiB, the plan needs 71.68 GiB "
-            "(gpu_memory_utilization 0.9 × 79.65 GiB total)") in run.stderr
+    assert (
+        "GPU 0 (00000000:18:00.0): 19.64 GiB free of 79.65 GiB, the plan needs 71.68 GiB "
+        "(gpu_memory_utilization 0.9 × 79.65 GiB total)"
+    ) in run.stderr
     assert "pid 48213 /usr/bin/python3 holds 61440 MiB on GPU 0" in run.stderr
     [r] = refusals(c)
     d = r["details"]
@@ -164,13 +221,25 @@ def test_a_foreign_process_holding_60_gb_is_refused_with_the_numbers_and_the_pro
     assert node.boot().returncode == 0 and len(node.launches()) == 1
 
 
-@pytest.mark.parametrize("damage,file,expected,found", [
-    (lambda w: (w / "quantization.txt").write_text("awq\n"), "quantization.txt", "no tag", "tag awq"),
-    (lambda w: (w / "model-00002-of-00004.safetensors").unlink(), "model-00002-of-00004.safetensors",
-     "4096 bytes", "no such file"),
-    (lambda w: os.truncate(w / "model-00004-of-00004.safetensors", 100), "model-00004-of-00004.safetensors",
-     "4096 bytes", "100 bytes"),
-], ids=["wrong-tag", "missing-shard", "short-shard"])
+@pytest.mark.parametrize(
+    "damage,file,expected,found",
+    [
+        (lambda w: (w / "quantization.txt").write_text("awq\n"), "quantization.txt", "no tag", "tag awq"),
+        (
+            lambda w: (w / "model-00002-of-00004.safetensors").unlink(),
+            "model-00002-of-00004.safetensors",
+            "4096 bytes",
+            "no such file",
+        ),
+        (
+            lambda w: os.truncate(w / "model-00004-of-00004.safetensors", 100),
+            "model-00004-of-00004.safetensors",
+            "4096 bytes",
+            "100 bytes",
+        ),
+    ],
+    ids=["wrong-tag", "missing-shard", "short-shard"],
+)
 def test_weights_that_are_not_the_manifests_are_refused_before_vllm_starts(world, damage, file, expected, found):
     url, c, enroll, node, weights = world
     assert node.register(enroll).returncode == 0
@@ -187,8 +256,21 @@ def test_weights_that_are_not_the_manifests_are_refused_before_vllm_starts(world
 def test_a_remote_uri_is_checked_under_weights_root(world, tmp_path):
     url, c, enroll, node, weights = world
     assert node.register(enroll).returncode == 0
-    push = node.cli("manifest", "push", str(weights), "--server", url, "--token", c.headers["Authorization"][7:],
-                    "--name", "meta-llama/Llama-3.1-8B", "--version", "2", "--uri", "s3://weights/llama-3.1-8b")
+    push = node.cli(
+        "manifest",
+        "push",
+        str(weights),
+        "--server",
+        url,
+        "--token",
+        c.headers["Authorization"][7:],
+        "--name",
+        "meta-llama/Llama-3.1-8B",
+        "--version",
+        "2",
+        "--uri",
+        "s3://weights/llama-3.1-8b",
+    )
     assert push.returncode == 0, push.stderr
     c.post("/v1/plans", json={**PLAN, "manifest": "meta-llama/Llama-3.1-8B@2"})
     root = tmp_path / "weights-root"
@@ -220,13 +302,25 @@ def test_gpus_used_fails_closed_when_the_selection_cannot_be_mapped():
     every GPU of the node is checked (never an empty check that passes)."""
     from service.agent.gpus import ObservedGpu, gpus_used
 
-    gpus = [ObservedGpu(index=i, name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 << 30,
-                        memory_used_bytes=0, compute_capability="9.0", bus_id=f"00000000:{i:02X}:00.0")
-            for i in range(8)]
+    gpus = [
+        ObservedGpu(
+            index=i,
+            name="NVIDIA H100 80GB HBM3",
+            memory_total_bytes=80 << 30,
+            memory_used_bytes=0,
+            compute_capability="9.0",
+            bus_id=f"00000000:{i:02X}:00.0",
+        )
+        for i in range(8)
+    ]
     one = {"gpus": 1}
     assert [g.index for g in gpus_used(gpus, one, {}, ["vllm", "serve", "m", "--device-ids", "3"])] == [3]
     assert [g.index for g in gpus_used(gpus, one, {"CUDA_VISIBLE_DEVICES": "5"})] == [5]
-    for env in ({"CUDA_VISIBLE_DEVICES": "GPU-5c3c8a9e"}, {"CUDA_VISIBLE_DEVICES": "²"},
-                {"CUDA_VISIBLE_DEVICES": "9"}, {"CUDA_VISIBLE_DEVICES": ""}):
+    for env in (
+        {"CUDA_VISIBLE_DEVICES": "GPU-5c3c8a9e"},
+        {"CUDA_VISIBLE_DEVICES": "²"},
+        {"CUDA_VISIBLE_DEVICES": "9"},
+        {"CUDA_VISIBLE_DEVICES": ""},
+    ):
         assert len(gpus_used(gpus, one, env)) == 8, env
     assert len(gpus_used(gpus, {"gpus": 4}, {"CUDA_VISIBLE_DEVICES": "1,2"})) == 8

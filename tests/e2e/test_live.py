@@ -32,8 +32,14 @@ def test_agent_exec_runs_exactly_the_plan_and_reports_vllm_figures(servers, tmp_
     (url,) = servers(1)
     c = admin(url)
     tokens = setup_fleet(c, ["gpu-01"])
-    plan = c.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["gpu-01"],
-                                     "engine_args": {"tensor_parallel_size": 1, "max_model_len": 8192}}).json()
+    plan = c.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-8B",
+            "nodes": ["gpu-01"],
+            "engine_args": {"tensor_parallel_size": 1, "max_model_len": 8192},
+        },
+    ).json()
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "vllm"
@@ -44,9 +50,28 @@ def test_agent_exec_runs_exactly_the_plan_and_reports_vllm_figures(servers, tmp_
     state = tmp_path / "state.json"
     trust = tmp_path / "trust.json"
     trust.write_text(httpx.get(f"{url}/.well-known/jwks.json").text)
-    run = subprocess.run([PREFLIGHT, "agent", "run", "--server", url, "--node", "gpu-01", "--token", tokens["gpu-01"],
-                          "--state", str(state), "--trust", str(trust), "--exec"], env=env, capture_output=True,
-                         text=True, timeout=60)
+    run = subprocess.run(
+        [
+            PREFLIGHT,
+            "agent",
+            "run",
+            "--server",
+            url,
+            "--node",
+            "gpu-01",
+            "--token",
+            tokens["gpu-01"],
+            "--state",
+            str(state),
+            "--trust",
+            str(trust),
+            "--exec",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert "argv: " + " ".join(plan["argv"][1:]) + "\n" in run.stdout  # exactly the signed argv
     assert json.loads(state.read_text())["last_seq"] == 1
@@ -56,9 +81,28 @@ def test_agent_exec_runs_exactly_the_plan_and_reports_vllm_figures(servers, tmp_
     assert cal["count"] == 1 and cal["items"][0]["actual_kv_tokens"] == 501568
     assert cal["items"][0]["predicted_kv_tokens"] == plan["budget"]["kv_cache_tokens"]
     # a second boot with the same plan (a reboot) runs it again, without a new delivery
-    again = subprocess.run([PREFLIGHT, "agent", "run", "--server", url, "--node", "gpu-01", "--token",
-                            tokens["gpu-01"], "--state", str(state), "--trust", str(trust), "--exec"], env=env,
-                           capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [
+            PREFLIGHT,
+            "agent",
+            "run",
+            "--server",
+            url,
+            "--node",
+            "gpu-01",
+            "--token",
+            tokens["gpu-01"],
+            "--state",
+            str(state),
+            "--trust",
+            str(trust),
+            "--exec",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert again.returncode == 0 and "argv: " + " ".join(plan["argv"][1:]) + "\n" in again.stdout
     history = c.get("/v1/nodes/gpu-01/history").json()["items"][0]
     assert history["fetches"] == 1 and len(c.get("/v1/nodes/gpu-01/runs").json()["items"]) == 2
@@ -68,16 +112,36 @@ def test_agent_refuses_a_plan_when_its_state_has_seen_a_newer_seq(servers, tmp_p
     (url,) = servers(1)
     c = admin(url)
     tokens = setup_fleet(c, ["gpu-01"])
-    c.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["gpu-01"],
-                              "engine_args": {"max_model_len": 8192}})
+    c.post(
+        "/v1/plans",
+        json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": ["gpu-01"], "engine_args": {"max_model_len": 8192}},
+    )
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"last_seq": 7, "etag": None}))
     trust = tmp_path / "trust.json"
     trust.write_text(httpx.get(f"{url}/.well-known/jwks.json").text)
-    run = subprocess.run([PREFLIGHT, "agent", "run", "--server", url, "--node", "gpu-01", "--token", tokens["gpu-01"],
-                          "--state", str(state), "--trust", str(trust), "--print"],
-                         env={**os.environ, "PREFLIGHT_DATA_DIR": str(tmp_path)},
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [
+            PREFLIGHT,
+            "agent",
+            "run",
+            "--server",
+            url,
+            "--node",
+            "gpu-01",
+            "--token",
+            tokens["gpu-01"],
+            "--state",
+            str(state),
+            "--trust",
+            str(trust),
+            "--print",
+        ],
+        env={**os.environ, "PREFLIGHT_DATA_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 3 and "replayed_seq" in run.stderr and "vllm serve" not in run.stdout
     assert json.loads(state.read_text()) == {"last_seq": 7, "etag": None}  # a refused plan changes nothing
     refused = c.get("/v1/audit", params={"node": "gpu-01", "kind": "agent.refused"}).json()["items"]
@@ -94,8 +158,14 @@ def test_two_processes_200_plans_and_reports_keep_one_chain(db_url, servers):
 
     def create(i):
         with admin(urls[i % 2]) as cl:
-            r = cl.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B", "nodes": [nodes[i % 20]],
-                                           "engine_args": {"max_model_len": 1024 + i}})
+            r = cl.post(
+                "/v1/plans",
+                json={
+                    "manifest": "meta-llama/Llama-3.1-8B",
+                    "nodes": [nodes[i % 20]],
+                    "engine_args": {"max_model_len": 1024 + i},
+                },
+            )
             return r.status_code, r.json().get("id")
 
     with cf.ThreadPoolExecutor(16) as pool:
@@ -119,7 +189,9 @@ def test_two_processes_200_plans_and_reports_keep_one_chain(db_url, servers):
     with engine.connect() as conn:
         ids = [r[0] for r in conn.execute(text("SELECT id FROM audit_events ORDER BY id"))]
         plan_ids = {r[0] for r in conn.execute(text("SELECT id FROM plans"))}
-        seqs = conn.execute(text("SELECT node_name, array_agg(seq ORDER BY seq) FROM assignments GROUP BY node_name")).all()
+        seqs = conn.execute(
+            text("SELECT node_name, array_agg(seq ORDER BY seq) FROM assignments GROUP BY node_name")
+        ).all()
     engine.dispose()
     assert {pid for _, pid in created} <= plan_ids  # every acknowledged write is present
     # 20 nodes + 1 manifest + 200 plans (+ 180 supersessions: 10 plans per node) + 200 reports, each exactly once
@@ -145,8 +217,9 @@ def test_same_idempotency_key_50_times_concurrently_makes_one_plan(db_url, serve
     assert len({pid for _, pid in results}) == 1
     history = c.get("/v1/nodes/gpu-01/history").json()["items"]
     assert len(history) == 1
-    other = c.post("/v1/plans", json={**body, "engine_args": {"max_model_len": 4096}},
-                   headers={"Idempotency-Key": "deploy-42"})
+    other = c.post(
+        "/v1/plans", json={**body, "engine_args": {"max_model_len": 4096}}, headers={"Idempotency-Key": "deploy-42"}
+    )
     assert other.status_code == 422 and "different request body" in other.json()["detail"]
 
 
@@ -172,8 +245,13 @@ def test_writer_killed_mid_transaction_leaves_no_rows_and_an_intact_chain(db_url
         audit_mod.append(s, actor="t", kind="node.registered", subject="node:first", payload={})
     script = tmp_path / "crash.py"
     script.write_text(CRASHER.format())
-    run = subprocess.run([PY, str(script), db_url], capture_output=True, text=True, timeout=60,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    run = subprocess.run(
+        [PY, str(script), db_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
     assert run.returncode == -signal.SIGKILL and "flushed" in run.stdout
     with db.transaction() as s:
         assert s.execute(text("SELECT count(*) FROM nodes WHERE name = 'half'")).scalar() == 0

@@ -27,11 +27,20 @@ def group(servers, tmp_path):
         r = c.post("/v1/nodes", json={"name": name, "gpu": "h200-141gb", "gpu_count": 8, "address": addr})
         assert r.status_code == 201, r.text
         nodes[name] = Node(tmp_path, url, r.json()["agent_token"], name=name, gpus="h200-sxm-8")
-    r = c.post("/v1/manifests", json={"name": "deepseek-ai/DeepSeek-V3", "version": "1", "uri": "s3://dsv3",
-                                      "config": model_config("deepseek-ai__DeepSeek-V3")})
+    r = c.post(
+        "/v1/manifests",
+        json={
+            "name": "deepseek-ai/DeepSeek-V3",
+            "version": "1",
+            "uri": "s3://dsv3",
+            "config": model_config("deepseek-ai__DeepSeek-V3"),
+        },
+    )
     assert r.status_code == 201, r.text
-    r = c.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["head-1", "worker-1"],
-                                  "engine_args": TP16})
+    r = c.post(
+        "/v1/plans",
+        json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["head-1", "worker-1"], "engine_args": TP16},
+    )
     assert r.status_code == 201, r.text
     return url, c, nodes, r.json()
 
@@ -44,8 +53,13 @@ def events(c, node, kind, plan_id=None):
 def serve_head(c, head, plan_id):
     """The head's agent running its plan (a stand-in vLLM that keeps serving), once it reported it running. The
     heartbeat is long: the head learns of a newer plan only when it is restarted (the window the gate closes)."""
-    proc = subprocess.Popen(head.args(None), env=head.env(FAKE_VLLM_MODE="serve", PREFLIGHT_HEARTBEAT_SECONDS="3600"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        head.args(None),
+        env=head.env(FAKE_VLLM_MODE="serve", PREFLIGHT_HEARTBEAT_SECONDS="3600"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(600):  # until its report arrived (or it ended): no timing is asserted
         if events(c, "head-1", "agent.running", plan_id) or proc.poll() is not None:
             break
@@ -82,8 +96,14 @@ def test_each_node_runs_its_role_and_reports_its_rank(servers, tmp_path):
 def test_a_group_member_never_boots_offline(servers, tmp_path):
     url, c, nodes, plan = group(servers, tmp_path)
     worker = nodes["worker-1"]
-    assert c.post("/v1/nodes/head-1/reports", headers={"Authorization": f"Bearer {nodes['head-1'].token}"},
-                  json={"plan_id": plan["id"], "status": "started"}).status_code == 201  # the head runs it
+    assert (
+        c.post(
+            "/v1/nodes/head-1/reports",
+            headers={"Authorization": f"Bearer {nodes['head-1'].token}"},
+            json={"plan_id": plan["id"], "status": "started"},
+        ).status_code
+        == 201
+    )  # the head runs it
     first = worker.run()
     assert first.returncode == 0, first.stderr
     down = f"http://127.0.0.1:{free_port()}"
@@ -92,13 +112,20 @@ def test_a_group_member_never_boots_offline(servers, tmp_path):
     assert "OFFLINE BOOT" not in offline.stderr  # only the refusal is said, not a boot that does not happen
     assert len(worker.launches()) == 1
     # with --wait it waits for the service instead (it would refuse the offline boot)
-    waiting = subprocess.Popen(worker.args(down, "--wait", "--poll-seconds", "0.2"), env=worker.env(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    waiting = subprocess.Popen(
+        worker.args(down, "--wait", "--poll-seconds", "0.2"),
+        env=worker.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = waiting.stderr.readline()
     waiting.terminate()
     waiting.wait(30)
-    assert "the service is unreachable and the saved plan is a multi-node group member's, which never boots " \
-           "offline; waiting" in line, line
+    assert (
+        "the service is unreachable and the saved plan is a multi-node group member's, which never boots "
+        "offline; waiting" in line
+    ), line
     assert len(worker.launches()) == 1
 
 
@@ -115,8 +142,10 @@ def test_a_member_whose_head_holds_another_group_plan_refuses(servers, tmp_path,
     refused = nodes["worker-1"].run()
     assert refused.returncode == 3 and "group_digest_mismatch" in refused.stderr
     assert nodes["worker-1"].launches() == []
-    assert json.loads(nodes["worker-1"].state.read_text() if nodes["worker-1"].state.exists() else "{}").get(
-        "last_seq", 0) == 0
+    assert (
+        json.loads(nodes["worker-1"].state.read_text() if nodes["worker-1"].state.exists() else "{}").get("last_seq", 0)
+        == 0
+    )
 
 
 def test_a_worker_holds_until_its_head_runs_the_new_plan_then_starts(servers, tmp_path):
@@ -136,12 +165,23 @@ def test_a_worker_holds_until_its_head_runs_the_new_plan_then_starts(servers, tm
     assert "HOLD" not in first.stderr and "--max-model-len 32768" in worker.launches()[0]
 
     # the plan changes; the head still runs the old one (its heartbeat is an hour away)
-    r = c.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["head-1", "worker-1"],
-                                  "engine_args": {**TP16, "max_model_len": 16384}})
+    r = c.post(
+        "/v1/plans",
+        json={
+            "manifest": "deepseek-ai/DeepSeek-V3@1",
+            "nodes": ["head-1", "worker-1"],
+            "engine_args": {**TP16, "max_model_len": 16384},
+        },
+    )
     assert r.status_code == 201, r.text
     p2 = r.json()
-    waiting = subprocess.Popen(worker.args(None, "--group-wait", "300"), env=worker.env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    waiting = subprocess.Popen(
+        worker.args(None, "--group-wait", "300"),
+        env=worker.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     said = []
     for line in waiting.stderr:  # until the worker says it holds (it has fetched, and was answered hold)
         said.append(line)
@@ -172,8 +212,10 @@ def test_a_worker_never_starts_when_its_head_refuses_the_plan(servers, tmp_path)
     assert refused.returncode == 3 and "REFUSED" in refused.stderr and head.launches() == []
     done = worker.run()
     assert done.returncode == 3 and worker.launches() == [], done.stderr
-    assert f"REFUSED group {plan['id']}: the head head-1 reported plan {plan['id']} (group 0) refused: this " \
-           f"worker does not start it" in done.stderr
+    assert (
+        f"REFUSED group {plan['id']}: the head head-1 reported plan {plan['id']} (group 0) refused: this "
+        f"worker does not start it" in done.stderr
+    )
     [event] = events(c, "worker-1", "agent.refused", plan["id"])
     assert event["payload"]["details"]["reason"] == "head_refused" and event["payload"]["details"]["check"] == "group"
     assert c.get(f"/v1/plans/{plan['id']}").json()["groups"][0]["status"] == "failed"

@@ -20,9 +20,12 @@ def _functions(path: pathlib.Path):
 
 
 def test_no_function_in_the_service_is_longer_than_a_screen():
-    long = [f"{path.relative_to(ROOT)}:{line} {name} ({length} lines)"
-            for path in sorted((ROOT / "service").rglob("*.py"))
-            for name, line, length in _functions(path) if length > LONGEST_FUNCTION]
+    long = [
+        f"{path.relative_to(ROOT)}:{line} {name} ({length} lines)"
+        for path in sorted((ROOT / "service").rglob("*.py"))
+        for name, line, length in _functions(path)
+        if length > LONGEST_FUNCTION
+    ]
     assert long == []
 
 

@@ -40,21 +40,35 @@ def node_venv(tmp_path_factory) -> pathlib.Path:
     built = _run(uv, "build", "--wheel", "--out-dir", work / "dist", ROOT, cwd=work)
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (work / "dist").glob("preflight-*.whl")
-    pins = _run(uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "--format",
-                "requirements-txt", "--project", ROOT, cwd=work)
+    pins = _run(
+        uv,
+        "export",
+        "--frozen",
+        "--no-dev",
+        "--no-emit-project",
+        "--no-hashes",
+        "--format",
+        "requirements-txt",
+        "--project",
+        ROOT,
+        cwd=work,
+    )
     assert pins.returncode == 0, pins.stderr[-2000:]
     (work / "base.txt").write_text(pins.stdout)
     venv = work / "venv"
-    for step in ((uv, "venv", "--python", sys.executable, venv),
-                 (uv, "pip", "install", "--python", venv / "bin" / "python", "-r", work / "base.txt", wheel)):
+    for step in (
+        (uv, "venv", "--python", sys.executable, venv),
+        (uv, "pip", "install", "--python", venv / "bin" / "python", "-r", work / "base.txt", wheel),
+    ):
         done = _run(*step, cwd=work)
         assert done.returncode == 0, done.stderr[-2000:]
     return venv
 
 
 def test_base_install_has_no_server_stack(node_venv):
-    probe = ("import importlib.util, json; "
-             f"print(json.dumps([m for m in {SERVER_STACK!r} if importlib.util.find_spec(m)]))")
+    probe = (
+        f"import importlib.util, json; print(json.dumps([m for m in {SERVER_STACK!r} if importlib.util.find_spec(m)]))"
+    )
     out = _run(node_venv / "bin" / "python", "-c", probe, cwd=node_venv)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == []
@@ -70,10 +84,16 @@ def test_agent_commands_run_from_the_base_install(node_venv):
 def test_check_rejects_a_launch_from_the_base_install(node_venv, tmp_path):
     """Llama 3.1 70B has 64 attention heads: tensor_parallel_size 3 is refused with vLLM's own reason, from the
     catalogue data packaged in the wheel (the working directory holds no source tree)."""
-    request = {"model": {"name": "meta-llama/Llama-3.1-70B", "uri": "s3://weights/meta-llama/Llama-3.1-70B",
-                         "config": json.loads(LLAMA_70B.read_text())},
-               "hardware": {"gpu": "h100-sxm-80gb", "count": 3, "nodes": 1, "interconnect": "nvlink"},
-               "environment": "production", "engine_args": {"tensor_parallel_size": 3, "max_model_len": 8192}}
+    request = {
+        "model": {
+            "name": "meta-llama/Llama-3.1-70B",
+            "uri": "s3://weights/meta-llama/Llama-3.1-70B",
+            "config": json.loads(LLAMA_70B.read_text()),
+        },
+        "hardware": {"gpu": "h100-sxm-80gb", "count": 3, "nodes": 1, "interconnect": "nvlink"},
+        "environment": "production",
+        "engine_args": {"tensor_parallel_size": 3, "max_model_len": 8192},
+    }
     path = tmp_path / "tp3.json"
     path.write_text(json.dumps(request))
     out = _run(node_venv / "bin" / "preflight", "check", "--json", path, cwd=tmp_path)

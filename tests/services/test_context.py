@@ -10,8 +10,11 @@ from service.clock import ManualClock
 from tests.support import ADMIN
 from tests.support.api import register_manifest, register_node
 
-PLAN = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-        "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9}}
+PLAN = {
+    "manifest": "meta-llama/Llama-3.1-70B@1",
+    "nodes": ["gpu-01"],
+    "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9},
+}
 
 
 def at(value: str) -> float:

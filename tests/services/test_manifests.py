@@ -11,15 +11,24 @@ FP8 = "nvidia__Llama-3.1-70B-Instruct-FP8"
 
 
 def body(fixture, **extra):
-    return {"name": "m", "version": "1", "uri": "s3://weights/m", "config": model_config(fixture),
-            "hf_quant_config": hf_quant_config(fixture), **extra}
+    return {
+        "name": "m",
+        "version": "1",
+        "uri": "s3://weights/m",
+        "config": model_config(fixture),
+        "hf_quant_config": hf_quant_config(fixture),
+        **extra,
+    }
 
 
-@pytest.mark.parametrize("fixture,tag,rule", [
-    (FP8, "awq", "quant_mismatch"),  # ModelOpt FP8 weights tagged AWQ
-    ("Qwen__Qwen3-235B-A22B-FP8", "gptq", "quant_mismatch"),  # fp8 config.json, tag gptq
-    ("meta-llama__Meta-Llama-3.1-70B", "awq", "quant_no_config"),  # unquantized weights tagged awq
-])
+@pytest.mark.parametrize(
+    "fixture,tag,rule",
+    [
+        (FP8, "awq", "quant_mismatch"),  # ModelOpt FP8 weights tagged AWQ
+        ("Qwen__Qwen3-235B-A22B-FP8", "gptq", "quant_mismatch"),  # fp8 config.json, tag gptq
+        ("meta-llama__Meta-Llama-3.1-70B", "awq", "quant_no_config"),  # unquantized weights tagged awq
+    ],
+)
 def test_tag_that_disagrees_with_the_checkpoint_is_refused(client, fixture, tag, rule):
     before = audit_events(client)
     r = client.post("/v1/manifests", json=body(fixture, quantization_txt=tag))
@@ -69,20 +78,35 @@ def test_remote_code_in_production_needs_the_manifests_consent_in_every_spelling
     assert r.status_code == 422 and "trust_remote_code_not_allowed" in r.text, r.text
 
 
-@pytest.mark.parametrize("args", [{"tool_parser_plugin": "/tmp/evil.py"}, {"worker_cls": "evil.Worker"},
-                                  {"middleware": ["evil.mw"]}, {"logits_processors": ["evil:LP"]},
-                                  {"kv_transfer_config": {"kv_connector": "X", "kv_role": "kv_both",
-                                                          "kv_connector_module_path": "evil.mod"}},
-                                  {"scheduler_cls": "evil.Sched"}, {"distributed_executor_backend": "evil.Exec"},
-                                  {"compilation_config": {"inductor_passes": {"p": "evil.fn"}}},
-                                  {"structured_outputs_config": {"reasoning_parser_plugin": "/tmp/evil.py"}},
-                                  {"ec_transfer_config": {"ec_connector_module_path": "evil.mod"}},
-                                  {"kv_transfer_config": {"kv_connector": "MultiConnector", "kv_role": "kv_both",
-                                                          "kv_connector_extra_config": {"connectors": [
-                                                              {"kv_connector": "X", "kv_role": "kv_both",
-                                                               "kv_connector_module_path": "evil.mod"}]}}},
-                                  {"kv_transfer_config": {"kv_connector_extra_config": {
-                                      "a": {"b": {"c": {"d": {"e": {"f": {"g": [{"worker_cls": "evil.W"}]}}}}}}}}}])
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"tool_parser_plugin": "/tmp/evil.py"},
+        {"worker_cls": "evil.Worker"},
+        {"middleware": ["evil.mw"]},
+        {"logits_processors": ["evil:LP"]},
+        {"kv_transfer_config": {"kv_connector": "X", "kv_role": "kv_both", "kv_connector_module_path": "evil.mod"}},
+        {"scheduler_cls": "evil.Sched"},
+        {"distributed_executor_backend": "evil.Exec"},
+        {"compilation_config": {"inductor_passes": {"p": "evil.fn"}}},
+        {"structured_outputs_config": {"reasoning_parser_plugin": "/tmp/evil.py"}},
+        {"ec_transfer_config": {"ec_connector_module_path": "evil.mod"}},
+        {
+            "kv_transfer_config": {
+                "kv_connector": "MultiConnector",
+                "kv_role": "kv_both",
+                "kv_connector_extra_config": {
+                    "connectors": [{"kv_connector": "X", "kv_role": "kv_both", "kv_connector_module_path": "evil.mod"}]
+                },
+            }
+        },
+        {
+            "kv_transfer_config": {
+                "kv_connector_extra_config": {"a": {"b": {"c": {"d": {"e": {"f": {"g": [{"worker_cls": "evil.W"}]}}}}}}}
+            }
+        },
+    ],
+)
 def test_options_that_load_code_need_the_manifests_consent_in_production(client, args):
     from tests.support.api import register_node
 
@@ -90,6 +114,7 @@ def test_options_that_load_code_need_the_manifests_consent_in_production(client,
     assert client.post("/v1/manifests", json=body("meta-llama__Meta-Llama-3.1-8B")).status_code == 201
     r = client.post("/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": args})
     assert r.status_code == 422 and "code_not_allowed" in r.text, r.text
-    ok = client.post("/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": args,
-                                        "environment": "benchmark"})
+    ok = client.post(
+        "/v1/plans", json={"manifest": "m", "nodes": ["n1"], "engine_args": args, "environment": "benchmark"}
+    )
     assert ok.status_code == 201, ok.text

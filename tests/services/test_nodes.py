@@ -18,8 +18,10 @@ def test_a_gpu_list_that_disagrees_with_the_facts_is_a_422_naming_the_field(clie
     h100 = facts_of("h100-sxm-8")
     r = put(client, "n1", {**h100, "gpu_count": 7})
     assert r.status_code == 422 and field_of(r) == "gpus" and "lists 8 GPU(s) but gpu_count is 7" in r.text
-    mixed = {**h100, "gpus": h100["gpus"][:4] + [dict(x, index=4 + i) for i, x in
-                                                  enumerate(facts_of("a100-pcie-4")["gpus"])]}
+    mixed = {
+        **h100,
+        "gpus": h100["gpus"][:4] + [dict(x, index=4 + i) for i, x in enumerate(facts_of("a100-pcie-4")["gpus"])],
+    }
     r = put(client, "n1", mixed)
     assert r.status_code == 422 and field_of(r) == "gpus.4.name" and "mixes GPU models" in r.text
     r = put(client, "n1", {**h100, "gpu": "a100-sxm4-80gb"})  # the list says H100

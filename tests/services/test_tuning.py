@@ -32,14 +32,29 @@ def setup_node(client, gpu_key: str, workload: str, *, name="gpu-01", tuning=Non
     assert r.status_code == 201, r.text
     agent = r.json()["agent_token"]
     if client.get("/v1/manifests/meta-llama/Llama-3.1-8B-Instruct@1").status_code == 404:
-        r = client.post("/v1/manifests", json={"name": "meta-llama/Llama-3.1-8B-Instruct", "version": "1",
-                                               "uri": "s3://weights/llama-3.1-8b", "config": model_config(MODEL)})
+        r = client.post(
+            "/v1/manifests",
+            json={
+                "name": "meta-llama/Llama-3.1-8B-Instruct",
+                "version": "1",
+                "uri": "s3://weights/llama-3.1-8b",
+                "config": model_config(MODEL),
+            },
+        )
         assert r.status_code == 201, r.text
     w = WORKLOADS[workload]
-    body = {"manifest": "meta-llama/Llama-3.1-8B-Instruct@1", "nodes": [name], "environment": environment,
-            "engine_args": {"tensor_parallel_size": tp},
-            "workload": {"avg_seq_len": w["prompt"] + w["output"], "p99_seq_len": w["p99"], "shape": w["shape"],
-                         "stage": "initial"}}
+    body = {
+        "manifest": "meta-llama/Llama-3.1-8B-Instruct@1",
+        "nodes": [name],
+        "environment": environment,
+        "engine_args": {"tensor_parallel_size": tp},
+        "workload": {
+            "avg_seq_len": w["prompt"] + w["output"],
+            "p99_seq_len": w["p99"],
+            "shape": w["shape"],
+            "stage": "initial",
+        },
+    }
     if tuning is not None:
         body["tuning"] = tuning
     r = client.post("/v1/plans", json=body)
@@ -55,19 +70,27 @@ def knobs(plan: dict) -> tuple[int, float]:
 class Harness:
     """The simulator behind one node, sampled as the agent's sampler does (same parse and window code)."""
 
-    def __init__(self, client, agent_token: str, plan: dict, workload: str, *, name="gpu-01", seed=7,
-                 environment="production"):
+    def __init__(
+        self, client, agent_token: str, plan: dict, workload: str, *, name="gpu-01", seed=7, environment="production"
+    ):
         self.environment = environment
         w = WORKLOADS[workload]
         mns, _ = knobs(plan)
         self.client, self.name = client, name
         self.agent = {"Authorization": f"Bearer {agent_token}"}
         # offered load: 1.5 × what the pool's knee can serve, so the queue grows at every level below it
-        probe = SimVllm(kv_cache_tokens=plan["budget"]["kv_cache_tokens"], max_num_seqs=mns,
-                        workload=SimWorkload(w["prompt"], w["output"], 1.0))
+        probe = SimVllm(
+            kv_cache_tokens=plan["budget"]["kv_cache_tokens"],
+            max_num_seqs=mns,
+            workload=SimWorkload(w["prompt"], w["output"], 1.0),
+        )
         rate = 1.5 * probe.capacity(max(1, probe.true_knee()) * 1.2)
-        self.sim = SimVllm(kv_cache_tokens=plan["budget"]["kv_cache_tokens"], max_num_seqs=mns,
-                           workload=SimWorkload(w["prompt"], w["output"], rate), seed=seed)
+        self.sim = SimVllm(
+            kv_cache_tokens=plan["budget"]["kv_cache_tokens"],
+            max_num_seqs=mns,
+            workload=SimWorkload(w["prompt"], w["output"], rate),
+            seed=seed,
+        )
         self.plan = plan
         self.t = 0.0
         self.posted: list[int] = []
@@ -119,9 +142,15 @@ def walk(h: Harness, max_plans=MAX_PLANS) -> tuple[dict, list[dict]]:
                 return st, plans
             continue  # keep measuring
         # every proposal validates (the dry run a deploy script would make says so)
-        r = h.client.post("/v1/plans?dry_run=true", json={
-            "manifest": "meta-llama/Llama-3.1-8B-Instruct@1", "nodes": [h.name],
-            "engine_args": st["next"]["engine_args"], "environment": h.environment})
+        r = h.client.post(
+            "/v1/plans?dry_run=true",
+            json={
+                "manifest": "meta-llama/Llama-3.1-8B-Instruct@1",
+                "nodes": [h.name],
+                "engine_args": st["next"]["engine_args"],
+                "environment": h.environment,
+            },
+        )
         assert r.status_code == 200 and r.json()["verdict"] != "reject", r.text
         plans.append(h.apply())
         assert len(plans) <= max_plans, [knobs(p) for p in plans]
@@ -149,8 +178,11 @@ def test_loop_settles_at_0_8_of_the_simulators_knee(client, gpu, workload):
     assert len(events) == len(plans)
     assert all(e["payload"]["reasons"] and e["payload"]["windows"] for e in events)
     # the windows' figures themselves, kept by the audit when the windows are pruned
-    assert all({"id", "num_requests_running", "num_preemptions", "kv_cache_usage_perc"} <= set(w)
-               for e in events for w in e["payload"]["windows"])
+    assert all(
+        {"id", "num_requests_running", "num_preemptions", "kv_cache_usage_perc"} <= set(w)
+        for e in events
+        for w in e["payload"]["windows"]
+    )
     # the plans superseded each other: one active plan on the node
     active = client.get("/v1/plans", params={"node": "gpu-01", "status": "active"}).json()["items"]
     assert [p["id"] for p in active] == [final["id"]]
@@ -193,17 +225,23 @@ def test_a_proposal_that_fails_validation_steps_back(client, monkeypatch):
 
     def too_far(level, windows, s=dt.DEFAULTS):  # a proposal above max_num_batched_tokens: vLLM refuses it
         d = real(level, windows, s)
-        return dt.Decision(d.state, d.action, dt.Point(mnbt + 1000, level.gpu_memory_utilization), d.memo,
-                           d.reasons, d.evidence)
+        return dt.Decision(
+            d.state, d.action, dt.Point(mnbt + 1000, level.gpu_memory_utilization), d.memo, d.reasons, d.evidence
+        )
 
     monkeypatch.setattr(dt, "decide", too_far)
     st = h.status()
     assert any(f"max_num_seqs {mnbt + 1000}" in r and "fails validation" in r for r in st["reasons"]), st["reasons"]
     assert st["next"]["max_num_seqs"] == (knobs(plan)[0] + mnbt + 1000) // 2  # halfway back, and it validates
     if st["next"] is not None:
-        r = client.post("/v1/plans?dry_run=true", json={"manifest": "meta-llama/Llama-3.1-8B-Instruct@1",
-                                                        "nodes": ["gpu-01"],
-                                                        "engine_args": st["next"]["engine_args"]})
+        r = client.post(
+            "/v1/plans?dry_run=true",
+            json={
+                "manifest": "meta-llama/Llama-3.1-8B-Instruct@1",
+                "nodes": ["gpu-01"],
+                "engine_args": st["next"]["engine_args"],
+            },
+        )
         assert r.json()["verdict"] != "reject"
 
 
@@ -219,22 +257,40 @@ def test_apply_with_nothing_to_apply_is_409(client):
 def test_metrics_input_rules(client):
     agent, plan = setup_node(client, "h100", "short_chat")
     other = client.post("/v1/nodes", json={"name": "gpu-02", "gpu": "h100-sxm-80gb", "gpu_count": 1}).json()
-    ok = {"plan": plan["id"], "window_s": 15, "num_requests_running": 10, "num_requests_waiting": 2,
-          "kv_cache_usage_perc": 0.4, "num_preemptions": 0, "ttft_p99_s": 0.2, "e2e_p99_s": 3.0,
-          "generation_tokens_per_s": 800.5}
+    ok = {
+        "plan": plan["id"],
+        "window_s": 15,
+        "num_requests_running": 10,
+        "num_requests_waiting": 2,
+        "kv_cache_usage_perc": 0.4,
+        "num_preemptions": 0,
+        "ttft_p99_s": 0.2,
+        "e2e_p99_s": 3.0,
+        "generation_tokens_per_s": 800.5,
+    }
     mine = {"Authorization": f"Bearer {agent}"}
     assert client.post("/v1/nodes/gpu-01/metrics", json=ok, headers=mine).status_code == 201
     # another node's agent may not post for gpu-01
     r = client.post("/v1/nodes/gpu-01/metrics", json=ok, headers={"Authorization": f"Bearer {other['agent_token']}"})
     assert r.status_code == 403
-    for field, value in [("kv_cache_usage_perc", 1.5), ("num_preemptions", -1), ("window_s", 0.5),
-                         ("window_s", 7200), ("num_requests_running", True), ("e2e_p99_s", "3"),
-                         ("generation_tokens_per_s", 1e300), ("surprise", 1)]:
+    for field, value in [
+        ("kv_cache_usage_perc", 1.5),
+        ("num_preemptions", -1),
+        ("window_s", 0.5),
+        ("window_s", 7200),
+        ("num_requests_running", True),
+        ("e2e_p99_s", "3"),
+        ("generation_tokens_per_s", 1e300),
+        ("surprise", 1),
+    ]:
         r = client.post("/v1/nodes/gpu-01/metrics", json={**ok, field: value}, headers=mine)
         assert r.status_code == 422, (field, value, r.text)
         assert r.json()["errors"][0]["field"] == field
-    r = client.post("/v1/nodes/gpu-01/metrics", content=b'{"plan": "x", "window_s": NaN}',
-                    headers={**mine, "content-type": "application/json"})
+    r = client.post(
+        "/v1/nodes/gpu-01/metrics",
+        content=b'{"plan": "x", "window_s": NaN}',
+        headers={**mine, "content-type": "application/json"},
+    )
     assert r.status_code == 422
     r = client.post("/v1/nodes/gpu-01/metrics", json={**ok, "plan": "not-a-plan-of-this-node"}, headers=mine)
     assert r.status_code == 404 and r.json()["field"] == "plan"
@@ -246,17 +302,27 @@ def test_windows_are_pruned_per_node(client, monkeypatch):
     monkeypatch.setattr(ts, "RETENTION", 5)
     monkeypatch.setattr(ts, "PRUNE_EVERY", 1)
     agent, plan = setup_node(client, "h100", "short_chat")
-    body = {"plan": plan["id"], "window_s": 15, "num_requests_running": 10, "num_requests_waiting": 2,
-            "kv_cache_usage_perc": 0.4, "num_preemptions": 0, "generation_tokens_per_s": 8}
-    ids = [client.post("/v1/nodes/gpu-01/metrics", json=body, headers={"Authorization": f"Bearer {agent}"})
-           .json()["id"] for _ in range(12)]
+    body = {
+        "plan": plan["id"],
+        "window_s": 15,
+        "num_requests_running": 10,
+        "num_requests_waiting": 2,
+        "kv_cache_usage_perc": 0.4,
+        "num_preemptions": 0,
+        "generation_tokens_per_s": 8,
+    }
+    ids = [
+        client.post("/v1/nodes/gpu-01/metrics", json=body, headers={"Authorization": f"Bearer {agent}"}).json()["id"]
+        for _ in range(12)
+    ]
     from sqlalchemy import select
 
     from service.db.models import MetricWindow
 
     with client.app.state.db.transaction() as s:
-        kept = list(s.scalars(select(MetricWindow.id).where(MetricWindow.node_name == "gpu-01")
-                              .order_by(MetricWindow.id)))
+        kept = list(
+            s.scalars(select(MetricWindow.id).where(MetricWindow.node_name == "gpu-01").order_by(MetricWindow.id))
+        )
     assert kept == ids[-5:]
 
 
@@ -271,10 +337,25 @@ def test_retention_holds_per_node_whatever_ids_other_nodes_take(client, monkeypa
     monkeypatch.setattr(ts, "RETENTION", 5)
     monkeypatch.setattr(ts, "PRUNE_EVERY", 4)
     agent, plan = setup_node(client, "h100", "short_chat")
-    body = {"plan": plan["id"], "window_s": 15, "num_requests_running": 10, "num_requests_waiting": 2,
-            "kv_cache_usage_perc": 0.4, "num_preemptions": 0, "generation_tokens_per_s": 8}
-    other = {"node_name": "gpu-elsewhere", "plan_id": plan["id"], "window_s": 15, "running": 1, "waiting": 0,
-             "kv_usage": 0.1, "preemptions": 0, "gen_tokens_per_s": 1}
+    body = {
+        "plan": plan["id"],
+        "window_s": 15,
+        "num_requests_running": 10,
+        "num_requests_waiting": 2,
+        "kv_cache_usage_perc": 0.4,
+        "num_preemptions": 0,
+        "generation_tokens_per_s": 8,
+    }
+    other = {
+        "node_name": "gpu-elsewhere",
+        "plan_id": plan["id"],
+        "window_s": 15,
+        "running": 1,
+        "waiting": 0,
+        "kv_usage": 0.1,
+        "preemptions": 0,
+        "gen_tokens_per_s": 1,
+    }
     counts = []
     for i in range(40):
         with client.app.state.db.transaction() as s:  # another node's window takes the next id(s)
@@ -282,22 +363,28 @@ def test_retention_holds_per_node_whatever_ids_other_nodes_take(client, monkeypa
         r = client.post("/v1/nodes/gpu-01/metrics", json=body, headers={"Authorization": f"Bearer {agent}"})
         assert r.status_code == 201, r.text
         with client.app.state.db.transaction() as s:
-            counts.append(s.scalar(select(func.count()).select_from(MetricWindow)
-                                   .where(MetricWindow.node_name == "gpu-01")))
+            counts.append(
+                s.scalar(select(func.count()).select_from(MetricWindow).where(MetricWindow.node_name == "gpu-01"))
+            )
     assert max(counts) <= 5 + 4 and counts[-1] >= 5
 
 
 def test_auto_apply_only_in_benchmark(client):
     r = client.post("/v1/nodes", json={"name": "gpu-01", "gpu": "h100-sxm-80gb", "gpu_count": 1})
     client.post("/v1/manifests", json={"name": "m", "version": "1", "uri": "s3://m", "config": model_config(MODEL)})
-    body = {"manifest": "m@1", "nodes": ["gpu-01"], "workload": {"avg_seq_len": 600, "p99_seq_len": 2000},
-            "tuning": {"auto_apply": True}}
+    body = {
+        "manifest": "m@1",
+        "nodes": ["gpu-01"],
+        "workload": {"avg_seq_len": 600, "p99_seq_len": 2000},
+        "tuning": {"auto_apply": True},
+    }
     r = client.post("/v1/plans", json=body)
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "tuning.auto_apply"
     dry = client.post("/v1/plans", params={"dry_run": "true"}, json=body)  # the dry run refuses it too
     assert dry.status_code == 422 and dry.json()["errors"][0]["field"] == "tuning.auto_apply"
-    r = client.post("/v1/plans", json={**body, "environment": "benchmark", "tuning": {"auto_apply": True,
-                                                                                       "slo_e2e_p99_s": 60}})
+    r = client.post(
+        "/v1/plans", json={**body, "environment": "benchmark", "tuning": {"auto_apply": True, "slo_e2e_p99_s": 60}}
+    )
     assert r.status_code == 201, r.text
     assert r.json()["tuning"]["auto_apply"] is True and r.json()["tuning"]["slo"]["e2e_p99_s"] == 60
 
@@ -316,13 +403,24 @@ def test_auto_apply_walks_a_benchmark_node_without_apply_calls(client):
 def test_windows_of_a_recent_plan_are_kept_but_not_judged_and_older_ones_are_refused(client):
     agent, first = setup_node(client, "h100", "short_chat")
     mine = {"Authorization": f"Bearer {agent}"}
-    body = {"window_s": 15, "num_requests_running": 10, "num_requests_waiting": 2, "kv_cache_usage_perc": 0.4,
-            "num_preemptions": 0, "generation_tokens_per_s": 8}
+    body = {
+        "window_s": 15,
+        "num_requests_running": 10,
+        "num_requests_waiting": 2,
+        "kv_cache_usage_perc": 0.4,
+        "num_preemptions": 0,
+        "generation_tokens_per_s": 8,
+    }
     plans = [first["id"]]
     for mml in (4096, 3072, 2048):  # three newer plans for the node
-        r = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B-Instruct@1", "nodes": ["gpu-01"],
-                                           "engine_args": {"max_model_len": mml, "max_num_seqs": 64,
-                                                           "gpu_memory_utilization": 0.85}})
+        r = client.post(
+            "/v1/plans",
+            json={
+                "manifest": "meta-llama/Llama-3.1-8B-Instruct@1",
+                "nodes": ["gpu-01"],
+                "engine_args": {"max_model_len": mml, "max_num_seqs": 64, "gpu_memory_utilization": 0.85},
+            },
+        )
         plans.append(r.json()["id"])
     r = client.post("/v1/nodes/gpu-01/metrics", json={**body, "plan": plans[-2]}, headers=mine)
     assert r.status_code == 201 and r.json()["current"] is False  # in flight at the switch: kept
@@ -392,8 +490,15 @@ def test_a_multi_node_instance_is_measured_by_its_head_not_its_workers(client):
     worker = node(client, "tn-b", "10.0.7.2")["agent_token"]
     deepseek(client)
     p = make_plan(client, ["tn-a", "tn-b"], TP16)
-    body = {"plan": p["id"], "window_s": 15, "num_requests_running": 10, "num_requests_waiting": 2,
-            "kv_cache_usage_perc": 0.4, "num_preemptions": 0, "generation_tokens_per_s": 8}
+    body = {
+        "plan": p["id"],
+        "window_s": 15,
+        "num_requests_running": 10,
+        "num_requests_waiting": 2,
+        "kv_cache_usage_perc": 0.4,
+        "num_preemptions": 0,
+        "generation_tokens_per_s": 8,
+    }
     r = client.post("/v1/nodes/tn-b/metrics", json=body, headers={"Authorization": f"Bearer {worker}"})
     assert r.status_code == 422 and r.json()["errors"][0]["rule"] == "metrics_from_head", r.text
     r = client.post("/v1/nodes/tn-a/metrics", json=body, headers={"Authorization": f"Bearer {head}"})

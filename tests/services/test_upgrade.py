@@ -12,14 +12,24 @@ from tests.support.api import register_node
 
 
 def manifest(client, name, fixture="meta-llama__Meta-Llama-3.1-8B", **extra):
-    r = client.post("/v1/manifests", json={"name": name, "version": "1", "uri": f"s3://weights/{name}",
-                                           "config": model_config(fixture), **extra})
+    r = client.post(
+        "/v1/manifests",
+        json={"name": name, "version": "1", "uri": f"s3://weights/{name}", "config": model_config(fixture), **extra},
+    )
     assert r.status_code == 201, r.text
 
 
 def plan(client, manifest_name, node, version, **engine_args):
-    r = client.post("/v1/plans", json={"manifest": manifest_name, "nodes": [node], "vllm_version": version,
-                                       "environment": "benchmark", "engine_args": engine_args})
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": manifest_name,
+            "nodes": [node],
+            "vllm_version": version,
+            "environment": "benchmark",
+            "engine_args": engine_args,
+        },
+    )
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
@@ -43,7 +53,9 @@ def test_upgrade_impact_names_each_breaking_plan(client):
     by_id = {p["plan"]: p for p in out["plans"]}
     assert by_id[swap]["breaks"] and by_id[swap]["nodes"] == ["n-swap"]
     f = by_id[swap]["findings"][0]
-    assert f["rule"] == "flag_unsupported" and "--swap-space" in f["message"] and f["remedy"] == {"drop": ["swap_space"]}
+    assert (
+        f["rule"] == "flag_unsupported" and "--swap-space" in f["message"] and f["remedy"] == {"drop": ["swap_space"]}
+    )
     g = next(f for f in by_id[bnb]["findings"] if f["rule"] == "quant_unknown")
     assert "bitsandbytes" in g["message"] and "vllm-bnb-plugin" in g["message"]
     assert not by_id[ok]["breaks"] and by_id[ok]["verdict"] in ("accept", "warn")
@@ -65,5 +77,7 @@ def test_cli_upgrade_check_prints_and_exits_1(client, monkeypatch):
     res = CliRunner().invoke(cli.app, ["upgrade-check", "--to", "0.33", "--server", "http://x", "--token", "t"])
     assert res.exit_code == 1, res.output
     assert f"BREAKS plan {swap}" in res.output and f"BREAKS plan {bnb}" in res.output and "2 would break" in res.output
-    res = CliRunner().invoke(cli.app, ["upgrade-check", "--to", "0.33", "--server", "http://x", "--token", "t", "--json"])
+    res = CliRunner().invoke(
+        cli.app, ["upgrade-check", "--to", "0.33", "--server", "http://x", "--token", "t", "--json"]
+    )
     assert json.loads(res.output)["breaking"] == 2

@@ -48,8 +48,15 @@ def case_request(case: dict) -> dict:
     return req
 
 
-def request(model: str, gpu: str = "h100-sxm-80gb", count: int = 8, nodes: int = 1, interconnect="nvlink",
-            environment: str = "production", **engine_args) -> dict:
+def request(
+    model: str,
+    gpu: str = "h100-sxm-80gb",
+    count: int = 8,
+    nodes: int = 1,
+    interconnect="nvlink",
+    environment: str = "production",
+    **engine_args,
+) -> dict:
     """A launch request for a fixture model on catalogue GPUs."""
     return {
         "model": {"name": model, "config": model_config(model), "hf_quant_config": hf_quant_config(model)},

@@ -60,13 +60,34 @@ class Node:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
     def env(self, **extra):
-        return {**os.environ, "PATH": f"{self.dir / 'bin'}:{os.environ['PATH']}", "FAKE_VLLM_LOG": str(self.log),
-                "PREFLIGHT_DATA_DIR": str(self.dir / "var"), **extra}
+        return {
+            **os.environ,
+            "PATH": f"{self.dir / 'bin'}:{os.environ['PATH']}",
+            "FAKE_VLLM_LOG": str(self.log),
+            "PREFLIGHT_DATA_DIR": str(self.dir / "var"),
+            **extra,
+        }
 
     def args(self, url=None, *more):
-        return [PREFLIGHT, "agent", "run", "--server", url or self.url, "--node", self.name, "--token", self.token,
-                "--state", str(self.state), "--trust", str(self.trust), "--exec", *more]
+        return [
+            PREFLIGHT,
+            "agent",
+            "run",
+            "--server",
+            url or self.url,
+            "--node",
+            self.name,
+            "--token",
+            self.token,
+            "--state",
+            str(self.state),
+            "--trust",
+            str(self.trust),
+            "--exec",
+            *more,
+        ]
 
     def run(self, *more, url=None, timeout=60, **env):
-        return subprocess.run(self.args(url, *more), env=self.env(**env), capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            self.args(url, *more), env=self.env(**env), capture_output=True, text=True, timeout=timeout
+        )

@@ -13,17 +13,20 @@ def register_node(client, name="gpu-01", gpu=H100, count=8, interconnect="nvlink
     return r.json()
 
 
-def register_manifest(client, fixture="meta-llama__Meta-Llama-3.1-70B", name="meta-llama/Llama-3.1-70B",
-                      version="1", **extra):
-    body = {"name": name, "version": version, "uri": f"s3://weights/{name}", "config": model_config(fixture),
-            **extra}
+def register_manifest(
+    client, fixture="meta-llama__Meta-Llama-3.1-70B", name="meta-llama/Llama-3.1-70B", version="1", **extra
+):
+    body = {"name": name, "version": version, "uri": f"s3://weights/{name}", "config": model_config(fixture), **extra}
     r = client.post("/v1/manifests", json=body)
     assert r.status_code == 201, r.text
     return r.json()
 
 
-PLAN_70B = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9}}
+PLAN_70B = {
+    "manifest": "meta-llama/Llama-3.1-70B@1",
+    "nodes": ["gpu-01"],
+    "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9},
+}
 PLAN = {"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}}
 
 
@@ -51,14 +54,29 @@ def fleet_of_two(client):
     register_manifest(client)
     register_manifest(client, fixture="meta-llama__Meta-Llama-3.1-8B", name="meta-llama/Llama-3.1-8B")
     p1 = client.post("/v1/plans", json=PLAN_70B).json()
-    p2 = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-8B@1", "nodes": ["gpu-02"],
-                                        "engine_args": {"max_model_len": 4096,
-                                                        "gpu_memory_utilization": 0.9}}).json()
-    r = client.post("/v1/nodes/gpu-01/reports", headers={"Authorization": f"Bearer {a1}"},
-                    json={"plan_id": p1["id"], "status": "running", "message": "up",
-                          "details": {"vllm": {"kv_cache_tokens": 500000}}})
+    p2 = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-8B@1",
+            "nodes": ["gpu-02"],
+            "engine_args": {"max_model_len": 4096, "gpu_memory_utilization": 0.9},
+        },
+    ).json()
+    r = client.post(
+        "/v1/nodes/gpu-01/reports",
+        headers={"Authorization": f"Bearer {a1}"},
+        json={
+            "plan_id": p1["id"],
+            "status": "running",
+            "message": "up",
+            "details": {"vllm": {"kv_cache_tokens": 500000}},
+        },
+    )
     assert r.status_code == 201, r.text
-    r = client.post("/v1/nodes/gpu-02/reports", headers={"Authorization": f"Bearer {a2}"},
-                    json={"plan_id": p2["id"], "status": "refused", "details": {"reason": "signature"}})
+    r = client.post(
+        "/v1/nodes/gpu-02/reports",
+        headers={"Authorization": f"Bearer {a2}"},
+        json={"plan_id": p2["id"], "status": "refused", "details": {"reason": "signature"}},
+    )
     assert r.status_code == 201, r.text
     return p1, p2

@@ -16,13 +16,39 @@ MODEL = "meta-llama__Meta-Llama-3.1-8B"
 
 # Options whose value is judged by a rule of their own (memory, parallelism, quantization, policy): a valid value of
 # the right kind can still be a rejected launch; here only the value's kind is judged.
-JUDGED_ELSEWHERE = {"quantization", "kv_cache_dtype", "max_model_len", "gpu_memory_utilization", "dtype",
-                    "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "block_size",
-                    "enforce_eager", "cpu_offload_gb", "kv_cache_memory_bytes", "num_gpu_blocks_override",
-                    "max_num_seqs", "max_num_batched_tokens", "data_parallel_size_local", "nnodes", "node_rank",
-                    "decode_context_parallel_size", "distributed_executor_backend", "config",
-                    "model_loader_extra_config", "hf_config_path", "tokenizer", "hf_overrides", "load_format",
-                    "async_scheduling", "enable_expert_parallel", "speculative_config", "seed", "revision"}
+JUDGED_ELSEWHERE = {
+    "quantization",
+    "kv_cache_dtype",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "dtype",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "block_size",
+    "enforce_eager",
+    "cpu_offload_gb",
+    "kv_cache_memory_bytes",
+    "num_gpu_blocks_override",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "data_parallel_size_local",
+    "nnodes",
+    "node_rank",
+    "decode_context_parallel_size",
+    "distributed_executor_backend",
+    "config",
+    "model_loader_extra_config",
+    "hf_config_path",
+    "tokenizer",
+    "hf_overrides",
+    "load_format",
+    "async_scheduling",
+    "enable_expert_parallel",
+    "speculative_config",
+    "seed",
+    "revision",
+}
 
 
 def valid_value(opt):
@@ -32,8 +58,16 @@ def valid_value(opt):
     if opt.action == "LoRAParserAction":
         return ["adapter=/loras/adapter"]
     value = {
-        Kind.BOOL: True, Kind.FLAG: True, Kind.BOOL_VALUE: True, Kind.INT: 2, Kind.FLOAT: 0.5, Kind.STR: "x",
-        Kind.JSON: {}, Kind.JSON_OR_STR: {}, Kind.SIZE: "4k", Kind.SIZE_OR_AUTO: "4k",
+        Kind.BOOL: True,
+        Kind.FLAG: True,
+        Kind.BOOL_VALUE: True,
+        Kind.INT: 2,
+        Kind.FLOAT: 0.5,
+        Kind.STR: "x",
+        Kind.JSON: {},
+        Kind.JSON_OR_STR: {},
+        Kind.SIZE: "4k",
+        Kind.SIZE_OR_AUTO: "4k",
     }[opt.kind]
     return [value] if opt.is_list and opt.kind is not Kind.JSON else value
 
@@ -52,5 +86,8 @@ def judged(engine_args: dict, version: str = "0.33.0"):
 def flag_errors(result):
     """The errors of the option rules: unknown options and values, the argv that does not parse back, the model
     reference vLLM would misread."""
-    return [f for f in result.findings if f.severity.value == "error"
-            and f.rule in ("flag_unsupported", "argv_roundtrip", "model_reference")]
+    return [
+        f
+        for f in result.findings
+        if f.severity.value == "error" and f.rule in ("flag_unsupported", "argv_roundtrip", "model_reference")
+    ]

@@ -36,8 +36,14 @@ def install_nvidia_smi(bin_dir: pathlib.Path, scenario: str | pathlib.Path) -> p
     return fake
 
 
-def weights_dir(dest: pathlib.Path, model: str = "meta-llama__Meta-Llama-3.1-8B", *, shards: int = 4,
-                shard_bytes: int = 4096, tag: str | None = None) -> pathlib.Path:
+def weights_dir(
+    dest: pathlib.Path,
+    model: str = "meta-llama__Meta-Llama-3.1-8B",
+    *,
+    shards: int = 4,
+    shard_bytes: int = 4096,
+    tag: str | None = None,
+) -> pathlib.Path:
     """A model directory: the fixture's config.json (and hf_quant_config.json), a safetensors index naming
     ``shards`` shards of ``shard_bytes`` bytes each (distinct contents), and ``quantization.txt`` when ``tag``."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -47,8 +53,10 @@ def weights_dir(dest: pathlib.Path, model: str = "meta-llama__Meta-Llama-3.1-8B"
     names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
     for i, name in enumerate(names):
         (dest / name).write_bytes(bytes([i % 251]) * shard_bytes)
-    index = {"metadata": {"total_size": shards * shard_bytes},
-             "weight_map": {f"model.layers.{i}.weight": name for i, name in enumerate(names)}}
+    index = {
+        "metadata": {"total_size": shards * shard_bytes},
+        "weight_map": {f"model.layers.{i}.weight": name for i, name in enumerate(names)},
+    }
     (dest / "model.safetensors.index.json").write_text(json.dumps(index))
     if tag is not None:
         (dest / "quantization.txt").write_text(tag + "\n")

@@ -27,10 +27,29 @@ def free_port() -> int:
 
 
 def start_server(db_url: str, data_dir, port: int) -> subprocess.Popen:
-    env = {**os.environ, "PREFLIGHT_DATABASE_URL": db_url, "PREFLIGHT_DATA_DIR": str(data_dir),
-           "PREFLIGHT_ADMIN_TOKEN": ADMIN}
-    proc = subprocess.Popen([PY, "-m", "uvicorn", "service.api.main:app", "--host", "127.0.0.1", "--port", str(port),
-                             "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "PREFLIGHT_DATABASE_URL": db_url,
+        "PREFLIGHT_DATA_DIR": str(data_dir),
+        "PREFLIGHT_ADMIN_TOKEN": ADMIN,
+    }
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "uvicorn",
+            "service.api.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 90  # a loaded two-core machine takes that long to import the service
     while time.time() < deadline:
         try:
@@ -52,8 +71,9 @@ class ThreadServer:
         from service.settings import Settings
 
         app = create_app(Settings(database_url=db_url, data_dir=data_dir, admin_token=ADMIN), clock=clock)
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-                                timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=2
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{port}", daemon=True)
 
@@ -98,7 +118,14 @@ def setup_fleet(c: httpx.Client, nodes: list[str]) -> dict[str, str]:
         r = c.post("/v1/nodes", json={"name": n, "gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"})
         assert r.status_code == 201, r.text
         tokens[n] = r.json()["agent_token"]
-    r = c.post("/v1/manifests", json={"name": "meta-llama/Llama-3.1-8B", "version": "1", "uri": "s3://llama-8b",
-                                      "config": model_config("meta-llama__Meta-Llama-3.1-8B")})
+    r = c.post(
+        "/v1/manifests",
+        json={
+            "name": "meta-llama/Llama-3.1-8B",
+            "version": "1",
+            "uri": "s3://llama-8b",
+            "config": model_config("meta-llama__Meta-Llama-3.1-8B"),
+        },
+    )
     assert r.status_code == 201, r.text
     return tokens

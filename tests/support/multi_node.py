@@ -7,6 +7,7 @@ from tests.support.api import register_manifest
 H200 = "h200-141gb"
 TP16 = {"tensor_parallel_size": 16, "max_model_len": 32768}
 
+
 def node(client, name, address=None, count=8, gpu=H200):
     body = {"name": name, "gpu": gpu, "gpu_count": count, "interconnect": "nvlink"}
     if address is not None:

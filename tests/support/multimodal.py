@@ -13,10 +13,25 @@ UI_TARS = load_case(CASES / "kv" / "ui-tars-7b-24gb-v066.json")
 QWEN2_VL_7B = UI_TARS["model"]["config"]
 
 
-def vl_request(config: dict = QWEN2_VL_7B, gpu: str = "h100-sxm-80gb", count: int = 1, version: str | None = None,
-               interconnect: str | None = None, preprocessor: dict | None = None, **engine_args) -> LaunchRequest:
-    return LaunchRequest.model_validate({
-        "model": {"name": "Qwen/Qwen2-VL-7B-Instruct", "config": copy.deepcopy(config),
-                  "preprocessor_config": preprocessor},
-        "hardware": {"gpu": gpu, "count": count, "interconnect": interconnect},
-        "environment": "benchmark", "vllm_version": version, "engine_args": engine_args})
+def vl_request(
+    config: dict = QWEN2_VL_7B,
+    gpu: str = "h100-sxm-80gb",
+    count: int = 1,
+    version: str | None = None,
+    interconnect: str | None = None,
+    preprocessor: dict | None = None,
+    **engine_args,
+) -> LaunchRequest:
+    return LaunchRequest.model_validate(
+        {
+            "model": {
+                "name": "Qwen/Qwen2-VL-7B-Instruct",
+                "config": copy.deepcopy(config),
+                "preprocessor_config": preprocessor,
+            },
+            "hardware": {"gpu": gpu, "count": count, "interconnect": interconnect},
+            "environment": "benchmark",
+            "vllm_version": version,
+            "engine_args": engine_args,
+        }
+    )

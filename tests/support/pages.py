@@ -88,5 +88,6 @@ def login(client, token: str = ADMIN, next_: str = "/ui/"):
     """Sign in through the form (a client without the Authorization header); returns the response."""
     client.headers.pop("Authorization", None)
     form = client.get("/ui/login")
-    return client.post("/ui/login", data={"token": token, "csrf": csrf_of(form.text), "next": next_},
-                       follow_redirects=False)
+    return client.post(
+        "/ui/login", data={"token": token, "csrf": csrf_of(form.text), "next": next_}, follow_redirects=False
+    )

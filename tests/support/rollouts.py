@@ -35,16 +35,23 @@ class Fleet:
         self.old = r.json()
 
     def rollout(self, status=201, **extra):
-        body = {"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": NEW, "nodes": NODES,
-                "waves": [{"percent": 25, "bake_s": 60}, {"percent": 100}], "failure_limit": 0,
-                "gates": {"ready_timeout_s": 300, "kv_tolerance": 0.2}, **extra}
+        body = {
+            "manifest": "meta-llama/Llama-3.1-70B@1",
+            "engine_args": NEW,
+            "nodes": NODES,
+            "waves": [{"percent": 25, "bake_s": 60}, {"percent": 100}],
+            "failure_limit": 0,
+            "gates": {"ready_timeout_s": 300, "kv_tolerance": 0.2},
+            **extra,
+        }
         r = self.api.post("/v1/rollouts", json=body)
         assert r.status_code == status, r.text
         return r.json()
 
     def tick(self, at=None, db=None, **kw):
-        return rollout_service.tick(db or self.db, Context(self.settings, self.keys),
-                                    now=time.time() if at is None else at, **kw)
+        return rollout_service.tick(
+            db or self.db, Context(self.settings, self.keys), now=time.time() if at is None else at, **kw
+        )
 
     def status(self, rid):
         r = self.api.get(f"/v1/rollouts/{rid}")
@@ -52,8 +59,11 @@ class Fleet:
         return r.json()
 
     def report(self, node, plan_id, what, **details):
-        r = self.api.post(f"/v1/nodes/{node}/reports", headers={"Authorization": f"Bearer {self.tokens[node]}"},
-                          json={"plan_id": plan_id, "status": what, "details": details})
+        r = self.api.post(
+            f"/v1/nodes/{node}/reports",
+            headers={"Authorization": f"Bearer {self.tokens[node]}"},
+            json={"plan_id": plan_id, "status": what, "details": details},
+        )
         assert r.status_code == 201, r.text
 
     def current(self, node):
@@ -71,8 +81,12 @@ class Fleet:
 
     def events(self, rid):
         with self.db.sessions() as s:
-            return [(e.kind, e.node, e.payload) for e in s.execute(
-                select(AuditEvent).where(AuditEvent.subject == f"rollout:{rid}").order_by(AuditEvent.id)).scalars()]
+            return [
+                (e.kind, e.node, e.payload)
+                for e in s.execute(
+                    select(AuditEvent).where(AuditEvent.subject == f"rollout:{rid}").order_by(AuditEvent.id)
+                ).scalars()
+            ]
 
 
 class Died(Exception):

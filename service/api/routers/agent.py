@@ -29,9 +29,12 @@ PLAN_HEADERS = {
     "ETag": {"description": "the plan's entity tag (send it as If-None-Match)", "schema": {"type": "string"}},
     "X-Plan-Id": {"description": "the plan id", "schema": {"type": "string"}},
     "X-Plan-Seq": {"description": "the node's seq of this plan", "schema": {"type": "integer"}},
-    "X-Plan-Freshness": {"description": "compact JWS (typ application/vnd.preflight.freshness+jwt) signed at fetch "
-                         "time over the plan's digest, node and seq: the plan is the node's current one until its "
-                         "exp (PREFLIGHT_FRESHNESS_TTL_SECONDS)", "schema": {"type": "string"}},
+    "X-Plan-Freshness": {
+        "description": "compact JWS (typ application/vnd.preflight.freshness+jwt) signed at fetch "
+        "time over the plan's digest, node and seq: the plan is the node's current one until its "
+        "exp (PREFLIGHT_FRESHNESS_TTL_SECONDS)",
+        "schema": {"type": "string"},
+    },
 }
 
 
@@ -63,8 +66,9 @@ class PlanServer:
     — the first of an assignment, or a minute after the last record — always goes to the database) and the
     freshness statements signed per assignment."""
 
-    def __init__(self, settings: Settings, keys: KeyStore, principals: Principals, plan_cache: EpochCache,
-                 clock: Clock):
+    def __init__(
+        self, settings: Settings, keys: KeyStore, principals: Principals, plan_cache: EpochCache, clock: Clock
+    ):
         self.settings, self.keys, self.principals, self.plan_cache = settings, keys, principals, plan_cache
         self.clock = clock
         self.freshness_cache: dict[int, tuple[float, str, str]] = {}  # assignment id -> (valid until, kid, statement)
@@ -86,29 +90,50 @@ class PlanServer:
         stored = a.get("freshness")  # signed with the plan (services/plans.py ``create``)
         if stored:
             made = _signed_at(stored)
-            if made is not None and made[1] == kid and made[0] <= now < made[0] + window \
-                    and made[2] == plan_digest(a["signed"]):
+            if (
+                made is not None
+                and made[1] == kid
+                and made[0] <= now < made[0] + window
+                and made[2] == plan_digest(a["signed"])
+            ):
                 freshness_cache[a["id"]] = (made[0] + window, kid, stored)
                 return stored
         settings = self.settings
-        statement = keys.sign(freshness_claims(
-            issuer=settings.issuer, audience=settings.audience, node=a["node_name"], plan_id=a["plan_id"],
-            seq=a["seq"], digest=plan_digest(a["signed"]), ttl=settings.freshness_ttl_seconds, now=int(now),
-            grouped=a.get("role") in ("head", "worker"), head_group_digest=a.get("head_group_digest")),
-            typ=FRESHNESS_MEDIA_TYPE, refresh=False)  # refresh_soon() above keeps the key set current
+        statement = keys.sign(
+            freshness_claims(
+                issuer=settings.issuer,
+                audience=settings.audience,
+                node=a["node_name"],
+                plan_id=a["plan_id"],
+                seq=a["seq"],
+                digest=plan_digest(a["signed"]),
+                ttl=settings.freshness_ttl_seconds,
+                now=int(now),
+                grouped=a.get("role") in ("head", "worker"),
+                head_group_digest=a.get("head_group_digest"),
+            ),
+            typ=FRESHNESS_MEDIA_TYPE,
+            refresh=False,
+        )  # refresh_soon() above keeps the key set current
         freshness_cache[a["id"]] = (now + window, keys.active_kid, statement)
         return statement
 
     def plan_response(self, a: dict, served: bool) -> Response:
-        headers = {"ETag": a["etag"], "Cache-Control": "no-cache", "X-Plan-Id": a["plan_id"],
-                   "X-Plan-Seq": str(a["seq"]), "X-Plan-Freshness": self.freshness(a)}
+        headers = {
+            "ETag": a["etag"],
+            "Cache-Control": "no-cache",
+            "X-Plan-Id": a["plan_id"],
+            "X-Plan-Seq": str(a["seq"]),
+            "X-Plan-Freshness": self.freshness(a),
+        }
         if not served:
             metrics.AGENT_FETCHES.labels("not_modified").inc()
             return Response(status_code=304, headers=headers)
         return Response(a["signed"], media_type="application/jose", headers=headers)
 
-    def from_plan_cache(self, name: str, principal: token_service.Principal | None,
-                        etags: list[str]) -> tuple[dict | None, bool]:
+    def from_plan_cache(
+        self, name: str, principal: token_service.Principal | None, etags: list[str]
+    ) -> tuple[dict | None, bool]:
         a = self.plan_cache.get(name) if principal is not None else None
         if a is None or principal is None:
             return None, False
@@ -132,17 +157,32 @@ class PlanServer:
         return self.plan_response(a, served) if a is not None and not held(a, principal) else None
 
 
-@router.get("/v1/nodes/{name}/plan", operation_id="fetchNodePlan", tags=["agent"], response_class=Response,
-            responses={200: {"content": {"application/jose": {"schema": SIGNED_PLAN}},
-                             "description": "the node's signed plan",
-                             "headers": PLAN_HEADERS},
-                       304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS},
-                       409: {"description": "group-hold: a multi-node worker's plan is withheld until its head "
-                             "reports the same plan started (problem+json with ``hold``, ``Retry-After``)",
-                             "content": {"application/problem+json": {}}}})
-async def fetch_node_plan(request: Request, name: NodeName, authorization: Annotated[str | None, Header()] = None,
-                          if_none_match: Annotated[str | None, Header()] = None,
-                          wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0):
+@router.get(
+    "/v1/nodes/{name}/plan",
+    operation_id="fetchNodePlan",
+    tags=["agent"],
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"application/jose": {"schema": SIGNED_PLAN}},
+            "description": "the node's signed plan",
+            "headers": PLAN_HEADERS,
+        },
+        304: {"description": "unchanged (If-None-Match matched)", "headers": PLAN_HEADERS},
+        409: {
+            "description": "group-hold: a multi-node worker's plan is withheld until its head "
+            "reports the same plan started (problem+json with ``hold``, ``Retry-After``)",
+            "content": {"application/problem+json": {}},
+        },
+    },
+)
+async def fetch_node_plan(
+    request: Request,
+    name: NodeName,
+    authorization: Annotated[str | None, Header()] = None,
+    if_none_match: Annotated[str | None, Header()] = None,
+    wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0,
+):
     """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
     the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
     call authenticates and fetches in one transaction, group-committed with other agents' fetches and reports
@@ -173,14 +213,22 @@ async def fetch_node_plan(request: Request, name: NodeName, authorization: Annot
     if held(a, principal):
         metrics.AGENT_FETCHES.labels("held").inc()
         hold = a["hold"]
-        raise GroupHold(hold["message"], retry_after=GROUP_HOLD_RETRY_SECONDS,
-                        hold={**hold, "plan_id": a["plan_id"], "seq": a["seq"]})
+        raise GroupHold(
+            hold["message"],
+            retry_after=GROUP_HOLD_RETRY_SECONDS,
+            hold={**hold, "plan_id": a["plan_id"], "seq": a["seq"]},
+        )
     return server.plan_response(a, served)
 
 
 # the fleet's hot path answers the report as built (no response validation); the model documents it
-@router.post("/v1/nodes/{name}/reports", status_code=201, operation_id="reportNodeStatus", tags=["agent"],
-             response_model=ReportOut)
+@router.post(
+    "/v1/nodes/{name}/reports",
+    status_code=201,
+    operation_id="reportNodeStatus",
+    tags=["agent"],
+    response_model=ReportOut,
+)
 async def report(request: Request, name: NodeName, body: ReportIn, p: NodeAgent):
     """The node agent's report (see ReportIn for the lifecycle). A ``heartbeat`` stores nothing but the time."""
     out = await request.app.state.writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))

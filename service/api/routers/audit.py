@@ -20,16 +20,27 @@ router = APIRouter(route_class=Route)
 
 
 @router.get("/v1/nodes/{name}/history", operation_id="nodeHistory", tags=["audit"], response_model=HistoryOut)
-def node_history(name: NodeName, session: SessionDep, p: Reader, limit: Annotated[int, Query(ge=1, le=500)] = 100,
-                 before_seq: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None):
+def node_history(
+    name: NodeName,
+    session: SessionDep,
+    p: Reader,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    before_seq: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+):
     """Plans assigned to the node, newest first: who approved them, what ran, when it was fetched, started,
     running or failed."""
     return history.node_history(session, name, limit=limit, before_seq=before_seq)
 
 
 @router.get("/v1/nodes/{name}/runs", operation_id="nodeRuns", tags=["audit"], response_model=RunsOut)
-def node_runs(name: NodeName, session: SessionDep, p: Reader, since: TimeQuery = None, until: TimeQuery = None,
-              at: TimeQuery = None):
+def node_runs(
+    name: NodeName,
+    session: SessionDep,
+    p: Reader,
+    since: TimeQuery = None,
+    until: TimeQuery = None,
+    at: TimeQuery = None,
+):
     """Which plan ran on the node in ``[since, until)`` (or at the instant ``at``): one item per run of vLLM
     with its plan, seq, manifest and argv, start, running and end times, how it ended (``stopped``,
     ``exited`` with its status, ``interrupted`` by the node's next start, or null: still running, with the last
@@ -43,8 +54,9 @@ def node_runs(name: NodeName, session: SessionDep, p: Reader, since: TimeQuery =
     return history.node_runs(session, name, since=lo, until=hi)
 
 
-@router.get("/v1/plans/{plan_id}/placements", operation_id="planPlacements", tags=["audit"],
-            response_model=PlacementsOut)
+@router.get(
+    "/v1/plans/{plan_id}/placements", operation_id="planPlacements", tags=["audit"], response_model=PlacementsOut
+)
 def plan_placements(plan_id: str, session: SessionDep, p: Reader):
     """Where one plan went: per node, when it was assigned, fetched, started, running, stopped or exited."""
     return history.plan_placements(session, plan_id)
@@ -53,8 +65,13 @@ def plan_placements(plan_id: str, session: SessionDep, p: Reader):
 def audit_query(node, plan, model, kind, since, until, subject=None):
     since, until = parse_time("since", since), parse_time("until", until)
     q = select(AuditEvent).order_by(AuditEvent.id)
-    for col, value in ((AuditEvent.node, node), (AuditEvent.plan_id, plan), (AuditEvent.model, model),
-                       (AuditEvent.kind, kind), (AuditEvent.subject, subject)):
+    for col, value in (
+        (AuditEvent.node, node),
+        (AuditEvent.plan_id, plan),
+        (AuditEvent.model, model),
+        (AuditEvent.kind, kind),
+        (AuditEvent.subject, subject),
+    ):
         if value:
             q = q.where(col == value)
     if since:
@@ -65,12 +82,25 @@ def audit_query(node, plan, model, kind, since, until, subject=None):
 
 
 @router.get("/v1/audit", operation_id="listAudit", tags=["audit"], response_model=AuditListOut)
-def list_audit(request: Request, p: Auditor, node: str | None = None, plan: str | None = None,
-               model: str | None = None, kind: str | None = None, since: TimeQuery = None,
-               until: TimeQuery = None, after: Annotated[int, Query(ge=0, le=2**62)] = 0,
-               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-               subject: Annotated[str | None, Query(max_length=512, description="what an event is about, e.g. "
-                                              "``rollout:<id>``, ``plan:<id>``, ``manifest:<name>@<version>``")] = None):
+def list_audit(
+    request: Request,
+    p: Auditor,
+    node: str | None = None,
+    plan: str | None = None,
+    model: str | None = None,
+    kind: str | None = None,
+    since: TimeQuery = None,
+    until: TimeQuery = None,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    subject: Annotated[
+        str | None,
+        Query(
+            max_length=512,
+            description="what an event is about, e.g. ``rollout:<id>``, ``plan:<id>``, ``manifest:<name>@<version>``",
+        ),
+    ] = None,
+):
     """Audit events in the order they were written, filtered; ``next`` is the cursor (pass it as ``after``).
     Each event carries its chain position ``seq`` and ``hash`` (null for the moment before it is sealed)."""
     q = audit_query(node, plan, model, kind, since, until, subject).where(AuditEvent.id > after).limit(limit)
@@ -79,17 +109,48 @@ def list_audit(request: Request, p: Auditor, node: str | None = None, plan: str 
     return {"items": [audit.event_dict(e) for e in rows], "next": rows[-1].id if len(rows) == limit else None}
 
 
-@router.get("/v1/audit/export", operation_id="exportAudit", tags=["audit"], response_class=StreamingResponse,
-            responses={200: {"content": {
-                "application/x-ndjson": {"schema": {"type": "string", "description": "One audit event per line (the "
-                                                    "fields of listAudit's items)."}},
-                "text/csv": {"schema": {"type": "string", "description": "A header line, then one audit event per "
-                                        "line; the payload as JSON."}}}}})
-def export_audit(request: Request, p: Auditor, format: Annotated[str, Query(pattern="^(jsonl|csv)$")] = "jsonl",
-                 node: str | None = None, plan: str | None = None, model: str | None = None,
-                 kind: str | None = None, since: TimeQuery = None, until: TimeQuery = None,
-                 subject: Annotated[str | None, Query(max_length=512, description="what an event is about, e.g. "
-                                              "``rollout:<id>``, ``plan:<id>``, ``manifest:<name>@<version>``")] = None):
+@router.get(
+    "/v1/audit/export",
+    operation_id="exportAudit",
+    tags=["audit"],
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {
+                "application/x-ndjson": {
+                    "schema": {
+                        "type": "string",
+                        "description": "One audit event per line (the fields of listAudit's items).",
+                    }
+                },
+                "text/csv": {
+                    "schema": {
+                        "type": "string",
+                        "description": "A header line, then one audit event per line; the payload as JSON.",
+                    }
+                },
+            }
+        }
+    },
+)
+def export_audit(
+    request: Request,
+    p: Auditor,
+    format: Annotated[str, Query(pattern="^(jsonl|csv)$")] = "jsonl",
+    node: str | None = None,
+    plan: str | None = None,
+    model: str | None = None,
+    kind: str | None = None,
+    since: TimeQuery = None,
+    until: TimeQuery = None,
+    subject: Annotated[
+        str | None,
+        Query(
+            max_length=512,
+            description="what an event is about, e.g. ``rollout:<id>``, ``plan:<id>``, ``manifest:<name>@<version>``",
+        ),
+    ] = None,
+):
     """The filtered audit log as JSON Lines or CSV, streamed in chain order."""
     db = request.app.state.db
     db.sealer.flush()
@@ -113,8 +174,7 @@ def verify_chain_now(state) -> dict:
     ``verify_audit``). Raises Busy."""
     db, verifying = state.db, state.audit_verifying
     if not verifying.acquire(blocking=False):  # one whole-chain pass per process at a time: bounded work
-        raise Busy("a verification of the audit chain is already running in this process; retry shortly",
-                   retry_after=5)
+        raise Busy("a verification of the audit chain is already running in this process; retry shortly", retry_after=5)
     try:
         db.sealer.flush()
         # what this process had sealed before the snapshot opens: all of it is in the snapshot (a seal raises
@@ -128,8 +188,11 @@ def verify_chain_now(state) -> dict:
         verifying.release()
     if out["ok"] and out["last_seq"] < seen:  # after the newest checkpoint, before this process restarted
         out["ok"] = False
-        out["cut"] = {"seen_seq": seen, "reason": f"this service sealed the chain up to seq {seen}, it now ends "
-                                                  f"at {out['last_seq']}: events were deleted"}
+        out["cut"] = {
+            "seen_seq": seen,
+            "reason": f"this service sealed the chain up to seq {seen}, it now ends "
+            f"at {out['last_seq']}: events were deleted",
+        }
     if problems:
         out["warnings"] = problems
     out.pop("last_seq", None)
@@ -146,8 +209,13 @@ def checkpoint_body(keys, row) -> dict:
     return {"checkpoint": row.signed, "claims": claims}
 
 
-@router.post("/v1/audit/checkpoints", status_code=201, operation_id="createAuditCheckpoint", tags=["audit"],
-             response_model=CheckpointOut)
+@router.post(
+    "/v1/audit/checkpoints",
+    status_code=201,
+    operation_id="createAuditCheckpoint",
+    tags=["audit"],
+    response_model=CheckpointOut,
+)
 def create_checkpoint(request: Request, p: Auditor):
     """A signed checkpoint of the chain now (compact JWS, typ audit-checkpoint: its length, head hash and id
     digest), stored and written to the data dir like the automatic ones: keep it, and later check any copy of
@@ -167,8 +235,9 @@ def create_checkpoint(request: Request, p: Auditor):
     return body
 
 
-@router.get("/v1/audit/checkpoints/latest", operation_id="latestAuditCheckpoint", tags=["audit"],
-            response_model=CheckpointOut)
+@router.get(
+    "/v1/audit/checkpoints/latest", operation_id="latestAuditCheckpoint", tags=["audit"], response_model=CheckpointOut
+)
 def latest_checkpoint(request: Request, p: ReaderOrAgent, session: SessionDep):
     """The newest signed checkpoint (any token but an enroller's: agents and auditors keep copies, so that a later cut of the
     chain shows against them)."""
@@ -179,7 +248,12 @@ def latest_checkpoint(request: Request, p: ReaderOrAgent, session: SessionDep):
 
 
 @router.get("/v1/calibration", operation_id="calibration", tags=["audit"], response_model=CalibrationOut)
-def calibration_summary(session: SessionDep, p: Reader, model: str | None = None, gpu: str | None = None,
-                        limit: Annotated[int, Query(ge=1, le=1000)] = 100):
+def calibration_summary(
+    session: SessionDep,
+    p: Reader,
+    model: str | None = None,
+    gpu: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+):
     """Predicted vs printed KV cache tokens over the fleet (agents send vLLM's start-up figures)."""
     return calibration.summary(session, model=model, gpu=gpu, limit=limit)

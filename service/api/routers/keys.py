@@ -17,8 +17,9 @@ def jwks(request: Request):
 
 
 @router.get("/v1/keysets", operation_id="keysets", tags=["keys"], response_model=KeysetsOut)
-def keysets(request: Request,
-            after: Annotated[int, Query(ge=0, le=2**31, description="the version the node trusts")] = 0):
+def keysets(
+    request: Request, after: Annotated[int, Query(ge=0, le=2**31, description="the version the node trusts")] = 0
+):
     """The key-set chain above version ``after``, oldest first: each statement (compact JWS, typ keyset+jwt)
     is version N of the published keys, signed by a key of version N-1. A node applies them in order to its
     trust file (service/agent/trust.py), so rotation and retirement reach it without re-provisioning."""

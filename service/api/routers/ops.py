@@ -28,9 +28,19 @@ def readyz(request: Request):
     return {"status": "ready", "database": "ok", "signing_key": state.keys.active_kid}
 
 
-@router.get("/metrics", operation_id="metrics", tags=["ops"], response_class=Response,
-            responses={200: {"content": {"text/plain": {"schema": {
-                "type": "string", "description": "The Prometheus text exposition format."}}}}})
+@router.get(
+    "/metrics",
+    operation_id="metrics",
+    tags=["ops"],
+    response_class=Response,
+    responses={
+        200: {
+            "content": {
+                "text/plain": {"schema": {"type": "string", "description": "The Prometheus text exposition format."}}
+            }
+        }
+    },
+)
 def metrics_endpoint():
     """Prometheus metrics: requests and latency per route, verdicts, findings by rule, agent fetches and
     reports, audit appends."""

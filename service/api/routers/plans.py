@@ -33,20 +33,33 @@ def validate_launch(body: LaunchRequest, p: Reader):
 
 
 @router.get("/v1/upgrade-impact", operation_id="upgradeImpact", tags=["plans"], response_model=UpgradeImpactOut)
-def upgrade_impact(session: SessionDep, p: Reader,
-                   vllm_version: Annotated[str, Query(min_length=1, max_length=32)]):
+def upgrade_impact(session: SessionDep, p: Reader, vllm_version: Annotated[str, Query(min_length=1, max_length=32)]):
     """Every active plan and every manifest's newest plan re-validated against ``vllm_version``: what would
     break on upgrade (or downgrade), with findings and remedies. Breaking plans first."""
     return upgrade_service.upgrade_impact(session, vllm_version)
 
 
-@router.post("/v1/plans", status_code=201, operation_id="createPlan", tags=["plans"], response_model=PlanCreatedOut,
-             responses={200: {"description": "dry run: the verdict, findings, budget and argv; nothing stored",
-                              "model": DryRunOut}})
-def create_plan(request: Request, response: Response, body: PlanIn, p: Deployer, ctx: ContextDep,
-                idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
-                dry_run: Annotated[bool, Query(description="validate and render only: no plan, no seq, no "
-                                                           "audit event (200, or 422 when rejected)")] = False):
+@router.post(
+    "/v1/plans",
+    status_code=201,
+    operation_id="createPlan",
+    tags=["plans"],
+    response_model=PlanCreatedOut,
+    responses={
+        200: {"description": "dry run: the verdict, findings, budget and argv; nothing stored", "model": DryRunOut}
+    },
+)
+def create_plan(
+    request: Request,
+    response: Response,
+    body: PlanIn,
+    p: Deployer,
+    ctx: ContextDep,
+    idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+    dry_run: Annotated[
+        bool, Query(description="validate and render only: no plan, no seq, no audit event (200, or 422 when rejected)")
+    ] = False,
+):
     """Validate a launch for a registered manifest on registered nodes, sign one plan per node and make it each
     node's current plan (the previous one is superseded). 422 with findings and remedies when vLLM would refuse
     it; nothing is stored then. With ``dry_run=true`` nothing is ever stored."""
@@ -56,8 +69,14 @@ def create_plan(request: Request, response: Response, body: PlanIn, p: Deployer,
             dry = DryRunOut.model_validate(fleet.dry_run(session, body))
         return JSONResponse(dry.model_dump(mode="json", by_alias=True, exclude_unset=True))
     status, out, replayed = idempotency.run(
-        state.db, route="POST /v1/plans", principal=p.name, key=idempotency_key, request=body, status_code=201,
-        action=lambda s: _created(s, plan_service.create(s, ctx, actor=p.name, plan=body)))
+        state.db,
+        route="POST /v1/plans",
+        principal=p.name,
+        key=idempotency_key,
+        request=body,
+        status_code=201,
+        action=lambda s: _created(s, plan_service.create(s, ctx, actor=p.name, plan=body)),
+    )
     state.plan_cache.clear()
     return replayable(response, status, out, replayed)
 
@@ -70,13 +89,18 @@ def _created(session, signed: plan_service.Signed) -> dict:
 
 
 @router.get("/v1/plans", operation_id="listPlans", tags=["plans"], response_model=PlanListOut)
-def list_plans(request: Request, session: SessionDep, p: Reader,
-               node: Annotated[str | None, Query(max_length=128)] = None,
-               model: Annotated[str | None, Query(max_length=256)] = None,
-               status: Annotated[Literal["active", "superseded", "revoked"] | None, Query()] = None,
-               since: TimeQuery = None, until: TimeQuery = None,
-               limit: Annotated[int, Query(ge=1, le=500)] = 100,
-               after: Annotated[str | None, Query(max_length=36, description="the previous page's next")] = None):
+def list_plans(
+    request: Request,
+    session: SessionDep,
+    p: Reader,
+    node: Annotated[str | None, Query(max_length=128)] = None,
+    model: Annotated[str | None, Query(max_length=256)] = None,
+    status: Annotated[Literal["active", "superseded", "revoked"] | None, Query()] = None,
+    since: TimeQuery = None,
+    until: TimeQuery = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    after: Annotated[str | None, Query(max_length=36, description="the previous page's next")] = None,
+):
     """Plans, newest first, filtered by node (assigned to it), model (manifest name), status and creation time
     (``since`` inclusive, ``until`` exclusive); ``next`` is the cursor (pass it as ``after``). Env values are
     redacted and the JWS left out for auditors."""
@@ -84,8 +108,17 @@ def list_plans(request: Request, session: SessionDep, p: Reader,
     lo, hi = parse_time("since", since), parse_time("until", until)
     if lo and hi and hi < lo:
         raise DomainError("until", "until is before since")
-    return fleet.list_plans(session, node=node, model=model, status=status, since=lo, until=hi, limit=limit,
-                            after=after, secrets=p.role in ("admin", "deployer"))
+    return fleet.list_plans(
+        session,
+        node=node,
+        model=model,
+        status=status,
+        since=lo,
+        until=hi,
+        limit=limit,
+        after=after,
+        secrets=p.role in ("admin", "deployer"),
+    )
 
 
 @router.get("/v1/plans/{plan_id}", operation_id="getPlan", tags=["plans"], response_model=PlanOut)
@@ -105,8 +138,13 @@ def revoke_plan(request: Request, plan_id: str, session: SessionDep, p: Deployer
     return out
 
 
-@router.post("/v1/plans/{plan_id}/reissue", status_code=201, operation_id="reissuePlan", tags=["plans"],
-             response_model=PlanCreatedOut)
+@router.post(
+    "/v1/plans/{plan_id}/reissue",
+    status_code=201,
+    operation_id="reissuePlan",
+    tags=["plans"],
+    response_model=PlanCreatedOut,
+)
 def reissue_plan(request: Request, plan_id: str, session: SessionDep, p: Deployer, ctx: ContextDep):
     """Rollback: re-validate an earlier plan's content and issue it as a new plan with a new seq per node
     (an old JWS is never re-served)."""

@@ -10,10 +10,16 @@ from ..schemas import MetricsWindowIn, TuningPlanOut, TuningStatusOut, WindowRec
 router = APIRouter(route_class=Route)
 
 
-@router.post("/v1/nodes/{name}/metrics", status_code=201, operation_id="postNodeMetrics", tags=["tuning"],
-             response_model=WindowRecordedOut)
-def post_node_metrics(request: Request, name: NodeName, body: MetricsWindowIn, session: SessionDep, p: NodeAgent,
-                      ctx: ContextDep):
+@router.post(
+    "/v1/nodes/{name}/metrics",
+    status_code=201,
+    operation_id="postNodeMetrics",
+    tags=["tuning"],
+    response_model=WindowRecordedOut,
+)
+def post_node_metrics(
+    request: Request, name: NodeName, body: MetricsWindowIn, session: SessionDep, p: NodeAgent, ctx: ContextDep
+):
     """One window of vLLM's live metrics from the node's agent (its own node only): gauges at the window's end,
     counter deltas over it, P99s from histogram bucket deltas. ``plan`` must be the node's current plan or one of its
     recent ones. Stored compactly, a bounded number per node. When the node's current plan has
@@ -37,8 +43,13 @@ def get_node_tuning(request: Request, name: NodeName, session: SessionDep, p: Re
     return tuning_service.status(session, name, request.app.state.settings.tuning_settings)
 
 
-@router.post("/v1/nodes/{name}/tuning/apply", status_code=201, operation_id="applyNodeTuning", tags=["tuning"],
-             response_model=TuningPlanOut)
+@router.post(
+    "/v1/nodes/{name}/tuning/apply",
+    status_code=201,
+    operation_id="applyNodeTuning",
+    tags=["tuning"],
+    response_model=TuningPlanOut,
+)
 def apply_node_tuning(request: Request, name: NodeName, session: SessionDep, p: Deployer, ctx: ContextDep):
     """Create the loop's next plan for the node (the current plan's content with the proposed max_num_seqs and
     gpu_memory_utilization, on all its nodes): validated, signed, audited (``plan.created`` and ``tuning.applied``

@@ -6,8 +6,11 @@ from pydantic import Field
 
 from .base import Out
 
-SIGNED_PLAN = {"type": "string", "description": "The node's signed plan: a compact JWS (typ plan+jwt) the agent "
-               "verifies against the keys pinned on the node."}
+SIGNED_PLAN = {
+    "type": "string",
+    "description": "The node's signed plan: a compact JWS (typ plan+jwt) the agent "
+    "verifies against the keys pinned on the node.",
+}
 
 
 class ReportOut(Out):
@@ -15,5 +18,9 @@ class ReportOut(Out):
     plan_id: str | None = Field(description="The plan it was about.")
     node: str = Field(description="Node name.")
     status: str = Field(description="The status reported.")
-    current: bool | None = Field(default=None, description=(
-        "A heartbeat's answer: whether the plan is still the node's current one (false once superseded or revoked)."))
+    current: bool | None = Field(
+        default=None,
+        description=(
+            "A heartbeat's answer: whether the plan is still the node's current one (false once superseded or revoked)."
+        ),
+    )

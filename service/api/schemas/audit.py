@@ -42,10 +42,14 @@ class VerifyOut(Out):
     macs: str | None = Field(default=None, description="checked or unchecked (no keys to check them with).")
     pending: int | None = Field(default=None, description="Events written but not sealed yet.")
     forged: list[Any] | None = Field(default=None, description="Ids of rows the service did not write.")
-    first_broken: JSON | None = Field(default=None, description="The first event that breaks the chain: id, seq, "
-                                      "kind, reason.")
-    checkpoint: JSON | None = Field(default=None, description="The newest checkpoint the chain was checked against, "
-                                    "or the one it no longer matches (with ``reason``).")
+    first_broken: JSON | None = Field(
+        default=None, description="The first event that breaks the chain: id, seq, kind, reason."
+    )
+    checkpoint: JSON | None = Field(
+        default=None,
+        description="The newest checkpoint the chain was checked against, "
+        "or the one it no longer matches (with ``reason``).",
+    )
     compared: list[JSON] | None = Field(default=None, description="Every checkpoint copy compared.")
     cut: JSON | None = Field(default=None, description="Events this process sealed that are gone.")
     warnings: list[Any] | None = Field(default=None, description="Checkpoint copies that could not be read.")

@@ -66,8 +66,9 @@ class HistoryItemOut(PlacementOut):
 class HistoryOut(Out):
     node: str = Field(description="Node name.")
     items: list[HistoryItemOut] = Field(description="Plans assigned to the node, newest first.")
-    next: int | None = Field(description="The cursor of the next page (pass it as ``before_seq``); null on the last "
-                             "page.")
+    next: int | None = Field(
+        description="The cursor of the next page (pass it as ``before_seq``); null on the last page."
+    )
 
 
 class RunOut(Out):

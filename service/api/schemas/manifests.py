@@ -19,8 +19,10 @@ class ManifestOut(Out):
     weights_bytes: int | None = Field(description="Total size of the weight files in bytes, when given.")
     allow_remote_code: bool = Field(description="Whether production plans may set trust_remote_code.")
     created_at: str | None = Field(description="When it was registered (ISO 8601).")
-    quantization: str | None = Field(default=None, description=(
-        "The quantization its quantization.txt names (present when it has one; null: unquantized)."))
+    quantization: str | None = Field(
+        default=None,
+        description=("The quantization its quantization.txt names (present when it has one; null: unquantized)."),
+    )
 
 
 class ManifestFullOut(ManifestOut):
@@ -28,8 +30,10 @@ class ManifestFullOut(ManifestOut):
     quantization_txt: str | None = Field(description="The quantization.txt as registered.")
     hf_quant_config: dict[str, Any] | None = Field(description="hf_quant_config.json, when the checkpoint has one.")
     digests: dict[str, Any] = Field(description="Digests of the weight files by name (as given).")
-    files: dict[str, Any] | None = Field(default=None, description=(
-        "The weights files every node checks before vLLM starts (present when registered with them)."))
+    files: dict[str, Any] | None = Field(
+        default=None,
+        description=("The weights files every node checks before vLLM starts (present when registered with them)."),
+    )
 
 
 class ManifestListOut(Out):

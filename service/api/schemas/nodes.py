@@ -17,8 +17,9 @@ class NodeOut(Out):
     address: str | None = Field(description="Where the other nodes of a multi-node instance reach it.")
     labels: dict[str, str] = Field(description="Free-form labels.")
     created_at: str | None = Field(description="When it was registered (ISO 8601).")
-    gpus: list[dict[str, Any]] | None = Field(default=None, description=(
-        "Each GPU as nvidia-smi read it (present when the node's facts listed them)."))
+    gpus: list[dict[str, Any]] | None = Field(
+        default=None, description=("Each GPU as nvidia-smi read it (present when the node's facts listed them).")
+    )
 
 
 class NodeRegisteredOut(NodeOut):
@@ -26,8 +27,10 @@ class NodeRegisteredOut(NodeOut):
 
 
 class NodeFactsOut(NodeOut):
-    agent_token: str | None = Field(default=None, description=(
-        "The node's new agent token, shown once: present when the node was created or its token rotated."))
+    agent_token: str | None = Field(
+        default=None,
+        description=("The node's new agent token, shown once: present when the node was created or its token rotated."),
+    )
 
 
 class NodeTokenOut(Out):

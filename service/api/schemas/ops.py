@@ -39,5 +39,6 @@ class JwksOut(Out):
 
 class KeysetsOut(Out):
     version: int = Field(description="The current key-set version.")
-    keysets: list[str] = Field(description="Key-set statements (compact JWS, typ keyset+jwt) above ``after``, oldest "
-                               "first.")
+    keysets: list[str] = Field(
+        description="Key-set statements (compact JWS, typ keyset+jwt) above ``after``, oldest first."
+    )

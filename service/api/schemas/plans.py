@@ -15,8 +15,9 @@ class FindingOut(Out):
     rule: str = Field(description="The rule's code (docs/rules.md).")
     severity: Literal["error", "warning", "info"] = Field(description="error (vLLM would refuse), warning or info.")
     message: str = Field(description="What the rule found, with the numbers.")
-    remedy: dict[str, Any] | None = Field(description="Machine-readable fix (e.g. the tensor_parallel_size values "
-                                          "that would pass), when there is one.")
+    remedy: dict[str, Any] | None = Field(
+        description="Machine-readable fix (e.g. the tensor_parallel_size values that would pass), when there is one."
+    )
     source: str = Field(description="The vLLM source or guide section the rule mirrors.")
     field: str | None = Field(default=None, description="The request field it is about, when there is one.")
     data: dict[str, Any] | None = Field(default=None, description="The figures behind it, when the rule gives them.")
@@ -83,8 +84,9 @@ class AssignmentOut(Out):
     rank: int | None = Field(description="Its rank in the group.")
     role: str | None = Field(description="replica, head or worker.")
     group_digest: str | None = Field(description="Digest of the group's content (every member signs the same).")
-    argv: list[str] | None = Field(default=None, description="The argv this node runs (present for plans with a "
-                                   "topology).")
+    argv: list[str] | None = Field(
+        default=None, description="The argv this node runs (present for plans with a topology)."
+    )
 
 
 class GroupOut(Out):
@@ -95,8 +97,9 @@ class GroupOut(Out):
     nnodes: int | None = Field(description="Nodes in the group.")
     digest: str | None = Field(description="The group digest.")
     status: str | None = Field(description="revoked, superseded, failed, running, stopped, starting or pending.")
-    env: dict[str, str] | None = Field(default=None, description="The group's own env (values redacted for "
-                                       "auditors), when it has one.")
+    env: dict[str, str] | None = Field(
+        default=None, description="The group's own env (values redacted for auditors), when it has one."
+    )
 
 
 class PlanOut(Out):
@@ -113,20 +116,30 @@ class PlanOut(Out):
     created_by: str = Field(description="Who created it.")
     created_at: str | None = Field(description="When (ISO 8601).")
     tuning: JSON | None = Field(description="The tuning loop's memo (its SLO, auto_apply, the levels that held).")
-    topology: TopologyOut | None = Field(default=None, description="How its nodes form instances (present for plans "
-                                         "made with topologies).")
-    assignments: list[AssignmentOut] | None = Field(default=None, description=(
-        "Per node: seq, status, last report, place in its group (present where the plan is shown whole)."))
-    signed: str | None = Field(default=None, description="The first node's signed plan (null for auditors; present "
-                               "with the assignments when there are some).")
-    groups: list[GroupOut] | None = Field(default=None, description="Per group: nodes, head, digest, state (present "
-                                          "with the assignments for plans with a topology).")
+    topology: TopologyOut | None = Field(
+        default=None, description="How its nodes form instances (present for plans made with topologies)."
+    )
+    assignments: list[AssignmentOut] | None = Field(
+        default=None,
+        description=("Per node: seq, status, last report, place in its group (present where the plan is shown whole)."),
+    )
+    signed: str | None = Field(
+        default=None,
+        description="The first node's signed plan (null for auditors; present "
+        "with the assignments when there are some).",
+    )
+    groups: list[GroupOut] | None = Field(
+        default=None,
+        description="Per group: nodes, head, digest, state (present with the assignments for plans with a topology).",
+    )
 
 
 class PlanCreatedOut(PlanOut):
     recommendations: list[JSON] | None = Field(description="Values filled in for a workload, each with why.")
-    warnings: list[WarningOut] | None = Field(default=None, description=(
-        "Present when an unfinished rollout holds some of the nodes (``rollout_in_progress``)."))
+    warnings: list[WarningOut] | None = Field(
+        default=None,
+        description=("Present when an unfinished rollout holds some of the nodes (``rollout_in_progress``)."),
+    )
 
 
 class PlanListItemOut(PlanOut):

@@ -12,8 +12,10 @@ from ...domain.text import display_text, display_text_problem
 from ...domain.topology import MAX_ADDRESS, address_problem
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-ADDRESS_DOC = ("IP address or DNS name the other nodes of a multi-node instance reach this node at (rendered as "
-               "--master-addr / --data-parallel-address when it heads a group); required for a head")
+ADDRESS_DOC = (
+    "IP address or DNS name the other nodes of a multi-node instance reach this node at (rendered as "
+    "--master-addr / --data-parallel-address when it heads a group); required for a head"
+)
 
 
 def _address(value: str | None) -> str | None:
@@ -30,8 +32,9 @@ MAX_ENV_BYTES = 16_384  # one plan's (or group's) environment: it is copied into
 def _env_names(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
         if not ENV_NAME.fullmatch(key) or len(value) > 4096:
-            raise ValueError(f"env: {key!r} is not a valid environment variable name (A-Z, 0-9, _) "
-                             "or its value is longer than 4096")
+            raise ValueError(
+                f"env: {key!r} is not a valid environment variable name (A-Z, 0-9, _) or its value is longer than 4096"
+            )
         if any(c in value for c in "\n\r\0"):
             raise ValueError(f"env: the value of {key!r} holds a line break or NUL")
         problem = display_text_problem(value, allow_tab=True)
@@ -39,8 +42,10 @@ def _env_names(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"env: the value of {key!r} {problem}")
     size = sum(len(k) + len(v) for k, v in env.items())
     if size > MAX_ENV_BYTES:
-        raise ValueError(f"env: {len(env)} variables of {size} characters in all, more than {MAX_ENV_BYTES} (it is "
-                         f"signed into every node's plan)")
+        raise ValueError(
+            f"env: {len(env)} variables of {size} characters in all, more than {MAX_ENV_BYTES} (it is "
+            f"signed into every node's plan)"
+        )
     return env
 
 
@@ -60,9 +65,11 @@ class ObservedGpuIn(Strict):
     index: Annotated[int, Field(ge=0, le=1023, strict=True)] = Field(description="nvidia-smi's GPU index.")
     name: DisplayStr = Field(min_length=1, max_length=128, description="The GPU's name as nvidia-smi prints it.")
     memory_total_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] = Field(
-        description="memory.total, in bytes.")
+        description="memory.total, in bytes."
+    )
     memory_used_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] = Field(
-        description="memory.used when it was read, in bytes.")
+        description="memory.used when it was read, in bytes."
+    )
     compute_capability: str = Field(pattern=r"^\d{1,2}\.\d$", description="compute_cap, e.g. 9.0.")
     bus_id: DisplayStr = Field(max_length=32, description="pci.bus_id, e.g. 00000000:18:00.0.")
 
@@ -78,17 +85,31 @@ class NodeFactsIn(Strict):
 
     gpu: DisplayStr | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
     gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] = Field(
-        description="GPUs in the node (replaces the stored count).")
-    interconnect: Literal["nvlink", "pcie"] | None = Field(default=None, description=(
-        "Left out: the stored interconnect stays; null: unknown (cleared)."))
-    gpus: list[ObservedGpuIn] | None = Field(default=None, max_length=64, description=(
-        "Each GPU as read (gpu_count of them, one model). Left out: the stored list stays (if it still agrees with "
-        "gpu and gpu_count, else 422); null clears it."))
-    address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=(
-        ADDRESS_DOC + ". Left out: the stored address stays; null clears it."))
-    rotate_token: bool = Field(default=False, description=(
-        "Issue a new agent token (revoking the node's others). Always done when the node is created; an agent "
-        "token may not ask for it."))
+        description="GPUs in the node (replaces the stored count)."
+    )
+    interconnect: Literal["nvlink", "pcie"] | None = Field(
+        default=None, description=("Left out: the stored interconnect stays; null: unknown (cleared).")
+    )
+    gpus: list[ObservedGpuIn] | None = Field(
+        default=None,
+        max_length=64,
+        description=(
+            "Each GPU as read (gpu_count of them, one model). Left out: the stored list stays (if it still agrees with "
+            "gpu and gpu_count, else 422); null clears it."
+        ),
+    )
+    address: str | None = Field(
+        default=None,
+        max_length=MAX_ADDRESS,
+        description=(ADDRESS_DOC + ". Left out: the stored address stays; null clears it."),
+    )
+    rotate_token: bool = Field(
+        default=False,
+        description=(
+            "Issue a new agent token (revoking the node's others). Always done when the node is created; an agent "
+            "token may not ask for it."
+        ),
+    )
 
     _check_address = field_validator("address")(_address)
 
@@ -98,11 +119,12 @@ class NodeIn(Strict):
     gpu: DisplayStr | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
     gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] = Field(description="GPUs in the node.")
     interconnect: Literal["nvlink", "pcie"] | None = Field(
-        default=None,
-        description="nvlink or pcie between the node's GPUs; unknown when left out.")
+        default=None, description="nvlink or pcie between the node's GPUs; unknown when left out."
+    )
     address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
-    labels: dict[Annotated[DisplayStr, Field(min_length=1, max_length=128)], Annotated[DisplayStr, Field(max_length=256)]] = Field(
-        default_factory=dict, max_length=64, description="Free-form labels (rollout selectors match them).")
+    labels: dict[
+        Annotated[DisplayStr, Field(min_length=1, max_length=128)], Annotated[DisplayStr, Field(max_length=256)]
+    ] = Field(default_factory=dict, max_length=64, description="Free-form labels (rollout selectors match them).")
 
     _check_address = field_validator("address")(_address)
 
@@ -114,8 +136,10 @@ class WeightsShard(Strict):
     name: str = Field(min_length=1, max_length=255, description="A plain file name in the weights directory.")
     size: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] = Field(description="The file's size in bytes.")
     sha256: str | None = Field(
-        default=None, pattern=SHA256_HEX,
-        description="SHA-256 of the file's bytes (checked by the agent with --verify-hashes).")
+        default=None,
+        pattern=SHA256_HEX,
+        description="SHA-256 of the file's bytes (checked by the agent with --verify-hashes).",
+    )
 
     @field_validator("name")
     @classmethod
@@ -133,17 +157,24 @@ class WeightsFiles(Strict):
     it before vLLM starts (service/agent/weights.py)."""
 
     config_sha256: str = Field(pattern=SHA256_HEX, description="SHA-256 of config.json's bytes.")
-    quantization: str | None = Field(default=None, max_length=64,
-                                     description="Set by the service from quantization_txt (any value sent is replaced).")
-    hf_quant_config_sha256: str | None = Field(
-        default=None, pattern=SHA256_HEX,
-        description="SHA-256 of hf_quant_config.json's bytes, when the checkpoint has one.")
-    total_size: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = Field(
+    quantization: str | None = Field(
         default=None,
-        description="The index's metadata.total_size (bytes of all shards).")
+        max_length=64,
+        description="Set by the service from quantization_txt (any value sent is replaced).",
+    )
+    hf_quant_config_sha256: str | None = Field(
+        default=None,
+        pattern=SHA256_HEX,
+        description="SHA-256 of hf_quant_config.json's bytes, when the checkpoint has one.",
+    )
+    total_size: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = Field(
+        default=None, description="The index's metadata.total_size (bytes of all shards)."
+    )
     shards: list[WeightsShard] = Field(
-        default_factory=list, max_length=4096,
-        description="Every weight file the node must hold, with its size (and digest).")
+        default_factory=list,
+        max_length=4096,
+        description="Every weight file the node must hold, with its size (and digest).",
+    )
 
     @field_validator("shards")
     @classmethod
@@ -156,33 +187,43 @@ class WeightsFiles(Strict):
 
 class ManifestIn(Strict):
     name: DisplayStr = Field(
-        min_length=1, max_length=256,
-        description="The model's name (a Hugging Face id or your own); with version, what plans name.")
+        min_length=1,
+        max_length=256,
+        description="The model's name (a Hugging Face id or your own); with version, what plans name.",
+    )
     version: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$",
-        description="The weight version (letters, digits, . _ + -).")
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$", description="The weight version (letters, digits, . _ + -)."
+    )
     uri: DisplayStr = Field(min_length=1, max_length=2048, description="Where nodes load the weights from.")
     config: dict[str, Any] = Field(description="The model's config.json object.")
     quantization_txt: str | None = Field(
-        default=None, max_length=65536,
-        description="The weight version's quantization.txt (its format tag): the quantization Preflight "
-                    "renders.")
+        default=None,
+        max_length=65536,
+        description="The weight version's quantization.txt (its format tag): the quantization Preflight renders.",
+    )
     hf_quant_config: dict[str, Any] | None = Field(
-        default=None,
-        description="hf_quant_config.json (ModelOpt checkpoints), when the checkpoint has one.")
+        default=None, description="hf_quant_config.json (ModelOpt checkpoints), when the checkpoint has one."
+    )
     checkpoint: Checkpoint = Field(
-        default_factory=Checkpoint,
-        description="How the weights are laid out on disk (merged, or saved per rank).")
+        default_factory=Checkpoint, description="How the weights are laid out on disk (merged, or saved per rank)."
+    )
     weights_bytes: Annotated[int, Field(ge=0, le=1 << 50, strict=True)] | None = Field(
-        default=None,
-        description="Total size of the weight files in bytes (the memory model splits it when given).")
+        default=None, description="Total size of the weight files in bytes (the memory model splits it when given)."
+    )
     digests: dict[Annotated[DisplayStr, Field(max_length=1024)], Annotated[DisplayStr, Field(max_length=256)]] = Field(
-        default_factory=dict, max_length=4096, description="Digests of the weight files by name (recorded as given).")
-    allow_remote_code: bool = Field(default=False, description=(
-        "Whether plans for this model may set trust_remote_code in production (the code in the model repository "
-        "runs on the node); without it such a plan is refused (rule trust_remote_code_not_allowed)."))
-    files: WeightsFiles | None = Field(default=None, description=(
-        "The weights files the launch depends on; recorded, every node checks them before vLLM starts."))
+        default_factory=dict, max_length=4096, description="Digests of the weight files by name (recorded as given)."
+    )
+    allow_remote_code: bool = Field(
+        default=False,
+        description=(
+            "Whether plans for this model may set trust_remote_code in production (the code in the model repository "
+            "runs on the node); without it such a plan is refused (rule trust_remote_code_not_allowed)."
+        ),
+    )
+    files: WeightsFiles | None = Field(
+        default=None,
+        description=("The weights files the launch depends on; recorded, every node checks them before vLLM starts."),
+    )
 
 
 class LaunchTarget(Strict):
@@ -190,47 +231,68 @@ class LaunchTarget(Strict):
     launch request, without the nodes."""
 
     manifest: str | Annotated[int, Field(ge=1, le=2**62)] | dict[str, str] = Field(
-        description="Manifest id, name@version, or name (newest).")
+        description="Manifest id, name@version, or name (newest)."
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
-        description="vllm serve options by name (any spelling), with JSON values as vLLM's parser reads "
-                    "them.")
+        description="vllm serve options by name (any spelling), with JSON values as vLLM's parser reads them.",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for vLLM (A-Z, 0-9, _).")
     environment: Literal["production", "benchmark"] = Field(
-        default="production",
-        description="production (the operators' policy applies) or benchmark.")
+        default="production", description="production (the operators' policy applies) or benchmark."
+    )
     workload: Workload | None = Field(
         default=None,
-        description="Expected traffic; with it, left-out engine arguments are filled with recommended "
-                    "values.")
+        description="Expected traffic; with it, left-out engine arguments are filled with recommended values.",
+    )
     vllm_version: str | None = Field(
-        default=None, max_length=32,
-        description="The vLLM release the nodes run (default: the newest line Preflight knows).")
-    kv_cache_pool: Literal["utilization", "pinned"] = Field(default="utilization", description=(
-        "utilization: vLLM sizes the KV pool from gpu_memory_utilization at every start. pinned: render "
-        "--kv-cache-memory-bytes with the pool a node of this plan reported for the same manifest, vLLM version and "
-        "engine arguments (vLLM's own suggestion, else its printed 'Available KV cache memory'), so every replica "
-        "gets the same pool; 422 kv_pool_not_measured when none was reported."))
-    multi_node_form: Literal["nnodes", "data_parallel"] | None = Field(default=None, description=(
-        "How an instance that spans several nodes is launched: ``nnodes`` (vLLM's multiprocessing form, --nnodes/"
-        "--node-rank/--master-addr/--master-port, --headless workers; the default) or ``data_parallel`` (only DP "
-        "spans nodes: --data-parallel-size-local/--data-parallel-start-rank/--data-parallel-address/"
-        "--data-parallel-rpc-port, --headless followers)."))
+        default=None,
+        max_length=32,
+        description="The vLLM release the nodes run (default: the newest line Preflight knows).",
+    )
+    kv_cache_pool: Literal["utilization", "pinned"] = Field(
+        default="utilization",
+        description=(
+            "utilization: vLLM sizes the KV pool from gpu_memory_utilization at every start. pinned: render "
+            "--kv-cache-memory-bytes with the pool a node of this plan reported for the same manifest, vLLM version and "
+            "engine arguments (vLLM's own suggestion, else its printed 'Available KV cache memory'), so every replica "
+            "gets the same pool; 422 kv_pool_not_measured when none was reported."
+        ),
+    )
+    multi_node_form: Literal["nnodes", "data_parallel"] | None = Field(
+        default=None,
+        description=(
+            "How an instance that spans several nodes is launched: ``nnodes`` (vLLM's multiprocessing form, --nnodes/"
+            "--node-rank/--master-addr/--master-port, --headless workers; the default) or ``data_parallel`` (only DP "
+            "spans nodes: --data-parallel-size-local/--data-parallel-start-rank/--data-parallel-address/"
+            "--data-parallel-rpc-port, --headless followers)."
+        ),
+    )
 
     _check_env = field_validator("env")(_env_names)
 
 
 class PlanIn(LaunchTarget):
     nodes: list[Annotated[str, Field(pattern=NAME)]] = Field(
-        min_length=1, max_length=256,
-        description="The registered nodes the plan runs on (a multi-node instance: its nodes in rank "
-                    "order).")
-    group_env: list[dict[str, str]] | None = Field(default=None, max_length=256, description=(
-        "Environment per group (instance), in group order, added to ``env`` on every node of that group (e.g. "
-        "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); the same env policy applies."))
-    tuning: TuningIn | None = Field(default=None, description=(
-        "The tuning loop (GET /v1/nodes/{name}/tuning): the SLO its levels are judged against and auto_apply "
-        "(benchmark only)."))
+        min_length=1,
+        max_length=256,
+        description="The registered nodes the plan runs on (a multi-node instance: its nodes in rank order).",
+    )
+    group_env: list[dict[str, str]] | None = Field(
+        default=None,
+        max_length=256,
+        description=(
+            "Environment per group (instance), in group order, added to ``env`` on every node of that group (e.g. "
+            "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); the same env policy applies."
+        ),
+    )
+    tuning: TuningIn | None = Field(
+        default=None,
+        description=(
+            "The tuning loop (GET /v1/nodes/{name}/tuning): the SLO its levels are judged against and auto_apply "
+            "(benchmark only)."
+        ),
+    )
 
     @field_validator("group_env")
     @classmethod
@@ -255,17 +317,29 @@ class ReportIn(Strict):
     ``details.run_id`` ties the reports of one run together (``GET /v1/nodes/{name}/runs``)."""
 
     plan_id: str | None = Field(
-        default=None, min_length=1, max_length=36,
-        description="The plan the report is about (may be null only for refused and reset).")
-    status: Literal["fetched", "started", "running", "heartbeat", "stopped", "exited", "refused", "reset", "failed"] = Field(
-        description="What happened: fetched, started, running, heartbeat, stopped, exited, refused, reset "
-                    "or failed.")
+        default=None,
+        min_length=1,
+        max_length=36,
+        description="The plan the report is about (may be null only for refused and reset).",
+    )
+    status: Literal["fetched", "started", "running", "heartbeat", "stopped", "exited", "refused", "reset", "failed"] = (
+        Field(
+            description="What happened: fetched, started, running, heartbeat, stopped, exited, refused, reset "
+            "or failed."
+        )
+    )
     message: str | None = Field(
-        default=None, max_length=65536,
-        description="A line for people (what vLLM printed last, why the agent refused, …).")
-    details: dict[str, Any] = Field(default_factory=dict, description=(
-        "Free-form; ``details.vllm`` carries what vLLM printed at start-up for the calibration loop: "
-        f"``kv_cache_tokens`` (integer, 1..2^40) and ``available_kv_cache_gib`` (number, 0..{MAX_KV_GIB:.0f})."))
+        default=None,
+        max_length=65536,
+        description="A line for people (what vLLM printed last, why the agent refused, …).",
+    )
+    details: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Free-form; ``details.vllm`` carries what vLLM printed at start-up for the calibration loop: "
+            f"``kv_cache_tokens`` (integer, 1..2^40) and ``available_kv_cache_gib`` (number, 0..{MAX_KV_GIB:.0f})."
+        ),
+    )
 
     @model_validator(mode="after")
     def _plan_named(self) -> ReportIn:
@@ -286,12 +360,14 @@ class ReportIn(Strict):
         if not isinstance(vllm, dict):
             raise JsonValueError("vllm", "must be an object of vLLM's start-up figures")
         tokens = vllm.get("kv_cache_tokens")
-        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
-                                   or not 1 <= tokens <= MAX_KV_TOKENS):
+        if tokens is not None and (
+            isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= MAX_KV_TOKENS
+        ):
             raise JsonValueError("vllm.kv_cache_tokens", "must be an integer from 1 to 2^40")
         gib = vllm.get("available_kv_cache_gib")
-        if gib is not None and (isinstance(gib, bool) or not isinstance(gib, (int, float))
-                                or not 0 <= gib <= MAX_KV_GIB):
+        if gib is not None and (
+            isinstance(gib, bool) or not isinstance(gib, (int, float)) or not 0 <= gib <= MAX_KV_GIB
+        ):
             raise JsonValueError("vllm.available_kv_cache_gib", f"must be a number from 0 to {MAX_KV_GIB:.0f}")
         return details
 
@@ -299,24 +375,27 @@ class ReportIn(Strict):
 class TokenIn(Strict):
     role: Literal["admin", "deployer", "auditor", "enroller"] = Field(
         description="admin, deployer (plans, manifests, rollouts), auditor (reads and the audit) or "
-                    "enroller (registers nodes).")
+        "enroller (registers nodes)."
+    )
     label: DisplayStr | None = Field(
-        default=None, max_length=256,
-        description="A name for people (shown in listings and the audit).")
+        default=None, max_length=256, description="A name for people (shown in listings and the audit)."
+    )
 
 
 class NodeUpdate(Strict):
     gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = Field(
-        default=None,
-        description="GPUs in the node.")
+        default=None, description="GPUs in the node."
+    )
     interconnect: Literal["nvlink", "pcie"] | None = Field(
-        default=None,
-        description="nvlink or pcie between the node's GPUs.")
+        default=None, description="nvlink or pcie between the node's GPUs."
+    )
     address: str | None = Field(default=None, max_length=MAX_ADDRESS, description=ADDRESS_DOC)
 
     _check_address = field_validator("address")(_address)
-    labels: dict[Annotated[DisplayStr, Field(min_length=1, max_length=128)], Annotated[DisplayStr, Field(max_length=256)]] | None = Field(
-        default=None, max_length=64, description="Free-form labels; replaces the stored ones.")
+    labels: (
+        dict[Annotated[DisplayStr, Field(min_length=1, max_length=128)], Annotated[DisplayStr, Field(max_length=256)]]
+        | None
+    ) = Field(default=None, max_length=64, description="Free-form labels; replaces the stored ones.")
 
 
 # -- tuning -------------------------------------------------------------------------------------------
@@ -333,24 +412,37 @@ class MetricsWindowIn(Strict):
     run --exec`` samples every ``--metrics-seconds``): gauges at the window's end, counter deltas over the window, P99s
     from histogram bucket deltas (null when no request finished in the window). Every number finite and ≥ 0."""
 
-    plan: str = Field(min_length=1, max_length=36, description="The plan that ran in the window (the node's current "
-                      "plan or one of its recent ones).")
-    window_s: Annotated[float, Field(ge=1, le=MAX_WINDOW_S, allow_inf_nan=False, strict=True,
-                                     description="The window's length in seconds (1 to 3600).")]
+    plan: str = Field(
+        min_length=1,
+        max_length=36,
+        description="The plan that ran in the window (the node's current plan or one of its recent ones).",
+    )
+    window_s: Annotated[
+        float,
+        Field(
+            ge=1,
+            le=MAX_WINDOW_S,
+            allow_inf_nan=False,
+            strict=True,
+            description="The window's length in seconds (1 to 3600).",
+        ),
+    ]
     num_requests_running: Annotated[float, _num(1e7, "vllm:num_requests_running at the window's end")]
     num_requests_waiting: Annotated[float, _num(1e9, "vllm:num_requests_waiting at the window's end")]
-    kv_cache_usage_perc: Annotated[float, _num(
-        1.0, "vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before its rename), 0..1")]
+    kv_cache_usage_perc: Annotated[
+        float, _num(1.0, "vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before its rename), 0..1")
+    ]
     num_preemptions: Annotated[float, _num(1e9, "the increase of vllm:num_preemptions_total over the window")]
     ttft_p99_s: Annotated[float, _num(1e6, "P99 of vllm:time_to_first_token_seconds over the window")] | None = Field(
         default=None,
-        description="P99 of vllm:time_to_first_token_seconds over the window (null: no request finished its"
-                    " prefill).")
+        description="P99 of vllm:time_to_first_token_seconds over the window (null: no request finished its prefill).",
+    )
     e2e_p99_s: Annotated[float, _num(1e6, "P99 of vllm:e2e_request_latency_seconds over the window")] | None = Field(
-        default=None,
-        description="P99 of vllm:e2e_request_latency_seconds over the window (null: no request finished).")
-    generation_tokens_per_s: Annotated[float, _num(
-        1e9, "the increase of vllm:generation_tokens_total over the window ÷ window_s")]
+        default=None, description="P99 of vllm:e2e_request_latency_seconds over the window (null: no request finished)."
+    )
+    generation_tokens_per_s: Annotated[
+        float, _num(1e9, "the increase of vllm:generation_tokens_total over the window ÷ window_s")
+    ]
 
 
 class TuningIn(Strict):
@@ -359,39 +451,68 @@ class TuningIn(Strict):
     plan itself as soon as the windows decide it: allowed only in the ``benchmark`` environment)."""
 
     auto_apply: bool = Field(
-        default=False,
-        description="Apply the loop's next plan by itself (benchmark environment only).")
+        default=False, description="Apply the loop's next plan by itself (benchmark environment only)."
+    )
     slo_ttft_p99_s: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = Field(
-        default=None,
-        description="Time-to-first-token P99 the loop must keep, in seconds.")
+        default=None, description="Time-to-first-token P99 the loop must keep, in seconds."
+    )
     slo_e2e_p99_s: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = Field(
-        default=None,
-        description="End-to-end latency P99 the loop must keep, in seconds.")
+        default=None, description="End-to-end latency P99 the loop must keep, in seconds."
+    )
 
 
 PlanIn.model_rebuild()  # its tuning block is defined below it
+
+
 class WaveIn(Strict):
-    percent: Annotated[int, Field(strict=True, description="Cumulative share of the rollout's nodes changed by the "
-                                  "end of this wave (rising, the last 100).")]
-    bake_s: Annotated[int, Field(strict=True, description="Seconds the wave runs, every unit ready, before the next "
-                                 "one starts.")] = 0
+    percent: Annotated[
+        int,
+        Field(
+            strict=True,
+            description="Cumulative share of the rollout's nodes changed by the "
+            "end of this wave (rising, the last 100).",
+        ),
+    ]
+    bake_s: Annotated[
+        int, Field(strict=True, description="Seconds the wave runs, every unit ready, before the next one starts.")
+    ] = 0
 
 
 class GatesIn(Strict):
-    ready_timeout_s: Annotated[int, Field(ge=1, le=86400, strict=True, description=(
-        "Every node of a wave reports running within this many seconds of its signing, or it failed."))] = 600
-    kv_tolerance: Annotated[float, Field(ge=0, le=10, strict=True, description=(
-        "The KV cache tokens vLLM printed may differ from the prediction by at most this fraction of it (null: not "
-        "judged)."))] | None = Field(default=0.2, description="Tolerance on KV cache tokens vs the prediction (0.2: ±20 %; null: not judged).")
+    ready_timeout_s: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=86400,
+            strict=True,
+            description=("Every node of a wave reports running within this many seconds of its signing, or it failed."),
+        ),
+    ] = 600
+    kv_tolerance: (
+        Annotated[
+            float,
+            Field(
+                ge=0,
+                le=10,
+                strict=True,
+                description=(
+                    "The KV cache tokens vLLM printed may differ from the prediction by at most this fraction of it (null: not "
+                    "judged)."
+                ),
+            ),
+        ]
+        | None
+    ) = Field(default=0.2, description="Tolerance on KV cache tokens vs the prediction (0.2: ±20 %; null: not judged).")
 
 
 class SelectorIn(Strict):
     gpu: str | None = Field(default=None, min_length=1, max_length=128, description="Catalogue id or nvidia-smi name.")
     gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] | None = Field(
-        default=None,
-        description="Only nodes with this many GPUs.")
-    labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=64,
-                                                                       description="Every label must match.")
+        default=None, description="Only nodes with this many GPUs."
+    )
+    labels: dict[str, Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=dict, max_length=64, description="Every label must match."
+    )
 
 
 MAX_ROLLOUT_NODES = 1024
@@ -403,27 +524,50 @@ class RolloutIn(LaunchTarget):
     (names or a selector), the waves, the failure limit and the gates."""
 
     nodes: list[Annotated[str, Field(pattern=NAME)]] | None = Field(
-        default=None, min_length=1, max_length=MAX_ROLLOUT_NODES, description="Node names, in the order waves take them.")
+        default=None,
+        min_length=1,
+        max_length=MAX_ROLLOUT_NODES,
+        description="Node names, in the order waves take them.",
+    )
     selector: SelectorIn | None = Field(default=None, description="Or: every registered node matching (by name).")
     waves: list[WaveIn] = Field(
-        min_length=1, max_length=20,
-        description="The waves, in order: cumulative percents of the nodes (the last 100), each with its "
-                    "bake time.")
-    failure_limit: Annotated[int, Field(ge=0, le=MAX_ROLLOUT_NODES, strict=True, description=(
-        "Units (a node, or a multi-node instance) that may fail before the rollout halts and restores every node it "
-        "changed."))] = 0
+        min_length=1,
+        max_length=20,
+        description="The waves, in order: cumulative percents of the nodes (the last 100), each with its bake time.",
+    )
+    failure_limit: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=MAX_ROLLOUT_NODES,
+            strict=True,
+            description=(
+                "Units (a node, or a multi-node instance) that may fail before the rollout halts and restores every node it "
+                "changed."
+            ),
+        ),
+    ] = 0
     gates: GatesIn = Field(
-        default_factory=GatesIn,
-        description="What each node of a wave must show before the rollout moves on.")
-    paused: Annotated[bool, Field(strict=True)] | None = Field(default=False, description=(
-        "Create it paused: nothing is signed until POST /v1/rollouts/{id}/resume (read the 201's judged findings "
-        "first)."))
+        default_factory=GatesIn, description="What each node of a wave must show before the rollout moves on."
+    )
+    paused: Annotated[bool, Field(strict=True)] | None = Field(
+        default=False,
+        description=(
+            "Create it paused: nothing is signed until POST /v1/rollouts/{id}/resume (read the 201's judged findings "
+            "first)."
+        ),
+    )
 
 
 class RolloutCommandIn(Strict):
-    reason: str | None = Field(default=None, max_length=1000, description=(
-        "Recorded in the audit event. Plain text: control characters (C0, DEL, C1), bidi and other invisible "
-        "formatting characters are refused (service/domain/text.py)."))
+    reason: str | None = Field(
+        default=None,
+        max_length=1000,
+        description=(
+            "Recorded in the audit event. Plain text: control characters (C0, DEL, C1), bidi and other invisible "
+            "formatting characters are refused (service/domain/text.py)."
+        ),
+    )
 
     @field_validator("reason")
     @classmethod

@@ -29,8 +29,9 @@ class RolloutNodeOut(Out):
     unit: int = Field(description="Its unit (a node, or a multi-node instance moving together).")
     wave: int = Field(description="Its wave.")
     head: bool = Field(description="It heads its unit's instance.")
-    outcome: str = Field(description="unchanged, pending, ready, failed, superseded_by_hand, restored, "
-                         "not_restored or retry_restore.")
+    outcome: str = Field(
+        description="unchanged, pending, ready, failed, superseded_by_hand, restored, not_restored or retry_restore."
+    )
     failed: bool = Field(description="It failed a gate.")
     previous_plan_id: str | None = Field(description="The plan it ran before the rollout.")
     new_plan_id: str | None = Field(description="The rollout's plan for it.")
@@ -43,13 +44,16 @@ class RolloutNodeOut(Out):
 
 class RolloutBaseOut(Out):
     id: str = Field(description="Rollout id.")
-    state: str = Field(description="pending, waiting, baking, paused, halted, rolling_back, aborting, completed, "
-                       "rolled_back or aborted.")
+    state: str = Field(
+        description="pending, waiting, baking, paused, halted, rolling_back, aborting, completed, "
+        "rolled_back or aborted."
+    )
     wave: int = Field(description="The current wave (-1 before the first).")
     promote: bool = Field(description="The current wave's bake is skipped.")
     paused_from: str | None = Field(description="The state it was paused in.")
-    target: JSON = Field(description="The target as given, the manifest as ``name@version`` (``manifest_id``: the "
-                         "id it is pinned by).")
+    target: JSON = Field(
+        description="The target as given, the manifest as ``name@version`` (``manifest_id``: the id it is pinned by)."
+    )
     pinned: Any = Field(description="Per hardware shape, what every wave is signed with (decided at creation).")
     judged: Any = Field(description="Per hardware shape, the verdict and findings at creation.")
     selector: JSON | None = Field(description="The selector the nodes came from (null: names).")
@@ -71,13 +75,16 @@ class RolloutSummaryOut(RolloutBaseOut):
 class RolloutOut(RolloutBaseOut):
     waves: list[WaveOut] = Field(description="The waves: share, bake, state, plans signed, nodes.")
     outcomes: dict[str, int] = Field(description="Nodes per outcome (what it changed).")
-    nodes: list[RolloutNodeOut] = Field(description="Per node: unit, wave, outcome, the plans before, of and after "
-                                        "the rollout, evidence.")
+    nodes: list[RolloutNodeOut] = Field(
+        description="Per node: unit, wave, outcome, the plans before, of and after the rollout, evidence."
+    )
 
 
 class RolloutCreatedOut(RolloutOut):
-    warnings: list[WarningOut] | None = Field(default=None, description="Present when a setting will not act as its "
-                                            "name says (``failure_limit_not_limiting``).")
+    warnings: list[WarningOut] | None = Field(
+        default=None,
+        description="Present when a setting will not act as its name says (``failure_limit_not_limiting``).",
+    )
 
 
 class RolloutListOut(Out):

@@ -18,8 +18,10 @@ class WindowRecordedOut(Out):
     node: str = Field(description="Node name.")
     plan: str = Field(description="The plan that ran in the window.")
     current: bool = Field(description="Whether that plan is the node's current one.")
-    applied: AppliedOut | None = Field(default=None, description=(
-        "Present when the plan's ``tuning.auto_apply`` made the service apply the loop's next plan."))
+    applied: AppliedOut | None = Field(
+        default=None,
+        description=("Present when the plan's ``tuning.auto_apply`` made the service apply the loop's next plan."),
+    )
 
 
 class WindowOut(Out):
@@ -69,4 +71,3 @@ class TuningAppliedOut(Out):
 
 class TuningPlanOut(PlanCreatedOut):
     tuning: TuningAppliedOut = Field(description="The decision this plan carries out.")  # type: ignore[assignment]
-

@@ -37,7 +37,12 @@ for _pages in (signin.router, fleet.router, detail.router, audit.router, dry_run
 def install(app: FastAPI, *, authenticate: Callable[[str], Principal]) -> None:
     """Mount the pages under ``/ui/`` (``/`` redirects there) and their static files under ``/ui/static/``.
     ``authenticate`` maps a bearer secret to its principal (raises Unauthorized), as the API does."""
-    app.state.ui = PageState(env=environment(), sessions=Sessions(app.state.keys), authenticate=authenticate,
-                             db=app.state.db, settings=app.state.settings)
+    app.state.ui = PageState(
+        env=environment(),
+        sessions=Sessions(app.state.keys),
+        authenticate=authenticate,
+        db=app.state.db,
+        settings=app.state.settings,
+    )
     app.mount("/ui/static", StaticFiles(directory=str(resources.files("service.api") / "static")), name="ui-static")
     app.include_router(router, include_in_schema=False)

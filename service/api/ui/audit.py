@@ -23,10 +23,28 @@ from .render import PageError, PageRoute, bounded, page
 from .state import UiState
 
 AUDIT_PAGE = 100
-KNOWN_KINDS = ("node.registered", "node.updated", "manifest.registered", "manifest.superseded", "plan.created",
-               "plan.superseded", "plan.revoked", "plan.reissued", "plan.fetched", "agent.fetched", "agent.started",
-               "agent.running", "agent.stopped", "agent.exited", "agent.failed", "agent.refused", "agent.reset",
-               "token.created", "token.revoked", "token.rotated")
+KNOWN_KINDS = (
+    "node.registered",
+    "node.updated",
+    "manifest.registered",
+    "manifest.superseded",
+    "plan.created",
+    "plan.superseded",
+    "plan.revoked",
+    "plan.reissued",
+    "plan.fetched",
+    "agent.fetched",
+    "agent.started",
+    "agent.running",
+    "agent.stopped",
+    "agent.exited",
+    "agent.failed",
+    "agent.refused",
+    "agent.reset",
+    "token.created",
+    "token.revoked",
+    "token.rotated",
+)
 FILTERS = ("node", "model", "kind", "since", "until")
 
 router = APIRouter(route_class=PageRoute)
@@ -53,17 +71,22 @@ def page_time(field: str, value: str | None) -> dt.datetime | None:
 
 def audit_filters(q) -> AuditFilters:
     """The query's filters, each bounded; a bad one is a 422 naming it."""
-    text = {"node": bounded("node", q.get("node"), 128), "model": bounded("model", q.get("model")),
-            "kind": bounded("kind", q.get("kind"), 48), "since": bounded("since", q.get("since"), 40),
-            "until": bounded("until", q.get("until"), 40)}
+    text = {
+        "node": bounded("node", q.get("node"), 128),
+        "model": bounded("model", q.get("model")),
+        "kind": bounded("kind", q.get("kind"), 48),
+        "since": bounded("since", q.get("since"), 40),
+        "until": bounded("until", q.get("until"), 40),
+    }
     since, until = page_time("since", text["since"]), page_time("until", text["until"])
     if since and until and until < since:
         raise PageError(422, "until: before since", "until")
     before = q.get("before")
     if before is not None and not (before.isdigit() and len(before) < 19):
         raise PageError(422, "before: an event id", "before")
-    return AuditFilters({k: text[k] or "" for k in FILTERS}, since, until, int(before) if before else None,
-                        q.get("verify") == "1")
+    return AuditFilters(
+        {k: text[k] or "" for k in FILTERS}, since, until, int(before) if before else None, q.get("verify") == "1"
+    )
 
 
 def verification(verify_audit: Callable[[], Any]) -> Any:
@@ -90,13 +113,38 @@ def audit_data(db: Database, f: AuditFilters, verify_audit: Callable[[], Any]) -
     with db.read() as s:
         events = list(s.execute(q).scalars())
         cp = checkpointer.newest_row(s)
-        checkpoint = {"last_seq": cp.last_seq, "events": cp.events, "head": cp.head, "kid": cp.kid,
-                      "created_at": iso(cp.created_at)} if cp is not None else None
-    items = [{"id": e.id, "ts": iso(e.ts), "kind": e.kind, "actor": e.actor, "node": e.node, "model": e.model,
-              "plan_id": e.plan_id, "subject": e.subject, "seq": e.chain_seq,
-              "payload": e.payload} for e in events]
-    return {"events": items, "checkpoint": checkpoint, "verified": verified,
-            "older": events[-1].id if len(events) == AUDIT_PAGE else None}
+        checkpoint = (
+            {
+                "last_seq": cp.last_seq,
+                "events": cp.events,
+                "head": cp.head,
+                "kid": cp.kid,
+                "created_at": iso(cp.created_at),
+            }
+            if cp is not None
+            else None
+        )
+    items = [
+        {
+            "id": e.id,
+            "ts": iso(e.ts),
+            "kind": e.kind,
+            "actor": e.actor,
+            "node": e.node,
+            "model": e.model,
+            "plan_id": e.plan_id,
+            "subject": e.subject,
+            "seq": e.chain_seq,
+            "payload": e.payload,
+        }
+        for e in events
+    ]
+    return {
+        "events": items,
+        "checkpoint": checkpoint,
+        "verified": verified,
+        "older": events[-1].id if len(events) == AUDIT_PAGE else None,
+    }
 
 
 @router.get("/ui/audit")
@@ -104,7 +152,9 @@ async def audit_page(request: Request, viewer: Auditor, state: UiState):
     f = audit_filters(request.query_params)
     data = await run_in_threadpool(audit_data, state.db, f, request.app.state.verify_audit)
     older = data.pop("older")
-    older_href = "/ui/audit?" + urlencode({**{k: v for k, v in f.shown.items() if v}, "before": older}) \
-        if older else None
-    return page(request, "audit.html", filters=f.shown, kinds=KNOWN_KINDS, older_href=older_href, **data,
-                **viewer.context)
+    older_href = (
+        "/ui/audit?" + urlencode({**{k: v for k, v in f.shown.items() if v}, "before": older}) if older else None
+    )
+    return page(
+        request, "audit.html", filters=f.shown, kinds=KNOWN_KINDS, older_href=older_href, **data, **viewer.context
+    )

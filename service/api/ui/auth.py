@@ -41,8 +41,13 @@ class Viewer:
     def context(self) -> dict[str, Any]:
         """What every page's template reads about its viewer (base.html's navigation and sign-out form)."""
         role = self.principal.role
-        return {"principal": self.principal, "csrf": self.csrf, "active": self.active,
-                "can_audit": role in AUDITORS, "can_deploy": role in DEPLOYERS}
+        return {
+            "principal": self.principal,
+            "csrf": self.csrf,
+            "active": self.active,
+            "can_audit": role in AUDITORS,
+            "can_deploy": role in DEPLOYERS,
+        }
 
 
 def from_cookie(state: PageState, data: dict) -> Principal | None:
@@ -54,8 +59,12 @@ def from_cookie(state: PageState, data: dict) -> Principal | None:
         return None
     with state.db.read() as s:
         row = s.get(Token, data["t"])
-        if row is None or row.revoked_at is not None or row.role not in UI_ROLES or \
-                not hmac.compare_digest(row.token_hash[:32], data["h"]):
+        if (
+            row is None
+            or row.revoked_at is not None
+            or row.role not in UI_ROLES
+            or not hmac.compare_digest(row.token_hash[:32], data["h"])
+        ):
             return None
         return Principal(role=row.role, name=f"{row.role}:token-{row.id}", token_id=row.id)
 
@@ -86,6 +95,7 @@ def who(request: Request, state: PageState) -> tuple[Principal | None, str | Non
 def signed_in(active: str, roles: tuple[str, ...] = UI_ROLES) -> Callable[..., Viewer]:
     """A dependency: the page's viewer, signed in with one of ``roles``; ``active`` names the page in the
     navigation."""
+
     def viewer(request: Request, state: UiState) -> Viewer:
         # sync: FastAPI runs it in the thread pool, as the cookie's token is read from the database
         principal, cookie = who(request, state)
@@ -96,6 +106,7 @@ def signed_in(active: str, roles: tuple[str, ...] = UI_ROLES) -> Callable[..., V
         if principal.role not in roles:
             raise PageError(403, f"role {principal.role} may not see this page (needs {' or '.join(roles)})")
         return v
+
     return viewer
 
 

@@ -41,23 +41,51 @@ def plan_data(db: Database, plan_id: str, p: Principal) -> dict[str, Any]:
         out = plan_service.plan_dict(plan, assignments, secrets=p.role in SECRETS)
         placements = history.plan_placements(s, plan_id)["placements"]
         states = fleet.node_states(s, [a.node_name for a in assignments])
-        reports = [{"node": r.node_name, "status": r.status, "message": r.message, "at": iso(r.created_at)}
-                   for r in s.execute(select(Report).where(Report.plan_id == plan_id)
-                                      .order_by(Report.id.desc()).limit(50)).scalars()]
-        tuning = {a.node_name: tuning_charts(w) for a in assignments[:8]
-                  if (w := tuning_service.trajectory(s, a.node_name))}
-    return {"plan": out, "manifest": manifest, "placements": placements, "states": states, "reports": reports,
-            "recommendations": plan.recommendations, "bar": memory_bar(plan.budget), "tuning": tuning}
+        reports = [
+            {"node": r.node_name, "status": r.status, "message": r.message, "at": iso(r.created_at)}
+            for r in s.execute(
+                select(Report).where(Report.plan_id == plan_id).order_by(Report.id.desc()).limit(50)
+            ).scalars()
+        ]
+        tuning = {
+            a.node_name: tuning_charts(w) for a in assignments[:8] if (w := tuning_service.trajectory(s, a.node_name))
+        }
+    return {
+        "plan": out,
+        "manifest": manifest,
+        "placements": placements,
+        "states": states,
+        "reports": reports,
+        "recommendations": plan.recommendations,
+        "bar": memory_bar(plan.budget),
+        "tuning": tuning,
+    }
 
 
 def rollout_data(db: Database, rollout_id: str, p: Principal) -> dict[str, Any]:
     with db.read() as s:
         r = rollout_service.rollout_dict(s, rollout_service.get(s, rollout_id), secrets=p.role in SECRETS)
-        events = [] if p.role not in AUDITORS else [  # the steps and their reasons, as the audit holds them
-            {"id": e.id, "at": iso(e.ts), "kind": e.kind, "actor": e.actor, "node": e.node, "plan_id": e.plan_id,
-             "payload": e.payload}
-            for e in s.execute(select(AuditEvent).where(AuditEvent.subject == f"rollout:{rollout_id}")
-                               .order_by(AuditEvent.id.desc()).limit(ROLLOUT_EVENTS)).scalars()]
+        events = (
+            []
+            if p.role not in AUDITORS
+            else [  # the steps and their reasons, as the audit holds them
+                {
+                    "id": e.id,
+                    "at": iso(e.ts),
+                    "kind": e.kind,
+                    "actor": e.actor,
+                    "node": e.node,
+                    "plan_id": e.plan_id,
+                    "payload": e.payload,
+                }
+                for e in s.execute(
+                    select(AuditEvent)
+                    .where(AuditEvent.subject == f"rollout:{rollout_id}")
+                    .order_by(AuditEvent.id.desc())
+                    .limit(ROLLOUT_EVENTS)
+                ).scalars()
+            ]
+        )
     return {"r": r, "events": events}
 
 

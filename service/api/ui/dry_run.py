@@ -22,8 +22,16 @@ from .present import memory_bar
 from .render import PageRoute, page
 from .state import UiState
 
-EMPTY_FORM = {"manifest": "", "nodes": [], "engine_args": "{}", "environment": "production", "avg_seq_len": "",
-              "p99_seq_len": "", "shape": "", "vllm_version": ""}
+EMPTY_FORM = {
+    "manifest": "",
+    "nodes": [],
+    "engine_args": "{}",
+    "environment": "production",
+    "avg_seq_len": "",
+    "p99_seq_len": "",
+    "shape": "",
+    "vllm_version": "",
+}
 
 router = APIRouter(route_class=PageRoute)
 
@@ -32,20 +40,29 @@ def try_choices(db: Database) -> dict[str, Any]:
     with db.read() as s:
         manifests = manifest_service.list_manifests(s, limit=500, after=None)
         nodes = node_service.list_nodes(s, limit=500, after=None)
-    return {"manifests": [f"{m.name}@{m.version}" for m in manifests],
-            "nodes": [{"name": n.name, "gpu": n.gpu.get("name"), "count": n.gpu_count} for n in nodes]}
+    return {
+        "manifests": [f"{m.name}@{m.version}" for m in manifests],
+        "nodes": [{"name": n.name, "gpu": n.gpu.get("name"), "count": n.gpu_count} for n in nodes],
+    }
 
 
 def form_values(form) -> dict[str, Any]:
     """The form's values, each cut to its bound, to show again."""
+
     def text(key: str, limit: int = 65536) -> str:
         v = form.get(key)
         return v[:limit] if isinstance(v, str) else ""
 
-    return {"manifest": text("manifest", 512), "nodes": [n for n in form.getlist("nodes") if isinstance(n, str)][:256],
-            "engine_args": text("engine_args") or "{}", "environment": text("environment", 32) or "production",
-            "avg_seq_len": text("avg_seq_len", 16).strip(), "p99_seq_len": text("p99_seq_len", 16).strip(),
-            "shape": text("shape", 32), "vllm_version": text("vllm_version", 32).strip()}
+    return {
+        "manifest": text("manifest", 512),
+        "nodes": [n for n in form.getlist("nodes") if isinstance(n, str)][:256],
+        "engine_args": text("engine_args") or "{}",
+        "environment": text("environment", 32) or "production",
+        "avg_seq_len": text("avg_seq_len", 16).strip(),
+        "p99_seq_len": text("p99_seq_len", 16).strip(),
+        "shape": text("shape", 32),
+        "vllm_version": text("vllm_version", 32).strip(),
+    }
 
 
 def form_body(form) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, str]]]:
@@ -69,9 +86,14 @@ def form_body(form) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, str]
                 errors.append({"field": f"workload.{key}", "message": "a whole number of tokens"})
     if shown["shape"]:
         workload["shape"] = shown["shape"]
-    body = {"manifest": shown["manifest"], "nodes": shown["nodes"], "engine_args": engine_args,
-            "environment": shown["environment"], "workload": workload or None,
-            "vllm_version": shown["vllm_version"] or None}
+    body = {
+        "manifest": shown["manifest"],
+        "nodes": shown["nodes"],
+        "engine_args": engine_args,
+        "environment": shown["environment"],
+        "workload": workload or None,
+        "vllm_version": shown["vllm_version"] or None,
+    }
     return shown, body, errors
 
 
@@ -80,8 +102,9 @@ def judge(db: Database, body: dict[str, Any]) -> tuple[dict[str, Any] | None, li
     try:
         data = PlanIn.model_validate(body)
     except ValidationError as exc:
-        return None, [{"field": ".".join(str(x) for x in e["loc"]) or "body", "message": e["msg"]}
-                      for e in exc.errors()[:10]]
+        return None, [
+            {"field": ".".join(str(x) for x in e["loc"]) or "body", "message": e["msg"]} for e in exc.errors()[:10]
+        ]
     try:
         with db.read() as s:
             return fleet.dry_run(s, data), []
@@ -108,5 +131,14 @@ async def try_run(request: Request, viewer: DeployerForm, state: UiState):
         result, errors = await run_in_threadpool(judge, state.db, body)
     choices = await run_in_threadpool(try_choices, state.db)
     status = 200 if result is not None else 422
-    return page(request, "try.html", http_status=status, form=shown, result=result, errors=errors,
-                bar=memory_bar(result.get("budget")) if result else None, **choices, **viewer.context)
+    return page(
+        request,
+        "try.html",
+        http_status=status,
+        form=shown,
+        result=result,
+        errors=errors,
+        bar=memory_bar(result.get("budget")) if result else None,
+        **choices,
+        **viewer.context,
+    )

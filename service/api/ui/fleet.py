@@ -56,8 +56,22 @@ async def fleet_page(request: Request, viewer: Reader, state: UiState):
     rollouts = await run_in_threadpool(rollout_rows, state.db)
     models = sorted({r["plan"]["model"] for r in rows if r["plan"]})
     counts = {st: sum(1 for r in nodes if r["status"] == st) for st in fleet.NODE_STATUSES}  # nodes, not rows
-    shown = [r for r in rows if (not status or r["status"] == status)
-             and (not model or (r["plan"] and r["plan"]["model"] == model))]
-    return page(request, "fleet.html", rows=shown, total=len(nodes), models=models, statuses=fleet.NODE_STATUSES,
-                counts=counts, drifted=sum(1 for r in nodes if r["drift"]), status=status or "",
-                model=model or "", rollouts=rollouts, **viewer.context)
+    shown = [
+        r
+        for r in rows
+        if (not status or r["status"] == status) and (not model or (r["plan"] and r["plan"]["model"] == model))
+    ]
+    return page(
+        request,
+        "fleet.html",
+        rows=shown,
+        total=len(nodes),
+        models=models,
+        statuses=fleet.NODE_STATUSES,
+        counts=counts,
+        drifted=sum(1 for r in nodes if r["drift"]),
+        status=status or "",
+        model=model or "",
+        rollouts=rollouts,
+        **viewer.context,
+    )

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...domain.text import escape_invisible
 
-GIB = 1024 ** 3
+GIB = 1024**3
 SEGMENTS = (  # (budget key, label, css class) in the order vLLM spends the GPU's memory
     ("weights_bytes_per_gpu", "Weights", "seg-weights"),
     ("activation_peak_bytes", "Activation peak", "seg-activation"),
@@ -17,8 +17,12 @@ SEGMENTS = (  # (budget key, label, css class) in the order vLLM spends the GPU'
     ("non_torch_bytes", "Non-torch", "seg-nontorch"),
     ("kv_cache_bytes_per_gpu", "KV cache", "seg-kv"),
 )
-CHART_SERIES = (("max_num_seqs", "max_num_seqs"), ("num_requests_waiting", "waiting"),
-                ("num_preemptions", "preemptions"), ("e2e_p99_s", "P99 e2e (s)"))
+CHART_SERIES = (
+    ("max_num_seqs", "max_num_seqs"),
+    ("num_requests_waiting", "waiting"),
+    ("num_preemptions", "preemptions"),
+    ("e2e_p99_s", "P99 e2e (s)"),
+)
 
 
 def memory_bar(budget: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -41,10 +45,17 @@ def memory_bar(budget: dict[str, Any] | None) -> dict[str, Any] | None:
         s["pct"] = round(100 * s["bytes"] / scale, 2)
         s["x"] = round(x, 2)
         x += s["pct"]
-    return {"segments": segs, "total_gib": round(total / GIB, 2), "over": used > total,
-            "utilization": budget.get("gpu_memory_utilization"), "max_model_len": budget.get("max_model_len"),
-            "max_concurrency": budget.get("max_concurrency"), "kv_cache_tokens": budget.get("kv_cache_tokens"),
-            "max_num_seqs_bound": budget.get("max_num_seqs_bound"), "log_line": budget.get("log_line")}
+    return {
+        "segments": segs,
+        "total_gib": round(total / GIB, 2),
+        "over": used > total,
+        "utilization": budget.get("gpu_memory_utilization"),
+        "max_model_len": budget.get("max_model_len"),
+        "max_concurrency": budget.get("max_concurrency"),
+        "kv_cache_tokens": budget.get("kv_cache_tokens"),
+        "max_num_seqs_bound": budget.get("max_num_seqs_bound"),
+        "log_line": budget.get("log_line"),
+    }
 
 
 def tuning_charts(windows: list[dict[str, Any]], width: int = 320, height: int = 36) -> list[dict[str, Any]]:
@@ -63,9 +74,18 @@ def tuning_charts(windows: list[dict[str, Any]], width: int = 320, height: int =
             x = width * i / max(1, n - 1)
             y = height - (height - 2) * (float(v) / top if top > 0 else 0.0) - 1
             pts.append(f"{x:.1f},{y:.1f}")
-        out.append({"key": key, "label": label, "points": " ".join(pts), "width": width, "height": height,
-                    "first": nums[0] if nums else None, "last": nums[-1] if nums else None,
-                    "max": top if nums else None})
+        out.append(
+            {
+                "key": key,
+                "label": label,
+                "points": " ".join(pts),
+                "width": width,
+                "height": height,
+                "first": nums[0] if nums else None,
+                "last": nums[-1] if nums else None,
+                "max": top if nums else None,
+            }
+        )
     return out
 
 
@@ -93,7 +113,11 @@ def ago(value: str | None, now: dt.datetime | None = None) -> str:
 
 
 def thousands(value: Any) -> str:
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else ("—" if value is None else str(value))
+    return (
+        f"{value:,}"
+        if isinstance(value, int) and not isinstance(value, bool)
+        else ("—" if value is None else str(value))
+    )
 
 
 def pretty_json(value: Any) -> str:

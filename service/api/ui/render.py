@@ -21,10 +21,17 @@ from .present import ago, pretty_json, short_time, thousands
 from .sessions import safe_next
 from .state import state_of
 
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
-       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")
-PAGE_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-                "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
 NO_VIEWER = {"principal": None, "csrf": "", "active": "", "can_audit": False, "can_deploy": False}
 
 
@@ -41,10 +48,16 @@ class SignInRequired(Exception):
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resources.files("service.api") / "templates")),
-                             autoescape=True)  # every value escaped (XSS), .html or not
-    env.filters.update(short_time=short_time, ago=ago, thousands=thousands, pretty_json=pretty_json,
-                       visible=lambda v: escape_invisible(str(v)))
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resources.files("service.api") / "templates")), autoescape=True
+    )  # every value escaped (XSS), .html or not
+    env.filters.update(
+        short_time=short_time,
+        ago=ago,
+        thousands=thousands,
+        pretty_json=pretty_json,
+        visible=lambda v: escape_invisible(str(v)),
+    )
     env.globals["urlencode"] = urlencode
     return env
 

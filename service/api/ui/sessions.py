@@ -23,8 +23,14 @@ COOKIE_PATH = "/ui"
 
 def safe_next(value: str | None) -> str:
     """Where to go after sign-in: a path of this UI only (never another host: no open redirect)."""
-    if value and value.startswith("/ui/") and not value.startswith("//") and "\\" not in value and \
-            all(c.isprintable() for c in value) and len(value) <= 512:
+    if (
+        value
+        and value.startswith("/ui/")
+        and not value.startswith("//")
+        and "\\" not in value
+        and all(c.isprintable() for c in value)
+        and len(value) <= 512
+    ):
         return value
     return "/ui/"
 
@@ -39,14 +45,17 @@ class Sessions:
     def _secrets(self) -> list[bytes]:
         derived = self.keys.derived_secrets(SECRET_LABEL)
         active = self.keys.active_kid
-        return [v for k, v in sorted(derived.items()) if k != active] + [derived[active]]  # itsdangerous signs with the last
+        return [v for k, v in sorted(derived.items()) if k != active] + [
+            derived[active]
+        ]  # itsdangerous signs with the last
 
     def _serializer(self, salt: str) -> URLSafeTimedSerializer:
         return URLSafeTimedSerializer(self._secrets(), salt=salt)
 
     def issue(self, principal: Principal, secret: str) -> str:
-        return self._serializer("session").dumps({"t": principal.token_id or 0, "h": hash_token(secret)[:32],
-                                                  "n": pysecrets.token_urlsafe(8)})
+        return self._serializer("session").dumps(
+            {"t": principal.token_id or 0, "h": hash_token(secret)[:32], "n": pysecrets.token_urlsafe(8)}
+        )
 
     def read(self, cookie: str | None) -> dict | None:
         if not cookie or len(cookie) > 1024:
@@ -55,8 +64,11 @@ class Sessions:
             data = self._serializer("session").loads(cookie, max_age=SESSION_SECONDS)
         except BadSignature:  # includes SignatureExpired
             return None
-        return data if isinstance(data, dict) and isinstance(data.get("t"), int) and \
-            isinstance(data.get("h"), str) else None
+        return (
+            data
+            if isinstance(data, dict) and isinstance(data.get("t"), int) and isinstance(data.get("h"), str)
+            else None
+        )
 
     def csrf(self, bound_to: str) -> str:
         return hmac.new(self._secrets()[-1], b"csrf\x00" + bound_to.encode(), hashlib.sha256).hexdigest()
@@ -64,5 +76,7 @@ class Sessions:
     def csrf_ok(self, bound_to: str | None, token: str | None) -> bool:
         if not bound_to or not token or len(token) != 64:
             return False
-        return any(hmac.compare_digest(hmac.new(k, b"csrf\x00" + bound_to.encode(), hashlib.sha256).hexdigest(), token)
-                   for k in self._secrets())
+        return any(
+            hmac.compare_digest(hmac.new(k, b"csrf\x00" + bound_to.encode(), hashlib.sha256).hexdigest(), token)
+            for k in self._secrets()
+        )

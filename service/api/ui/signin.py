@@ -29,14 +29,29 @@ def ui_root():
     return RedirectResponse("/ui/", status_code=307)
 
 
-def login_form(request: Request, state: UiState, status: int = 200, message: str | None = None,
-               next_: str = "/ui/"):
+def login_form(request: Request, state: UiState, status: int = 200, message: str | None = None, next_: str = "/ui/"):
     nonce = pysecrets.token_urlsafe(16)
-    resp = page(request, "login.html", http_status=status, message=message, next=safe_next(next_),
-                csrf=state.sessions.csrf("login:" + nonce), principal=None, active="login", can_audit=False,
-                can_deploy=False)
-    resp.set_cookie(LOGIN_COOKIE, nonce, max_age=LOGIN_SECONDS, path=COOKIE_PATH, httponly=True, samesite="strict",
-                    secure=request.url.scheme == "https")
+    resp = page(
+        request,
+        "login.html",
+        http_status=status,
+        message=message,
+        next=safe_next(next_),
+        csrf=state.sessions.csrf("login:" + nonce),
+        principal=None,
+        active="login",
+        can_audit=False,
+        can_deploy=False,
+    )
+    resp.set_cookie(
+        LOGIN_COOKIE,
+        nonce,
+        max_age=LOGIN_SECONDS,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
     return resp
 
 
@@ -52,8 +67,9 @@ async def login(request: Request, state: UiState):
     next_ = safe_next(next_ if isinstance(next_, str) else None)
     nonce = request.cookies.get(LOGIN_COOKIE)
     if not isinstance(csrf, str) or not nonce or not state.sessions.csrf_ok("login:" + nonce, csrf):
-        return login_form(request, state, 403, "The sign-in form expired or did not come from this page: try again.",
-                          next_)
+        return login_form(
+            request, state, 403, "The sign-in form expired or did not come from this page: try again.", next_
+        )
     if not isinstance(token, str) or not token.strip() or len(token) > 512:
         return login_form(request, state, 422, "token: paste a Preflight token (admin, deployer or auditor).", next_)
     secret = token.strip()
@@ -64,8 +80,15 @@ async def login(request: Request, state: UiState):
     if p.role not in UI_ROLES:
         return login_form(request, state, 403, "token: agent tokens cannot sign in here.", next_)
     resp = RedirectResponse(next_, status_code=303)
-    resp.set_cookie(SESSION_COOKIE, state.sessions.issue(p, secret), max_age=SESSION_SECONDS, path=COOKIE_PATH,
-                    httponly=True, samesite="strict", secure=request.url.scheme == "https")
+    resp.set_cookie(
+        SESSION_COOKIE,
+        state.sessions.issue(p, secret),
+        max_age=SESSION_SECONDS,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
     resp.delete_cookie(LOGIN_COOKIE, path=COOKIE_PATH)
     return resp
 

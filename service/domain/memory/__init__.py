@@ -27,20 +27,38 @@ from .budget import Budget, compute_budget, format_gib
 from .calibration import CALIBRATION, Accounting, torch_total_bytes
 from .communication import NCCL_CONNECTION_BYTES, communication_buffers
 from .kv_cache import (
-                       draft_layers,
-                       kv_bytes_per_token_layer,
-                       kv_dtype_bytes,
-                       longest_fitting,
-                       longest_full_attention_len,
-                       sliding_layers,
+    draft_layers,
+    kv_bytes_per_token_layer,
+    kv_dtype_bytes,
+    longest_fitting,
+    longest_full_attention_len,
+    sliding_layers,
 )
 from .stages import biggest_stage, pp_partition, stage_layers
 from .weights import QuantBytes, WeightEstimate, estimate_weights, quant_bytes
 
 __all__ = [
-    "Budget", "compute_budget", "estimate_weights", "format_gib", "CALIBRATION", "Accounting", "MIB",
-    "NCCL_CONNECTION_BYTES", "QuantBytes", "WeightEstimate", "activation_peak", "biggest_stage",
-    "communication_buffers", "draft_layers", "kv_bytes_per_token_layer", "kv_dtype_bytes", "longest_fitting",
-    "longest_full_attention_len", "pp_partition", "quant_bytes", "sliding_layers", "stage_layers",
+    "Budget",
+    "compute_budget",
+    "estimate_weights",
+    "format_gib",
+    "CALIBRATION",
+    "Accounting",
+    "MIB",
+    "NCCL_CONNECTION_BYTES",
+    "QuantBytes",
+    "WeightEstimate",
+    "activation_peak",
+    "biggest_stage",
+    "communication_buffers",
+    "draft_layers",
+    "kv_bytes_per_token_layer",
+    "kv_dtype_bytes",
+    "longest_fitting",
+    "longest_full_attention_len",
+    "pp_partition",
+    "quant_bytes",
+    "sliding_layers",
+    "stage_layers",
     "torch_total_bytes",
 ]

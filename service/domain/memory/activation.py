@@ -38,8 +38,11 @@ def profile_run(ctx: LaunchContext, acct: Accounting) -> ProfileRun:
     chunked = bool(a.get("enable_chunked_prefill", False))
     num_seqs = int(a.get("max_num_seqs", V0_DEFAULT_MAX_NUM_SEQS))
     user_mnbt = a.get("max_num_batched_tokens")
-    tokens = int(user_mnbt) if user_mnbt is not None else (
-        ctx.max_num_batched_tokens if chunked else max(ctx.max_model_len, V0_MIN_BATCHED_TOKENS))
+    tokens = (
+        int(user_mnbt)
+        if user_mnbt is not None
+        else (ctx.max_num_batched_tokens if chunked else max(ctx.max_model_len, V0_MIN_BATCHED_TOKENS))
+    )
     return ProfileRun(tokens, num_seqs, chunked)
 
 
@@ -70,8 +73,9 @@ def activation_peak(ctx: LaunchContext, tokens: int, num_seqs: int, act_bytes: i
     return int(tokens * per_token + sampler)
 
 
-def profile_peak(ctx: LaunchContext, run: ProfileRun, mm: EncoderProfile | None, act_bytes: int,
-                 acct: Accounting) -> tuple[int, int, list[str]]:
+def profile_peak(
+    ctx: LaunchContext, run: ProfileRun, mm: EncoderProfile | None, act_bytes: int, acct: Accounting
+) -> tuple[int, int, list[str]]:
     """``(tokens of the text forward, activation peak, notes)``: the text forward (V0 multimodal: the sequences and
     tokens the encoder profile leaves), and for a multimodal model the larger of the encoder's own peak and the text
     forward with the encoder outputs held in the encoder cache."""

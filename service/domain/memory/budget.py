@@ -1,9 +1,9 @@
 """The budget: the terms of this package assembled into one GPU's KV pool and what it holds.
 
-    usable     = ceil(torch-visible total × gpu_memory_utilization)
-    KV pool    = usable − weights − activation peak − non-torch − CUDA graphs (in the budget from v0.21)
-                 (or ``kv_cache_memory_bytes`` as given; ``mm_ipc_gpu_memory_gb`` reserved out of it)
-    num_blocks = floor(KV pool / bytes_per_block), or ``num_gpu_blocks_override``
+usable     = ceil(torch-visible total × gpu_memory_utilization)
+KV pool    = usable − weights − activation peak − non-torch − CUDA graphs (in the budget from v0.21)
+             (or ``kv_cache_memory_bytes`` as given; ``mm_ipc_gpu_memory_gb`` reserved out of it)
+num_blocks = floor(KV pool / bytes_per_block), or ``num_gpu_blocks_override``
 """
 
 from __future__ import annotations
@@ -78,8 +78,10 @@ class Budget:
     @property
     def log_line(self) -> str:
         """vLLM's start-up line (kv_cache_utils.py:1147-1154)."""
-        return (f"GPU KV cache size: {self.kv_cache_tokens:,} tokens, Maximum concurrency for "
-                f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
+        return (
+            f"GPU KV cache size: {self.kv_cache_tokens:,} tokens, Maximum concurrency for "
+            f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         names, getter = _budget_fields()
@@ -93,11 +95,19 @@ class Budget:
             "cuda_graph_bytes": self.cuda_graph_bytes,
         }
         d["log_line"] = self.log_line
-        d["gib"] = {k: round(v / GIB, 2) for k, v in (  # format_gib, inlined (eight calls per plan)
-            ("gpu_memory", self.gpu_memory_bytes), ("usable", self.usable_bytes),
-            ("weights_per_gpu", self.weights_bytes_per_gpu), ("overhead", self.overhead_bytes),
-            ("activation_peak", self.activation_peak_bytes), ("non_torch", self.non_torch_bytes),
-            ("cuda_graph", self.cuda_graph_bytes), ("kv_cache_per_gpu", self.kv_cache_bytes_per_gpu))}
+        d["gib"] = {
+            k: round(v / GIB, 2)
+            for k, v in (  # format_gib, inlined (eight calls per plan)
+                ("gpu_memory", self.gpu_memory_bytes),
+                ("usable", self.usable_bytes),
+                ("weights_per_gpu", self.weights_bytes_per_gpu),
+                ("overhead", self.overhead_bytes),
+                ("activation_peak", self.activation_peak_bytes),
+                ("non_torch", self.non_torch_bytes),
+                ("cuda_graph", self.cuda_graph_bytes),
+                ("kv_cache_per_gpu", self.kv_cache_bytes_per_gpu),
+            )
+        }
         d["max_concurrency"] = round(self.max_concurrency, 4)
         return d
 
@@ -150,9 +160,12 @@ def _encoder_fields(mm: EncoderProfile | None) -> dict[str, Any]:
     """The budget's multimodal fields (zero / None for a text-only model)."""
     if mm is None:
         return {"vision_weights_bytes": 0, "encoder_peak_bytes": 0, "encoder_output_bytes": 0, "multimodal": None}
-    return {"vision_weights_bytes": int(mm.vision_weights_bytes), "encoder_peak_bytes": int(mm.encoder_peak_bytes),
-            "encoder_output_bytes": int(mm.encoder_output_bytes),
-            "multimodal": {k: v for k, v in mm.as_dict().items() if k != "notes"}}
+    return {
+        "vision_weights_bytes": int(mm.vision_weights_bytes),
+        "encoder_peak_bytes": int(mm.encoder_peak_bytes),
+        "encoder_output_bytes": int(mm.encoder_output_bytes),
+        "multimodal": {k: v for k, v in mm.as_dict().items() if k != "notes"},
+    }
 
 
 def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None) -> Budget:
@@ -166,9 +179,19 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     usable = math.ceil(total * ctx.gpu_memory_utilization)
     run = profile_run(ctx, acct)
     mm = encoder_profile(
-        f, ctx.args, v1_engine=acct.v1_engine, tp=ctx.tp, act_bytes=act_bytes, weight_bytes=act_bytes,
-        max_model_len=mml, max_num_batched_tokens=run.tokens, max_num_seqs=run.num_seqs, chunked_prefill=run.chunked,
-        preprocessor=ctx.request.model.preprocessor_config, version=acct.version)
+        f,
+        ctx.args,
+        v1_engine=acct.v1_engine,
+        tp=ctx.tp,
+        act_bytes=act_bytes,
+        weight_bytes=act_bytes,
+        max_model_len=mml,
+        max_num_batched_tokens=run.tokens,
+        max_num_seqs=run.num_seqs,
+        chunked_prefill=run.chunked,
+        preprocessor=ctx.request.model.preprocessor_config,
+        version=acct.version,
+    )
     n_draft, draft_method = draft_layers(ctx)
     weights = weights_on_gpu(ctx, mm, act_bytes, n_draft, draft_method)
     assumptions += weights.notes
@@ -180,8 +203,7 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     graph = cuda_graph_bytes(ctx, stage_n, weights.estimate.moe_layers / max(1, f.num_hidden_layers))
     graph_in = graph if acct.cuda_graphs_in_budget else 0
     kv = kv_layout(ctx, acct, start, stage_n, n_draft, tokens)
-    pool = kv_pool(ctx, mm is not None, usable - weights.bytes - activation - non_torch - graph_in,
-                   kv.bytes_per_block)
+    pool = kv_pool(ctx, mm is not None, usable - weights.bytes - activation - non_torch - graph_in, kv.bytes_per_block)
     assumptions += pool.notes
     if pool.profiling_skipped:
         activation = non_torch = graph_in = comm = 0
@@ -191,19 +213,37 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     if not (wl and wl.avg_seq_len):
         assumptions.append("no workload.avg_seq_len: max_num_seqs_bound uses max_model_len (worst case)")
     return Budget(
-        gpu_memory_bytes=total, gpu_memory_utilization=ctx.gpu_memory_utilization, usable_bytes=usable,
-        weights_bytes_per_gpu=int(weights.bytes), weights_source=weights.source,
-        activation_peak_bytes=int(activation), non_torch_bytes=int(non_torch), cuda_graph_bytes=int(graph_in),
+        gpu_memory_bytes=total,
+        gpu_memory_utilization=ctx.gpu_memory_utilization,
+        usable_bytes=usable,
+        weights_bytes_per_gpu=int(weights.bytes),
+        weights_source=weights.source,
+        activation_peak_bytes=int(activation),
+        non_torch_bytes=int(non_torch),
+        cuda_graph_bytes=int(graph_in),
         cuda_graph_outside_budget_bytes=int(graph - graph_in),
-        kv_cache_bytes_per_gpu=int(pool.bytes), kv_bytes_per_token_per_gpu=int(kv.per_token),
-        kv_layers_per_gpu=kv.layers, block_size=kv.block, bytes_per_block=int(kv.bytes_per_block),
-        num_gpu_blocks=int(pool.num_blocks), kv_cache_tokens=int(cap.kv_tokens), max_model_len=mml,
-        max_concurrency=cap.concurrency, max_num_seqs_bound=max_num_seqs_bound(kv, pool.num_blocks, seq_len),
-        max_num_seqs_bound_seq_len=seq_len, estimated_max_model_len=cap.estimated_max_model_len,
-        fits_max_model_len=cap.fits, needed_bytes_max_model_len=int(cap.needed_bytes), profiled_tokens=int(tokens),
-        pool_raw_bytes=int(pool.raw), accounting=accounting_dict(acct), assumptions=assumptions,
-        weights_estimated_total_bytes=weights.estimate.total_bytes, weights_params=weights.estimate.total_params,
-        communication_bytes=int(comm), **_encoder_fields(mm),
+        kv_cache_bytes_per_gpu=int(pool.bytes),
+        kv_bytes_per_token_per_gpu=int(kv.per_token),
+        kv_layers_per_gpu=kv.layers,
+        block_size=kv.block,
+        bytes_per_block=int(kv.bytes_per_block),
+        num_gpu_blocks=int(pool.num_blocks),
+        kv_cache_tokens=int(cap.kv_tokens),
+        max_model_len=mml,
+        max_concurrency=cap.concurrency,
+        max_num_seqs_bound=max_num_seqs_bound(kv, pool.num_blocks, seq_len),
+        max_num_seqs_bound_seq_len=seq_len,
+        estimated_max_model_len=cap.estimated_max_model_len,
+        fits_max_model_len=cap.fits,
+        needed_bytes_max_model_len=int(cap.needed_bytes),
+        profiled_tokens=int(tokens),
+        pool_raw_bytes=int(pool.raw),
+        accounting=accounting_dict(acct),
+        assumptions=assumptions,
+        weights_estimated_total_bytes=weights.estimate.total_bytes,
+        weights_params=weights.estimate.total_params,
+        communication_bytes=int(comm),
+        **_encoder_fields(mm),
     )
 
 

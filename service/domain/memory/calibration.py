@@ -87,8 +87,9 @@ class Accounting:
     @classmethod
     def for_version(cls, version: str, env: dict[str, str] | None = None) -> Accounting:
         env = env or {}
-        return _accounting(version, _tri(env.get("VLLM_USE_V1")),
-                           _tri(env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")))
+        return _accounting(
+            version, _tri(env.get("VLLM_USE_V1")), _tri(env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"))
+        )
 
 
 def _tri(value: str | None) -> bool | None:
@@ -117,8 +118,13 @@ def accounting_for(ctx: LaunchContext, accounting_version: str | None) -> tuple[
     engine fall back to V0 unless VLLM_USE_V1 is set (vllm 0.8.5 engine/arg_utils.py:1402-1406, 1649-1658; 0.10.2
     :1479-1483); the V0 engine and mllama are gone from 0.11."""
     acct = Accounting.for_version(accounting_version or ctx.version, ctx.request.env)
-    if (acct.v1_engine and acct.version < V0_ONLY_FALLBACK_UNTIL and "VLLM_USE_V1" not in ctx.request.env
-            and (tower := vision_tower(ctx.facts)) is not None and tower.encoder_decoder):
+    if (
+        acct.v1_engine
+        and acct.version < V0_ONLY_FALLBACK_UNTIL
+        and "VLLM_USE_V1" not in ctx.request.env
+        and (tower := vision_tower(ctx.facts)) is not None
+        and tower.encoder_decoder
+    ):
         acct = replace(acct, v1_engine=False, cuda_graphs_in_budget=False, hybrid_sliding_window=False)
         return acct, ["encoder-decoder model (V0 only): vLLM falls back to the V0 engine"]
     return acct, []

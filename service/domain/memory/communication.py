@@ -19,10 +19,14 @@ CUSTOM_AR_MAX_SIZE = 8 * MIB
 CUSTOM_AR_RANK_DATA = 8 * MIB
 CUSTOM_AR_GATHER_SCATTER = (2 * MIB, 16 * MIB)
 # vllm 0.33.0 vllm/distributed/device_communicators/all_reduce_utils.py:31-75
-CUSTOM_ALL_REDUCE_MAX_SIZES = {(9, 0): {2: 64 * MIB, 4: 32 * MIB, 6: MIB // 2, 8: MIB // 4},
-                               (10, 0): {2: 2 * MIB, 4: 2 * MIB, 6: MIB, 8: MIB}}
-SYMM_MEM_ALL_REDUCE_MAX_SIZES = {(9, 0): {2: 64 * MIB, 4: 32 * MIB, 6: 64 * MIB, 8: 64 * MIB},
-                                 (10, 0): {2: 8 * MIB, 4: 32 * MIB, 6: 128 * MIB, 8: 128 * MIB}}
+CUSTOM_ALL_REDUCE_MAX_SIZES = {
+    (9, 0): {2: 64 * MIB, 4: 32 * MIB, 6: MIB // 2, 8: MIB // 4},
+    (10, 0): {2: 2 * MIB, 4: 2 * MIB, 6: MIB, 8: MIB},
+}
+SYMM_MEM_ALL_REDUCE_MAX_SIZES = {
+    (9, 0): {2: 64 * MIB, 4: 32 * MIB, 6: 64 * MIB, 8: 64 * MIB},
+    (10, 0): {2: 8 * MIB, 4: 32 * MIB, 6: 128 * MIB, 8: 128 * MIB},
+}
 # NCCL's default buffers per connection (NCCL src/include/device.h / comm.h): SIMPLE NCCL_BUFFSIZE 4 MiB, LL
 # 8 lines × 512 threads × 8 steps × 16 B = 512 KiB, LL128 120 × 640 × 8 × 8 B = 4,915,200 B — 9.19 MiB a connection,
 # the figure NCCL's proxy pins per connection. Each rank receives on one connection per ring channel.
@@ -80,8 +84,13 @@ def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, li
                 symm = True
                 total += size
                 parts.append(f"symmetric-memory all-reduce buffer {size // MIB} MiB")
-    if (tp in CUSTOM_AR_WORLD_SIZES and cc is not None and nodes == 1 and not a.get("disable_custom_all_reduce", False)
-            and (tp == 2 or link == "nvlink")):
+    if (
+        tp in CUSTOM_AR_WORLD_SIZES
+        and cc is not None
+        and nodes == 1
+        and not a.get("disable_custom_all_reduce", False)
+        and (tp == 2 or link == "nvlink")
+    ):
         max_size = CUSTOM_AR_MAX_SIZE
         if symm:
             max_size = min(max_size, CUSTOM_ALL_REDUCE_MAX_SIZES.get(cc, {}).get(tp, max_size))
@@ -89,8 +98,7 @@ def communication_buffers(ctx: LaunchContext, acct: Accounting) -> tuple[int, li
         car = max_size + ipc + CUSTOM_AR_RANK_DATA
         total += car
         parts.append(f"custom all-reduce {car / MIB:.1f} MiB")
-    if (tp > 2 and cc is not None and cc >= (9, 0) and link == "nvlink"
-            and env_on(env, "NCCL_NVLS_ENABLE", True)):
+    if tp > 2 and cc is not None and cc >= (9, 0) and link == "nvlink" and env_on(env, "NCCL_NVLS_ENABLE", True):
         heads = min(tp, ctx.gpus_per_node)  # one NVLS head per GPU of the NVSwitch domain (a node)
         nvls = (NVLS_PER_RANK_BYTES if acct.version >= (0, 9, 0) else NVLS_PER_RANK_BYTES_NCCL_221) * heads * tp_comms
         total += nvls

@@ -13,6 +13,8 @@ def cuda_graph_bytes(ctx: LaunchContext, stage_layers: int, moe_fraction: float)
     MoE layers costing more (CALIBRATION)."""
     if ctx.args.enforce_eager:
         return 0
-    per = (CALIBRATION["cuda_graph_per_layer_bytes"] * (1 - moe_fraction)
-           + CALIBRATION["cuda_graph_per_moe_layer_bytes"] * moe_fraction)
+    per = (
+        CALIBRATION["cuda_graph_per_layer_bytes"] * (1 - moe_fraction)
+        + CALIBRATION["cuda_graph_per_moe_layer_bytes"] * moe_fraction
+    )
     return int(CALIBRATION["cuda_graph_base_bytes"] + stage_layers * per)

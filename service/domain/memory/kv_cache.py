@@ -66,8 +66,9 @@ def sliding_layers(facts: ModelFacts, start: int, n: int) -> int:
     return stop - start
 
 
-def kv_bytes_per_token_layer(facts: ModelFacts, tp: int, dtype_bytes: int, kv_cache_dtype: str,
-                             acct: Accounting) -> int:
+def kv_bytes_per_token_layer(
+    facts: ModelFacts, tp: int, dtype_bytes: int, kv_cache_dtype: str, acct: Accounting
+) -> int:
     """One layer, one token, one TP rank: ``2 × max(1, kv // tp) × head_dim × dtype_bytes`` (vllm 0.33.0
     vllm/v1/kv_cache_interface.py:586-601; vllm/config/model.py:1663-1683); MLA ``(kv_lora_rank + qk_rope_head_dim)
     × dtype_bytes``, not divided by TP (656 B for fp8_ds_mla; mla_attention.py:1371-1387); before vLLM 0.7.1
@@ -135,14 +136,23 @@ class KvLayout:
 def kv_layout(ctx: LaunchContext, acct: Accounting, start: int, stage_n: int, n_draft: int, tokens: int) -> KvLayout:
     """The KV layout of the PP stage whose layers are ``[start, start + stage_n)`` (the pool is the minimum over the
     GPUs of the instance), plus the draft's layers (full attention)."""
-    per_layer = kv_bytes_per_token_layer(ctx.facts, ctx.tp, kv_dtype_bytes(ctx.kv_cache_dtype, ctx.dtype),
-                                         ctx.kv_cache_dtype, acct)
+    per_layer = kv_bytes_per_token_layer(
+        ctx.facts, ctx.tp, kv_dtype_bytes(ctx.kv_cache_dtype, ctx.dtype), ctx.kv_cache_dtype, acct
+    )
     layers = stage_n + n_draft
     per_token = per_layer * layers
     block = ctx.block_size
-    return KvLayout(per_token=per_token, layers=layers, sliding=sliding_layers(ctx.facts, start, stage_n),
-                    block=block, bytes_per_block=block * per_token, dcp=ctx.args.decode_context_parallel_size,
-                    window=ctx.facts.sliding_window, hybrid=acct.hybrid_sliding_window, tokens=tokens)
+    return KvLayout(
+        per_token=per_token,
+        layers=layers,
+        sliding=sliding_layers(ctx.facts, start, stage_n),
+        block=block,
+        bytes_per_block=block * per_token,
+        dcp=ctx.args.decode_context_parallel_size,
+        window=ctx.facts.sliding_window,
+        hybrid=acct.hybrid_sliding_window,
+        tokens=tokens,
+    )
 
 
 def longest_fitting(fits: Callable[[int], bool], hi: int) -> int:

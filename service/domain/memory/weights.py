@@ -81,8 +81,21 @@ def quant_bytes(facts: ModelFacts, requested: str | None, act_bytes: float) -> Q
         b = 0.5 + 1 / 16
     elif method == "bitsandbytes":
         b = 0.5 + 4 / 64 if (q.bits or 4) == 4 and not q.raw.get("load_in_8bit") else 1.0 + 4 / 64
-    elif method in ("awq", "gptq", "auto_awq", "auto_gptq", "awq_marlin", "gptq_marlin", "moe_wna16",
-                    "compressed-tensors", "quark", "inc", "torchao", "humming", "gguf"):
+    elif method in (
+        "awq",
+        "gptq",
+        "auto_awq",
+        "auto_gptq",
+        "awq_marlin",
+        "gptq_marlin",
+        "moe_wna16",
+        "compressed-tensors",
+        "quark",
+        "inc",
+        "torchao",
+        "humming",
+        "gguf",
+    ):
         nb = q.bits or (8 if method == "compressed-tensors" else 4)
         b = nb / 8
         if group:
@@ -128,8 +141,11 @@ class WeightEstimate:
         if not self.has_experts:
             return 0
         lo, hi = max(lo, self.first_dense), min(hi, self.num_layers)
-        return max(0, multiples(lo - self.moe_offset, hi - self.moe_offset, self.moe_step)
-                   - (bisect.bisect_left(self.mlp_only, hi) - bisect.bisect_left(self.mlp_only, lo)))
+        return max(
+            0,
+            multiples(lo - self.moe_offset, hi - self.moe_offset, self.moe_step)
+            - (bisect.bisect_left(self.mlp_only, hi) - bisect.bisect_left(self.mlp_only, lo)),
+        )
 
     def range_bytes(self, lo: int, n: int) -> int:
         moe = self.moe_in(lo, lo + n)
@@ -137,8 +153,10 @@ class WeightEstimate:
 
     @property
     def max_layer_rank(self) -> int:
-        return max(self.moe_layer_rank if self.moe_layers else 0,
-                   self.dense_layer_rank if self.moe_layers < self.num_layers else 0)
+        return max(
+            self.moe_layer_rank if self.moe_layers else 0,
+            self.dense_layer_rank if self.moe_layers < self.num_layers else 0,
+        )
 
     def stage_weight(self, pp: int, s: int) -> int:
         start, n = stage_layers(self.num_layers, pp, s)
@@ -206,14 +224,25 @@ def _moe_pattern(facts: ModelFacts) -> _MoePattern:
         if isinstance(mlp_i, int) and not isinstance(mlp_i, bool) and 0 < mlp_i <= 1 << 22:
             dense_width = mlp_i
     # layers of the MoE pattern that mlp_only_layers forces dense (model_facts checks the list: ints in range)
-    mlp_only = tuple(sorted({int(i) for i in (text.get("mlp_only_layers") or [])
-                             if first_dense <= i < L and (i - offset) % step == 0}))
+    mlp_only = tuple(
+        sorted(
+            {int(i) for i in (text.get("mlp_only_layers") or []) if first_dense <= i < L and (i - offset) % step == 0}
+        )
+    )
     layers = max(0, multiples(first_dense - offset, L - offset, step) - len(mlp_only))
     return _MoePattern(first_dense, step, offset, mlp_only, layers, interleaved, dense_width)
 
 
-def _moe_layer(facts: ModelFacts, pattern: _MoePattern, attn: tuple[int, float], norms: float, qb: QuantBytes,
-               tp: int, dp: int, act_bytes: float) -> tuple[int, int, float]:
+def _moe_layer(
+    facts: ModelFacts,
+    pattern: _MoePattern,
+    attn: tuple[int, float],
+    norms: float,
+    qb: QuantBytes,
+    tp: int,
+    dp: int,
+    act_bytes: float,
+) -> tuple[int, int, float]:
     """(one TP rank's bytes, parameters, bytes) of one MoE layer: experts split over TP × DP, shared experts over
     TP, the router replicated."""
     attn_params, attn_rank = attn
@@ -225,15 +254,26 @@ def _moe_layer(facts: ModelFacts, pattern: _MoePattern, attn: tuple[int, float],
     if pattern.interleaved and not facts.shared_expert_intermediate_size and not facts.n_shared_experts:
         shared_params = 3 * H * moe_i
     router = H * n_exp
-    rank = int(attn_rank + experts_params * qb.experts / (tp * dp) + shared_params * qb.dense_mlp / tp
-               + router * act_bytes + norms)
-    total = (attn_params * qb.attention + experts_params * qb.experts + shared_params * qb.dense_mlp
-             + router * act_bytes + norms)
+    rank = int(
+        attn_rank
+        + experts_params * qb.experts / (tp * dp)
+        + shared_params * qb.dense_mlp / tp
+        + router * act_bytes
+        + norms
+    )
+    total = (
+        attn_params * qb.attention
+        + experts_params * qb.experts
+        + shared_params * qb.dense_mlp
+        + router * act_bytes
+        + norms
+    )
     return rank, experts_params + shared_params + router, total
 
 
-def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: float,
-                     requested_quant: str | None) -> WeightEstimate:
+def estimate_weights(
+    facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: float, requested_quant: str | None
+) -> WeightEstimate:
     """Parameter counts from config.json, bytes per parameter by quantization, one TP rank's share.
 
     Mirrors how vLLM shards the model: vocabulary padded to 64 and split over TP (vocab_parallel_embedding.py),
@@ -252,12 +292,14 @@ def estimate_weights(facts: ModelFacts, tp: int, dp: int, ep: bool, act_bytes: f
     dense_params = 3 * H * width if width else facts.mlp_matrices * H * (facts.intermediate_size or 4 * H)
     dense_rank = int(attn_rank + dense_params * qb.dense_mlp / tp + norms)
     dense_bytes = attn_params * qb.attention + dense_params * qb.dense_mlp + norms
-    moe_rank, moe_params, moe_bytes = (_moe_layer(facts, pattern, (attn_params, attn_rank), norms, qb, tp, dp,
-                                                  act_bytes) if pattern else (0, 0, 0.0))
+    moe_rank, moe_params, moe_bytes = (
+        _moe_layer(facts, pattern, (attn_params, attn_rank), norms, qb, tp, dp, act_bytes) if pattern else (0, 0, 0.0)
+    )
     moe_layers = pattern.layers if pattern else 0
     dense_layers = L - moe_layers
-    total_params = embed * copies + (dense_layers * (attn_params + dense_params + 2 * H)
-                                     + moe_layers * (attn_params + moe_params + 2 * H))
+    total_params = embed * copies + (
+        dense_layers * (attn_params + dense_params + 2 * H) + moe_layers * (attn_params + moe_params + 2 * H)
+    )
     total_bytes = embed * qb.embedding * copies + (dense_layers * dense_bytes + moe_layers * moe_bytes)
     return WeightEstimate(
         total_params=int(total_params),
@@ -288,13 +330,15 @@ class GpuWeights:
     notes: tuple[str, ...]
 
 
-def weights_on_gpu(ctx: LaunchContext, mm: EncoderProfile | None, act_bytes: float, n_draft: int,
-                   draft_method: str) -> GpuWeights:
+def weights_on_gpu(
+    ctx: LaunchContext, mm: EncoderProfile | None, act_bytes: float, n_draft: int, draft_method: str
+) -> GpuWeights:
     """The heaviest PP stage's share plus the vision tower; scaled to the manifest's ``weights_bytes`` when given;
     plus the speculative draft's layers, less ``cpu_offload_gb`` (vllm 0.33.0 vllm/config/offload.py)."""
     a = ctx.args
-    est = estimate_weights(ctx.facts, ctx.tp, a.data_parallel_size, a.enable_expert_parallel, act_bytes,
-                           ctx.requested_quantization)
+    est = estimate_weights(
+        ctx.facts, ctx.tp, a.data_parallel_size, a.enable_expert_parallel, act_bytes, ctx.requested_quantization
+    )
     vision_w = mm.vision_weights_bytes if mm else 0
     weights = est.max_stage_bytes(ctx.pp) + vision_w
     source = f"estimated from config.json ({est.quant})" + (" + vision tower" if vision_w else "")

@@ -33,22 +33,32 @@ class Emit:
         self.codes = codes
         self.source = source
 
-    def _finding(self, code: str, severity: Severity, message: str, remedy: dict[str, Any] | None,
-                 field: str | None, data: dict[str, Any]) -> Finding:
+    def _finding(
+        self,
+        code: str,
+        severity: Severity,
+        message: str,
+        remedy: dict[str, Any] | None,
+        field: str | None,
+        data: dict[str, Any],
+    ) -> Finding:
         if code not in self.codes:  # a programming error: the rule registered other codes
             raise ValueError(f"a rule registered for {self.codes} emitted {code!r}")
         return Finding(code, severity, message, remedy, self.source, field, data)
 
-    def error(self, code: str, message: str, *, remedy: dict[str, Any] | None = None, field: str | None = None,
-              **data: Any) -> Finding:
+    def error(
+        self, code: str, message: str, *, remedy: dict[str, Any] | None = None, field: str | None = None, **data: Any
+    ) -> Finding:
         return self._finding(code, Severity.ERROR, message, remedy, field, data)
 
-    def warning(self, code: str, message: str, *, remedy: dict[str, Any] | None = None, field: str | None = None,
-                **data: Any) -> Finding:
+    def warning(
+        self, code: str, message: str, *, remedy: dict[str, Any] | None = None, field: str | None = None, **data: Any
+    ) -> Finding:
         return self._finding(code, Severity.WARNING, message, remedy, field, data)
 
-    def info(self, code: str, message: str, *, remedy: dict[str, Any] | None = None, field: str | None = None,
-             **data: Any) -> Finding:
+    def info(
+        self, code: str, message: str, *, remedy: dict[str, Any] | None = None, field: str | None = None, **data: Any
+    ) -> Finding:
         return self._finding(code, Severity.INFO, message, remedy, field, data)
 
 
@@ -89,8 +99,9 @@ def rule(*codes: str, severity: str, source: str, phase: Phase = "config") -> Ca
         def run(ctx: LaunchContext) -> list[Finding]:
             return body(ctx, emit)
 
-        RULES.append(RuleInfo(codes=tuple(codes), severity=severity, source=source, func=run, phase=phase,
-                              body=body, emit=emit))
+        RULES.append(
+            RuleInfo(codes=tuple(codes), severity=severity, source=source, func=run, phase=phase, body=body, emit=emit)
+        )
         return run
 
     return deco

@@ -17,11 +17,15 @@ SRC_LOAD = "vllm 0.33.0 vllm/engine/arg_utils.py (--config, --model-loader-extra
 UNJUDGED = {
     "config": "reads further vllm serve arguments from a YAML file on the node, which Preflight never sees",
     "model_loader_extra_config": "passes loader-specific settings (files, URIs, shard patterns) that Preflight "
-                                 "cannot judge",
+    "cannot judge",
     "hf_config_path": "loads another config.json than the manifest's, which Preflight never sees",
 }
 
-_EMPTY: tuple[None, dict[str, Any], str] = (None, {}, "")  # what leaves an UNJUDGED option unset (a module constant: no dict built per rule call)
+_EMPTY: tuple[None, dict[str, Any], str] = (
+    None,
+    {},
+    "",
+)  # what leaves an UNJUDGED option unset (a module constant: no dict built per rule call)
 
 
 @rule("argv_roundtrip", "model_reference", severity="error", source=SRC_RT, phase="budget")
@@ -54,40 +58,65 @@ def flag_unjudged(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         value = ctx.args.values.get(name)
         if value in _EMPTY:
             continue
-        out.append(emit.error(
-            "flag_unjudged",
-            f"--{name.replace('_', '-')} {why}; Preflight refuses to sign a launch whose meaning it has not judged. "
-            f"Put the settings in engine_args (or the manifest) instead.",
-            remedy={"drop": [name]}, field=f"engine_args.{name}",
-        ))
+        out.append(
+            emit.error(
+                "flag_unjudged",
+                f"--{name.replace('_', '-')} {why}; Preflight refuses to sign a launch whose meaning it has not judged. "
+                f"Put the settings in engine_args (or the manifest) instead.",
+                remedy={"drop": [name]},
+                field=f"engine_args.{name}",
+            )
+        )
     hf = ctx.args.values.get("hf_overrides")
     if isinstance(hf, str) and hf:
-        out.append(emit.error(
-            "flag_unjudged",
-            f"--hf-overrides {hf!r} names a function that rewrites the config at load time; only a JSON object can be "
-            f"judged (it is applied to config.json before the rules).",
-            remedy={"hf_overrides": "a JSON object"}, field="engine_args.hf_overrides",
-        ))
+        out.append(
+            emit.error(
+                "flag_unjudged",
+                f"--hf-overrides {hf!r} names a function that rewrites the config at load time; only a JSON object can be "
+                f"judged (it is applied to config.json before the rules).",
+                remedy={"hf_overrides": "a JSON object"},
+                field="engine_args.hf_overrides",
+            )
+        )
     if ctx.environment == "production" and ctx.args.values.get("load_format") == "dummy":
-        out.append(emit.error("flag_unjudged", "--load-format dummy serves randomly initialised weights, not the "
-                              "manifest's: never in production.", remedy={"drop": ["load_format"]},
-                              field="engine_args.load_format"))
+        out.append(
+            emit.error(
+                "flag_unjudged",
+                "--load-format dummy serves randomly initialised weights, not the manifest's: never in production.",
+                remedy={"drop": ["load_format"]},
+                field="engine_args.load_format",
+            )
+        )
     revision = ctx.args.values.get("revision")
     if isinstance(revision, str) and revision:
-        out.append(emit.warning(
-            "flag_unjudged", f"--revision {revision!r} loads another commit of the model repository than the one "
-            f"whose config.json was judged; register that revision as its own manifest version instead.",
-            remedy={"drop": ["revision"]}, field="engine_args.revision"))
+        out.append(
+            emit.warning(
+                "flag_unjudged",
+                f"--revision {revision!r} loads another commit of the model repository than the one "
+                f"whose config.json was judged; register that revision as its own manifest version instead.",
+                remedy={"drop": ["revision"]},
+                field="engine_args.revision",
+            )
+        )
     spec = ctx.args.values.get("speculative_config")
     if isinstance(spec, dict) and isinstance(spec.get("model"), str):
-        out.append(emit.warning(
-            "flag_unjudged", f"speculative_config.model {spec['model']!r}: the draft model's weights and memory are "
-            f"not judged (only the target model's are).", remedy=None, field="engine_args.speculative_config"))
+        out.append(
+            emit.warning(
+                "flag_unjudged",
+                f"speculative_config.model {spec['model']!r}: the draft model's weights and memory are "
+                f"not judged (only the target model's are).",
+                remedy=None,
+                field="engine_args.speculative_config",
+            )
+        )
     for name in ("tokenizer",):
         value = ctx.args.values.get(name)
         if isinstance(value, str):
             problem = model_reference_problem(value)
             if problem:
-                out.append(emit.error("flag_unjudged", f"--{name}: {problem}.", remedy={"drop": [name]},
-                                      field=f"engine_args.{name}"))
+                out.append(
+                    emit.error(
+                        "flag_unjudged", f"--{name}: {problem}.", remedy={"drop": [name]}, field=f"engine_args.{name}"
+                    )
+                )
     return out

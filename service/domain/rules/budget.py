@@ -31,8 +31,10 @@ NO_MEMORY_MSG = (
     "(this flag also controls CPU memory reservation on the CPU backend, despite its name). See "
     f"{DOCS} for more details."
 )
-AUTO_FIT_MSG = ("Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. "
-                "Try increasing `gpu_memory_utilization`.")
+AUTO_FIT_MSG = (
+    "Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. "
+    "Try increasing `gpu_memory_utilization`."
+)
 
 # Memory taken before vLLM's free-memory check at worker start (CUDA context + cuBLAS handle; NCCL communicators at
 # world size > 1). Estimates: a torch CUDA context is ~0.3-0.5 GiB on current GPUs, NCCL buffers a few hundred MiB.
@@ -45,8 +47,7 @@ def _budget(ctx: LaunchContext) -> Budget | None:
     return b if isinstance(b, Budget) else None
 
 
-def _budget_at_tp(ctx: LaunchContext, tp: int, *, drop: tuple[str, ...] = (),
-                  gpus: int | None = None) -> Budget | None:
+def _budget_at_tp(ctx: LaunchContext, tp: int, *, drop: tuple[str, ...] = (), gpus: int | None = None) -> Budget | None:
     """The budget of this launch at tensor_parallel_size ``tp`` (without the engine arguments ``drop``; on one node
     of ``gpus`` GPUs when given), or None when that launch cannot be judged."""
     args = {k: v for k, v in ctx.request.engine_args.items() if arg_name(k) not in ("tensor_parallel_size", *drop)}
@@ -88,14 +89,27 @@ def weights_fit(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         return []
     if b.weights_bytes_per_gpu < b.usable_bytes:
         return []
-    msg = (f"Weights need {format_gib(b.weights_bytes_per_gpu)} GiB per GPU ({b.weights_source}) but "
-           f"gpu_memory_utilization {b.gpu_memory_utilization} × {format_gib(b.gpu_memory_bytes)} GiB allows "
-           f"{format_gib(b.usable_bytes)} GiB: loading fails with CUDA out of memory, or: {NO_MEMORY_MSG}")
-    remedy = {"tensor_parallel_size": smallest_tp_for_weights(ctx), "cpu_offload_gb": round(
-        (b.weights_bytes_per_gpu - b.usable_bytes + b.overhead_bytes) / GIB + 1, 1)}
+    msg = (
+        f"Weights need {format_gib(b.weights_bytes_per_gpu)} GiB per GPU ({b.weights_source}) but "
+        f"gpu_memory_utilization {b.gpu_memory_utilization} × {format_gib(b.gpu_memory_bytes)} GiB allows "
+        f"{format_gib(b.usable_bytes)} GiB: loading fails with CUDA out of memory, or: {NO_MEMORY_MSG}"
+    )
+    remedy = {
+        "tensor_parallel_size": smallest_tp_for_weights(ctx),
+        "cpu_offload_gb": round((b.weights_bytes_per_gpu - b.usable_bytes + b.overhead_bytes) / GIB + 1, 1),
+    }
     more, data = _needs_more_gpus(ctx, remedy)
-    return [emit.error("weights_fit", msg + more, remedy=remedy, field="engine_args.tensor_parallel_size",
-                       weights_gib=format_gib(b.weights_bytes_per_gpu), usable_gib=format_gib(b.usable_bytes), **data)]
+    return [
+        emit.error(
+            "weights_fit",
+            msg + more,
+            remedy=remedy,
+            field="engine_args.tensor_parallel_size",
+            weights_gib=format_gib(b.weights_bytes_per_gpu),
+            usable_gib=format_gib(b.usable_bytes),
+            **data,
+        )
+    ]
 
 
 SRC_KV_BYTES = "vllm 0.33.0 vllm/v1/worker/gpu_worker.py:656-681 (kv_cache_memory_bytes: profiling skipped, the pool reserved as given)"
@@ -114,11 +128,20 @@ def kv_cache_memory_fits(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if need <= b.gpu_memory_bytes:
         return []
     room = max(0, b.gpu_memory_bytes - b.weights_bytes_per_gpu)
-    msg = (f"kv_cache_memory_bytes {int(given)} ({format_gib(int(given))} GiB) plus the weights "
-           f"({format_gib(b.weights_bytes_per_gpu)} GiB per GPU) exceed the GPU's {format_gib(b.gpu_memory_bytes)} GiB: "
-           f"vLLM reserves the pool as given, and allocating it runs out of memory at start-up")
-    return [emit.error("kv_cache_memory_fits", msg, remedy={"kv_cache_memory_bytes": None},
-                       field="engine_args.kv_cache_memory_bytes", room_bytes=room)]
+    msg = (
+        f"kv_cache_memory_bytes {int(given)} ({format_gib(int(given))} GiB) plus the weights "
+        f"({format_gib(b.weights_bytes_per_gpu)} GiB per GPU) exceed the GPU's {format_gib(b.gpu_memory_bytes)} GiB: "
+        f"vLLM reserves the pool as given, and allocating it runs out of memory at start-up"
+    )
+    return [
+        emit.error(
+            "kv_cache_memory_fits",
+            msg,
+            remedy={"kv_cache_memory_bytes": None},
+            field="engine_args.kv_cache_memory_bytes",
+            room_bytes=room,
+        )
+    ]
 
 
 MAX_GPUS_SEARCHED = 64  # the most GPUs of one model a single node holds (request.MAX_GPUS_PER_NODE)
@@ -146,10 +169,16 @@ def _needs_more_gpus(ctx: LaunchContext, remedy: dict[str, Any]) -> tuple[str, d
     name = ctx.gpu.name
     at = "" if ctx.max_model_len_auto else f" at max_model_len {ctx.max_model_len:,}"
     if n is None:
-        return (f" It does not fit on up to {MAX_GPUS_SEARCHED} × {name}{at}: use a quantized variant of the model"
-                f"{' or a shorter max_model_len' if at else ''}.", {"min_gpus": None})
-    return (f" It needs at least {n} × {name}{at} (tensor_parallel_size {n}; this launch has {ctx.total_gpus}), "
-            f"or a quantized variant of the model.", {"min_gpus": n})
+        return (
+            f" It does not fit on up to {MAX_GPUS_SEARCHED} × {name}{at}: use a quantized variant of the model"
+            f"{' or a shorter max_model_len' if at else ''}.",
+            {"min_gpus": None},
+        )
+    return (
+        f" It needs at least {n} × {name}{at} (tensor_parallel_size {n}; this launch has {ctx.total_gpus}), "
+        f"or a quantized variant of the model.",
+        {"min_gpus": n},
+    )
 
 
 @rule("kv_pool_empty", severity="error", source=SRC_NO_MEM, phase="budget")
@@ -160,9 +189,11 @@ def kv_pool_empty(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if b is None or b.num_gpu_blocks > 0:
         return []
     msg = AUTO_FIT_MSG if ctx.max_model_len_auto else NO_MEMORY_MSG
-    detail = (f" Estimate per GPU: {format_gib(b.usable_bytes)} GiB usable − {format_gib(b.weights_bytes_per_gpu)} "
-              f"GiB weights − {format_gib(b.overhead_bytes)} GiB overhead = {format_gib(b.pool_raw_bytes)} GiB for "
-              f"the KV cache (one block is {b.bytes_per_block:,} bytes).")
+    detail = (
+        f" Estimate per GPU: {format_gib(b.usable_bytes)} GiB usable − {format_gib(b.weights_bytes_per_gpu)} "
+        f"GiB weights − {format_gib(b.overhead_bytes)} GiB overhead = {format_gib(b.pool_raw_bytes)} GiB for "
+        f"the KV cache (one block is {b.bytes_per_block:,} bytes)."
+    )
     remedy: dict[str, Any] = {}
     t = smallest_tp_for_weights(ctx)
     if t:
@@ -171,8 +202,16 @@ def kv_pool_empty(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     more, data = _needs_more_gpus(ctx, remedy) if b.weights_bytes_per_gpu < b.usable_bytes else ("", {})
     if b.gpu_memory_utilization < 0.9:
         remedy["gpu_memory_utilization"] = 0.9
-    return [emit.error("kv_pool_empty", msg + detail + more, remedy=remedy or None,
-                       field="engine_args.gpu_memory_utilization", pool_gib=format_gib(b.pool_raw_bytes), **data)]
+    return [
+        emit.error(
+            "kv_pool_empty",
+            msg + detail + more,
+            remedy=remedy or None,
+            field="engine_args.gpu_memory_utilization",
+            pool_gib=format_gib(b.pool_raw_bytes),
+            **data,
+        )
+    ]
 
 
 @rule("kv_cache_fits_max_len", severity="error", source=SRC_FIT, phase="budget")
@@ -186,19 +225,30 @@ def kv_cache_fits_max_len(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     available = max(0, b.kv_cache_bytes_per_gpu - b.bytes_per_block)
     est = b.estimated_max_model_len
     estimated_msg = f"Based on the available memory, the estimated maximum model length is {est}. " if est > 0 else ""
-    msg = (f"To serve at least one request with the model's max seq len ({ctx.max_model_len}), "
-           f"({format_gib(b.needed_bytes_max_model_len)} GiB KV cache is needed, which is larger than the available "
-           f"KV cache memory ({format_gib(available)} GiB). {estimated_msg}Try increasing `gpu_memory_utilization` "
-           "(which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the "
-           f"engine. See {DOCS} for more details.")
+    msg = (
+        f"To serve at least one request with the model's max seq len ({ctx.max_model_len}), "
+        f"({format_gib(b.needed_bytes_max_model_len)} GiB KV cache is needed, which is larger than the available "
+        f"KV cache memory ({format_gib(available)} GiB). {estimated_msg}Try increasing `gpu_memory_utilization` "
+        "(which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the "
+        f"engine. See {DOCS} for more details."
+    )
     remedy: dict[str, Any] = {"max_model_len": est}
     t = smallest_fitting_tp(ctx)
     if t:
         remedy["tensor_parallel_size"] = t
     more, data = _needs_more_gpus(ctx, remedy)
-    return [emit.error("kv_cache_fits_max_len", msg + more, remedy=remedy,
-                       field="engine_args.max_model_len", needed_gib=format_gib(b.needed_bytes_max_model_len),
-                       available_gib=format_gib(available), estimated_max_model_len=est, **data)]
+    return [
+        emit.error(
+            "kv_cache_fits_max_len",
+            msg + more,
+            remedy=remedy,
+            field="engine_args.max_model_len",
+            needed_gib=format_gib(b.needed_bytes_max_model_len),
+            available_gib=format_gib(available),
+            estimated_max_model_len=est,
+            **data,
+        )
+    ]
 
 
 @rule("max_num_seqs_above_bound", severity="warning", source=SRC_BOUND, phase="budget")
@@ -212,12 +262,21 @@ def max_num_seqs_above_bound(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     bound = b.max_num_seqs_bound
     if ctx.max_num_seqs <= bound:
         return []
-    msg = (f"max_num_seqs {ctx.max_num_seqs} is above what the KV pool holds at the average sequence length: "
-           f"{format_gib(b.kv_cache_bytes_per_gpu)} GiB / ({b.kv_bytes_per_token_per_gpu:,} B/token × "
-           f"{wl.avg_seq_len} tokens) ≈ {bound} sequences, so the scheduler will preempt. Production value: "
-           f"0.7-0.8 × bound ({int(0.75 * bound)}); load tests start at 0.5 × bound ({int(0.5 * bound)}).")
-    return [emit.warning("max_num_seqs_above_bound", msg, remedy={"max_num_seqs": max(1, int(0.75 * bound))},
-                         field="engine_args.max_num_seqs", bound=bound)]
+    msg = (
+        f"max_num_seqs {ctx.max_num_seqs} is above what the KV pool holds at the average sequence length: "
+        f"{format_gib(b.kv_cache_bytes_per_gpu)} GiB / ({b.kv_bytes_per_token_per_gpu:,} B/token × "
+        f"{wl.avg_seq_len} tokens) ≈ {bound} sequences, so the scheduler will preempt. Production value: "
+        f"0.7-0.8 × bound ({int(0.75 * bound)}); load tests start at 0.5 × bound ({int(0.5 * bound)})."
+    )
+    return [
+        emit.warning(
+            "max_num_seqs_above_bound",
+            msg,
+            remedy={"max_num_seqs": max(1, int(0.75 * bound))},
+            field="engine_args.max_num_seqs",
+            bound=bound,
+        )
+    ]
 
 
 @rule("max_num_seqs_above_bound_at_max_len", severity="warning", source=SRC_BOUND, phase="budget")
@@ -228,21 +287,36 @@ def max_num_seqs_above_bound_at_max_len(ctx: LaunchContext, emit: Emit) -> list[
     keep resident once requests grow long. Remedy: the bound, or a workload to judge against."""
     b = _budget(ctx)
     wl = ctx.request.workload
-    if ctx.environment != "production" or (wl and wl.avg_seq_len) or b is None or b.num_gpu_blocks == 0 \
-            or b.max_num_seqs_bound is None or not b.fits_max_model_len:
+    if (
+        ctx.environment != "production"
+        or (wl and wl.avg_seq_len)
+        or b is None
+        or b.num_gpu_blocks == 0
+        or b.max_num_seqs_bound is None
+        or not b.fits_max_model_len
+    ):
         return []
     bound = b.max_num_seqs_bound
     if ctx.max_num_seqs <= bound:
         return []
     origin = "set" if "max_num_seqs" in ctx.args.given else "vLLM's default, not set"
-    msg = (f"max_num_seqs {ctx.max_num_seqs} ({origin}) is above the {bound} sequences of max_model_len "
-           f"{ctx.max_model_len:,} tokens the KV pool holds ({b.kv_cache_tokens:,} tokens: "
-           f"{format_gib(b.kv_cache_bytes_per_gpu)} GiB / {b.kv_bytes_per_token_per_gpu:,} B/token): with long requests "
-           f"the scheduler will preempt. Give workload.avg_seq_len (the bound at the average length is higher), or set "
-           f"max_num_seqs to at most {bound}.")
-    return [emit.warning("max_num_seqs_above_bound_at_max_len", msg, remedy={"max_num_seqs": max(1, bound)},
-                         field="engine_args.max_num_seqs", bound=bound,
-                         seq_len=b.max_num_seqs_bound_seq_len)]
+    msg = (
+        f"max_num_seqs {ctx.max_num_seqs} ({origin}) is above the {bound} sequences of max_model_len "
+        f"{ctx.max_model_len:,} tokens the KV pool holds ({b.kv_cache_tokens:,} tokens: "
+        f"{format_gib(b.kv_cache_bytes_per_gpu)} GiB / {b.kv_bytes_per_token_per_gpu:,} B/token): with long requests "
+        f"the scheduler will preempt. Give workload.avg_seq_len (the bound at the average length is higher), or set "
+        f"max_num_seqs to at most {bound}."
+    )
+    return [
+        emit.warning(
+            "max_num_seqs_above_bound_at_max_len",
+            msg,
+            remedy={"max_num_seqs": max(1, bound)},
+            field="engine_args.max_num_seqs",
+            bound=bound,
+            seq_len=b.max_num_seqs_bound_seq_len,
+        )
+    ]
 
 
 @rule("util_exceeds_free", severity="error", source=SRC_FREE, phase="budget")
@@ -260,10 +334,19 @@ def util_exceeds_free(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     requested = b.usable_bytes
     if requested <= free:
         return []
-    msg = (f"Free memory on device cuda:0 ({format_gib(free)}/{format_gib(total)} GiB) on startup is less than "
-           f"desired GPU memory utilization ({util}, {format_gib(requested)} GiB). Decrease GPU memory utilization "
-           "or reduce GPU memory used by other processes.")
+    msg = (
+        f"Free memory on device cuda:0 ({format_gib(free)}/{format_gib(total)} GiB) on startup is less than "
+        f"desired GPU memory utilization ({util}, {format_gib(requested)} GiB). Decrease GPU memory utilization "
+        "or reduce GPU memory used by other processes."
+    )
     top = int(free / total * 100) / 100
-    return [emit.error("util_exceeds_free", msg, remedy={"gpu_memory_utilization": min(top, 0.95)},
-                       field="engine_args.gpu_memory_utilization", free_gib=format_gib(free),
-                       requested_gib=format_gib(requested))]
+    return [
+        emit.error(
+            "util_exceeds_free",
+            msg,
+            remedy={"gpu_memory_utilization": min(top, 0.95)},
+            field="engine_args.gpu_memory_utilization",
+            free_gib=format_gib(free),
+            requested_gib=format_gib(requested),
+        )
+    ]

@@ -30,16 +30,33 @@ def max_len_vs_positions(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         return []  # no length key in config.json: vLLM uses the user's value as-is (model.py:2579-2596)
     if mml <= derived or (f.model_max_length and mml <= f.model_max_length):
         return []
-    msg = (f"User-specified max_model_len ({mml}) is greater than the derived max_model_len "
-           f"({f.max_len_key}={derived} or model_max_length={f.model_max_length} in model's config.json).")
+    msg = (
+        f"User-specified max_model_len ({mml}) is greater than the derived max_model_len "
+        f"({f.max_len_key}={derived} or model_max_length={f.model_max_length} in model's config.json)."
+    )
     if f.rope_type == "yarn" and f.rope_factor:
-        msg += (f" The config declares YaRN (factor {f.rope_factor}); since vLLM PR #56446 YaRN no longer extends the "
-                f"derived length: set --hf-overrides '{{\"max_position_embeddings\": {mml}}}' if the model was "
-                f"trained for it.")
+        msg += (
+            f" The config declares YaRN (factor {f.rope_factor}); since vLLM PR #56446 YaRN no longer extends the "
+            f"derived length: set --hf-overrides '{{\"max_position_embeddings\": {mml}}}' if the model was "
+            f"trained for it."
+        )
     remedy = {"max_model_len": derived, "env": {ENV: "1"}}
     if _env_true(ctx, ENV):
-        return [emit.warning("max_len_vs_positions", msg + f" {ENV}=1 is set: positions beyond {derived} may give NaN "
-                             "(RoPE) or out-of-bounds errors (absolute positions).",
-                             remedy=remedy, field="engine_args.max_model_len")]
-    return [emit.error("max_len_vs_positions", msg + f" To allow overriding this maximum, set the env var {ENV}=1.",
-                       remedy=remedy, field="engine_args.max_model_len", derived_max_model_len=derived)]
+        return [
+            emit.warning(
+                "max_len_vs_positions",
+                msg + f" {ENV}=1 is set: positions beyond {derived} may give NaN "
+                "(RoPE) or out-of-bounds errors (absolute positions).",
+                remedy=remedy,
+                field="engine_args.max_model_len",
+            )
+        ]
+    return [
+        emit.error(
+            "max_len_vs_positions",
+            msg + f" To allow overriding this maximum, set the env var {ENV}=1.",
+            remedy=remedy,
+            field="engine_args.max_model_len",
+            derived_max_model_len=derived,
+        )
+    ]

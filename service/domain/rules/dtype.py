@@ -29,12 +29,15 @@ def fp16_forbidden(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if not bad:
         return []
     fix = "bfloat16" if ctx.gpu.compute_capability is None or ctx.gpu.compute_capability >= (8, 0) else "float32"
-    return [emit.error(
-        "fp16_forbidden",
-        f"The model type {bad[0]!r} does not support float16. Reason: Numerical instability. Please use bfloat16 or "
-        f"float32 instead.",
-        remedy={"dtype": fix}, field="engine_args.dtype",
-    )]
+    return [
+        emit.error(
+            "fp16_forbidden",
+            f"The model type {bad[0]!r} does not support float16. Reason: Numerical instability. Please use bfloat16 or "
+            f"float32 instead.",
+            remedy={"dtype": fix},
+            field="engine_args.dtype",
+        )
+    ]
 
 
 @rule("fp16_overflow", "dtype_cast", severity="warning", source=SRC_CAST)
@@ -47,16 +50,22 @@ def fp16_overflow(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if requested == "float16" and ckpt == "bfloat16":
         if _model_types(ctx) & FP16_FORBIDDEN_MODEL_TYPES:
             return []  # fp16_forbidden already refuses it
-        return [emit.warning(
-            "fp16_overflow",
-            "Casting torch.bfloat16 to torch.float16. The checkpoint was trained in bfloat16; float16's smaller range "
-            "can overflow (garbage text, NaN). Keep --dtype auto (bfloat16) where the GPU supports it.",
-            remedy={"dtype": "auto"} if ctx.gpu.bf16 or ctx.gpu.compute_capability is None else None,
-            field="engine_args.dtype",
-        )]
+        return [
+            emit.warning(
+                "fp16_overflow",
+                "Casting torch.bfloat16 to torch.float16. The checkpoint was trained in bfloat16; float16's smaller range "
+                "can overflow (garbage text, NaN). Keep --dtype auto (bfloat16) where the GPU supports it.",
+                remedy={"dtype": "auto"} if ctx.gpu.bf16 or ctx.gpu.compute_capability is None else None,
+                field="engine_args.dtype",
+            )
+        ]
     if requested == "bfloat16" and ckpt == "float16":
-        return [emit.info(
-            "dtype_cast", "Casting torch.float16 to torch.bfloat16.", remedy=None,
-            field="engine_args.dtype",
-        )]
+        return [
+            emit.info(
+                "dtype_cast",
+                "Casting torch.float16 to torch.bfloat16.",
+                remedy=None,
+                field="engine_args.dtype",
+            )
+        ]
     return []

@@ -19,13 +19,16 @@ def gpu_min_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     cc = ctx.gpu.compute_capability
     if cc is None or ctx.line.line != "0.33" or cc >= MIN_CAPABILITY_033:
         return []
-    return [emit.error(
-        "gpu_min_capability",
-        f"{ctx.gpu.name} has compute capability {cc[0]}.{cc[1]}; the vLLM {ctx.version} wheel (CUDA 13, torch "
-        f"2.14.0+cu130) ships kernels for sm_75 … sm_120 only, so it cannot run on this GPU. Use a GPU with compute "
-        f"capability ≥ 7.5 or an older vLLM release.",
-        remedy={"min_compute_capability": 75}, field="hardware.gpu",
-    )]
+    return [
+        emit.error(
+            "gpu_min_capability",
+            f"{ctx.gpu.name} has compute capability {cc[0]}.{cc[1]}; the vLLM {ctx.version} wheel (CUDA 13, torch "
+            f"2.14.0+cu130) ships kernels for sm_75 … sm_120 only, so it cannot run on this GPU. Use a GPU with compute "
+            f"capability ≥ 7.5 or an older vLLM release.",
+            remedy={"min_compute_capability": 75},
+            field="hardware.gpu",
+        )
+    ]
 
 
 @rule("bf16_capability", severity="error", source=SRC_BF16)
@@ -38,18 +41,24 @@ def bf16_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         return []
     requested = DTYPE_ALIASES.get(str(ctx.args.get("dtype", "auto")).lower(), "auto")
     if requested == "bfloat16":
-        return [emit.error(
-            "bf16_capability",
-            f"Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your {ctx.gpu.name} GPU has "
-            f"compute capability {cc[0]}.{cc[1]}. You can use float16 instead by explicitly setting the `dtype` flag "
-            f"in CLI, for example: --dtype=half.",
-            remedy={"dtype": "float16"}, field="engine_args.dtype",
-        )]
+        return [
+            emit.error(
+                "bf16_capability",
+                f"Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your {ctx.gpu.name} GPU has "
+                f"compute capability {cc[0]}.{cc[1]}. You can use float16 instead by explicitly setting the `dtype` flag "
+                f"in CLI, for example: --dtype=half.",
+                remedy={"dtype": "float16"},
+                field="engine_args.dtype",
+            )
+        ]
     if requested == "auto" and ctx.facts.torch_dtype == "bfloat16":
-        return [emit.info(
-            "bf16_capability",
-            f"Your device '{ctx.gpu.name}' (with compute capability {cc[0]}.{cc[1]}) doesn't support torch.bfloat16. "
-            f"Falling back to torch.{ctx.dtype} for compatibility.",
-            remedy={"dtype": ctx.dtype}, field="engine_args.dtype",
-        )]
+        return [
+            emit.info(
+                "bf16_capability",
+                f"Your device '{ctx.gpu.name}' (with compute capability {cc[0]}.{cc[1]}) doesn't support torch.bfloat16. "
+                f"Falling back to torch.{ctx.dtype} for compatibility.",
+                remedy={"dtype": ctx.dtype},
+                field="engine_args.dtype",
+            )
+        ]
     return []

@@ -10,14 +10,34 @@ from . import Emit, rule
 
 # CacheDType (vllm 0.33.0 vllm/config/cache.py:44-67)
 KV_CACHE_DTYPES = (
-    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
-    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4",
-    "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
-    "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "octave_k3v4",
+    "octave_k3v3",
+    "octave_k3v3_compact",
+    "ultraquant_4bit",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
 )
 SRC_INVALID = "vllm 0.33.0 vllm/config/cache.py:468-475; vllm/config/vllm.py:1492-1508"
-SRC_HW = ("vllm 0.33.0 vllm/v1/attention/backends/fa_utils.py:282-311; flash_attn.py:290-296, 438-445; "
-          "vllm/config/vllm.py:3424-3438")
+SRC_HW = (
+    "vllm 0.33.0 vllm/v1/attention/backends/fa_utils.py:282-311; flash_attn.py:290-296, 438-445; "
+    "vllm/config/vllm.py:3424-3438"
+)
 
 
 @rule("kv_dtype_invalid", severity="error", source=SRC_INVALID)
@@ -26,17 +46,24 @@ def kv_dtype_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     the model dtype."""
     kv = ctx.kv_cache_dtype
     if kv not in KV_CACHE_DTYPES:
-        return [emit.error(
-            "kv_dtype_invalid", f"Invalid kv_cache_dtype: {kv!r}. Valid values are: {list(KV_CACHE_DTYPES)}",
-            remedy={"kv_cache_dtype": "auto"}, field="engine_args.kv_cache_dtype",
-        )]
+        return [
+            emit.error(
+                "kv_dtype_invalid",
+                f"Invalid kv_cache_dtype: {kv!r}. Valid values are: {list(KV_CACHE_DTYPES)}",
+                remedy={"kv_cache_dtype": "auto"},
+                field="engine_args.kv_cache_dtype",
+            )
+        ]
     if kv in ("float16", "bfloat16") and kv != ctx.dtype:
-        return [emit.error(
-            "kv_dtype_invalid",
-            f'kv_cache_dtype="{kv}" is incompatible with dtype="{ctx.dtype}". Please set `--kv-cache-dtype` to auto '
-            f"or {ctx.dtype}.",
-            remedy={"kv_cache_dtype": "auto"}, field="engine_args.kv_cache_dtype",
-        )]
+        return [
+            emit.error(
+                "kv_dtype_invalid",
+                f'kv_cache_dtype="{kv}" is incompatible with dtype="{ctx.dtype}". Please set `--kv-cache-dtype` to auto '
+                f"or {ctx.dtype}.",
+                remedy={"kv_cache_dtype": "auto"},
+                field="engine_args.kv_cache_dtype",
+            )
+        ]
     return []
 
 
@@ -51,13 +78,16 @@ def kv_dtype_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     cc = ctx.gpu.capability_int
     backend = str(ctx.args.get("attention_backend") or "").upper()
     if kv.startswith("nvfp4") and ctx.facts.is_mla:
-        return [emit.error(
-            "kv_dtype_capability",
-            "nvfp4 KV cache is not supported with MLA (Multi-head Latent Attention) backends. Please use a different "
-            "--kv-cache-dtype (e.g., 'fp8', 'auto', or 'nvfp4_ds_mla' with a sparse MLA backend) for MLA models such "
-            "as DeepSeek.",
-            remedy={"kv_cache_dtype": "fp8"}, field="engine_args.kv_cache_dtype",
-        )]
+        return [
+            emit.error(
+                "kv_dtype_capability",
+                "nvfp4 KV cache is not supported with MLA (Multi-head Latent Attention) backends. Please use a different "
+                "--kv-cache-dtype (e.g., 'fp8', 'auto', or 'nvfp4_ds_mla' with a sparse MLA backend) for MLA models such "
+                "as DeepSeek.",
+                remedy={"kv_cache_dtype": "fp8"},
+                field="engine_args.kv_cache_dtype",
+            )
+        ]
     if not kv.startswith("fp8") or cc is None:
         return []
     if backend == "FLASH_ATTN":
@@ -67,19 +97,24 @@ def kv_dtype_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             reason = f"FlashAttention stores FP8 KV only on SM90 (FA3) or SM100 (FA4); this GPU is SM{cc}"
         else:
             return []
-        return [emit.error(
-            "kv_dtype_capability",
-            f"Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. Reason: "
-            f"['{reason}'] (--kv-cache-dtype {kv}).",
-            remedy={"attention_backend": None, "kv_cache_dtype": "auto"},
-            field="engine_args.attention_backend",
-        )]
+        return [
+            emit.error(
+                "kv_dtype_capability",
+                f"Selected backend AttentionBackendEnum.FLASH_ATTN is not valid for this configuration. Reason: "
+                f"['{reason}'] (--kv-cache-dtype {kv}).",
+                remedy={"attention_backend": None, "kv_cache_dtype": "auto"},
+                field="engine_args.attention_backend",
+            )
+        ]
     if cc // 10 not in (9, 10) and not backend:
-        return [emit.info(
-            "kv_dtype_capability",
-            f"FP8 KV cache on SM{cc}: FlashAttention stores FP8 KV only on SM90/SM100, so vLLM selects FlashInfer "
-            f"(SM80+) or Triton attention. Using {kv} data type to store kv cache may cause accuracy drop without a "
-            f"proper scaling factor.",
-            remedy=None, field="engine_args.kv_cache_dtype",
-        )]
+        return [
+            emit.info(
+                "kv_dtype_capability",
+                f"FP8 KV cache on SM{cc}: FlashAttention stores FP8 KV only on SM90/SM100, so vLLM selects FlashInfer "
+                f"(SM80+) or Triton attention. Using {kv} data type to store kv cache may cause accuracy drop without a "
+                f"proper scaling factor.",
+                remedy=None,
+                field="engine_args.kv_cache_dtype",
+            )
+        ]
     return []

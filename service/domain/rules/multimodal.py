@@ -18,12 +18,25 @@ def mm_limits_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ``--mm-processor-kwargs`` must be positive integers (the processor divides by them)."""
     out = []
     for problem in limit_problems(ctx.args.get("limit_mm_per_prompt")):
-        out.append(emit.error("mm_limits_invalid", f"--limit-mm-per-prompt: {problem}",
-                              field="engine_args.limit_mm_per_prompt", remedy={"limit_mm_per_prompt": None}))
+        out.append(
+            emit.error(
+                "mm_limits_invalid",
+                f"--limit-mm-per-prompt: {problem}",
+                field="engine_args.limit_mm_per_prompt",
+                remedy={"limit_mm_per_prompt": None},
+            )
+        )
     for problem in size_problems(ctx.args.get("mm_processor_kwargs"), "mm_processor_kwargs"):
-        out.append(emit.error("mm_limits_invalid", f"--mm-processor-kwargs: {problem}",
-                              field="engine_args.mm_processor_kwargs", remedy={"mm_processor_kwargs": None}))
+        out.append(
+            emit.error(
+                "mm_limits_invalid",
+                f"--mm-processor-kwargs: {problem}",
+                field="engine_args.mm_processor_kwargs",
+                remedy={"mm_processor_kwargs": None},
+            )
+        )
     return out[:8]
+
 
 SRC_CHUNKED_MM = "vllm 0.33.0 vllm/v1/core/encoder_cache_manager.py:360-371 (compute_mm_encoder_budget)"
 
@@ -38,17 +51,21 @@ def mm_item_exceeds_batched_tokens(ctx: LaunchContext, emit: Emit) -> list[Findi
     tower = vision_tower(ctx.facts)
     if tower is None:
         return []
-    items, _ = max_items(tower, ctx.facts, ctx.max_model_len, ctx.request.model.preprocessor_config,
-                         ctx.args.get("mm_processor_kwargs"))
+    items, _ = max_items(
+        tower, ctx.facts, ctx.max_model_len, ctx.request.model.preprocessor_config, ctx.args.get("mm_processor_kwargs")
+    )
     limits = _limits(ctx.args.get("limit_mm_per_prompt"), V1_DEFAULT_LIMIT)
     active = [it.tokens for m, it in items.items() if limits.get(m, V1_DEFAULT_LIMIT) > 0]
     if not active or max(active) <= ctx.max_num_batched_tokens:
         return []
     t, mnbt = max(active), ctx.max_num_batched_tokens
-    return [emit.error(
-        "mm_item_exceeds_batched_tokens",
-        f"Chunked MM input disabled but max_tokens_per_mm_item ({t}) is larger than max_num_batched_tokens ({mnbt}). "
-        "Please increase max_num_batched_tokens.",
-        remedy={"max_num_batched_tokens": t, "disable_chunked_mm_input": False},
-        field="engine_args.max_num_batched_tokens", max_tokens_per_mm_item=t,
-    )]
+    return [
+        emit.error(
+            "mm_item_exceeds_batched_tokens",
+            f"Chunked MM input disabled but max_tokens_per_mm_item ({t}) is larger than max_num_batched_tokens ({mnbt}). "
+            "Please increase max_num_batched_tokens.",
+            remedy={"max_num_batched_tokens": t, "disable_chunked_mm_input": False},
+            field="engine_args.max_num_batched_tokens",
+            max_tokens_per_mm_item=t,
+        )
+    ]

@@ -24,8 +24,10 @@ def tp_candidates(ctx: LaunchContext) -> list[int]:
     return valid_tp_sizes(ctx, max(ctx.total_gpus, ctx.tp))
 
 
-SRC_HEADS = ("vllm 0.33.0 vllm/config/model.py:1557-1564 (text model); vllm/distributed/utils.py:51-55 (divide: "
-             "vision tower), models/intern_vit.py (replicated fallback)")
+SRC_HEADS = (
+    "vllm 0.33.0 vllm/config/model.py:1557-1564 (text model); vllm/distributed/utils.py:51-55 (divide: "
+    "vision tower), models/intern_vit.py (replicated fallback)"
+)
 REPLICATED_FALLBACK_TOWERS = {"intern_vit_6b", "intern_vit", "internvit"}
 
 
@@ -70,13 +72,16 @@ def _vision_heads(ctx: LaunchContext, emit: Emit) -> Finding | None:
         "tp_heads_divisible",
         f"{heads} is not divisible by {tp}: the vision tower ({vis.model_type or 'vision_config'}) has {heads} "
         f"attention heads, which tensor_parallel_size={tp} cannot split. Valid tensor_parallel_size: {ok}.",
-        remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
+        remedy={"tensor_parallel_size": ok},
+        field="engine_args.tensor_parallel_size",
         vision_heads=heads,
     )
 
 
-SRC_KV = ("vllm 0.33.0 vllm/model_executor/layers/linear.py:1065-1071; models/llama.py:145-155; replication: "
-          "vllm/config/model.py:1663-1683")
+SRC_KV = (
+    "vllm 0.33.0 vllm/model_executor/layers/linear.py:1065-1071; models/llama.py:145-155; replication: "
+    "vllm/config/model.py:1663-1683"
+)
 
 
 @rule("tp_kv_heads", "tp_kv_replication", severity="error", source=SRC_KV)
@@ -94,24 +99,28 @@ def tp_kv_heads(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if not kv_heads_ok(kv, tp, False):
         valid = valid_tp_sizes(ctx)
         relation = "divisible by" if tp <= kv else "a divisor of"
-        return [emit.error(
-            "tp_kv_heads",
-            f"{kv} KV heads must be {relation} tensor_parallel_size {tp} "
-            f"({kv} % {tp} = {kv % tp}, {tp} % {kv} = {tp % kv}); the worker would fail with an AssertionError. "
-            f"Valid tensor_parallel_size on {ctx.total_gpus} GPU(s): {valid}.",
-            remedy={"tensor_parallel_size": valid},
-            field="engine_args.tensor_parallel_size",
-            num_key_value_heads=kv,
-        )]
+        return [
+            emit.error(
+                "tp_kv_heads",
+                f"{kv} KV heads must be {relation} tensor_parallel_size {tp} "
+                f"({kv} % {tp} = {kv % tp}, {tp} % {kv} = {tp % kv}); the worker would fail with an AssertionError. "
+                f"Valid tensor_parallel_size on {ctx.total_gpus} GPU(s): {valid}.",
+                remedy={"tensor_parallel_size": valid},
+                field="engine_args.tensor_parallel_size",
+                num_key_value_heads=kv,
+            )
+        ]
     if tp > kv:
-        return [emit.warning(
-            "tp_kv_replication",
-            f"tensor_parallel_size {tp} > {kv} KV heads: each KV head is replicated {tp // kv}x, so KV cache per GPU "
-            f"no longer shrinks beyond TP={kv}.",
-            remedy={"tensor_parallel_size": [t for t in valid_tp_sizes(ctx) if t <= kv][-1:] or None},
-            field="engine_args.tensor_parallel_size",
-            replicas=tp // kv,
-        )]
+        return [
+            emit.warning(
+                "tp_kv_replication",
+                f"tensor_parallel_size {tp} > {kv} KV heads: each KV head is replicated {tp // kv}x, so KV cache per GPU "
+                f"no longer shrinks beyond TP={kv}.",
+                remedy={"tensor_parallel_size": [t for t in valid_tp_sizes(ctx) if t <= kv][-1:] or None},
+                field="engine_args.tensor_parallel_size",
+                replicas=tp // kv,
+            )
+        ]
     return []
 
 
@@ -142,13 +151,15 @@ def world_size_exceeds_gpus(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if world <= capacity:
         return []
     valid = [t for t in valid_tp_sizes(ctx, capacity) if t * a.pipeline_parallel_size <= capacity]
-    return [emit.error(
-        "world_size_exceeds_gpus",
-        f"World size ({world} = TP {a.tensor_parallel_size} × PP {a.pipeline_parallel_size} × DP "
-        f"{a.data_parallel_size}) is larger than the number of available GPUs ({capacity}) in {where}.",
-        remedy={"tensor_parallel_size": valid, "max_gpus": capacity},
-        field="engine_args.tensor_parallel_size",
-    )]
+    return [
+        emit.error(
+            "world_size_exceeds_gpus",
+            f"World size ({world} = TP {a.tensor_parallel_size} × PP {a.pipeline_parallel_size} × DP "
+            f"{a.data_parallel_size}) is larger than the number of available GPUs ({capacity}) in {where}.",
+            remedy={"tensor_parallel_size": valid, "max_gpus": capacity},
+            field="engine_args.tensor_parallel_size",
+        )
+    ]
 
 
 SRC_SHARDED = "vllm 0.33.0 vllm/model_executor/model_loader/sharded_state_loader.py:190-252; docs/operating.md §2"
@@ -166,12 +177,17 @@ def ckpt_tp_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     saved_tp, saved_pp = ck.tensor_parallel_size or 1, ck.pipeline_parallel_size or 1
     if (saved_tp, saved_pp) == (ctx.tp, ctx.pp):
         return []
-    consequence = "ranks without shard files fail to load" if ctx.tp > saved_tp else (
-        "each rank would load a smaller tensor into a larger parameter: silently wrong weights")
-    return [emit.error(
-        "ckpt_tp_mismatch",
-        f"Checkpoint is pre-sharded for tensor_parallel_size={saved_tp}, pipeline_parallel_size={saved_pp} but the "
-        f"launch asks for TP={ctx.tp}, PP={ctx.pp}: {consequence}. Launch at the checkpoint's TP/PP or re-merge it.",
-        remedy={"tensor_parallel_size": saved_tp, "pipeline_parallel_size": saved_pp},
-        field="engine_args.tensor_parallel_size",
-    )]
+    consequence = (
+        "ranks without shard files fail to load"
+        if ctx.tp > saved_tp
+        else ("each rank would load a smaller tensor into a larger parameter: silently wrong weights")
+    )
+    return [
+        emit.error(
+            "ckpt_tp_mismatch",
+            f"Checkpoint is pre-sharded for tensor_parallel_size={saved_tp}, pipeline_parallel_size={saved_pp} but the "
+            f"launch asks for TP={ctx.tp}, PP={ctx.pp}: {consequence}. Launch at the checkpoint's TP/PP or re-merge it.",
+            remedy={"tensor_parallel_size": saved_tp, "pipeline_parallel_size": saved_pp},
+            field="engine_args.tensor_parallel_size",
+        )
+    ]

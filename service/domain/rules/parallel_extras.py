@@ -54,13 +54,16 @@ def tp_mlp_divisible(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if what == "moe_intermediate_size":
         remedy["enable_expert_parallel"] = True
         hint = " With --enable-expert-parallel the experts are not split."
-    return [emit.error(
-        "tp_mlp_divisible",
-        f"{size} is not divisible by {ranks}: {what} {size} cannot be split over {ranks} ranks "
-        f"(tensor_parallel_size={ctx.tp}, data_parallel_size={ctx.args.data_parallel_size}).{hint} Valid "
-        f"tensor_parallel_size: {ok}.",
-        remedy=remedy, field="engine_args.tensor_parallel_size",
-    )]
+    return [
+        emit.error(
+            "tp_mlp_divisible",
+            f"{size} is not divisible by {ranks}: {what} {size} cannot be split over {ranks} ranks "
+            f"(tensor_parallel_size={ctx.tp}, data_parallel_size={ctx.args.data_parallel_size}).{hint} Valid "
+            f"tensor_parallel_size: {ok}.",
+            remedy=remedy,
+            field="engine_args.tensor_parallel_size",
+        )
+    ]
 
 
 @rule("tp_vocab_divisible", severity="error", source=SRC_VOCAB)
@@ -74,12 +77,15 @@ def tp_vocab_divisible(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if padded % tp == 0:
         return []
     ok = [t for t in tp_candidates(ctx) if padded % t == 0]
-    return [emit.error(
-        "tp_vocab_divisible",
-        f"{padded} is not divisible by {tp}: the vocabulary ({vocab}, padded to {padded}) cannot be split over "
-        f"tensor_parallel_size={tp}. Valid tensor_parallel_size: {ok}.",
-        remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
-    )]
+    return [
+        emit.error(
+            "tp_vocab_divisible",
+            f"{padded} is not divisible by {tp}: the vocabulary ({vocab}, padded to {padded}) cannot be split over "
+            f"tensor_parallel_size={tp}. Valid tensor_parallel_size: {ok}.",
+            remedy={"tensor_parallel_size": ok},
+            field="engine_args.tensor_parallel_size",
+        )
+    ]
 
 
 @rule("pp_layers", severity="error", source=SRC_PP_LAYERS)
@@ -96,32 +102,55 @@ def pp_layers(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         try:
             parts = [int(x) for x in env.split(",")]  # the env value is at most 4096 characters
         except ValueError:
-            return [emit.error("pp_layers", f"Invalid partition string: {env}",
-                               remedy={"env": {"VLLM_PP_LAYER_PARTITION": None}}, field="env.VLLM_PP_LAYER_PARTITION")]
+            return [
+                emit.error(
+                    "pp_layers",
+                    f"Invalid partition string: {env}",
+                    remedy={"env": {"VLLM_PP_LAYER_PARTITION": None}},
+                    field="env.VLLM_PP_LAYER_PARTITION",
+                )
+            ]
         if len(parts) != pp:
-            return [emit.error("pp_layers", f"len(partitions)={len(parts)} does not match pp_size={pp}.",
-                               remedy={"env": {"VLLM_PP_LAYER_PARTITION": default}},
-                               field="env.VLLM_PP_LAYER_PARTITION")]
+            return [
+                emit.error(
+                    "pp_layers",
+                    f"len(partitions)={len(parts)} does not match pp_size={pp}.",
+                    remedy={"env": {"VLLM_PP_LAYER_PARTITION": default}},
+                    field="env.VLLM_PP_LAYER_PARTITION",
+                )
+            ]
         if sum(parts) != layers:
-            return [emit.error("pp_layers", f"sum(partitions)={sum(parts)} does not match num_hidden_layers={layers}.",
-                               remedy={"env": {"VLLM_PP_LAYER_PARTITION": default}},
-                               field="env.VLLM_PP_LAYER_PARTITION")]
+            return [
+                emit.error(
+                    "pp_layers",
+                    f"sum(partitions)={sum(parts)} does not match num_hidden_layers={layers}.",
+                    remedy={"env": {"VLLM_PP_LAYER_PARTITION": default}},
+                    field="env.VLLM_PP_LAYER_PARTITION",
+                )
+            ]
         return []
     if pp > layers:
-        return [emit.error(
-            "pp_layers",
-            f"pipeline_parallel_size={pp} exceeds the model's {layers} layers: some pipeline stages would hold no "
-            f"layer.",
-            remedy={"pipeline_parallel_size": layers}, field="engine_args.pipeline_parallel_size",
-        )]
+        return [
+            emit.error(
+                "pp_layers",
+                f"pipeline_parallel_size={pp} exceeds the model's {layers} layers: some pipeline stages would hold no "
+                f"layer.",
+                remedy={"pipeline_parallel_size": layers},
+                field="engine_args.pipeline_parallel_size",
+            )
+        ]
     parts = pp_partition(layers, pp)
     if layers % pp:
-        return [emit.info(
-            "pp_layers",
-            f"{layers} layers over {pp} pipeline stages split unevenly: {parts} (vLLM adds the remainder to the stages "
-            f"before the last; override with VLLM_PP_LAYER_PARTITION).",
-            remedy=None, field="engine_args.pipeline_parallel_size", stages=parts,
-        )]
+        return [
+            emit.info(
+                "pp_layers",
+                f"{layers} layers over {pp} pipeline stages split unevenly: {parts} (vLLM adds the remainder to the stages "
+                f"before the last; override with VLLM_PP_LAYER_PARTITION).",
+                remedy=None,
+                field="engine_args.pipeline_parallel_size",
+                stages=parts,
+            )
+        ]
     return []
 
 
@@ -131,18 +160,25 @@ def ep_requires_moe(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     0 when expert parallelism is enabled."); EPLB needs expert parallel (``eplb_requires_ep``)."""
     out = []
     if ctx.args.enable_expert_parallel and not ctx.facts.is_moe:
-        out.append(emit.error(
-            "ep_requires_moe",
-            "Number of experts in the model must be greater than 0 when expert parallelism is enabled. "
-            f"({ctx.request.model.name or 'this model'} is dense: no num_experts / n_routed_experts / "
-            "num_local_experts in config.json.)",
-            remedy={"enable_expert_parallel": False}, field="engine_args.enable_expert_parallel",
-        ))
+        out.append(
+            emit.error(
+                "ep_requires_moe",
+                "Number of experts in the model must be greater than 0 when expert parallelism is enabled. "
+                f"({ctx.request.model.name or 'this model'} is dense: no num_experts / n_routed_experts / "
+                "num_local_experts in config.json.)",
+                remedy={"enable_expert_parallel": False},
+                field="engine_args.enable_expert_parallel",
+            )
+        )
     if ctx.args.get("enable_eplb") and not ctx.args.enable_expert_parallel:
-        out.append(emit.error(
-            "eplb_requires_ep", "enable_expert_parallel must be True to use EPLB.",
-            remedy={"enable_expert_parallel": True}, field="engine_args.enable_eplb",
-        ))
+        out.append(
+            emit.error(
+                "eplb_requires_ep",
+                "enable_expert_parallel must be True to use EPLB.",
+                remedy={"enable_expert_parallel": True},
+                field="engine_args.enable_eplb",
+            )
+        )
     return out
 
 
@@ -153,13 +189,15 @@ def dp_external_dense(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     a = ctx.args
     if ctx.facts.is_moe or (a.get("data_parallel_rank") is None and not a.get("data_parallel_external_lb")):
         return []
-    return [emit.error(
-        "dp_external_dense",
-        "Non-MoE models do not support external data parallel mode. For external load balancing, launch independent "
-        "vLLM instances without --data-parallel-* arguments.",
-        remedy={"drop": ["data_parallel_rank", "data_parallel_external_lb"]},
-        field="engine_args.data_parallel_rank",
-    )]
+    return [
+        emit.error(
+            "dp_external_dense",
+            "Non-MoE models do not support external data parallel mode. For external load balancing, launch independent "
+            "vLLM instances without --data-parallel-* arguments.",
+            remedy={"drop": ["data_parallel_rank", "data_parallel_external_lb"]},
+            field="engine_args.data_parallel_rank",
+        )
+    ]
 
 
 @rule("nnodes", severity="error", source=SRC_NNODES)
@@ -174,25 +212,52 @@ def nnodes(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     out = []
     backend = a.get("distributed_executor_backend")
     if backend is not None and backend not in ("mp", "uni", "external_launcher"):
-        out.append(emit.error("nnodes", "nnodes > 1 can only be set when distributed executor backend is mp, uni or "
-                              f"external_launcher. (got {backend})", remedy={"distributed_executor_backend": "mp"},
-                              field="engine_args.distributed_executor_backend"))
+        out.append(
+            emit.error(
+                "nnodes",
+                "nnodes > 1 can only be set when distributed executor backend is mp, uni or "
+                f"external_launcher. (got {backend})",
+                remedy={"distributed_executor_backend": "mp"},
+                field="engine_args.distributed_executor_backend",
+            )
+        )
     if a.get("data_parallel_backend") not in (None, "mp"):
-        out.append(emit.error("nnodes", f"--nnodes {n} requires --data-parallel-backend mp (got "
-                              f"{a.get('data_parallel_backend')}).", remedy={"data_parallel_backend": "mp"},
-                              field="engine_args.data_parallel_backend"))
+        out.append(
+            emit.error(
+                "nnodes",
+                f"--nnodes {n} requires --data-parallel-backend mp (got {a.get('data_parallel_backend')}).",
+                remedy={"data_parallel_backend": "mp"},
+                field="engine_args.data_parallel_backend",
+            )
+        )
     world = a.data_parallel_size * a.world_size
     if world % n:
-        out.append(emit.error("nnodes", f"`--nnodes {n}` must evenly divide the total world size ({world} = DP "
-                              f"{a.data_parallel_size} × PP {a.pipeline_parallel_size} × TP {a.tensor_parallel_size}).",
-                              remedy={"nnodes": [d for d in range(1, min(world, ctx.nodes) + 1) if world % d == 0]},
-                              field="engine_args.nnodes"))
+        out.append(
+            emit.error(
+                "nnodes",
+                f"`--nnodes {n}` must evenly divide the total world size ({world} = DP "
+                f"{a.data_parallel_size} × PP {a.pipeline_parallel_size} × TP {a.tensor_parallel_size}).",
+                remedy={"nnodes": [d for d in range(1, min(world, ctx.nodes) + 1) if world % d == 0]},
+                field="engine_args.nnodes",
+            )
+        )
     rank = a.get("node_rank")
     if rank is not None and not 0 <= int(rank) < n:
-        out.append(emit.error("nnodes", f"`--node-rank` must be between 0 and {n - 1} (got {rank}).",
-                              remedy={"node_rank": list(range(min(n, ctx.nodes)))},
-                              field="engine_args.node_rank"))
+        out.append(
+            emit.error(
+                "nnodes",
+                f"`--node-rank` must be between 0 and {n - 1} (got {rank}).",
+                remedy={"node_rank": list(range(min(n, ctx.nodes)))},
+                field="engine_args.node_rank",
+            )
+        )
     if n > ctx.nodes:
-        out.append(emit.error("nnodes", f"--nnodes {n} but the hardware has {ctx.nodes} node(s).",
-                              remedy={"nnodes": ctx.nodes}, field="engine_args.nnodes"))
+        out.append(
+            emit.error(
+                "nnodes",
+                f"--nnodes {n} but the hardware has {ctx.nodes} node(s).",
+                remedy={"nnodes": ctx.nodes},
+                field="engine_args.nnodes",
+            )
+        )
     return out

@@ -18,8 +18,13 @@ SRC_EAGER = "docs/operating.md §7"
 SRC_PCIE = "docs/operating.md §2 (Interconnect)"
 SRC_CHUNK = "vllm 0.33.0 vllm/engine/arg_utils.py:3054-3063; docs/operating.md §6"
 SRC_LEN = "docs/operating.md §4"
-NON_GENERATIVE_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification", "ForRewardModel", "EmbeddingModel",
-                           "ForEmbedding")
+NON_GENERATIVE_SUFFIXES = (
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForRewardModel",
+    "EmbeddingModel",
+    "ForEmbedding",
+)
 
 
 def production(ctx: LaunchContext) -> bool:
@@ -33,13 +38,15 @@ def util_range(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if 0 < u <= 1:
         return []
     bound = "greater than 0 [type=greater_than" if u <= 0 else "less than or equal to 1 [type=less_than_equal"
-    return [emit.error(
-        "util_range",
-        f"1 validation error for CacheConfig\ngpu_memory_utilization\n  Input should be {bound}, input_value={u}] "
-        f"— gpu_memory_utilization is a fraction of each GPU's total memory in (0, 1].",
-        remedy={"gpu_memory_utilization": PRODUCTION_UTIL_CAP},
-        field="engine_args.gpu_memory_utilization",
-    )]
+    return [
+        emit.error(
+            "util_range",
+            f"1 validation error for CacheConfig\ngpu_memory_utilization\n  Input should be {bound}, input_value={u}] "
+            f"— gpu_memory_utilization is a fraction of each GPU's total memory in (0, 1].",
+            remedy={"gpu_memory_utilization": PRODUCTION_UTIL_CAP},
+            field="engine_args.gpu_memory_utilization",
+        )
+    ]
 
 
 @rule("util_too_high", severity="warning", source=SRC_UTIL)
@@ -50,13 +57,15 @@ def util_too_high(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if not production(ctx) or not PRODUCTION_UTIL_CAP < u <= 1:
         return []
     origin = "set" if "gpu_memory_utilization" in ctx.args.given else "vLLM 0.33's default, not set"
-    return [emit.warning(
-        "util_too_high",
-        f"gpu_memory_utilization {u:g} ({origin}) is above the production cap {PRODUCTION_UTIL_CAP:.2f}: steady state "
-        f"is 0.85-0.90, and higher values trade headroom for preemption churn.",
-        remedy={"gpu_memory_utilization": PRODUCTION_UTIL_CAP},
-        field="engine_args.gpu_memory_utilization",
-    )]
+    return [
+        emit.warning(
+            "util_too_high",
+            f"gpu_memory_utilization {u:g} ({origin}) is above the production cap {PRODUCTION_UTIL_CAP:.2f}: steady state "
+            f"is 0.85-0.90, and higher values trade headroom for preemption churn.",
+            remedy={"gpu_memory_utilization": PRODUCTION_UTIL_CAP},
+            field="engine_args.gpu_memory_utilization",
+        )
+    ]
 
 
 @rule("enforce_eager_production", severity="warning", source=SRC_EAGER)
@@ -64,12 +73,15 @@ def enforce_eager_production(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Production: ``--enforce-eager`` disables CUDA graphs and costs 10-20 % throughput; it is for debugging."""
     if not production(ctx) or not ctx.args.enforce_eager:
         return []
-    return [emit.warning(
-        "enforce_eager_production",
-        "enforce_eager in production: CUDA graphs off costs 10-20 % throughput (1200 vs 1450 tok/s measured); use it "
-        "only to debug a graph-replay failure.",
-        remedy={"enforce_eager": False}, field="engine_args.enforce_eager",
-    )]
+    return [
+        emit.warning(
+            "enforce_eager_production",
+            "enforce_eager in production: CUDA graphs off costs 10-20 % throughput (1200 vs 1450 tok/s measured); use it "
+            "only to debug a graph-replay failure.",
+            remedy={"enforce_eager": False},
+            field="engine_args.enforce_eager",
+        )
+    ]
 
 
 def pcie_only(ctx: LaunchContext) -> bool:
@@ -86,13 +98,16 @@ def pcie_tp(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if not production(ctx) or ctx.tp <= 1 or not pcie_only(ctx):
         return []
     smaller = valid_tp_sizes(ctx, ctx.tp - 1)
-    return [emit.warning(
-        "pcie_tp",
-        f"tensor_parallel_size={ctx.tp} over PCIe ({ctx.gpu.name}, no NVLink): every layer all-reduces across the "
-        f"PCIe link, and large TP there can be slower than smaller TP. Prefer the smallest TP whose weights fit "
-        f"(candidates {smaller}) and serve more replicas with the remaining GPUs.",
-        remedy={"tensor_parallel_size": smaller}, field="engine_args.tensor_parallel_size",
-    )]
+    return [
+        emit.warning(
+            "pcie_tp",
+            f"tensor_parallel_size={ctx.tp} over PCIe ({ctx.gpu.name}, no NVLink): every layer all-reduces across the "
+            f"PCIe link, and large TP there can be slower than smaller TP. Prefer the smallest TP whose weights fit "
+            f"(candidates {smaller}) and serve more replicas with the remaining GPUs.",
+            remedy={"tensor_parallel_size": smaller},
+            field="engine_args.tensor_parallel_size",
+        )
+    ]
 
 
 def generative(ctx: LaunchContext) -> bool:
@@ -115,14 +130,19 @@ def chunked_prefill_disabled(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     why = ""
     if long_prompts:
         basis = f"workload P99 {p99} tokens" if p99 else f"max_model_len {ctx.max_model_len}"
-        why = (f" With prompts this long ({basis}) a single prefill blocks every decode and TTFT P99 goes to seconds; "
-               f"the guide keeps chunked prefill on whenever prompts exceed ~2k tokens.")
-    return [emit.warning(
-        "chunked_prefill_disabled",
-        "This model does not officially support disabling chunked prefill. Disabling this manually may cause the "
-        "engine to crash or produce incorrect outputs." + why,
-        remedy={"enable_chunked_prefill": True}, field="engine_args.enable_chunked_prefill",
-    )]
+        why = (
+            f" With prompts this long ({basis}) a single prefill blocks every decode and TTFT P99 goes to seconds; "
+            f"the guide keeps chunked prefill on whenever prompts exceed ~2k tokens."
+        )
+    return [
+        emit.warning(
+            "chunked_prefill_disabled",
+            "This model does not officially support disabling chunked prefill. Disabling this manually may cause the "
+            "engine to crash or produce incorrect outputs." + why,
+            remedy={"enable_chunked_prefill": True},
+            field="engine_args.enable_chunked_prefill",
+        )
+    ]
 
 
 MAX_MODEL_LEN_MULTIPLE = 1024  # docs/operating.md §4: "peak ≈ 6k → 8192"
@@ -151,18 +171,24 @@ def max_model_len_oversized(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     rec = recommended_max_model_len(p99, ctx.facts.derived_max_model_len)
     mml = ctx.max_model_len
     if mml > rec:
-        return [emit.warning(
-            "max_model_len_oversized",
-            f"max_model_len {mml} is far above the workload's P99 ({p99} tokens): the guide sets min(P99 × 1.2 rounded "
-            f"up to a multiple of 1024, model maximum) = {rec}. Every request may claim {mml / rec:.1f}× the KV cache "
-            f"it needs, cutting concurrency.",
-            remedy={"max_model_len": rec}, field="engine_args.max_model_len",
-        )]
+        return [
+            emit.warning(
+                "max_model_len_oversized",
+                f"max_model_len {mml} is far above the workload's P99 ({p99} tokens): the guide sets min(P99 × 1.2 rounded "
+                f"up to a multiple of 1024, model maximum) = {rec}. Every request may claim {mml / rec:.1f}× the KV cache "
+                f"it needs, cutting concurrency.",
+                remedy={"max_model_len": rec},
+                field="engine_args.max_model_len",
+            )
+        ]
     if mml < p99:
-        return [emit.warning(
-            "max_model_len_below_workload",
-            f"max_model_len {mml} is below the workload's P99 ({p99} tokens): long requests will be refused or "
-            f"truncated. The guide sets min(P99 × 1.2 rounded up to a multiple of 1024, model maximum) = {rec}.",
-            remedy={"max_model_len": rec}, field="engine_args.max_model_len",
-        )]
+        return [
+            emit.warning(
+                "max_model_len_below_workload",
+                f"max_model_len {mml} is below the workload's P99 ({p99} tokens): long requests will be refused or "
+                f"truncated. The guide sets min(P99 × 1.2 rounded up to a multiple of 1024, model maximum) = {rec}.",
+                remedy={"max_model_len": rec},
+                field="engine_args.max_model_len",
+            )
+        ]
     return []

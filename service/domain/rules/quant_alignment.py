@@ -12,8 +12,10 @@ from .parallel import tp_candidates
 from .quant_checks import resolved_method
 from .shapes import Linear, ignored, linear_layers
 
-SRC_GROUP = ("vllm 0.33.0 vllm/model_executor/layers/quantization/auto_awq.py:819-832; utils/marlin_utils.py:306-325; "
-             "vllm/distributed/utils.py:137-152; kernels/linear/mixed_precision/marlin.py:57-66")
+SRC_GROUP = (
+    "vllm 0.33.0 vllm/model_executor/layers/quantization/auto_awq.py:819-832; utils/marlin_utils.py:306-325; "
+    "vllm/distributed/utils.py:137-152; kernels/linear/mixed_precision/marlin.py:57-66"
+)
 SRC_BLOCK = "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/fp8_utils.py:1296-1344"
 
 
@@ -68,18 +70,26 @@ def quant_group_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ok = [t for t in tp_candidates(ctx) if not group_misaligned(ctx, t)]
     lin, g = bad[0]
     method = resolved_method(ctx)
-    vllm_text = ("The input size is not aligned with the quantized weight shape. This can be caused by too large "
-                 "tensor parallel size." if method == "auto_awq" else
-                 f"Weight input_size_per_partition={lin.in_rank} is not divisible by group_size={g}.")
+    vllm_text = (
+        "The input size is not aligned with the quantized weight shape. This can be caused by too large "
+        "tensor parallel size."
+        if method == "auto_awq"
+        else f"Weight input_size_per_partition={lin.in_rank} is not divisible by group_size={g}."
+    )
     layers = ", ".join(f"{b.name.rsplit('.', 2)[-2]}.{b.name.rsplit('.', 1)[-1]} K={b.full_in}" for b, _ in bad)
-    return [emit.error(
-        "quant_group_alignment",
-        f"{vllm_text} At tensor_parallel_size={ctx.tp} the row-parallel {lin.name.rsplit('.', 1)[-1]} input "
-        f"{lin.full_in} splits into {lin.in_rank} per rank = {lin.in_rank / g:g} groups of {g} (a group straddles "
-        f"the shard). Affected: {layers}. Tensor parallel sizes that keep whole groups: {ok}.",
-        remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
-        group_size=g, input_size=lin.full_in, input_size_per_partition=lin.in_rank,
-    )]
+    return [
+        emit.error(
+            "quant_group_alignment",
+            f"{vllm_text} At tensor_parallel_size={ctx.tp} the row-parallel {lin.name.rsplit('.', 1)[-1]} input "
+            f"{lin.full_in} splits into {lin.in_rank} per rank = {lin.in_rank / g:g} groups of {g} (a group straddles "
+            f"the shard). Affected: {layers}. Tensor parallel sizes that keep whole groups: {ok}.",
+            remedy={"tensor_parallel_size": ok},
+            field="engine_args.tensor_parallel_size",
+            group_size=g,
+            input_size=lin.full_in,
+            input_size_per_partition=lin.in_rank,
+        )
+    ]
 
 
 def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int, int]]:
@@ -123,15 +133,18 @@ def fp8_block_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ok = [t for t in tp_candidates(ctx) if not block_misaligned(ctx, t)]
     lin, axis, size, block = bad[0]
     if axis == "k":
-        text = (f"Weight input_size_per_partition = {size} is not divisible by weight quantization block_k = "
-                f"{block}.")
+        text = f"Weight input_size_per_partition = {size} is not divisible by weight quantization block_k = {block}."
     else:
         text = f"Weight output_partition_size = {size} is not divisible by weight quantization block_n = {block}."
-    layers = "; ".join(f"{b.name.split('.', 3)[-1]} ({'in' if ax == 'k' else 'out'} {s} per rank)"
-                       for b, ax, s, _ in bad)
-    return [emit.error(
-        "fp8_block_alignment",
-        f"{text} At tensor_parallel_size={ctx.tp}: {layers}. Tensor parallel sizes that keep whole blocks: {ok}.",
-        remedy={"tensor_parallel_size": ok}, field="engine_args.tensor_parallel_size",
-        weight_block_size=list(block_size),
-    )]
+    layers = "; ".join(
+        f"{b.name.split('.', 3)[-1]} ({'in' if ax == 'k' else 'out'} {s} per rank)" for b, ax, s, _ in bad
+    )
+    return [
+        emit.error(
+            "fp8_block_alignment",
+            f"{text} At tensor_parallel_size={ctx.tp}: {layers}. Tensor parallel sizes that keep whole blocks: {ok}.",
+            remedy={"tensor_parallel_size": ok},
+            field="engine_args.tensor_parallel_size",
+            weight_block_size=list(block_size),
+        )
+    ]

@@ -11,8 +11,14 @@ from ..findings import Finding
 from . import Emit, rule
 from .quantization import canonical
 
-ONLINE_SHORTHANDS = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only",
-                     "nvfp4_per_token", "online"}
+ONLINE_SHORTHANDS = {
+    "fp8_per_tensor",
+    "fp8_per_block",
+    "fp8_per_channel",
+    "int8_per_channel_weight_only",
+    "nvfp4_per_token",
+    "online",
+}
 # The release's own get_min_capability / get_supported_act_dtypes constants come from the generated catalogue
 # (VersionLine.quant_details). These tables cover only what the catalogue cannot read as a constant (methods whose
 # class computes it at run time, online shorthands, the checkpoint mxfp8 alias) and one deliberate override:
@@ -20,18 +26,47 @@ ONLINE_SHORTHANDS = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8
 # quantization/auto_gptq.py:178-183, 316-320; utils/marlin_utils.py:66-67).
 CAPABILITY_OVERRIDES = {"auto_gptq": 75, "gptq": 75, "gptq_marlin": 75}
 MIN_CAPABILITY = {
-    "auto_awq": 75, "auto_gptq": 75, "fp8": 75, "modelopt": 80, "modelopt_fp4": 75, "modelopt_mxfp8": 80,
-    "mxfp8_ckpt": 80, "modelopt_mixed": 75, "mxfp4": 80, "gpt_oss_mxfp4": 80, "fbgemm_fp8": 80, "fp_quant": 100,
-    "experts_int8": 80, "moe_wna16": 70, "torchao": 75, "quark": 70, "inc": 60, "humming": 75,
+    "auto_awq": 75,
+    "auto_gptq": 75,
+    "fp8": 75,
+    "modelopt": 80,
+    "modelopt_fp4": 75,
+    "modelopt_mxfp8": 80,
+    "mxfp8_ckpt": 80,
+    "modelopt_mixed": 75,
+    "mxfp4": 80,
+    "gpt_oss_mxfp4": 80,
+    "fbgemm_fp8": 80,
+    "fp_quant": 100,
+    "experts_int8": 80,
+    "moe_wna16": 70,
+    "torchao": 75,
+    "quark": 70,
+    "inc": 60,
+    "humming": 75,
     **{m: 75 for m in ONLINE_SHORTHANDS},  # online mxfp8: 80, from the catalogue
 }
 BF16_FP16 = ("bfloat16", "float16")
 ACT_DTYPES = {
-    "auto_awq": BF16_FP16, "auto_gptq": BF16_FP16, "fp8": BF16_FP16, "compressed-tensors": ("float32", *BF16_FP16),
-    "modelopt": BF16_FP16, "modelopt_fp4": BF16_FP16, "modelopt_mxfp8": ("bfloat16",), "mxfp8_ckpt": ("bfloat16",),
-    "modelopt_mixed": BF16_FP16, "mxfp4": ("bfloat16",), "gpt_oss_mxfp4": ("bfloat16",), "fbgemm_fp8": BF16_FP16,
-    "fp_quant": ("bfloat16",), "experts_int8": BF16_FP16, "moe_wna16": BF16_FP16, "torchao": ("float32", *BF16_FP16),
-    "quark": BF16_FP16, "inc": BF16_FP16, "humming": BF16_FP16,
+    "auto_awq": BF16_FP16,
+    "auto_gptq": BF16_FP16,
+    "fp8": BF16_FP16,
+    "compressed-tensors": ("float32", *BF16_FP16),
+    "modelopt": BF16_FP16,
+    "modelopt_fp4": BF16_FP16,
+    "modelopt_mxfp8": ("bfloat16",),
+    "mxfp8_ckpt": ("bfloat16",),
+    "modelopt_mixed": BF16_FP16,
+    "mxfp4": ("bfloat16",),
+    "gpt_oss_mxfp4": ("bfloat16",),
+    "fbgemm_fp8": BF16_FP16,
+    "fp_quant": ("bfloat16",),
+    "experts_int8": BF16_FP16,
+    "moe_wna16": BF16_FP16,
+    "torchao": ("float32", *BF16_FP16),
+    "quark": BF16_FP16,
+    "inc": BF16_FP16,
+    "humming": BF16_FP16,
     **{m: BF16_FP16 for m in ONLINE_SHORTHANDS},  # online mxfp8: bfloat16 only, from the catalogue
 }
 TORCH_NAMES = {"half": "float16", "float": "float32", "float8_e4m3fn": "float8_e4m3fn"}
@@ -48,16 +83,22 @@ def act_dtypes(method: str, ctx: LaunchContext) -> tuple[str, ...] | None:
     if names:
         return tuple(dict.fromkeys(TORCH_NAMES.get(n, n) for n in names))
     return ACT_DTYPES.get(method)
+
+
 FP8_METHODS = {"fp8", "fbgemm_fp8", "modelopt", "fp8_per_tensor", "fp8_per_block"}
 MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
 
 SRC_CAP = "vllm 0.33.0 vllm/config/vllm.py:916-936; quantization/*.py get_min_capability; marlin_utils.py:66-67"
 SRC_DTYPE = "vllm 0.33.0 vllm/config/vllm.py:937-943; quantization/*.py get_supported_act_dtypes"
 SRC_DEPRECATED = "vllm 0.33.0 vllm/config/model.py:1472-1485; quantization/__init__.py:52-55"
-SRC_BITS = ("vllm 0.33.0 vllm/model_executor/layers/quantization/auto_gptq.py:98-102, 152-155; auto_awq.py:204-211; "
-            "utils/gptq_utils.py:29-49; utils/marlin_utils.py:37, 143-149")
-SRC_FP8_WO = ("vllm 0.33.0 vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py:108-113; "
-              "online/fp8.py:416-424; platforms/cuda.py:587-588")
+SRC_BITS = (
+    "vllm 0.33.0 vllm/model_executor/layers/quantization/auto_gptq.py:98-102, 152-155; auto_awq.py:204-211; "
+    "utils/gptq_utils.py:29-49; utils/marlin_utils.py:37, 143-149"
+)
+SRC_FP8_WO = (
+    "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py:108-113; "
+    "online/fp8.py:416-424; platforms/cuda.py:587-588"
+)
 
 
 def resolved_method(ctx: LaunchContext) -> str | None:
@@ -129,22 +170,28 @@ def quant_gpu_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         scheme, need = _ct_scheme(ctx)
         if cc >= need:
             return []
-        return [emit.error(
-            "quant_gpu_capability",
-            f"Quantization scheme is not supported for the current GPU. Min capability: {need}. Current capability: "
-            f"{cc}. (compressed-tensors {scheme} on {ctx.gpu.name})",
-            remedy={"min_compute_capability": need}, field="hardware.gpu",
-        )]
+        return [
+            emit.error(
+                "quant_gpu_capability",
+                f"Quantization scheme is not supported for the current GPU. Min capability: {need}. Current capability: "
+                f"{cc}. (compressed-tensors {scheme} on {ctx.gpu.name})",
+                remedy={"min_compute_capability": need},
+                field="hardware.gpu",
+            )
+        ]
     least = min_capability(method, ctx)
     if least is None or cc >= least:
         return []
     shown = "mxfp8" if method == "mxfp8_ckpt" else method
-    return [emit.error(
-        "quant_gpu_capability",
-        f"The quantization method {shown} is not supported for the current GPU. Minimum capability: {least}. "
-        f"Current capability: {cc}. ({ctx.gpu.name})",
-        remedy={"min_compute_capability": least}, field="hardware.gpu",
-    )]
+    return [
+        emit.error(
+            "quant_gpu_capability",
+            f"The quantization method {shown} is not supported for the current GPU. Minimum capability: {least}. "
+            f"Current capability: {cc}. ({ctx.gpu.name})",
+            remedy={"min_compute_capability": least},
+            field="hardware.gpu",
+        )
+    ]
 
 
 @rule("quant_dtype", severity="error", source=SRC_DTYPE)
@@ -160,11 +207,14 @@ def quant_dtype(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         return []
     shown = "mxfp8" if method == "mxfp8_ckpt" else method
     torch_list = "[" + ", ".join(f"torch.{d}" for d in allowed) + "]"
-    return [emit.error(
-        "quant_dtype",
-        f"torch.{ctx.dtype} is not supported for quantization method {shown}. Supported dtypes: {torch_list}",
-        remedy={"dtype": allowed[0]}, field="engine_args.dtype",
-    )]
+    return [
+        emit.error(
+            "quant_dtype",
+            f"torch.{ctx.dtype} is not supported for quantization method {shown}. Supported dtypes: {torch_list}",
+            remedy={"dtype": allowed[0]},
+            field="engine_args.dtype",
+        )
+    ]
 
 
 @rule("quant_deprecated", severity="error", source=SRC_DEPRECATED)
@@ -178,13 +228,15 @@ def quant_deprecated(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     method = ctx.checkpoint_quant or (ctx.tag.method if ctx.tag else ctx.requested_quantization)
     if method not in ctx.line.deprecated_quant:
         return []
-    return [emit.error(
-        "quant_deprecated",
-        f"('The quantization method %s is deprecated and will be removed in future versions of vLLM. To bypass, set "
-        f"`--allow-deprecated-quantization`.', '{method}')",
-        remedy={"allow_deprecated_quantization": True},
-        field="engine_args.allow_deprecated_quantization",
-    )]
+    return [
+        emit.error(
+            "quant_deprecated",
+            f"('The quantization method %s is deprecated and will be removed in future versions of vLLM. To bypass, set "
+            f"`--allow-deprecated-quantization`.', '{method}')",
+            remedy={"allow_deprecated_quantization": True},
+            field="engine_args.allow_deprecated_quantization",
+        )
+    ]
 
 
 @rule("quant_bits", severity="error", source=SRC_BITS)
@@ -201,30 +253,55 @@ def quant_bits(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if method == "auto_gptq":
         bits, sym = q.bits if q.bits is not None else 4, q.sym if q.sym is not None else True
         if (bits, sym) not in ((4, True), (8, True)):
-            out.append(emit.error(
-                "quant_bits", f"Unsupported quantization config: bits={bits}, sym={sym} (GPTQ needs 4 or 8 bits, "
-                "symmetric).", remedy=None, field="model.config.quantization_config"))
+            out.append(
+                emit.error(
+                    "quant_bits",
+                    f"Unsupported quantization config: bits={bits}, sym={sym} (GPTQ needs 4 or 8 bits, symmetric).",
+                    remedy=None,
+                    field="model.config.quantization_config",
+                )
+            )
         if q.desc_act and g != -1:
-            out.append(emit.error(
-                "quant_bits",
-                "GPTQ group activation ordering (desc_act=True) is no longer supported. Use a checkpoint with static "
-                f"activation ordering or desc_act=False. (desc_act=true with group_size={g})",
-                remedy={"checkpoint": {"desc_act": False}}, field="model.config.quantization_config"))
+            out.append(
+                emit.error(
+                    "quant_bits",
+                    "GPTQ group activation ordering (desc_act=True) is no longer supported. Use a checkpoint with static "
+                    f"activation ordering or desc_act=False. (desc_act=true with group_size={g})",
+                    remedy={"checkpoint": {"desc_act": False}},
+                    field="model.config.quantization_config",
+                )
+            )
         if g not in MARLIN_GROUP_SIZES:
-            out.append(emit.error(
-                "quant_bits", f"Marlin does not support group_size = {g}. Only group_sizes = [-1, 32, 64, 128] are "
-                "supported.", remedy=None, field="model.config.quantization_config"))
+            out.append(
+                emit.error(
+                    "quant_bits",
+                    f"Marlin does not support group_size = {g}. Only group_sizes = [-1, 32, 64, 128] are supported.",
+                    remedy=None,
+                    field="model.config.quantization_config",
+                )
+            )
     else:
         bits = q.bits if q.bits is not None else 4
         if bits != 4:
-            out.append(emit.error(
-                "quant_bits", f"Unsupported num_bits = {bits}. Supported: [4]. For 8-bit AWQ, use Marlin backend by "
-                "setting backend='awq:marlin' or backend='marlin'.", remedy=None,
-                field="model.config.quantization_config"))
+            out.append(
+                emit.error(
+                    "quant_bits",
+                    f"Unsupported num_bits = {bits}. Supported: [4]. For 8-bit AWQ, use Marlin backend by "
+                    "setting backend='awq:marlin' or backend='marlin'.",
+                    remedy=None,
+                    field="model.config.quantization_config",
+                )
+            )
         if g not in MARLIN_GROUP_SIZES:
-            out.append(emit.warning(
-                "quant_bits", f"AWQ group_size {g} is not one Marlin supports ([-1, 32, 64, 128]): vLLM falls back to "
-                "the unoptimized AWQ kernels.", remedy=None, field="model.config.quantization_config"))
+            out.append(
+                emit.warning(
+                    "quant_bits",
+                    f"AWQ group_size {g} is not one Marlin supports ([-1, 32, 64, 128]): vLLM falls back to "
+                    "the unoptimized AWQ kernels.",
+                    remedy=None,
+                    field="model.config.quantization_config",
+                )
+            )
     return out
 
 
@@ -238,20 +315,25 @@ def fp8_weight_only(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if cc is None or cc >= 89 or cc < 75:
         return []
     if method == "fp8_per_channel":
-        return [emit.error(
-            "fp8_weight_only",
-            "FP8 PTPC online quant requires a kernel that honors per-token activation quantization; MarlinFP8 is "
-            f"W8A16 weight-only. Requires SM89+ for Cutlass FP8 or ROCm MI3xx for rowwise scaled_mm. ({ctx.gpu.name}: "
-            f"capability {cc})",
-            remedy={"quantization": "fp8_per_tensor"}, field="engine_args.quantization",
-        )]
+        return [
+            emit.error(
+                "fp8_weight_only",
+                "FP8 PTPC online quant requires a kernel that honors per-token activation quantization; MarlinFP8 is "
+                f"W8A16 weight-only. Requires SM89+ for Cutlass FP8 or ROCm MI3xx for rowwise scaled_mm. ({ctx.gpu.name}: "
+                f"capability {cc})",
+                remedy={"quantization": "fp8_per_tensor"},
+                field="engine_args.quantization",
+            )
+        ]
     if not is_fp8_weights(ctx, method):
         return []
-    return [emit.warning(
-        "fp8_weight_only",
-        "Your GPU does not have native support for FP8 computation but FP8 quantization is being used. Weight-only "
-        "FP8 compression will be used leveraging the Marlin kernel. This may degrade performance for compute-heavy "
-        f"workloads. ({ctx.gpu.name}: capability {cc}; FP8 compute needs 8.9+)",
-        remedy=None, field="hardware.gpu",
-    )]
-
+    return [
+        emit.warning(
+            "fp8_weight_only",
+            "Your GPU does not have native support for FP8 computation but FP8 quantization is being used. Weight-only "
+            "FP8 compression will be used leveraging the Marlin kernel. This may degrade performance for compute-heavy "
+            f"workloads. ({ctx.gpu.name}: capability {cc}; FP8 compute needs 8.9+)",
+            remedy=None,
+            field="hardware.gpu",
+        )
+    ]

@@ -12,17 +12,45 @@ from . import Emit, rule
 AWQ_FAMILY = {"awq", "awq_marlin", "auto_awq", "marlin"}
 GPTQ_FAMILY = {"gptq", "gptq_marlin", "auto_gptq", "marlin"}
 PRE_QUANTIZED_ONLY = {
-    "awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq", "modelopt", "modelopt_fp4",
-    "modelopt_mxfp8", "modelopt_mixed", "compressed-tensors", "fbgemm_fp8", "fp_quant", "quark", "moe_wna16",
-    "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "inc", "torchao", "humming",
+    "awq",
+    "awq_marlin",
+    "auto_awq",
+    "gptq",
+    "gptq_marlin",
+    "auto_gptq",
+    "modelopt",
+    "modelopt_fp4",
+    "modelopt_mxfp8",
+    "modelopt_mixed",
+    "compressed-tensors",
+    "fbgemm_fp8",
+    "fp_quant",
+    "quark",
+    "moe_wna16",
+    "mxfp4",
+    "gpt_oss_mxfp4",
+    "deepseek_v4_fp8",
+    "inc",
+    "torchao",
+    "humming",
 }
-ONLINE = {"fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token",
-          "mxfp8", "online", "experts_int8"}
+ONLINE = {
+    "fp8_per_tensor",
+    "fp8_per_block",
+    "fp8_per_channel",
+    "int8_per_channel_weight_only",
+    "nvfp4_per_token",
+    "mxfp8",
+    "online",
+    "experts_int8",
+}
 
 SRC_UNKNOWN = "vllm 0.33.0 vllm/config/model.py:1464-1469; quantization/__init__.py:15-55"
-SRC_MISMATCH = ("vllm 0.33.0 vllm/config/model.py:1383-1462 (override table: auto_awq.py:263-286, "
-                "auto_gptq.py:213-233, mxfp4.py:128-146); no config: vllm/model_executor/model_loader/"
-                "weight_utils.py:375-380; online fp8: weight_utils.py:355-363")
+SRC_MISMATCH = (
+    "vllm 0.33.0 vllm/config/model.py:1383-1462 (override table: auto_awq.py:263-286, "
+    "auto_gptq.py:213-233, mxfp4.py:128-146); no config: vllm/model_executor/model_loader/"
+    "weight_utils.py:375-380; online fp8: weight_utils.py:355-363"
+)
 
 
 def canonical(method: str | None, ctx: LaunchContext) -> str | None:
@@ -73,18 +101,26 @@ def quant_unknown(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     vLLM: "Unknown quantization method: {q}. Must be one of {supported}."
     """
     out = []
-    for label, value in (("--quantization", ctx.requested_quantization), ("checkpoint quant_method", ctx.checkpoint_quant)):
+    for label, value in (
+        ("--quantization", ctx.requested_quantization),
+        ("checkpoint quant_method", ctx.checkpoint_quant),
+    ):
         if value is None or value in ctx.line.quant_methods:
             continue
         plugin = ctx.line.plugin_only.get(value)
-        extra = (f" {value} is not in vLLM core since the {plugin[0]} line (generated catalogues): it needs "
-                 f"{plugin[1]}." if plugin else "")
-        out.append(emit.error(
-            "quant_unknown",
-            f"Unknown quantization method: {value} ({label}). Must be one of {list(ctx.line.quant_methods)}.{extra}",
-            remedy={"quantization": list(ctx.line.quant_methods), "plugin": plugin[1] if plugin else None},
-            field="engine_args.quantization" if label.startswith("--") else "model.config.quantization_config",
-        ))
+        extra = (
+            f" {value} is not in vLLM core since the {plugin[0]} line (generated catalogues): it needs {plugin[1]}."
+            if plugin
+            else ""
+        )
+        out.append(
+            emit.error(
+                "quant_unknown",
+                f"Unknown quantization method: {value} ({label}). Must be one of {list(ctx.line.quant_methods)}.{extra}",
+                remedy={"quantization": list(ctx.line.quant_methods), "plugin": plugin[1] if plugin else None},
+                field="engine_args.quantization" if label.startswith("--") else "model.config.quantization_config",
+            )
+        )
     return out
 
 
@@ -103,54 +139,80 @@ def quant_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if user is not None and user not in ctx.line.quant_methods:
         # unknown method: quant_unknown reports it; still a mismatch when the checkpoint names another method
         if ckpt is not None and user != ckpt:
-            out.append(emit.error(
-                "quant_mismatch",
-                f"Quantization method specified in the model config ({ckpt}) does not match the quantization method "
-                f"specified in the `quantization` argument ({user}).",
-                remedy={"quantization": ckpt}, field="engine_args.quantization",
-            ))
+            out.append(
+                emit.error(
+                    "quant_mismatch",
+                    f"Quantization method specified in the model config ({ckpt}) does not match the quantization method "
+                    f"specified in the `quantization` argument ({user}).",
+                    remedy={"quantization": ckpt},
+                    field="engine_args.quantization",
+                )
+            )
         return out
     if ckpt is not None and ctx.tag is not None and ctx.tag.method is None:
-        out.append(emit.error(
-            "quant_mismatch",
-            f"quantization.txt says the weights are not quantized (none), but the checkpoint's config names "
-            f"{ckpt} (from {ckpt_source}); vLLM loads them as {ckpt}.",
-            remedy={"quantization_txt": ckpt}, field="model.quantization_txt",
-        ))
+        out.append(
+            emit.error(
+                "quant_mismatch",
+                f"quantization.txt says the weights are not quantized (none), but the checkpoint's config names "
+                f"{ckpt} (from {ckpt_source}); vLLM loads them as {ckpt}.",
+                remedy={"quantization_txt": ckpt},
+                field="model.quantization_txt",
+            )
+        )
     if ckpt is not None:
-        for label, value, fld in (("quantization.txt", tag, "model.quantization_txt"),
-                                  ("`quantization` argument", user, "engine_args.quantization")):
+        for label, value, fld in (
+            ("quantization.txt", tag, "model.quantization_txt"),
+            ("`quantization` argument", user, "engine_args.quantization"),
+        ):
             if value is not None and not compatible(ckpt, value, ctx):
-                out.append(emit.error(
-                    "quant_mismatch",
-                    f"Quantization method specified in the model config ({ckpt}, from {ckpt_source}) "
-                    f"does not match the quantization method specified in the {label} ({value}).",
-                    remedy={"quantization": tag if (tag and compatible(ckpt, tag, ctx)) else ckpt},
-                    field=fld,
-                ))
+                out.append(
+                    emit.error(
+                        "quant_mismatch",
+                        f"Quantization method specified in the model config ({ckpt}, from {ckpt_source}) "
+                        f"does not match the quantization method specified in the {label} ({value}).",
+                        remedy={"quantization": tag if (tag and compatible(ckpt, tag, ctx)) else ckpt},
+                        field=fld,
+                    )
+                )
         return out
     # unquantized checkpoint
+    out.extend(_unquantized_checkpoint(emit, tag, user))
+    return out
+
+
+def _unquantized_checkpoint(emit: Emit, tag: str | None, user: str | None) -> list[Finding]:
+    """The tag and the flag on an unquantized checkpoint: they agree, name no pre-quantized method, and not fp8."""
+    out = []
     if tag is not None and user is not None and tag != user and not (tag == "fp8" and user == "fp8_per_tensor"):
-        out.append(emit.error(
-            "quant_mismatch",
-            f"quantization.txt names {tag} but the `quantization` argument is {user}; the tag decides.",
-            remedy={"quantization": tag}, field="engine_args.quantization",
-        ))
+        out.append(
+            emit.error(
+                "quant_mismatch",
+                f"quantization.txt names {tag} but the `quantization` argument is {user}; the tag decides.",
+                remedy={"quantization": tag},
+                field="engine_args.quantization",
+            )
+        )
     for value, fld in ((tag, "model.quantization_txt"), (user, "engine_args.quantization")):
         if value in PRE_QUANTIZED_ONLY:
-            out.append(emit.error(
-                "quant_no_config",
-                f"Cannot find the config file for {value}: the checkpoint's config.json has no quantization_config "
-                f"(and no hf_quant_config.json), so {value} weights cannot be loaded. Use the quantized checkpoint, or "
-                f"an online method such as fp8_per_tensor.",
-                remedy={"quantization": "fp8_per_tensor"}, field=fld,
-            ))
+            out.append(
+                emit.error(
+                    "quant_no_config",
+                    f"Cannot find the config file for {value}: the checkpoint's config.json has no quantization_config "
+                    f"(and no hf_quant_config.json), so {value} weights cannot be loaded. Use the quantized checkpoint, or "
+                    f"an online method such as fp8_per_tensor.",
+                    remedy={"quantization": "fp8_per_tensor"},
+                    field=fld,
+                )
+            )
             break
     if "fp8" in (tag, user):
-        out.append(emit.warning(
-            "quant_fp8_online_deprecated",
-            "--quantization fp8 is deprecated for online quantization; use --quantization fp8_per_tensor instead "
-            "(Preflight renders fp8_per_tensor).",
-            remedy={"quantization": "fp8_per_tensor"}, field="engine_args.quantization",
-        ))
+        out.append(
+            emit.warning(
+                "quant_fp8_online_deprecated",
+                "--quantization fp8 is deprecated for online quantization; use --quantization fp8_per_tensor instead "
+                "(Preflight renders fp8_per_tensor).",
+                remedy={"quantization": "fp8_per_tensor"},
+                field="engine_args.quantization",
+            )
+        )
     return out

@@ -24,14 +24,16 @@ def batched_tokens_vs_max_len(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     if ctx.enable_chunked_prefill or ctx.max_num_batched_tokens >= ctx.max_model_len:
         return []
     mnbt, mml = ctx.max_num_batched_tokens, ctx.max_model_len
-    return [emit.error(
-        "batched_tokens_vs_max_len",
-        f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({mml}). This effectively limits the maximum "
-        f"sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
-        f"max_num_batched_tokens or decrease max_model_len. (chunked prefill is disabled)",
-        remedy={"max_num_batched_tokens": mml, "max_model_len": mnbt, "enable_chunked_prefill": True},
-        field="engine_args.max_num_batched_tokens",
-    )]
+    return [
+        emit.error(
+            "batched_tokens_vs_max_len",
+            f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({mml}). This effectively limits the maximum "
+            f"sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
+            f"max_num_batched_tokens or decrease max_model_len. (chunked prefill is disabled)",
+            remedy={"max_num_batched_tokens": mml, "max_model_len": mnbt, "enable_chunked_prefill": True},
+            field="engine_args.max_num_batched_tokens",
+        )
+    ]
 
 
 @rule("batched_tokens_lt_max_num_seqs", "batched_tokens_above_capacity", severity="error", source=SRC)
@@ -41,19 +43,24 @@ def batched_tokens_lt_max_num_seqs(ctx: LaunchContext, emit: Emit) -> list[Findi
     max_num_batched_tokens above max_num_seqs × max_model_len is a vLLM warning (``batched_tokens_above_capacity``)."""
     mnbt, mns, mml = ctx.max_num_batched_tokens, ctx.max_num_seqs, ctx.max_model_len
     if mnbt < mns:
-        return [emit.error(
-            "batched_tokens_lt_max_num_seqs",
-            f"max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({mns}). "
-            f"(max_num_batched_tokens: {_origin(ctx, 'max_num_batched_tokens')}; max_num_seqs: "
-            f"{_origin(ctx, 'max_num_seqs')})",
-            remedy={"max_num_batched_tokens": mns, "max_num_seqs": mnbt},
-            field="engine_args.max_num_batched_tokens",
-        )]
+        return [
+            emit.error(
+                "batched_tokens_lt_max_num_seqs",
+                f"max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({mns}). "
+                f"(max_num_batched_tokens: {_origin(ctx, 'max_num_batched_tokens')}; max_num_seqs: "
+                f"{_origin(ctx, 'max_num_seqs')})",
+                remedy={"max_num_batched_tokens": mns, "max_num_seqs": mnbt},
+                field="engine_args.max_num_batched_tokens",
+            )
+        ]
     if mnbt > mns * mml:
-        return [emit.warning(
-            "batched_tokens_above_capacity",
-            f"max_num_batched_tokens ({mnbt}) exceeds max_num_seqs * max_model_len ({mns * mml}). This may lead to "
-            f"unexpected behavior.",
-            remedy={"max_num_batched_tokens": mns * mml}, field="engine_args.max_num_batched_tokens",
-        )]
+        return [
+            emit.warning(
+                "batched_tokens_above_capacity",
+                f"max_num_batched_tokens ({mnbt}) exceeds max_num_seqs * max_model_len ({mns * mml}). This may lead to "
+                f"unexpected behavior.",
+                remedy={"max_num_batched_tokens": mns * mml},
+                field="engine_args.max_num_batched_tokens",
+            )
+        ]
     return []

@@ -97,11 +97,31 @@ def linear_layers(ctx: LaunchContext, tp: int | None = None) -> list[Linear]:
         q_in = f.q_lora_rank or hidden
         hq, ok = _split(heads, tp)
         if nope + rope:
-            out.append(Linear(f"{attn}.q_b_proj" if f.q_lora_rank else f"{attn}.q_proj", "column", q_in,
-                              heads * (nope + rope), q_in, (hq * (nope + rope),), tp, exact=ok))
+            out.append(
+                Linear(
+                    f"{attn}.q_b_proj" if f.q_lora_rank else f"{attn}.q_proj",
+                    "column",
+                    q_in,
+                    heads * (nope + rope),
+                    q_in,
+                    (hq * (nope + rope),),
+                    tp,
+                    exact=ok,
+                )
+            )
         if f.kv_lora_rank and nope + v:
-            out.append(Linear(f"{attn}.kv_b_proj", "column", f.kv_lora_rank, heads * (nope + v), f.kv_lora_rank,
-                              (hq * (nope + v),), tp, exact=ok))
+            out.append(
+                Linear(
+                    f"{attn}.kv_b_proj",
+                    "column",
+                    f.kv_lora_rank,
+                    heads * (nope + v),
+                    f.kv_lora_rank,
+                    (hq * (nope + v),),
+                    tp,
+                    exact=ok,
+                )
+            )
         if v:
             out.append(Linear(f"{attn}.o_proj", "row", heads * v, hidden, hq * v, (hidden,), tp, exact=ok))
     else:
@@ -109,8 +129,18 @@ def linear_layers(ctx: LaunchContext, tp: int | None = None) -> list[Linear]:
         hq, ok_q = _split(heads, tp)
         kv_rank = max(1, kv // tp)
         ok_kv = kv_heads_ok(kv, tp, False)
-        out.append(Linear(f"{attn}.qkv_proj", "column", hidden, (heads + 2 * kv) * hd, hidden,
-                          (hq * hd, kv_rank * hd, kv_rank * hd), tp, exact=ok_q and ok_kv))
+        out.append(
+            Linear(
+                f"{attn}.qkv_proj",
+                "column",
+                hidden,
+                (heads + 2 * kv) * hd,
+                hidden,
+                (hq * hd, kv_rank * hd, kv_rank * hd),
+                tp,
+                exact=ok_q and ok_kv,
+            )
+        )
         out.append(Linear(f"{attn}.o_proj", "row", heads * hd, hidden, hq * hd, (hidden,), tp, exact=ok_q))
 
     def mlp(prefix: str, inter: int, ranks: int, moe: bool = False) -> None:

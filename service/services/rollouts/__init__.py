@@ -20,5 +20,15 @@ from .scheduler import RolloutScheduler, due, tick
 from .stepping import step
 from .views import list_rollouts, rollout_dict
 
-__all__ = ["RolloutScheduler", "command", "create", "due", "get", "list_rollouts", "plan_warnings", "rollout_dict",
-           "step", "tick"]
+__all__ = [
+    "RolloutScheduler",
+    "command",
+    "create",
+    "due",
+    "get",
+    "list_rollouts",
+    "plan_warnings",
+    "rollout_dict",
+    "step",
+    "tick",
+]

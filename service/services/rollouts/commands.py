@@ -16,8 +16,9 @@ from .common import at_time, event, get
 from .restore import close_waves, finish_restore, restore
 
 
-def command(session: Session, ctx: Context, rollout_id: str, verb: str, *, actor: str,
-            reason: str | None = None) -> Rollout:
+def command(
+    session: Session, ctx: Context, rollout_id: str, verb: str, *, actor: str, reason: str | None = None
+) -> Rollout:
     """``pause``, ``resume``, ``promote`` or ``abort`` (restores what the rollout changed). Waits for the row lock a
     scheduler step may hold. Raises NotFound, Conflict (the verb does not apply to the state)."""
     r = get(session, rollout_id, for_update=True)
@@ -34,16 +35,20 @@ def command(session: Session, ctx: Context, rollout_id: str, verb: str, *, actor
     elif verb == "resume":
         r.state, r.paused_from = r.paused_from or "waiting", None
         if r.state == "baking":  # the bake starts over: the paused time did not count as watched
-            wave = session.execute(select(RolloutWave).where(RolloutWave.rollout_id == r.id,
-                                                             RolloutWave.index == r.wave)).scalar_one()
+            wave = session.execute(
+                select(RolloutWave).where(RolloutWave.rollout_id == r.id, RolloutWave.index == r.wave)
+            ).scalar_one()
             r.bake_until = at_time(now + wave.bake_s)
         event(session, r, "resumed", payload, actor=actor)
     elif verb == "promote":
         r.promote = True
         event(session, r, "promoted", payload, actor=actor)
     else:
-        rows = list(session.execute(select(RolloutNode).where(RolloutNode.rollout_id == r.id)
-                                    .order_by(RolloutNode.position)).scalars())
+        rows = list(
+            session.execute(
+                select(RolloutNode).where(RolloutNode.rollout_id == r.id).order_by(RolloutNode.position)
+            ).scalars()
+        )
         why = f"aborted by {actor}" + (f": {reason}" if reason else "")
         if payload["from"] == "halted":  # the restores refused before are tried again
             for n in rows:

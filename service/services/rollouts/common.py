@@ -20,8 +20,16 @@ from ...errors import NotFound
 INTERNAL = ("pinned", "judged")  # kept in Rollout.target beside the target as given; never part of a plan body
 
 
-TARGET_FIELDS = ("manifest", "engine_args", "env", "environment", "workload", "vllm_version", "kv_cache_pool",
-                 "multi_node_form")
+TARGET_FIELDS = (
+    "manifest",
+    "engine_args",
+    "env",
+    "environment",
+    "workload",
+    "vllm_version",
+    "kv_cache_pool",
+    "multi_node_form",
+)
 
 
 # what the scheduler steps (halted waits for an operator; rolling_back and aborting have restores left, a chunk a step)
@@ -61,8 +69,9 @@ def shape_key(n: Node) -> str:
 def current_assignments(session: Session, names: list[str]) -> dict[str, Assignment]:
     """Each node's current (active, highest seq) assignment."""
     out: dict[str, Assignment] = {}
-    for a in session.execute(select(Assignment).where(Assignment.node_name.in_(names),
-                                                      Assignment.status == "active")).scalars():
+    for a in session.execute(
+        select(Assignment).where(Assignment.node_name.in_(names), Assignment.status == "active")
+    ).scalars():
         if a.node_name not in out or a.seq > out[a.node_name].seq:
             out[a.node_name] = a
     return out
@@ -74,19 +83,36 @@ def previous_groups(session: Session, current: dict[str, Assignment]) -> list[li
     if not keys:
         return []
     groups: dict[tuple, list[str]] = {}
-    for a in session.execute(select(Assignment).where(Assignment.plan_id.in_(sorted({p for p, _ in keys})),
-                                                      Assignment.status == "active")
-                             .order_by(Assignment.rank)).scalars():
+    for a in session.execute(
+        select(Assignment)
+        .where(Assignment.plan_id.in_(sorted({p for p, _ in keys})), Assignment.status == "active")
+        .order_by(Assignment.rank)
+    ).scalars():
         if (a.plan_id, a.group_index) in keys:
             groups.setdefault((a.plan_id, a.group_index), []).append(a.node_name)
     return list(groups.values())
 
 
-def event(session: Session, r: Rollout, kind: str, payload: dict[str, Any], *, actor: str | None = None,
-           node: str | None = None, plan_id: str | None = None) -> None:
+def event(
+    session: Session,
+    r: Rollout,
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    actor: str | None = None,
+    node: str | None = None,
+    plan_id: str | None = None,
+) -> None:
     r.steps += 1
-    audit.append(session, actor=actor or f"rollout:{r.id}", kind=f"rollout.{kind}", subject=f"rollout:{r.id}",
-                 node=node, plan_id=plan_id, payload={"rollout": r.id, "state": r.state, "wave": r.wave, **payload})
+    audit.append(
+        session,
+        actor=actor or f"rollout:{r.id}",
+        kind=f"rollout.{kind}",
+        subject=f"rollout:{r.id}",
+        node=node,
+        plan_id=plan_id,
+        payload={"rollout": r.id, "state": r.state, "wave": r.wave, **payload},
+    )
 
 
 def count_by(states: Iterable[str]) -> dict[str, int]:

@@ -29,17 +29,24 @@ def _select_nodes(session: Session, rollout: RolloutIn) -> list[Node]:
     """The rollout's nodes: ``nodes`` (names, in the order given) or ``selector`` (inventory fields; by name)."""
     names, selector = rollout.nodes, rollout.selector
     if (names is None) == (selector is None):
-        raise Invalid("give either nodes (names) or selector (inventory fields)", field="nodes",
-                      errors=[{"field": "nodes", "rule": "rollout_nodes", "message": "give nodes or selector"}])
+        raise Invalid(
+            "give either nodes (names) or selector (inventory fields)",
+            field="nodes",
+            errors=[{"field": "nodes", "rule": "rollout_nodes", "message": "give nodes or selector"}],
+        )
     if names is not None:
         names = node_service.distinct(names)
         found = {n.name: n for n in session.execute(select(Node).where(Node.name.in_(names))).scalars()}
         missing = [(i, n) for i, n in enumerate(names) if n not in found]
         if missing:
-            raise Invalid(f"{len(missing)} node(s) not registered: " + ", ".join(n for _, n in missing[:5]),
-                          field=f"nodes.{missing[0][0]}",
-                          errors=[{"field": f"nodes.{i}", "rule": "unknown_node",
-                                   "message": f"node {n!r} is not registered"} for i, n in missing[:50]])
+            raise Invalid(
+                f"{len(missing)} node(s) not registered: " + ", ".join(n for _, n in missing[:5]),
+                field=f"nodes.{missing[0][0]}",
+                errors=[
+                    {"field": f"nodes.{i}", "rule": "unknown_node", "message": f"node {n!r} is not registered"}
+                    for i, n in missing[:50]
+                ],
+            )
         return [found[n] for n in names]
     assert selector is not None  # exactly one of the two, checked above
     q = select(Node).order_by(Node.name)
@@ -56,14 +63,20 @@ def _select_nodes(session: Session, rollout: RolloutIn) -> list[Node]:
             if all((n.labels or {}).get(k) == v for k, v in selector.labels.items()):
                 chosen.append(n)
                 if len(chosen) > MAX_SELECTED:
-                    raise Invalid(f"the selector matches more than {MAX_SELECTED} nodes: narrow it (labels, gpu, "
-                                  f"gpu_count) and roll out in several rollouts", field="selector")
+                    raise Invalid(
+                        f"the selector matches more than {MAX_SELECTED} nodes: narrow it (labels, gpu, "
+                        f"gpu_count) and roll out in several rollouts",
+                        field="selector",
+                    )
         if len(page) < 500:
             break
         after = page[-1].name
     if not chosen:
-        raise Invalid("the selector matches no registered node", field="selector",
-                      errors=[{"field": "selector", "rule": "no_match", "message": "no node matches"}])
+        raise Invalid(
+            "the selector matches no registered node",
+            field="selector",
+            errors=[{"field": "selector", "rule": "no_match", "message": "no node matches"}],
+        )
     return chosen
 
 
@@ -71,32 +84,48 @@ def _check_nodes(session: Session, names: list[str], at: Callable[[int], str]) -
     """The nodes can be rolled: in no rollout that is not over, each with a current plan, and every multi-node
     instance they run whole in the rollout. Returns their current assignments and those instances (``at``: the
     field a node came from)."""
-    busy = session.execute(select(RolloutNode.node_name, RolloutNode.rollout_id)
-                           .join(Rollout, Rollout.id == RolloutNode.rollout_id)
-                           .where(RolloutNode.node_name.in_(names), Rollout.state.in_(SCHEDULED + ("halted",)))
-                           .limit(1)).first()
+    busy = session.execute(
+        select(RolloutNode.node_name, RolloutNode.rollout_id)
+        .join(Rollout, Rollout.id == RolloutNode.rollout_id)
+        .where(RolloutNode.node_name.in_(names), Rollout.state.in_(SCHEDULED + ("halted",)))
+        .limit(1)
+    ).first()
     if busy is not None:
-        raise Conflict(f"node {busy[0]!r} is already in rollout {busy[1]} (not over): finish, abort or wait for it",
-                       field=at(names.index(busy[0])))
+        raise Conflict(
+            f"node {busy[0]!r} is already in rollout {busy[1]} (not over): finish, abort or wait for it",
+            field=at(names.index(busy[0])),
+        )
     current = current_assignments(session, names)
     unplanned = [i for i, n in enumerate(names) if n not in current]
     if unplanned:
-        raise Invalid(f"node {names[unplanned[0]]!r} has no current plan: a rollout changes running nodes and "
-                      f"restores their previous plan on failure (give the first plan with POST /v1/plans)",
-                      field=at(unplanned[0]),
-                      errors=[{"field": at(i), "rule": "no_current_plan",
-                               "message": f"node {names[i]!r} has no current plan"} for i in unplanned[:50]])
+        raise Invalid(
+            f"node {names[unplanned[0]]!r} has no current plan: a rollout changes running nodes and "
+            f"restores their previous plan on failure (give the first plan with POST /v1/plans)",
+            field=at(unplanned[0]),
+            errors=[
+                {"field": at(i), "rule": "no_current_plan", "message": f"node {names[i]!r} has no current plan"}
+                for i in unplanned[:50]
+            ],
+        )
     previous = previous_groups(session, current)
     inside = set(names)
     for members in previous:
         outside = [m for m in members if m not in inside]
         if outside:
             member = next(m for m in members if m in inside)
-            raise Invalid(f"node {member!r} runs one multi-node instance with {', '.join(outside)} (plan "
-                          f"{current[member].plan_id}), which the rollout does not include: a group moves "
-                          f"together, so include every member", field=at(names.index(member)),
-                          errors=[{"field": at(names.index(member)), "rule": "partial_group",
-                                   "message": f"its instance also spans {', '.join(outside)}"}])
+            raise Invalid(
+                f"node {member!r} runs one multi-node instance with {', '.join(outside)} (plan "
+                f"{current[member].plan_id}), which the rollout does not include: a group moves "
+                f"together, so include every member",
+                field=at(names.index(member)),
+                errors=[
+                    {
+                        "field": at(names.index(member)),
+                        "rule": "partial_group",
+                        "message": f"its instance also spans {', '.join(outside)}",
+                    }
+                ],
+            )
     return current, previous
 
 
@@ -121,8 +150,13 @@ def _judge_shapes(session: Session, manifest: Manifest, nodes: list[Node], rollo
     for shape_nodes in shapes.values():
         # judged, never signed, as one body: a shape may hold more nodes than one plan's cap (the fields were
         # validated as RolloutIn)
-        plan = PlanIn.model_construct(**{**{k: getattr(rollout, k) for k in TARGET_FIELDS}, "manifest": manifest.id,
-                                         "nodes": [n.name for n in shape_nodes]})
+        plan = PlanIn.model_construct(
+            **{
+                **{k: getattr(rollout, k) for k in TARGET_FIELDS},
+                "manifest": manifest.id,
+                "nodes": [n.name for n in shape_nodes],
+            }
+        )
         j = plan_service.judge(session, manifest, shape_nodes, plan)
         if j.result.verdict == "reject":
             raise j.rejection(session)
@@ -130,14 +164,20 @@ def _judge_shapes(session: Session, manifest: Manifest, nodes: list[Node], rollo
         out.pinned[shape_key(shape_nodes[0])] = _pin(session, manifest, shape_nodes, j)
         out.together.extend(list(g) for g in topo.groups if len(g) > 1)
         out.heads.update(g[0] for g in topo.groups)
-        out.judged.append({"nodes": len(shape_nodes), "gpu": shape_nodes[0].gpu_id,
-                           "gpu_count": shape_nodes[0].gpu_count, "verdict": j.result.verdict,
-                           "nodes_per_instance": topo.nodes_per_instance, "findings": j.findings})
+        out.judged.append(
+            {
+                "nodes": len(shape_nodes),
+                "gpu": shape_nodes[0].gpu_id,
+                "gpu_count": shape_nodes[0].gpu_count,
+                "verdict": j.result.verdict,
+                "nodes_per_instance": topo.nodes_per_instance,
+                "findings": j.findings,
+            }
+        )
     return out
 
 
-def create(session: Session, ctx: Context, *, actor: str,
-           rollout: RolloutIn) -> tuple[Rollout, list[dict[str, Any]]]:
+def create(session: Session, ctx: Context, *, actor: str, rollout: RolloutIn) -> tuple[Rollout, list[dict[str, Any]]]:
     """Store a rollout after validating its target once per distinct hardware shape of its nodes; returns it with
     its warnings. Raises LaunchRejected (422 with findings; nothing stored), Invalid / DomainError naming the field,
     NotFound for an unknown manifest, Conflict when a node is already in a rollout that is not over."""
@@ -163,44 +203,93 @@ def create(session: Session, ctx: Context, *, actor: str,
     per_wave = domain.wave_units(unit_list, waves)
     warnings = []
     if rollout.failure_limit >= len(unit_list):
-        warnings.append({"rule": "failure_limit_not_limiting", "field": "failure_limit",
-                         "message": f"failure_limit {rollout.failure_limit} is not below the rollout's "
-                                    f"{len(unit_list)} unit(s): no number of failures halts it (it never rolls back "
-                                    f"by itself)"})
+        warnings.append(
+            {
+                "rule": "failure_limit_not_limiting",
+                "field": "failure_limit",
+                "message": f"failure_limit {rollout.failure_limit} is not below the rollout's "
+                f"{len(unit_list)} unit(s): no number of failures halts it (it never rolls back "
+                f"by itself)",
+            }
+        )
     now = ctx.now()
     paused = bool(rollout.paused)
-    r = Rollout(id=str(uuid.uuid4()), state="paused" if paused else "pending", wave=-1, promote=False,
-                paused_from="pending" if paused else None,
-                target={**target, "pinned": shaped.pinned, "judged": shaped.judged}, selector=dumped["selector"],
-                waves=[{"percent": w.percent, "bake_s": w.bake_s} for w in waves], failure_limit=rollout.failure_limit,
-                gates={"ready_timeout_s": gates.ready_timeout_s, "kv_tolerance": gates.kv_tolerance},
-                steps=0, created_by=actor, created_at=now, updated_at=now)
+    r = Rollout(
+        id=str(uuid.uuid4()),
+        state="paused" if paused else "pending",
+        wave=-1,
+        promote=False,
+        paused_from="pending" if paused else None,
+        target={**target, "pinned": shaped.pinned, "judged": shaped.judged},
+        selector=dumped["selector"],
+        waves=[{"percent": w.percent, "bake_s": w.bake_s} for w in waves],
+        failure_limit=rollout.failure_limit,
+        gates={"ready_timeout_s": gates.ready_timeout_s, "kv_tolerance": gates.kv_tolerance},
+        steps=0,
+        created_by=actor,
+        created_at=now,
+        updated_at=now,
+    )
     session.add(r)
     session.flush()
     _store_waves_and_nodes(session, r, waves, names, unit_list, per_wave, shaped.heads, current)
-    audit.append(session, actor=actor, kind="rollout.created", subject=f"rollout:{r.id}", model=manifest.name,
-                 payload={"rollout": r.id, "manifest": f"{manifest.name}@{manifest.version}", "nodes": len(names),
-                          "units": len(unit_list), "waves": r.waves,
-                          "nodes_per_wave": [sum(len(unit_list[u]) for u in us) for us in per_wave],
-                          "failure_limit": r.failure_limit, "gates": r.gates,
-                          "judged": [{**x, "findings": [f["rule"] for f in x["findings"]]} for x in shaped.judged],
-                          "pinned": shaped.pinned, **({"warnings": warnings} if warnings else {})})
+    audit.append(
+        session,
+        actor=actor,
+        kind="rollout.created",
+        subject=f"rollout:{r.id}",
+        model=manifest.name,
+        payload={
+            "rollout": r.id,
+            "manifest": f"{manifest.name}@{manifest.version}",
+            "nodes": len(names),
+            "units": len(unit_list),
+            "waves": r.waves,
+            "nodes_per_wave": [sum(len(unit_list[u]) for u in us) for us in per_wave],
+            "failure_limit": r.failure_limit,
+            "gates": r.gates,
+            "judged": [{**x, "findings": [f["rule"] for f in x["findings"]]} for x in shaped.judged],
+            "pinned": shaped.pinned,
+            **({"warnings": warnings} if warnings else {}),
+        },
+    )
     return r, warnings
 
 
-def _store_waves_and_nodes(session: Session, r: Rollout, waves: list[domain.Wave], names: list[str],
-                           unit_list: list, per_wave: list, heads: set[str], current: dict[str, Any]) -> None:
+def _store_waves_and_nodes(
+    session: Session,
+    r: Rollout,
+    waves: list[domain.Wave],
+    names: list[str],
+    unit_list: list,
+    per_wave: list,
+    heads: set[str],
+    current: dict[str, Any],
+) -> None:
     """The rollout's waves (pending) and its nodes, each in its unit and wave, unchanged, with its current plan."""
     for i, w in enumerate(waves):
-        session.add(RolloutWave(rollout_id=r.id, index=i, percent=w.percent, bake_s=w.bake_s, state="pending",
-                                plan_ids=[]))
+        session.add(
+            RolloutWave(rollout_id=r.id, index=i, percent=w.percent, bake_s=w.bake_s, state="pending", plan_ids=[])
+        )
     wave_of = {u: w for w, us in enumerate(per_wave) for u in us}
     position = {n: i for i, n in enumerate(names)}
     for u, members in enumerate(unit_list):
         for n in members:
-            session.add(RolloutNode(rollout_id=r.id, node_name=n, position=position[n], unit=u, wave=wave_of[u],
-                                    head=n in heads, outcome="unchanged", failed=False, evidence={},
-                                    updated_at=r.created_at, previous_plan_id=current[n].plan_id))
+            session.add(
+                RolloutNode(
+                    rollout_id=r.id,
+                    node_name=n,
+                    position=position[n],
+                    unit=u,
+                    wave=wave_of[u],
+                    head=n in heads,
+                    outcome="unchanged",
+                    failed=False,
+                    evidence={},
+                    updated_at=r.created_at,
+                    previous_plan_id=current[n].plan_id,
+                )
+            )
     session.flush()
 
 
@@ -214,28 +303,44 @@ def _pin(session: Session, manifest: Manifest, shape_nodes: list[Node], j: plan_
     else:
         # replicas: each node runs what one node alone is judged to run (a wave of one node and one of many sign
         # the same command): the single-node judgement, with the pool decided over all the nodes (j.plan)
-        one = plan_service.judge(session, manifest, shape_nodes[:1], j.plan.model_copy(
-            update={"kv_cache_pool": "utilization", "nodes": [shape_nodes[0].name]}))
+        one = plan_service.judge(
+            session,
+            manifest,
+            shape_nodes[:1],
+            j.plan.model_copy(update={"kv_cache_pool": "utilization", "nodes": [shape_nodes[0].name]}),
+        )
         if one.result.verdict == "reject":
             raise one.rejection(session)
         req = one.result.context.request if one.result.context is not None else one.request
         args = req.model_dump(mode="json")["engine_args"]
     pool = j.plan.engine_args.get("kv_cache_memory_bytes") if j.plan.kv_cache_pool == "pinned" else None
-    return {"engine_args": args, "vllm_version": j.result.vllm_version,
-            **({"kv_cache_memory_bytes": pool} if pool is not None else {})}
+    return {
+        "engine_args": args,
+        "vllm_version": j.result.vllm_version,
+        **({"kv_cache_memory_bytes": pool} if pool is not None else {}),
+    }
 
 
 def plan_warnings(session: Session, names: list[str]) -> list[dict[str, Any]]:
     """POST /v1/plans: a warning per unfinished rollout that holds some of these nodes (the plan is signed; the
     rollout counts those nodes ``superseded_by_hand`` and leaves them alone)."""
-    rows = session.execute(select(RolloutNode.rollout_id, RolloutNode.node_name)
-                           .join(Rollout, Rollout.id == RolloutNode.rollout_id)
-                           .where(RolloutNode.node_name.in_(names), Rollout.state.in_(SCHEDULED + ("halted",)))
-                           .order_by(RolloutNode.rollout_id, RolloutNode.position)).all()
+    rows = session.execute(
+        select(RolloutNode.rollout_id, RolloutNode.node_name)
+        .join(Rollout, Rollout.id == RolloutNode.rollout_id)
+        .where(RolloutNode.node_name.in_(names), Rollout.state.in_(SCHEDULED + ("halted",)))
+        .order_by(RolloutNode.rollout_id, RolloutNode.position)
+    ).all()
     by: dict[str, list[str]] = {}
     for rid, node in rows:
         by.setdefault(rid, []).append(node)
-    return [{"rule": "rollout_in_progress", "rollout": rid, "nodes": nodes[:50],
-             "message": f"rollout {rid} (not over) includes {len(nodes)} of these node(s): this plan replaces the "
-                        f"rollout's for them; the rollout counts them superseded_by_hand (not a failure) and will "
-                        f"not restore them"} for rid, nodes in by.items()]
+    return [
+        {
+            "rule": "rollout_in_progress",
+            "rollout": rid,
+            "nodes": nodes[:50],
+            "message": f"rollout {rid} (not over) includes {len(nodes)} of these node(s): this plan replaces the "
+            f"rollout's for them; the rollout counts them superseded_by_hand (not a failure) and will "
+            f"not restore them",
+        }
+        for rid, nodes in by.items()
+    ]

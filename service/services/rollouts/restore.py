@@ -18,8 +18,7 @@ from . import common
 from .common import current_assignments, event
 
 
-def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, ctx: Context,
-             reason: str, actor: str) -> bool:
+def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, ctx: Context, reason: str, actor: str) -> bool:
     """Give every node the rollout changed its previous plan's content again, as a new plan with a higher seq (the
     agents' replay protection accepts it): per unit and previous plan, the whole previous groups together. A node
     whose current plan is no longer the rollout's (someone planned it since) is left alone. Each node restored is an
@@ -27,8 +26,11 @@ def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, ctx: Conte
     unit is larger) per call, so one transaction holds the write lock for one chunk: returns whether nodes are left
     to restore (the caller's next step, in a new transaction, goes on). Nodes an operator's abort of a halted
     rollout marked ``retry_restore`` are tried again."""
-    todo = [n for n in rows if n.new_plan_id and n.restored_plan_id is None
-            and n.outcome not in ("superseded_by_hand", "not_restored")]
+    todo = [
+        n
+        for n in rows
+        if n.new_plan_id and n.restored_plan_id is None and n.outcome not in ("superseded_by_hand", "not_restored")
+    ]
     if not todo:
         return False
     node_service.lock(session, sorted(n.node_name for n in todo))  # a plan given by hand now is seen, never lost
@@ -39,16 +41,23 @@ def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, ctx: Conte
         cur = current.get(n.node_name)
         if cur is None or cur.plan_id != n.new_plan_id:  # planned (or revoked) by hand since: their decision
             n.outcome, n.updated_at = "superseded_by_hand", ctx.now()
-            n.evidence = {**n.evidence, "restore": f"its current plan is {cur.plan_id if cur else 'none'}, no longer "
-                                                   f"the rollout's {n.new_plan_id}: left as it is"}
+            n.evidence = {
+                **n.evidence,
+                "restore": f"its current plan is {cur.plan_id if cur else 'none'}, no longer "
+                f"the rollout's {n.new_plan_id}: left as it is",
+            }
             continue
         batches.setdefault((n.previous_plan_id, n.unit), []).append(n)
     # nodes whose previous plan is the same are restored together (its content is identical), whole units, at most
     # SIGN_CHUNK nodes per plan (POST /v1/plans' cap)
     chunks: list[tuple[str | None, list[RolloutNode]]] = []
     for (previous_id, _unit), members in sorted(batches.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
-        if chunks and chunks[-1][0] == previous_id and previous_id is not None \
-                and len(chunks[-1][1]) + len(members) <= common.SIGN_CHUNK:
+        if (
+            chunks
+            and chunks[-1][0] == previous_id
+            and previous_id is not None
+            and len(chunks[-1][1]) + len(members) <= common.SIGN_CHUNK
+        ):
             chunks[-1][1].extend(members)
         else:
             chunks.append((previous_id, list(members)))
@@ -72,15 +81,28 @@ def restore(session: Session, r: Rollout, rows: list[RolloutNode], *, ctx: Conte
             n.restored_plan_id, n.restored_seq, n.outcome, n.updated_at = out.plan.id, seq, "restored", ctx.now()
             n.evidence = evidence
             restored += 1
-            event(session, r, "node_restored", {"reason": reason, "previous_plan_id": previous_id,
-                                                 "rollout_plan_id": n.new_plan_id, "rollout_seq": n.new_seq,
-                                                 "seq": seq, "evidence": evidence},
-                  actor=actor, node=n.node_name, plan_id=out.plan.id)
+            event(
+                session,
+                r,
+                "node_restored",
+                {
+                    "reason": reason,
+                    "previous_plan_id": previous_id,
+                    "rollout_plan_id": n.new_plan_id,
+                    "rollout_seq": n.new_seq,
+                    "seq": seq,
+                    "evidence": evidence,
+                },
+                actor=actor,
+                node=n.node_name,
+                plan_id=out.plan.id,
+            )
     return False
 
 
-def _restore_previous(session: Session, ctx: Context, r: Rollout, previous_id: str,
-                      wanted: set[str]) -> tuple[plan_service.Signed | None, str | None]:
+def _restore_previous(
+    session: Session, ctx: Context, r: Rollout, previous_id: str, wanted: set[str]
+) -> tuple[plan_service.Signed | None, str | None]:
     """Sign the content of the plan ``previous_id`` again for the nodes ``wanted`` (whole groups of it), in a
     savepoint: a refusal undoes only this restore. Returns (the new plan, None) or (None, why it was refused)."""
     old, assignments = plan_service.get(session, previous_id)
@@ -89,8 +111,13 @@ def _restore_previous(session: Session, ctx: Context, r: Rollout, previous_id: s
     try:
         with session.begin_nested():
             plan = plan_service.content(old, [a for a in assignments if a.node_name in wanted])
-            return plan_service.create(session, ctx, actor=f"rollout:{r.id}", plan=plan,
-                                       tuning=old.tuning if isinstance(old.tuning, dict) else None), None
+            return plan_service.create(
+                session,
+                ctx,
+                actor=f"rollout:{r.id}",
+                plan=plan,
+                tuning=old.tuning if isinstance(old.tuning, dict) else None,
+            ), None
     except (ApiError, DomainError) as exc:
         return None, str(getattr(exc, "detail", None) or getattr(exc, "message", None) or exc)[:500]
 
@@ -105,13 +132,21 @@ def finish_restore(session: Session, r: Rollout, rows: list[RolloutNode], *, act
         r.reason = f"{missed} node(s) could not be restored (see their evidence): {r.reason or ''}"[:1000]
     else:
         r.state = "aborted" if r.state == "aborting" else "rolled_back"
-    event(session, r, "rolled_back" if missed == 0 else "rollback_incomplete",
-           {"restored": restored, "not_restored": missed, "reason": r.reason}, actor=actor)
+    event(
+        session,
+        r,
+        "rolled_back" if missed == 0 else "rollback_incomplete",
+        {"restored": restored, "not_restored": missed, "reason": r.reason},
+        actor=actor,
+    )
 
 
 def _evidence_of(rows: list[RolloutNode]) -> list[dict[str, Any]]:
-    return [{"node": n.node_name, "unit": n.unit, "wave": n.wave, "plan_id": n.new_plan_id, **n.evidence}
-            for n in rows if n.failed][:50]
+    return [
+        {"node": n.node_name, "unit": n.unit, "wave": n.wave, "plan_id": n.new_plan_id, **n.evidence}
+        for n in rows
+        if n.failed
+    ][:50]
 
 
 def close_waves(session: Session, r: Rollout, state: str) -> None:
@@ -124,12 +159,23 @@ def close_waves(session: Session, r: Rollout, state: str) -> None:
             w.state = "cancelled"
 
 
-def halt(session: Session, r: Rollout, rows: list[RolloutNode], reason: str, *, ctx: Context,
-         evidence: dict[str, Any] | None = None) -> None:
+def halt(
+    session: Session,
+    r: Rollout,
+    rows: list[RolloutNode],
+    reason: str,
+    *,
+    ctx: Context,
+    evidence: dict[str, Any] | None = None,
+) -> None:
     r.state, r.reason = "halted", reason
     close_waves(session, r, "halted")
-    event(session, r, "halted", {"reason": reason, "evidence": _evidence_of(rows),
-                                  **({"refused": evidence} if evidence else {})})
+    event(
+        session,
+        r,
+        "halted",
+        {"reason": reason, "evidence": _evidence_of(rows), **({"refused": evidence} if evidence else {})},
+    )
     if restore(session, r, rows, ctx=ctx, reason=reason, actor=f"rollout:{r.id}"):
         r.state = "rolling_back"  # more chunks to restore: the scheduler's next steps, each its own transaction
         return

@@ -27,8 +27,14 @@ MAX_PER_TICK = 1000  # a node is in one rollout at a time: far more than a fleet
 def due(db) -> list[str]:
     """Ids of the rollouts the scheduler steps, oldest first (a read: no write lock)."""
     with db.read() as session:
-        return list(session.execute(select(Rollout.id).where(Rollout.state.in_(SCHEDULED))
-                                    .order_by(Rollout.created_at, Rollout.id).limit(MAX_PER_TICK)).scalars())
+        return list(
+            session.execute(
+                select(Rollout.id)
+                .where(Rollout.state.in_(SCHEDULED))
+                .order_by(Rollout.created_at, Rollout.id)
+                .limit(MAX_PER_TICK)
+            ).scalars()
+        )
 
 
 def tick(db, ctx: Context, *, now: float | None = None, after_step=None) -> dict[str, str]:
@@ -52,8 +58,12 @@ def tick(db, ctx: Context, *, now: float | None = None, after_step=None) -> dict
                 if action is not None:
                     done[rid] = action
             except Exception as exc:  # noqa: BLE001 - one rollout's failed step never stops the others
-                log.warning("rollout %s: step failed, nothing of it kept: %s: %s", rid, exc.__class__.__name__,
-                            str(getattr(exc, "detail", exc))[:300])
+                log.warning(
+                    "rollout %s: step failed, nothing of it kept: %s: %s",
+                    rid,
+                    exc.__class__.__name__,
+                    str(getattr(exc, "detail", exc))[:300],
+                )
         return done
     finally:
         _TICKING.release()

@@ -35,29 +35,41 @@ def pinned_plan(r: Rollout, node: Node, names: list[str]) -> PlanIn:
     base = {k: v for k, v in r.target.items() if k not in INTERNAL}
     pin = (r.target.get("pinned") or {}).get(shape_key(node))
     if pin is not None:  # (None: a rollout created before pinning: its target as given)
-        base = {**base, "engine_args": pin["engine_args"], "vllm_version": pin["vllm_version"],
-                "kv_cache_pool": "utilization"}  # a pinned pool is in engine_args.kv_cache_memory_bytes now
+        base = {
+            **base,
+            "engine_args": pin["engine_args"],
+            "vllm_version": pin["vllm_version"],
+            "kv_cache_pool": "utilization",
+        }  # a pinned pool is in engine_args.kv_cache_memory_bytes now
     return plan_service.plan_in({**base, "nodes": names})
 
 
-def sign_chunk(session: Session, r: Rollout, wave: RolloutWave, rows: list[RolloutNode], *, ctx: Context,
-               now: float) -> tuple[str | None, bool]:
+def sign_chunk(
+    session: Session, r: Rollout, wave: RolloutWave, rows: list[RolloutNode], *, ctx: Context, now: float
+) -> tuple[str | None, bool]:
     """Sign the next chunk of the wave: whole units of one hardware shape not signed yet, at most SIGN_CHUNK nodes
     (POST /v1/plans' cap), as one plan of the values pinned at creation, recorded on the wave and its nodes in this
     transaction (a crash before the commit signed nothing; after it, the next step goes on with the next chunk).
     Raises PartialGroup when the chunk would take part of a multi-node instance running now. Returns (the plan id,
     whether the wave is now fully signed)."""
-    todo = sorted((n for n in rows if n.wave == wave.index and n.new_plan_id is None
-                   and n.outcome == "unchanged"), key=lambda n: n.position)
+    todo = sorted(
+        (n for n in rows if n.wave == wave.index and n.new_plan_id is None and n.outcome == "unchanged"),
+        key=lambda n: n.position,
+    )
     if not todo:
         return None, True
-    by_name = {n.name: n for n in session.execute(select(Node).where(
-        Node.name.in_([n.node_name for n in todo]))).scalars()}
+    by_name = {
+        n.name: n for n in session.execute(select(Node).where(Node.name.in_([n.node_name for n in todo]))).scalars()
+    }
     pinned = r.target.get("pinned")
     changed = [n.node_name for n in todo if pinned is not None and shape_key(by_name[n.node_name]) not in pinned]
     if changed:  # checked before any chunk is signed: the whole wave is refused, nothing of it kept
-        raise DomainError("nodes", f"the hardware of {', '.join(changed[:5])} changed since the rollout was "
-                          f"validated (no command was pinned for it): roll it out again", rule="rollout_shape")
+        raise DomainError(
+            "nodes",
+            f"the hardware of {', '.join(changed[:5])} changed since the rollout was "
+            f"validated (no command was pinned for it): roll it out again",
+            rule="rollout_shape",
+        )
     shape = shape_key(by_name[todo[0].node_name])
     units: dict[int, list[RolloutNode]] = {}
     for n in todo:
@@ -88,10 +100,17 @@ def sign_chunk(session: Session, r: Rollout, wave: RolloutWave, rows: list[Rollo
                 f"wave {wave.index} would take part of a multi-node instance (plan {plan_id}: "
                 f"{', '.join(group)}) that runs now: {', '.join(outside)} are not signed with it; planned by hand "
                 f"after the rollout was created, it would be split",
-                {"rule": "partial_group", "plan_id": plan_id, "group": group,
-                 "in_wave": [m for m in group if m in inside], "outside": outside})
-    out = plan_service.create(session, ctx, actor=f"rollout:{r.id}",
-                              plan=pinned_plan(r, by_name[chunk[0].node_name], names))
+                {
+                    "rule": "partial_group",
+                    "plan_id": plan_id,
+                    "group": group,
+                    "in_wave": [m for m in group if m in inside],
+                    "outside": outside,
+                },
+            )
+    out = plan_service.create(
+        session, ctx, actor=f"rollout:{r.id}", plan=pinned_plan(r, by_name[chunk[0].node_name], names)
+    )
     seqs, plan_id = out.seqs(), out.plan.id
     at = at_time(now)
     for n in chunk:
@@ -106,8 +125,9 @@ def sign_chunk(session: Session, r: Rollout, wave: RolloutWave, rows: list[Rollo
     return plan_id, len(chunk) + sum(1 for n in todo if n.unit in moved) == len(todo)
 
 
-def _planned_by_hand(session: Session, r: Rollout, chunk: list[RolloutNode], current: dict[str, Assignment],
-                     now: float) -> set[int]:
+def _planned_by_hand(
+    session: Session, r: Rollout, chunk: list[RolloutNode], current: dict[str, Assignment], now: float
+) -> set[int]:
     """Units of the chunk with a node whose current plan is no longer the one it ran when the rollout was created
     (``previous_plan_id``): someone planned it since — their decision, left alone. Every node of such a unit is
     ``superseded_by_hand`` (not signed, not a failure, not restored), one audit event each."""
@@ -121,14 +141,20 @@ def _planned_by_hand(session: Session, r: Rollout, chunk: list[RolloutNode], cur
             continue
         who, cur = moved[n.unit]
         n.outcome, n.updated_at = "superseded_by_hand", at_time(now)
-        n.evidence = {"reason": "superseded_by_hand", "before_wave": True, "planned_node": who,
-                      "current_plan_id": cur.plan_id if cur else None, "current_seq": cur.seq if cur else None}
+        n.evidence = {
+            "reason": "superseded_by_hand",
+            "before_wave": True,
+            "planned_node": who,
+            "current_plan_id": cur.plan_id if cur else None,
+            "current_seq": cur.seq if cur else None,
+        }
         event(session, r, "node_superseded_by_hand", {"unit": n.unit, "evidence": n.evidence}, node=n.node_name)
     return set(moved)
 
 
-def sign_next(session: Session, r: Rollout, wave: RolloutWave, rows: list[RolloutNode], *, ctx: Context,
-              now: float) -> str:
+def sign_next(
+    session: Session, r: Rollout, wave: RolloutWave, rows: list[RolloutNode], *, ctx: Context, now: float
+) -> str:
     """Sign the wave's next chunk; "signing" while chunks remain (``tick`` steps again at once), "sign" when the
     wave is fully signed, "halt" when signing was refused (the manifest or the vLLM catalogue changed since the
     rollout was validated, or a multi-node instance formed since would be split)."""
@@ -144,9 +170,17 @@ def sign_next(session: Session, r: Rollout, wave: RolloutWave, rows: list[Rollou
         return halted(r)
     if not done:
         if plan_id is not None:  # (None: every unit of that chunk was planned by hand since: nothing signed)
-            event(session, r, "wave_chunk_signed", {"plan_id": plan_id,
-                                                     "nodes": [n.node_name for n in rows if n.new_plan_id == plan_id]})
+            event(
+                session,
+                r,
+                "wave_chunk_signed",
+                {"plan_id": plan_id, "nodes": [n.node_name for n in rows if n.new_plan_id == plan_id]},
+            )
         return "signing"
-    event(session, r, "wave_signed", {"plan_ids": wave.plan_ids,
-                                       "nodes": [n.node_name for n in rows if n.wave == wave.index and n.new_plan_id]})
+    event(
+        session,
+        r,
+        "wave_signed",
+        {"plan_ids": wave.plan_ids, "nodes": [n.node_name for n in rows if n.wave == wave.index and n.new_plan_id]},
+    )
     return "sign"

@@ -34,8 +34,10 @@ except ImportError:  # pragma: no cover - the dev extras install it
 
 if sync_playwright is None or not shutil.which(CHROMIUM):
     if REQUIRED:
-        raise RuntimeError(f"browser tests are required (PREFLIGHT_BROWSER_TESTS=required) but "
-                           f"{'playwright is not installed' if sync_playwright is None else CHROMIUM + ' is missing'}")
+        raise RuntimeError(
+            f"browser tests are required (PREFLIGHT_BROWSER_TESTS=required) but "
+            f"{'playwright is not installed' if sync_playwright is None else CHROMIUM + ' is missing'}"
+        )
     pytestmark = pytest.mark.skip(reason=f"no Chromium at {CHROMIUM} or no Playwright (apt-get install chromium)")
 
 
@@ -55,26 +57,44 @@ def live(tmp_path_factory):
         r = c.post("/v1/nodes", json={"name": name, "gpu": "h100-sxm-80gb", "gpu_count": 8, "interconnect": "nvlink"})
         assert r.status_code == 201, r.text
         agents[name] = {"Authorization": f"Bearer {r.json()['agent_token']}"}
-    for fixture, model in (("meta-llama__Meta-Llama-3.1-70B", "meta-llama/Llama-3.1-70B"),
-                           ("meta-llama__Meta-Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
-                           ("meta-llama__Meta-Llama-3.1-8B", XSS_MODEL)):
-        r = c.post("/v1/manifests", json={"name": model, "version": "1", "uri": "s3://weights/m",
-                                          "config": model_config(fixture)})
+    for fixture, model in (
+        ("meta-llama__Meta-Llama-3.1-70B", "meta-llama/Llama-3.1-70B"),
+        ("meta-llama__Meta-Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
+        ("meta-llama__Meta-Llama-3.1-8B", XSS_MODEL),
+    ):
+        r = c.post(
+            "/v1/manifests",
+            json={"name": model, "version": "1", "uri": "s3://weights/m", "config": model_config(fixture)},
+        )
         assert r.status_code == 201, r.text
     plans = {}
-    for node, model, args in (("gpu-01", "meta-llama/Llama-3.1-70B", {"tensor_parallel_size": 8, "max_model_len": 8192}),
-                              ("gpu-02", "meta-llama/Llama-3.1-8B", {"max_model_len": 4096}),
-                              ("gpu-03", XSS_MODEL, {"max_model_len": 4096})):
-        r = c.post("/v1/plans", json={"manifest": f"{model}@1", "nodes": [node],
-                                      "engine_args": {**args, "gpu_memory_utilization": 0.9}})
+    for node, model, args in (
+        ("gpu-01", "meta-llama/Llama-3.1-70B", {"tensor_parallel_size": 8, "max_model_len": 8192}),
+        ("gpu-02", "meta-llama/Llama-3.1-8B", {"max_model_len": 4096}),
+        ("gpu-03", XSS_MODEL, {"max_model_len": 4096}),
+    ):
+        r = c.post(
+            "/v1/plans",
+            json={"manifest": f"{model}@1", "nodes": [node], "engine_args": {**args, "gpu_memory_utilization": 0.9}},
+        )
         assert r.status_code == 201, r.text
         plans[node] = r.json()
-    r = c.post("/v1/nodes/gpu-01/reports", headers=agents["gpu-01"],
-               json={"plan_id": plans["gpu-01"]["id"], "status": "running", "message": "vLLM serving",
-                     "details": {"vllm": {"kv_cache_tokens": 1_000_000}}})
+    r = c.post(
+        "/v1/nodes/gpu-01/reports",
+        headers=agents["gpu-01"],
+        json={
+            "plan_id": plans["gpu-01"]["id"],
+            "status": "running",
+            "message": "vLLM serving",
+            "details": {"vllm": {"kv_cache_tokens": 1_000_000}},
+        },
+    )
     assert r.status_code == 201, r.text
-    r = c.post("/v1/nodes/gpu-02/reports", headers=agents["gpu-02"],
-               json={"plan_id": plans["gpu-02"]["id"], "status": "refused", "message": "signature did not verify"})
+    r = c.post(
+        "/v1/nodes/gpu-02/reports",
+        headers=agents["gpu-02"],
+        json={"plan_id": plans["gpu-02"]["id"], "status": "refused", "message": "signature did not verify"},
+    )
     assert r.status_code == 201, r.text
     yield {"base": base, "client": c, "plans": plans}
     c.close()
@@ -86,9 +106,20 @@ def live(tmp_path_factory):
 def browser():
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"])
+        b = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+            ],
+        )
         expect.set_options(timeout=TIMEOUT_MS)
         yield b
         b.close()
@@ -96,8 +127,7 @@ def browser():
 
 def new_page(browser, live, *, width=1280, height=900, storage=None):
     """A page that records every URL the browser asks for (checked against the service's own origin)."""
-    ctx = browser.new_context(viewport={"width": width, "height": height}, storage_state=storage,
-                              base_url=live["base"])
+    ctx = browser.new_context(viewport={"width": width, "height": height}, storage_state=storage, base_url=live["base"])
     ctx.set_default_timeout(TIMEOUT_MS)
     page = ctx.new_page()
     page.requested = []
@@ -191,7 +221,8 @@ def test_operator_journey(browser, live):
     expect(page.locator("#verdict")).to_have_text("reject")
     expect(page.locator("#result")).to_contain_text("tp_heads_divisible")
     page.get_by_label("Engine arguments (JSON object)").fill(
-        '{"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9}')
+        '{"tensor_parallel_size": 8, "max_model_len": 8192, "gpu_memory_utilization": 0.9}'
+    )
     page.get_by_label("Average").fill("2000")
     page.get_by_role("button", name="Judge this launch").click()
     expect(page.locator("#verdict")).to_have_text(re.compile(r"^(accept|warn)$"))
@@ -207,8 +238,12 @@ def test_operator_journey(browser, live):
 
     # the same pages on a 390 px phone: no sideways scrolling
     ctx, phone = new_page(browser, live, width=390, height=844, storage=state)
-    for path, name in (("/ui/", "fleet"), (f"/ui/plans/{plan['id']}", "plan"), ("/ui/audit", "audit"),
-                       ("/ui/try", "try")):
+    for path, name in (
+        ("/ui/", "fleet"),
+        (f"/ui/plans/{plan['id']}", "plan"),
+        ("/ui/audit", "audit"),
+        ("/ui/try", "try"),
+    ):
         phone.goto(path)
         expect(phone.locator("main h1")).to_be_visible()
         assert phone.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), name
@@ -263,9 +298,15 @@ def test_a_rollout_from_the_fleet_page_to_its_own_page(browser, live):
     import time
 
     c = live["client"]
-    r = c.post("/v1/rollouts", json={"manifest": f"{XSS_MODEL}@1", "nodes": ["gpu-03"],
-                                     "engine_args": {"max_model_len": 2048, "gpu_memory_utilization": 0.9},
-                                     "waves": [{"percent": 100}]})
+    r = c.post(
+        "/v1/rollouts",
+        json={
+            "manifest": f"{XSS_MODEL}@1",
+            "nodes": ["gpu-03"],
+            "engine_args": {"max_model_len": 2048, "gpu_memory_utilization": 0.9},
+            "waves": [{"percent": 100}],
+        },
+    )
     assert r.status_code == 201, r.text
     rid = r.json()["id"]
     deadline = time.time() + 60
@@ -273,9 +314,15 @@ def test_a_rollout_from_the_fleet_page_to_its_own_page(browser, live):
         assert time.time() < deadline, s
         time.sleep(0.5)
     token = c.post("/v1/nodes/gpu-03/token").json()["agent_token"]
-    rep = c.post("/v1/nodes/gpu-03/reports", headers={"Authorization": f"Bearer {token}"},
-                 json={"plan_id": s["nodes"][0]["new_plan_id"], "status": "failed",
-                       "message": "<img src=x onerror=window.__pwned=2>"})
+    rep = c.post(
+        "/v1/nodes/gpu-03/reports",
+        headers={"Authorization": f"Bearer {token}"},
+        json={
+            "plan_id": s["nodes"][0]["new_plan_id"],
+            "status": "failed",
+            "message": "<img src=x onerror=window.__pwned=2>",
+        },
+    )
     assert rep.status_code == 201, rep.text
     while c.get(f"/v1/rollouts/{rid}").json()["state"] != "rolled_back":
         assert time.time() < deadline

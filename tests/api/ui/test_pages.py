@@ -55,8 +55,12 @@ def test_sign_in_refusals(client):
     r = client.post("/ui/login", data={"token": ADMIN, "csrf": "0" * 64}, follow_redirects=False)
     assert r.status_code == 403 and SESSION_COOKIE not in r.cookies
     assert login(client, next_="//evil.example/x").headers["location"] == "/ui/"
-    assert [safe_next(v) for v in ("/ui/plans/x", "https://evil.example/", "/ui/\\evil", "/docs")] == \
-        ["/ui/plans/x", "/ui/", "/ui/", "/ui/"]
+    assert [safe_next(v) for v in ("/ui/plans/x", "https://evil.example/", "/ui/\\evil", "/docs")] == [
+        "/ui/plans/x",
+        "/ui/",
+        "/ui/",
+        "/ui/",
+    ]
 
 
 def test_revoked_token_ends_its_session_and_a_tampered_cookie_is_refused(client):
@@ -85,8 +89,11 @@ def test_posts_with_the_cookie_need_the_csrf_token(client):
     fleet_of_two(client)
     bearer = client.headers["Authorization"]
     login(client)
-    form = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-            "engine_args": '{"tensor_parallel_size": 8, "max_model_len": 8192}'}
+    form = {
+        "manifest": "meta-llama/Llama-3.1-70B@1",
+        "nodes": ["gpu-01"],
+        "engine_args": '{"tensor_parallel_size": 8, "max_model_len": 8192}',
+    }
     r = client.post("/ui/try", data=form)
     assert r.status_code == 403 and "csrf" in r.text
     token = csrf_of(client.get("/ui/try").text)
@@ -105,10 +112,16 @@ def test_dry_run_page_stores_nothing_and_names_bad_fields(client):
     fleet_of_two(client)
     before = client.get("/v1/plans").json()["items"]
     ok = {"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"], "engine_args": "{}"}
-    for patch, field in (({"engine_args": "{not json"}, "engine_args"), ({"engine_args": "[1]"}, "engine_args"),
-                         ({"avg_seq_len": "many"}, "workload.avg_seq_len"), ({"nodes": []}, "nodes"),
-                         ({"manifest": "nope@1"}, "manifest"), ({"nodes": ["gpu-01", "gpu-02", "gpu-99"]}, "name"),
-                         ({"environment": "lab"}, "environment"), ({"shape": XSS}, "workload.shape")):
+    for patch, field in (
+        ({"engine_args": "{not json"}, "engine_args"),
+        ({"engine_args": "[1]"}, "engine_args"),
+        ({"avg_seq_len": "many"}, "workload.avg_seq_len"),
+        ({"nodes": []}, "nodes"),
+        ({"manifest": "nope@1"}, "manifest"),
+        ({"nodes": ["gpu-01", "gpu-02", "gpu-99"]}, "name"),
+        ({"environment": "lab"}, "environment"),
+        ({"shape": XSS}, "workload.shape"),
+    ):
         r = client.post("/ui/try", data={**ok, **patch})
         assert r.status_code == 422, (patch, r.status_code)
         assert f"<code>{field}</code>" in r.text, (patch, r.text[-1500:])
@@ -129,9 +142,15 @@ def test_dry_run_engine_args_nested_past_the_parser_is_a_422_naming_the_field(cl
 def test_roles_see_what_the_api_shows_them(client):
     register_node(client)
     register_manifest(client)
-    plan = client.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-                                          "env": {"VLLM_API_KEY": "s3cret-value"},
-                                          "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}}).json()
+    plan = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B@1",
+            "nodes": ["gpu-01"],
+            "env": {"VLLM_API_KEY": "s3cret-value"},
+            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192},
+        },
+    ).json()
     auditor = client.post("/v1/tokens", json={"role": "auditor"}).json()["token"]
     deployer = client.post("/v1/tokens", json={"role": "deployer"}).json()["token"]
     as_auditor = {"Authorization": f"Bearer {auditor}"}
@@ -148,17 +167,28 @@ def test_roles_see_what_the_api_shows_them(client):
 def test_hostile_names_and_filters_are_escaped_and_named(client):
     register_node(client)
     register_manifest(client, name=XSS)
-    plan = client.post("/v1/plans", json={"manifest": f"{XSS}@1", "nodes": ["gpu-01"],
-                                          "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192}}).json()
+    plan = client.post(
+        "/v1/plans",
+        json={
+            "manifest": f"{XSS}@1",
+            "nodes": ["gpu-01"],
+            "engine_args": {"tensor_parallel_size": 8, "max_model_len": 8192},
+        },
+    ).json()
     escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
     for path in ("/ui/", f"/ui/plans/{plan['id']}", "/ui/audit", "/ui/try"):
         r = client.get(path)
         assert r.status_code == 200 and XSS not in r.text and escaped in r.text, path
-    for path, status, field in (("/ui/?status=" + XSS, 422, "status"), ("/ui/audit?since=yesterday", 422, "since"),
-                                ("/ui/audit?since=2026-12-02&until=2026-12-01", 422, "until"),
-                                ("/ui/audit?before=abc", 422, "before"), ("/ui/audit?node=" + "n" * 200, 422, "node"),
-                                ("/ui/audit?model=%00", 422, "model"), ("/ui/plans/" + "x" * 40, 404, "plan_id"),
-                                ("/ui/plans/no-such-plan", 404, "plan_id")):
+    for path, status, field in (
+        ("/ui/?status=" + XSS, 422, "status"),
+        ("/ui/audit?since=yesterday", 422, "since"),
+        ("/ui/audit?since=2026-12-02&until=2026-12-01", 422, "until"),
+        ("/ui/audit?before=abc", 422, "before"),
+        ("/ui/audit?node=" + "n" * 200, 422, "node"),
+        ("/ui/audit?model=%00", 422, "model"),
+        ("/ui/plans/" + "x" * 40, 404, "plan_id"),
+        ("/ui/plans/no-such-plan", 404, "plan_id"),
+    ):
         r = client.get(path)
         assert r.status_code == status and f"<code>{field}</code>" in r.text, (path, r.status_code, r.text[-800:])
         assert XSS not in r.text
@@ -168,8 +198,9 @@ def test_hostile_names_and_filters_are_escaped_and_named(client):
 
 def test_filters_pick_rows(client):
     fleet_of_two(client)
-    r = client.post("/v1/nodes", json={"name": "gpu-05", "gpu": "h100-sxm-80gb", "gpu_count": 8,
-                                       "address": "10.0.0.15"})
+    r = client.post(
+        "/v1/nodes", json={"name": "gpu-05", "gpu": "h100-sxm-80gb", "gpu_count": 8, "address": "10.0.0.15"}
+    )
     assert r.status_code == 201, r.text
     row = client.get("/ui/").text.split('data-node="gpu-05"')[1].split("</tr>")[0]
     assert '<td data-label="Address">10.0.0.15</td>' in row and "unplanned" in row
@@ -202,19 +233,26 @@ def test_a_multi_node_group_is_one_fleet_row_as_healthy_as_its_least_healthy_mem
     deepseek(client)
     p = plan(client, ["grp-a", "grp-b"], TP16)
     listed = {n["name"]: n for n in client.get("/v1/nodes").json()["items"]}
-    assert (listed["grp-b"]["plan"]["role"], listed["grp-b"]["plan"]["rank"], listed["grp-b"]["plan"]["group"]) \
-        == ("worker", 1, 0)
+    assert (listed["grp-b"]["plan"]["role"], listed["grp-b"]["plan"]["rank"], listed["grp-b"]["plan"]["group"]) == (
+        "worker",
+        1,
+        0,
+    )
     for name, token in (("grp-a", ta), ("grp-b", tb)):
-        r = client.post(f"/v1/nodes/{name}/reports", headers=agent_headers(token),
-                        json={"plan_id": p["id"], "status": "running"})
+        r = client.post(
+            f"/v1/nodes/{name}/reports", headers=agent_headers(token), json={"plan_id": p["id"], "status": "running"}
+        )
         assert r.status_code == 201, r.text
     page = client.get("/ui/").text
     assert 'data-node="grp-b"' not in page and page.count('data-group="grp-a grp-b"') == 1
     row = page.split('data-group="grp-a grp-b"')[1].split("</tr>")[0]
     assert "group of 2" in row and "× 16 (2 nodes)" in row and 'status status-running">running</span>\n' in row
     assert re.search(r"3 nodes:", page)  # the summary counts nodes, not rows
-    r = client.post("/v1/nodes/grp-b/reports", headers=agent_headers(tb),
-                    json={"plan_id": p["id"], "status": "exited", "details": {"status": 1}})
+    r = client.post(
+        "/v1/nodes/grp-b/reports",
+        headers=agent_headers(tb),
+        json={"plan_id": p["id"], "status": "exited", "details": {"status": 1}},
+    )
     assert r.status_code == 201, r.text
     row = client.get("/ui/").text.split('data-group="grp-a grp-b"')[1].split("</tr>")[0]
     assert 'data-label="Status"><span class="status status-failed">failed</span>' in row
@@ -245,10 +283,12 @@ def test_authorization_header_refusals_are_html_pages(client):
     made = client.post("/v1/tokens", json={"role": "deployer"}).json()
     assert client.post(f"/v1/tokens/{made['id']}/revoke").status_code == 200
     client.headers.pop("Authorization")
-    for headers, status, text in (([("Authorization", f"Bearer {ADMIN}")] * 2, 401, "exactly one"),
-                                  ([("Authorization", f"Basic {ADMIN}")], 401, "exactly one"),
-                                  ([("Authorization", f"Bearer {made['token']}")], 401, "revoked"),
-                                  ([("Authorization", f"Bearer {agent}")], 403, "agent tokens cannot use")):
+    for headers, status, text in (
+        ([("Authorization", f"Bearer {ADMIN}")] * 2, 401, "exactly one"),
+        ([("Authorization", f"Basic {ADMIN}")], 401, "exactly one"),
+        ([("Authorization", f"Bearer {made['token']}")], 401, "revoked"),
+        ([("Authorization", f"Bearer {agent}")], 403, "agent tokens cannot use"),
+    ):
         r = client.get("/ui/", headers=headers, follow_redirects=False)
         assert r.status_code == status and text in r.text, (headers, r.status_code, r.text[-500:])
         assert r.headers["content-type"].startswith("text/html") and "Signed in as" not in r.text

@@ -60,15 +60,32 @@ def test_budget_parts_add_up_and_vllm_formulas():
 def test_log_line_is_vllms():
     _, b = budget("meta-llama__Meta-Llama-3.1-70B", tensor_parallel_size=4)
     fixed = dataclasses.replace(b, kv_cache_tokens=485_104, max_concurrency=485_104 / 131_072)
-    assert fixed.log_line == ("GPU KV cache size: 485,104 tokens, Maximum concurrency for 131,072 tokens per "
-                              "request: 3.70x")
+    assert fixed.log_line == (
+        "GPU KV cache size: 485,104 tokens, Maximum concurrency for 131,072 tokens per request: 3.70x"
+    )
     d = b.as_dict()
-    for key in ("gpu_memory_bytes", "usable_bytes", "weights_bytes_per_gpu", "overhead_bytes", "overhead",
-                "kv_cache_bytes_per_gpu", "kv_bytes_per_token_per_gpu", "block_size", "num_gpu_blocks",
-                "kv_cache_tokens", "max_concurrency", "max_num_seqs_bound", "estimated_max_model_len", "log_line"):
+    for key in (
+        "gpu_memory_bytes",
+        "usable_bytes",
+        "weights_bytes_per_gpu",
+        "overhead_bytes",
+        "overhead",
+        "kv_cache_bytes_per_gpu",
+        "kv_bytes_per_token_per_gpu",
+        "block_size",
+        "num_gpu_blocks",
+        "kv_cache_tokens",
+        "max_concurrency",
+        "max_num_seqs_bound",
+        "estimated_max_model_len",
+        "log_line",
+    ):
         assert key in d
-    assert re.fullmatch(r"GPU KV cache size: [\d,]+ tokens, Maximum concurrency for [\d,]+ tokens per request: "
-                        r"\d+\.\d\dx", d["log_line"])
+    assert re.fullmatch(
+        r"GPU KV cache size: [\d,]+ tokens, Maximum concurrency for [\d,]+ tokens per request: "
+        r"\d+\.\d\dx",
+        d["log_line"],
+    )
 
 
 def test_kv_cache_memory_bytes_skips_profiling():

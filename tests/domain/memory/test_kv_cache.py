@@ -45,8 +45,12 @@ def test_sliding_window_layers_gpt_oss():
 
 def test_speculative_mtp_adds_a_draft_layer():
     _, base = budget("deepseek-ai__DeepSeek-V3", "h200-141gb", tensor_parallel_size=8)
-    _, mtp = budget("deepseek-ai__DeepSeek-V3", "h200-141gb", tensor_parallel_size=8,
-                    speculative_config={"method": "mtp", "num_speculative_tokens": 1})
+    _, mtp = budget(
+        "deepseek-ai__DeepSeek-V3",
+        "h200-141gb",
+        tensor_parallel_size=8,
+        speculative_config={"method": "mtp", "num_speculative_tokens": 1},
+    )
     assert mtp.kv_bytes_per_token_per_gpu == base.kv_bytes_per_token_per_gpu + 1152
 
 
@@ -62,7 +66,7 @@ def test_closed_form_max_len_matches_vllms_binary_search():
     for _ in range(3000):
         bpb = rng.choice([0, 1, 4096, 160 * 1024, rng.randrange(1, 10**7)])
         block, dcp = rng.choice([1, 16, 32, 64, 128]), rng.choice([1, 1, 2, 4])
-        avail = rng.randrange(-10**9, 10**11)
+        avail = rng.randrange(-(10**9), 10**11)
         hi = rng.randrange(0, 2_000_000)
 
         def fits(length, avail=avail, bpb=bpb, block=block, dcp=dcp):

@@ -19,10 +19,23 @@ from tests.support import CASES, case_request, load_case, request
 from tests.support.multimodal import QWEN2_VL_7B, UI_TARS, vl_request
 
 # Qwen2.5-VL-7B-Instruct's vision_config (the published values: gated SiLU MLP of 3420, out_hidden_size 3584)
-QWEN25_VL_VISION = {"depth": 32, "fullatt_block_indexes": [7, 15, 23, 31], "hidden_act": "silu", "hidden_size": 1280,
-                    "in_chans": 3, "intermediate_size": 3420, "model_type": "qwen2_5_vl", "num_heads": 16,
-                    "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14,
-                    "temporal_patch_size": 2, "tokens_per_second": 2, "window_size": 112}
+QWEN25_VL_VISION = {
+    "depth": 32,
+    "fullatt_block_indexes": [7, 15, 23, 31],
+    "hidden_act": "silu",
+    "hidden_size": 1280,
+    "in_chans": 3,
+    "intermediate_size": 3420,
+    "model_type": "qwen2_5_vl",
+    "num_heads": 16,
+    "out_hidden_size": 3584,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "spatial_patch_size": 14,
+    "temporal_patch_size": 2,
+    "tokens_per_second": 2,
+    "window_size": 112,
+}
 
 
 def budget_of(req: LaunchRequest):
@@ -36,11 +49,21 @@ def test_qwen2_vl_vision_tower_weights_match_what_vllm_printed():
     model that is the 15.51 GiB vLLM printed for UI-TARS-7B (0.6.6) and 15.53 GiB for a Qwen2-VL-7B fine-tune
     (0.13); without the tower the estimate was 1.3 GiB short."""
     tower = vision_tower(read_model_facts(QWEN2_VL_7B))
-    assert (tower.family, tower.width, tower.depth, tower.mlp_width, tower.out_hidden) == \
-        ("qwen2_vl", 1280, 32, 5120, 3584)
+    assert (tower.family, tower.width, tower.depth, tower.mlp_width, tower.out_hidden) == (
+        "qwen2_vl",
+        1280,
+        32,
+        5120,
+        3584,
+    )
     assert tower.params == pytest.approx(675.6e6, rel=0.002)
-    b = budget_of(vl_request(version="0.6.6", gpu={"name": "24 GB", "compute_capability": "8.6",
-                                                    "memory_bytes": 25415468974}, max_model_len=8192))
+    b = budget_of(
+        vl_request(
+            version="0.6.6",
+            gpu={"name": "24 GB", "compute_capability": "8.6", "memory_bytes": 25415468974},
+            max_model_len=8192,
+        )
+    )
     assert b.vision_weights_bytes == pytest.approx(1.258 * GIB, rel=0.002)
     assert b.weights_bytes_per_gpu / GIB == pytest.approx(15.51, abs=0.1)
 
@@ -48,8 +71,12 @@ def test_qwen2_vl_vision_tower_weights_match_what_vllm_printed():
 def test_qwen25_vl_vision_tower_is_gated():
     """Qwen2.5-VL's vision MLP is gated (gate_up 2 × 3420 + down, qwen2_5_vl.py Qwen2_5_VisionMLP) and its merger
     outputs out_hidden_size."""
-    cfg = dict(QWEN2_VL_7B, model_type="qwen2_5_vl", architectures=["Qwen2_5_VLForConditionalGeneration"],
-               vision_config=QWEN25_VL_VISION)
+    cfg = dict(
+        QWEN2_VL_7B,
+        model_type="qwen2_5_vl",
+        architectures=["Qwen2_5_VLForConditionalGeneration"],
+        vision_config=QWEN25_VL_VISION,
+    )
     tower = vision_tower(read_model_facts(cfg))
     assert (tower.family, tower.gated_mlp, tower.mlp_width, tower.out_hidden) == ("qwen2_5_vl", True, 3420, 3584)
     assert tower.params == pytest.approx(676.6e6, rel=0.003)
@@ -70,8 +97,11 @@ def test_max_pixels_from_preprocessor_config_and_mm_processor_kwargs():
     (qwen2_vl.py:950-978)."""
     official = budget_of(vl_request(max_model_len=8192)).multimodal
     small = budget_of(vl_request(max_model_len=8192, preprocessor={"max_pixels": 1003520})).multimodal
-    override = budget_of(vl_request(max_model_len=8192, preprocessor={"max_pixels": 1003520},
-                                    mm_processor_kwargs={"max_pixels": 2116800})).multimodal
+    override = budget_of(
+        vl_request(
+            max_model_len=8192, preprocessor={"max_pixels": 1003520}, mm_processor_kwargs={"max_pixels": 2116800}
+        )
+    ).multimodal
     assert (official["tokens_per_item"], official["patches_per_item"]) == (16384, 65536)
     # 1280-token frames: a video of 12 frames (6 × 1280 = 7680 ≤ 8192 tokens) outgrows the image
     assert (small["modality"], small["tokens_per_item"]) == ("video", 7680)
@@ -82,8 +112,9 @@ def test_max_pixels_from_preprocessor_config_and_mm_processor_kwargs():
 def test_v1_profile_batch_is_the_encoder_budget_over_tokens_per_item():
     one = budget_of(vl_request(max_model_len=8192, limit_mm_per_prompt={"image": 1, "video": 0})).multimodal
     assert (one["modality"], one["items"]) == ("image", 1)  # budget max(8192, 16384) // 16384
-    two = budget_of(vl_request(max_model_len=8192, max_num_batched_tokens=32768,
-                               limit_mm_per_prompt={"image": 2, "video": 0})).multimodal
+    two = budget_of(
+        vl_request(max_model_len=8192, max_num_batched_tokens=32768, limit_mm_per_prompt={"image": 2, "video": 0})
+    ).multimodal
     assert two["items"] == 2  # budget 32768 // 16384, max_num_seqs × min(2, 8192 // 16384 → 1) allows it
 
 
@@ -95,12 +126,25 @@ def test_v1_video_wins_when_max_model_len_holds_more_frames():
 
 
 def test_skip_mm_profiling_and_zero_limits_remove_the_encoder_peak():
-    base = budget_of(vl_request(gpu={"name": "RTX 3090", "compute_capability": "8.6", "memory_bytes": 25318832210},
-                                max_model_len=4096))
-    skipped = budget_of(vl_request(gpu={"name": "RTX 3090", "compute_capability": "8.6", "memory_bytes": 25318832210},
-                                   max_model_len=4096, skip_mm_profiling=True))
-    zero = budget_of(vl_request(gpu={"name": "RTX 3090", "compute_capability": "8.6", "memory_bytes": 25318832210},
-                                max_model_len=4096, limit_mm_per_prompt={"image": 0, "video": 0}))
+    base = budget_of(
+        vl_request(
+            gpu={"name": "RTX 3090", "compute_capability": "8.6", "memory_bytes": 25318832210}, max_model_len=4096
+        )
+    )
+    skipped = budget_of(
+        vl_request(
+            gpu={"name": "RTX 3090", "compute_capability": "8.6", "memory_bytes": 25318832210},
+            max_model_len=4096,
+            skip_mm_profiling=True,
+        )
+    )
+    zero = budget_of(
+        vl_request(
+            gpu={"name": "RTX 3090", "compute_capability": "8.6", "memory_bytes": 25318832210},
+            max_model_len=4096,
+            limit_mm_per_prompt={"image": 0, "video": 0},
+        )
+    )
     assert base.encoder_peak_bytes > 1.5 * GIB and base.activation_peak_bytes == base.encoder_peak_bytes
     assert skipped.multimodal["skipped"].startswith("--skip-mm-profiling")
     assert skipped.activation_peak_bytes < base.activation_peak_bytes
@@ -112,8 +156,11 @@ def test_mm_encoder_tp_mode_data_replicates_the_tower():
     """``--mm-encoder-tp-mode data``: the tower is not TP-split (qwen2_vl.py:1408, disable_tp) and each rank encodes
     its share of the items at full width."""
     w = budget_of(vl_request(count=2, interconnect="nvlink", tensor_parallel_size=2, max_model_len=8192))
-    d = budget_of(vl_request(count=2, interconnect="nvlink", tensor_parallel_size=2, max_model_len=8192,
-                             mm_encoder_tp_mode="data"))
+    d = budget_of(
+        vl_request(
+            count=2, interconnect="nvlink", tensor_parallel_size=2, max_model_len=8192, mm_encoder_tp_mode="data"
+        )
+    )
     tp1 = budget_of(vl_request(max_model_len=8192))
     assert w.vision_weights_bytes * 2 == pytest.approx(tp1.vision_weights_bytes, abs=2)
     assert d.vision_weights_bytes == tp1.vision_weights_bytes
@@ -129,10 +176,18 @@ def test_vision_attention_live_set_follows_the_release():
     cat(Q, K) in fp32 after contiguous copies (19 W), 0.10 rotated Q and K in fp32 one at a time (12 W), 0.6-0.9 did
     it in torch ops (15 W) — the source lines are listed at QWEN_VL_ATTENTION_WIDTHS."""
     tower = vision_tower(read_model_facts(QWEN2_VL_7B))
-    widths = {v: per_patch_bytes(tower, 1, 2, v) // 2 - 1176 for v in ((0, 33, 0), (0, 13, 0), (0, 11, 0),
-                                                                        (0, 10, 2), (0, 8, 5), (0, 6, 6))}
-    assert widths == {(0, 33, 0): 10 * 1280, (0, 13, 0): 10 * 1280, (0, 11, 0): 19 * 1280, (0, 10, 2): 12 * 1280,
-                      (0, 8, 5): 15 * 1280, (0, 6, 6): 15 * 1280}
+    widths = {
+        v: per_patch_bytes(tower, 1, 2, v) // 2 - 1176
+        for v in ((0, 33, 0), (0, 13, 0), (0, 11, 0), (0, 10, 2), (0, 8, 5), (0, 6, 6))
+    }
+    assert widths == {
+        (0, 33, 0): 10 * 1280,
+        (0, 13, 0): 10 * 1280,
+        (0, 11, 0): 19 * 1280,
+        (0, 10, 2): 12 * 1280,
+        (0, 8, 5): 15 * 1280,
+        (0, 6, 6): 15 * 1280,
+    }
 
 
 # --- the V0 profile (vllm 0.6.6 worker/model_runner.py profile_run, multimodal/processing.py:848-888) -------------
@@ -147,15 +202,21 @@ def test_v0_profile_cuts_sequences_by_max_multimodal_tokens():
     assert b.multimodal["text_num_seqs"] == 1 and b.multimodal["items"] == 1
     assert b.profiled_tokens == 16384
     own = compute_budget(build_context(LaunchRequest.model_validate(case_request(UI_TARS))))
-    assert (own.multimodal["tokens_per_item"], own.multimodal["text_num_seqs"], own.profiled_tokens) == \
-        (2700, 1, 8192)
+    assert (own.multimodal["tokens_per_item"], own.multimodal["text_num_seqs"], own.profiled_tokens) == (2700, 1, 8192)
 
 
 # --- communication buffers (vllm 0.33.0 distributed/device_communicators/*.py) -------------------------------------
-def comm(tp: int, interconnect: str = "nvlink", gpu: str = "h100-sxm-80gb", env: dict | None = None,
-         version: str | None = None, **args):
-    req = request("meta-llama__Meta-Llama-3.1-70B", gpu, count=8, interconnect=interconnect,
-                  tensor_parallel_size=tp, **args)
+def comm(
+    tp: int,
+    interconnect: str = "nvlink",
+    gpu: str = "h100-sxm-80gb",
+    env: dict | None = None,
+    version: str | None = None,
+    **args,
+):
+    req = request(
+        "meta-llama__Meta-Llama-3.1-70B", gpu, count=8, interconnect=interconnect, tensor_parallel_size=tp, **args
+    )
     if env:
         req["env"] = env
     req["vllm_version"] = version
@@ -233,16 +294,41 @@ def test_qwen3_vl_deepstack_outputs_and_buffers():
     output is [tokens, out_hidden × 4] (qwen3_vl.py:885-904) and the model allocates one max_num_batched_tokens ×
     hidden buffer per deepstack level (qwen3_vl.py:2030-2037). Patch 16, merge 2: 16,384 tokens per image at the
     official longest_edge 16777216."""
-    vision = {"deepstack_visual_indexes": [8, 16, 24], "depth": 27, "hidden_act": "gelu_pytorch_tanh",
-              "hidden_size": 1152, "in_channels": 3, "intermediate_size": 4304, "model_type": "qwen3_vl",
-              "num_heads": 16, "num_position_embeddings": 2304, "out_hidden_size": 4096, "patch_size": 16,
-              "spatial_merge_size": 2, "temporal_patch_size": 2}
+    vision = {
+        "deepstack_visual_indexes": [8, 16, 24],
+        "depth": 27,
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_size": 1152,
+        "in_channels": 3,
+        "intermediate_size": 4304,
+        "model_type": "qwen3_vl",
+        "num_heads": 16,
+        "num_position_embeddings": 2304,
+        "out_hidden_size": 4096,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    }
     # Qwen3-VL-8B-Instruct's published geometry (text_config / vision_config of its config.json)
-    text = {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "head_dim": 128,
-            "max_position_embeddings": 262144, "model_type": "qwen3_vl_text", "num_attention_heads": 32,
-            "num_key_value_heads": 8, "vocab_size": 151936, "rms_norm_eps": 1e-06}
-    cfg = {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "text_config": text,
-           "vision_config": vision, "torch_dtype": "bfloat16"}
+    text = {
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "head_dim": 128,
+        "max_position_embeddings": 262144,
+        "model_type": "qwen3_vl_text",
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 151936,
+        "rms_norm_eps": 1e-06,
+    }
+    cfg = {
+        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "model_type": "qwen3_vl",
+        "text_config": text,
+        "vision_config": vision,
+        "torch_dtype": "bfloat16",
+    }
     tower = vision_tower(read_model_facts(cfg))
     assert (tower.family, tower.mergers, tower.patch_size) == ("qwen3_vl", 4, 16)
     b = budget_of(vl_request(cfg, max_model_len=8192, limit_mm_per_prompt={"image": 1, "video": 0}))
@@ -263,8 +349,15 @@ def test_cli_check_reads_the_model_directorys_preprocessor_config(tmp_path):
     (tmp_path / "m" / "config.json").write_text(json.dumps(QWEN2_VL_7B))
     (tmp_path / "m" / "preprocessor_config.json").write_text(json.dumps({"max_pixels": 1003520, "min_pixels": 3136}))
     f = tmp_path / "launch.json"
-    f.write_text(json.dumps({"model": {"path": "m"}, "hardware": {"gpu": "h100-sxm-80gb", "count": 1},
-                             "engine_args": {"max_model_len": 4096, "limit_mm_per_prompt": {"image": 1, "video": 0}}}))
+    f.write_text(
+        json.dumps(
+            {
+                "model": {"path": "m"},
+                "hardware": {"gpu": "h100-sxm-80gb", "count": 1},
+                "engine_args": {"max_model_len": 4096, "limit_mm_per_prompt": {"image": 1, "video": 0}},
+            }
+        )
+    )
     req = LaunchRequest.model_validate(load_request_file(f))
     assert req.model.preprocessor_config["max_pixels"] == 1003520
     assert budget_of(req).multimodal["tokens_per_item"] == 1280
@@ -281,16 +374,40 @@ def test_internvl_tiles_from_config():
     """InternVL2-8B's config.json: 448 px tiles of 14 px patches (1024 patches), pixel shuffle 0.5 (256 tokens a
     tile), max_dynamic_patch 12 + thumbnail = 13 tiles: 3,328 tokens, the figure vLLM's get_max_image_tokens gives
     (internvl.py:155-189); the vision tower InternViT-300M (24 × 1024, MLP 4096)."""
-    cfg = {"architectures": ["InternVLChatModel"], "model_type": "internvl_chat", "downsample_ratio": 0.5,
-           "dynamic_image_size": True, "force_image_size": 448, "max_dynamic_patch": 12, "min_dynamic_patch": 1,
-           "use_thumbnail": True, "torch_dtype": "bfloat16",
-           "llm_config": {"architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2", "hidden_size": 4096,
-                          "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
-                          "num_key_value_heads": 8, "max_position_embeddings": 32768, "vocab_size": 92553,
-                          "torch_dtype": "bfloat16"},
-           "vision_config": {"architectures": ["InternVisionModel"], "model_type": "intern_vit_6b",
-                             "hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16,
-                             "num_hidden_layers": 24, "image_size": 448, "patch_size": 14, "num_channels": 3}}
+    cfg = {
+        "architectures": ["InternVLChatModel"],
+        "model_type": "internvl_chat",
+        "downsample_ratio": 0.5,
+        "dynamic_image_size": True,
+        "force_image_size": 448,
+        "max_dynamic_patch": 12,
+        "min_dynamic_patch": 1,
+        "use_thumbnail": True,
+        "torch_dtype": "bfloat16",
+        "llm_config": {
+            "architectures": ["InternLM2ForCausalLM"],
+            "model_type": "internlm2",
+            "hidden_size": 4096,
+            "intermediate_size": 14336,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 32768,
+            "vocab_size": 92553,
+            "torch_dtype": "bfloat16",
+        },
+        "vision_config": {
+            "architectures": ["InternVisionModel"],
+            "model_type": "intern_vit_6b",
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_attention_heads": 16,
+            "num_hidden_layers": 24,
+            "image_size": 448,
+            "patch_size": 14,
+            "num_channels": 3,
+        },
+    }
     b = budget_of(vl_request(cfg, max_model_len=8192))
     mm = b.multimodal
     assert (mm["tokens_per_item"], mm["patches_per_item"]) == (13 * 256, 13 * 1024)
@@ -368,8 +485,11 @@ def test_fine_tune_processor_from_its_source_vs_the_official_one():
     own = compute_budget(build_context(LaunchRequest.model_validate(req)))
     req["model"]["preprocessor_config"] = None
     official = compute_budget(build_context(LaunchRequest.model_validate(req)))
-    assert (own.multimodal["modality"], own.multimodal["tokens_per_item"], own.multimodal["patches_per_item"]) == \
-        ("video", 3840, 15360)
+    assert (own.multimodal["modality"], own.multimodal["tokens_per_item"], own.multimodal["patches_per_item"]) == (
+        "video",
+        3840,
+        15360,
+    )
     assert own.encoder_peak_bytes < own.activation_peak_bytes
     assert official.multimodal["tokens_per_item"] == 16384
     assert own.kv_cache_tokens / printed - 1 == pytest.approx(0.082, abs=0.01)

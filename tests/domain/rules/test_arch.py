@@ -13,13 +13,27 @@ FAMILY = ("arch_unsupported", "pp_supported")
 @pytest.mark.parametrize("model", FIXTURES)
 @pytest.mark.parametrize("pp", (1, 2, 4))
 def test_accept_side_fixture_models(model, pp):
-    req = request(model, count=8, nodes=4, tensor_parallel_size=8, pipeline_parallel_size=pp,
-                  distributed_executor_backend="ray", trust_remote_code=True)
+    req = request(
+        model,
+        count=8,
+        nodes=4,
+        tensor_parallel_size=8,
+        pipeline_parallel_size=pp,
+        distributed_executor_backend="ray",
+        trust_remote_code=True,
+    )
     assert errors(req, *FAMILY) == []
 
 
-@pytest.mark.parametrize("arch,until", [("BaichuanForCausalLM", "0.23.0"), ("QWenLMHeadModel", "0.23.0"),
-                                        ("MllamaForConditionalGeneration", "0.10.2"), ("MPTForCausalLM", "0.28.0")])
+@pytest.mark.parametrize(
+    "arch,until",
+    [
+        ("BaichuanForCausalLM", "0.23.0"),
+        ("QWenLMHeadModel", "0.23.0"),
+        ("MllamaForConditionalGeneration", "0.10.2"),
+        ("MPTForCausalLM", "0.28.0"),
+    ],
+)
 def test_removed_architectures(arch, until):
     req = request("meta-llama__Llama-2-13b-hf", count=1)
     req["model"]["config"]["architectures"] = [arch]
@@ -29,7 +43,9 @@ def test_removed_architectures(arch, until):
 
 def test_trust_remote_code_for_unknown_custom_type():
     req = request("meta-llama__Llama-2-13b-hf", count=1)
-    req["model"]["config"].update(model_type="baichuan", auto_map={"AutoConfig": "configuration_baichuan.BaichuanConfig"})
+    req["model"]["config"].update(
+        model_type="baichuan", auto_map={"AutoConfig": "configuration_baichuan.BaichuanConfig"}
+    )
     (f,) = found(req, "trust_remote_code")
     assert f.remedy == {"trust_remote_code": True}
     req["engine_args"]["trust_remote_code"] = True
@@ -44,9 +60,27 @@ def test_auto_map_on_builtin_type_needs_nothing():
 
 
 def test_pp_with_uni_backend_and_async_scheduling():
-    assert errors(request("meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=4, pipeline_parallel_size=2,
-                          distributed_executor_backend="uni"), "pp_supported")
-    assert errors(request("meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=4, pipeline_parallel_size=2,
-                          async_scheduling=True), "pp_supported")
-    assert not errors(request("meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=4,
-                              pipeline_parallel_size=2), "pp_supported")
+    assert errors(
+        request(
+            "meta-llama__Meta-Llama-3.1-70B",
+            count=8,
+            tensor_parallel_size=4,
+            pipeline_parallel_size=2,
+            distributed_executor_backend="uni",
+        ),
+        "pp_supported",
+    )
+    assert errors(
+        request(
+            "meta-llama__Meta-Llama-3.1-70B",
+            count=8,
+            tensor_parallel_size=4,
+            pipeline_parallel_size=2,
+            async_scheduling=True,
+        ),
+        "pp_supported",
+    )
+    assert not errors(
+        request("meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=4, pipeline_parallel_size=2),
+        "pp_supported",
+    )

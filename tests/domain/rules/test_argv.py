@@ -40,7 +40,13 @@ def test_load_format_dummy_and_unjudged_loads():
     req = request(MODEL, count=1, load_format="dummy")
     r = validate(LaunchRequest.model_validate(req), alternatives=False)
     assert any(f.rule == "flag_unjudged" and f.field == "engine_args.load_format" for f in r.errors)
-    warned = judged({"revision": "evil-branch", "speculative_config": {"method": "eagle", "model": "evil/draft",
-                                                                       "num_speculative_tokens": 3}})
+    warned = judged(
+        {
+            "revision": "evil-branch",
+            "speculative_config": {"method": "eagle", "model": "evil/draft", "num_speculative_tokens": 3},
+        }
+    )
     assert {f.field for f in warned.findings if f.rule == "flag_unjudged"} == {
-        "engine_args.revision", "engine_args.speculative_config"}
+        "engine_args.revision",
+        "engine_args.speculative_config",
+    }

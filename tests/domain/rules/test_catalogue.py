@@ -20,7 +20,8 @@ DOCS = pathlib.Path(__file__).resolve().parents[3] / "docs" / "rules.md"
 
 def test_docs_rules_md_is_current():
     assert DOCS.read_text() == render_markdown(), (
-        "docs/rules.md is stale: run `python -m service.domain.rules.catalogue > docs/rules.md`")
+        "docs/rules.md is stale: run `python -m service.domain.rules.catalogue > docs/rules.md`"
+    )
 
 
 def test_every_rule_has_source_docstring_and_codes():
@@ -48,20 +49,34 @@ VARIANTS = (
     {"data_parallel_rank": 0, "enable_eplb": True, "revision": "main", "nnodes": 3},
     {"kv_cache_memory_bytes": 1 << 40, "kv_cache_dtype": "float16"},
     {"pipeline_parallel_size": 2, "tensor_parallel_size": 4, "async_scheduling": True},
-    {"quantization": "fp8"}, {"quantization": "awq"}, {"tensor_parallel_size": 16},
+    {"quantization": "fp8"},
+    {"quantization": "awq"},
+    {"tensor_parallel_size": 16},
 )
 
 
 def _contexts() -> list[LaunchContext]:
     """A launch context for every handed and KV case, plus the fixture grid the rule tests sweep."""
     reqs = [case_request(load_case(p)) for kind in ("handed", "kv") for p in case_files(kind)]
-    reqs += [request(m, gpu, count=8, environment="production", tensor_parallel_size=tp)
-             for m in FIXTURES for gpu in ("h100-sxm-80gb", "t4-16gb") for tp in (1, 3, 8)]
+    reqs += [
+        request(m, gpu, count=8, environment="production", tensor_parallel_size=tp)
+        for m in FIXTURES
+        for gpu in ("h100-sxm-80gb", "t4-16gb")
+        for tp in (1, 3, 8)
+    ]
     reqs += [request(LLAMA, count=8, **args) for args in VARIANTS]
-    reqs += [request("meta-llama__Llama-2-13b-hf", count=1, dtype="bfloat16"),
-             request("meta-llama__Llama-4-Scout-17B-16E-Instruct", count=8, tensor_parallel_size=8,
-                     disable_chunked_mm_input=True, max_num_batched_tokens=64, max_num_seqs=64,
-                     limit_mm_per_prompt={"image": -1})]
+    reqs += [
+        request("meta-llama__Llama-2-13b-hf", count=1, dtype="bfloat16"),
+        request(
+            "meta-llama__Llama-4-Scout-17B-16E-Instruct",
+            count=8,
+            tensor_parallel_size=8,
+            disable_chunked_mm_input=True,
+            max_num_batched_tokens=64,
+            max_num_seqs=64,
+            limit_mm_per_prompt={"image": -1},
+        ),
+    ]
     bad_uri = request(LLAMA, count=1)
     bad_uri["model"]["uri"] = "-x"
     reqs.append(bad_uri)

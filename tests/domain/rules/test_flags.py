@@ -42,11 +42,17 @@ def test_many_near_miss_flags_cost_one_comparison_each():
     assert _nearest.cache_info().misses == len(keys)
 
 
-@pytest.mark.parametrize("args,path", [
-    ({"compilation_config": {"level": 3}}, "level"),  # renamed to mode; vLLM 0.33 exits with a validation error
-    ({"compilation_config": {"pass_config": {"enable_fi_allreduce_fusion": True}}}, "pass_config.enable_fi_allreduce_fusion"),
-    ({"kv_transfer_config": {"kv_connector": "NixlConnector", "kv_rol": "kv_both"}}, "kv_rol"),
-])
+@pytest.mark.parametrize(
+    "args,path",
+    [
+        ({"compilation_config": {"level": 3}}, "level"),  # renamed to mode; vLLM 0.33 exits with a validation error
+        (
+            {"compilation_config": {"pass_config": {"enable_fi_allreduce_fusion": True}}},
+            "pass_config.enable_fi_allreduce_fusion",
+        ),
+        ({"kv_transfer_config": {"kv_connector": "NixlConnector", "kv_rol": "kv_both"}}, "kv_rol"),
+    ],
+)
 def test_json_keys_the_config_class_does_not_have_are_refused(args, path):
     r = judged(args)
     f = next(f for f in r.errors if f.rule == "flag_unsupported")
@@ -54,6 +60,10 @@ def test_json_keys_the_config_class_does_not_have_are_refused(args, path):
 
 
 def test_json_keys_the_config_class_has_pass():
-    r = judged({"compilation_config": {"mode": 3, "pass_config": {"fuse_norm_quant": True}},
-                "kv_transfer_config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}})
+    r = judged(
+        {
+            "compilation_config": {"mode": 3, "pass_config": {"fuse_norm_quant": True}},
+            "kv_transfer_config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+        }
+    )
     assert not flag_errors(r)

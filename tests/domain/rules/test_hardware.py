@@ -15,14 +15,18 @@ GPUS = ("h100-sxm-80gb", "a100-sxm4-80gb", "l40s-48gb", "h200-141gb")
 @pytest.mark.parametrize("model", FIXTURES)
 @pytest.mark.parametrize("gpu", GPUS)
 def test_accept_side_fixture_models_default_dtype(model, gpu):
-    assert errors(request(model, gpu=gpu, count=8, nodes=2, tensor_parallel_size=8,
-                          distributed_executor_backend="ray"), *FAMILY) == []
+    assert (
+        errors(
+            request(model, gpu=gpu, count=8, nodes=2, tensor_parallel_size=8, distributed_executor_backend="ray"),
+            *FAMILY,
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize("gpu", ("v100-32gb", "v100-16gb"))
 def test_v100_cannot_run_033(gpu):
-    (f,) = errors(request("meta-llama__Llama-3.1-8B-Instruct", gpu=gpu, count=1, dtype="float16"),
-                  "gpu_min_capability")
+    (f,) = errors(request("meta-llama__Llama-3.1-8B-Instruct", gpu=gpu, count=1, dtype="float16"), "gpu_min_capability")
     assert "7.0" in f.message and f.remedy == {"min_compute_capability": 75}
 
 
@@ -33,10 +37,9 @@ def test_v100_fine_on_old_line():
 
 
 def test_bf16_explicit_on_t4_is_error_auto_is_info():
-    (f,) = errors(request("meta-llama__Llama-3.1-8B-Instruct", gpu="t4-16gb", count=1, dtype="bfloat16"),
-                  "bf16_capability")
+    (f,) = errors(
+        request("meta-llama__Llama-3.1-8B-Instruct", gpu="t4-16gb", count=1, dtype="bfloat16"), "bf16_capability"
+    )
     assert "compute capability 7.5" in f.message and f.remedy == {"dtype": "float16"}
     auto = found(request("meta-llama__Llama-3.1-8B-Instruct", gpu="t4-16gb", count=1), "bf16_capability")
     assert [x.severity.value for x in auto] == ["info"] and "Falling back to torch.float16" in auto[0].message
-
-

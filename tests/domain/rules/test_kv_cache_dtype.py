@@ -11,8 +11,9 @@ def test_kv_dtype_values():
     assert errors(request("meta-llama__Llama-3.1-8B-Instruct", count=1, kv_cache_dtype="fp4"), "kv_dtype_invalid")
     (f,) = errors(request("meta-llama__Llama-3.1-8B-Instruct", count=1, kv_cache_dtype="float16"), "kv_dtype_invalid")
     assert 'dtype="bfloat16"' in f.message
-    assert not errors(request("meta-llama__Llama-3.1-8B-Instruct", count=1, kv_cache_dtype="bfloat16"),
-                      "kv_dtype_invalid")
+    assert not errors(
+        request("meta-llama__Llama-3.1-8B-Instruct", count=1, kv_cache_dtype="bfloat16"), "kv_dtype_invalid"
+    )
 
 
 def test_kv_fp8_backend_and_gpu():
@@ -20,16 +21,22 @@ def test_kv_fp8_backend_and_gpu():
     assert not errors(request(base, count=1, kv_cache_dtype="fp8"), "kv_dtype_capability")
     on_a100 = found(request(base, gpu="a100-sxm4-80gb", count=1, kv_cache_dtype="fp8"), "kv_dtype_capability")
     assert [f.severity.value for f in on_a100] == ["info"]
-    assert errors(request(base, gpu="a100-sxm4-80gb", count=1, kv_cache_dtype="fp8", attention_backend="FLASH_ATTN"),
-                  "kv_dtype_capability")
-    assert errors(request(base, count=1, kv_cache_dtype="fp8_e5m2", attention_backend="FLASH_ATTN"),
-                  "kv_dtype_capability")
-    assert not errors(request(base, count=1, kv_cache_dtype="fp8", attention_backend="FLASH_ATTN"),
-                      "kv_dtype_capability")
+    assert errors(
+        request(base, gpu="a100-sxm4-80gb", count=1, kv_cache_dtype="fp8", attention_backend="FLASH_ATTN"),
+        "kv_dtype_capability",
+    )
+    assert errors(
+        request(base, count=1, kv_cache_dtype="fp8_e5m2", attention_backend="FLASH_ATTN"), "kv_dtype_capability"
+    )
+    assert not errors(
+        request(base, count=1, kv_cache_dtype="fp8", attention_backend="FLASH_ATTN"), "kv_dtype_capability"
+    )
 
 
 def test_nvfp4_kv_refused_for_mla():
-    assert errors(request("deepseek-ai__DeepSeek-V3", tensor_parallel_size=8, kv_cache_dtype="nvfp4"),
-                  "kv_dtype_capability")
-    assert not errors(request("deepseek-ai__DeepSeek-V3", tensor_parallel_size=8, kv_cache_dtype="fp8"),
-                      "kv_dtype_capability")
+    assert errors(
+        request("deepseek-ai__DeepSeek-V3", tensor_parallel_size=8, kv_cache_dtype="nvfp4"), "kv_dtype_capability"
+    )
+    assert not errors(
+        request("deepseek-ai__DeepSeek-V3", tensor_parallel_size=8, kv_cache_dtype="fp8"), "kv_dtype_capability"
+    )

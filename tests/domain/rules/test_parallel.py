@@ -9,8 +9,11 @@ from tests.support.rules import errors
 
 def _vlm(vision_type: str, heads: int) -> dict:
     req = request("Qwen__Qwen2.5-72B-Instruct", count=8, tensor_parallel_size=8)
-    req["model"]["config"]["vision_config"] = {"model_type": vision_type, "num_attention_heads": heads,
-                                               "hidden_size": 3200}
+    req["model"]["config"]["vision_config"] = {
+        "model_type": vision_type,
+        "num_attention_heads": heads,
+        "hidden_size": 3200,
+    }
     return req
 
 

@@ -8,8 +8,16 @@ import pytest
 from tests.support import model_config, request
 from tests.support.rules import FIXTURES, TP_SIZES, errors, found, head_valid
 
-FAMILY = ("tp_mlp_divisible", "tp_vocab_divisible", "tp_heads_divisible", "pp_layers", "ep_requires_moe", "nnodes",
-          "dp_external_dense", "eplb_requires_ep")
+FAMILY = (
+    "tp_mlp_divisible",
+    "tp_vocab_divisible",
+    "tp_heads_divisible",
+    "pp_layers",
+    "ep_requires_moe",
+    "nnodes",
+    "dp_external_dense",
+    "eplb_requires_ep",
+)
 
 
 @pytest.mark.parametrize("model", FIXTURES)
@@ -44,16 +52,30 @@ def test_vocab_padded_llama2_tp3():
 
 def test_vocab_padding_to_64_makes_tp6_ok_for_llama3():
     # 128256 = 64 × 2004; 2004 % 6 == 0 → padded vocab divisible by 6 (heads fail separately)
-    assert errors(request("meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=6), "tp_vocab_divisible") == []
+    assert (
+        errors(request("meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=6), "tp_vocab_divisible") == []
+    )
 
 
 def test_pp_layers_uneven_is_info_and_too_many_stages_is_error():
-    req = request("deepseek-ai__DeepSeek-V3", count=8, nodes=4, tensor_parallel_size=8, pipeline_parallel_size=4,
-                  distributed_executor_backend="ray")
+    req = request(
+        "deepseek-ai__DeepSeek-V3",
+        count=8,
+        nodes=4,
+        tensor_parallel_size=8,
+        pipeline_parallel_size=4,
+        distributed_executor_backend="ray",
+    )
     (f,) = found(req, "pp_layers")
     assert f.severity.value == "info" and f.data["stages"] == [15, 15, 16, 15]
-    req = request("meta-llama__Llama-3.1-8B-Instruct", count=8, nodes=8, tensor_parallel_size=1,
-                  pipeline_parallel_size=64, distributed_executor_backend="ray")
+    req = request(
+        "meta-llama__Llama-3.1-8B-Instruct",
+        count=8,
+        nodes=8,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=64,
+        distributed_executor_backend="ray",
+    )
     (f,) = errors(req, "pp_layers")
     assert f.remedy == {"pipeline_parallel_size": 32}
 
@@ -68,19 +90,27 @@ def test_pp_layer_partition_env():
 
 
 def test_ep_on_dense_and_on_moe():
-    assert errors(request("meta-llama__Meta-Llama-3.1-70B", tensor_parallel_size=8, enable_expert_parallel=True),
-                  "ep_requires_moe")
-    assert not errors(request("mistralai__Mixtral-8x7B-Instruct-v0.1", tensor_parallel_size=8,
-                              enable_expert_parallel=True), "ep_requires_moe")
-    assert errors(request("mistralai__Mixtral-8x7B-Instruct-v0.1", tensor_parallel_size=8, enable_eplb=True),
-                  "eplb_requires_ep")
+    assert errors(
+        request("meta-llama__Meta-Llama-3.1-70B", tensor_parallel_size=8, enable_expert_parallel=True),
+        "ep_requires_moe",
+    )
+    assert not errors(
+        request("mistralai__Mixtral-8x7B-Instruct-v0.1", tensor_parallel_size=8, enable_expert_parallel=True),
+        "ep_requires_moe",
+    )
+    assert errors(
+        request("mistralai__Mixtral-8x7B-Instruct-v0.1", tensor_parallel_size=8, enable_eplb=True), "eplb_requires_ep"
+    )
 
 
 def test_external_dp_dense_only_for_moe():
-    assert errors(request("meta-llama__Llama-3.1-8B-Instruct", count=8, data_parallel_size=2, data_parallel_rank=0),
-                  "dp_external_dense")
-    assert not errors(request("Qwen__Qwen3-30B-A3B", count=8, data_parallel_size=2, data_parallel_rank=0),
-                      "dp_external_dense")
+    assert errors(
+        request("meta-llama__Llama-3.1-8B-Instruct", count=8, data_parallel_size=2, data_parallel_rank=0),
+        "dp_external_dense",
+    )
+    assert not errors(
+        request("Qwen__Qwen3-30B-A3B", count=8, data_parallel_size=2, data_parallel_rank=0), "dp_external_dense"
+    )
 
 
 def test_nnodes_rules():

@@ -9,16 +9,29 @@ from tests.support import request
 from tests.support.rules import FIXTURES, errors, found
 
 SCHED = ("batched_tokens_vs_max_len", "batched_tokens_lt_max_num_seqs", "util_range")
-POLICY = ("util_too_high", "enforce_eager_production", "pcie_tp", "chunked_prefill_disabled",
-          "max_model_len_oversized", "max_model_len_below_workload")
+POLICY = (
+    "util_too_high",
+    "enforce_eager_production",
+    "pcie_tp",
+    "chunked_prefill_disabled",
+    "max_model_len_oversized",
+    "max_model_len_below_workload",
+)
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
 
 @pytest.mark.parametrize("model", FIXTURES)
 @pytest.mark.parametrize("gpu", ("h100-sxm-80gb", "a100-sxm4-80gb"))
 def test_accept_side_defaults(model, gpu):
-    req = request(model, gpu=gpu, count=8, nodes=2, tensor_parallel_size=8, distributed_executor_backend="ray",
-                  gpu_memory_utilization=0.9)
+    req = request(
+        model,
+        gpu=gpu,
+        count=8,
+        nodes=2,
+        tensor_parallel_size=8,
+        distributed_executor_backend="ray",
+        gpu_memory_utilization=0.9,
+    )
     assert errors(req, *SCHED) == []
     assert found(req, *POLICY) == []
 
@@ -28,8 +41,10 @@ def test_util_range(util, bad):
     assert bool(errors(request(LLAMA, count=1, gpu_memory_utilization=util), "util_range")) is bad
 
 
-@pytest.mark.parametrize("env,util,warn", [("production", 0.95, True), ("production", 0.9, False),
-                                          ("benchmark", 0.95, False), ("production", None, True)])
+@pytest.mark.parametrize(
+    "env,util,warn",
+    [("production", 0.95, True), ("production", 0.9, False), ("benchmark", 0.95, False), ("production", None, True)],
+)
 def test_util_too_high(env, util, warn):
     args = {} if util is None else {"gpu_memory_utilization": util}
     got = found(request(LLAMA, count=1, environment=env, **args), "util_too_high")
@@ -45,8 +60,9 @@ def test_pcie_tp():
     assert found(request(LLAMA, gpu="a10-24gb", count=2, interconnect="pcie", tensor_parallel_size=2), "pcie_tp")
     # interconnect unknown: an NVLink-less GPU model counts as PCIe
     assert found(request(LLAMA, gpu="l4-24gb", count=8, interconnect=None, tensor_parallel_size=8), "pcie_tp")
-    assert not found(request(LLAMA, gpu="h100-sxm-80gb", count=2, interconnect="nvlink", tensor_parallel_size=2),
-                     "pcie_tp")
+    assert not found(
+        request(LLAMA, gpu="h100-sxm-80gb", count=2, interconnect="nvlink", tensor_parallel_size=2), "pcie_tp"
+    )
     assert not found(request(LLAMA, gpu="a10-24gb", count=2, interconnect="pcie", tensor_parallel_size=1), "pcie_tp")
 
 
@@ -65,7 +81,8 @@ def test_max_model_len_vs_workload():
 
 
 def test_chunked_prefill_disabled_warns():
-    req = _with_workload(request(LLAMA, count=1, enable_chunked_prefill=False, max_model_len=32768,
-                                 max_num_batched_tokens=32768), 30000)
+    req = _with_workload(
+        request(LLAMA, count=1, enable_chunked_prefill=False, max_model_len=32768, max_num_batched_tokens=32768), 30000
+    )
     (f,) = found(req, "chunked_prefill_disabled")
     assert f.severity.value == "warning" and "30000" in f.message

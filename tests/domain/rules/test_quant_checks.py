@@ -9,8 +9,17 @@ import pytest
 from tests.support import hf_quant_config, model_config, request
 from tests.support.rules import AWQ, FIXTURES, GPTQ, TP_SIZES, errors, found, head_valid, quantized
 
-FAMILY = ("quant_gpu_capability", "quant_dtype", "quant_deprecated", "quant_bits", "fp8_weight_only",
-          "quant_group_alignment", "fp8_block_alignment")
+FAMILY = (
+    "quant_gpu_capability",
+    "quant_dtype",
+    "quant_deprecated",
+    "quant_bits",
+    "fp8_weight_only",
+    "quant_group_alignment",
+    "fp8_block_alignment",
+)
+
+
 @pytest.mark.parametrize("model", FIXTURES)
 @pytest.mark.parametrize("tp", TP_SIZES)
 def test_accept_side_fixture_models_h100(model, tp):
@@ -24,8 +33,10 @@ def test_accept_side_fixture_models_h100(model, tp):
 def test_gptq_desc_act_and_bits():
     (f,) = errors(quantized("Qwen__Qwen2.5-72B-Instruct", dict(GPTQ, desc_act=True), count=1), "quant_bits")
     assert "desc_act" in f.message
-    assert errors(quantized("Qwen__Qwen2.5-72B-Instruct", dict(GPTQ, desc_act=True, group_size=-1), count=1),
-                  "quant_bits") == []
+    assert (
+        errors(quantized("Qwen__Qwen2.5-72B-Instruct", dict(GPTQ, desc_act=True, group_size=-1), count=1), "quant_bits")
+        == []
+    )
     assert errors(quantized("Qwen__Qwen2.5-72B-Instruct", dict(GPTQ, bits=3), count=1), "quant_bits")
     assert errors(quantized("Qwen__Qwen2.5-72B-Instruct", dict(GPTQ, sym=False), count=1), "quant_bits")
     assert errors(quantized("Qwen__Qwen2.5-72B-Instruct", dict(AWQ, bits=8), count=1), "quant_bits")
@@ -40,8 +51,10 @@ def test_capability_awq_on_v100_and_t4():
 
 
 def test_gpt_oss_needs_sm80_and_bf16():
-    assert errors(request("openai__gpt-oss-120b", gpu="a100-sxm4-80gb", count=1), "quant_gpu_capability",
-                  "quant_dtype") == []
+    assert (
+        errors(request("openai__gpt-oss-120b", gpu="a100-sxm4-80gb", count=1), "quant_gpu_capability", "quant_dtype")
+        == []
+    )
     (f,) = errors(request("openai__gpt-oss-120b", gpu="t4-16gb", count=8), "quant_gpu_capability")
     assert "gpt_oss_mxfp4" in f.message and "Minimum capability: 80" in f.message
     (f,) = errors(request("openai__gpt-oss-120b", gpu="h100-sxm-80gb", count=2, dtype="float16"), "quant_dtype")
@@ -73,10 +86,16 @@ def test_fp8_weight_only_on_ampere_not_on_hopper():
 
 
 def test_online_fp8_per_channel_needs_sm89():
-    assert errors(request("meta-llama__Llama-3.1-8B-Instruct", gpu="a100-sxm4-80gb", count=1,
-                          quantization="fp8_per_channel"), "fp8_weight_only")
-    assert not errors(request("meta-llama__Llama-3.1-8B-Instruct", gpu="l40s-48gb", count=1,
-                              quantization="fp8_per_channel"), "fp8_weight_only")
-    per_tensor = found(request("meta-llama__Llama-3.1-8B-Instruct", gpu="a100-sxm4-80gb", count=1,
-                               quantization="fp8_per_tensor"), "fp8_weight_only")
+    assert errors(
+        request("meta-llama__Llama-3.1-8B-Instruct", gpu="a100-sxm4-80gb", count=1, quantization="fp8_per_channel"),
+        "fp8_weight_only",
+    )
+    assert not errors(
+        request("meta-llama__Llama-3.1-8B-Instruct", gpu="l40s-48gb", count=1, quantization="fp8_per_channel"),
+        "fp8_weight_only",
+    )
+    per_tensor = found(
+        request("meta-llama__Llama-3.1-8B-Instruct", gpu="a100-sxm4-80gb", count=1, quantization="fp8_per_tensor"),
+        "fp8_weight_only",
+    )
     assert [f.severity.value for f in per_tensor] == ["warning"]

@@ -32,8 +32,10 @@ def test_a_method_of_an_older_line_is_unknown_and_names_its_plugin():
 def test_a_flag_that_contradicts_the_hf_quant_config_is_a_mismatch():
     [f] = quant_findings(request(MODELOPT, quantization="awq"))
     assert (f.rule, f.severity.value, f.field) == ("quant_mismatch", "error", "engine_args.quantization")
-    assert f.message == ("Quantization method specified in the model config (modelopt, from hf_quant_config.json) "
-                         "does not match the quantization method specified in the `quantization` argument (awq).")
+    assert f.message == (
+        "Quantization method specified in the model config (modelopt, from hf_quant_config.json) "
+        "does not match the quantization method specified in the `quantization` argument (awq)."
+    )
     assert f.remedy == {"quantization": "modelopt"}
     assert quant_findings(request(MODELOPT, quantization="modelopt")) == []
 
@@ -50,8 +52,10 @@ def test_a_none_tag_on_quantized_weights_is_a_mismatch():
     req["model"]["quantization_txt"] = "none"
     [f] = quant_findings(req)
     assert (f.rule, f.field) == ("quant_mismatch", "model.quantization_txt")
-    assert f.message == ("quantization.txt says the weights are not quantized (none), but the checkpoint's config "
-                         "names fp8 (from config.json); vLLM loads them as fp8.")
+    assert f.message == (
+        "quantization.txt says the weights are not quantized (none), but the checkpoint's config "
+        "names fp8 (from config.json); vLLM loads them as fp8."
+    )
     assert f.remedy == {"quantization_txt": "fp8"}
     req["model"]["quantization_txt"] = "fp8"
     assert quant_findings(req) == []
@@ -60,8 +64,10 @@ def test_a_none_tag_on_quantized_weights_is_a_mismatch():
 def test_a_pre_quantized_method_on_unquantized_weights_has_no_config():
     [f] = quant_findings(request(PLAIN, quantization="awq"))
     assert (f.rule, f.severity.value, f.field) == ("quant_no_config", "error", "engine_args.quantization")
-    assert f.message.startswith("Cannot find the config file for awq: the checkpoint's config.json has no "
-                                "quantization_config (and no hf_quant_config.json)")
+    assert f.message.startswith(
+        "Cannot find the config file for awq: the checkpoint's config.json has no "
+        "quantization_config (and no hf_quant_config.json)"
+    )
     assert f.remedy == {"quantization": "fp8_per_tensor"}
     assert quant_findings(request(PLAIN, quantization="fp8_per_tensor")) == []
 

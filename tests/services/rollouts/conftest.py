@@ -36,13 +36,28 @@ def groups(api, db, quiet, keys):
     f.api, f.db, f.settings, f.keys = api, db, quiet, keys
     f.tokens = {}
     for i, n in enumerate(H200):
-        r = api.post("/v1/nodes", json={"name": n, "gpu": "h200-141gb", "gpu_count": 8, "interconnect": "nvlink",
-                                        "address": f"10.0.0.{i + 1}"})
+        r = api.post(
+            "/v1/nodes",
+            json={
+                "name": n,
+                "gpu": "h200-141gb",
+                "gpu_count": 8,
+                "interconnect": "nvlink",
+                "address": f"10.0.0.{i + 1}",
+            },
+        )
         assert r.status_code == 201, r.text
         f.tokens[n] = r.json()["agent_token"]
     register_manifest(api, fixture="deepseek-ai__DeepSeek-V3", name="deepseek-ai/DeepSeek-V3")
-    r = api.post("/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": H200, "engine_args": TP16,
-                                    "group_env": [{"NCCL_SOCKET_IFNAME": "eth0"}, {"NCCL_SOCKET_IFNAME": "eth1"}]})
+    r = api.post(
+        "/v1/plans",
+        json={
+            "manifest": "deepseek-ai/DeepSeek-V3@1",
+            "nodes": H200,
+            "engine_args": TP16,
+            "group_env": [{"NCCL_SOCKET_IFNAME": "eth0"}, {"NCCL_SOCKET_IFNAME": "eth1"}],
+        },
+    )
     assert r.status_code == 201, r.text
     f.old = r.json()
     return f

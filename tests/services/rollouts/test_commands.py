@@ -66,8 +66,14 @@ def test_pause_resume_promote_abort(fleet):
 def test_abort_leaves_a_node_someone_planned_since(fleet):
     r = fleet.rollout()
     fleet.tick()
-    manual = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-                                               "engine_args": {**OLD, "max_model_len": 4096}}).json()
+    manual = fleet.api.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B@1",
+            "nodes": ["gpu-01"],
+            "engine_args": {**OLD, "max_model_len": 4096},
+        },
+    ).json()
     s = fleet.api.post(f"/v1/rollouts/{r['id']}/abort").json()
     assert s["state"] == "aborted" and s["nodes"][0]["outcome"] == "superseded_by_hand"
     assert "no longer the rollout's" in s["nodes"][0]["evidence"]["restore"]
@@ -95,9 +101,13 @@ def test_reasons_with_control_characters_are_refused_and_printed_escaped(fleet):
         got = fleet.api.post(f"/v1/rollouts/{r['id']}/pause", json={"reason": bad})
         assert got.status_code == 422 and "reason" in got.text, bad
     assert fleet.status(r["id"])["state"] == "pending"
-    text = cli.rollout.summary({**fleet.status(r["id"]), "reason": "\x1b[2Jgone\u202e",
-                                "nodes": [{"node": "gpu-01", "wave": 0, "outcome": "failed",
-                                           "evidence": {"reason": "x\x07"}}]})
+    text = cli.rollout.summary(
+        {
+            **fleet.status(r["id"]),
+            "reason": "\x1b[2Jgone\u202e",
+            "nodes": [{"node": "gpu-01", "wave": 0, "outcome": "failed", "evidence": {"reason": "x\x07"}}],
+        }
+    )
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
     assert "\\x1b[2Jgone\\u202e" in text and "x\\x07" in text
 
@@ -113,8 +123,16 @@ def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, m
     monkeypatch.setattr(cli.common, "client", lambda server, token: fleet.api)
     run = lambda *args: CliRunner().invoke(cli.app, [*args, "--server", "http://x", "--token", ADMIN])  # noqa: E731
     spec = tmp_path / "rollout.json"
-    spec.write_text(json.dumps({"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": NEW, "nodes": NODES,
-                                "waves": [{"percent": 25, "bake_s": 600}, {"percent": 100}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "manifest": "meta-llama/Llama-3.1-70B@1",
+                "engine_args": NEW,
+                "nodes": NODES,
+                "waves": [{"percent": 25, "bake_s": 600}, {"percent": 100}],
+            }
+        )
+    )
     out = run("rollout", "create", str(spec))
     assert out.exit_code == 0, out.output
     rid = out.output.split()[1].rstrip(":")
@@ -140,19 +158,37 @@ def test_cli_rollout_create_status_pause_resume_promote_abort(fleet, tmp_path, m
     bad_file.write_text("{not json")
     assert run("rollout", "create", str(bad_file)).exit_code == 2
     refused = tmp_path / "refused.json"
-    refused.write_text(json.dumps({"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": NODES,
-                                   "engine_args": {"tensor_parallel_size": 3}, "waves": [{"percent": 100}]}))
+    refused.write_text(
+        json.dumps(
+            {
+                "manifest": "meta-llama/Llama-3.1-70B@1",
+                "nodes": NODES,
+                "engine_args": {"tensor_parallel_size": 3},
+                "waves": [{"percent": 100}],
+            }
+        )
+    )
     out = run("rollout", "create", str(refused))
     assert out.exit_code == 1 and "tp_heads_divisible" in out.output
 
 
-@pytest.mark.parametrize("body, code", [
-    (b"{not json", 1), (b"[1, 2]", 1), (b'{"state": "completed"}', 1), (b'{"id": "x", "state": "waiting", "wave": "2"}', 5),
-    (b'{"id": "x", "state": "completed", "nodes": [{"node": "a"}]}', 0), (b"[" * 100_000 + b"]" * 100_000, 1),
-    (b'{"id": "x", "state": "\\u001b]0;pwned\\u0007", "failure_limit": "\\u001b[31mRED", "failures": 0,'
-     b' "waves": [{"index": 0, "percent": 100, "bake_s": 0, "state": "\\u001b[2J", "nodes": []}],'
-     b' "outcomes": {"ready": "\\u001b[1m"}}', 5),
-])
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        (b"{not json", 1),
+        (b"[1, 2]", 1),
+        (b'{"state": "completed"}', 1),
+        (b'{"id": "x", "state": "waiting", "wave": "2"}', 5),
+        (b'{"id": "x", "state": "completed", "nodes": [{"node": "a"}]}', 0),
+        (b"[" * 100_000 + b"]" * 100_000, 1),
+        (
+            b'{"id": "x", "state": "\\u001b]0;pwned\\u0007", "failure_limit": "\\u001b[31mRED", "failures": 0,'
+            b' "waves": [{"index": 0, "percent": 100, "bake_s": 0, "state": "\\u001b[2J", "nodes": []}],'
+            b' "outcomes": {"ready": "\\u001b[1m"}}',
+            5,
+        ),
+    ],
+)
 def test_rollout_cli_survives_a_hostile_answer(monkeypatch, body, code):
     """What a server (or something in the middle) answers is never a traceback and never reaches the terminal raw."""
     import httpx
@@ -161,12 +197,16 @@ def test_rollout_cli_survives_a_hostile_answer(monkeypatch, body, code):
     from service import cli
 
     transport = httpx.MockTransport(lambda req: httpx.Response(200, content=iter([body])))  # streamed, as sent
-    monkeypatch.setattr(cli.common, "client",
-                        lambda server, token: httpx.Client(base_url="http://x", transport=transport))
+    monkeypatch.setattr(
+        cli.common, "client", lambda server, token: httpx.Client(base_url="http://x", transport=transport)
+    )
     for args in (["status", "x"], ["wait", "x", "--timeout", "1", "--interval", "0.5"]):
         out = CliRunner().invoke(cli.app, ["rollout", *args, "--server", "http://x", "--token", "t"])
         assert out.exit_code == code and (out.exception is None or isinstance(out.exception, SystemExit)), (
-            args, out.output, out.exception)
+            args,
+            out.output,
+            out.exception,
+        )
         assert "\x1b" not in out.output and "\x07" not in out.output
 
 
@@ -182,8 +222,10 @@ def test_rollout_wait_gives_up_on_a_server_that_drips(monkeypatch):
             yield b" "
 
     transport = httpx.MockTransport(lambda req: httpx.Response(200, content=drip()))
-    monkeypatch.setattr(cli.common, "client",
-                        lambda server, token: httpx.Client(base_url="http://x", transport=transport))
-    out = CliRunner().invoke(cli.app, ["rollout", "wait", "x", "--timeout", "1", "--server", "http://x",
-                                       "--token", "t"])
+    monkeypatch.setattr(
+        cli.common, "client", lambda server, token: httpx.Client(base_url="http://x", transport=transport)
+    )
+    out = CliRunner().invoke(
+        cli.app, ["rollout", "wait", "x", "--timeout", "1", "--server", "http://x", "--token", "t"]
+    )
     assert isinstance(out.exception, httpx.ReadTimeout)  # given up within --timeout, not after the minute

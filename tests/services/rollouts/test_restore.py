@@ -37,8 +37,14 @@ def test_failed_report_in_wave_1_halts_and_restores_only_the_first_node(fleet):
         assert fleet.current(n) == before[n] and fleet.assignments(n) == 1
         assert s["nodes"][NODES.index(n)]["outcome"] == "unchanged"
     kinds = [k for k, _, _ in fleet.events(r["id"])]
-    assert kinds == ["rollout.created", "rollout.wave_signed", "rollout.node_failed", "rollout.halted",
-                     "rollout.node_restored", "rollout.rolled_back"]
+    assert kinds == [
+        "rollout.created",
+        "rollout.wave_signed",
+        "rollout.node_failed",
+        "rollout.halted",
+        "rollout.node_restored",
+        "rollout.rolled_back",
+    ]
     restored = next(p for k, _, p in fleet.events(r["id"]) if k == "rollout.node_restored")
     assert restored["previous_plan_id"] == fleet.old["id"] and restored["seq"] == 3
     assert restored["evidence"]["reason"] == "report_failed" and "failure_limit" in restored["reason"]
@@ -72,8 +78,12 @@ def test_a_refused_restore_leaves_it_halted_until_an_operator_aborts(fleet):
 
 
 def test_restoring_the_second_group_of_a_plan_gives_it_its_own_group_env(groups):
-    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
-            "nodes": ["h200-c", "h200-d", "h200-a", "h200-b"], "waves": [{"percent": 50}, {"percent": 100}]}
+    body = {
+        "manifest": "deepseek-ai/DeepSeek-V3@1",
+        "engine_args": {**TP16, "max_model_len": 16384},
+        "nodes": ["h200-c", "h200-d", "h200-a", "h200-b"],
+        "waves": [{"percent": 50}, {"percent": 100}],
+    }
     rid = groups.api.post("/v1/rollouts", json=body).json()["id"]
     groups.tick()
     s = groups.status(rid)
@@ -101,8 +111,9 @@ def test_a_rollback_never_signs_a_revoked_plan_again(fleet):
     assert s["state"] == "halted" and first["outcome"] == "not_restored"
     assert "revoked" in first["evidence"]["restore"] and fleet.current("gpu-01")[0] == new_id
     # the operator gives gpu-01 a plan, then aborts: it is left with theirs
-    fix = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-                                            "engine_args": OLD})
+    fix = fleet.api.post(
+        "/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"], "engine_args": OLD}
+    )
     assert fix.status_code == 201
     ab = fleet.api.post(f"/v1/rollouts/{r['id']}/abort").json()
     assert ab["state"] == "aborted" and ab["nodes"][0]["outcome"] == "superseded_by_hand"
@@ -110,10 +121,16 @@ def test_a_rollback_never_signs_a_revoked_plan_again(fleet):
 
 
 def test_a_restore_keeps_the_previous_plans_tuning(fleet):
-    tuned = fleet.api.post("/v1/plans", json={
-        "manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"], "engine_args": OLD,
-        "workload": {"avg_seq_len": 2000, "p99_seq_len": 6000, "shape": "balanced", "stage": "initial"},
-        "tuning": {"slo_ttft_p99_s": 0.5, "slo_e2e_p99_s": 9}})
+    tuned = fleet.api.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B@1",
+            "nodes": ["gpu-01"],
+            "engine_args": OLD,
+            "workload": {"avg_seq_len": 2000, "p99_seq_len": 6000, "shape": "balanced", "stage": "initial"},
+            "tuning": {"slo_ttft_p99_s": 0.5, "slo_e2e_p99_s": 9},
+        },
+    )
     assert tuned.status_code == 201, tuned.text
     slo = fleet.api.get(f"/v1/plans/{tuned.json()['id']}").json()["tuning"]["slo"]
     r = fleet.rollout(waves=[{"percent": 25}, {"percent": 100}])

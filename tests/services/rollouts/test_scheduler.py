@@ -20,6 +20,7 @@ def test_a_worker_dying_before_its_commit_signed_nothing_and_another_signs_once(
     r = fleet.rollout()
     other = Database(db_url)  # a second service process on the same database
     try:
+
         def die(rid, action):
             raise Died(action)
 

@@ -20,8 +20,13 @@ def _argv(fleet, plan_id):
 
 
 def test_a_multi_node_group_moves_as_one_unit_in_one_wave(groups):
-    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
-            "nodes": H200, "waves": [{"percent": 25}, {"percent": 100}], "gates": {"kv_tolerance": None}}
+    body = {
+        "manifest": "deepseek-ai/DeepSeek-V3@1",
+        "engine_args": {**TP16, "max_model_len": 16384},
+        "nodes": H200,
+        "waves": [{"percent": 25}, {"percent": 100}],
+        "gates": {"kv_tolerance": None},
+    }
     r = groups.api.post("/v1/rollouts", json=body)
     assert r.status_code == 201, r.text
     r = r.json()
@@ -37,8 +42,12 @@ def test_a_multi_node_group_moves_as_one_unit_in_one_wave(groups):
     groups.report("h200-b", plan_id, "exited", status=1)  # the worker's vLLM ended: the instance failed
     assert groups.tick() == {r["id"]: "halt"}
     s = groups.status(r["id"])
-    assert s["failures"] == 1 and [n["outcome"] for n in s["nodes"]] == ["restored", "restored", "unchanged",
-                                                                         "unchanged"]
+    assert s["failures"] == 1 and [n["outcome"] for n in s["nodes"]] == [
+        "restored",
+        "restored",
+        "unchanged",
+        "unchanged",
+    ]
     restored = {n["restored_plan_id"] for n in s["nodes"][:2]}
     assert len(restored) == 1  # the group restored together, in one plan
     again = groups.api.get(f"/v1/plans/{restored.pop()}").json()
@@ -66,8 +75,13 @@ def test_a_wave_refused_at_signing_halts_and_restores_what_changed(fleet):
 def test_a_pinned_pool_is_decided_once_and_every_wave_gets_it(fleet):
     # only gpu-03 ran this launch and reported its pool; the canary gpu-01 never did
     fleet.report("gpu-03", fleet.old["id"], "running", vllm={"available_kv_cache_gib": 21.5})
-    r = fleet.rollout(engine_args=OLD, kv_cache_pool="pinned", nodes=["gpu-01", "gpu-03"],
-                      waves=[{"percent": 50, "bake_s": 1}, {"percent": 100}], gates={"kv_tolerance": None})
+    r = fleet.rollout(
+        engine_args=OLD,
+        kv_cache_pool="pinned",
+        nodes=["gpu-01", "gpu-03"],
+        waves=[{"percent": 50, "bake_s": 1}, {"percent": 100}],
+        gates={"kv_tolerance": None},
+    )
     [pin] = r["pinned"].values()
     assert pin["kv_cache_memory_bytes"] == int(21.5 * GIB) and pin["vllm_version"] == fleet.old["vllm_version"]
     t0 = time.time()
@@ -84,8 +98,12 @@ def test_a_pinned_pool_is_decided_once_and_every_wave_gets_it(fleet):
 
 
 def test_every_wave_signs_the_command_the_canary_ran(fleet):
-    r = fleet.rollout(workload=WORKLOAD, environment="benchmark", gates={"kv_tolerance": None},
-                      waves=[{"percent": 25, "bake_s": 1}, {"percent": 100}])
+    r = fleet.rollout(
+        workload=WORKLOAD,
+        environment="benchmark",
+        gates={"kv_tolerance": None},
+        waves=[{"percent": 25, "bake_s": 1}, {"percent": 100}],
+    )
     [pin] = r["pinned"].values()
     assert pin["vllm_version"] and "max_num_seqs" in pin["engine_args"]  # recommendations filled in and pinned
     t0 = time.time()
@@ -108,8 +126,14 @@ def test_a_wave_never_splits_a_multi_node_instance_planned_since_creation(fleet)
     fleet.report("gpu-01", fleet.status(r["id"])["waves"][0]["plan_ids"][0], "running")
     # by hand: gpu-02 (wave 1 of the rollout) and gpu-04 (outside it) become one two-node instance
     assert fleet.api.patch("/v1/nodes/gpu-02", json={"address": "10.0.0.2"}).status_code == 200
-    hand = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-02", "gpu-04"],
-                                             "engine_args": {**OLD, "pipeline_parallel_size": 2}})
+    hand = fleet.api.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B@1",
+            "nodes": ["gpu-02", "gpu-04"],
+            "engine_args": {**OLD, "pipeline_parallel_size": 2},
+        },
+    )
     assert hand.status_code == 201, hand.text
     [warning] = hand.json()["warnings"]
     assert warning["rule"] == "rollout_in_progress" and warning["rollout"] == r["id"] and warning["nodes"] == ["gpu-02"]
@@ -126,8 +150,14 @@ def test_a_node_planned_by_hand_during_its_wave_is_superseded_not_failed(fleet):
     r = fleet.rollout()
     t0 = time.time()
     fleet.tick(t0)
-    manual = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-01"],
-                                               "engine_args": {**OLD, "max_model_len": 4096}})
+    manual = fleet.api.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B@1",
+            "nodes": ["gpu-01"],
+            "engine_args": {**OLD, "max_model_len": 4096},
+        },
+    )
     assert manual.status_code == 201 and manual.json()["warnings"][0]["rollout"] == r["id"]
     assert fleet.tick(t0 + 400) == {r["id"]: "bake"}  # past ready_timeout_s: not "not_ready", no rollback
     s = fleet.status(r["id"])
@@ -139,8 +169,9 @@ def test_a_node_planned_by_hand_during_its_wave_is_superseded_not_failed(fleet):
     done = [p for k, _, p in fleet.events(r["id"]) if k == "rollout.rolled_back"]
     assert done[-1]["not_restored"] == 0
     # no rollout in progress now: no warning
-    again = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-02"],
-                                              "engine_args": OLD})
+    again = fleet.api.post(
+        "/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-02"], "engine_args": OLD}
+    )
     assert "warnings" not in again.json()
 
 
@@ -150,8 +181,14 @@ def test_a_node_planned_by_hand_before_its_wave_is_left_alone(fleet):
     t0 = time.time()
     fleet.tick(t0)
     fleet.report("gpu-01", fleet.status(r["id"])["nodes"][0]["new_plan_id"], "running")
-    hotfix = fleet.api.post("/v1/plans", json={"manifest": "meta-llama/Llama-3.1-70B@1", "nodes": ["gpu-03"],
-                                               "engine_args": {**OLD, "max_model_len": 4096}})
+    hotfix = fleet.api.post(
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B@1",
+            "nodes": ["gpu-03"],
+            "engine_args": {**OLD, "max_model_len": 4096},
+        },
+    )
     assert hotfix.status_code == 201 and hotfix.json()["warnings"][0]["rule"] == "rollout_in_progress"
     assert fleet.tick(t0 + 1) == {r["id"]: "sign"}
     s = fleet.status(r["id"])

@@ -48,8 +48,15 @@ def test_a_clean_wave_advances_after_the_bake_and_completes(fleet):
     assert "kv_gate" not in s["nodes"][1]["evidence"]
     assert [w["state"] for w in s["waves"]] == ["done", "done"]
     kinds = [k for k, _, _ in fleet.events(r["id"])]
-    assert kinds == ["rollout.created", "rollout.wave_signed", "rollout.wave_settled", "rollout.wave_done",
-                     "rollout.wave_signed", "rollout.wave_done", "rollout.completed"]
+    assert kinds == [
+        "rollout.created",
+        "rollout.wave_signed",
+        "rollout.wave_settled",
+        "rollout.wave_done",
+        "rollout.wave_signed",
+        "rollout.wave_done",
+        "rollout.completed",
+    ]
 
 
 def test_kv_far_below_the_prediction_halts(fleet):
@@ -96,8 +103,13 @@ def test_an_exited_report_keeps_vllms_exit_status_in_the_evidence(fleet):
 
 
 def test_kv_gate_off_lets_a_small_pool_pass_and_idempotency_key_replays(fleet):
-    body = {"manifest": "meta-llama/Llama-3.1-70B@1", "engine_args": NEW, "nodes": NODES,
-            "waves": [{"percent": 25}, {"percent": 100}], "gates": {"kv_tolerance": None}}
+    body = {
+        "manifest": "meta-llama/Llama-3.1-70B@1",
+        "engine_args": NEW,
+        "nodes": NODES,
+        "waves": [{"percent": 25}, {"percent": 100}],
+        "gates": {"kv_tolerance": None},
+    }
     first = fleet.api.post("/v1/rollouts", json=body, headers={"Idempotency-Key": "k1"})
     again = fleet.api.post("/v1/rollouts", json=body, headers={"Idempotency-Key": "k1"})
     assert first.status_code == again.status_code == 201 and again.headers["Idempotent-Replayed"] == "true"
@@ -175,8 +187,13 @@ def test_two_workers_on_postgresql_never_step_one_rollout_at_once(fleet, db_url)
 
 
 def test_a_group_head_running_settles_its_unit(groups):
-    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
-            "nodes": H200, "waves": [{"percent": 50}, {"percent": 100}], "gates": {"kv_tolerance": None}}
+    body = {
+        "manifest": "deepseek-ai/DeepSeek-V3@1",
+        "engine_args": {**TP16, "max_model_len": 16384},
+        "nodes": H200,
+        "waves": [{"percent": 50}, {"percent": 100}],
+        "gates": {"kv_tolerance": None},
+    }
     rid = groups.api.post("/v1/rollouts", json=body).json()["id"]
     groups.tick()
     plan_id = groups.status(rid)["waves"][0]["plan_ids"][0]
@@ -196,8 +213,13 @@ def test_a_group_head_running_settles_its_unit(groups):
 
 
 def test_a_completed_group_rollout_shows_every_member_ready(groups):
-    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
-            "nodes": H200, "waves": [{"percent": 100}], "gates": {"kv_tolerance": None}}
+    body = {
+        "manifest": "deepseek-ai/DeepSeek-V3@1",
+        "engine_args": {**TP16, "max_model_len": 16384},
+        "nodes": H200,
+        "waves": [{"percent": 100}],
+        "gates": {"kv_tolerance": None},
+    }
     rid = groups.api.post("/v1/rollouts", json=body).json()["id"]
     t0 = time.time()
     groups.tick(t0)
@@ -210,9 +232,13 @@ def test_a_completed_group_rollout_shows_every_member_ready(groups):
 
 
 def test_an_empty_wave_is_skipped_without_a_bake(groups):
-    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
-            "nodes": H200, "waves": [{"percent": 25}, {"percent": 50, "bake_s": 3600}, {"percent": 100}],
-            "gates": {"kv_tolerance": None}}
+    body = {
+        "manifest": "deepseek-ai/DeepSeek-V3@1",
+        "engine_args": {**TP16, "max_model_len": 16384},
+        "nodes": H200,
+        "waves": [{"percent": 25}, {"percent": 50, "bake_s": 3600}, {"percent": 100}],
+        "gates": {"kv_tolerance": None},
+    }
     r = groups.api.post("/v1/rollouts", json=body).json()
     assert [w["nodes"] for w in r["waves"]] == [["h200-a", "h200-b"], [], ["h200-c", "h200-d"]]
     t0 = time.time()
@@ -224,9 +250,13 @@ def test_an_empty_wave_is_skipped_without_a_bake(groups):
 
 
 def test_waves_left_empty_at_the_end_are_skipped_when_the_rollout_completes(groups):
-    body = {"manifest": "deepseek-ai/DeepSeek-V3@1", "engine_args": {**TP16, "max_model_len": 16384},
-            "nodes": H200[:2], "waves": [{"percent": 1}, {"percent": 50, "bake_s": 5}, {"percent": 100}],
-            "gates": {"kv_tolerance": None}}
+    body = {
+        "manifest": "deepseek-ai/DeepSeek-V3@1",
+        "engine_args": {**TP16, "max_model_len": 16384},
+        "nodes": H200[:2],
+        "waves": [{"percent": 1}, {"percent": 50, "bake_s": 5}, {"percent": 100}],
+        "gates": {"kv_tolerance": None},
+    }
     r = groups.api.post("/v1/rollouts", json=body).json()
     t0 = time.time()
     groups.tick(t0)
