@@ -207,17 +207,19 @@ def _request_id(request: Request) -> str | None:
     return request.scope.get("state", {}).get("request_id")
 
 
+def _log_database_error(request: Request, level: int, what: str, detail: str) -> None:
+    """The database's own text goes to the log with the request id and path, never into the response."""
+    log.log(level, what, detail, extra={"request_id": _request_id(request), "path": request.url.path})
+
+
 def _install_database_handlers(app: FastAPI) -> None:
     """The database's errors as problems: a refused value (422), a conflict (409), the database down (503); its own
     text goes to the log with the request id, never into the response."""
 
     @app.exception_handler(DataError)
     async def _data_error(request: Request, exc: Exception):
-        # the database's own text stays in the log (with the request id), never in the response
-        log.warning(
-            "value refused by the database: %s",
-            str(getattr(exc, "orig", exc))[:300],
-            extra={"request_id": _request_id(request), "path": request.url.path},
+        _log_database_error(
+            request, logging.WARNING, "value refused by the database: %s", str(getattr(exc, "orig", exc))[:300]
         )
         return problem_response(
             422,
@@ -232,11 +234,7 @@ def _install_database_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(IntegrityError)
     async def _conflict(request: Request, exc: Exception):
-        log.warning(
-            "integrity conflict: %s",
-            str(getattr(exc, "orig", exc))[:300],
-            extra={"request_id": _request_id(request), "path": request.url.path},
-        )
+        _log_database_error(request, logging.WARNING, "integrity conflict: %s", str(getattr(exc, "orig", exc))[:300])
         return problem_response(
             409,
             {
@@ -250,11 +248,7 @@ def _install_database_handlers(app: FastAPI) -> None:
     @app.exception_handler(OperationalError)
     @app.exception_handler(InterfaceError)
     async def _db_down(request: Request, exc: Exception):
-        log.error(
-            "database error: %s",
-            exc.__class__.__name__,
-            extra={"request_id": _request_id(request), "path": request.url.path},
-        )
+        _log_database_error(request, logging.ERROR, "database error: %s", exc.__class__.__name__)
         return problem_response(
             503,
             {
