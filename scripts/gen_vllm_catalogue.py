@@ -9,6 +9,11 @@ virtual environment that holds vLLM's pure-Python dependencies and a CPU torch. 
 registry, quantization methods and KV-cache dtypes from the release's source. The result is written to
 ``service/data/vllm/<version>.json`` with the wheel's file name and SHA-256. vLLM is never a runtime dependency.
 
+Beside it, ``service/data/vllm/loading/<version>.json`` holds what each option, nested JSON field and environment
+variable can make the release load (imports, unpickles, file reads and writes, download places, other weights,
+secrets), found by scripts/vllm_loading.py reading the same wheel's source; ``--loading-only`` regenerates those
+files alone from the wheel each catalogue records (no environment needed: the analysis only parses the source).
+
 The work directory (default /tmp/preflight-vllm-gen) is kept so that a second run reuses the environment and the
 wheels. ``--torch`` names the torch requirement (default ``torch==2.13.0``; any CPU build works).
 """
@@ -23,6 +28,9 @@ import pathlib
 import subprocess
 import sys
 import time
+import zipfile
+
+from vllm_loading import analyse
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "service" / "data" / "vllm"
@@ -101,7 +109,34 @@ def sha256(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
-def generate(version: str, py: pathlib.Path, work: pathlib.Path, transformers_spec: str | None = None) -> dict:
+def release_source(version: str, wheel: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
+    """The wheel's ``vllm/**.py`` unpacked (all the loading analysis reads)."""
+    target = work / "src" / version
+    if not (target / "vllm" / "__init__.py").exists():
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(target, [n for n in z.namelist() if n.startswith("vllm/") and n.endswith(".py")])
+    return target
+
+
+def loading_of(version: str, wheel: pathlib.Path, work: pathlib.Path) -> dict:
+    """The release's loading facts, with the wheel they were read from."""
+    facts = analyse(release_source(version, wheel, work))
+    return {**facts, "vllm_version": version, "source": {"wheel": wheel.name, "sha256": sha256(wheel)}}
+
+
+def loading_only(version: str, path: pathlib.Path, work: pathlib.Path) -> dict:
+    """The loading facts of the release a checked-in catalogue was generated from (its wheel, by SHA-256)."""
+    recorded = json.loads(path.read_text())["source"]["sha256"]
+    wheel = wheel_for(version, work)
+    if sha256(wheel) != recorded:
+        raise SystemExit(f"{wheel.name}: SHA-256 differs from the one {path.name} was generated from")
+    return loading_of(version, wheel, work)
+
+
+def generate(
+    version: str, py: pathlib.Path, work: pathlib.Path, transformers_spec: str | None = None
+) -> tuple[dict, dict]:
+    """The release's catalogue and its loading facts."""
     wheel = wheel_for(version, work)
     target = work / "releases" / version
     if not (target / "vllm").exists():
@@ -118,7 +153,25 @@ def generate(version: str, py: pathlib.Path, work: pathlib.Path, transformers_sp
     }
     if transformers_spec:
         data["source"]["transformers_requirement"] = transformers_spec
-    return data
+    return data, loading_of(version, wheel, work)
+
+
+def write_or_check(path: pathlib.Path, data: dict, check: bool, seconds: float) -> int:
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    if check:
+        same = path.exists() and json.loads(path.read_text()) == json.loads(text)
+        print(f"{path.name}: {'same' if same else 'DIFFERS'} ({seconds:.1f} s)", flush=True)
+        return 0 if same else 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    counts = (
+        f"{len(data['options'])} loading options, {len(data['env'])} env variables"
+        if "env" in data
+        else f"{len(data['options'])} options, {len(data['registry']['architectures'])} architectures, "
+        f"{len(data['quantization']['methods'])} quantization methods"
+    )
+    print(f"{path}: {counts} ({seconds:.1f} s)", flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=pathlib.Path, default=DATA)
     ap.add_argument("--check", action="store_true", help="compare with the checked-in files instead of writing")
+    ap.add_argument(
+        "--loading-only",
+        action="store_true",
+        help="regenerate only the loading facts (service/data/vllm/loading/), from each wheel",
+    )
     args = ap.parse_args(argv)
     versions = args.versions or sorted(p.stem for p in args.out.glob("*.json"))
     args.work.mkdir(parents=True, exist_ok=True)
@@ -144,28 +202,19 @@ def main(argv: list[str] | None = None) -> int:
         existing = args.out / f"{version}.json"
         if spec is None and existing.exists():  # regenerate a line in the environment it was made in
             spec = json.loads(existing.read_text()).get("source", {}).get("transformers_requirement")
-        py = ensure_env(args.work, args.torch, spec)
         try:
-            data = generate(version, py, args.work, spec)
+            if args.loading_only:
+                outputs = {args.out / "loading" / f"{version}.json": loading_only(version, existing, args.work)}
+            else:
+                data, loading = generate(version, ensure_env(args.work, args.torch, spec), args.work, spec)
+                outputs = {existing: data, args.out / "loading" / f"{version}.json": loading}
         except subprocess.CalledProcessError as e:
             tail = (e.stderr or "").strip().splitlines()[-3:] if isinstance(e.stderr, str) else []
             print(f"{version}: FAILED ({' | '.join(tail)})", file=sys.stderr)
             status = 1
             continue
-        text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-        path = args.out / f"{version}.json"
-        if args.check:
-            same = path.exists() and json.loads(path.read_text()) == json.loads(text)
-            print(f"{version}: {'same' if same else 'DIFFERS'} ({time.monotonic() - t0:.1f} s)")
-            status |= 0 if same else 1
-        else:
-            args.out.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(
-                f"{version}: {len(data['options'])} options, {len(data['registry']['architectures'])} "
-                f"architectures, {len(data['quantization']['methods'])} quantization methods -> "
-                f"{path} ({time.monotonic() - t0:.1f} s)"
-            )
+        for path, content in outputs.items():
+            status |= write_or_check(path, content, args.check, time.monotonic() - t0)
     return status
 
 

@@ -59,6 +59,11 @@ OTHER_WEIGHTS_CALLS = {
     "cached_tokenizer_from_config": None,
     "download_weights_from_hf": 0,
 }
+# keyword arguments that carry a credential (the Hub's token, an API key): a value reaching one is a secret
+SECRET_KWARGS = {"token", "hf_token", "use_auth_token", "api_key", "password"}
+ENV = "env:"  # label prefix of a value read from an environment variable
+ENVS_MODULES = {"envs", "vllm.envs"}  # ``envs.VLLM_X``: vLLM's own variables, read through vllm/envs.py
+ENVIRON = {"os.environ", "environ"}
 WRITE_METHODS = {"write_text", "write_bytes", "mkdir", "touch"}
 READ_METHODS = {"read_text", "read_bytes"}
 FS_WRITE_CALLS = {
@@ -150,6 +155,8 @@ COMMON = {
     "validate",
     "verify",
     "compute_hash",
+    "encode",
+    "decode",
 }
 MAX_DEFS = 4  # a called name defined in more places than this is not followed
 # names the entry points give the parsed command line (an argparse Namespace or EngineArgs): their attributes are the
@@ -158,31 +165,199 @@ ARGS_NAMES = {"args", "cli_args", "parsed_args", "engine_args", "server_args", "
 OPTIONS = "Options"
 ARGS_CLASSES = ("EngineArgs", "AsyncEngineArgs", "FrontendArgs")  # the classes whose fields are `vllm serve`'s options
 
-# Flows the analysis cannot see (through objects, registries or other libraries), read by hand in 0.33.0. Keys are
-# option paths (a JSON option's nested keys joined by ".", list items as "[]"), values (kind, file:line, why).
-REVIEWED: dict[str, list[tuple[str, str, str]]] = {
-    "compilation_config.backend": [
-        (
-            "import",
-            "vllm/config/compilation.py:1121",
-            "with mode 1 or 2 a backend that is not a known name is resolved by qualified name",
-        )
-    ],
-    "model_class_overrides": [
-        (
-            "import",
-            "vllm/model_executor/models/registry.py",
-            "architecture -> class path overrides are imported when the model class is resolved",
-        )
-    ],
-}
+# Flows the analysis cannot see (through objects, registries or other libraries), read by hand in 0.33.0: (what is
+# set, kind, file, the text that marks the site in that file, why). What is set is an option path (a JSON option's
+# nested keys joined by ".", list items as "[]") or "env:NAME". Each release is searched for the text, so the line
+# cited is that release's; an entry whose file or text a release lacks is not part of that release's facts. A file
+# outside vLLM (torch, Triton) is cited as its library documents it, with no text to find.
+REVIEWED: list[tuple[str, str, str, str | None, str]] = [
+    (
+        "trust_remote_code",
+        "import",
+        "vllm/transformers_utils/config.py",
+        "trust_remote_code=trust_remote_code",
+        "Transformers imports the model repository's own Python modules",
+    ),
+    (
+        "compilation_config.backend",
+        "import",
+        "vllm/config/compilation.py",
+        "resolve_obj_by_qualname(self.backend)",
+        "with mode 1 or 2 a backend that is not a registered name is resolved by qualified name",
+    ),
+    (
+        "model_class_overrides",
+        "import",
+        "vllm/config/model.py",
+        "ModelRegistry.register_model(arch, target)",
+        "architecture -> module:Class overrides are registered and imported when the model class is resolved",
+    ),
+    (
+        "logits_processors",
+        "import",
+        "vllm/v1/sample/logits_processor/__init__.py",
+        "FQCN",
+        "each entry is a fully qualified class name that is imported",
+    ),
+    (
+        "compilation_config.inductor_compile_config",
+        "import",
+        "vllm/compilation/backends.py",
+        "deepcopy(self.compilation_config.inductor_compile_config)",
+        "torch._inductor's config: keys such as cpp.cxx name a compiler to run, custom passes are imported",
+    ),
+    (
+        "log_config_file",
+        "import",
+        "vllm/entrypoints/launchers/utils/server_utils.py",
+        "def load_log_config",
+        "the file is a logging dictConfig for uvicorn, whose factories ('()') import and call any callable",
+    ),
+    (
+        "log_config_file",
+        "import",
+        "vllm/entrypoints/openai/api_server.py",
+        "log_config_file",
+        "the file is a logging dictConfig for uvicorn, whose factories ('()') import and call any callable",
+    ),
+    (
+        "logging_config.pylogging_config_file",
+        "import",
+        "vllm/logger.py",
+        "dictConfig(",
+        "the file is a logging dictConfig, whose factories ('()') import and call any callable",
+    ),
+    (
+        "env:VLLM_LOGGING_CONFIG_PATH",
+        "import",
+        "vllm/logger.py",
+        "dictConfig(",
+        "the file is a logging dictConfig, whose factories ('()') import and call any callable",
+    ),
+    (
+        "compilation_config.debug_dump_path",
+        "write",
+        "vllm/config/vllm.py",
+        "compilation_config.debug_dump_path =",
+        "compiled graphs and artefacts are dumped under this directory",
+    ),
+    (
+        "lora_modules",
+        "other_weights",
+        "vllm/entrypoints/serve/utils/api_utils.py",
+        "def process_lora_modules",
+        "each name=path adapter is loaded with the model",
+    ),
+    (
+        "api_key",
+        "secret",
+        "vllm/entrypoints/serve/middleware/register.py",
+        "args.api_key",
+        "the bearer token every request must present",
+    ),
+    (
+        "api_key",
+        "secret",
+        "vllm/entrypoints/openai/api_server.py",
+        "args.api_key",
+        "the bearer token every request must present",
+    ),
+    ("hf_token", "secret", "vllm/config/model.py", "hf_token:", "the Hugging Face token used for gated downloads"),
+    (
+        "env:VLLM_API_KEY",
+        "secret",
+        "vllm/entrypoints/serve/middleware/register.py",
+        "envs.VLLM_API_KEY",
+        "the bearer token every request must present",
+    ),
+    (
+        "env:VLLM_API_KEY",
+        "secret",
+        "vllm/entrypoints/openai/api_server.py",
+        "envs.VLLM_API_KEY",
+        "the bearer token every request must present",
+    ),
+    ("env:HF_TOKEN", "secret", "huggingface_hub/constants.py (Hub docs)", None, "the Hugging Face token"),
+    (
+        "env:VLLM_SERVER_DEV_MODE",
+        "safety_off",
+        "vllm/entrypoints/launchers/api_server/routers.py",
+        "envs.VLLM_SERVER_DEV_MODE",
+        "development endpoints (cache resets, sleep, collective RPC) on the API port",
+    ),
+    (
+        "env:VLLM_SERVER_DEV_MODE",
+        "safety_off",
+        "vllm/entrypoints/openai/api_server.py",
+        "envs.VLLM_SERVER_DEV_MODE",
+        "development endpoints (cache resets, sleep, collective RPC) on the API port",
+    ),
+    (
+        "env:VLLM_ALLOW_INSECURE_SERIALIZATION",
+        "unpickle",
+        "vllm/v1/serial_utils.py",
+        "envs.VLLM_ALLOW_INSECURE_SERIALIZATION",
+        "messages between processes may carry pickles, which are loaded",
+    ),
+    (
+        "env:VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+        "safety_off",
+        "vllm/entrypoints/serve/lora/api_router.py",
+        "envs.VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+        "any API client may load an adapter from any path or repository",
+    ),
+    (
+        "env:VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+        "safety_off",
+        "vllm/entrypoints/openai/api_server.py",
+        "envs.VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+        "any API client may load an adapter from any path or repository",
+    ),
+    (
+        "env:TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD",
+        "unpickle",
+        "torch/serialization.py (torch.load docs)",
+        None,
+        "every torch.load unpickles, whatever weights_only its caller asked for",
+    ),
+    (
+        "env:TRITON_CACHE_MANAGER",
+        "import",
+        "triton/runtime/cache.py (Triton docs)",
+        None,
+        "module:Class of the cache manager, imported",
+    ),
+    (
+        "env:TRITON_REMOTE_CACHE_BACKEND",
+        "import",
+        "triton/runtime/cache.py (Triton docs)",
+        None,
+        "module:Class of the remote cache backend, imported",
+    ),
+]
+
+
+def reviewed_facts(root: pathlib.Path) -> dict[str, set[Fact]]:
+    """REVIEWED as this release has it: each entry whose file holds its text, cited at that text's first line."""
+    out: dict[str, set[Fact]] = defaultdict(set)
+    for what, kind, rel, needle, why in REVIEWED:
+        if needle is None:
+            out[what].add(Fact(kind, rel, why, True))
+            continue
+        path = root / rel
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
+        line = next((i for i, text in enumerate(lines, 1) if needle in text), None)
+        if line is not None:
+            out[what].add(Fact(kind, f"{rel}:{line}", why, True))
+    return out
 
 
 @dataclass(frozen=True)
 class Fact:
     kind: str
     site: str  # release-relative file:line of the call that loads
-    via: str = ""  # the function a parameter carried the value into, when not the call itself
+    via: str = ""  # the function a parameter carried the value into (or, reviewed, why), when not the call itself
+    reviewed: bool = False
 
 
 # -- the release's config classes -------------------------------------------------------------------------------------
@@ -223,7 +398,7 @@ def read_classes(modules: dict[str, ast.Module]) -> Classes:
     out = Classes()
     bases: dict[str, list[str]] = {}
     for rel, tree in modules.items():
-        config = rel.startswith("vllm/config/")
+        config = rel.startswith("vllm/config/") or rel == "vllm/config.py"  # a package from 0.7, one module before
         if not (config or rel.startswith(("vllm/engine/", "vllm/entrypoints/"))):
             continue
         for node in tree.body:
@@ -256,7 +431,28 @@ def read_classes(modules: dict[str, ast.Module]) -> Classes:
     for cls in ARGS_CLASSES:
         for name, names in out.fields.get(cls, {}).items():
             out.options[name] = names
+    for rel, tree in modules.items():  # options added to the parser by hand (the frontend's, before FrontendArgs)
+        if rel.startswith(("vllm/engine/", "vllm/entrypoints/")):
+            for dest in argparse_dests(tree):
+                out.options.setdefault(dest, set())
     out.fields[OPTIONS] = dict(out.options)
+    return out
+
+
+def argparse_dests(tree: ast.Module) -> set[str]:
+    """The dest of every ``add_argument("--long-name", …)`` call: ``dest=`` or the long name with ``_``."""
+    out = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and dotted(node.func).endswith("add_argument")):
+            continue
+        dest = next(
+            (k.value.value for k in node.keywords if k.arg == "dest" and isinstance(k.value, ast.Constant)), None
+        )
+        longs = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+        if isinstance(dest, str):
+            out.add(dest)
+        elif longs:
+            out.add(str(longs[0])[2:].replace("-", "_"))
     return out
 
 
@@ -329,6 +525,8 @@ class Scope(ast.NodeVisitor):
                 return set(self.names[node.id])
             return set(self.a.globals.get((self.rel, node.id), ()))
         if isinstance(node, ast.Attribute):
+            if dotted(node.value) in ENVS_MODULES and node.attr.isupper():
+                return {f"{ENV}{node.attr}"}
             owner = self.type_of(node.value)
             if owner and node.attr in self.a.classes.fields[owner]:
                 return {f"{owner}.{node.attr}"}
@@ -340,6 +538,8 @@ class Scope(ast.NodeVisitor):
                 lab for lab in self.labels(node.value) if lab.startswith("param:")
             }
         if isinstance(node, ast.Subscript):
+            if dotted(node.value) in ENVIRON and isinstance(node.slice, ast.Constant):
+                return {f"{ENV}{node.slice.value}"}
             key = node.slice.value if isinstance(node.slice, ast.Constant) else None
             return {f"{lab}.{key}" if isinstance(key, str) else f"{lab}[]" for lab in self.labels(node.value)}
         if isinstance(node, ast.Call):
@@ -377,7 +577,11 @@ class Scope(ast.NodeVisitor):
             and isinstance(node.args[0].value, str)
         ):
             key = node.args[0].value
+            if dotted(node.func.value) in ENVIRON:
+                return {f"{ENV}{key}"}
             return {f"{lab}.{key}" for lab in self.labels(node.func.value)}
+        if name in ("os.getenv", "getenv") and node.args and isinstance(node.args[0], ast.Constant):
+            return {f"{ENV}{node.args[0].value}"}
         if name in PASS_THROUGH or last in PASS_THROUGH:
             out = set()
             for arg in [*node.args, *(k.value for k in node.keywords)]:
@@ -532,6 +736,8 @@ class Analysis:
         for k in node.keywords:
             if k.arg in DOWNLOAD_KWARGS:
                 self.record(scope, scope.labels(k.value), Fact("download_dir", site))
+            if k.arg in SECRET_KWARGS:
+                self.record(scope, scope.labels(k.value), Fact("secret", site))
         if last in OTHER_WEIGHTS_CALLS and OTHER_WEIGHTS_CALLS[last] is not None:
             self.record(
                 scope,
@@ -651,17 +857,47 @@ def read_release(root: pathlib.Path) -> dict[str, ast.Module]:
     return modules
 
 
-def main(argv: list[str] | None = None) -> None:
-    root = pathlib.Path((argv or sys.argv[1:])[0])
-    analysis = Analysis(read_release(root))
+def env_names(modules: dict[str, ast.Module]) -> list[str]:
+    """The variables vllm/envs.py declares (the keys of its ``environment_variables`` table)."""
+    tree = modules.get("vllm/envs.py")
+    for node in ast.walk(tree) if tree is not None else ():
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id == "environment_variables" and isinstance(node.value, ast.Dict):
+            return sorted(k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+    return []
+
+
+def _facts_json(facts: set[Fact]) -> list[dict]:
+    rows = sorted({(f.kind, f.site, f.via, f.reviewed) for f in facts})
+    return [
+        {"kind": k, "site": s, **({"via": v} if v and not r else {}), **({"reviewed": v} if r else {})}
+        for k, s, v, r in rows
+    ]
+
+
+def analyse(root: pathlib.Path) -> dict:
+    """The loading facts of the release unpacked at ``root``: ``options`` (option path -> facts), ``env`` (variable
+    -> facts) and ``env_names`` (the variables vllm/envs.py declares)."""
+    modules = read_release(root)
+    analysis = Analysis(modules)
     analysis.run()
-    paths = option_paths(analysis)
-    out = {path: sorted({(f.kind, f.site, f.via) for f in facts}) for path, facts in sorted(paths.items())}
-    json.dump(
-        {p: [{"kind": k, "site": s, **({"via": v} if v else {})} for k, s, v in v] for p, v in out.items()},
-        sys.stdout,
-        indent=1,
-    )
+    options: dict[str, set[Fact]] = defaultdict(set, option_paths(analysis))
+    env: dict[str, set[Fact]] = defaultdict(set)
+    for label, facts in resolved_facts(analysis).items():
+        if label.startswith(ENV) and label[len(ENV) :].isupper():
+            env[label[len(ENV) :].split(".", 1)[0].removesuffix("[]")] |= facts
+    for what, facts in reviewed_facts(root).items():
+        (env[what[len(ENV) :]] if what.startswith(ENV) else options[what]).update(facts)
+    return {
+        "options": {k: _facts_json(v) for k, v in sorted(options.items())},
+        "env": {k: _facts_json(v) for k, v in sorted(env.items())},
+        "env_names": env_names(modules),
+        "generator": "scripts/vllm_loading.py",
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    json.dump(analyse(pathlib.Path((argv or sys.argv[1:])[0])), sys.stdout, indent=1)
 
 
 if __name__ == "__main__":
