@@ -513,8 +513,13 @@ class Boot:
             else ""
         )
         self.say(f"running plan {plan.claims['jti']} (seq {plan.seq}){where} with {o.vllm_path}")
-        # the agent's own settings (its token among them) never reach vLLM or the model code it may run
-        env = {**{k: v for k, v in self.environ.items() if not k.startswith("PREFLIGHT_")}, **plan.claims["env"]}
+        # the agent's own settings (its token among them) never reach vLLM or the model code it may run; what the
+        # node sets for itself (its VLLM_API_KEY, its CUDA_VISIBLE_DEVICES) a plan cannot override
+        own = {k: v for k, v in self.environ.items() if not k.startswith("PREFLIGHT_")}
+        kept = sorted(k for k, v in plan.claims["env"].items() if k in own and own[k] != v)
+        if kept:
+            self.say(f"the node's own {', '.join(kept)} kept: a plan does not override what the node sets")
+        env = {**plan.claims["env"], **own}
         sampler = self._start_sampler(plan)
         try:
             return self.run_child(

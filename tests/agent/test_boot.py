@@ -192,6 +192,7 @@ class Node:
         self.reexecs = 0
         self.said: list[str] = []
         self.printed: list[str] = []
+        self.environ = {"HOME": "/root", "PREFLIGHT_TOKEN": "secret"}
 
     def run_child(self, argv, env, report, **kw):
         self.children.append((argv, env))
@@ -221,7 +222,7 @@ class Node:
             reexec=self.reexec,
             err=self.said.append,
             out=self.printed.append,
-            environ={"HOME": "/root", "PREFLIGHT_TOKEN": "secret"},
+            environ=self.environ,
         ).run()
 
     def saved(self) -> AgentState:
@@ -366,6 +367,17 @@ def test_a_superseded_run_boots_again(node):
     assert argv == ["/opt/vllm/bin/vllm", *ARGV[1:]]  # the node's vllm, the plan's arguments
     assert env == {"HOME": "/root"}  # the agent's own settings never reach vLLM
     assert service.statuses() == ["fetched", "started", "exited"] and node.probe.checked == ["p-1"]
+
+
+def test_the_nodes_own_variables_win_over_the_plans(node):
+    # the node keeps its own API key: a plan's VLLM_API_KEY="" would otherwise open the API to anyone
+    node.environ = {"HOME": "/root", "VLLM_API_KEY": "node-key", "PREFLIGHT_TOKEN": "secret"}
+    token, fresh = signed(node.store, node.clock, env={"VLLM_API_KEY": "", "NCCL_DEBUG": "INFO"})
+    out = node.boot(FakeService(served(token, fresh)), print_only=False, vllm_path="/opt/vllm/bin/vllm")
+    assert out.code == 0
+    [(_, env)] = node.children
+    assert env == {"HOME": "/root", "VLLM_API_KEY": "node-key", "NCCL_DEBUG": "INFO"}
+    assert "the node's own VLLM_API_KEY kept" in node.stderr()
 
 
 def test_a_node_check_refusal_sends_the_observed_facts_and_the_next_boot_restores_them(node):
