@@ -3,14 +3,20 @@
 What runs on a node is the node's choice: the executable is configured on the node (``preflight agent run
 --vllm``), and a plan's ``env`` must not change which binary, loader or interpreter runs (``PATH``, ``LD_PRELOAD``,
 ``PYTHONPATH``, …). A plan's variables are allowed only by name prefix (an allowlist, so a loader or interpreter
-variable nobody listed is refused too); the service refuses the plan (422, rule ``env_not_allowed``) and the agent
-refuses to run one (reason ``env_not_allowed``).
+variable nobody listed is refused too), and, inside the allowlist, refused where the supported vLLM releases' own
+source shows the value is imported, unpickled, written to or read from as a path, or turns a safety check off
+(``loading`` in the generated catalogues; service/domain/loading.py). The service refuses the plan (422, rule
+``env_not_allowed``) and the agent refuses to run one (reason ``env_not_allowed``). A variable the node sets for
+itself is never overridden by a plan: the agent's own environment wins.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from . import versions
+from .loading import env_loads
 
 # Allowed: a name equal to one of these, or starting with one ending in "_".
 ALLOWED_PREFIXES = (
@@ -39,18 +45,24 @@ DENIED = re.compile(
     r"SHELL|SHELLOPTS|IFS|HOME|TMPDIR|GCONV_PATH|MALLOC_.*|GLIBC_TUNABLES|HOSTALIASES|LOCPATH|"
     r"NLSPATH|SSL_CERT_.*|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|.*_PROXY|.*_proxy)$"
 )
-# Some variables under an allowed prefix still name a path the process loads code from.
-# Any of them that names a place code, libraries, binaries or weights come from (paths, homes, roots, cache
-# directories, plugins, modules, library and injection hooks, hub endpoints): CUDA_INJECTION64_PATH,
-# TRITON_PTXAS_PATH, NCCL_NET_PLUGIN, HF_HOME, HF_ENDPOINT, UCX_MODULE_DIR, VLLM_CACHE_ROOT, TORCH_HOME, …; and any that
-# names a module:class to import (TRITON_CACHE_MANAGER, TRITON_REMOTE_CACHE_BACKEND) or a command to run
-# (UCX_GDB_COMMAND).
+# Variables of the libraries beside vLLM (torch, Triton, NCCL, CUDA, UCX, the Hub) that vLLM's source does not read
+# and the analysis cannot see: by their documented meaning, any that names a place code, libraries, binaries or
+# weights come from (CUDA_INJECTION64_PATH, TRITON_PTXAS_PATH, NCCL_NET_PLUGIN, HF_HOME, HF_ENDPOINT, UCX_MODULE_DIR,
+# TORCH_HOME, …) or a command to run (UCX_GDB_COMMAND).
 DENIED_ALLOWED = re.compile(
     r"^(TORCHINDUCTOR_CACHE_DIR|TRITON_CACHE_DIR|VLLM_PLUGINS|CUDA_CACHE_PATH|HF_MODULES_CACHE|TORCH_EXTENSIONS_DIR|"
-    r"VLLM_USE_MODELSCOPE|TRITON_CACHE_MANAGER|TRITON_REMOTE_CACHE_BACKEND|[A-Z0-9]+_.*(COMMAND|CMD)|"
+    r"VLLM_USE_MODELSCOPE|[A-Z0-9]+_.*(COMMAND|CMD)|"
     r"[A-Z0-9]+_.*(PATH|PATHS|HOME|DIR|DIRS|ROOT|PLUGIN|PLUGINS|ENDPOINT|URL|LIB|LIBS|LIBRARY|MODULE|MODULES|"
     r"CACHE|INJECTION[A-Z0-9_]*|FILE)|[A-Z0-9_]*INJECTION[A-Z0-9_]*)$"
 )
+WHY = {
+    "import": "the release imports what it names (module or class): code on the node",
+    "unpickle": "it makes the release unpickle data, which runs code",
+    "safety_off": "it turns a safety check off",
+    "write": "the release writes files where it points",
+    "read": "the release reads a file where it points",
+    "download_dir": "the release downloads where it points",
+}
 
 
 def _allowed(name: str) -> bool:
@@ -73,4 +85,8 @@ def refused(env: dict[str, Any]) -> list[tuple[str, str]]:
                 else "it is not under an allowed prefix (" + ", ".join(ALLOWED_PREFIXES) + ")"
             )
             out.append((str(name), why))
-    return out
+    allowed = {k: v for k, v in env.items() if isinstance(k, str) and _allowed(k)}
+    for load in env_loads(allowed, versions.env_loading()):
+        if load.kind in WHY:
+            out.append((load.field.removeprefix("env."), f"{WHY[load.kind]} ({load.site})"))
+    return sorted(out)

@@ -11,6 +11,7 @@ from typing import Any
 
 from .context import LaunchContext, build_context
 from .findings import Finding, Severity, verdict_of
+from .loading import redact_argv, secret_dests
 from .memory import compute_budget
 from .render import render_argv, shell_command
 from .request import LaunchRequest
@@ -101,6 +102,9 @@ def validate(
     argv = ctx.notes.get("argv")
     if argv is None or (model_ref is not None and argv[2] != model_ref):
         argv = render_argv(ctx, model_ref)
+    secret = {f.field for f in findings if f.rule == "secret_in_engine_args" and f.field}
+    if secret:  # a refused launch is shown, never signed: without the secret it carried
+        argv = redact_argv(argv, {ctx.line.options[d].flag for d in secret_dests(secret) if d in ctx.line.options})
     result = ValidationResult(
         verdict=verdict_of(findings),
         findings=findings,

@@ -25,6 +25,7 @@ from functools import cache, cached_property, lru_cache
 from typing import Any
 
 from .errors import DomainError
+from .loading import LoadingFacts, read_facts
 
 DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data" / "vllm"
 
@@ -151,6 +152,8 @@ class VersionLine:
     # per quantization method, what its config class returns as constants: min_capability (e.g. 75) and
     # act_dtypes (torch dtype names); absent where the class computes them at run time
     quant_details: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # what each option, nested JSON field and env variable can make the release load (service/domain/loading.py)
+    loading: LoadingFacts = field(default_factory=LoadingFacts)
 
     @cached_property
     def release(self) -> tuple[int, int, int]:
@@ -323,6 +326,7 @@ def _load(path: pathlib.Path) -> VersionLine:
             m: {k: v for k, v in d.items() if k in ("min_capability", "act_dtypes") and v is not None}
             for m, d in (data["quantization"].get("details") or {}).items()
         },
+        loading=_loading(version),
     )
 
 
@@ -336,6 +340,13 @@ def _catalogue_files() -> tuple[tuple[tuple[int, int, int], str, pathlib.Path], 
         if release is not None:
             found.append((release, path.stem, path))
     return tuple(sorted(found))
+
+
+@cache
+def _loading(version: str) -> LoadingFacts:
+    """The release's loading facts (``loading/<version>.json``, generated beside its catalogue); none when absent."""
+    path = DATA_DIR / "loading" / f"{version}.json"
+    return read_facts(json.loads(path.read_text())) if path.exists() else LoadingFacts()
 
 
 @cache
@@ -398,6 +409,22 @@ def newest_line() -> VersionLine:
 
 
 DEFAULT_VERSION = "0.33.0"
+
+
+@cache
+def env_loading() -> LoadingFacts:
+    """The env facts of every supported line in one: a variable that loads in any line is judged as loading (a plan
+    names its release, but the node's env outlives it)."""
+    env: dict[str, frozenset[str]] = {}
+    sites: dict[str, str] = {}
+    names: set[str] = set()
+    for _, version, _ in reversed(_catalogue_files()):  # the loading files alone, newest first: a few KB each
+        facts = _loading(version)
+        names |= facts.env_names
+        for name, kinds in facts.env.items():
+            env[name] = env.get(name, frozenset()) | kinds
+            sites.setdefault(name, f"vllm {version} {facts.env_sites.get(name, '')}".strip())
+    return LoadingFacts(env=env, env_sites=sites, env_names=frozenset(names))
 
 
 @cache

@@ -12,9 +12,9 @@ from pydantic import ValidationError
 from ..api.schemas import LaunchTarget, PlanIn
 from ..db.models import Manifest, Node
 from ..domain import env_policy, node_checks
-from ..domain.code_policy import code_loading
 from ..domain.engine_args import parse_engine_args, resolve_name
 from ..domain.errors import DomainError
+from ..domain.loading import CODE, judge, option_loads
 from ..domain.request import LaunchRequest
 from ..domain.topology import PER_NODE, Placement, Topology, group_arguments, plan_topology
 from ..domain.validate import ValidationResult
@@ -81,9 +81,11 @@ def launch_request(
 
 
 def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
-    """What runs on a node is the node's choice: a plan's env may not name the executable, loader or interpreter
-    (domain/env_policy.py), and ``trust_remote_code`` in production needs a manifest registered with
-    ``allow_remote_code``. Raises Invalid (422) naming the field and the rule."""
+    """What runs on a node is the node's choice: a plan's env may not name the executable, loader or interpreter, nor
+    set what the release imports, unpickles or reads as a path (domain/env_policy.py), and in production what the
+    engine arguments would make the node import or unpickle, at any depth, needs a manifest registered with
+    ``allow_remote_code`` (domain/loading.py, from facts read out of the release). Raises Invalid (422) naming
+    every field and its rule."""
     refused = env_policy.refused(request.env)
     if refused:
         raise Invalid(
@@ -95,20 +97,17 @@ def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
         return
     # judged on the parsed arguments, so no spelling (--trust-remote-code, -trust_remote_code) slips past
     _, line = resolve_version(request.vllm_version)
-    loading = code_loading(parse_engine_args(request.engine_args, line))
-    if loading:
-        field, why = loading[0]
-        rule = "trust_remote_code_not_allowed" if field == "engine_args.trust_remote_code" else "code_not_allowed"
+    loads = [
+        x for x in option_loads(parse_engine_args(request.engine_args, line).values, line.loading) if x.kind in CODE
+    ]
+    verdicts = judge(loads, environment=request.environment, allow_remote_code=False)
+    if verdicts:
         raise Invalid(
-            f"{why}: in production the manifest {manifest.name}@{manifest.version} must be registered with "
-            f"allow_remote_code",
+            f"{verdicts[0].message}: in production the manifest {manifest.name}@{manifest.version} must be "
+            f"registered with allow_remote_code",
             errors=[
-                {
-                    "field": f,
-                    "rule": rule if f == field else "code_not_allowed",
-                    "message": f"{w}; the manifest does not allow remote code in production",
-                }
-                for f, w in loading
+                {"field": v.field, "rule": v.rule, "message": f"{v.message}; the manifest does not allow remote code"}
+                for v in verdicts
             ],
         )
 

@@ -181,6 +181,13 @@ def test_claim_types_issuer_and_same_seq_rules(store):
         {"PYTHONPATH": "/tmp"},
         {"LD_LIBRARY_PATH": "/tmp"},
         {"SOMETHING_ELSE": "1"},
+        # what the releases' own source shows is imported, unpickled or turns a safety check off
+        {"TRITON_CACHE_MANAGER": "evil.mod:Manager"},
+        {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"},
+        {"VLLM_SERVER_DEV_MODE": "1"},
+        {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"},
+        {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
+        {"VLLM_LOGGING_CONFIG_PATH": "/tmp/log.json"},
     ],
 )
 def test_plan_env_that_picks_the_binary_or_loader_is_refused(store, env):

@@ -19,6 +19,8 @@ UNJUDGED = {
     "model_loader_extra_config": "passes loader-specific settings (files, URIs, shard patterns) that Preflight "
     "cannot judge",
     "hf_config_path": "loads another config.json than the manifest's, which Preflight never sees",
+    "quantization_config": "passes a quantization config that Preflight does not judge (the budget would be that "
+    "of the unquantized launch); register the quantized checkpoint as its own manifest, or use --quantization",
 }
 
 _EMPTY: tuple[None, dict[str, Any], str] = (
@@ -47,8 +49,9 @@ def flag_unjudged(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Options that change what is loaded must be judged: ``--hf-overrides`` as a JSON object is applied to the
     config.json before every rule (a function name is refused); ``--tokenizer`` must be a repository id, an absolute
     path or a URI; ``--config``, ``--model-loader-extra-config`` and ``--hf-config-path`` carry what Preflight cannot
-    see and are refused, and so is ``--load-format dummy`` in production; ``--revision`` and a speculative draft
-    model are warnings (what they load is not judged). Options that load code on the node (plugins, worker classes,
+    see and are refused, and so are ``--quantization-config`` (not judged) and ``--load-format dummy`` in
+    production; ``--revision`` is a warning (what it loads is not judged; other models are named by the loading
+    rule). Options that load code on the node (plugins, worker classes,
     middleware, logits processors) need the manifest's ``allow_remote_code`` in production (checked at
     ``POST /v1/plans``)."""
     from ..render import model_reference_problem
@@ -96,17 +99,6 @@ def flag_unjudged(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 f"whose config.json was judged; register that revision as its own manifest version instead.",
                 remedy={"drop": ["revision"]},
                 field="engine_args.revision",
-            )
-        )
-    spec = ctx.args.values.get("speculative_config")
-    if isinstance(spec, dict) and isinstance(spec.get("model"), str):
-        out.append(
-            emit.warning(
-                "flag_unjudged",
-                f"speculative_config.model {spec['model']!r}: the draft model's weights and memory are "
-                f"not judged (only the target model's are).",
-                remedy=None,
-                field="engine_args.speculative_config",
             )
         )
     for name in ("tokenizer",):
