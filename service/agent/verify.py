@@ -138,6 +138,7 @@ FRESHNESS_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
     "jti": lambda v: isinstance(v, str),
     "seq": lambda v: _is_int(v) and v >= 1,
     "plan_digest": lambda v: isinstance(v, str),
+    "acked_seq": lambda v: _is_int(v) and 0 <= v < 2**53,
 }
 
 
@@ -232,10 +233,15 @@ def verify_freshness(
     issuer: str | None = None,
     not_before: float | None = None,
     now: float | None = None,
+    nonce: str | None = None,
 ) -> dict[str, Any]:
     """Verify the freshness statement served with a plan: signed by a trusted key, for this node, naming exactly
-    this plan (digest, id, seq), and not expired. ``not_before``: refuse a statement signed before this time (a node
-    that lost its state accepts only a statement made just now). Returns its claims."""
+    this plan (digest, id, seq), not expired, with the plan's seq not below ``acked_seq`` — the highest seq the
+    service recorded this node reporting on, so a plan older than one the node already ran is refused even when the
+    node's state file was rolled back — and, with ``nonce`` (the one sent with the fetch), echoing it: a plan and
+    statement captured earlier and replayed together fail here, so the statement's ``acked_seq`` is today's.
+    ``not_before``: refuse a statement signed before this time (a node that lost its state accepts only a statement
+    made just now). Returns its claims."""
     if not token:
         raise VerificationError("no_freshness", "the response carries no freshness statement (X-Plan-Freshness)")
     claims, _kid = verify_jws(token, jwks, typ=FRESHNESS_MEDIA_TYPE)
@@ -251,6 +257,17 @@ def verify_freshness(
             and claims["seq"] == plan.seq,
             "freshness_mismatch",
             "the freshness statement names another plan",
+        ),
+        (
+            nonce is None or claims.get("nonce") == nonce,
+            "freshness_replayed",
+            "the freshness statement does not echo the nonce sent with this fetch (a replayed answer)",
+        ),
+        (
+            plan.seq >= claims["acked_seq"],
+            "below_acked_seq",
+            f"seq {plan.seq} (plan {plan.claims['jti']}) is below seq {claims['acked_seq']}, which the service "
+            f"recorded this node already reporting on (a rolled-back state file, or a replayed plan)",
         ),
         (claims["iat"] - LEEWAY <= t, "not_yet_valid", "freshness statement is from the future"),
         (t < claims["exp"], "stale", f"freshness statement expired {int(t - claims['exp'])} s ago"),

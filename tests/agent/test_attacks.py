@@ -131,6 +131,7 @@ def statement(plan_token, **over):
         seq=5,
         digest=plan_digest(plan_token),
         ttl=3600,
+        acked_seq=0,
         now=now,
     )
     base.update(over)

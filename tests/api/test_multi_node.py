@@ -400,6 +400,7 @@ def test_freshness_carries_the_heads_group_digest_and_the_agent_checks_it(client
             seq=mine.seq,
             digest=plan_digest(r.text),
             ttl=600,
+            acked_seq=0,
             grouped=True,
             head_group_digest="0" * 64,
         ),
@@ -417,6 +418,7 @@ def test_freshness_carries_the_heads_group_digest_and_the_agent_checks_it(client
             seq=mine.seq,
             digest=plan_digest(r.text),
             ttl=600,
+            acked_seq=0,
         ),
         typ=FRESHNESS_MEDIA_TYPE,
     )
