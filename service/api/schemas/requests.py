@@ -14,7 +14,8 @@ from ...domain.topology import MAX_ADDRESS, address_problem
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 ADDRESS_DOC = (
     "IP address or DNS name the other nodes of a multi-node instance reach this node at (rendered as "
-    "--master-addr / --data-parallel-address when it heads a group); required for a head"
+    "--master-addr / --data-parallel-address when it heads a group); required for a head. Loopback, unspecified and "
+    "link-local addresses and names (localhost, *.localhost) are refused: other nodes would reach themselves"
 )
 
 
