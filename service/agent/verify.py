@@ -174,7 +174,7 @@ def verify_plan(
     t = time.time() if now is None else now
     env_refused = env_policy.refused(claims["env"])
     checks = [
-        (claims["sub"] == node, "wrong_node", f"plan is for node {claims['sub']!r}, not {node!r}"),
+        (claims["sub"].lower() == node.lower(), "wrong_node", f"plan is for node {claims['sub']!r}, not {node!r}"),
         (claims["aud"] == audience, "wrong_audience", f"aud {claims['aud']!r} is not {audience!r}"),
         (issuer is None or claims["iss"] == issuer, "wrong_issuer", f"iss {claims['iss']!r} is not {issuer!r}"),
         (claims["nbf"] - LEEWAY <= t, "not_yet_valid", "plan is not valid yet"),
@@ -208,10 +208,11 @@ def _check_placement(claims: dict, node: str) -> None:
     _check_types(claims, PLACEMENT_CLAIM_TYPES, "plan")
     role, rank, nnodes = claims["role"], claims["rank"], claims["nnodes"]
     headless = "--headless" in claims["argv"]
+    is_head = claims["head"].lower() == node.lower()  # node names are case-insensitive (stored in lower case)
     consistent = {
-        "replica": rank == 0 and nnodes == 1 and claims["head"] == node and not headless,
-        "head": rank == 0 and nnodes > 1 and claims["head"] == node and not headless,
-        "worker": 0 < rank < nnodes and claims["head"] != node and headless,
+        "replica": rank == 0 and nnodes == 1 and is_head and not headless,
+        "head": rank == 0 and nnodes > 1 and is_head and not headless,
+        "worker": 0 < rank < nnodes and not is_head and headless,
     }[role]
     if not consistent:
         raise VerificationError(
@@ -248,7 +249,7 @@ def verify_freshness(
     _check_types(claims, FRESHNESS_CLAIM_TYPES, "freshness statement")
     t = time.time() if now is None else now
     checks = [
-        (claims["sub"] == node, "wrong_node", f"freshness statement is for node {claims['sub']!r}"),
+        (claims["sub"].lower() == node.lower(), "wrong_node", f"freshness statement is for node {claims['sub']!r}"),
         (claims["aud"] == audience, "wrong_audience", f"aud {claims['aud']!r} is not {audience!r}"),
         (issuer is None or claims["iss"] == issuer, "wrong_issuer", f"iss {claims['iss']!r} is not {issuer!r}"),
         (

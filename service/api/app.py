@@ -125,7 +125,7 @@ class CachedPlanFetch:
             and not scope.get("root_path")
         ):
             m = self.PATH.fullmatch(scope["path"])
-            if m is not None:
+            if m is not None and not m.group(1).endswith("."):  # a final dot is the route's 422
                 auth: list[str] = []
                 inm: list[str] = []
                 nonce: list[str] = []
@@ -139,7 +139,7 @@ class CachedPlanFetch:
                 # exactly one Authorization field, or the route refuses it; repeated If-None-Match fields form one
                 # list; more than one X-Plan-Nonce is the route's to judge
                 response = (
-                    self.answer(m.group(1), auth[0], ", ".join(inm), nonce[0] if nonce else None)
+                    self.answer(m.group(1).lower(), auth[0], ", ".join(inm), nonce[0] if nonce else None)
                     if len(auth) == 1 and len(nonce) <= 1
                     else None
                 )

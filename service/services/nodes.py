@@ -45,7 +45,8 @@ def register(
     """Register a node and issue its agent token (returned once). Raises DomainError for an unknown GPU and
     Conflict when the name is taken."""
     resolved = resolve(gpu, "gpu")
-    if session.execute(select(Node.id).where(Node.name == name)).first():
+    # names arrive in lower case (api/schemas NodeNameStr); the unique index on lower(name) backs this up
+    if session.execute(select(Node.id).where(func.lower(Node.name) == name.lower())).first():
         raise Conflict(f"node {name!r} already exists", field="name")
     node = Node(
         name=name,
