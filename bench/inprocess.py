@@ -106,6 +106,7 @@ def _run(args, raw: dict, keys: KeyStore) -> dict:
                 seq=1,
                 digest=plan_digest(signed),
                 ttl=3600,
+                acked_seq=0,
             ),
             typ=FRESHNESS_MEDIA_TYPE,
             refresh=False,

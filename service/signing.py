@@ -35,6 +35,8 @@ FRESHNESS_MEDIA_TYPE = "application/vnd.preflight.freshness+jwt"
 KEYSET_MEDIA_TYPE = "application/vnd.preflight.keyset+jwt"
 CHECKPOINT_MEDIA_TYPE = "application/vnd.preflight.audit-checkpoint+jwt"  # service/audit.py signed checkpoints
 ALG = "Ed25519"
+# The nonce an agent sends with a plan fetch (header X-Plan-Nonce), echoed in the freshness statement: base64url.
+NONCE_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"
 
 
 def b64json(part: str) -> Any:
@@ -352,13 +354,18 @@ def freshness_claims(
     seq: int,
     digest: str,
     ttl: int,
+    acked_seq: int,
     now: int | None = None,
     head_group_digest: str | None = None,
     grouped: bool = False,
+    nonce: str | None = None,
 ) -> dict[str, Any]:
-    """A freshness statement: "the plan with this digest (id, seq) is node's current plan", valid ``ttl`` s. For a
-    member of a multi-node group (``grouped``) also ``head_group_digest``: the group digest of the plan its head
-    currently holds (null when the head holds none)."""
+    """A freshness statement: "the plan with this digest (id, seq) is node's current plan", valid ``ttl`` s.
+    ``acked_seq``: the highest seq the node itself reported on (services/nodes.py ``acked_seqs``) — the agent
+    refuses a plan below it whatever its own state file says. ``nonce``: the one the agent sent with its fetch,
+    echoed, so a statement captured earlier cannot be replayed with its plan. For a member of a multi-node group
+    (``grouped``) also ``head_group_digest``: the group digest of the plan its head currently holds (null when the
+    head holds none)."""
     iat = int(now if now is not None else time.time())
     out = {
         "iss": issuer,
@@ -369,7 +376,10 @@ def freshness_claims(
         "jti": plan_id,
         "seq": seq,
         "plan_digest": digest,
+        "acked_seq": acked_seq,
     }
+    if nonce is not None:
+        out["nonce"] = nonce
     if grouped:
         out["head_group_digest"] = head_group_digest
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import pathlib
+import secrets
 import shlex
 import sys
 from collections.abc import Callable, Mapping
@@ -109,6 +110,7 @@ class Boot:
         self.said: Any = None  # the last waiting message, said once per change
         self.held_since: float | None = None
         self.hold_delay = 1.0
+        self.nonce: str | None = None  # sent with the last fetch; its answer's freshness statement must echo it
 
     def say(self, line: str) -> None:
         self.err(f"preflight agent: {line}")
@@ -244,8 +246,11 @@ class Boot:
 
     def _fetch_once(self) -> httpx.Response | None:
         st = self.state
+        if not (self.reachable or self.options.wait):
+            return None
+        self.nonce = secrets.token_urlsafe(16)  # a new one per fetch: only this fetch's answer echoes it
         try:
-            return self.client.fetch(st.etag if st.plan else None) if self.reachable or self.options.wait else None
+            return self.client.fetch(st.etag if st.plan else None, nonce=self.nonce)
         except httpx.HTTPError:
             return None
         except ResponseTooLarge as exc:
@@ -424,6 +429,7 @@ class Boot:
                 issuer=o.issuer,
                 not_before=self.started - STALE_NO_STATE_SECONDS if st.last_seq == 0 else None,
                 now=self.clock.time(),
+                nonce=self.nonce,
             )
         except VerificationError as exc:
             self.refuse(plan.claims["jti"], exc, "freshness")

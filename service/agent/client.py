@@ -182,12 +182,15 @@ class AgentClient:
         token = body.get("checkpoint") if isinstance(body, dict) else None
         return token if isinstance(token, str) else None
 
-    def fetch(self, etag: str | None = None, wait: int = 0) -> httpx.Response:
-        """GET the node's plan; with ``wait`` the server holds the call until the plan changes (long poll)."""
+    def fetch(self, etag: str | None = None, wait: int = 0, nonce: str | None = None) -> httpx.Response:
+        """GET the node's plan; with ``wait`` the server holds the call until the plan changes (long poll); with
+        ``nonce`` (X-Plan-Nonce) the freshness statement served must echo it (agent/verify.py)."""
         # the ETag comes from the state file or a server's header: one HTTP cannot carry (not visible ASCII) is
         # left out (the plan is then fetched whole) rather than failing every fetch
         usable = etag is not None and etag.isascii() and etag.isprintable() and len(etag) <= 256
         headers = {"If-None-Match": etag} if usable and etag else {}
+        if nonce is not None:
+            headers["X-Plan-Nonce"] = nonce
         params = {"wait": wait} if wait else {}
         return self._get(
             f"/v1/nodes/{self.node}/plan",

@@ -138,6 +138,7 @@ FRESHNESS_CLAIM_TYPES: dict[str, Callable[[Any], bool]] = {
     "jti": lambda v: isinstance(v, str),
     "seq": lambda v: _is_int(v) and v >= 1,
     "plan_digest": lambda v: isinstance(v, str),
+    "acked_seq": lambda v: _is_int(v) and 0 <= v < 2**53,
 }
 
 
@@ -173,7 +174,7 @@ def verify_plan(
     t = time.time() if now is None else now
     env_refused = env_policy.refused(claims["env"])
     checks = [
-        (claims["sub"] == node, "wrong_node", f"plan is for node {claims['sub']!r}, not {node!r}"),
+        (claims["sub"].lower() == node.lower(), "wrong_node", f"plan is for node {claims['sub']!r}, not {node!r}"),
         (claims["aud"] == audience, "wrong_audience", f"aud {claims['aud']!r} is not {audience!r}"),
         (issuer is None or claims["iss"] == issuer, "wrong_issuer", f"iss {claims['iss']!r} is not {issuer!r}"),
         (claims["nbf"] - LEEWAY <= t, "not_yet_valid", "plan is not valid yet"),
@@ -207,10 +208,11 @@ def _check_placement(claims: dict, node: str) -> None:
     _check_types(claims, PLACEMENT_CLAIM_TYPES, "plan")
     role, rank, nnodes = claims["role"], claims["rank"], claims["nnodes"]
     headless = "--headless" in claims["argv"]
+    is_head = claims["head"].lower() == node.lower()  # node names are case-insensitive (stored in lower case)
     consistent = {
-        "replica": rank == 0 and nnodes == 1 and claims["head"] == node and not headless,
-        "head": rank == 0 and nnodes > 1 and claims["head"] == node and not headless,
-        "worker": 0 < rank < nnodes and claims["head"] != node and headless,
+        "replica": rank == 0 and nnodes == 1 and is_head and not headless,
+        "head": rank == 0 and nnodes > 1 and is_head and not headless,
+        "worker": 0 < rank < nnodes and not is_head and headless,
     }[role]
     if not consistent:
         raise VerificationError(
@@ -232,17 +234,22 @@ def verify_freshness(
     issuer: str | None = None,
     not_before: float | None = None,
     now: float | None = None,
+    nonce: str | None = None,
 ) -> dict[str, Any]:
     """Verify the freshness statement served with a plan: signed by a trusted key, for this node, naming exactly
-    this plan (digest, id, seq), and not expired. ``not_before``: refuse a statement signed before this time (a node
-    that lost its state accepts only a statement made just now). Returns its claims."""
+    this plan (digest, id, seq), not expired, with the plan's seq not below ``acked_seq`` — the highest seq the
+    service recorded this node reporting on, so a plan older than one the node already ran is refused even when the
+    node's state file was rolled back — and, with ``nonce`` (the one sent with the fetch), echoing it: a plan and
+    statement captured earlier and replayed together fail here, so the statement's ``acked_seq`` is today's.
+    ``not_before``: refuse a statement signed before this time (a node that lost its state accepts only a statement
+    made just now). Returns its claims."""
     if not token:
         raise VerificationError("no_freshness", "the response carries no freshness statement (X-Plan-Freshness)")
     claims, _kid = verify_jws(token, jwks, typ=FRESHNESS_MEDIA_TYPE)
     _check_types(claims, FRESHNESS_CLAIM_TYPES, "freshness statement")
     t = time.time() if now is None else now
     checks = [
-        (claims["sub"] == node, "wrong_node", f"freshness statement is for node {claims['sub']!r}"),
+        (claims["sub"].lower() == node.lower(), "wrong_node", f"freshness statement is for node {claims['sub']!r}"),
         (claims["aud"] == audience, "wrong_audience", f"aud {claims['aud']!r} is not {audience!r}"),
         (issuer is None or claims["iss"] == issuer, "wrong_issuer", f"iss {claims['iss']!r} is not {issuer!r}"),
         (
@@ -251,6 +258,17 @@ def verify_freshness(
             and claims["seq"] == plan.seq,
             "freshness_mismatch",
             "the freshness statement names another plan",
+        ),
+        (
+            nonce is None or claims.get("nonce") == nonce,
+            "freshness_replayed",
+            "the freshness statement does not echo the nonce sent with this fetch (a replayed answer)",
+        ),
+        (
+            plan.seq >= claims["acked_seq"],
+            "below_acked_seq",
+            f"seq {plan.seq} (plan {plan.claims['jti']}) is below seq {claims['acked_seq']}, which the service "
+            f"recorded this node already reporting on (a rolled-back state file, or a replayed plan)",
         ),
         (claims["iat"] - LEEWAY <= t, "not_yet_valid", "freshness statement is from the future"),
         (t < claims["exp"], "stale", f"freshness statement expired {int(t - claims['exp'])} s ago"),

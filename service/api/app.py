@@ -114,7 +114,7 @@ class CachedPlanFetch:
     PATH = re.compile(r"/v1/nodes/([A-Za-z0-9][A-Za-z0-9._-]{0,127})/plan")  # names as NodeIn allows
     ROUTE = types.SimpleNamespace(path="/v1/nodes/{name}/plan")  # the route label Observability records
 
-    def __init__(self, app, answer: Callable[[str, str | None, str | None], Response | None]):
+    def __init__(self, app, answer: Callable[[str, str | None, str | None, str | None], Response | None]):
         self.app, self.answer = app, answer
 
     async def __call__(self, scope, receive, send):
@@ -125,16 +125,24 @@ class CachedPlanFetch:
             and not scope.get("root_path")
         ):
             m = self.PATH.fullmatch(scope["path"])
-            if m is not None:
+            if m is not None and not m.group(1).endswith("."):  # a final dot is the route's 422
                 auth: list[str] = []
                 inm: list[str] = []
+                nonce: list[str] = []
                 for k, v in scope.get("headers") or ():
                     if k == b"authorization":
                         auth.append(v.decode("latin-1"))
                     elif k == b"if-none-match":
                         inm.append(v.decode("latin-1"))
-                # exactly one Authorization field, or the route refuses it; repeated If-None-Match fields form one list
-                response = self.answer(m.group(1), auth[0], ", ".join(inm)) if len(auth) == 1 else None
+                    elif k == b"x-plan-nonce":
+                        nonce.append(v.decode("latin-1"))
+                # exactly one Authorization field, or the route refuses it; repeated If-None-Match fields form one
+                # list; more than one X-Plan-Nonce is the route's to judge
+                response = (
+                    self.answer(m.group(1).lower(), auth[0], ", ".join(inm), nonce[0] if nonce else None)
+                    if len(auth) == 1 and len(nonce) <= 1
+                    else None
+                )
                 if response is not None:
                     scope["route"] = self.ROUTE
                     return await response(scope, receive, send)

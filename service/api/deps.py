@@ -14,6 +14,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Path, Query, Request, Response
 from fastapi.routing import APIRoute
+from pydantic import AfterValidator
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -25,9 +26,11 @@ from ..services import tokens as token_service
 from ..services.context import Context
 from ..services.epochs import EpochCache
 from ..settings import Settings
-from .schemas.requests import NAME
+from .schemas.requests import NAME, node_name
 
-NodeName = Annotated[str, Path(pattern=NAME, description="Node name (hostname-like).")]
+NodeName = Annotated[
+    str, Path(pattern=NAME, description="Node name (any case; no final dot)."), AfterValidator(node_name)
+]
 PRINCIPAL_CACHE_SECONDS = 60.0  # TTLs bound an entry's life; coherence comes from services/epochs.py
 PLAN_CACHE_SECONDS = 30.0
 

@@ -67,6 +67,8 @@ class Node(Base):
     """A GPU node of the hardware inventory."""
 
     __tablename__ = "nodes"
+    # names are case-insensitive (migration 0014): stored in lower case, and unique whatever the case
+    __table_args__ = (Index("ix_nodes_lower_name", text("lower(name)"), unique=True),)
     id: Mapped[int] = mapped_column(ID, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     gpu_id: Mapped[str] = mapped_column(String(64))

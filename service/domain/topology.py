@@ -69,11 +69,44 @@ PER_NODE = (
 )
 
 
+# Names every node resolves to itself: RFC 6761 §6.3 reserves ``localhost`` and every name under it for the loopback
+# interface, and Debian's and Red Hat's /etc/hosts map these to 127.0.0.1 / ::1.
+LOOPBACK_NAMES = frozenset(
+    ("localhost", "localhost.localdomain", "localhost4", "localhost6", "ip6-localhost", "ip6-loopback")
+)
+_NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")  # what inet_aton(3) reads as a part of an IPv4 address
+
+
+def _embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 one carries and may be routed to: IPv4-mapped, 6to4, and the deprecated
+    IPv4-compatible ``::a.b.c.d`` (RFC 4291 §2.5.5)."""
+    if ip.version == 4:
+        return []
+    assert isinstance(ip, ipaddress.IPv6Address)
+    out = [a for a in (ip.ipv4_mapped, ip.sixtofour) if a is not None]
+    if ip.packed[:12] == bytes(12) and int(ip) > 1:
+        out.append(ipaddress.IPv4Address(ip.packed[12:]))
+    return out
+
+
+def _ip_problem(value: str, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    for a in (ip, *_embedded_ipv4(ip)):
+        if a.is_loopback:
+            return f"{value} is a loopback address: every other node would reach itself there, not this node"
+        if a.is_unspecified or a.is_multicast or (a.version == 4 and a == ipaddress.IPv4Address("255.255.255.255")):
+            return f"{value} is not an address another node can connect to"
+        if a.is_link_local:
+            return f"{value} is a link-local address (no route beyond one link): give an address other nodes can reach"
+    return None
+
+
 def address_problem(value: str) -> str | None:
     """Why ``value`` is not an address other nodes can reach a head at (an IPv4/IPv6 address or a DNS name of
     1-63 character labels of letters, digits and inner hyphens, at most 253 characters), or None. It is rendered as
     ``--master-addr`` / ``--data-parallel-address``, so nothing that argparse could read as an option or a shell
-    could split is accepted."""
+    could split is accepted; and nothing that names the host it is read on — loopback (127.0.0.0/8, ::1, IPv4 in
+    IPv6, ``localhost`` and names under it, LOOPBACK_NAMES), unspecified, link-local —, which on every other node of
+    the group would be that node itself."""
     if not isinstance(value, str) or not value or len(value) > MAX_ADDRESS:
         return f"must be an IP address or a DNS name of 1 to {MAX_ADDRESS} characters"
     if not value.isascii() or not value.isprintable() or any(c.isspace() for c in value):
@@ -85,18 +118,18 @@ def address_problem(value: str) -> str | None:
     except ValueError:
         ip = None
     if ip is not None:
-        mapped = getattr(ip, "ipv4_mapped", None)
-        for a in (ip, mapped) if mapped is not None else (ip,):
-            if a.is_unspecified or a.is_multicast or (a.version == 4 and a == ipaddress.IPv4Address("255.255.255.255")):
-                return f"{value} is not an address another node can connect to"
-        return None
-    name = value[:-1] if value.endswith(".") else value
+        return _ip_problem(value, ip)
+    name = (value[:-1] if value.endswith(".") else value).lower()
     labels = name.split(".")
     if not all(_LABEL.fullmatch(label) for label in labels) or labels[-1].isdigit():
         return (
             "must be an IP address or a DNS name (labels of letters, digits and inner hyphens, 1 to 63 "
             "characters each, separated by dots)"
         )
+    if len(labels) <= 4 and all(_NUMERIC_LABEL.fullmatch(label) for label in labels):
+        return f"{value} is an IPv4 address in a numeric form resolvers read differently: write it as a.b.c.d"
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return f"{value} names the loopback interface: every other node would reach itself there, not this node"
     return None
 
 

@@ -14,6 +14,7 @@ from ..clock import Clock, utc
 from ..db.models import Assignment, Node, table_of
 from ..domain.group_gate import group_hold
 from ..errors import ApiError, NotFound
+from .nodes import acked_seqs
 from .plans import models_of
 
 ASSIGNMENTS = table_of(Assignment)
@@ -45,7 +46,7 @@ def serve_to_agents(
 ) -> list[tuple[dict | None, bool] | ApiError]:
     """The agents' fetches, in bulk (one query for the nodes' active assignments, one UPDATE and one audit INSERT for
     the fetches to record). Per fetch, in order: (assignment dict — ``id``, ``plan_id``, ``seq``, ``etag``,
-    ``signed``, ``last_fetched_at``, ``fetch_count``, ``node_name`` —, served), with served False when the agent's
+    ``signed``, ``last_fetched_at``, ``fetch_count``, ``node_name``, ``acked_seq`` —, served), with served False when the agent's
     ETag matches; (None, False) for a node with no current plan; NotFound for an unregistered node.
 
     A served fetch is recorded (``plan.fetched`` with the seq and ETag, and the assignment's fetch counters) the
@@ -73,6 +74,9 @@ def serve_to_agents(
         if found["node_name"] not in current or found["seq"] > current[found["node_name"]]["seq"]:
             current[found["node_name"]] = dict(found)
     heads_of(session, list(current.values()))
+    acked = acked_seqs(session, list(current))
+    for name, assignment in current.items():
+        assignment["acked_seq"] = acked.get(name, 0)  # signed into the freshness statement (api/routers/agent.py)
     unplanned = [n for n in nodes if n not in current]
     registered = set(session.scalars(select(Node.name).where(Node.name.in_(unplanned)))) if unplanned else set()
     out: list[tuple[dict | None, bool] | ApiError] = []

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from .. import audit
 from ..api.schemas import NodeFactsIn, NodeUpdate
 from ..clock import Clock, utc
-from ..db.models import Node, iso
+from ..db.models import Assignment, Node, iso
 from ..domain.errors import DomainError
 from ..domain.gpus import resolve
 from ..errors import Conflict, Invalid, NotFound
@@ -45,7 +45,8 @@ def register(
     """Register a node and issue its agent token (returned once). Raises DomainError for an unknown GPU and
     Conflict when the name is taken."""
     resolved = resolve(gpu, "gpu")
-    if session.execute(select(Node.id).where(Node.name == name)).first():
+    # names arrive in lower case (api/schemas NodeNameStr); the unique index on lower(name) backs this up
+    if session.execute(select(Node.id).where(func.lower(Node.name) == name.lower())).first():
         raise Conflict(f"node {name!r} already exists", field="name")
     node = Node(
         name=name,
@@ -233,3 +234,27 @@ def put_facts(
         )
     rotated = rotate_token(session, actor=actor, name=name) if facts.get("rotate_token") else None
     return existing, False, rotated
+
+
+# A node's report on a plan other than these means its agent verified that plan (and saved its seq): ``refused`` may
+# be a refusal of the plan itself, ``reset`` names no plan.
+NOT_ACKNOWLEDGING = ("refused", "reset")
+
+
+def acked_seqs(session: Session, names: list[str]) -> dict[str, int]:
+    """Per node, the highest seq of its assignments its agent reported on (``last_report`` other than
+    NOT_ACKNOWLEDGING): what the service knows the node already verified. Freshness statements carry it as
+    ``acked_seq`` so an agent refuses an older plan even when its own state file was rolled back (agent/verify.py).
+    Nodes without one are absent (0)."""
+    if not names:
+        return {}
+    rows = session.execute(
+        select(Assignment.node_name, func.max(Assignment.seq))
+        .where(
+            Assignment.node_name.in_(sorted(set(names))),
+            Assignment.last_report.is_not(None),
+            Assignment.last_report.not_in(NOT_ACKNOWLEDGING),
+        )
+        .group_by(Assignment.node_name)
+    )
+    return {node: int(seq) for node, seq in rows if seq is not None}

@@ -16,7 +16,7 @@ from ..domain.engine_args import parse_engine_args, resolve_name
 from ..domain.errors import DomainError
 from ..domain.loading import CODE, judge, option_loads
 from ..domain.request import LaunchRequest
-from ..domain.topology import PER_NODE, Placement, Topology, group_arguments, plan_topology
+from ..domain.topology import PER_NODE, Placement, Topology, address_problem, group_arguments, plan_topology
 from ..domain.validate import ValidationResult
 from ..domain.versions import resolve_version
 from ..errors import Invalid
@@ -216,6 +216,14 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], plan: PlanIn) -> Layo
                         "message": f"node {head.name!r} has no address",
                     }
                 ],
+            )
+        stored = address_problem(head.address) if topo.nodes_per_instance > 1 and head.address else None
+        if stored:  # an address stored before it was refused at registration (a loopback name, …)
+            raise Invalid(
+                f"node {head.name!r} heads group {g} but its address {head.address!r} is refused: {stored}. Set "
+                f"another with PATCH /v1/nodes/{head.name}",
+                field="nodes",
+                errors=[{"field": f"nodes.{names.index(head.name)}", "rule": "head_address", "message": stored}],
             )
         heads[g] = head.address
     return Layout(

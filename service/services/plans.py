@@ -367,7 +367,7 @@ def _groups(j: Judgement, plan_id: str) -> tuple[list[dict[str, Any]], dict[str,
     return groups, members
 
 
-def _assign(ctx: Context, j: Judgement, plan: Plan, node: Node, seq: int, mine: _Member) -> Assignment:
+def _assign(ctx: Context, j: Judgement, plan: Plan, node: Node, seq: int, mine: _Member, acked_seq: int) -> Assignment:
     """The node's assignment of ``plan``: its signed plan, and a freshness statement signed with it (the first
     fetches after a rollout — a fleet booting at once — are answered without a signature each). A group member's
     statement carries its head's group digest: in this transaction, the group's own."""
@@ -398,6 +398,7 @@ def _assign(ctx: Context, j: Judgement, plan: Plan, node: Node, seq: int, mine: 
             seq=seq,
             digest=plan_digest(signed),
             ttl=settings.freshness_ttl_seconds,
+            acked_seq=acked_seq,
             grouped=grouped,
             head_group_digest=mine.group_digest if grouped else None,
             now=int(ctx.clock.time()),
@@ -477,7 +478,11 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: 
             .group_by(Assignment.node_name)
         ).all()
     )
-    assignments = [_assign(ctx, j, row, node, (seqs.get(node.name) or 0) + 1, members[node.name]) for node in nodes]
+    acked = node_service.acked_seqs(session, names)
+    assignments = [
+        _assign(ctx, j, row, node, (seqs.get(node.name) or 0) + 1, members[node.name], acked.get(node.name, 0))
+        for node in nodes
+    ]
     session.add_all(assignments)
     session.flush()
     _audit_created(session, ctx, actor, row, names, manifest, assignments, result, topo, groups)

@@ -131,6 +131,7 @@ def statement(plan_token, **over):
         seq=5,
         digest=plan_digest(plan_token),
         ttl=3600,
+        acked_seq=0,
         now=now,
     )
     base.update(over)
@@ -285,3 +286,13 @@ def test_a_key_id_never_starts_with_a_dash(tmp_path, monkeypatch):
     ks = KeyStore(tmp_path / "keys", create=True)
     kid = ks.rotate()
     assert not kid.startswith("-") and not ks.active_kid.startswith("-") and len(calls) >= 2
+
+
+def test_the_node_name_is_compared_without_regard_to_case(store):
+    """Node names are case-insensitive (stored in lower case): an agent run with ``--node GPU-01`` takes the plan
+    signed for ``gpu-01``, and a plan signed before the names were lowered for ``GPU-01`` still verifies on
+    ``gpu-01``; another name is still refused."""
+    token = store.sign(claims())
+    assert verify_plan(token, store.jwks(), node="GPU-01", audience=AUD).claims["sub"] == "gpu-01"
+    assert verify_plan(store.sign(claims(sub="GPU-01")), store.jwks(), node="gpu-01", audience=AUD).seq == 5
+    refused(token, store.jwks(), "wrong_node", node="gpu-02")

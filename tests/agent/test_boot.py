@@ -17,7 +17,7 @@ from service.agent.bootcheck import Refusal
 from service.agent.client import AgentState
 from service.agent.trust import Trust
 from service.clock import ManualClock
-from service.signing import FRESHNESS_MEDIA_TYPE, KeyStore, freshness_claims, plan_claims, plan_digest
+from service.signing import FRESHNESS_MEDIA_TYPE, KeyStore, b64json, freshness_claims, plan_claims, plan_digest
 
 NODE = "gpu-01"
 ARGV = ["vllm", "serve", "s3://llama-8b", "--max-model-len", "8192"]
@@ -35,6 +35,7 @@ def signed(
     env=None,
     plan_age=0,
     argv=ARGV,
+    acked_seq=0,
 ) -> tuple[str, str]:
     """A plan (issued ``plan_age`` seconds ago) and its freshness statement, signed at the clock's time."""
     now = int(clock.time())
@@ -63,6 +64,7 @@ def signed(
             seq=seq,
             digest=plan_digest(token),
             ttl=ttl,
+            acked_seq=acked_seq,
             now=now,
             grouped=placement is not None,
             head_group_digest=(placement or {}).get("group_digest"),
@@ -89,6 +91,7 @@ def not_modified(store: KeyStore, clock: ManualClock, token: str, plan_id="p-1",
             seq=seq,
             digest=plan_digest(token),
             ttl=600,
+            acked_seq=0,
             now=int(clock.time()),
         ),
         typ=FRESHNESS_MEDIA_TYPE,
@@ -116,16 +119,31 @@ def group_hold(final=False) -> httpx.Response:
     )
 
 
-class FakeService:
-    """Answers the agent's calls from a script: ``answers`` for the plan fetches (the last one repeats), nothing to
-    add to the trust root, no audit checkpoint; records reports and facts. ``down``: every call fails to connect
-    (True), or the first ``down`` calls do."""
+def with_nonce(store: KeyStore, r: httpx.Response, nonce: str) -> httpx.Response:
+    """``r`` with its freshness statement signed again, echoing ``nonce`` — what the service does for the fetch
+    that sent it. A statement signed by a key ``store`` does not hold is left as it is."""
+    fresh = r.headers.get("X-Plan-Freshness")
+    if not fresh or b64json(fresh.split(".")[0]).get("kid") not in store.published():
+        return r
+    claims = {**b64json(fresh.split(".")[1]), "nonce": nonce}
+    headers = {k: v for k, v in r.headers.items() if k != "x-plan-freshness"}
+    headers["X-Plan-Freshness"] = store.sign(claims, typ=FRESHNESS_MEDIA_TYPE)
+    return httpx.Response(r.status_code, content=r.content, headers=headers)
 
-    def __init__(self, *answers, down=False):
-        self.answers, self.down = list(answers), down
+
+class FakeService:
+    """Answers the agent's calls from a script: ``answers`` for the plan fetches (the last one repeats), their
+    freshness statements echoing the fetch's nonce as the service would (``replayed``: served exactly as
+    scripted, an answer captured earlier), nothing to add to the trust root, no audit checkpoint; records reports
+    and facts. ``down``: every call fails to connect (True), or the first ``down`` calls do."""
+
+    def __init__(self, *answers, down=False, replayed=False):
+        self.answers, self.down, self.replayed = list(answers), down, replayed
+        self.signer: KeyStore | None = None  # the node's service keys (Node.boot sets them)
         self.reports: list[dict] = []
         self.facts: list[dict] = []
         self.fetches = 0
+        self.nonces: list[str | None] = []
 
     def _reach(self):
         if self.down is True:
@@ -142,10 +160,12 @@ class FakeService:
         self._reach()
         return None
 
-    def fetch(self, etag=None):
+    def fetch(self, etag=None, nonce=None):
         self._reach()
         self.fetches += 1
-        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        self.nonces.append(nonce)
+        r = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return r if self.replayed or nonce is None or self.signer is None else with_nonce(self.signer, r, nonce)
 
     def post_report(self, body):
         self._reach()
@@ -212,6 +232,8 @@ class Node:
             **options,
         )
         self.said.clear()
+        if isinstance(service, FakeService):
+            service.signer = self.store
         return Boot(
             opts,
             client=service,
@@ -434,3 +456,59 @@ def test_a_queued_report_without_a_status_is_dropped_not_a_crash(node):
     out = node.boot(back)
     assert (out.code, out.step) == (0, "printed"), node.stderr()
     assert back.statuses() == ["exited"] and node.saved().pending == []
+
+
+def roll_back_state(node, last_seq: int, plan_id: str | None = None, plan: str | None = None) -> None:
+    """What a writer of the node's state file can do: lower ``last_seq`` (and name an older plan)."""
+    data = json.loads(node.state.read_text())
+    data.update(last_seq=last_seq, plan_id=plan_id, plan=plan, etag=None)
+    node.state.write_text(json.dumps(data))
+
+
+def test_an_older_plan_and_its_statement_replayed_after_a_state_rollback_are_refused(node):
+    """The node ran p-1 (seq 1), then p-2 (seq 2). Its state file lowered to seq 1 (or emptied), the answer it got
+    for p-1 — plan and freshness statement, still within its lifetime — is replayed: the statement does not echo
+    this fetch's nonce, so nothing runs and the state is not changed."""
+    old_token, old_fresh = signed(node.store, node.clock, plan_id="p-1", seq=1)
+    captured = served(old_token, old_fresh, plan_id="p-1")
+    assert node.boot(FakeService(captured)).code == 0
+    node.clock.advance(60)
+    token, fresh = signed(node.store, node.clock, plan_id="p-2", seq=2, acked_seq=1)
+    assert node.boot(FakeService(served(token, fresh, plan_id="p-2"))).code == 0
+    for lowered in (1, 0):
+        roll_back_state(node, lowered, "p-1" if lowered else None, old_token if lowered else None)
+        replay = FakeService(captured, replayed=True)
+        out = node.boot(replay)
+        assert (out.code, out.step) == (3, "refused"), node.stderr()
+        [refused] = replay.reports
+        assert (refused["details"]["check"], refused["details"]["reason"]) == ("freshness", "freshness_replayed")
+        assert replay.nonces[0] is not None and len(replay.nonces[0]) >= 16
+        assert node.saved().last_seq == lowered and node.printed[-1] == " ".join(ARGV)  # printed by the p-2 boot
+
+
+def test_a_plan_below_the_seq_the_service_recorded_as_acknowledged_is_refused_whatever_the_state_says(node):
+    """A freshness statement signed for this very fetch (the nonce echoed) that names seq 1 while saying the node
+    already reported on seq 2 — a service serving an older assignment: refused even from an emptied or lowered
+    state file, which alone would accept seq 1."""
+    token, fresh = signed(node.store, node.clock, plan_id="p-1", seq=1, acked_seq=2)
+    for lowered in (False, True):  # no state file, then one lowered to seq 0
+        if lowered:
+            node.state.write_text(json.dumps({"last_seq": 0}))
+        service = FakeService(served(token, fresh))
+        out = node.boot(service)
+        assert (out.code, out.step) == (3, "refused")
+        [refused] = service.reports
+        assert (refused["details"]["check"], refused["details"]["reason"]) == ("freshness", "below_acked_seq")
+        assert (
+            "seq 1 (plan p-1) is below seq 2, which the service recorded this node already reporting on"
+            in (refused["message"])
+        )
+    assert node.printed == [] and (not node.state.exists() or node.saved().last_seq == 0)
+
+
+def test_the_acknowledged_seq_itself_runs_again(node):
+    """The node's current plan, already reported on (acked_seq = its seq), runs again at every boot."""
+    token, fresh = signed(node.store, node.clock, plan_id="p-3", seq=3, acked_seq=3)
+    service = FakeService(served(token, fresh, plan_id="p-3"))
+    assert node.boot(service).code == 0 and node.saved().last_seq == 3
+    assert service.statuses() == ["fetched"]

@@ -91,6 +91,87 @@ def test_the_statement_signed_with_the_plan_is_served_while_young_then_a_new_one
     )
 
 
+class RecordingAgentClient:
+    """The agent's real HTTP client over the app (no sockets), keeping every plan-fetch answer it got; with
+    ``replay`` it answers fetches with that response instead of asking (an answer captured earlier)."""
+
+    def __init__(self, client, node, token, replay=None):
+        from service.agent.client import AgentClient
+
+        self.http = AgentClient("http://testserver", node, token, transport=client._transport)
+        self.answers: list = []
+        self.replay = replay
+
+    def fetch(self, etag=None, nonce=None):
+        if self.replay is not None:
+            return self.replay
+        r = self.http.fetch(etag, nonce=nonce)
+        self.answers.append(r)
+        return r
+
+    def __getattr__(self, name):
+        return getattr(self.http, name)
+
+
+def agent_boot(client, tmp_path, agent):
+    import json
+
+    from service.agent.boot import Boot, BootOptions
+    from service.clock import ManualClock
+
+    trust = tmp_path / "trust.json"
+    if not trust.exists():
+        trust.write_text(json.dumps(client.get("/.well-known/jwks.json").json()))
+    said: list[str] = []
+    options = BootOptions(
+        node="gpu-01",
+        state_path=tmp_path / "state.json",
+        checkpoint_copy=tmp_path / "checkpoint.jws",
+        metrics_seconds=0,
+    )
+    clock = ManualClock(start=time.time())
+    out = Boot(options, client=agent, trust=Trust.load(trust), clock=clock, err=said.append, out=said.append).run()
+    return out, "\n".join(said)
+
+
+def test_a_state_file_rolled_back_cannot_replay_an_older_plan_through_the_api(client, tmp_path):
+    """End to end through the API: the agent runs seq 1, then seq 2 (each reported ``fetched``). Every freshness
+    statement echoes the fetch's nonce and carries the highest seq the node reported on. With its state file lowered
+    back to seq 1, the answer captured for seq 1 (plan and statement, within the statement's lifetime) is refused."""
+    import json
+
+    fleet = setup_fleet(client, ["gpu-01"])
+    token = fleet["gpu-01"]["token"]
+    first = RecordingAgentClient(client, "gpu-01", token)
+    out, said = agent_boot(client, tmp_path, first)
+    assert (out.code, out.step) == (0, "printed"), said
+    captured = first.answers[-1]
+    assert captured.status_code == 200
+    r = client.post("/v1/plans", json={**PLAN, "nodes": ["gpu-01"]})
+    assert r.status_code == 201, r.text
+    out, said = agent_boot(client, tmp_path, RecordingAgentClient(client, "gpu-01", token))
+    assert (out.code, out.step) == (0, "printed"), said
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["last_seq"] == 2
+
+    nonce = "n" * 22
+    r = fetch(client, "gpu-01", token, **{"X-Plan-Nonce": nonce})
+    jwks = client.get("/.well-known/jwks.json").json()
+    plan = verify_plan(r.text, jwks, node="gpu-01", audience=AUD, issuer="preflight")
+    claims = verify_freshness(
+        r.headers["x-plan-freshness"], jwks, plan_token=r.text, plan=plan, node="gpu-01", audience=AUD, nonce=nonce
+    )
+    assert (claims["seq"], claims["acked_seq"], claims["nonce"]) == (2, 2, nonce)
+    assert fetch(client, "gpu-01", token, **{"X-Plan-Nonce": "short"}).status_code == 422
+
+    state.update(last_seq=1, plan_id=captured.headers["x-plan-id"], plan=captured.text, etag=None)
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    out, said = agent_boot(client, tmp_path, RecordingAgentClient(client, "gpu-01", token, replay=captured))
+    assert (out.code, out.step) == (3, "refused")
+    assert "REFUSED freshness" in said and "freshness_replayed" in said
+    assert json.loads((tmp_path / "state.json").read_text())["last_seq"] == 1  # nothing saved from the replay
+
+
 def test_keyset_chain_endpoint_follows_rotation_and_retirement(client, keys, tmp_path):
     first = client.get("/.well-known/jwks.json").json()
     assert first["version"] == 1 and len(client.get("/v1/keysets").json()["keysets"]) == 1

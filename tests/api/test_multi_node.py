@@ -185,6 +185,47 @@ def test_a_head_without_an_address_is_422_naming_the_node(client):
     plan(client, ["x-a", "x-b"], TP16)
 
 
+LOOPBACK = ["localhost", "LOCALHOST", "localhost.", "gpu-1.localhost", "127.0.0.1", "127.8.9.10", "::1"]
+LOOPBACK += ["::ffff:127.0.0.1", "0.0.0.0", "::", "0x7f000001", "169.254.10.1", "fe80::1"]
+
+
+@pytest.mark.parametrize("address", LOOPBACK)
+def test_an_address_every_other_node_would_read_as_itself_is_422_at_registration_and_update(client, address):
+    """A node's address becomes the other members' --master-addr: a loopback, unspecified or link-local one would
+    have each of them connect to itself."""
+    r = client.post("/v1/nodes", json={"name": "lo", "gpu": H200, "gpu_count": 8, "address": address})
+    assert r.status_code == 422, address
+    assert r.json()["errors"][0]["field"] == "address" and address in r.json()["errors"][0]["message"]
+    assert client.get("/v1/nodes/lo").status_code == 404
+    node(client, "lo", "10.0.7.1")
+    r = client.patch("/v1/nodes/lo", json={"address": address})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "address"
+    assert client.get("/v1/nodes/lo").json()["address"] == "10.0.7.1"
+
+
+def test_a_loopback_address_stored_before_it_was_refused_cannot_head_a_group(client, db):
+    from sqlalchemy import update
+
+    from service.db.models import Node
+
+    node(client, "y-a", "10.0.9.1")
+    node(client, "y-b", "10.0.9.2")
+    deepseek(client)
+    with db.sessions() as s:
+        s.execute(update(Node).where(Node.name == "y-a").values(address="localhost"))
+        s.commit()
+    r = client.post(
+        "/v1/plans", json={"manifest": "deepseek-ai/DeepSeek-V3@1", "nodes": ["y-a", "y-b"], "engine_args": TP16}
+    )
+    assert r.status_code == 422, r.text
+    [error] = r.json()["errors"]
+    assert (error["field"], error["rule"]) == ("nodes.0", "head_address")
+    assert (
+        error["message"]
+        == "localhost names the loopback interface: every other node would reach itself there, not this node"
+    )
+
+
 def test_per_node_arguments_ray_and_mixed_hardware_are_refused(client):
     node(client, "y-a", "10.0.7.1")
     node(client, "y-b", "10.0.7.2")
@@ -400,6 +441,7 @@ def test_freshness_carries_the_heads_group_digest_and_the_agent_checks_it(client
             seq=mine.seq,
             digest=plan_digest(r.text),
             ttl=600,
+            acked_seq=0,
             grouped=True,
             head_group_digest="0" * 64,
         ),
@@ -417,6 +459,7 @@ def test_freshness_carries_the_heads_group_digest_and_the_agent_checks_it(client
             seq=mine.seq,
             digest=plan_digest(r.text),
             ttl=600,
+            acked_seq=0,
         ),
         typ=FRESHNESS_MEDIA_TYPE,
     )

@@ -113,6 +113,7 @@ def test_agent_verify_needs_only_the_trust_file_and_keys_export_writes_one(tmp_p
                 seq=4,
                 digest=plan_digest(token),
                 ttl=600,
+                acked_seq=0,
             ),
             typ=FRESHNESS_MEDIA_TYPE,
         )

@@ -596,21 +596,24 @@ def test_a_captured_response_for_an_older_plan_is_refused(fleet):
 
 
 def test_a_replayed_statement_does_not_restart_the_offline_clock(servers, tmp_path):
-    """An attacker replays the current plan's genuine response (statement still unexpired) long after it was signed,
-    then cuts the node off: the offline-boot age counts from when the service signed the statement, so the replay
-    cannot stretch the window --offline-max-age allows. The service's clock runs 10 s behind the node's: what it
-    signs now reaches the node as a statement signed 10 s ago."""
+    """An attacker replays the current plan's genuine response (statement still unexpired) to restart the node's
+    offline-boot clock: the statement does not echo the nonce of the node's fetch, so it is refused and the state is
+    untouched; the offline-boot age still counts from when the service signed the last statement the node took. The
+    service's clock runs 10 s behind the node's: what it signs now reaches the node as a statement signed 10 s
+    ago."""
     (url,) = servers(1, clock=Behind(10))
     c = admin(url)
     node = Node(tmp_path, url, setup_fleet(c, ["gpu-01"])["gpu-01"])
     c.post("/v1/plans", json=PLAN)
     captured = httpx.get(f"{url}/v1/nodes/gpu-01/plan", headers={"Authorization": f"Bearer {node.token}"})
-    iat = json.loads(base64.urlsafe_b64decode(captured.headers["x-plan-freshness"].split(".")[1] + "=="))["iat"]
     keysets = httpx.get(f"{url}/v1/keysets").content
+    assert node.run().returncode == 0
+    before = node.state.read_bytes()
+    assert json.loads(before)["verified_at"] < time.time() - 5  # the service's signing time, not the node's read
     with _Replay(captured, keysets) as attacker:
         run = node.run(url=attacker.url)
-    assert run.returncode == 0, run.stderr  # the same plan: it may run
-    assert json.loads(node.state.read_text())["verified_at"] == iat  # not the time the node read the replay
+    assert run.returncode == 3 and "freshness_replayed" in run.stderr, run.stderr
+    assert node.state.read_bytes() == before
     down = f"http://127.0.0.1:{free_port()}"
     stale = node.run("--offline-max-age", "2", url=down)
     assert stale.returncode == 75 and "more than --offline-max-age 2" in stale.stderr, stale.stderr

@@ -69,3 +69,32 @@ def test_a_patch_with_null_labels_is_a_422_naming_the_field_and_changes_nothing(
     r = client.patch("/v1/nodes/n1", json={"labels": None})
     assert r.status_code == 422 and field_of(r) == "labels", r.text
     assert client.get("/v1/nodes/n1").json()["labels"] == {"pool": "a"}
+
+
+def test_node_names_are_one_node_whatever_the_case_and_never_end_with_a_dot(client):
+    """``NODE-A``, ``node-a`` and ``node-a.`` were three nodes: now the name is stored in lower case, another case
+    is the same node everywhere a name is given (paths, the agent's fetch, plan and rollout node lists), and a
+    final dot is a 422 naming the field."""
+    from tests.support.api import PLAN, fetch, register_manifest, register_node
+
+    token = register_node(client, "NODE-A")["agent_token"]
+    assert client.get("/v1/nodes/node-a").json()["name"] == "node-a"
+    r = client.post("/v1/nodes", json={"name": "node-a", "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8})
+    assert r.status_code == 409 and "'node-a' already exists" in r.text
+    r = client.post("/v1/nodes", json={"name": "node-a.", "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8})
+    assert r.status_code == 422 and field_of(r) == "name" and "does not end with a dot" in r.text
+    assert client.get("/v1/nodes/node-a.").status_code == 422
+    assert client.get("/v1/nodes/Node-A").json()["name"] == "node-a"
+    register_manifest(client)
+    r = client.post("/v1/plans", json={**PLAN, "nodes": ["NODE-A", "node-a"]})
+    assert r.status_code == 422 and field_of(r) == "nodes.1" and "listed twice" in r.text
+    r = client.post("/v1/plans", json={**PLAN, "nodes": ["Node-A"]})
+    assert r.status_code == 201, r.text
+    assert [a["node"] for a in r.json()["assignments"]] == ["node-a"]
+    for spelling in ("NODE-A", "node-a"):
+        got = fetch(client, spelling, token)
+        assert got.status_code == 200 and got.headers["x-plan-id"] == r.json()["id"]
+    assert fetch(client, "node-a.", token).status_code == 422
+    r = client.patch("/v1/nodes/NODE-A", json={"labels": {"rack": "2"}})
+    assert r.status_code == 200 and r.json()["labels"] == {"rack": "2"}
+    assert [n["name"] for n in client.get("/v1/nodes").json()["items"]] == ["node-a"]

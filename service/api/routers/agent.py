@@ -3,6 +3,7 @@ includes this router first (matched before any other route), and ``PlanServer.ca
 fetch from the per-process caches without FastAPI (``CachedPlanFetch`` in app.py)."""
 
 import asyncio
+import re
 import time
 from typing import Annotated
 
@@ -16,14 +17,16 @@ from ...services import tokens as token_service
 from ...services.agent_serving import etag_matches, fetch_recorded_recently
 from ...services.agent_writes import Fetch, Report
 from ...services.epochs import EpochCache
+from ...services.nodes import NOT_ACKNOWLEDGING
 from ...settings import Settings
-from ...signing import FRESHNESS_MEDIA_TYPE, KeyStore, b64json, freshness_claims, plan_digest
+from ...signing import FRESHNESS_MEDIA_TYPE, NONCE_PATTERN, KeyStore, b64json, freshness_claims, plan_digest
 from ..deps import NodeAgent, NodeName, Principals, Route, authorize_node, bearer_secret
 from ..schemas import SIGNED_PLAN, ReportIn, ReportOut
 
 router = APIRouter(route_class=Route)
 
 FRESHNESS_CACHE_SECONDS = 60.0  # a freshness statement is re-signed per assignment at most this often
+NONCE_RE = re.compile(NONCE_PATTERN)
 GROUP_HOLD_RETRY_SECONDS = 5  # a held worker asks again (domain/group_gate.py): the head reports when vLLM starts
 PLAN_HEADERS = {
     "ETag": {"description": "the plan's entity tag (send it as If-None-Match)", "schema": {"type": "string"}},
@@ -31,7 +34,8 @@ PLAN_HEADERS = {
     "X-Plan-Seq": {"description": "the node's seq of this plan", "schema": {"type": "integer"}},
     "X-Plan-Freshness": {
         "description": "compact JWS (typ application/vnd.preflight.freshness+jwt) signed at fetch "
-        "time over the plan's digest, node and seq: the plan is the node's current one until its "
+        "time over the plan's digest, node and seq, the highest seq the node reported on (acked_seq) and "
+        "the fetch's X-Plan-Nonce (nonce): the plan is the node's current one until its "
         "exp (PREFLIGHT_FRESHNESS_TTL_SECONDS)",
         "schema": {"type": "string"},
     },
@@ -74,13 +78,16 @@ class PlanServer:
         self.freshness_cache: dict[int, tuple[float, str, str]] = {}  # assignment id -> (valid until, kid, statement)
         self.freshness_window = min(FRESHNESS_CACHE_SECONDS, settings.freshness_ttl_seconds / 10)
 
-    def freshness(self, a: dict) -> str:
-        """The freshness statement for a current assignment (signs.py ``freshness_claims``): signed at most once per
-        ``freshness_window`` per assignment and process — a small fraction of its lifetime —, so a fleet fetching
-        at once costs a dictionary look-up, not a signature, per request."""
+    def freshness(self, a: dict, nonce: str | None = None) -> str:
+        """The freshness statement for a current assignment (signs.py ``freshness_claims``). With the agent's
+        ``nonce``: signed for this fetch alone, echoing it (a replayed statement cannot carry the next fetch's
+        nonce). Without: signed at most once per ``freshness_window`` per assignment and process — a small fraction
+        of its lifetime —, so readers fetching at once cost a dictionary look-up, not a signature, per request."""
         now = self.clock.time()
         keys, freshness_cache, window = self.keys, self.freshness_cache, self.freshness_window
         keys.refresh_soon()  # a rotation or retirement made by the CLI reaches the cache within a second
+        if nonce is not None:
+            return self.sign_freshness(a, now, nonce)
         kid = keys.active_kid
         hit = freshness_cache.get(a["id"])
         if hit is not None and hit[0] > now and hit[1] == kid:
@@ -98,8 +105,13 @@ class PlanServer:
             ):
                 freshness_cache[a["id"]] = (made[0] + window, kid, stored)
                 return stored
+        statement = self.sign_freshness(a, now, None)
+        freshness_cache[a["id"]] = (now + window, keys.active_kid, statement)
+        return statement
+
+    def sign_freshness(self, a: dict, now: float, nonce: str | None) -> str:
         settings = self.settings
-        statement = keys.sign(
+        return self.keys.sign(
             freshness_claims(
                 issuer=settings.issuer,
                 audience=settings.audience,
@@ -108,23 +120,23 @@ class PlanServer:
                 seq=a["seq"],
                 digest=plan_digest(a["signed"]),
                 ttl=settings.freshness_ttl_seconds,
+                acked_seq=a.get("acked_seq") or 0,
                 now=int(now),
                 grouped=a.get("role") in ("head", "worker"),
                 head_group_digest=a.get("head_group_digest"),
+                nonce=nonce,
             ),
             typ=FRESHNESS_MEDIA_TYPE,
             refresh=False,
-        )  # refresh_soon() above keeps the key set current
-        freshness_cache[a["id"]] = (now + window, keys.active_kid, statement)
-        return statement
+        )  # the caller's refresh_soon() keeps the key set current
 
-    def plan_response(self, a: dict, served: bool) -> Response:
+    def plan_response(self, a: dict, served: bool, nonce: str | None = None) -> Response:
         headers = {
             "ETag": a["etag"],
             "Cache-Control": "no-cache",
             "X-Plan-Id": a["plan_id"],
             "X-Plan-Seq": str(a["seq"]),
-            "X-Plan-Freshness": self.freshness(a),
+            "X-Plan-Freshness": self.freshness(a, nonce),
         }
         if not served:
             metrics.AGENT_FETCHES.labels("not_modified").inc()
@@ -147,14 +159,19 @@ class PlanServer:
         metrics.AGENT_FETCHES.labels("served").inc()
         return a, True
 
-    def cached_answer(self, name: str, authorization: str | None, if_none_match: str | None) -> Response | None:
-        """The route's answer when the caches hold it (no database, nothing to record), else None."""
+    def cached_answer(
+        self, name: str, authorization: str | None, if_none_match: str | None, nonce: str | None = None
+    ) -> Response | None:
+        """The route's answer when the caches hold it (no database, nothing to record), else None (a nonce not of
+        the form the route accepts is the route's to refuse)."""
+        if nonce is not None and not NONCE_RE.fullmatch(nonce):
+            return None
         try:
             principal = self.principals.cached(bearer_secret(authorization))
             a, served = self.from_plan_cache(name, principal, etag_list(if_none_match))
         except ApiError:  # the route answers errors
             return None
-        return self.plan_response(a, served) if a is not None and not held(a, principal) else None
+        return self.plan_response(a, served, nonce) if a is not None and not held(a, principal) else None
 
 
 @router.get(
@@ -182,6 +199,14 @@ async def fetch_node_plan(
     authorization: Annotated[str | None, Header()] = None,
     if_none_match: Annotated[str | None, Header()] = None,
     wait: Annotated[int, Query(ge=0, le=300, description="long-poll seconds")] = 0,
+    x_plan_nonce: Annotated[
+        str | None,
+        Header(
+            pattern=NONCE_PATTERN,
+            description="the agent's nonce for this fetch (16-64 base64url characters), echoed as ``nonce`` in the "
+            "freshness statement, which is then signed for this fetch alone",
+        ),
+    ] = None,
 ):
     """The agent's fetch (the node's own agent token, or an admin's). With ``If-None-Match`` and ``wait`` > 0
     the call holds until a different plan is current (or ``wait`` seconds pass → 304). A booting agent's first
@@ -218,7 +243,7 @@ async def fetch_node_plan(
             retry_after=GROUP_HOLD_RETRY_SECONDS,
             hold={**hold, "plan_id": a["plan_id"], "seq": a["seq"]},
         )
-    return server.plan_response(a, served)
+    return server.plan_response(a, served, x_plan_nonce)
 
 
 # the fleet's hot path answers the report as built (no response validation); the model documents it
@@ -231,5 +256,17 @@ async def fetch_node_plan(
 )
 async def report(request: Request, name: NodeName, body: ReportIn, p: NodeAgent):
     """The node agent's report (see ReportIn for the lifecycle). A ``heartbeat`` stores nothing but the time."""
-    out = await request.app.state.writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))
+    state = request.app.state
+    out = await state.writes.report(Report(p, name, body.plan_id, body.status, body.message, body.details))
+    if body.status not in NOT_ACKNOWLEDGING:
+        acknowledged(state.plan_server.plan_cache, name, body.plan_id)
     return JSONResponse(out, status_code=201)
+
+
+def acknowledged(plan_cache: EpochCache, name: str, plan_id: str | None) -> None:
+    """The node reported on its cached current plan: the next freshness statement this process signs for it says so
+    (``acked_seq``) without a database read. Other processes learn it when their cached entry expires or the plans
+    epoch moves; until then theirs is lower, never above what the node acknowledged."""
+    a = plan_cache.get(name)
+    if a is not None and a["plan_id"] == plan_id and (a.get("acked_seq") or 0) < a["seq"]:
+        a["acked_seq"] = a["seq"]

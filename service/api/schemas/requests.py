@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...domain.jsoncheck import JsonValueError, check_json
 from ...domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, Workload
@@ -12,9 +12,22 @@ from ...domain.text import display_text, display_text_problem
 from ...domain.topology import MAX_ADDRESS, address_problem
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+def node_name(value: str) -> str:
+    """A node name as stored: lower case (``NODE-A`` and ``node-a`` are one node, as DNS names are), never with a
+    final dot (``node-a.`` would be the same host under another spelling). ValueError for a final dot."""
+    if value.endswith("."):
+        raise ValueError(f"a node name does not end with a dot: {value[:-1]!r}, not {value!r}")
+    return value.lower()
+
+
+# Node names as every request carries them (registration, paths, plan and rollout node lists): NAME, then node_name.
+NodeNameStr = Annotated[str, Field(pattern=NAME), AfterValidator(node_name)]
 ADDRESS_DOC = (
     "IP address or DNS name the other nodes of a multi-node instance reach this node at (rendered as "
-    "--master-addr / --data-parallel-address when it heads a group); required for a head"
+    "--master-addr / --data-parallel-address when it heads a group); required for a head. Loopback, unspecified and "
+    "link-local addresses and names (localhost, *.localhost) are refused: other nodes would reach themselves"
 )
 
 
@@ -115,7 +128,9 @@ class NodeFactsIn(Strict):
 
 
 class NodeIn(Strict):
-    name: str = Field(pattern=NAME, description="Node name (hostname-like).")
+    name: NodeNameStr = Field(
+        description="Node name (hostname-like; case does not matter: stored in lower case; no final dot)."
+    )
     gpu: DisplayStr | CustomGpu = Field(description="Catalogue id, nvidia-smi name, or an inline description.")
     gpu_count: Annotated[int, Field(ge=1, le=64, strict=True)] = Field(description="GPUs in the node.")
     interconnect: Literal["nvlink", "pcie"] | None = Field(
@@ -273,7 +288,7 @@ class LaunchTarget(Strict):
 
 
 class PlanIn(LaunchTarget):
-    nodes: list[Annotated[str, Field(pattern=NAME)]] = Field(
+    nodes: list[NodeNameStr] = Field(
         min_length=1,
         max_length=256,
         description="The registered nodes the plan runs on (a multi-node instance: its nodes in rank order).",
@@ -523,7 +538,7 @@ class RolloutIn(LaunchTarget):
     recommended values filled in, the vLLM version and a pinned KV pool are decided once, at creation), the nodes
     (names or a selector), the waves, the failure limit and the gates."""
 
-    nodes: list[Annotated[str, Field(pattern=NAME)]] | None = Field(
+    nodes: list[NodeNameStr] | None = Field(
         default=None,
         min_length=1,
         max_length=MAX_ROLLOUT_NODES,
