@@ -237,3 +237,32 @@ def test_ordinary_variables_pass(env):
 )
 def test_keys_other_configs_use_for_names_are_not_code_by_name(raw):
     assert [x for x in loads(raw) if x.kind in CODE] == []
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "evil.Ćls",  # vLLM tests each part with str.isidentifier (vllm/config/speculative.py:1224): Unicode counts
+        "évil.Cls",
+        "_evil._Cls",
+    ],
+)
+def test_a_draft_model_vllm_reads_as_a_class_path_is_code(model):
+    raw = {"speculative_config": {"model": model, "num_speculative_tokens": 2}}
+    assert ("engine_args.speculative_config.model", "import") in kinds_at(raw)
+
+
+@pytest.mark.parametrize(
+    "model", ["org/draft", "https://host/evil.Cls", "evil", "evil..Cls", "1evil.Cls", "ngram", "evil.Cls "]
+)
+def test_a_draft_model_vllm_reads_as_a_model_is_not_code(model):
+    raw = {"speculative_config": {"model": model, "num_speculative_tokens": 2}}
+    assert not {k for _, k in kinds_at(raw) if k in CODE}
+
+
+@pytest.mark.parametrize("template", ["/srv/{x}/t.jinja", "/proc/self/cwd/{{x}}", "{x}/../../etc/shadow"])
+def test_a_chat_template_vllm_opens_as_a_file_is_a_path_even_with_jinja_characters(template):
+    # vLLM opens the value first and falls back to reading it as a template only when that fails
+    # (vllm/renderers/chat_utils/chat_template.py:72-105)
+    verdicts = judge(loads({"chat_template": template}), environment="production", allow_remote_code=None)
+    assert [v.rule for v in verdicts] == ["path_not_allowed"]

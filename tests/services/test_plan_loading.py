@@ -58,6 +58,8 @@ MULTI = {
             {"speculative_config": {"model": "evil.proposer.Cls", "num_speculative_tokens": 2}},
             "speculative_config.model",
         ),
+        # vLLM's test is str.isidentifier per part: a Unicode class name is a class path too
+        ({"speculative_config": {"model": "evil.Ćls", "num_speculative_tokens": 2}}, "speculative_config.model"),
         ({"logging_config": {"pylogging_config_file": "/srv/log.json"}}, "logging_config.pylogging_config_file"),
         (
             {"compilation_config": {"inductor_compile_config": {"cpp.cxx": "/tmp/evil"}}},
@@ -113,8 +115,9 @@ def test_writes_and_secrets_are_refused_everywhere(fleet, args, field, rule, env
     assert "s3cret" not in r.text  # a refused secret is never echoed
 
 
-def test_a_path_to_read_is_refused_in_production_only(fleet):
-    args = {"chat_template": "/etc/shadow"}
+@pytest.mark.parametrize("template", ["/etc/shadow", "/srv/{x}/t.jinja"])
+def test_a_path_to_read_is_refused_in_production_only(fleet, template):
+    args = {"chat_template": template}  # vLLM opens it before reading it as Jinja
     r = plan(fleet, manifest="trusted", engine_args=args)
     assert r.status_code == 422 and ("engine_args.chat_template", "path_not_allowed") in errors(r), r.text
     assert plan(fleet, manifest="trusted", environment="benchmark", engine_args=args).status_code == 201
