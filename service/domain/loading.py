@@ -160,6 +160,8 @@ def _fires(path: str, key: str, kind: str, value: object, reviewed: bool) -> boo
     exempt = NOT_LOADING.get((path, kind))
     if exempt is not None and exempt[0](value):
         return False
+    if kind == "secret" and isinstance(value, bool):
+        return False  # --hf-token alone: the token the node logged in with (vllm/config/model.py:344-347)
     if isinstance(value, (dict, list)):
         return reviewed  # a container's own facts are its keys', except where the whole value was read by hand
     if kind in ("read", "write", "download_dir"):

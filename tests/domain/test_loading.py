@@ -266,3 +266,8 @@ def test_a_chat_template_vllm_opens_as_a_file_is_a_path_even_with_jinja_characte
     # (vllm/renderers/chat_utils/chat_template.py:72-105)
     verdicts = judge(loads({"chat_template": template}), environment="production", allow_remote_code=None)
     assert [v.rule for v in verdicts] == ["path_not_allowed"]
+
+
+def test_the_bare_hf_token_flag_names_no_secret():
+    # --hf-token alone uses the token the node logged in with (vllm/config/model.py:344-347)
+    assert judge(loads({"hf_token": True}), environment="production", allow_remote_code=None) == []
