@@ -271,3 +271,26 @@ def test_a_chat_template_vllm_opens_as_a_file_is_a_path_even_with_jinja_characte
 def test_the_bare_hf_token_flag_names_no_secret():
     # --hf-token alone uses the token the node logged in with (vllm/config/model.py:344-347)
     assert judge(loads({"hf_token": True}), environment="production", allow_remote_code=None) == []
+
+
+@pytest.mark.parametrize(
+    "raw,rule,field",
+    [
+        ({"allowed_local_media_path": "/"}, "path_not_allowed", "allowed_local_media_path"),
+        ({"ssl_keyfile": "/etc/shadow"}, "path_not_allowed", "ssl_keyfile"),
+        ({"ssl_ca_certs": "/etc/shadow"}, "path_not_allowed", "ssl_ca_certs"),
+        ({"uds": "/etc/cron.d/sock"}, "write_not_allowed", "uds"),
+        ({"mm_processor_kwargs": {"token": "hf_abc"}}, "secret_in_engine_args", "mm_processor_kwargs.token"),
+        ({"mm_processor_kwargs": {"cache_dir": "/etc/x"}}, "write_not_allowed", "mm_processor_kwargs.cache_dir"),
+    ],
+)
+def test_the_flows_the_analysis_missed(raw, rule, field):
+    verdicts = judge(loads(raw), environment="production", allow_remote_code=None)
+    assert any(v.rule == rule and v.field == "engine_args." + field for v in verdicts), verdicts
+
+
+def test_the_logging_stream_imports_what_an_ext_url_names():
+    # dictConfig resolves ext://module.attr by importing it (vllm/logger.py:237 hands the variable to it)
+    assert "VLLM_LOGGING_STREAM" in dict(env_policy.refused({"VLLM_LOGGING_STREAM": "ext://evil.mod.stream"}))
+    for value in ("ext://sys.stdout", "ext://sys.stderr"):
+        assert env_policy.refused({"VLLM_LOGGING_STREAM": value}) == []
