@@ -27,6 +27,9 @@ KINDS = CODE | PATHS | {"write", "other_weights", "secret", "safety_off"}
 # a key under a JSON option that names code by its spelling: the analysis can lose a key where a dict is handed to
 # a function that reads it with .get (KV offloading's spec_module_path), so the name alone also counts
 CODE_SUFFIXES = ("_plugin", "_cls", "_class", "_module_path", "_processors", "_module")
+# keys that name code whole: an offloading tier's module_path is imported for a tier type not built in
+# (vllm 0.33.0 vllm/v1/kv_offload/tiering/factory.py:123-140, read from kv_connector_extra_config.secondary_tiers[])
+CODE_KEYS = ("inductor_passes", "middleware", "module_path")
 PATH_KEY = re.compile(r"(path|paths|dir|dirs|file|files|folder|root|home|cache)$")
 HARMLESS: tuple[object, ...] = (None, "", "auto", [], {}, False)
 MAX_NODES = 20_000  # JSON values a walk visits; the request bounds (jsoncheck) keep real launches far below
@@ -237,7 +240,9 @@ def _code_by_name(key: str, value: object, facts: LoadingFacts) -> bool:
     inside a MultiConnector is the same key one level deeper than the facts reach)."""
     if value in HARMLESS or isinstance(value, (dict, list, bool, int, float)):
         return False
-    return key in facts.code_keys or key.endswith(CODE_SUFFIXES) or key in ("inductor_passes", "middleware")
+    if key == "policy" and isinstance(value, str) and "." in value:
+        return True  # a KVCR tier's policy not built in is resolved by qualified name (kvcr/manager.py:101-112)
+    return key in facts.code_keys or key.endswith(CODE_SUFFIXES) or key in CODE_KEYS
 
 
 def env_loads(env: Mapping[str, Any], facts: LoadingFacts) -> list[Load]:

@@ -294,3 +294,35 @@ def test_the_logging_stream_imports_what_an_ext_url_names():
     assert "VLLM_LOGGING_STREAM" in dict(env_policy.refused({"VLLM_LOGGING_STREAM": "ext://evil.mod.stream"}))
     for value in ("ext://sys.stdout", "ext://sys.stderr"):
         assert env_policy.refused({"VLLM_LOGGING_STREAM": value}) == []
+
+
+@pytest.mark.parametrize(
+    "tier,key",
+    [
+        ({"type": "Evil", "module_path": "evil"}, "module_path"),  # vllm/v1/kv_offload/tiering/factory.py:123-140
+        ({"type": "KVCR", "policy": "evil.mod.Policy"}, "policy"),  # vllm/v1/kv_offload/tiering/kvcr/manager.py:112
+    ],
+)
+def test_an_offloading_tier_out_of_tree_is_code(tier, key):
+    extra = {"secondary_tiers": [tier]}
+    raw = {
+        "kv_transfer_config": {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+    }
+    field = f"engine_args.kv_transfer_config.kv_connector_extra_config.secondary_tiers[0].{key}"
+    assert (field, "import") in kinds_at(raw)
+
+
+def test_a_built_in_offloading_policy_is_a_name():
+    extra = {"eviction_policy": "lru", "secondary_tiers": [{"type": "KVCR", "policy": "lru"}]}
+    raw = {
+        "kv_transfer_config": {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+    }
+    assert not {k for _, k in kinds_at(raw) if k in CODE}
