@@ -313,6 +313,43 @@ REVIEWED: list[tuple[str, str, str, str | None, str]] = [
         "envs.VLLM_ALLOW_RUNTIME_LORA_UPDATING",
         "any API client may load an adapter from any path or repository",
     ),
+    *(
+        (
+            "allowed_local_media_path",
+            "read",
+            rel,
+            "Path(allowed_local_media_path)",
+            "API requests may read any file "
+            "under this directory (file:// media URLs), so its content reaches the model and the response",
+        )
+        for rel in ("vllm/multimodal/media/connector.py", "vllm/multimodal/utils.py")
+    ),
+    *(
+        (name, "read", rel, f"{name}=args.{name}", "uvicorn reads the TLS key, certificate or CA bundle at this path")
+        for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs")
+        for rel in ("vllm/entrypoints/launchers/api_server/entry.py", "vllm/entrypoints/openai/api_server.py")
+    ),
+    *(
+        ("uds", "write", rel, "create_server_unix_socket(args.uds)", "the server binds a Unix socket at this path")
+        for rel in ("vllm/entrypoints/launchers/launcher.py", "vllm/entrypoints/openai/api_server.py")
+    ),
+    # mm_processor_kwargs are laid over the processor's from_pretrained keywords (get_allowed_kwarg_only_overrides
+    # with allow_var_kwargs), so Transformers' own loading keywords pass through
+    *(
+        (what, kind, "vllm/transformers_utils/processor.py", "**_merge_mm_kwargs(model_config", why)
+        for what, kind, why in (
+            ("mm_processor_kwargs.token", "secret", "the Hugging Face token the processor is downloaded with"),
+            ("mm_processor_kwargs.cache_dir", "download_dir", "the processor's files are downloaded there"),
+            ("mm_processor_kwargs.cache_dir", "write", "the processor's files are downloaded there"),
+        )
+    ),
+    (
+        "env:VLLM_LOGGING_STREAM",
+        "import",
+        "vllm/logger.py",
+        'vllm_handler["stream"] = envs.VLLM_LOGGING_STREAM',
+        "the handler's stream in a logging dictConfig: an ext://module.attr value is imported",
+    ),
     (
         "env:TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD",
         "unpickle",

@@ -27,21 +27,40 @@ KINDS = CODE | PATHS | {"write", "other_weights", "secret", "safety_off"}
 # a key under a JSON option that names code by its spelling: the analysis can lose a key where a dict is handed to
 # a function that reads it with .get (KV offloading's spec_module_path), so the name alone also counts
 CODE_SUFFIXES = ("_plugin", "_cls", "_class", "_module_path", "_processors", "_module")
+# keys that name code whole: an offloading tier's module_path is imported for a tier type not built in
+# (vllm 0.33.0 vllm/v1/kv_offload/tiering/factory.py:123-140, read from kv_connector_extra_config.secondary_tiers[])
+CODE_KEYS = ("inductor_passes", "middleware", "module_path")
 PATH_KEY = re.compile(r"(path|paths|dir|dirs|file|files|folder|root|home|cache)$")
-QUALNAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 HARMLESS: tuple[object, ...] = (None, "", "auto", [], {}, False)
 MAX_NODES = 20_000  # JSON values a walk visits; the request bounds (jsoncheck) keep real launches far below
 
 
-def _is_qualname(value: object) -> bool:
-    return isinstance(value, str) and QUALNAME.match(value) is not None
+def _is_custom_proposer_path(value: object) -> bool:
+    """vLLM's own test (vllm 0.33.0 vllm/config/speculative.py:1215-1224): parts that are Python identifiers (Unicode
+    letters too, as ``str.isidentifier`` has them), no ``/`` and no URL scheme."""
+    if not isinstance(value, str) or value.startswith(("http://", "https://", "file://")) or "/" in value:
+        return False
+    parts = value.split(".")
+    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
+
+
+def _is_template_text(value: object) -> bool:
+    """A chat template vLLM cannot open as a file: it opens the value first and reads it as the template only when
+    that fails (vllm 0.33.0 vllm/renderers/chat_utils/chat_template.py:72-105), so Jinja characters alone do not make
+    it text; a value that starts at the root or climbs with ``..`` names a file, whatever else it holds."""
+    return (
+        isinstance(value, str)
+        and any(c in value for c in "{}\n")
+        and not value.startswith(("/", "~"))
+        and re.search(r"(^|/)\.\.(/|$)", value) is None
+    )
 
 
 # (path, kind) -> (what decides the value loads nothing, the vLLM 0.33.0 line that reads it so)
 NOT_LOADING: dict[tuple[str, str], tuple[Callable[[object], bool], str]] = {
     # a repository id or path is a draft model; only a dotted name is imported as a custom proposer class
     ("speculative_config.model", "import"): (
-        lambda v: not _is_qualname(v),
+        lambda v: not _is_custom_proposer_path(v),
         "vllm/config/speculative.py:1215 _is_custom_proposer_path",
     ),
     # torch's registered backends ("inductor", "eager", …) are names; a dotted value is resolved by qualified name
@@ -54,11 +73,8 @@ NOT_LOADING: dict[tuple[str, str], tuple[Callable[[object], bool], str]] = {
         lambda v: v in ("mp", "ray", "uni", "external_launcher"),
         "vllm/config/parallel.py:38 DistributedExecutorBackend",
     ),
-    # a chat template holding Jinja characters is the template itself, not a file name
-    ("chat_template", "read"): (
-        lambda v: isinstance(v, str) and any(c in v for c in "{}\n"),
-        "vllm/renderers/chat_utils/chat_template.py:30 JINJA_CHARS",
-    ),
+    # a chat template holding Jinja characters that cannot be opened as a file is the template itself
+    ("chat_template", "read"): (_is_template_text, "vllm/renderers/chat_utils/chat_template.py:72-105"),
     # "auto" and "vllm" are the model's own generation config and vLLM's defaults; anything else is a repository
     ("generation_config", "other_weights"): (
         lambda v: v in ("auto", "vllm"),
@@ -72,6 +88,11 @@ NOT_LOADING: dict[tuple[str, str], tuple[Callable[[object], bool], str]] = {
     # the model is the manifest's own, judged everywhere else
     ("model", "other_weights"): (lambda v: True, "the manifest's model"),
     ("model", "read"): (lambda v: True, "the manifest's model"),
+    # the two streams vLLM itself names (its default is ext://sys.stdout); any other ext:// value is imported
+    ("env.VLLM_LOGGING_STREAM", "import"): (
+        lambda v: v in ("ext://sys.stdout", "ext://sys.stderr"),
+        "vllm/logger.py:68-70, vllm/envs.py:863",
+    ),
 }
 
 
@@ -142,6 +163,8 @@ def _fires(path: str, key: str, kind: str, value: object, reviewed: bool) -> boo
     exempt = NOT_LOADING.get((path, kind))
     if exempt is not None and exempt[0](value):
         return False
+    if kind == "secret" and isinstance(value, bool):
+        return False  # --hf-token alone: the token the node logged in with (vllm/config/model.py:344-347)
     if isinstance(value, (dict, list)):
         return reviewed  # a container's own facts are its keys', except where the whole value was read by hand
     if kind in ("read", "write", "download_dir"):
@@ -217,7 +240,9 @@ def _code_by_name(key: str, value: object, facts: LoadingFacts) -> bool:
     inside a MultiConnector is the same key one level deeper than the facts reach)."""
     if value in HARMLESS or isinstance(value, (dict, list, bool, int, float)):
         return False
-    return key in facts.code_keys or key.endswith(CODE_SUFFIXES) or key in ("inductor_passes", "middleware")
+    if key == "policy" and isinstance(value, str) and "." in value:
+        return True  # a KVCR tier's policy not built in is resolved by qualified name (kvcr/manager.py:101-112)
+    return key in facts.code_keys or key.endswith(CODE_SUFFIXES) or key in CODE_KEYS
 
 
 def env_loads(env: Mapping[str, Any], facts: LoadingFacts) -> list[Load]:
@@ -231,6 +256,9 @@ def env_loads(env: Mapping[str, Any], facts: LoadingFacts) -> list[Load]:
                 continue
             if not place and str(value).strip().lower() in ("", "0", "false", "no", "off"):
                 continue  # a switch left off, or a class variable left empty, loads nothing
+            exempt = NOT_LOADING.get((f"env.{name}", kind))
+            if exempt is not None and exempt[0](value):
+                continue
             out.append(Load(f"env.{name}", kind, _shown(value), facts.env_sites.get(name, "")))
     return out
 

@@ -237,3 +237,92 @@ def test_ordinary_variables_pass(env):
 )
 def test_keys_other_configs_use_for_names_are_not_code_by_name(raw):
     assert [x for x in loads(raw) if x.kind in CODE] == []
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "evil.Ćls",  # vLLM tests each part with str.isidentifier (vllm/config/speculative.py:1224): Unicode counts
+        "évil.Cls",
+        "_evil._Cls",
+    ],
+)
+def test_a_draft_model_vllm_reads_as_a_class_path_is_code(model):
+    raw = {"speculative_config": {"model": model, "num_speculative_tokens": 2}}
+    assert ("engine_args.speculative_config.model", "import") in kinds_at(raw)
+
+
+@pytest.mark.parametrize(
+    "model", ["org/draft", "https://host/evil.Cls", "evil", "evil..Cls", "1evil.Cls", "ngram", "evil.Cls "]
+)
+def test_a_draft_model_vllm_reads_as_a_model_is_not_code(model):
+    raw = {"speculative_config": {"model": model, "num_speculative_tokens": 2}}
+    assert not {k for _, k in kinds_at(raw) if k in CODE}
+
+
+@pytest.mark.parametrize("template", ["/srv/{x}/t.jinja", "/proc/self/cwd/{{x}}", "{x}/../../etc/shadow"])
+def test_a_chat_template_vllm_opens_as_a_file_is_a_path_even_with_jinja_characters(template):
+    # vLLM opens the value first and falls back to reading it as a template only when that fails
+    # (vllm/renderers/chat_utils/chat_template.py:72-105)
+    verdicts = judge(loads({"chat_template": template}), environment="production", allow_remote_code=None)
+    assert [v.rule for v in verdicts] == ["path_not_allowed"]
+
+
+def test_the_bare_hf_token_flag_names_no_secret():
+    # --hf-token alone uses the token the node logged in with (vllm/config/model.py:344-347)
+    assert judge(loads({"hf_token": True}), environment="production", allow_remote_code=None) == []
+
+
+@pytest.mark.parametrize(
+    "raw,rule,field",
+    [
+        ({"allowed_local_media_path": "/"}, "path_not_allowed", "allowed_local_media_path"),
+        ({"ssl_keyfile": "/etc/shadow"}, "path_not_allowed", "ssl_keyfile"),
+        ({"ssl_ca_certs": "/etc/shadow"}, "path_not_allowed", "ssl_ca_certs"),
+        ({"uds": "/etc/cron.d/sock"}, "write_not_allowed", "uds"),
+        ({"mm_processor_kwargs": {"token": "hf_abc"}}, "secret_in_engine_args", "mm_processor_kwargs.token"),
+        ({"mm_processor_kwargs": {"cache_dir": "/etc/x"}}, "write_not_allowed", "mm_processor_kwargs.cache_dir"),
+    ],
+)
+def test_the_flows_the_analysis_missed(raw, rule, field):
+    verdicts = judge(loads(raw), environment="production", allow_remote_code=None)
+    assert any(v.rule == rule and v.field == "engine_args." + field for v in verdicts), verdicts
+
+
+def test_the_logging_stream_imports_what_an_ext_url_names():
+    # dictConfig resolves ext://module.attr by importing it (vllm/logger.py:237 hands the variable to it)
+    assert "VLLM_LOGGING_STREAM" in dict(env_policy.refused({"VLLM_LOGGING_STREAM": "ext://evil.mod.stream"}))
+    for value in ("ext://sys.stdout", "ext://sys.stderr"):
+        assert env_policy.refused({"VLLM_LOGGING_STREAM": value}) == []
+
+
+@pytest.mark.parametrize(
+    "tier,key",
+    [
+        ({"type": "Evil", "module_path": "evil"}, "module_path"),  # vllm/v1/kv_offload/tiering/factory.py:123-140
+        ({"type": "KVCR", "policy": "evil.mod.Policy"}, "policy"),  # vllm/v1/kv_offload/tiering/kvcr/manager.py:112
+    ],
+)
+def test_an_offloading_tier_out_of_tree_is_code(tier, key):
+    extra = {"secondary_tiers": [tier]}
+    raw = {
+        "kv_transfer_config": {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+    }
+    field = f"engine_args.kv_transfer_config.kv_connector_extra_config.secondary_tiers[0].{key}"
+    assert (field, "import") in kinds_at(raw)
+
+
+def test_a_built_in_offloading_policy_is_a_name():
+    extra = {"eviction_policy": "lru", "secondary_tiers": [{"type": "KVCR", "policy": "lru"}]}
+    raw = {
+        "kv_transfer_config": {
+            "kv_connector": "OffloadingConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+    }
+    assert not {k for _, k in kinds_at(raw) if k in CODE}

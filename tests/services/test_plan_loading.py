@@ -58,6 +58,8 @@ MULTI = {
             {"speculative_config": {"model": "evil.proposer.Cls", "num_speculative_tokens": 2}},
             "speculative_config.model",
         ),
+        # vLLM's test is str.isidentifier per part: a Unicode class name is a class path too
+        ({"speculative_config": {"model": "evil.Ćls", "num_speculative_tokens": 2}}, "speculative_config.model"),
         ({"logging_config": {"pylogging_config_file": "/srv/log.json"}}, "logging_config.pylogging_config_file"),
         (
             {"compilation_config": {"inductor_compile_config": {"cpp.cxx": "/tmp/evil"}}},
@@ -83,6 +85,7 @@ def test_code_needs_the_manifests_consent_in_production(fleet, args, field):
         {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true"},
         {"TRITON_CACHE_MANAGER": "evil.mod:Manager"},
         {"TRITON_REMOTE_CACHE_BACKEND": "evil.mod:Backend"},
+        {"VLLM_LOGGING_STREAM": "ext://evil.mod.stream"},  # dictConfig imports an ext:// stream
     ],
 )
 @pytest.mark.parametrize("environment", ["production", "benchmark"])
@@ -103,6 +106,9 @@ def test_env_that_loads_code_or_turns_safety_off_is_refused_everywhere(fleet, en
         ),
         ({"api_key": ["s3cret-key"]}, "api_key", "secret_in_engine_args"),
         ({"hf_token": "hf_s3cret"}, "hf_token", "secret_in_engine_args"),
+        # passed on to the processor's from_pretrained (vllm/transformers_utils/processor.py)
+        ({"mm_processor_kwargs": {"token": "hf_s3cret"}}, "mm_processor_kwargs.token", "secret_in_engine_args"),
+        ({"uds": "/etc/cron.d/sock"}, "uds", "write_not_allowed"),
     ],
 )
 @pytest.mark.parametrize("environment", ["production", "benchmark"])
@@ -113,10 +119,19 @@ def test_writes_and_secrets_are_refused_everywhere(fleet, args, field, rule, env
     assert "s3cret" not in r.text  # a refused secret is never echoed
 
 
-def test_a_path_to_read_is_refused_in_production_only(fleet):
-    args = {"chat_template": "/etc/shadow"}
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("chat_template", "/etc/shadow"),
+        ("chat_template", "/srv/{x}/t.jinja"),  # vLLM opens it before reading it as Jinja
+        ("allowed_local_media_path", "/"),  # API clients read any file under it as media
+        ("ssl_keyfile", "/etc/shadow"),
+    ],
+)
+def test_a_path_to_read_is_refused_in_production_only(fleet, name, value):
+    args = {name: value}
     r = plan(fleet, manifest="trusted", engine_args=args)
-    assert r.status_code == 422 and ("engine_args.chat_template", "path_not_allowed") in errors(r), r.text
+    assert r.status_code == 422 and (f"engine_args.{name}", "path_not_allowed") in errors(r), r.text
     assert plan(fleet, manifest="trusted", environment="benchmark", engine_args=args).status_code == 201
 
 
