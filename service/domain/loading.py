@@ -211,28 +211,37 @@ def _json_text(value: Any) -> Any:
 
 def _generic_path(path: str) -> str:
     """``a.b[].c[][]`` with every list level collapsed to one (``[]``), for facts found one level deep."""
-    return re.sub(r"(\[\])+", "[]", path)
+    return re.sub(r"(\[\])+", "[]", path) if "[][]" in path else path
 
 
 def option_loads(values: Mapping[str, Any], facts: LoadingFacts) -> list[Load]:
     """Every load the engine arguments (by dest) would cause, at any depth, in a stable order."""
     out: list[Load] = []
     for name, raw in values.items():
-        for paths, shown, key, value in _walk(name, _json_text(raw)):
-            path = _generic_path(paths[0])
-            kinds = frozenset().union(*(facts.options.get(_generic_path(p), frozenset()) for p in paths))
-            if "other_weights" in kinds:  # a model reference (repository id or path): named as other weights
-                kinds = kinds - PATHS
-            site = next((facts.option_sites[g] for p in paths if (g := _generic_path(p)) in facts.option_sites), "")
-            reviewed = any(_generic_path(p) in facts.reviewed for p in paths)
-            for kind in sorted(kinds):
-                if _fires(path, key, kind, value, reviewed):
-                    out.append(Load(f"engine_args.{shown}", kind, _shown(value), site))
-            if "." in path and not kinds & CODE and _code_by_name(key, value, facts):
-                out.append(Load(f"engine_args.{shown}", "import", _shown(value), "by its name (" + key + ")"))
+        value = _json_text(raw)
+        if not isinstance(value, (dict, list)) and name not in facts.options:
+            continue  # a plain value of an option the release loads nothing through (most of them)
+        for paths, shown, key, node in _walk(name, value):
+            _judge_value(tuple(map(_generic_path, paths)), f"engine_args.{shown}", key, node, facts, out)
             if key == "…":
                 out.append(Load(f"engine_args.{name}", "import", "too large to judge", "bounded walk"))
     return sorted(out, key=lambda x: (x.field, x.kind))
+
+
+def _judge_value(
+    paths: tuple[str, ...], field: str, key: str, value: Any, facts: LoadingFacts, out: list[Load]
+) -> None:
+    """The loads of one value, found by any of its fact paths (named, or as an item)."""
+    kinds = frozenset().union(*(facts.options.get(p, frozenset()) for p in paths))
+    if "other_weights" in kinds:  # a model reference (repository id or path): named as other weights
+        kinds = kinds - PATHS
+    site = next((facts.option_sites[p] for p in paths if p in facts.option_sites), "")
+    reviewed = any(p in facts.reviewed for p in paths)
+    for kind in sorted(kinds):
+        if _fires(paths[0], key, kind, value, reviewed):
+            out.append(Load(field, kind, _shown(value), site))
+    if "." in paths[0] and not kinds & CODE and _code_by_name(key, value, facts):
+        out.append(Load(field, "import", _shown(value), f"by its name ({key})"))
 
 
 def _code_by_name(key: str, value: object, facts: LoadingFacts) -> bool:
