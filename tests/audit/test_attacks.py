@@ -349,3 +349,44 @@ def test_the_service_own_writes_leave_no_orphan(client, db, settings, keys):
     out = verify(client)
     assert out["ok"] is True and "orphans" not in out, out
     assert sql(settings, "SELECT count(*) FROM plans")[0][0] >= 2 and rid
+
+
+def test_a_database_upgraded_to_the_recorded_head_starts_it_at_the_chain_end(db_url, db, keys):
+    """Migration 0014 on a chain sealed by an older service: the head starts at the chain's end, unsigned (a
+    migration has no keys) and accepted as such until the first seal signs it."""
+    from service.db.migrate import downgrade, upgrade
+
+    downgrade(db_url, "0013")
+    prev, digest, ts = audit.GENESIS, audit.sha256_hex(audit.canonical({})), dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        for seq in (1, 2):
+            h = audit.event_hash(seq, prev, ts, "t", "node.updated", "node:x", None, None, None, digest)
+            conn.execute(
+                text(
+                    "INSERT INTO audit_events (ts, actor, kind, subject, payload, payload_digest, chain_seq, prev_hash,"
+                    " hash) VALUES (:ts, 't', 'node.updated', 'node:x', '{}', :d, :s, :p, :h)"
+                ),
+                {"ts": ts, "d": digest, "s": seq, "p": prev, "h": h},
+            )
+            prev = h
+    engine.dispose()
+    upgrade(db_url)
+    db.audit_keys = audit.AuditKeys(keys)
+    with db.read() as s:
+        out = audit.verify_chain(s)
+    assert out["ok"] is True and out["last_seq"] == 2, out  # the unsigned head names the chain's end
+    with db.transaction() as s:
+        audit.append(s, actor="t", kind="node.updated", subject="node:x", payload={})
+    head = sql_url(db_url, "SELECT seq, hash, mac FROM audit_head")[0]
+    assert head[0] == 3 and head[2].startswith("h1.") and db.audit_keys.head_valid(*head)
+    with db.read() as s:
+        assert audit.verify_chain(s)["ok"] is True
+
+
+def sql_url(url, statement):
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        rows = conn.execute(text(statement)).all()
+    engine.dispose()
+    return rows
