@@ -50,11 +50,15 @@ WHERE NOT EXISTS (SELECT 1 FROM audit_events e WHERE e.plan_id = p.id AND e.kind
 ORDER BY p.id LIMIT :limit
 """
 
+# the (plan, node) pairs the plan.created events name, built once and anti-joined (a hash join on PostgreSQL, an
+# automatic index on SQLite) rather than looked up per assignment among each plan's many fetch and report events
 _ASSIGNMENTS = """
 SELECT a.id FROM assignments a
-WHERE NOT EXISTS (
-    SELECT 1 FROM audit_events e, {nodes_of_e} AS j
-    WHERE e.plan_id = a.plan_id AND e.kind = 'plan.created' AND j.value = a.node_name)
+LEFT JOIN (
+    SELECT e.plan_id AS plan_id, j.value AS node FROM audit_events e, {nodes_of_e} AS j
+    WHERE e.kind = 'plan.created' AND e.plan_id IS NOT NULL
+) c ON c.plan_id = a.plan_id AND c.node = a.node_name
+WHERE c.plan_id IS NULL
 ORDER BY a.id LIMIT :limit
 """
 
