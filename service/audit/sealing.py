@@ -52,21 +52,24 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
     keys = audit_keys(session)
     valid = keys.checker() if keys is not None else None
     seal_mac = keys.seal_signer() if keys is not None else None
+    table = table_of(AuditEvent)
+
+    def pending_after(cursor: int):
+        # Core rows (attribute access like the ORM's, without an identity map or instance state per event)
+        return session.execute(
+            select(table).where(table.c.chain_seq.is_(None), table.c.id > cursor).order_by(table.c.id).limit(batch)
+        ).all()
+
+    pending = pending_after(0)
+    if not pending:  # an idle sweep: nothing to seal, nothing more to read
+        return 0
     seq, prev = _head(session)
     trouble = head.problem(session, head.recorded(session), seq, prev, keys)
     if trouble is not None:
         _refuse_to_seal(trouble)
         return 0
     total = 0
-    cursor = 0
-    table = table_of(AuditEvent)
     while True:
-        # Core rows (attribute access like the ORM's, without an identity map or instance state per event)
-        pending = session.execute(
-            select(table).where(table.c.chain_seq.is_(None), table.c.id > cursor).order_by(table.c.id).limit(batch)
-        ).all()
-        if not pending:
-            break
         cursor = pending[-1].id
         first = _first_with_nonce(session, pending)
         rows = []
@@ -103,6 +106,9 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
             )
         total += len(rows)
         if len(pending) < batch:
+            break
+        pending = pending_after(cursor)
+        if not pending:
             break
     if total:
         head.record(session, seq, prev, keys)
