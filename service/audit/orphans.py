@@ -5,8 +5,9 @@ it by table and id. Each table is one anti-join (set queries over indexed column
 The events that create rows (``audit.append`` calls in service/services and service/api/routers):
 
 - tokens: ``token.created`` (``subject`` ``token:<id>``, payload ``id``; the bootstrap admin token's older event has
-  subject ``token:bootstrap-admin`` and no id), ``token.rotated`` (payload ``id`` from the tokens API, ``token_id``
-  from a node's rotation), and for a node's first agent token ``node.registered`` of that node;
+  subject ``token:bootstrap-admin`` and no id: it covers the oldest bootstrap tokens, one each), ``token.rotated``
+  (payload ``id`` from the tokens API, ``token_id`` from a node's rotation) and ``node.registered`` (payload
+  ``token_id``: the node's first agent token; an older event without it covers the node's oldest agent token);
 - plans: ``plan.created`` (``plan_id``); assignments: the ``plan.created`` of their plan naming their node in
   payload ``nodes``; rollouts: ``rollout.created`` (``subject`` ``rollout:<id>``).
 """
@@ -30,10 +31,12 @@ WHERE NOT EXISTS (
     WHERE kind IN ('token.created', 'token.rotated') AND {payload_id} IS NOT NULL
     UNION ALL
     SELECT CAST({payload_token_id} AS VARCHAR(20)) FROM audit_events
-    WHERE kind = 'token.rotated' AND {payload_token_id} IS NOT NULL)
+    WHERE kind IN ('token.rotated', 'node.registered') AND {payload_token_id} IS NOT NULL)
   AND NOT (t.role = 'agent'
     AND t.id IN (SELECT min(id) FROM tokens WHERE role = 'agent' GROUP BY node_name)
-    AND EXISTS (SELECT 1 FROM audit_events e WHERE e.node = t.node_name AND e.kind = 'node.registered'))
+    AND EXISTS (
+        SELECT 1 FROM audit_events e
+        WHERE e.node = t.node_name AND e.kind = 'node.registered' AND {e_payload_token_id} IS NULL))
   AND t.id NOT IN (
     SELECT b.id FROM (
         SELECT id, row_number() OVER (ORDER BY id) AS n FROM tokens WHERE role = 'admin' AND label = :bootstrap
@@ -73,12 +76,14 @@ _DIALECT = {
     "sqlite": {
         "payload_id": "json_extract(payload, '$.id')",
         "payload_token_id": "json_extract(payload, '$.token_id')",
+        "e_payload_token_id": "json_extract(e.payload, '$.token_id')",
         "nodes_of_e": "json_each(CASE WHEN json_type(e.payload, '$.nodes') = 'array' "
         "THEN json_extract(e.payload, '$.nodes') ELSE '[]' END)",
     },
     "postgresql": {
         "payload_id": "(payload ->> 'id')",
         "payload_token_id": "(payload ->> 'token_id')",
+        "e_payload_token_id": "(e.payload ->> 'token_id')",
         "nodes_of_e": "json_array_elements_text(CASE WHEN json_typeof(e.payload -> 'nodes') = 'array' "
         "THEN e.payload -> 'nodes' ELSE '[]'::json END)",
     },

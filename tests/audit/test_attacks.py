@@ -390,3 +390,21 @@ def sql_url(url, statement):
         rows = conn.execute(text(statement)).all()
     engine.dispose()
     return rows
+
+
+def test_an_agent_token_put_in_by_hand_is_an_orphan(client, settings):
+    """``node.registered`` names the agent token it issued: a token swapped in for it (the genuine one deleted, so
+    the forged one is the node's oldest) has no event."""
+    register_node(client, "gpu-01")
+    assert verify(client)["ok"] is True
+    genuine = sql(settings, "SELECT id FROM tokens WHERE node_name = 'gpu-01'")[0][0]
+    sql(settings, "DELETE FROM tokens WHERE id = :i", {"i": genuine})
+    forged = genuine + 100  # a new id (a row put back under the very same id is an edit this check cannot see)
+    sql(
+        settings,
+        "INSERT INTO tokens (id, token_hash, role, node_name, label, created_at) "
+        "VALUES (:i, :h, 'agent', 'gpu-01', 'agent token of gpu-01', :t)",
+        {"i": forged, "h": hashlib.sha256(b"forged").hexdigest(), "t": "2026-01-01 00:00:00"},
+    )
+    out = verify(client)
+    assert out["ok"] is False and [(o["table"], o["id"]) for o in out["orphans"]] == [("tokens", forged)], out
