@@ -408,3 +408,31 @@ def test_an_agent_token_put_in_by_hand_is_an_orphan(client, settings):
     )
     out = verify(client)
     assert out["ok"] is False and [(o["table"], o["id"]) for o in out["orphans"]] == [("tokens", forged)], out
+
+
+def test_an_older_genuine_head_put_back_with_the_tail_cut_to_it(processes, settings, monkeypatch, tmp_path):
+    """The head is in the database: a writer there can save its row, cut the tail back to it later and put it back
+    (its MAC is genuine). The process that sealed further still knows; after a restart only a checkpoint kept outside
+    the database does — the anchor the recorded head does not replace."""
+    start, stop = processes
+    client = start()
+    register_node(client, "gpu-01")
+    verify(client)
+    saved = sql(settings, "SELECT seq, hash, mac FROM audit_head")[0]
+    for i in range(2):
+        assert client.patch("/v1/nodes/gpu-01", json={"labels": {"step": str(i)}}).status_code == 200
+    assert verify(client)["ok"] is True
+    kept = tmp_path / "kept.jws"
+    kept.write_text(client.post("/v1/audit/checkpoints").json()["checkpoint"])  # an auditor keeps a copy
+    sql(settings, "DELETE FROM audit_events WHERE chain_seq > :s", {"s": saved[0]})
+    sql(settings, "UPDATE audit_head SET seq = :s, hash = :h, mac = :m", {"s": saved[0], "h": saved[1], "m": saved[2]})
+    sql(settings, "DELETE FROM audit_checkpoints WHERE last_seq > :s", {"s": saved[0]})
+    settings.checkpoint_file.unlink()
+    out = verify(client)
+    assert out["ok"] is False and out["cut"]["seen_seq"] == saved[0] + 2, out  # this process sealed further
+    stop(client)
+    assert verify(start())["ok"] is True  # what the database and data dir hold agrees again: the documented limit
+    monkeypatch.setenv("PREFLIGHT_DATABASE_URL", settings.resolved_database_url)
+    monkeypatch.setenv("PREFLIGHT_DATA_DIR", str(settings.data_dir))
+    out = CliRunner().invoke(cli, ["audit", "verify", "--checkpoint", str(kept)])
+    assert out.exit_code == 1 and "deleted" in json.loads(out.stdout)["checkpoint"]["reason"], out.stdout
