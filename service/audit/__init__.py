@@ -28,8 +28,8 @@ deleted tail since the newest checkpoint: ``cut`` naming the first missing seq; 
 saved): a deleted tail, an emptied table or swapped ids no longer match it. Last, it checks state against the chain
 (``orphans.py``): every token, plan, assignment and rollout row must have the event that created it.
 
-MAC forms: ``a2.``/``s2.`` (append/sealed, with the nonce); rows written before migration 0014 keep ``<kid>.``/``s1.``
-(no nonce), which still verify. The recorded head's MAC is ``h1.``; migration 0014 writes it unsigned at the chain's
+MAC forms: ``a2.``/``s2.`` (append/sealed, with the nonce); rows written before migration 0015 keep ``<kid>.``/``s1.``
+(no nonce), which still verify. The recorded head's MAC is ``h1.``; migration 0015 writes it unsigned at the chain's
 end, accepted until the first seal signs it (never once an ``s2.`` event is in the chain). The head is in the
 database, so a writer there can put back an older genuine head row along with a tail cut to exactly it: the signed
 checkpoints, kept outside the database, remain the anchor against that.

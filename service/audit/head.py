@@ -37,7 +37,7 @@ def recorded(session: Session) -> AuditHead | None:
 
 def _nonce_macs_sealed(session: Session) -> bool:
     """Has any event been sealed in the ``s2.`` form, i.e. by a sealer that also signs the head? Only asked while
-    the head is unsigned (the state migration 0014 leaves until the first seal)."""
+    the head is unsigned (the state migration 0015 leaves until the first seal)."""
     return bool(
         session.execute(select(exists().where(AuditEvent.chain_seq.is_not(None), AuditEvent.mac.like("s2.%")))).scalar()
     )
@@ -48,7 +48,7 @@ def problem(
 ) -> HeadProblem | None:
     """How the sealed chain, ending at ``(last_seq, last_hash)``, disagrees with the recorded ``head``, or None.
 
-    The row must exist (migration 0014 writes it); carry a valid MAC when the keys are at hand (an unsigned row is
+    The row must exist (migration 0015 writes it); carry a valid MAC when the keys are at hand (an unsigned row is
     accepted only while no event was sealed by a sealer that signs heads, i.e. straight after the migration); and
     name exactly the chain's end. A head above the end is a cut tail; one below means rows were chained outside
     the sealer or the head was lowered by hand."""

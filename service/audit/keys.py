@@ -18,7 +18,7 @@ class AuditKeys:
     seal by ``"s2.<kid>.<hex HMAC(JCS(fields + nonce, id, seq, prev_hash, hash))>"``, which binds the row's id and
     chain position (a swap of ids, or a row moved, no longer matches). The random ``nonce`` makes every row's MAC
     its own: a copy of a pending row carries the nonce of its original, and the sealer seals only the first.
-    Rows written before nonces (migration 0014) carry the older forms, still accepted: ``"<kid>.<hex>"`` over the
+    Rows written before nonces (migration 0015) carry the older forms, still accepted: ``"<kid>.<hex>"`` over the
     fields at append, ``"s1.<kid>.<hex>"`` sealed. The recorded head (``audit_head``) carries
     ``"h1.<kid>.<hex HMAC(JCS({hash, seq, typ}))>"``."""
 

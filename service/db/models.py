@@ -241,7 +241,7 @@ class AuditEvent(Base):
     # "<kid>.<hex HMAC-SHA256>" over the event's fields with a secret bound to the signing keys: set when the
     # service writes the event, so a row inserted by anyone else is never sealed and is reported by verify
     mac: Mapped[str | None] = mapped_column(String(96), nullable=True)
-    # random, written at append and covered by the MAC (null on rows older than migration 0014): a copy of a row
+    # random, written at append and covered by the MAC (null on rows older than migration 0015): a copy of a row
     # carries the same nonce, and the sealer seals only the first row with a given nonce
     nonce: Mapped[str | None] = mapped_column(String(32), nullable=True)
     chain_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True, unique=True)
@@ -259,7 +259,7 @@ class AuditHead(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger)
     hash: Mapped[str] = mapped_column(String(64))
-    mac: Mapped[str | None] = mapped_column(String(128), nullable=True)  # null: written by migration 0014, unsigned
+    mac: Mapped[str | None] = mapped_column(String(128), nullable=True)  # null: written by migration 0015, unsigned
     updated_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 

@@ -232,7 +232,7 @@ def test_a_copied_pending_row_is_never_sealed(processes, settings, db, nonce):
 
 
 def test_rows_written_before_nonces_still_verify_and_seal(db, keys, settings):
-    """Events written with the MAC forms before migration 0014 (no nonce): a sealed ``s1.`` row and a pending row
+    """Events written with the MAC forms before migration 0015 (no nonce): a sealed ``s1.`` row and a pending row
     with the old append form, which the sealer still accepts."""
     from service.audit.encoding import mac_fields
 
@@ -352,11 +352,11 @@ def test_the_service_own_writes_leave_no_orphan(client, db, settings, keys):
 
 
 def test_a_database_upgraded_to_the_recorded_head_starts_it_at_the_chain_end(db_url, db, keys):
-    """Migration 0014 on a chain sealed by an older service: the head starts at the chain's end, unsigned (a
+    """Migration 0015 on a chain sealed by an older service: the head starts at the chain's end, unsigned (a
     migration has no keys) and accepted as such until the first seal signs it."""
     from service.db.migrate import downgrade, upgrade
 
-    downgrade(db_url, "0013")
+    downgrade(db_url, "0014")
     prev, digest, ts = audit.GENESIS, audit.sha256_hex(audit.canonical({})), dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     engine = create_engine(db_url)
     with engine.begin() as conn:

@@ -6,16 +6,16 @@ The row starts at the chain's current end, unsigned (a migration has no keys); t
 ``audit_events.nonce``: a random value written at append and covered by the event's MAC, so a copy of a row is
 recognisably a copy (the sealer refuses a second row with a nonce already seen); indexed for that look-up.
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-02
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
-down_revision = "0013"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
