@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from ..clock import SYSTEM, Clock, utc
 from ..db.models import AuditCheckpoint, AuditEvent, table_of, utcnow
 from ..signing import CHECKPOINT_MEDIA_TYPE
+from . import head
 from .encoding import GENESIS, canonical, hash_of, ids_step, sha256_hex
 from .keys import audit_keys
 from .verify import verify_chain
@@ -106,7 +107,7 @@ class Checkpointer:
             now = self.clock.monotonic()
             if now - self._warned > 60:
                 self._warned = now
-                log.error("audit checkpoint refused: %s (sealing goes on; verify reports the break)", exc)
+                log.error("audit checkpoint refused: %s (verify reports the break)", exc)
             return None
 
     def make(self, session: Session, newest: AuditCheckpoint | None = None) -> AuditCheckpoint | None:
@@ -163,24 +164,32 @@ class Checkpointer:
                     )
         if count == 0 or (newest is not None and newest.last_seq >= seq):
             return None
+        trouble = head.problem(session, head.recorded(session), seq, prev, keys)
+        if trouble is not None:  # never vouch for a chain whose tail was cut (or whose head was forged)
+            raise ValueError(trouble.reason)
         if on_file is not None and int(on_file.get("last_seq", 0)) > seq:
             raise ValueError(f"the data-dir checkpoint covers {on_file['last_seq']} events but the chain ends at {seq}")
         if macs_from is None:
             macs_from = (last_without_mac or 0) + 1
+        return self._store(session, seq=seq, head_hash=prev, ids=ids, count=count, macs_from=macs_from)
+
+    def _store(
+        self, session: Session, *, seq: int, head_hash: str, ids: str, count: int, macs_from: int
+    ) -> AuditCheckpoint:
         claims = {
             "iss": self.issuer,
             "iat": int(self.clock.time()),
             "typ": "audit-checkpoint",
             "events": count,
             "last_seq": seq,
-            "head": prev,
+            "head": head_hash,
             "ids_digest": ids,
             "macs_from": macs_from,
         }
         row = AuditCheckpoint(
             last_seq=seq,
             events=count,
-            head=prev,
+            head=head_hash,
             ids_digest=ids,
             kid=self.keys.active_kid,
             signed=self.keys.sign(claims, typ=CHECKPOINT_TYPE),

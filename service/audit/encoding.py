@@ -92,6 +92,8 @@ def event_hash(
 
 _HASH_KEYS = ("actor", "kind", "model", "node", "payload_digest", "plan_id", "prev_hash", "seq", "subject", "ts")
 _MAC_KEYS = ("actor", "kind", "model", "node", "payload_digest", "plan_id", "subject", "ts")
+# the MAC forms that bind a per-event nonce (keys.py ``a2.``/``s2.``): a copy of a row is then recognisably a copy
+_MAC_NONCE_KEYS = ("actor", "kind", "model", "node", "nonce", "payload_digest", "plan_id", "subject", "ts")
 _SEALED_KEYS = (
     "actor",
     "hash",
@@ -106,6 +108,7 @@ _SEALED_KEYS = (
     "subject",
     "ts",
 )
+_SEALED_NONCE_KEYS = tuple(sorted((*_SEALED_KEYS, "nonce")))
 
 
 class HashedFields(Protocol):
@@ -145,11 +148,38 @@ def mac_fields(
     plan_id: str | None,
     model: str | None,
     payload_digest: str,
+    nonce: str | None = None,
 ) -> bytes:
+    """What an append MAC covers: the event's fields, and its nonce (the ``a2.`` form) when it has one."""
+    if nonce is not None:
+        return _record(
+            _MAC_NONCE_KEYS, (actor, kind, model, node, nonce, payload_digest, plan_id, subject, ts_text(ts))
+        )
     return _record(_MAC_KEYS, (actor, kind, model, node, payload_digest, plan_id, subject, ts_text(ts)))
 
 
-def sealed_fields(ev: AuditEvent, seq: int, prev_hash: str | None, h: str | None) -> bytes:
+def sealed_fields(ev: AuditEvent, seq: int, prev_hash: str | None, h: str | None, *, nonce: bool = False) -> bytes:
+    """What a sealed MAC covers: the event's fields, id and place in the chain, and (``nonce``: the ``s2.`` form)
+    its nonce."""
+    if nonce:
+        return _record(
+            _SEALED_NONCE_KEYS,
+            (
+                ev.actor,
+                h,
+                ev.id,
+                ev.kind,
+                ev.model,
+                ev.node,
+                ev.nonce,
+                ev.payload_digest,
+                ev.plan_id,
+                prev_hash,
+                seq,
+                ev.subject,
+                ts_text(ev.ts),
+            ),
+        )
     return _record(
         _SEALED_KEYS,
         (
@@ -167,6 +197,11 @@ def sealed_fields(ev: AuditEvent, seq: int, prev_hash: str | None, h: str | None
             ts_text(ev.ts),
         ),
     )
+
+
+def head_fields(seq: int, h: str) -> bytes:
+    """What the recorded head's MAC covers (``typ`` keeps it apart from every event field set)."""
+    return _record(("hash", "seq", "typ"), (h, seq, "audit-head"))
 
 
 def ids_step(digest: str, seq: int, event_id: int) -> str:

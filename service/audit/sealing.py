@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from ..db.models import AuditEvent, table_of
 from ..periodic import PeriodicWorker
+from . import head
 from .chain import chain_lock
 from .encoding import GENESIS, hash_of
 from .keys import audit_keys
@@ -43,34 +44,41 @@ def _head(session: Session) -> tuple[int, str]:
 def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int:
     """Chain the committed, unsealed events (in id order) under the chain lock; returns how many were sealed.
     With ``wait=False`` it returns 0 at once when another sealer holds the lock. When the database has the service's
-    keys, a row without a valid MAC (not written by the service) is left unsealed — verify reports it as forged."""
+    keys, a row without a valid MAC (not written by the service) is left unsealed — verify reports it as forged —,
+    and so is a copy of a row (a nonce seen before). Nothing is sealed while the chain's end disagrees with the
+    recorded head (a cut tail): sealing on would hide the cut. The sealing transaction moves the recorded head."""
     if not chain_lock(session, wait=wait):
         return 0
     keys = audit_keys(session)
     valid = keys.checker() if keys is not None else None
     seal_mac = keys.seal_signer() if keys is not None else None
-    seq, prev = _head(session)
-    session.info["chain_head_seq"] = seq
-    total = 0
-    cursor = 0
     table = table_of(AuditEvent)
-    while True:
+
+    def pending_after(cursor: int):
         # Core rows (attribute access like the ORM's, without an identity map or instance state per event)
-        pending = session.execute(
+        return session.execute(
             select(table).where(table.c.chain_seq.is_(None), table.c.id > cursor).order_by(table.c.id).limit(batch)
         ).all()
-        if not pending:
-            return total
+
+    pending = pending_after(0)
+    if not pending:  # an idle sweep: nothing to seal, nothing more to read
+        return 0
+    seq, prev = _head(session)
+    trouble = head.problem(session, head.recorded(session), seq, prev, keys)
+    if trouble is not None:
+        _refuse_to_seal(trouble)
+        return 0
+    total = 0
+    while True:
         cursor = pending[-1].id
-        full = len(pending) == batch
+        first = _first_with_nonce(session, pending)
         rows = []
         for ev in pending:
             if valid is not None and not valid(ev):
-                if ev.id not in _REFUSED:  # logged once per process, not on every pass
-                    if len(_REFUSED) > 10_000:
-                        _REFUSED.clear()
-                    _REFUSED.add(ev.id)
-                    log.error("audit: event %s has no valid MAC (not written by the service): left unsealed", ev.id)
+                _refused(ev.id, "has no valid MAC (not written by the service)")
+                continue
+            if ev.nonce is not None and first.get(ev.nonce) != ev.id:
+                _refused(ev.id, "is a copy of another row (its nonce was seen before)")
                 continue
             seq += 1
             h = hash_of(ev, seq, prev)
@@ -97,9 +105,58 @@ def seal(session: Session, *, wait: bool = True, batch: int = SEAL_BATCH) -> int
                 rows,
             )
         total += len(rows)
-        session.info["chain_head_seq"] = seq
-        if not full:
-            return total
+        if len(pending) < batch:
+            break
+        pending = pending_after(cursor)
+        if not pending:
+            break
+    if total:
+        head.record(session, seq, prev, keys)
+    session.info["chain_head_seq"] = seq
+    return total
+
+
+def _first_with_nonce(session: Session, pending) -> dict[str, int | None]:
+    """For the nonces of ``pending``: the id of the only row that may be sealed with it — the lowest id carrying it,
+    or None when a row with it is sealed already. One indexed look-up per batch."""
+    nonces = list({ev.nonce for ev in pending if ev.nonce is not None})
+    if not nonces:
+        return {}
+    table = table_of(AuditEvent)
+    found = session.execute(
+        select(table.c.nonce, func.min(table.c.id), func.max(table.c.chain_seq))
+        .where(table.c.nonce.in_(nonces))
+        .group_by(table.c.nonce)
+    ).all()
+    return {nonce: (first if sealed is None else None) for nonce, first, sealed in found}
+
+
+def _refused(event_id: int, why: str) -> None:
+    if event_id not in _REFUSED:  # logged once per process, not on every pass
+        if len(_REFUSED) > 10_000:
+            _REFUSED.clear()
+        _REFUSED.add(event_id)
+        log.error("audit: event %s %s: left unsealed", event_id, why)
+
+
+_REFUSED_HEAD: list[str] = []  # the last head problem logged, to log each once per process
+
+
+def _refuse_to_seal(trouble: head.HeadProblem) -> None:
+    if _REFUSED_HEAD != [trouble.reason]:
+        _REFUSED_HEAD[:] = [trouble.reason]
+        log.error("audit: nothing is sealed while the chain disagrees with its recorded head: %s", trouble.reason)
+
+
+def check_at_start(db) -> head.HeadProblem | None:
+    """The chain's end against the recorded head, read once when a service process starts (logged when they
+    disagree; verify reports it, and the sealer seals nothing meanwhile)."""
+    with db.read() as session:
+        seq, prev = _head(session)
+        trouble = head.problem(session, head.recorded(session), seq, prev, audit_keys(session))
+    if trouble is not None:
+        log.error("audit: at start-up the chain disagrees with its recorded head: %s", trouble.reason)
+    return trouble
 
 
 class Sealer:
@@ -146,6 +203,10 @@ class Sealer:
             self._worker.wait_for_pass(timeout)
 
     def start(self) -> None:
+        try:
+            check_at_start(self.db)
+        except Exception as exc:  # noqa: BLE001 - a start-up check must not stop the service; verify reports it
+            log.warning("audit head not checked at start-up: %s", exc.__class__.__name__)
         self.background = True
         self._worker.start()
 

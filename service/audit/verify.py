@@ -8,12 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import exists, func, or_, select
+from sqlalchemy.orm import Session, aliased
 
 from ..db.models import AuditEvent, utcnow
+from . import head
 from .encoding import GENESIS, canonical, hash_of, ids_step, sha256_hex
 from .keys import AuditKeys, audit_keys
+from .orphans import orphans
 
 
 @dataclass
@@ -107,10 +109,24 @@ def verify_chain(
     if checkpoints:  # every copy the chain was compared with (stored, the data-dir file, a file passed)
         out["compared"] = [{"source": c.get("source"), "last_seq": c.get("last_seq")} for c in checkpoints]
     if up_to is None:
+        _compare_with_head(session, out, keys)
         out.update(unsealed(session, keys))
-        if out.get("forged"):
+        found = orphans(session)
+        if found:  # rows written around the service, or whose event was dropped
+            out["orphans"] = found
+        if out.get("forged") or out.get("copies") or found:
             out["ok"] = False
     return out
+
+
+def _compare_with_head(session: Session, out: dict[str, Any], keys: AuditKeys | None) -> None:
+    """The chain's end against the recorded head (``audit_head``): a head above the end is a cut tail (``cut``, naming
+    the first missing seq); a missing, unsigned-when-it-must-not-be, edited or lower head is ``head_record``."""
+    trouble = head.problem(session, head.recorded(session), out["last_seq"], out["head"], keys)
+    if trouble is None:
+        return
+    out["ok"] = False
+    out["cut" if trouble.cut else "head_record"] = trouble.as_dict()
 
 
 def _compare_with_checkpoints(
@@ -181,4 +197,29 @@ def unsealed(session: Session, keys: AuditKeys | None, limit: int = 1000) -> dic
     if forged:
         out["forged"] = forged
         out["pending"] -= len(forged)
+    copies = [i for i in _copies(session, limit) if i not in set(forged)]
+    if copies:
+        out["copies"] = copies
+        out["pending"] -= len(copies)
     return out
+
+
+def _copies(session: Session, limit: int) -> list[int]:
+    """Unsealed rows carrying the nonce of another row that is sealed or older: copies of an event (a valid MAC
+    copied with it), which the sealer never seals. One anti-join over the nonce index."""
+    other = aliased(AuditEvent)
+    q = (
+        select(AuditEvent.id)
+        .where(
+            AuditEvent.chain_seq.is_(None),
+            AuditEvent.nonce.is_not(None),
+            exists().where(
+                other.nonce == AuditEvent.nonce,
+                other.id != AuditEvent.id,
+                or_(other.chain_seq.is_not(None), other.id < AuditEvent.id),
+            ),
+        )
+        .order_by(AuditEvent.id)
+        .limit(limit)
+    )
+    return list(session.execute(q).scalars())

@@ -36,8 +36,9 @@ def audit_verify(
     server: str | None = typer.Option(None, help="Fetch the JWKS from this server."),
 ) -> None:
     """Recompute the audit chain from the database, read-only (never seals): links, hashes, MACs (with the local
-    keys), unsealed or forged rows, and the chain against the newest signed checkpoint found (stored, the data-dir
-    file, and --checkpoint FILE). Exit 0 intact, 1 broken or cut."""
+    keys), unsealed, forged or copied rows, the chain's end against the recorded head (a cut tail), tokens, plans,
+    assignments and rollouts without their events (orphans), and the chain against the newest signed checkpoint
+    found (stored, the data-dir file, and --checkpoint FILE). Exit 0 intact, 1 broken or cut."""
     from .. import audit
 
     s_ = common.settings()

@@ -22,15 +22,15 @@ def bootstrap_admin_token(settings, db) -> tuple[str | None, bool]:
             live = tokens.is_live(s, kept)
         return (kept if live else None), False
     with db.transaction() as s:
-        secret, _ = tokens.create(s, role="admin", label="bootstrap admin token")
+        secret, row = tokens.create(s, role="admin", label="bootstrap admin token")
         from .. import audit
 
-        audit.append(
+        audit.append(  # names the row like every token.created: verify finds the event of each token
             s,
             actor="preflight",
             kind="token.created",
-            subject="token:bootstrap-admin",
-            payload={"role": "admin", "label": "bootstrap admin token"},
+            subject=f"token:{row.id}",
+            payload={"id": row.id, "role": "admin", "label": "bootstrap admin token"},
         )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:

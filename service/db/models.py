@@ -9,6 +9,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -218,6 +219,7 @@ class AuditEvent(Base):
         Index("ix_audit_events_model_id", "model", "id"),
         Index("ix_audit_events_subject_id", "subject", "id"),
         Index("ix_audit_events_ts", "ts"),
+        Index("ix_audit_events_nonce", "nonce"),  # the sealer's look-up for copies of a row (audit/sealing.py)
         # the sealer's work list: only unsealed events are in it, so finding them never scans the chain
         Index(
             "ix_audit_events_pending",
@@ -239,9 +241,26 @@ class AuditEvent(Base):
     # "<kid>.<hex HMAC-SHA256>" over the event's fields with a secret bound to the signing keys: set when the
     # service writes the event, so a row inserted by anyone else is never sealed and is reported by verify
     mac: Mapped[str | None] = mapped_column(String(96), nullable=True)
+    # random, written at append and covered by the MAC (null on rows older than migration 0015): a copy of a row
+    # carries the same nonce, and the sealer seals only the first row with a given nonce
+    nonce: Mapped[str | None] = mapped_column(String(32), nullable=True)
     chain_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True, unique=True)
     prev_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     hash: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True)
+
+
+class AuditHead(Base):
+    """The audit chain's sealed head (one row, id 1): the last sealed seq and hash, rewritten with a MAC by the
+    transaction that seals, under the chain lock. Every process and verify compare the chain's end with it, so a
+    deleted tail shows without an in-memory note of whoever sealed it (service/audit/head.py)."""
+
+    __tablename__ = "audit_head"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    hash: Mapped[str] = mapped_column(String(64))
+    mac: Mapped[str | None] = mapped_column(String(128), nullable=True)  # null: written by migration 0015, unsigned
+    updated_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class AuditCheckpoint(Base):

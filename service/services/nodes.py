@@ -62,9 +62,14 @@ def register(
         session.flush()
     except IntegrityError:
         raise Conflict(f"node {name!r} already exists", field="name") from None
-    secret, _ = tokens.create(session, role="agent", node=name, label=f"agent token of {name}")
-    audit.append(
-        session, actor=actor, kind="node.registered", subject=f"node:{name}", node=name, payload=node_dict(node)
+    secret, token = tokens.create(session, role="agent", node=name, label=f"agent token of {name}")
+    audit.append(  # names the agent token it issued: verify finds the event of every token (audit/orphans.py)
+        session,
+        actor=actor,
+        kind="node.registered",
+        subject=f"node:{name}",
+        node=name,
+        payload={**node_dict(node), "token_id": token.id},
     )
     return node, secret
 

@@ -209,8 +209,9 @@ def test_cli_verify_against_a_checkpoint_an_auditor_kept(make_client, settings, 
     sql(settings, "DELETE FROM audit_events WHERE chain_seq >= :s", {"s": last - 1})
     sql(settings, "DELETE FROM audit_checkpoints")
     settings.checkpoint_file.unlink()
-    assert runner.invoke(cli, ["audit", "verify"]).exit_code == 0  # nothing left to compare with...
-    bad = runner.invoke(cli, ["audit", "verify", "--checkpoint", str(kept)])  # ...but the auditor's copy
+    cut = runner.invoke(cli, ["audit", "verify"])  # the recorded head (audit_head) still knows the length...
+    assert cut.exit_code == 1 and json.loads(cut.stdout)["cut"]["first_missing"] == last - 1, cut.stdout
+    bad = runner.invoke(cli, ["audit", "verify", "--checkpoint", str(kept)])  # ...and so does the auditor's copy
     assert bad.exit_code == 1 and "deleted" in json.loads(bad.stdout)["checkpoint"]["reason"], bad.stdout
     forged = tmp_path / "forged.jws"
     h, p, s = kept.read_text().strip().split(".")

@@ -162,10 +162,13 @@ def export_audit(
 @router.get("/v1/audit/verify", operation_id="verifyAudit", tags=["audit"], response_model=VerifyOut)
 def verify_audit(request: Request, p: Auditor):
     """Recompute the whole chain, read-only (verify never seals): every link, hash and MAC, rows not in the chain
-    (``pending``; ``forged`` for rows the service did not write), and the chain against the newest signed
-    checkpoint (stored, and the data-dir copy): ``{"ok", "events", "head", "pending", "checkpoint"}``, or
-    ``ok`` false with ``first_broken``, ``forged`` or ``checkpoint.reason`` (a cut tail, an emptied table,
-    swapped ids). Waits up to 2 s for this process's sealer to chain what was just written."""
+    (``pending``; ``forged`` for rows the service did not write, ``copies`` for copies of a row), the chain's end
+    against the recorded head (``cut``: events deleted after the newest checkpoint; ``head_record``: the head row
+    deleted or edited), the chain against the newest signed checkpoint (stored, and the data-dir copy), and the
+    tokens, plans, assignments and rollouts against the events that created them (``orphans``):
+    ``{"ok", "events", "head", "pending", "checkpoint"}``, or ``ok`` false with ``first_broken``, ``forged``,
+    ``copies``, ``cut``, ``head_record``, ``orphans`` or ``checkpoint.reason`` (an emptied table, swapped ids).
+    Waits up to 2 s for this process's sealer to chain what was just written."""
     return verify_chain_now(request.app.state)
 
 
@@ -186,10 +189,14 @@ def verify_chain_now(state) -> dict:
             out = audit.verify_chain(session, checkpoints=found)
     finally:
         verifying.release()
-    if out["ok"] and out["last_seq"] < seen:  # after the newest checkpoint, before this process restarted
+    # the recorded head (audit_head) reports a cut to every process; this process's memory also catches an old,
+    # genuinely signed head row put back together with a tail cut to match it
+    if out["ok"] and out["last_seq"] < seen:
         out["ok"] = False
         out["cut"] = {
             "seen_seq": seen,
+            "last_seq": out["last_seq"],
+            "first_missing": out["last_seq"] + 1,
             "reason": f"this service sealed the chain up to seq {seen}, it now ends "
             f"at {out['last_seq']}: events were deleted",
         }

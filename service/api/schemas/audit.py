@@ -51,7 +51,24 @@ class VerifyOut(Out):
         "or the one it no longer matches (with ``reason``).",
     )
     compared: list[JSON] | None = Field(default=None, description="Every checkpoint copy compared.")
-    cut: JSON | None = Field(default=None, description="Events this process sealed that are gone.")
+    copies: list[Any] | None = Field(
+        default=None, description="Ids of unsealed copies of another row (the same nonce): never sealed."
+    )
+    cut: JSON | None = Field(
+        default=None,
+        description="A cut tail: the chain ends (``last_seq``) below the recorded head (``head_seq``); "
+        "``first_missing`` is the first seq deleted.",
+    )
+    head_record: JSON | None = Field(
+        default=None,
+        description="The recorded head (audit_head) is missing, edited (its MAC), unsigned when it must be "
+        "signed, or below the chain's end: ``reason``.",
+    )
+    orphans: list[JSON] | None = Field(
+        default=None,
+        description="Token, plan, assignment and rollout rows without the event that created them: "
+        "``{table, id, missing}``.",
+    )
     warnings: list[Any] | None = Field(default=None, description="Checkpoint copies that could not be read.")
 
 
