@@ -233,11 +233,12 @@ RECIPES = [
     ),
     ("load-format", L8, ("h100-sxm-80gb", 1), 1, {"load_format": "safetensors", "seed": 0}),
     (
-        "allowed-origins-api-key",
+        # the recipe's --api-key goes in the plan's env (VLLM_API_KEY): a secret in the signed argv is refused
+        "allowed-origins",
         L8,
         ("h100-sxm-80gb", 1),
         1,
-        {"allowed_origins": ["https://app.example.com"], "api_key": "sk-local-example"},
+        {"allowed_origins": ["https://app.example.com"]},
     ),
     ("structured-outputs", L8, ("h100-sxm-80gb", 1), 1, {"structured_outputs_config": {"backend": "xgrammar"}}),
     ("max-logprobs", L8, ("h100-sxm-80gb", 1), 1, {"max_logprobs": 20, "max_model_len": "32k"}),

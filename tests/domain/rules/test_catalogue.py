@@ -52,6 +52,9 @@ VARIANTS = (
     {"quantization": "fp8"},
     {"quantization": "awq"},
     {"tensor_parallel_size": 16},
+    # what the release loads: a write path, a read path (production), a secret, other weights
+    {"compilation_config": {"debug_dump_path": "/tmp/d"}, "chat_template": "/etc/t.jinja", "api_key": ["k"]},
+    {"tokenizer": "org/other-tokenizer"},
 )
 
 
