@@ -29,7 +29,7 @@ import json
 import resource
 import time
 
-from .common import bare_server, machine, pct, pg_database, preflight_server, seed_fleet, table
+from .common import bare_server, cpu_seconds, machine, pct, pg_database, preflight_server, seed_fleet, table
 from .rawhttp import Conn
 
 PG_DB = "preflight_bench_storm"  # its own scratch database: other benchmarks may run at the same time
@@ -157,7 +157,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cap", type=float, default=240, help="give up after this many seconds (counted as errors)")
     ap.add_argument("--db", choices=["pg", "sqlite"], default="pg")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--profile", action="store_true", help="py-spy every worker during the storm (see the docstring)")
+    ap.add_argument(
+        "--profile",
+        nargs="?",
+        const="cpu",
+        choices=["cpu", "gil"],
+        help="py-spy every worker during the storm (see the docstring); gil: only the thread holding the GIL",
+    )
     ap.add_argument("--no-bare", action="store_true", help="skip the bare FastAPI cell")
     args = ap.parse_args(argv)
     ctx = pg_database(PG_DB) if args.db == "pg" else contextlib.nullcontext("sqlite")
@@ -172,8 +178,10 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{w0:.0f} MiB",
                 flush=True,
             )
-            with _profiled(srv.workers()) if args.profile else contextlib.nullcontext() as prof:
+            pg0 = _db_cpu(db)
+            with _profiled(srv.workers(), args.profile == "gil") if args.profile else contextlib.nullcontext() as prof:
                 r = asyncio.run(storm(srv.url, fleet, args.conc, args.cap, srv))
+            r["db_cpu"] = _db_cpu(db, pg0)
             r.update(check_records(db if db != "sqlite" else f"sqlite:///{srv.data_dir / 'preflight.db'}"))
         r.update(setup=setup, rss_before=w0)
         print(f"preflight: {r['wall']:.1f} s, {r['errors']} errors", flush=True)
@@ -225,6 +233,14 @@ def _print(args, r: dict) -> None:
                 row("supervisor RSS (MiB)", lambda c: f"{c['rss_supervisor']:.0f}"),
                 row("load generator CPU (s)", lambda c: c["client_cpu"]),
                 row("server CPU (s), per agent (ms)", cpu),
+                row(
+                    "database CPU (s), per agent (ms)",
+                    lambda c: (
+                        "—"
+                        if c.get("db_cpu") is None
+                        else f"{c['db_cpu']:.1f}, {c['db_cpu'] / max(1, c['served']) * 1000:.2f}"
+                    ),
+                ),
             ],
         )
     )
@@ -248,8 +264,33 @@ def _print(args, r: dict) -> None:
         print(f"0 errors and the chain verified: {'yes' if ok else 'NO'}")
 
 
+def _db_cpu(db: str, before: dict[int, float] | None = None):
+    """PostgreSQL: the CPU seconds of the backends serving the scratch database — per backend now (``before`` None),
+    else the total used since ``before`` (a backend started since counts from zero). SQLite: None (in the workers)."""
+    if db == "sqlite":
+        return None
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db)
+    try:
+        with engine.connect() as c:
+            pids = list(
+                c.scalars(
+                    text(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+            )
+    finally:
+        engine.dispose()
+    now = cpu_seconds(pids)
+    if before is None:
+        return now
+    return sum(v - before.get(pid, 0.0) for pid, v in now.items())
+
+
 @contextlib.contextmanager
-def _profiled(pids: list[int]):
+def _profiled(pids: list[int], gil: bool = False):
     """py-spy on each pid until the block ends (SIGINT makes it write its file); yields the list of raw files, filled
     once the block has ended."""
     import pathlib
@@ -275,6 +316,7 @@ def _profiled(pids: list[int]):
                     "--rate",
                     "200",
                     "--nonblocking",
+                    *(["--gil"] if gil else []),
                     "-o",
                     str(out),
                 ],
