@@ -264,35 +264,25 @@ def test_a_batch_failing_in_the_database_is_retried_one_by_one(db, monkeypatch):
     monkeypatch.setattr(agent_writes, "run_batch", poisoned)
     writes = agent_writes.AgentWrites(db)
     p = token_service.Principal(role="admin", name="admin")
-    import concurrent.futures
-
-    batch = [
-        (agent_writes.Report(p, f"n{i}", "x", "running", "poison" if i == 1 else None, {}), concurrent.futures.Future())
-        for i in range(3)
-    ]
-    writes._settle(batch)
-    assert [f.result() if not f.exception() else type(f.exception()) for _, f in batch] == [
-        "ok:n0",
-        ValueError,
-        "ok:n2",
-    ]
+    items = [agent_writes.Report(p, f"n{i}", "x", "running", "poison" if i == 1 else None, {}) for i in range(3)]
+    outcomes = writes._outcomes(items)
+    assert [o if isinstance(o, str) else type(o) for o in outcomes] == ["ok:n0", ValueError, "ok:n2"]
     assert real is not poisoned
 
 
 def test_a_cancelled_request_is_dropped_and_the_writer_keeps_running(client, db):
     import asyncio
-    import concurrent.futures
 
     fleet = setup_fleet(client, ["gpu-01"])
     writes = agent_writes.AgentWrites(db, threads=1)
     item = agent_writes.Fetch(fleet["gpu-01"]["token"], None, "gpu-01", ())
-    gone: concurrent.futures.Future = concurrent.futures.Future()
-    gone.cancel()  # the client disconnected before its batch ran
-    with writes._cv:
-        writes._queue.append((item, gone))
-    writes._start()
 
     async def fetch():
+        gone = asyncio.get_running_loop().create_future()
+        gone.cancel()  # the client disconnected before its batch ran
+        with writes._cv:
+            writes._queue.append((item, gone))
+        writes._start()
         return await asyncio.wait_for(writes.fetch(item), timeout=10)
 
     principal, assignment, served = asyncio.run(fetch())  # answered by the same, still running, thread
