@@ -1,6 +1,6 @@
 """Boot storm: N simulated agents (default 10,000) each fetch their plan and post a ``fetched`` report, all at once.
 
-    python -m bench.boot_storm [--agents 10000] [--conc 512] [--cap 240] [--db pg|sqlite] [--profile]
+    python -m bench.boot_storm [--agents 10000] [--conc 512] [--cap 240] [--db pg|sqlite] [--profile] [--no-bare]
 
 ``preflight serve --workers 2`` (uvicorn) on a scratch PostgreSQL database with a throw-away data dir.
 Setup, not timed: N 8×H100 nodes registered (concurrently), plans issued 100 nodes per plan (one JWS per node).
@@ -10,6 +10,10 @@ Storm: one httpx AsyncClient (HTTP/1.1 keep-alive, at most ``--conc`` connection
 until the last agent is done, per-request p50/p99, agents served, errors (non-expected status, transport errors,
 agents unfinished at ``--cap`` seconds), server RSS from /proc (sum of the uvicorn workers; peak sampled every
 0.5 s, and the supervisor apart), and the load generator's own CPU time (it shares the 2 cores with the server).
+The chain is then sealed and verified (``check_records``). Then, with the preflight server stopped, the same storm —
+same agents, client, connections — runs against bench/bare_app.py (uvicorn, same workers; no auth, no database:
+what FastAPI itself costs for the 20,000 requests), and the figures are printed side by side with the ratio of wall
+times and of server CPU per agent.
 ``--profile``: ``py-spy record`` (raw, 200 Hz, CPU only) on every worker during the storm only (not the setup), then
 the top functions by inclusive and self samples (bench/profile_server.py:top); the profiler costs the server some CPU,
 so a profiled run's wall time is not a figure to compare.
@@ -25,8 +29,10 @@ import json
 import resource
 import time
 
-from .common import machine, pct, pg_database, preflight_server, seed_fleet, table
+from .common import bare_server, cpu_seconds, machine, pct, pg_database, preflight_server, seed_fleet, table
 from .rawhttp import Conn
+
+PG_DB = "preflight_bench_storm"  # its own scratch database: other benchmarks may run at the same time
 
 
 async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server) -> dict:
@@ -34,6 +40,7 @@ async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server)
     a queue of agents; each agent fetches its plan, then reports ``fetched`` with the plan id it was served."""
     host, port = url.split("//", 1)[1].split(":")
     lat_fetch, lat_report, errors = [], [], collections.Counter()
+    body_bytes = [0]
     done, peak = 0, [0.0, 0.0]
     queue: asyncio.Queue = asyncio.Queue()
     for n, v in fleet.items():
@@ -51,11 +58,12 @@ async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server)
             h = {"Authorization": f"Bearer {token}"}
             try:
                 s = time.perf_counter()
-                status, hdrs, _ = await conn.request("GET", f"/v1/nodes/{name}/plan", h)
+                status, hdrs, plan = await conn.request("GET", f"/v1/nodes/{name}/plan", h)
                 lat_fetch.append(time.perf_counter() - s)
                 if status != 200 or not hdrs.get("content-type", "").startswith("application/jose"):
                     errors[f"fetch {status}"] += 1
                     continue
+                body_bytes[0] = len(plan)
                 body = json.dumps({"plan_id": hdrs["x-plan-id"], "status": "fetched"}).encode()
                 s = time.perf_counter()
                 status, _, _ = await conn.request(
@@ -96,6 +104,7 @@ async def storm(url: str, fleet: dict[str, dict], conc: int, cap: float, server)
     lat_report.sort()
     return {
         "agents": len(fleet),
+        "body_bytes": body_bytes[0],
         "conc": conc,
         "wall": wall,
         "served": done,
@@ -148,59 +157,41 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cap", type=float, default=240, help="give up after this many seconds (counted as errors)")
     ap.add_argument("--db", choices=["pg", "sqlite"], default="pg")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--profile", action="store_true", help="py-spy every worker during the storm (see the docstring)")
+    ap.add_argument(
+        "--profile",
+        nargs="?",
+        const="cpu",
+        choices=["cpu", "gil"],
+        help="py-spy every worker during the storm (see the docstring); gil: only the thread holding the GIL",
+    )
+    ap.add_argument("--no-bare", action="store_true", help="skip the bare FastAPI cell")
     args = ap.parse_args(argv)
-    ctx = pg_database() if args.db == "pg" else contextlib.nullcontext("sqlite")
-    with ctx as db, preflight_server(db, workers=args.workers) as srv:
-        t = time.perf_counter()
-        fleet = asyncio.run(seed_fleet(srv.url, args.agents, per_plan=100, concurrency=8))
-        setup = time.perf_counter() - t
-        w0, _ = srv.rss_mib()
-        print(
-            f"setup (not counted): {len(fleet)} nodes + plans in {setup:.0f} s; worker RSS before storm {w0:.0f} MiB",
-            flush=True,
-        )
-        with _profiled(srv.workers()) if args.profile else contextlib.nullcontext() as prof:
-            r = asyncio.run(storm(srv.url, fleet, args.conc, args.cap, srv))
-        r.update(check_records(db if db != "sqlite" else f"sqlite:///{srv.data_dir / 'preflight.db'}"))
-    r.update(setup=setup, rss_before=w0)
-    print(
-        f"\nboot storm: {args.agents:,} agents × (fetch + report), {args.conc} client connections, "
-        f"{'PostgreSQL' if args.db == 'pg' else 'SQLite'}, uvicorn --workers {args.workers} — {machine()}"
-    )
-    print(
-        table(
-            ["metric", "value"],
-            [
-                ["time until all served (s)", r["wall"]],
-                ["agents served", r["served"]],
-                ["errors", r["errors"]],
-                ["requests/s (fetch+report)", 2 * r["served"] / r["wall"]],
-                ["fetch p50 / p99 (ms)", f"{r['fetch_p50']:.0f} / {r['fetch_p99']:.0f}"],
-                ["report p50 / p99 (ms)", f"{r['report_p50']:.0f} / {r['report_p99']:.0f}"],
-                [
-                    "workers RSS before / peak / after (MiB)",
-                    f"{r['rss_before']:.0f} / {r['rss_peak']:.0f} / {r['rss_after']:.0f}",
-                ],
-                ["supervisor RSS (MiB)", f"{r['rss_supervisor']:.0f}"],
-                ["load generator CPU (s)", r["client_cpu"]],
-                [
-                    "server CPU (s), per agent (ms)",
-                    f"{r['server_cpu']:.1f}, {r['server_cpu'] / max(1, r['served']) * 1000:.2f}",
-                ],
-            ],
-        )
-    )
-    print(
-        f"recorded: {r['fetched_events']:,} plan.fetched events, {r['report_rows']:,} reports; audit chain "
-        f"{'verified' if r['chain_ok'] else 'BROKEN'} ({r['chain_events']:,} events, {r['chain_pending']} pending)"
-    )
-    if r["error_kinds"]:
-        print("errors by kind:", r["error_kinds"])
-    print(
-        f"target ≤ 30 s with 0 errors: {'met' if r['wall'] <= 30 and not r['errors'] else 'MISSED'}; "
-        f"goal ≤ 20 s: {'met' if r['wall'] <= 20 and not r['errors'] else 'missed'}"
-    )
+    ctx = pg_database(PG_DB) if args.db == "pg" else contextlib.nullcontext("sqlite")
+    with ctx as db:
+        with preflight_server(db, workers=args.workers) as srv:
+            t = time.perf_counter()
+            fleet = asyncio.run(seed_fleet(srv.url, args.agents, per_plan=100, concurrency=8))
+            setup = time.perf_counter() - t
+            w0, _ = srv.rss_mib()
+            print(
+                f"setup (not counted): {len(fleet)} nodes + plans in {setup:.0f} s; worker RSS before storm "
+                f"{w0:.0f} MiB",
+                flush=True,
+            )
+            pg0 = _db_cpu(db)
+            with _profiled(srv.workers(), args.profile == "gil") if args.profile else contextlib.nullcontext() as prof:
+                r = asyncio.run(storm(srv.url, fleet, args.conc, args.cap, srv))
+            r["db_cpu"] = _db_cpu(db, pg0)
+            r.update(check_records(db if db != "sqlite" else f"sqlite:///{srv.data_dir / 'preflight.db'}"))
+        r.update(setup=setup, rss_before=w0)
+        print(f"preflight: {r['wall']:.1f} s, {r['errors']} errors", flush=True)
+        if not args.no_bare:  # the preflight server is stopped: the bare one has the cores to itself, like it had
+            with bare_server(r["body_bytes"], workers=args.workers) as bare:
+                w0, _ = bare.rss_mib()
+                b = asyncio.run(storm(bare.url, fleet, args.conc, args.cap, bare))
+            b.update(rss_before=w0)
+            r["bare"] = b
+    _print(args, r)
     if args.profile:
         from .profile_server import top
 
@@ -211,8 +202,95 @@ def main(argv: list[str] | None = None) -> dict:
     return r
 
 
+def _print(args, r: dict) -> None:
+    b = r.get("bare")
+    cells = [r, b] if b else [r]
+
+    def row(label: str, f) -> list:
+        return [label, *(f(c) for c in cells)]
+
+    def cpu(c: dict) -> str:
+        return f"{c['server_cpu']:.1f}, {c['server_cpu'] / max(1, c['served']) * 1000:.2f}"
+
+    print(
+        f"\nboot storm: {args.agents:,} agents × (fetch + report), {args.conc} client connections, "
+        f"{'PostgreSQL' if args.db == 'pg' else 'SQLite'}, uvicorn --workers {args.workers} — {machine()}"
+    )
+    print(
+        table(
+            ["metric", "preflight", *(["bare FastAPI"] if b else [])],
+            [
+                row("time until all served (s)", lambda c: c["wall"]),
+                row("agents served", lambda c: c["served"]),
+                row("errors", lambda c: c["errors"]),
+                row("requests/s (fetch+report)", lambda c: 2 * c["served"] / c["wall"]),
+                row("fetch p50 / p99 (ms)", lambda c: f"{c['fetch_p50']:.0f} / {c['fetch_p99']:.0f}"),
+                row("report p50 / p99 (ms)", lambda c: f"{c['report_p50']:.0f} / {c['report_p99']:.0f}"),
+                row(
+                    "workers RSS before / peak / after (MiB)",
+                    lambda c: f"{c['rss_before']:.0f} / {c['rss_peak']:.0f} / {c['rss_after']:.0f}",
+                ),
+                row("supervisor RSS (MiB)", lambda c: f"{c['rss_supervisor']:.0f}"),
+                row("load generator CPU (s)", lambda c: c["client_cpu"]),
+                row("server CPU (s), per agent (ms)", cpu),
+                row(
+                    "database CPU (s), per agent (ms)",
+                    lambda c: (
+                        "—"
+                        if c.get("db_cpu") is None
+                        else f"{c['db_cpu']:.1f}, {c['db_cpu'] / max(1, c['served']) * 1000:.2f}"
+                    ),
+                ),
+            ],
+        )
+    )
+    print(
+        f"recorded: {r['fetched_events']:,} plan.fetched events, {r['report_rows']:,} reports; audit chain "
+        f"{'verified' if r['chain_ok'] else 'BROKEN'} ({r['chain_events']:,} events, {r['chain_pending']} pending)"
+    )
+    for c in cells:
+        if c["error_kinds"]:
+            print("errors by kind:", "preflight" if c is r else "bare", c["error_kinds"])
+    ok = not r["errors"] and r["chain_ok"]
+    if b:
+        ratio = r["wall"] / b["wall"]
+        cpu_ratio = (r["server_cpu"] / max(1, r["served"])) / (b["server_cpu"] / max(1, b["served"]))
+        print(
+            f"storm / bare: {r['wall']:.1f} s / {b['wall']:.1f} s = {ratio:.2f}× wall; server CPU per agent "
+            f"{cpu_ratio:.2f}×; goal ≤ 3× with 0 errors and the chain verified: "
+            f"{'met' if ratio <= 3 and ok and not b['errors'] else 'MISSED'}"
+        )
+    else:
+        print(f"0 errors and the chain verified: {'yes' if ok else 'NO'}")
+
+
+def _db_cpu(db: str, before: dict[int, float] | None = None):
+    """PostgreSQL: the CPU seconds of the backends serving the scratch database — per backend now (``before`` None),
+    else the total used since ``before`` (a backend started since counts from zero). SQLite: None (in the workers)."""
+    if db == "sqlite":
+        return None
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db)
+    try:
+        with engine.connect() as c:
+            pids = list(
+                c.scalars(
+                    text(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+            )
+    finally:
+        engine.dispose()
+    now = cpu_seconds(pids)
+    if before is None:
+        return now
+    return sum(v - before.get(pid, 0.0) for pid, v in now.items())
+
+
 @contextlib.contextmanager
-def _profiled(pids: list[int]):
+def _profiled(pids: list[int], gil: bool = False):
     """py-spy on each pid until the block ends (SIGINT makes it write its file); yields the list of raw files, filled
     once the block has ended."""
     import pathlib
@@ -238,6 +316,7 @@ def _profiled(pids: list[int]):
                     "--rate",
                     "200",
                     "--nonblocking",
+                    *(["--gil"] if gil else []),
                     "-o",
                     str(out),
                 ],

@@ -82,6 +82,18 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds used so far by each process (from /proc/<pid>/stat); a gone process is left out."""
+    out = {}
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 def _rss_kib(pid: int) -> int:
     try:
         for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -121,14 +133,7 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds used so far by the workers and the supervisor (from /proc/<pid>/stat)."""
-        total = 0.0
-        for pid in [self.proc.pid, *self.workers()]:
-            try:
-                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            except (OSError, IndexError, ValueError):
-                pass
-        return total
+        return sum(cpu_seconds([self.proc.pid, *self.workers()]).values())
 
     def rss_mib(self) -> tuple[float, float]:
         """(sum of the workers' RSS, supervisor's RSS) in MiB."""

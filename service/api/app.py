@@ -6,7 +6,7 @@ import logging
 import re
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
@@ -106,15 +106,16 @@ class BodyLimit:
 
 
 class CachedPlanFetch:
-    """ASGI fast path for an agent's repeated ``GET /v1/nodes/{name}/plan`` (no query string): when the per-process
-    caches hold the answer — token and assignment cached under the current epochs, nothing to record — ``answer``
-    builds the very response the route would, and it is sent without FastAPI's routing and parameter handling.
-    Anything else (a miss, a fetch to record, a long-poll, any error) goes to the route."""
+    """ASGI fast path for an agent's ``GET /v1/nodes/{name}/plan`` (no query string, so no long-poll): ``answer``
+    builds the very response the route would — from the per-process caches (token and assignment cached under the
+    current epochs, nothing to record), or through the agents' group commit (a delivery to record: a booting fleet's
+    first fetches) — and it is sent without FastAPI's routing and parameter handling. Anything else (any error, a
+    held worker, a node without a plan) goes to the route."""
 
     PATH = re.compile(r"/v1/nodes/([A-Za-z0-9][A-Za-z0-9._-]{0,127})/plan")  # names as NodeIn allows
     ROUTE = types.SimpleNamespace(path="/v1/nodes/{name}/plan")  # the route label Observability records
 
-    def __init__(self, app, answer: Callable[[str, str | None, str | None, str | None], Response | None]):
+    def __init__(self, app, answer: Callable[[str, str | None, str | None, str | None], Awaitable[Response | None]]):
         self.app, self.answer = app, answer
 
     async def __call__(self, scope, receive, send):
@@ -139,7 +140,7 @@ class CachedPlanFetch:
                 # exactly one Authorization field, or the route refuses it; repeated If-None-Match fields form one
                 # list; more than one X-Plan-Nonce is the route's to judge
                 response = (
-                    self.answer(m.group(1).lower(), auth[0], ", ".join(inm), nonce[0] if nonce else None)
+                    await self.answer(m.group(1).lower(), auth[0], ", ".join(inm), nonce[0] if nonce else None)
                     if len(auth) == 1 and len(nonce) <= 1
                     else None
                 )
@@ -147,6 +148,62 @@ class CachedPlanFetch:
                     scope["route"] = self.ROUTE
                     return await response(scope, receive, send)
         return await self.app(scope, receive, send)
+
+
+class AgentReports:
+    """ASGI fast path for an agent's ``POST /v1/nodes/{name}/reports`` (no query string, ``Content-Type:
+    application/json``, one Authorization field): ``answer`` takes the body and gives the route's 201 when the
+    token is cached and the report valid and stored, else None and the route gets the request, body replayed.
+    Installed inside BodyLimit, which bounds the body read here."""
+
+    PATH = re.compile(r"/v1/nodes/([A-Za-z0-9][A-Za-z0-9._-]{0,127})/reports")
+    ROUTE = types.SimpleNamespace(path="/v1/nodes/{name}/reports")
+
+    def __init__(self, app, answer: Callable[[str, str | None, bytes], Awaitable[Response | None]]):
+        self.app, self.answer = app, answer
+
+    async def __call__(self, scope, receive, send):
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or scope.get("query_string")
+            or scope.get("root_path")
+            or (m := self.PATH.fullmatch(scope["path"])) is None
+            or m.group(1).endswith(".")  # a final dot is the route's 422
+        ):
+            return await self.app(scope, receive, send)
+        auth: list[str] = []
+        json_body = False
+        for k, v in scope.get("headers") or ():
+            if k == b"authorization":
+                auth.append(v.decode("latin-1"))
+            elif k == b"content-type":
+                json_body = v == b"application/json"
+        if len(auth) != 1 or not json_body:
+            return await self.app(scope, receive, send)
+        chunks: list[bytes] = []
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return  # the client went away
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        response = await self.answer(m.group(1).lower(), auth[0], body)
+        if response is not None:
+            scope["route"] = self.ROUTE
+            return await response(scope, receive, send)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -374,8 +431,10 @@ def create_app(
     openapi_doc.install(app)
     docs.install(app)  # Swagger UI from a local package (api/docs.py)
     ui.install(app, authenticate=state.principals.authenticate)  # /ui/
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    server, writes = state.plan_server, workers.writes
+    app.add_middleware(AgentReports, answer=lambda n, a, b: server.report_answer(n, a, b, writes))
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)  # outside AgentReports: it bounds what that reads
     # inside Observability: logged and counted alike
-    app.add_middleware(CachedPlanFetch, answer=state.plan_server.cached_answer)
+    app.add_middleware(CachedPlanFetch, answer=lambda n, a, i, nonce: server.answer(n, a, i, nonce, writes))
     app.add_middleware(Observability)
     return app

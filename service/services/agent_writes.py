@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import logging
 import threading
 from dataclasses import dataclass
@@ -65,7 +64,7 @@ class AgentWrites:
 
     def __init__(self, db, *, clock: Clock = SYSTEM, threads: int = THREADS, max_batch: int = MAX_BATCH):
         self.db, self.clock, self.threads, self.max_batch = db, clock, threads, max_batch
-        self._queue: collections.deque[tuple[Fetch | Report, concurrent.futures.Future]] = collections.deque()
+        self._queue: collections.deque[tuple[Fetch | Report, asyncio.Future]] = collections.deque()
         self._cv = threading.Condition()
         self._workers: list[threading.Thread] = []
         self._stopping = False
@@ -80,13 +79,13 @@ class AgentWrites:
         return await self._submit(item)
 
     async def _submit(self, item: Fetch | Report):
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut = asyncio.get_running_loop().create_future()
         with self._cv:
             if self._stopping or len(self._workers) < self.threads or not all(w.is_alive() for w in self._workers):
                 self._start()
             self._queue.append((item, fut))
             self._cv.notify()
-        return await asyncio.wrap_future(fut)
+        return await fut
 
     def _start(self) -> None:
         self._stopping = False
@@ -113,34 +112,52 @@ class AgentWrites:
                 if not self._queue:
                     return
                 batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
-            # a request whose client went away (its future cancelled) is dropped; the rest can no longer be cancelled
-            batch = [(item, fut) for item, fut in batch if fut.set_running_or_notify_cancel()]
+            # a request whose client went away (its future cancelled) is dropped; the rest is written even if its
+            # client goes away meanwhile (the answer is then discarded)
+            batch = [(item, fut) for item, fut in batch if not fut.done()]
+            if not batch:
+                continue
             try:
-                if batch:
-                    self._settle(batch)
+                outcomes = self._outcomes([item for item, _ in batch])
             except BaseException as exc:  # noqa: BLE001 - never leave a request waiting, never lose the thread
                 log.exception("agent writes: batch failed")
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
+                outcomes = [exc] * len(batch)
+            _deliver_all([fut for _, fut in batch], outcomes)
 
-    def _settle(self, batch: list[tuple[Fetch | Report, concurrent.futures.Future]]) -> None:
+    def _outcomes(self, items: list[Fetch | Report]) -> list[Any]:
+        """Per item its result or its error, from one transaction (or one per item, see the module docstring)."""
         try:
             with self.db.transaction() as session:
-                outcomes = run_batch(session, [item for item, _ in batch], clock=self.clock)
+                return run_batch(session, items, clock=self.clock)
         except (OperationalError, InterfaceError) as exc:  # the database is unreachable: every request gets 503
-            outcomes = [exc] * len(batch)
+            return [exc] * len(items)
         except Exception as exc:  # noqa: BLE001 - one request's data may have failed the batch: retry one by one
-            if len(batch) > 1:
-                for one in batch:
-                    self._settle([one])
-                return
-            outcomes = [exc]
-        for (_, fut), outcome in zip(batch, outcomes):
-            if isinstance(outcome, BaseException):
-                fut.set_exception(outcome)
-            else:
-                fut.set_result(outcome)
+            if len(items) > 1:
+                return [self._outcomes([one])[0] for one in items]
+            return [exc]
+
+
+def _deliver_all(futures: list[asyncio.Future], outcomes: list[Any]) -> None:
+    """Hand a batch's outcomes to the waiting requests: one call into each event loop per batch (not a wake-up per
+    request), where each future gets its result or error."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any]]] = {}
+    for fut, outcome in zip(futures, outcomes):
+        by_loop.setdefault(fut.get_loop(), []).append((fut, outcome))
+    for loop, pairs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_deliver, pairs)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+
+def _deliver(pairs: list[tuple[asyncio.Future, Any]]) -> None:
+    for fut, outcome in pairs:
+        if fut.done():  # cancelled: its client went away
+            continue
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
 
 
 def run_batch(session, items: list[Fetch | Report], *, clock: Clock) -> list[Any]:

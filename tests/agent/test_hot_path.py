@@ -24,7 +24,8 @@ def comparable(r) -> tuple:
 
 
 def count_route_calls(monkeypatch, app) -> list:
-    """Record every request that reaches FastAPI's router (the fast path answers before it)."""
+    """Record every request that reaches FastAPI's router (its path) and every fetch that goes to the database
+    (``db:<node>``): the fast path answers before the router, from memory or through the group commit."""
     calls = []
     router_type = type(app.router)
     original = router_type.__call__
@@ -35,12 +36,20 @@ def count_route_calls(monkeypatch, app) -> list:
         return await original(self, scope, receive, send)
 
     monkeypatch.setattr(router_type, "__call__", counting)
+    writes = app.state.writes
+    to_database = writes.fetch
+
+    async def fetching(item):
+        calls.append(f"db:{item.node}")
+        return await to_database(item)
+
+    monkeypatch.setattr(writes, "fetch", fetching)
     return calls
 
 
 def warm(client, monkeypatch, node, token) -> list:
-    """Fetch until the fast path answers (an entry read just before the poll saw the plan's creation is dropped at
-    that poll, so the first cached answer may take one more fetch). Returns the route-call log."""
+    """Fetch until the fast path answers from memory (an entry read just before the poll saw the plan's creation is
+    dropped at that poll, so the first cached answer may take one more fetch). Returns the call log."""
     calls = count_route_calls(monkeypatch, client.app)
     assert eventually(lambda: (n := len(calls), fetch(client, node, token).status_code == 200 and len(calls) == n)[1])
     return calls
@@ -88,7 +97,54 @@ def test_fast_path_leaves_errors_to_the_route(client, monkeypatch):
     assert other.status_code == 403 and other.headers["content-type"] == "application/problem+json"
     assert client.get("/v1/nodes/gpu-01/plan", headers={"Authorization": "Basic eDp5"}).status_code == 401
     assert fetch(client, "gpu-01", "pf_not-a-token").status_code == 401
-    assert len(calls) == 3
+    assert [c for c in calls if not c.startswith("db:")] == ["/v1/nodes/gpu-02/plan", *["/v1/nodes/gpu-01/plan"] * 2]
+
+
+def test_report_fast_path_answers_as_the_route_and_leaves_errors_to_it(client, monkeypatch):
+    import json
+
+    fleet = setup_fleet(client)
+    token, plan = fleet["gpu-01"]["token"], fleet["gpu-01"]["plan"]["id"]
+    h = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    calls = warm(client, monkeypatch, "gpu-01", token)  # the token's principal is now cached
+    calls.clear()
+    body = json.dumps({"plan_id": plan, "status": "started", "details": {"run_id": "r1"}})
+    fast = client.post("/v1/nodes/gpu-01/reports", headers=h, content=body)
+    assert fast.status_code == 201 and calls == []
+    # another media type goes to the route: the same answer, the next report id
+    routed = client.post(
+        "/v1/nodes/gpu-01/reports", headers={**h, "Content-Type": "application/json; charset=utf-8"}, content=body
+    )
+    assert calls == ["/v1/nodes/gpu-01/reports"]
+    assert routed.status_code == 201 and fast.headers["content-type"] == routed.headers["content-type"]
+    assert (
+        {**fast.json(), "id": None}
+        == {**routed.json(), "id": None}
+        == {
+            "id": None,
+            "plan_id": plan,
+            "node": "gpu-01",
+            "status": "started",
+        }
+    )
+    assert routed.json()["id"] == fast.json()["id"] + 1
+    calls.clear()
+    refused = [
+        client.post("/v1/nodes/gpu-01/reports", headers=h, content=json.dumps({"plan_id": plan, "status": "odd"})),
+        client.post("/v1/nodes/gpu-01/reports", headers=h, content=json.dumps({"status": "started"})),
+        client.post("/v1/nodes/gpu-01/reports", headers=h, content=b"{not json"),
+        client.post("/v1/nodes/gpu-02/reports", headers=h, content=body),  # another node's token
+        client.post("/v1/nodes/gpu-01/reports", headers=h, content=body.replace(plan, "no-such-plan")),
+    ]
+    assert [r.status_code for r in refused] == [422, 422, 422, 403, 404]
+    assert all(r.headers["content-type"] == "application/problem+json" for r in refused)
+    assert refused[0].json()["errors"][0]["field"] == "status" and refused[1].json()["errors"][0]["field"] == "plan_id"
+    assert len([c for c in calls if not c.startswith("db:")]) == 5  # every refusal answered by the route
+    started = [
+        e for e in client.get("/v1/audit", params={"node": "gpu-01"}).json()["items"] if e["kind"] == "agent.started"
+    ]
+    assert len(started) == 2  # the two accepted reports, nothing for the refused ones
+    assert client.get("/v1/audit/verify").json()["ok"] is True
 
 
 @pytest.fixture
@@ -148,7 +204,7 @@ def test_caches_unused_while_the_epoch_poll_is_stale(client, monkeypatch):
     client.app.state.epochs.stop()  # no poll: after STALE_AFTER nothing may be answered from memory
     calls.clear()
     assert fetch(client, "gpu-01", token).status_code == 200
-    assert calls == ["/v1/nodes/gpu-01/plan"]
+    assert calls == ["db:gpu-01"]  # read from the database (by the fast path's group commit, not the router)
 
 
 def test_epoch_cache_entry_read_under_an_older_epoch_is_not_used(db):
@@ -208,35 +264,25 @@ def test_a_batch_failing_in_the_database_is_retried_one_by_one(db, monkeypatch):
     monkeypatch.setattr(agent_writes, "run_batch", poisoned)
     writes = agent_writes.AgentWrites(db)
     p = token_service.Principal(role="admin", name="admin")
-    import concurrent.futures
-
-    batch = [
-        (agent_writes.Report(p, f"n{i}", "x", "running", "poison" if i == 1 else None, {}), concurrent.futures.Future())
-        for i in range(3)
-    ]
-    writes._settle(batch)
-    assert [f.result() if not f.exception() else type(f.exception()) for _, f in batch] == [
-        "ok:n0",
-        ValueError,
-        "ok:n2",
-    ]
+    items = [agent_writes.Report(p, f"n{i}", "x", "running", "poison" if i == 1 else None, {}) for i in range(3)]
+    outcomes = writes._outcomes(items)
+    assert [o if isinstance(o, str) else type(o) for o in outcomes] == ["ok:n0", ValueError, "ok:n2"]
     assert real is not poisoned
 
 
 def test_a_cancelled_request_is_dropped_and_the_writer_keeps_running(client, db):
     import asyncio
-    import concurrent.futures
 
     fleet = setup_fleet(client, ["gpu-01"])
     writes = agent_writes.AgentWrites(db, threads=1)
     item = agent_writes.Fetch(fleet["gpu-01"]["token"], None, "gpu-01", ())
-    gone: concurrent.futures.Future = concurrent.futures.Future()
-    gone.cancel()  # the client disconnected before its batch ran
-    with writes._cv:
-        writes._queue.append((item, gone))
-    writes._start()
 
     async def fetch():
+        gone = asyncio.get_running_loop().create_future()
+        gone.cancel()  # the client disconnected before its batch ran
+        with writes._cv:
+            writes._queue.append((item, gone))
+        writes._start()
         return await asyncio.wait_for(writes.fetch(item), timeout=10)
 
     principal, assignment, served = asyncio.run(fetch())  # answered by the same, still running, thread

@@ -1,21 +1,24 @@
 """The node agent's routes: fetch the node's signed plan, report its state. The fleet's hot path: ``create_app``
-includes this router first (matched before any other route), and ``PlanServer.cached_answer`` answers a repeated
-fetch from the per-process caches without FastAPI (``CachedPlanFetch`` in app.py)."""
+includes this router first (matched before any other route), and ``PlanServer.answer`` and ``report_answer`` answer
+an agent's plain fetch and a valid report without FastAPI's routing (``CachedPlanFetch`` and ``AgentReports`` in
+app.py); every error goes to these routes."""
 
 import asyncio
+import json
 import re
 import time
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
 from ... import metrics
 from ...clock import Clock
 from ...errors import ApiError, GroupHold, NotFound
 from ...services import tokens as token_service
 from ...services.agent_serving import etag_matches, fetch_recorded_recently
-from ...services.agent_writes import Fetch, Report
+from ...services.agent_writes import AgentWrites, Fetch, Report
 from ...services.epochs import EpochCache
 from ...services.nodes import NOT_ACKNOWLEDGING
 from ...settings import Settings
@@ -159,19 +162,56 @@ class PlanServer:
         metrics.AGENT_FETCHES.labels("served").inc()
         return a, True
 
-    def cached_answer(
-        self, name: str, authorization: str | None, if_none_match: str | None, nonce: str | None = None
+    async def current(
+        self, name: str, secret: str, tags: list[str], writes: AgentWrites
+    ) -> tuple[token_service.Principal | None, dict | None, bool]:
+        """(principal, the node's current assignment or None, served): from the caches, else from the database in
+        the agents' group commit, which authenticates, reads and records the delivery (services/agent_writes.py);
+        what it read is cached under the epochs seen before the read (services/epochs.py)."""
+        principals = self.principals
+        principal = principals.cached(secret)  # each call: a token revoked during a long-poll stops it
+        a, served = self.from_plan_cache(name, principal, tags)
+        if a is None:
+            tags_seen = principals.cache.tag(), self.plan_cache.tag()  # before the read
+            principal, a, served = await writes.fetch(Fetch(secret, principal, name, tuple(tags)))
+            principals.cache.put(token_service.hash_token(secret), principal, tags_seen[0])
+            if a is not None:
+                self.plan_cache.put(name, a, tags_seen[1])
+        return principal, a, served
+
+    async def answer(
+        self, name: str, authorization: str | None, if_none_match: str | None, nonce: str | None, writes: AgentWrites
     ) -> Response | None:
-        """The route's answer when the caches hold it (no database, nothing to record), else None (a nonce not of
-        the form the route accepts is the route's to refuse)."""
+        """The route's answer to a fetch without ``wait`` — from the caches, or recorded through the group commit —
+        when it is a plan or a 304, else None: the route answers errors (a nonce not of the form it accepts too), a
+        held worker and a node without a plan (an error writes nothing, so the route asking again changes nothing
+        but the cost of an error)."""
         if nonce is not None and not NONCE_RE.fullmatch(nonce):
             return None
         try:
-            principal = self.principals.cached(bearer_secret(authorization))
-            a, served = self.from_plan_cache(name, principal, etag_list(if_none_match))
-        except ApiError:  # the route answers errors
+            principal, a, served = await self.current(
+                name, bearer_secret(authorization), etag_list(if_none_match), writes
+            )
+        except (ApiError, SQLAlchemyError):
             return None
         return self.plan_response(a, served, nonce) if a is not None and not held(a, principal) else None
+
+    async def report_answer(self, name: str, authorization: str | None, body: bytes, writes: AgentWrites):
+        """The report route's answer when the token's principal is cached and the body is a valid report: the same
+        checks (node token for this node, ``ReportIn`` over the parsed JSON) and the same write, without FastAPI's
+        routing and dependency resolution. None otherwise — the route answers (and reports) every error."""
+        try:
+            principal = self.principals.cached(bearer_secret(authorization))
+            if principal is None:
+                return None
+            authorize_node(name, principal)
+            r = ReportIn.model_validate(json.loads(body))
+            out = await writes.report(Report(principal, name, r.plan_id, r.status, r.message, r.details))
+        except (ApiError, ValueError, RecursionError, SQLAlchemyError):  # pydantic's ValidationError is a ValueError
+            return None
+        if r.status not in NOT_ACKNOWLEDGING:  # as the route does
+            acknowledged(self.plan_cache, name, r.plan_id)
+        return JSONResponse(out, status_code=201)
 
 
 @router.get(
@@ -216,20 +256,11 @@ async def fetch_node_plan(
     ``running`` (domain/group_gate.py): it never starts against a head still on another plan."""
     state = request.app.state
     server: PlanServer = state.plan_server
-    principals: Principals = state.principals
-    principal_cache, plan_cache, writes = principals.cache, server.plan_cache, state.writes
     secret = bearer_secret(authorization, len(request.headers.getlist("authorization")))
     deadline = time.monotonic() + wait
     tags = etag_list(", ".join(request.headers.getlist("if-none-match")))  # repeated fields form one list
     while True:
-        principal = principals.cached(secret)  # each round: a token revoked during a long-poll stops it
-        a, served = server.from_plan_cache(name, principal, tags)
-        if a is None:
-            tags_seen = principal_cache.tag(), plan_cache.tag()  # before the read (services/epochs.py)
-            principal, a, served = await writes.fetch(Fetch(secret, principal, name, tuple(tags)))
-            principal_cache.put(token_service.hash_token(secret), principal, tags_seen[0])
-            if a is not None:
-                plan_cache.put(name, a, tags_seen[1])
+        principal, a, served = await server.current(name, secret, tags, state.writes)
         if a is None or served or held(a, principal) or time.monotonic() >= deadline:
             break
         await asyncio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
