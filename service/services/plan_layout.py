@@ -199,7 +199,23 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], plan: PlanIn) -> Layo
                 rule="nnodes",
             )
     _check_group_env(group_env, topo)
+    heads = _head_addresses(topo, nodes)
+    return Layout(
+        topo,
+        group_arguments(topo, line, tp=tp, pp=pp, given=args.values),
+        heads,
+        group_env or [{} for _ in topo.groups],
+        tp,
+        pp,
+        dp,
+    )
+
+
+def _head_addresses(topo: Topology, nodes: list[Node]) -> dict[int, str | None]:
+    """Each group's head address, which the group's other nodes connect to: required on the head of a multi-node
+    instance, and one accepted at registration today (a loopback name stored before it was refused is not)."""
     by_name = {n.name: n for n in nodes}
+    names = [n.name for n in nodes]
     heads: dict[int, str | None] = {}
     for g, members in enumerate(topo.groups):
         head = by_name[members[0]]
@@ -226,15 +242,7 @@ def plan_layout(request: LaunchRequest, nodes: list[Node], plan: PlanIn) -> Layo
                 errors=[{"field": f"nodes.{names.index(head.name)}", "rule": "head_address", "message": stored}],
             )
         heads[g] = head.address
-    return Layout(
-        topo,
-        group_arguments(topo, line, tp=tp, pp=pp, given=args.values),
-        heads,
-        group_env or [{} for _ in topo.groups],
-        tp,
-        pp,
-        dp,
-    )
+    return heads
 
 
 def _check_group_env(group_env: list, topo: Topology) -> None:

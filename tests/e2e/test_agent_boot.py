@@ -629,8 +629,9 @@ def witnessed(c):
 def test_the_node_keeps_an_audit_checkpoint_and_raises_the_alarm_when_the_chain_is_cut(fleet, db_url, tmp_path):
     """The agent keeps the longest signed audit checkpoint it has seen. Someone with the database and the service's
     data dir deletes the newest events, every stored checkpoint and the data-dir file, and has the service sign a
-    checkpoint of the shorter chain: the next boot still runs the plan, but says the chain was cut, its report
-    carries both checkpoints, and the node's copy shows the cut against the database."""
+    checkpoint of the shorter chain (the service refuses while its recorded head is longer; with the keys, the head
+    is moved back too): the next boot still runs the plan, but says the chain was cut, its report carries both
+    checkpoints, and the node's copy shows the cut against the database."""
     from typer.testing import CliRunner
 
     from service.cli import app as cli
@@ -650,6 +651,18 @@ def test_the_node_keeps_an_audit_checkpoint_and_raises_the_alarm_when_the_chain_
         conn.execute(text("DELETE FROM audit_checkpoints"))
     engine.dispose()
     (tmp_path / "var" / "audit-checkpoint.jws").unlink()
+    refused = c.post("/v1/audit/checkpoints")  # the recorded head outlives the cut: nothing shorter is signed
+    assert refused.status_code == 409 and "a cut tail" in refused.text, refused.text
+    # the same hand holds the data dir's keys: it moves the recorded head back to the cut chain's end with a MAC
+    # the service accepts, and the service signs a checkpoint of the shorter chain
+    from service.audit import AuditKeys
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        seq, h = conn.execute(text("SELECT chain_seq, hash FROM audit_events ORDER BY chain_seq DESC LIMIT 1")).one()
+        mac = AuditKeys(KeyStore(tmp_path / "var" / "keys", create=False)).head_mac(seq, h)
+        conn.execute(text("UPDATE audit_head SET seq = :s, hash = :h, mac = :m"), {"s": seq, "h": h, "m": mac})
+    engine.dispose()
     shorter = c.post("/v1/audit/checkpoints")
     assert shorter.status_code == 201, shorter.text
     assert shorter.json()["claims"]["last_seq"] < kept["last_seq"]
