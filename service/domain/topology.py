@@ -72,8 +72,18 @@ PER_NODE = (
 # Names every node resolves to itself: RFC 6761 §6.3 reserves ``localhost`` and every name under it for the loopback
 # interface, and Debian's and Red Hat's /etc/hosts map these to 127.0.0.1 / ::1.
 LOOPBACK_NAMES = frozenset(
-    ("localhost", "localhost.localdomain", "localhost4", "localhost6", "ip6-localhost", "ip6-loopback")
+    (
+        "localhost",
+        "localhost.localdomain",
+        "localhost4",
+        "localhost4.localdomain4",
+        "localhost6",
+        "localhost6.localdomain6",
+        "ip6-localhost",
+        "ip6-loopback",
+    )
 )
+THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")  # RFC 1122 §3.2.1.3: a source address only, never a destination
 _NUMERIC_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+")  # what inet_aton(3) reads as a part of an IPv4 address
 
 
@@ -93,7 +103,12 @@ def _ip_problem(value: str, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -
     for a in (ip, *_embedded_ipv4(ip)):
         if a.is_loopback:
             return f"{value} is a loopback address: every other node would reach itself there, not this node"
-        if a.is_unspecified or a.is_multicast or (a.version == 4 and a == ipaddress.IPv4Address("255.255.255.255")):
+        if (
+            a.is_unspecified
+            or a.is_multicast
+            or (a.version == 4 and a in THIS_NETWORK)
+            or (a.version == 4 and a == ipaddress.IPv4Address("255.255.255.255"))
+        ):
             return f"{value} is not an address another node can connect to"
         if a.is_link_local:
             return f"{value} is a link-local address (no route beyond one link): give an address other nodes can reach"

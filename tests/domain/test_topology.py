@@ -128,6 +128,10 @@ def test_group_digest_is_deterministic_and_covers_every_member():
         ("gpu-1.LocalHost.", False),
         ("localhost.localdomain", False),
         ("ip6-localhost", False),
+        ("localhost4.localdomain4", False),  # Red Hat's /etc/hosts: 127.0.0.1
+        ("LOCALHOST6.localdomain6.", False),  # Red Hat's /etc/hosts: ::1
+        ("0.1.2.3", False),  # 0.0.0.0/8 is "this network" (RFC 1122 3.2.1.3): a source, never a destination
+        ("::ffff:0.9.9.9", False),
         ("127.0.0.1", False),
         ("127.255.0.9", False),
         ("::1", False),
