@@ -151,8 +151,8 @@ class CachedPlanFetch:
 
 
 class AgentReports:
-    """ASGI fast path for an agent's ``POST /v1/nodes/{name}/reports`` (no query string, ``Content-Type:
-    application/json``, one Authorization field): ``answer`` takes the body and gives the route's 201 when the
+    """ASGI fast path for an agent's ``POST /v1/nodes/{name}/reports`` (no query string, one ``Content-Type:
+    application/json`` field, one Authorization field): ``answer`` takes the body and gives the route's 201 when the
     token is cached and the report valid and stored, else None and the route gets the request, body replayed.
     Installed inside BodyLimit, which bounds the body read here."""
 
@@ -173,13 +173,14 @@ class AgentReports:
         ):
             return await self.app(scope, receive, send)
         auth: list[str] = []
-        json_body = False
+        types: list[bytes] = []
         for k, v in scope.get("headers") or ():
             if k == b"authorization":
                 auth.append(v.decode("latin-1"))
             elif k == b"content-type":
-                json_body = v == b"application/json"
-        if len(auth) != 1 or not json_body:
+                types.append(v)
+        # exactly one Content-Type field: the route reads the first of several, which may not be JSON at all
+        if len(auth) != 1 or types != [b"application/json"]:
             return await self.app(scope, receive, send)
         chunks: list[bytes] = []
         while True:

@@ -454,3 +454,23 @@ def test_changes_are_committed_before_the_response_starts(settings, db, keys):
         assert c.post("/v1/nodes/gpu-01/token").status_code == 200
         assert seen[-1][1][1] == 1  # the old agent token is revoked
     reader.dispose()
+
+
+def test_report_fast_path_takes_no_body_the_route_would_refuse_for_its_content_type(client, monkeypatch):
+    """FastAPI reads the first Content-Type field; a request carrying another before ``application/json`` is the
+    route's 422, and the fast path must not store it."""
+    import json
+
+    fleet = setup_fleet(client, ["gpu-01"])
+    token, plan = fleet["gpu-01"]["token"], fleet["gpu-01"]["plan"]["id"]
+    warm(client, monkeypatch, "gpu-01", token)  # the token's principal is now cached
+    body = json.dumps({"plan_id": plan, "status": "started"})
+    headers = [
+        ("Authorization", f"Bearer {token}"),
+        ("Content-Type", "text/plain"),
+        ("Content-Type", "application/json"),
+    ]
+    r = client.post("/v1/nodes/gpu-01/reports", headers=headers, content=body)
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body"
+    events = client.get("/v1/audit", params={"node": "gpu-01"}).json()["items"]
+    assert [e for e in events if e["kind"] == "agent.started"] == []
