@@ -10,6 +10,10 @@ The events that create rows (``audit.append`` calls in service/services and serv
   ``token_id``: the node's first agent token; an older event without it covers the node's oldest agent token);
 - plans: ``plan.created`` (``plan_id``); assignments: the ``plan.created`` of their plan naming their node in
   payload ``nodes``; rollouts: ``rollout.created`` (``subject`` ``rollout:<id>``).
+
+Events name a node as it was spelt when they were written: migration 0014 rewrote node names in every table to
+lower case without a final dot but left the hash-chained log as it was, so an event's node name is compared in that
+canonical form (``lower(rtrim(name, '.'))``, the migration's own).
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ WHERE NOT EXISTS (
     WHERE kind IN ('token.rotated', 'node.registered') AND {payload_token_id} IS NOT NULL)
   AND NOT (t.role = 'agent'
     AND t.id IN (SELECT min(id) FROM tokens WHERE role = 'agent' GROUP BY node_name)
-    AND EXISTS (
-        SELECT 1 FROM audit_events e
-        WHERE e.node = t.node_name AND e.kind = 'node.registered' AND {e_payload_token_id} IS NULL))
+    AND t.node_name IN (
+        SELECT lower(rtrim(e.node, '.')) FROM audit_events e
+        WHERE e.kind = 'node.registered' AND {e_payload_token_id} IS NULL))
   AND t.id NOT IN (
     SELECT b.id FROM (
         SELECT id, row_number() OVER (ORDER BY id) AS n FROM tokens WHERE role = 'admin' AND label = :bootstrap
@@ -58,7 +62,7 @@ ORDER BY p.id LIMIT :limit
 _ASSIGNMENTS = """
 SELECT a.id FROM assignments a
 LEFT JOIN (
-    SELECT e.plan_id AS plan_id, j.value AS node FROM audit_events e, {nodes_of_e} AS j
+    SELECT e.plan_id AS plan_id, lower(rtrim(j.value, '.')) AS node FROM audit_events e, {nodes_of_e} AS j
     WHERE e.kind = 'plan.created' AND e.plan_id IS NOT NULL
 ) c ON c.plan_id = a.plan_id AND c.node = a.node_name
 WHERE c.plan_id IS NULL

@@ -436,3 +436,52 @@ def test_an_older_genuine_head_put_back_with_the_tail_cut_to_it(processes, setti
     monkeypatch.setenv("PREFLIGHT_DATA_DIR", str(settings.data_dir))
     out = CliRunner().invoke(cli, ["audit", "verify", "--checkpoint", str(kept)])
     assert out.exit_code == 1 and "deleted" in json.loads(out.stdout)["checkpoint"]["reason"], out.stdout
+
+
+def test_events_keeping_a_node_name_spelling_from_before_0014_are_no_orphans(client, db, settings):
+    """Migration 0014 rewrote node names to lower case without a final dot in every table but the audit log (it is
+    hash-chained): a node registered as ``GPU-B`` by an older service has its rows as ``gpu-b`` and its events as
+    ``GPU-B`` — the legacy node.registered without token_id, and the plan.created naming ``GPU-B``. Those rows have
+    their events."""
+    register_manifest(client)
+    register_node(client, "gpu-a")
+    plan = client.post("/v1/plans", json={**PLAN_70B, "nodes": ["gpu-a"]}).json()["id"]
+    legacy_plan = "00000000-0000-4000-8000-000000000014"
+    with db.transaction() as s:  # the events as the older service wrote them (no token_id, names as registered)
+        audit.append(s, actor="admin", kind="node.registered", subject="node:GPU-B", node="GPU-B", payload={})
+        audit.append(
+            s,
+            actor="admin",
+            kind="plan.created",
+            subject=f"plan:{legacy_plan}",
+            plan_id=legacy_plan,
+            payload={"nodes": ["GPU-B."]},
+        )
+    # the rows as migration 0014 left them: in lower case
+    sql(
+        settings,
+        "INSERT INTO nodes (name, gpu_id, gpu, gpu_count, interconnect, labels, address, created_at, updated_at) "
+        "SELECT 'gpu-b', gpu_id, gpu, gpu_count, interconnect, labels, address, created_at, updated_at FROM nodes "
+        "WHERE name = 'gpu-a'",
+    )
+    sql(
+        settings,
+        "INSERT INTO tokens (token_hash, role, node_name, label, created_at) "
+        "VALUES (:h, 'agent', 'gpu-b', 'agent token of GPU-B', :t)",
+        {"h": hashlib.sha256(b"legacy").hexdigest(), "t": "2026-01-01 00:00:00"},
+    )
+    cols = "manifest_id, request, verdict, findings, argv, command, env, budget, recommendations, vllm_version, "
+    cols += "status, topology, tuning, created_by, created_at"
+    sql(
+        settings,
+        f"INSERT INTO plans (id, {cols}) SELECT :q, {cols} FROM plans WHERE id = :p",
+        {"p": plan, "q": legacy_plan},
+    )
+    sql(
+        settings,
+        "INSERT INTO assignments (plan_id, node_name, seq, signed, etag, status, fetch_count, created_at) "
+        "SELECT :q, 'gpu-b', 1, signed, etag, status, 0, created_at FROM assignments WHERE plan_id = :p",
+        {"p": plan, "q": legacy_plan},
+    )
+    out = verify(client)
+    assert out["ok"] is True and "orphans" not in out, json.dumps(out)
