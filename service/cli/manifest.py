@@ -38,6 +38,12 @@ def manifest_push(
         help="Also record each shard's SHA-256 (reads every shard: tens "
         "of GB; nodes verify them with --verify-hashes).",
     ),
+    allow_remote_code: bool = typer.Option(
+        False,
+        "--allow-remote-code",
+        help="Production plans of this manifest may load code on the node (--trust-remote-code, plugins, "
+        "worker classes, …); the manifest's digest covers it.",
+    ),
 ) -> None:
     """Register a model directory as a manifest, with what the launch depends on in it: config.json's SHA-256, the
     quantization tag, hf_quant_config.json, the safetensors index's shards and sizes (nodes check them at boot)."""
@@ -54,6 +60,7 @@ def manifest_push(
         version=version,
         uri=uri or str(directory.resolve()),
         checkpoint={"layout": "tp_sharded", "tensor_parallel_size": tp_sharded} if tp_sharded else {"layout": "merged"},
+        allow_remote_code=allow_remote_code,
     )
     r = common.client(server, token).post("/v1/manifests", json=body)
     common.fail_on_problem(r)

@@ -291,11 +291,15 @@ POLICY: dict[str, tuple[str, str, str]] = {
     "secret": (
         "secret_in_engine_args",
         "is a secret: the argv is signed, shown to auditors and kept in the audit; "
-        "set it in the plan's env, whose values are redacted",
+        "set it in the plan's env instead (VLLM_API_KEY, HF_TOKEN), whose values are redacted",
         "always",
     ),
     "other_weights": ("other_weights", "loads other weights than the manifest's (not judged)", "warning"),
 }
+
+
+# Preflight's own refusals (vLLM would run these launches): what may be loaded, and options it cannot judge
+POLICY_RULES = frozenset({rule for rule, _, _ in POLICY.values()} | {"trust_remote_code_not_allowed", "flag_unjudged"})
 
 
 def judge(loads: list[Load], *, environment: str, allow_remote_code: bool | None) -> list[Verdict]:

@@ -104,7 +104,8 @@ def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
     if verdicts:
         raise Invalid(
             f"{verdicts[0].message}: in production the manifest {manifest.name}@{manifest.version} must be "
-            f"registered with allow_remote_code",
+            f"registered with allow_remote_code (a new version: preflight manifest push DIR --version V "
+            f'--allow-remote-code, or POST /v1/manifests with "allow_remote_code": true)',
             errors=[
                 {"field": v.field, "rule": v.rule, "message": f"{v.message}; the manifest does not allow remote code"}
                 for v in verdicts

@@ -16,6 +16,7 @@ from .. import audit, metrics
 from ..api.schemas import PlanIn
 from ..clock import Clock, utc
 from ..db.models import Assignment, Manifest, Node, Plan, iso
+from ..domain.loading import POLICY_RULES
 from ..domain.recommend import recommend
 from ..domain.render import shell_command
 from ..domain.request import LaunchRequest
@@ -206,6 +207,13 @@ def plan_in(data: dict[str, Any]) -> PlanIn:
         ) from None
 
 
+def _rejected(version: str, errors: list) -> str:
+    """The detail of a rejected launch: vLLM's refusal, or Preflight's own policy when only policy rules refused."""
+    policy = all(f.rule in POLICY_RULES for f in errors)
+    head = "Preflight's policy refuses this launch" if policy else f"vLLM {version} would refuse this launch"
+    return f"{head}: " + "; ".join(f"{f.rule}: {f.message}" for f in errors)
+
+
 @dataclass
 class Judgement:
     """A plan body judged for a manifest on nodes (``judge``): what ``create`` signs, or a dry run shows. ``plan`` is
@@ -225,7 +233,7 @@ class Judgement:
         quantized variants of the model that would fit these nodes."""
         r = self.result
         return LaunchRejected(
-            f"vLLM {r.vllm_version} would refuse this launch: " + "; ".join(f"{f.rule}: {f.message}" for f in r.errors),
+            _rejected(r.vllm_version, r.errors),
             findings=self.findings,
             argv=r.argv,
             budget=r.budget,
