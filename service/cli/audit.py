@@ -38,7 +38,9 @@ def audit_verify(
     """Recompute the audit chain from the database, read-only (never seals): links, hashes, MACs (with the local
     keys), unsealed, forged or copied rows, the chain's end against the recorded head (a cut tail), tokens, plans,
     assignments and rollouts without their events (orphans), and the chain against the newest signed checkpoint
-    found (stored, the data-dir file, and --checkpoint FILE). Exit 0 intact, 1 broken or cut."""
+    found (stored, the data-dir file, and --checkpoint FILE). Exit 0 intact, 1 broken or cut, 2 no database to read."""
+    from sqlalchemy.exc import OperationalError
+
     from .. import audit
 
     s_ = common.settings()
@@ -54,11 +56,20 @@ def audit_verify(
         if claims is None:
             typer.echo(f"preflight: {checkpoint} does not exist", err=True)
             raise typer.Exit(2)
-    with common.database(s_).read() as s:  # a snapshot: the running service goes on writing
-        found, problems = audit.known_checkpoints(s, jwks, files)
-        if claims is not None:  # --checkpoint FILE, read above
-            found.append({**claims, "source": str(checkpoint)})
-        result = audit.verify_chain(s, checkpoints=found)
+    try:
+        with common.database(s_).read() as s:  # a snapshot: the running service goes on writing
+            found, problems = audit.known_checkpoints(s, jwks, files)
+            if claims is not None:  # --checkpoint FILE, read above
+                found.append({**claims, "source": str(checkpoint)})
+            result = audit.verify_chain(s, checkpoints=found)
+    except OperationalError as exc:  # no database there is not a broken chain: say where it looked
+        typer.echo(
+            f"preflight: cannot read the audit log at {s_.resolved_database_url.split('@')[-1]!r} "
+            f"({str(exc.orig).splitlines()[0] if exc.orig else 'no connection'}): set PREFLIGHT_DATABASE_URL "
+            f"or run from the service's directory",
+            err=True,
+        )
+        raise typer.Exit(2) from None
     if problems:
         result["warnings"] = problems
     typer.echo(json.dumps(result))
