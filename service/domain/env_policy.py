@@ -16,7 +16,10 @@ import re
 from typing import Any
 
 from . import versions
-from .loading import env_loads
+from .loading import CODE, PLACES, POLICY, env_loads
+
+# what a plan's env may not make the release do, in any environment (the node's env is the node's)
+REFUSED_KINDS = CODE | PLACES | {"safety_off"}
 
 # Allowed: a name equal to one of these, or starting with one ending in "_".
 ALLOWED_PREFIXES = (
@@ -55,14 +58,6 @@ DENIED_ALLOWED = re.compile(
     r"[A-Z0-9]+_.*(PATH|PATHS|HOME|DIR|DIRS|ROOT|PLUGIN|PLUGINS|ENDPOINT|URL|LIB|LIBS|LIBRARY|MODULE|MODULES|"
     r"CACHE|INJECTION[A-Z0-9_]*|FILE)|[A-Z0-9_]*INJECTION[A-Z0-9_]*)$"
 )
-WHY = {
-    "import": "the release imports what it names (module or class): code on the node",
-    "unpickle": "it makes the release unpickle data, which runs code",
-    "safety_off": "it turns a safety check off",
-    "write": "the release writes files where it points",
-    "read": "the release reads a file where it points",
-    "download_dir": "the release downloads where it points",
-}
 
 
 def _allowed(name: str) -> bool:
@@ -87,6 +82,6 @@ def refused(env: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((str(name), why))
     allowed = {k: v for k, v in env.items() if isinstance(k, str) and _allowed(k)}
     for load in env_loads(allowed, versions.env_loading()):
-        if load.kind in WHY:
-            out.append((load.field.removeprefix("env."), f"{WHY[load.kind]} ({load.site})"))
+        if load.kind in REFUSED_KINDS:  # the same words as for an engine argument (loading.POLICY)
+            out.append((load.field.removeprefix("env."), f"the release {POLICY[load.kind][1]} ({load.site})"))
     return sorted(out)

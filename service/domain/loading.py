@@ -23,6 +23,7 @@ from typing import Any
 
 CODE = frozenset({"import", "unpickle"})
 PATHS = frozenset({"read", "download_dir"})
+PLACES = PATHS | {"write"}  # kinds whose value names a place
 KINDS = CODE | PATHS | {"write", "other_weights", "secret", "safety_off"}
 # a key under a JSON option that names code by its spelling: the analysis can lose a key where a dict is handed to
 # a function that reads it with .get (KV offloading's spec_module_path), so the name alone also counts
@@ -167,7 +168,7 @@ def _fires(path: str, key: str, kind: str, value: object, reviewed: bool) -> boo
         return False  # --hf-token alone: the token the node logged in with (vllm/config/model.py:344-347)
     if isinstance(value, (dict, list)):
         return reviewed  # a container's own facts are its keys', except where the whole value was read by hand
-    if kind in ("read", "write", "download_dir"):
+    if kind in PLACES:
         return _names_a_place(key, value)
     return True
 
@@ -260,7 +261,7 @@ def env_loads(env: Mapping[str, Any], facts: LoadingFacts) -> list[Load]:
     for name in sorted(k for k in env if isinstance(k, str)):
         value = env[name]
         for kind in sorted(facts.env.get(name, ())):
-            place = kind in ("read", "write", "download_dir")
+            place = kind in PLACES
             if kind == "secret" or (place and not _names_a_place(name.lower(), value)):
                 continue
             if not place and str(value).strip().lower() in ("", "0", "false", "no", "off"):
@@ -329,9 +330,9 @@ def judge(loads: list[Load], *, environment: str, allow_remote_code: bool | None
 REDACTED = "<redacted>"
 
 
-def secret_dests(fields: set[str]) -> set[str]:
-    """The option dests of ``engine_args.<dest>…`` fields."""
-    return {f.removeprefix("engine_args.").split(".", 1)[0].split("[", 1)[0] for f in fields}
+def option_of(field: str) -> str:
+    """The option dest of an ``engine_args.<dest>…`` field (``engine_args.a.b[0].c`` -> ``a``)."""
+    return field.removeprefix("engine_args.").split(".", 1)[0].split("[", 1)[0]
 
 
 def redact_argv(argv: list[str], flags: set[str]) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from .context import LaunchContext, build_context
 from .findings import Finding, Severity, verdict_of
-from .loading import redact_argv, secret_dests
+from .loading import option_of, redact_argv
 from .memory import compute_budget
 from .render import render_argv, shell_command
 from .request import LaunchRequest
@@ -104,7 +104,7 @@ def validate(
         argv = render_argv(ctx, model_ref)
     secret = {f.field for f in findings if f.rule == "secret_in_engine_args" and f.field}
     if secret:  # a refused launch is shown, never signed: without the secret it carried
-        argv = redact_argv(argv, {ctx.line.options[d].flag for d in secret_dests(secret) if d in ctx.line.options})
+        argv = redact_argv(argv, {ctx.line.options[d].flag for d in map(option_of, secret) if d in ctx.line.options})
     result = ValidationResult(
         verdict=verdict_of(findings),
         findings=findings,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..context import LaunchContext
 from ..findings import Finding
-from ..loading import CODE, judge, option_loads
+from ..loading import judge, option_loads, option_of
 from . import Emit, rule
 
 SRC = (
@@ -22,10 +22,9 @@ def loading(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     weights come from); a secret (``--api-key``, ``--hf-token``) is refused as an engine argument, since the argv is
     signed and shown to auditors (put it in the plan's env, whose values are redacted); another model, tokenizer or
     adapter is named in a warning, its weights not judged."""
-    loads = [x for x in option_loads(ctx.args.values, ctx.line.loading) if x.kind not in CODE]
+    loads = option_loads(ctx.args.values, ctx.line.loading)  # code is judged with the manifest (plan_layout.py)
     out = []
     for v in judge(loads, environment=ctx.environment, allow_remote_code=None):
         build = emit.error if v.severity == "error" else emit.warning
-        remedy = {"drop": [v.field.removeprefix("engine_args.").split(".", 1)[0].split("[", 1)[0]]}
-        out.append(build(v.rule, v.message, remedy=remedy, field=v.field))
+        out.append(build(v.rule, v.message, remedy={"drop": [option_of(v.field)]}, field=v.field))
     return out
