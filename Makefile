@@ -7,7 +7,7 @@ PORT   ?= 8000
 # pytest-xdist workers (auto: one per core)
 JOBS   ?= auto
 
-.PHONY: run test lint format test-fast install install-dev lock migrate openapi docs cases clean
+.PHONY: run test lint format test-fast install install-dev lock migrate openapi docs cases clean differential
 
 UV_VERSION := 0.13.9
 
@@ -61,3 +61,8 @@ cases: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
+
+# Preflight's verdicts beside vLLM's own (parser + create_engine_config, no GPU) on seeded drawn launches; writes
+# docs/differential.md. Builds vLLM's throw-away environment on first use (scripts/gen_vllm_catalogue.py), ~1 GB.
+differential: $(VENV)/.installed
+	$(PY) scripts/vllm_differential.py --vllm 0.33.0:2000 --vllm 0.13.0:500 --vllm 0.10.2:500 --docs

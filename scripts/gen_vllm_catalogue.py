@@ -64,28 +64,21 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, check=True, **kw)
 
 
-def ensure_env(work: pathlib.Path, torch_spec: str, transformers_spec: str | None = None) -> pathlib.Path:
-    env = work / (
-        "env" if not transformers_spec else "env-" + hashlib.sha256(transformers_spec.encode()).hexdigest()[:8]
-    )
+def ensure_env(
+    work: pathlib.Path, torch_spec: str, transformers_spec: str | None = None, extra: tuple[str, ...] = ()
+) -> pathlib.Path:
+    """A virtual environment with SUPPORT and a CPU torch (``extra``: more requirements, in an environment of
+    their own; the differential harness adds what vLLM's model modules import)."""
+    key = " ".join(filter(None, (transformers_spec, *extra)))
+    env = work / ("env" if not key else "env-" + hashlib.sha256(key.encode()).hexdigest()[:8])
     py = env / "bin" / "python"
     marker = env / ".ready"
     if not marker.exists():
         run([sys.executable, "-m", "venv", str(env)])
         support = [p for p in SUPPORT if not (transformers_spec and p == "transformers")]
-        run(
-            [
-                str(py),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                torch_spec,
-                *support,
-                *([transformers_spec] if transformers_spec else []),
-            ]
-        )
-        marker.write_text(f"{torch_spec} {transformers_spec or ''}")
+        wanted = [torch_spec, *support, *([transformers_spec] if transformers_spec else []), *extra]
+        run([str(py), "-m", "pip", "install", "--quiet", *wanted])
+        marker.write_text(f"{torch_spec} {key}")
     return py
 
 
@@ -133,14 +126,32 @@ def loading_only(version: str, path: pathlib.Path, work: pathlib.Path) -> dict:
     return loading_of(version, wheel, work)
 
 
+def release_dir(version: str, py: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
+    """The release installed alone (``--no-deps``) into its own directory, for ``PYTHONPATH``."""
+    target = work / "releases" / version
+    if not (target / "vllm").exists():
+        run(
+            [
+                str(py),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--target",
+                str(target),
+                str(wheel_for(version, work)),
+            ]
+        )
+    return target
+
+
 def generate(
     version: str, py: pathlib.Path, work: pathlib.Path, transformers_spec: str | None = None
 ) -> tuple[dict, dict]:
     """The release's catalogue and its loading facts."""
     wheel = wheel_for(version, work)
-    target = work / "releases" / version
-    if not (target / "vllm").exists():
-        run([str(py), "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)])
+    target = release_dir(version, py, work)
     env = {**os.environ, "PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": ""}
     out = subprocess.run([str(py), str(INSIDE)], check=True, capture_output=True, text=True, env=env, cwd=work)
     data = json.loads(out.stdout)

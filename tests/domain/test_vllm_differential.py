@@ -1,0 +1,89 @@
+"""The differential harness (scripts/vllm_differential.py): its generator, classification and report are tested
+everywhere; a seeded sample judged by vLLM 0.33's own code runs where the generator's environment is present
+(PREFLIGHT_VLLM_WORK, default /tmp/preflight-vllm-gen, holding env/.ready and releases/0.33.0 after
+``make differential`` or scripts/gen_vllm_catalogue.py) and is skipped otherwise."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import vllm_differential as diff  # noqa: E402
+
+WORK = pathlib.Path(os.environ.get("PREFLIGHT_VLLM_WORK", "/tmp/preflight-vllm-gen"))
+HAVE_VLLM = (WORK / "env" / ".ready").exists() and (WORK / "releases" / "0.33.0" / "vllm").exists()
+
+
+def test_the_generator_is_seeded_and_draws_from_the_whole_option_table():
+    a, b = diff.make_cases("0.33.0", 300, seed=4), diff.make_cases("0.33.0", 300, seed=4)
+    assert a == b
+    assert a != diff.make_cases("0.33.0", 300, seed=5)
+    drawn = {k for c in a for k in c["engine_args"]}
+    assert len(drawn) > 120  # far beyond the hand-picked dimensions
+    assert not drawn & diff.NOT_DRAWN
+    assert {c["model"] for c in a} >= {"meta-llama/Meta-Llama-3.1-8B", "Qwen/Qwen3-30B-A3B"}
+
+
+def test_argv_uses_the_release_spellings():
+    _, line = diff.resolve_version("0.33.0")
+    argv = diff.argv_of(line, {"tensor_parallel_size": 4, "enforce_eager": True, "compilation_config": {"mode": 3}})
+    assert argv == ["vllm", "serve", "{MODEL}", "--tensor-parallel-size", "4", "--enforce-eager",
+                    "--compilation-config", '{"mode":3}']  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("vllm", "errors", "kind"),
+    [
+        ("accept", [], "agree_accept"),
+        ("accept", ["weights_fit"], "beyond_config"),
+        ("accept", ["tp_heads_divisible"], "false_reject"),
+        ("reject", ["tp_heads_divisible"], "agree_reject"),
+        ("reject", [], "missed_reject"),
+        ("reject", ["kv_pool_empty"], "memory_only"),
+        ("harness", ["tp_heads_divisible"], "harness"),
+    ],
+)
+def test_classify(vllm, errors, kind):
+    assert diff.classify({"verdict": vllm, "message": "m"}, {"verdict": "x", "errors": errors}) == kind
+
+
+def test_causes_group_vllm_messages_by_shape():
+    a = diff.cause(
+        "missed_reject", {"message": "Value error, max_num_active_seqs (512) cannot be greater than 256."}, {}
+    )
+    b = diff.cause("missed_reject", {"message": "Value error, max_num_active_seqs (8) cannot be greater than 4."}, {})
+    assert a == b == "Value error, max_num_active_seqs (N) cannot be greater than N."
+
+
+def test_docs_render_the_reports():
+    report = diff.summarize("0.33.0", 3, 1, [({}, {"verdict": "accept"}, {"errors": []}, "agree_accept"),
+                                             ({}, {"verdict": "reject", "message": "x 1"}, {"errors": []}, "missed_reject"),
+                                             ({}, {"verdict": "reject"}, {"errors": ["tp_heads_divisible"]}, "agree_reject")], 1.0)  # fmt: skip
+    report["families"] = {"tp_heads_divisible": {"agree_reject": 1}}
+    text = diff.render_docs([report])
+    assert "| 0.33.0 | 3 | 3 | 66.7 % | 100.0 % | 50.0 % | 0 | 1 | 0 | 0 | 0 |" in text
+    assert "- 1 × x N" in text
+
+
+def test_the_checked_in_figures_are_current_with_the_docs():
+    reports = sorted(
+        (diff.json.loads(p.read_text()) for p in (ROOT / "docs" / "differential").glob("*.json")),
+        key=lambda r: [int(x) for x in r["vllm_version"].split(".")],
+    )
+    assert reports, "docs/differential/*.json: run make differential"
+    assert diff.DOCS.read_text() == diff.render_docs(reports)
+    for r in reports:
+        assert r["judged"] >= 0.9 * r["n"], r["vllm_version"]
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="vLLM's throw-away environment is not present (make differential)")
+def test_a_seeded_sample_agrees_with_vllm(tmp_path):
+    report = diff.run("0.33.0", 40, 11, tmp_path, WORK, "torch==2.13.0", jobs=2)
+    assert report["counts"].get("harness", 0) <= 4, report["causes"].get("harness")
+    assert report["counts"].get("false_reject", 0) == 0, report["causes"].get("false_reject")
