@@ -17,6 +17,7 @@ import pytest
 
 from service.domain.engine_args import abbreviations, option_form, parse_engine_args, resolve_key
 from service.domain.errors import DomainError
+from service.domain.recommend import recommend
 from service.domain.render import parse_argv, shell_command
 from service.domain.request import LaunchRequest
 from service.domain.validate import validate
@@ -171,6 +172,24 @@ def test_a_release_whose_parser_refuses_abbreviations_refuses_the_prefix():
     assert args.unsupported == {"tensor_parallel": 4} and not args.abbreviated
     assert resolve_key("-tp", strict) == ("tensor_parallel_size", ())  # exact spellings are untouched
     assert dataclasses.replace(LINE, allow_abbrev=False, help_strings=()).allow_abbrev is False
+
+
+# ------------------------------------------------------------------------------------------ the other users of keys
+
+
+def test_remedies_and_alternatives_treat_the_prefix_as_the_option():
+    full, short = _validate({"tensor_parallel_size": 1}), _validate({"tensor-parallel": 1})
+    assert _errors(full) == _errors(short) == ["weights_fit", "kv_pool_empty"]
+    assert [f.remedy for f in full.findings] == [f.remedy for f in short.findings if f.rule != "flag_abbreviated"]
+    assert short.alternatives == full.alternatives and short.alternatives[0] == {"tensor_parallel_size": 4}
+
+
+def test_recommend_keeps_an_abbreviated_tensor_parallel_size():
+    req = request(LLAMA_70B, "h100-sxm-80gb", count=4)
+    req["engine_args"] = {"tensor-parallel": 4}
+    args, why = recommend(LaunchRequest.model_validate(req))
+    assert args["tensor_parallel_size"] == 4 and "tensor_parallel" not in args
+    assert "tensor_parallel_size" not in {w["field"] for w in why}
 
 
 # ------------------------------------------------------------------------------------------ vLLM's own parser
