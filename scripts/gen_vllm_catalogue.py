@@ -14,6 +14,11 @@ variable can make the release load (imports, unpickles, file reads and writes, d
 secrets), found by scripts/vllm_loading.py reading the same wheel's source; ``--loading-only`` regenerates those
 files alone from the wheel each catalogue records (no environment needed: the analysis only parses the source).
 
+``argparse`` in each catalogue says whether the release's ``vllm serve`` parser accepts abbreviated long options
+(argparse's ``allow_abbrev``) and which help strings a prefix is matched against: the full generation reads it from
+the parser it builds; ``--argparse-only`` fills it into the checked-in catalogues from each recorded wheel's source
+alone (scripts/vllm_argparse.py: an ``ast`` read, no environment), leaving every other key as it is.
+
 The work directory (default /tmp/preflight-vllm-gen) is kept so that a second run reuses the environment and the
 wheels. ``--torch`` names the torch requirement (default ``torch==2.13.0``; any CPU build works).
 """
@@ -30,6 +35,7 @@ import sys
 import time
 import zipfile
 
+from vllm_argparse import argparse_facts
 from vllm_loading import analyse
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -117,13 +123,24 @@ def loading_of(version: str, wheel: pathlib.Path, work: pathlib.Path) -> dict:
     return {**facts, "vllm_version": version, "source": {"wheel": wheel.name, "sha256": sha256(wheel)}}
 
 
-def loading_only(version: str, path: pathlib.Path, work: pathlib.Path) -> dict:
-    """The loading facts of the release a checked-in catalogue was generated from (its wheel, by SHA-256)."""
+def recorded_wheel(version: str, path: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
+    """The wheel a checked-in catalogue was generated from (checked by SHA-256)."""
     recorded = json.loads(path.read_text())["source"]["sha256"]
     wheel = wheel_for(version, work)
     if sha256(wheel) != recorded:
         raise SystemExit(f"{wheel.name}: SHA-256 differs from the one {path.name} was generated from")
-    return loading_of(version, wheel, work)
+    return wheel
+
+
+def loading_only(version: str, path: pathlib.Path, work: pathlib.Path) -> dict:
+    """The loading facts of the release a checked-in catalogue was generated from."""
+    return loading_of(version, recorded_wheel(version, path, work), work)
+
+
+def argparse_only(version: str, path: pathlib.Path, work: pathlib.Path) -> dict:
+    """The checked-in catalogue with its ``argparse`` facts read from the recorded wheel's source."""
+    source = release_source(version, recorded_wheel(version, path, work), work)
+    return {**json.loads(path.read_text()), "argparse": argparse_facts(source)}
 
 
 def release_dir(version: str, py: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
@@ -203,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="regenerate only the loading facts (service/data/vllm/loading/), from each wheel",
     )
+    ap.add_argument(
+        "--argparse-only",
+        action="store_true",
+        help="fill only the parser facts (allow_abbrev, help strings) into the catalogues, from each wheel's source",
+    )
     args = ap.parse_args(argv)
     versions = args.versions or sorted(p.stem for p in args.out.glob("*.json"))
     args.work.mkdir(parents=True, exist_ok=True)
@@ -216,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.loading_only:
                 outputs = {args.out / "loading" / f"{version}.json": loading_only(version, existing, args.work)}
+            elif args.argparse_only:
+                outputs = {existing: argparse_only(version, existing, args.work)}
             else:
                 data, loading = generate(version, ensure_env(args.work, args.torch, spec), args.work, spec)
                 outputs = {existing: data, args.out / "loading" / f"{version}.json": loading}

@@ -24,6 +24,8 @@ import sys
 from contextlib import nullcontext
 from unittest.mock import MagicMock, patch
 
+from vllm_argparse import argparse_facts  # beside this script (python puts the script's directory first on the path)
+
 logging.disable(logging.CRITICAL)
 
 try:
@@ -694,6 +696,19 @@ def dataclass_missing():
     return dataclasses.MISSING
 
 
+def parser_facts(parser: argparse.ArgumentParser, root: pathlib.Path) -> dict:
+    """scripts/vllm_argparse.py's facts, with the built parser's own ``allow_abbrev`` and help option strings (what
+    argparse matches a prefix against besides the options)."""
+    facts = argparse_facts(root.parent)
+    helps = [s for s, a in parser._option_string_actions.items() if isinstance(a, argparse._HelpAction)]
+    return {
+        **facts,
+        "allow_abbrev": bool(facts["allow_abbrev"] and parser.allow_abbrev),
+        "help_option_strings": sorted(helps),
+        "read_from": "parser",
+    }
+
+
 def main() -> None:
     root = pathlib.Path(importlib.util.find_spec("vllm").origin).parent
     version = importlib.metadata.version("vllm")
@@ -702,6 +717,7 @@ def main() -> None:
     json.dump(
         {
             "vllm_version": version,
+            "argparse": parser_facts(parser, root),
             "options": opts,
             "positionals": positionals,
             "registry": registry(root),

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .engine_args import resolve_name
 from .errors import DomainError
 from .findings import Severity
 from .request import LaunchRequest
-from .versions import Option
+from .versions import Option, VersionLine
 
 if TYPE_CHECKING:  # validate imports this module
     from .validate import ValidationResult
@@ -36,6 +37,12 @@ def _apply(args: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _by_dest(args: dict[str, Any], line: VersionLine) -> dict[str, Any]:
+    """``engine_args`` keyed by dest (``-tp`` or an abbreviation such as ``tensor-parallel`` included), so that a
+    patch replaces the request's own spelling instead of adding a second one (refused as given twice)."""
+    return {resolve_name(k, line): v for k, v in args.items()}
+
+
 def _rank(current: Any, value: Any) -> tuple[Any, ...]:
     if isinstance(current, (int, float)) and isinstance(value, (int, float)) and not isinstance(value, bool):
         return (abs(value - current), -value)
@@ -45,7 +52,7 @@ def _rank(current: Any, value: Any) -> tuple[Any, ...]:
 def _remedy_patches(result: ValidationResult, flags: dict[str, Option]) -> list[dict[str, Any]]:
     """Single-change patches from the error findings' remedies, nearest values first."""
     ctx = result.context
-    current = dict(ctx.request.engine_args) if ctx is not None else {}
+    current = _by_dest(ctx.request.engine_args, ctx.line) if ctx is not None else {}
     out: list[dict[str, Any]] = []
     for f in result.findings:
         if f.severity is not Severity.ERROR or not f.remedy:
@@ -107,7 +114,7 @@ def nearest_alternatives(request: LaunchRequest, result: ValidationResult) -> li
     if result.verdict != "reject" or result.context is None:
         return []
     flags = result.context.line.flags
-    base_args = dict(request.engine_args)
+    base_args = _by_dest(request.engine_args, result.context.line)
     budget = [MAX_VALIDATIONS]
 
     def run(patch: dict[str, Any]) -> ValidationResult | None:

@@ -3,6 +3,10 @@ catalogue (service/domain/versions.py, generated from vLLM's parser), judged the
 
 - Keys are dest names (``max_model_len``), dashed names (``max-model-len``) or any spelling the release accepts
   (``--max-model-len``, ``-tp``); options the release does not have are kept aside for ``flag_unsupported``.
+- A key that is no option but a unique prefix of one (``tensor-parallel`` → ``--tensor-parallel-size``) names that
+  option, as the release's parser reads it (argparse ``allow_abbrev``, which FlexibleArgumentParser leaves on: vllm
+  0.33.0 vllm/utils/argparse_utils.py:170-180); it is recorded for ``flag_abbreviated``, and a prefix of several
+  option strings is kept aside for ``flag_unsupported`` (argparse: "ambiguous option").
 - Values follow the option's kind: ``int``/``float`` as Python's ``int()``/``float()`` read them, human-readable
   sizes as ``human_readable_int`` (vllm 0.33.0 vllm/utils/argparse_utils.py:30-94: ``k/m/g`` powers of 10,
   ``K/M/G`` powers of 2, ``-1``/``auto`` for max_model_len), JSON options as objects (or their JSON text), list
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +121,7 @@ class EngineArgs:
     """The launch's engine arguments after parsing. ``given`` names what the request set explicitly;
     ``unsupported`` maps flags the target version does not accept to their raw values; ``bool_with_value`` lists
     boolean flags given a non-boolean value (``"False"``); ``bad_choice`` maps options given a value outside their
-    ``choices`` to (value, choices)."""
+    ``choices`` to (value, choices); ``abbreviated`` and ``ambiguous`` the keys given as a prefix of an option."""
 
     values: dict[str, Any] = field(default_factory=dict)
     given: set[str] = field(default_factory=set)
@@ -124,6 +129,9 @@ class EngineArgs:
     bool_with_value: dict[str, Any] = field(default_factory=dict)
     bad_choice: dict[str, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
     bad_keys: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    # dest -> (the key as given, the option string it abbreviates); key -> (its option form, the strings it matches)
+    abbreviated: dict[str, tuple[str, str]] = field(default_factory=dict)
+    ambiguous: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     def get(self, name: str, default: Any = None) -> Any:
         v = self.values.get(name)
@@ -351,27 +359,72 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def resolve_name(key: Any, line: VersionLine) -> str:
-    """The dest an ``engine_args`` key names: ``max_model_len``, ``max-model-len``, ``--max-model-len``, ``-tp``."""
+def option_form(key: str) -> str:
+    """The option string vLLM's parser looks up for an ``engine_args`` key: after ``--`` underscores become dashes
+    (vllm 0.33.0 vllm/utils/argparse_utils.py:372-393; the same since 0.6, vllm 0.6.6 vllm/utils.py:1137-1147), a
+    single-dash key as written, a bare name as its long option (``tensor_parallel`` → ``--tensor-parallel``)."""
+    if key.startswith("--"):
+        return "--" + key[2:].replace("_", "-")
+    return key if key.startswith("-") else flag(key)
+
+
+def abbreviations(spelled: str, line: VersionLine) -> tuple[str, ...]:
+    """The option strings of the release's parser that ``spelled`` abbreviates, as Python's argparse finds them
+    (3.12 argparse.py ``_get_option_tuples``): every string that begins with it, each counted (two spellings of one
+    option make a prefix of both ambiguous as well). None where the parser refuses abbreviations (``allow_abbrev``
+    off), or where a single-dash key begins with a short option (argparse reads ``-qfoo`` as ``-q foo``: a value
+    inside the key, never a name). A bisection of the sorted strings: cheap enough to run for every unknown key."""
+    if not line.allow_abbrev or len(spelled) < 2:
+        return ()
+    short = spelled[:2]
+    if short[1] != "-" and (short in line.spellings or short in line.help_strings):
+        return ()
+    strings = line.parser_strings
+    i = bisect_left(strings, spelled)
+    j = i
+    while j < len(strings) and strings[j].startswith(spelled):
+        j += 1
+    return strings[i:j]
+
+
+def resolve_key(key: Any, line: VersionLine) -> tuple[str, tuple[str, ...]]:
+    """The dest an ``engine_args`` key names and, when the key is an abbreviation, the option strings it matches:
+    (dest, ()) for a name or spelling of an option (``max_model_len``, ``max-model-len``, ``--max-model-len``,
+    ``-tp``); (dest, (option string,)) for a unique prefix (``tensor-parallel``); (name, matches) for a prefix of
+    several (ambiguous) and (name, ()) for no option at all (both refused by ``flag_unsupported``)."""
     if key in line.dest_names:  # the usual spelling: what the steps below return unchanged
-        return str(key)
+        return str(key), ()
     raw = str(key).strip()
     if raw.startswith("-") and raw in line.spellings:
-        return line.spellings[raw]
+        return line.spellings[raw], ()
     name = arg_name(raw)
     if not _NAME.fullmatch(name):
         raise DomainError(f"engine_args.{key}", f"{key!r} is not an engine argument name", rule="flag_name")
     spelled = flag(name)
-    if name not in line.options and spelled in line.spellings:
-        return line.spellings[spelled]  # e.g. --no-enforce-eager given as a key
-    return name
+    if name in line.options:
+        return name, ()
+    if spelled in line.spellings:
+        return line.spellings[spelled], ()  # e.g. --no-enforce-eager given as a key
+    matches = abbreviations(option_form(raw), line)
+    if len(matches) == 1 and matches[0] in line.spellings:  # (a prefix of --help alone is no engine argument)
+        return line.spellings[matches[0]], matches
+    return name, matches if len(matches) > 1 else ()
+
+
+def resolve_name(key: Any, line: VersionLine) -> str:
+    """The dest an ``engine_args`` key names: ``max_model_len``, ``max-model-len``, ``--max-model-len``, ``-tp``,
+    or a unique prefix of an option (``tensor-parallel``)."""
+    return resolve_key(key, line)[0]
 
 
 def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
     """Parse ``engine_args`` for one version line."""
     out = EngineArgs()
     for key, value in raw.items():
-        name = resolve_name(key, line)
+        name, matches = resolve_key(key, line)
+        if len(matches) > 1:  # argparse: "ambiguous option: --x could match ..."
+            out.ambiguous[str(key)] = (option_form(str(key).strip()), matches)
+            continue
         if name in RESERVED:
             raise DomainError(
                 f"engine_args.{key}", f"{key!r} cannot be set in engine_args: {RESERVED[name]}", rule="flag_reserved"
@@ -384,6 +437,8 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
         if opt is None:
             out.unsupported[name] = value
             continue
+        if matches:
+            out.abbreviated[name] = (str(key), matches[0])
         if (
             value is None
             or (opt.optional and isinstance(value, str) and value in ("", "None"))
@@ -403,8 +458,8 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
             if not isinstance(value, bool):
                 out.bool_with_value[name] = value
                 continue
-            spelled = flag(arg_name(str(key).strip()))
-            if spelled in opt.negative:  # {"no_enforce_eager": true} means --no-enforce-eager
+            spelled = matches[0] if matches else flag(arg_name(str(key).strip()))
+            if spelled in opt.negative:  # {"no_enforce_eager": true} / {"no-enable-prefix": true}: the negative
                 value = not value
             out.values[name] = value
             out.given.add(name)

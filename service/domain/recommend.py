@@ -26,20 +26,23 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .context import build_context
-from .engine_args import arg_name
+from .engine_args import resolve_name
 from .errors import DomainError
 from .memory import Budget, compute_budget, format_gib
 from .model_facts import accepted_tp_sizes
 from .request import LaunchRequest, Workload
 from .rules.policy import p99_with_headroom, recommended_max_model_len
+from .versions import resolve_version
 
 MNBT_BY_SHAPE = {"long_in_short_out": 4096, "balanced": 8192, "short_in_long_out": 16384}
 STAGES = {"initial": (0.85, 0.5), "production": (0.90, 0.75)}
 SHORT_PROMPTS = 512
 
 
-def _norm(args: dict[str, Any]) -> dict[str, Any]:
-    return {arg_name(k): v for k, v in args.items()}
+def _norm(request: LaunchRequest) -> dict[str, Any]:
+    """The request's engine arguments by dest (``-tp`` or an abbreviation such as ``tensor-parallel`` included)."""
+    line = resolve_version(request.vllm_version)[1]
+    return {resolve_name(k, line): v for k, v in request.engine_args.items()}
 
 
 def _budget_for(request: LaunchRequest, args: dict[str, Any]) -> Budget:
@@ -77,7 +80,7 @@ class _Fill:
 def recommend(request: LaunchRequest) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Fill the engine arguments the request leaves out (docs/operating.md §9). Raises DomainError for input that
     cannot be judged (as ``validate`` does)."""
-    given = _norm(request.engine_args)
+    given = _norm(request)
     wl = request.workload
     f = _Fill(
         request,

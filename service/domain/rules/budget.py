@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..context import LaunchContext, build_context
-from ..engine_args import arg_name
+from ..engine_args import resolve_name
 from ..errors import DomainError
 from ..findings import Finding
 from ..gpus import GIB
@@ -50,7 +50,11 @@ def _budget(ctx: LaunchContext) -> Budget | None:
 def _budget_at_tp(ctx: LaunchContext, tp: int, *, drop: tuple[str, ...] = (), gpus: int | None = None) -> Budget | None:
     """The budget of this launch at tensor_parallel_size ``tp`` (without the engine arguments ``drop``; on one node
     of ``gpus`` GPUs when given), or None when that launch cannot be judged."""
-    args = {k: v for k, v in ctx.request.engine_args.items() if arg_name(k) not in ("tensor_parallel_size", *drop)}
+    args = {
+        k: v
+        for k, v in ctx.request.engine_args.items()
+        if resolve_name(k, ctx.line) not in ("tensor_parallel_size", *drop)  # -tp, tensor-parallel: the same option
+    }
     args["tensor_parallel_size"] = tp
     update: dict[str, Any] = {"engine_args": args}
     if gpus is not None:

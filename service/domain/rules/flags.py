@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..context import LaunchContext
-from ..engine_args import flag
+from ..engine_args import arg_name, flag
 from ..findings import Finding
 from ..versions import VersionLine
 from . import Emit, rule
@@ -16,6 +16,12 @@ SRC_FLAGS = (
     "service/data/vllm/<release>.json (generated from vLLM's parser); boolean flags: vllm 0.33.0 "
     "vllm/utils/argparse_utils.py:120-145 (EnableDisableAction)"
 )
+SRC_ABBREV = (
+    "vllm 0.33.0 vllm/utils/argparse_utils.py:170-180 (FlexibleArgumentParser passes no allow_abbrev: argparse's "
+    "default, on); Python 3.12 argparse.py ArgumentParser._parse_optional / _get_option_tuples; per release: "
+    "service/data/vllm/<release>.json argparse (scripts/vllm_argparse.py)"
+)
+MAX_SHOWN = 12  # option strings quoted from an ambiguous match (a short prefix matches dozens)
 
 
 @lru_cache(maxsize=4096)
@@ -35,9 +41,11 @@ def nearest(name: str, line: VersionLine, n: int = 3) -> list[str]:
 def flag_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Every engine argument must be an option of the target release's ``vllm serve`` (its parser, generated into
     service/data/vllm), with a valid value: flags removed or renamed are errors with the release that removed them
-    (``vllm: error: unrecognized arguments``), an unknown flag names the nearest real ones; a boolean flag given a
-    value (``--enforce-eager False``), a value outside the option's ``choices`` (``--dtype fp16``) and a JSON key the
-    option's config class does not have (``--compilation-config '{"level": 3}'``) fail the same way."""
+    (``vllm: error: unrecognized arguments``), an unknown flag names the nearest real ones, a prefix of several
+    option strings is argparse's ``ambiguous option`` (a prefix of one is that option: ``flag_abbreviated``); a
+    boolean flag given a value (``--enforce-eager False``), a value outside the option's ``choices`` (``--dtype
+    fp16``) and a JSON key the option's config class does not have (``--compilation-config '{"level": 3}'``) fail
+    the same way."""
     out = []
     for name, value in ctx.args.unsupported.items():
         removed = ctx.line.removed.get(name)
@@ -64,6 +72,7 @@ def flag_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                     field=f"engine_args.{name}",
                 )
             )
+    out += _ambiguous(ctx, emit)
     for name, (value, choices) in ctx.args.bad_choice.items():
         out.append(
             emit.error(
@@ -96,6 +105,49 @@ def flag_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 + (f" / {neg}." if neg else "."),
                 remedy={name: [True, False]},
                 field=f"engine_args.{name}",
+            )
+        )
+    return out
+
+
+def _ambiguous(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Keys that are a prefix of several option strings: argparse refuses them (3.12 argparse.py _parse_optional
+    'ambiguous option'; candidates listed here sorted, argparse lists them in the order the options were added)."""
+    out = []
+    for key, (spelled, matches) in ctx.args.ambiguous.items():
+        shown = ", ".join(matches[:MAX_SHOWN]) + (f", … ({len(matches)} in all)" if len(matches) > MAX_SHOWN else "")
+        dests = list(dict.fromkeys(ctx.line.spellings[m] for m in matches if m in ctx.line.spellings))
+        out.append(
+            emit.error(
+                "flag_unsupported",
+                f"{key!r} is a prefix of {len(matches)} option strings of vllm serve {ctx.line.newest}; vLLM exits "
+                f"with 'vllm serve: error: ambiguous option: {spelled} could match {shown}'. Give the full option "
+                f"name.",
+                remedy={"drop": [arg_name(key)], "did_you_mean": dests[:MAX_SHOWN]},
+                field=f"engine_args.{key}",
+            )
+        )
+    return out
+
+
+@rule("flag_abbreviated", severity="warning", source=SRC_ABBREV)
+def flag_abbreviated(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """An engine argument given as a unique prefix of an option (``tensor-parallel`` for ``--tensor-parallel-size``):
+    the release's parser takes it as that option (argparse's ``allow_abbrev``, which FlexibleArgumentParser leaves on
+    in every supported release), so Preflight judges and renders the full option, but says so: the prefix fails
+    (``ambiguous option``) on a release that adds another option beginning with it."""
+    out = []
+    for dest, (key, full) in ctx.args.abbreviated.items():
+        out.append(
+            emit.warning(
+                "flag_abbreviated",
+                f"{key!r} abbreviates {full}: vLLM {ctx.version}'s parser reads a unique prefix of an option as that "
+                f"option (argparse allow_abbrev), so Preflight judges it as {full} and renders the full spelling. "
+                f"Write {full} ({dest}): a release with another option that begins the same way refuses the prefix "
+                f"('ambiguous option').",
+                remedy={"rename": {key: dest}},
+                field=f"engine_args.{key}",
+                reference=f"vllm {ctx.line.newest} {ctx.line.parser_source}".strip(),
             )
         )
     return out

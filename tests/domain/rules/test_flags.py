@@ -12,7 +12,8 @@ from tests.support.catalogue import LINE, MODEL, flag_errors, judged
 
 
 def test_unknown_flag_names_the_nearest_real_ones():
-    result = judged({"max_num_seq": 8})
+    # (max_num_seq, a prefix of --max-num-seqs alone, is that option to vLLM's parser: tests/domain/test_abbreviations.py)
+    result = judged({"max_num_sqes": 8})
     f = next(f for f in result.findings if f.rule == "flag_unsupported")
     assert "--max-num-seqs" in f.message and f.remedy["did_you_mean"][0] == "max_num_seqs"
 
