@@ -36,6 +36,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from gen_vllm_catalogue import ensure_env, release_dir  # noqa: E402
 
+from service.domain.engine_args import resolve_name  # noqa: E402
 from service.domain.errors import DomainError  # noqa: E402
 from service.domain.gpus import catalogue  # noqa: E402
 from service.domain.render import render_option  # noqa: E402
@@ -225,7 +226,19 @@ def draw_launch(
     return name, config, hq, gpu, count, args
 
 
-def argv_of(line: VersionLine, args: dict[str, Any]) -> list[str]:
+def abbreviate(rng: random.Random, line: VersionLine, args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Sometimes give one option as a prefix of its long spelling (argparse's ``allow_abbrev``): unique or not."""
+    names = [d for d in args if line.options[d].flag.startswith("--")]
+    if not names or rng.random() > 0.12:
+        return args, {}
+    dest = rng.choice(names)
+    flag = line.options[dest].flag
+    prefix = flag[: rng.randint(max(4, len(flag) // 2), len(flag) - 1)]
+    out = {(prefix if k == dest else k): v for k, v in args.items()}
+    return out, {dest: prefix}
+
+
+def argv_of(line: VersionLine, args: dict[str, Any], spelled: dict[str, str] | None = None) -> list[str]:
     argv = ["vllm", "serve", "{MODEL}"]
     for dest, value in args.items():
         opt = line.options[dest]
@@ -248,25 +261,39 @@ def make_cases(version: str, n: int, seed: int) -> list[dict[str, Any]]:
     for i in range(n):
         name, config, hq, gpu, count, args = draw_launch(rng, line, models, gpu_ids)
         files = {"config.json": config, **({"hf_quant_config.json": hq} if hq else {})}
+        given, spelled = abbreviate(rng, line, args)
         cases.append(
             {
                 "id": f"d{seed}-{i:05d}",
+                "vllm_version": version,
                 "model": name,
                 "gpu": gpu,
                 "count": count,
-                "engine_args": args,
-                "argv": argv_of(line, args),
+                "engine_args": given,
+                "argv": argv_of(line, args, spelled),
                 "files": files,
             }
         )
     return cases
 
 
+def finding_args(case: dict[str, Any]) -> dict[str, Any]:
+    """The case's engine arguments by dest (an abbreviated key read as the release reads it)."""
+    _, line = resolve_version(case.get("vllm_version"))
+    out = {}
+    for key, value in case["engine_args"].items():
+        try:
+            out[resolve_name(key, line)] = value
+        except DomainError:
+            out[str(key)] = value
+    return out
+
+
 def _code(finding, case: dict[str, Any]) -> str:
     """A finding's rule, with the part vLLM's configuration code cannot see told apart: TP × PP above the GPUs is
     refused by ParallelConfig, but data-parallel ranks above them only when the engine cores take their devices."""
-    args = case["engine_args"]
     if finding.rule == "world_size_exceeds_gpus":
+        args = finding_args(case)
         world = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
         if world <= case["count"]:
             return "world_size_exceeds_gpus:data_parallel"

@@ -417,6 +417,15 @@ def resolve_name(key: Any, line: VersionLine) -> str:
     return resolve_key(key, line)[0]
 
 
+def dest_of(key: Any, line: VersionLine) -> str:
+    """``resolve_name`` for code that only sorts keys (a key that names no option keeps its dashless form: parsing
+    the launch reports it)."""
+    try:
+        return resolve_name(key, line)
+    except DomainError:
+        return arg_name(key)
+
+
 def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
     """Parse ``engine_args`` for one version line."""
     out = EngineArgs()

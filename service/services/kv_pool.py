@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from ..api.schemas import LaunchTarget
 from ..db.models import Manifest, Node, Plan, Report
+from ..domain.engine_args import dest_of
 from ..domain.versions import resolve_version
 from ..errors import Invalid
 
@@ -58,7 +59,8 @@ def apply(session: Session, manifest: Manifest, nodes: list[Node], target: T) ->
     """The target with ``engine_args.kv_cache_memory_bytes`` set when ``kv_cache_pool`` is ``pinned``."""
     if target.kv_cache_pool != "pinned":
         return target
-    if any(k.lstrip("-").replace("-", "_") == "kv_cache_memory_bytes" for k in target.engine_args):
+    line = resolve_version(target.vllm_version)[1]
+    if any(dest_of(k, line) == "kv_cache_memory_bytes" for k in target.engine_args):
         raise Invalid(
             "kv_cache_pool pinned takes the pool nodes reported: leave engine_args.kv_cache_memory_bytes "
             "out (or use kv_cache_pool utilization with your own value)",

@@ -10,8 +10,10 @@ from sqlalchemy.orm import Session
 
 from ..api.schemas import LaunchTarget
 from ..db.models import Manifest, Node
+from ..domain.engine_args import dest_of
 from ..domain.errors import DomainError
 from ..domain.validate import validate
+from ..domain.versions import resolve_version
 from ..errors import ApiError
 from .plan_layout import launch_request
 
@@ -63,7 +65,11 @@ def fitting_variants(
     want = geometry(manifest.config)
     out: list[dict[str, Any]] = []
     seen: set[str] = {manifest.name}
-    args = {k: v for k, v in target.engine_args.items() if str(k).lstrip("-").replace("-", "_") not in QUANT_ARGS}
+    try:
+        line = resolve_version(target.vllm_version)[1]
+    except DomainError:
+        return []  # the launch itself reports the version
+    args = {k: v for k, v in target.engine_args.items() if dest_of(k, line) not in QUANT_ARGS}
     for m in session.execute(select(Manifest).order_by(Manifest.id.desc()).limit(SCANNED)).scalars():
         if m.name in seen:
             continue

@@ -117,3 +117,13 @@ def test_an_impossible_pool_is_refused_given_or_reported(client):
         },
     )
     assert both.status_code == 422 and both.json()["errors"][0]["rule"] == "kv_pool_conflict"
+    abbreviated = client.post(  # the same option as a prefix vLLM's parser accepts
+        "/v1/plans",
+        json={
+            "manifest": "meta-llama/Llama-3.1-70B@1",
+            "nodes": ["gpu-01"],
+            "engine_args": {**ARGS, "--kv-cache-memory": 40 << 30},
+            "kv_cache_pool": "pinned",
+        },
+    )
+    assert abbreviated.status_code == 422 and abbreviated.json()["errors"][0]["rule"] == "kv_pool_conflict"
