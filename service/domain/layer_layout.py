@@ -25,6 +25,8 @@ Per-layer sources (vllm 0.33.0 vllm/model_executor/models/...):
 from __future__ import annotations
 
 import bisect
+import functools
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,20 +82,23 @@ class LayerLayout:
 
 
 def runs_of(per_layer: list[tuple[str, str]]) -> LayerLayout:
+    """The layout of a per-layer list of ``(mixer, mlp)`` pairs."""
     kinds: dict[tuple[str, str], int] = {}
     starts: list[int] = []
     run_kind: list[int] = []
     before: list[tuple[int, ...]] = []
     seen: list[int] = []
-    for i, key in enumerate(per_layer):
+    i = 0
+    for key, group in itertools.groupby(per_layer):
         k = kinds.setdefault(key, len(kinds))
         if k == len(seen):
             seen.append(0)
-        if not run_kind or run_kind[-1] != k:
-            starts.append(i)
-            run_kind.append(k)
-            before.append(tuple(seen))
-        seen[k] += 1
+        starts.append(i)
+        run_kind.append(k)
+        before.append(tuple(seen))
+        n = sum(1 for _ in group)
+        seen[k] += n
+        i += n
     width = len(kinds)
     return LayerLayout(
         kinds=tuple(LayerKind(m, p) for m, p in kinds),
@@ -130,11 +135,11 @@ def _mixers(text: dict[str, Any], layers: int, model_type: str | None, is_mla: b
     base = "mla" if is_mla else "attention"
     if model_type in DSV4_TYPES:
         ratios = text.get("compress_ratios")
-        ratios = [r if type(r) is int else 0 for r in ratios[:layers]] if isinstance(ratios, list) else []
+        ratios = [r if type(r) is int else 0 for r in ratios[:layers]] if isinstance(ratios, (list, tuple)) else []
         ratios += [0] * (layers - len(ratios))
         return [{4: "dsv4_c4", 128: "dsv4_c128"}.get(r, "dsv4") for r in ratios]
     types = text.get("layer_types")
-    if isinstance(types, list) and len(types) >= layers:
+    if isinstance(types, (list, tuple)) and len(types) >= layers:
         return [LAYER_TYPE_MIXERS.get(t, base) if isinstance(t, str) else base for t in types[:layers]]
     period = text.get("attn_layer_period")
     if isinstance(period, int) and not isinstance(period, bool) and period > 0:
@@ -154,7 +159,7 @@ def _is_moe(text: dict[str, Any], first_k: int, mlp_only: set[int]) -> Any:
         return lambda i: i % period == offset
     for key in ("moe_layer_freq", "mlp_layer_types"):
         per_layer = text.get(key)
-        if isinstance(per_layer, list):
+        if isinstance(per_layer, (list, tuple)):
             return lambda i: i < len(per_layer) and per_layer[i] not in (0, False, "dense", None)
     sparse_step = text.get("decoder_sparse_step")
     if isinstance(sparse_step, int) and not isinstance(sparse_step, bool) and sparse_step > 1:
@@ -171,10 +176,58 @@ def _mlps(text: dict[str, Any], layers: int, num_experts: int, first_k: int) -> 
     return ["moe" if is_moe(i) else "dense" for i in range(layers)]
 
 
+# the config keys a layout depends on (besides the arguments of ``layer_layout``)
+LAYOUT_KEYS = (
+    "hybrid_override_pattern",
+    "compress_ratios",
+    "layer_types",
+    "attn_layer_period",
+    "attn_layer_offset",
+    "interleave_moe_layer_step",
+    "expert_layer_period",
+    "expert_layer_offset",
+    "moe_layer_freq",
+    "mlp_layer_types",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+)
+
+
 def layer_layout(
     text: dict[str, Any], layers: int, model_type: str | None, num_experts: int, first_k: int, is_mla: bool, prefix: str
 ) -> LayerLayout:
-    """The kind of every decoder layer (module docstring), as runs."""
+    """The kind of every decoder layer (module docstring), as runs. A request reads its config once per plan it
+    weighs (alternatives, remedies): the layout is cached on the values it depends on."""
+    values = tuple(tuple(v) if isinstance(v, list) else v for v in (text.get(k) for k in LAYOUT_KEYS))
+    try:  # the types join the key: True == 1 must not share a layout
+        return _cached_layout(
+            values, tuple(map(type, values)), layers, model_type, num_experts, first_k, is_mla, prefix
+        )
+    except TypeError:  # an unhashable value (a hostile list of objects): build it uncached
+        return _layout(
+            dict(zip(LAYOUT_KEYS, values, strict=True)), layers, model_type, num_experts, first_k, is_mla, prefix
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_layout(
+    values: tuple[Any, ...],
+    types: tuple[type, ...],
+    layers: int,
+    model_type: str | None,
+    num_experts: int,
+    first_k: int,
+    is_mla: bool,
+    prefix: str,
+) -> LayerLayout:
+    return _layout(
+        dict(zip(LAYOUT_KEYS, values, strict=True)), layers, model_type, num_experts, first_k, is_mla, prefix
+    )
+
+
+def _layout(
+    text: dict[str, Any], layers: int, model_type: str | None, num_experts: int, first_k: int, is_mla: bool, prefix: str
+) -> LayerLayout:
     pattern = text.get("hybrid_override_pattern")
     if pattern is not None:
         return runs_of(_hybrid(pattern, layers, prefix))
