@@ -140,7 +140,9 @@ def _mixers(text: dict[str, Any], layers: int, model_type: str | None, is_mla: b
         return [{4: "dsv4_c4", 128: "dsv4_c128"}.get(r, "dsv4") for r in ratios]
     types = text.get("layer_types")
     if isinstance(types, (list, tuple)) and len(types) >= layers:
-        return [LAYER_TYPE_MIXERS.get(t, base) if isinstance(t, str) else base for t in types[:layers]]
+        # "linear_attention" is a Gated DeltaNet where the config sizes one (Qwen3-Next / Qwen3.5)
+        named = {**LAYER_TYPE_MIXERS, "linear_attention": "gdn" if "linear_num_value_heads" in text else base}
+        return [named.get(t, base) if isinstance(t, str) else base for t in types[:layers]]
     period = text.get("attn_layer_period")
     if isinstance(period, int) and not isinstance(period, bool) and period > 0:
         offset = _int(text, "attn_layer_offset", 0)
@@ -190,6 +192,7 @@ LAYOUT_KEYS = (
     "mlp_layer_types",
     "decoder_sparse_step",
     "mlp_only_layers",
+    "linear_num_value_heads",
 )
 
 

@@ -55,9 +55,10 @@ def _int(t: dict[str, Any], *keys: str, default: int = 0) -> int:
 
 def attention(f: ModelFacts, tp: int, w: Widths) -> Cost:
     """GQA/MHA (sliding or full: the same weights): Q/O split over TP, K/V heads ``max(1, kv // tp)`` per rank
-    (QKVParallelLinear replicates KV heads when TP > KV heads, linear.py:1065-1071)."""
+    (QKVParallelLinear replicates KV heads when TP > KV heads, linear.py:1065-1071); ``attn_output_gate`` doubles
+    the query heads of the fused projection (Qwen3-Next / Qwen3.5: qwen3_next.py:315-322)."""
     H, nh, hd, kv = f.hidden_size, f.num_attention_heads, f.head_dim, f.total_num_kv_heads
-    q_o = 2 * H * nh * hd
+    q_o = (3 if f.raw_text_config.get("attn_output_gate") is True else 2) * H * nh * hd
     kv_params = 2 * H * kv * hd
     return part(q_o, w.attention, tp) + Cost(
         kv_params, kv_params * w.attention, 2 * H * max(1, kv // tp) * hd * w.attention

@@ -133,3 +133,15 @@ def test_a_hybrid_pattern_vllm_cannot_build_is_a_422_naming_it(pattern):
     with pytest.raises(DomainError) as e:
         read_model_facts({**model_config(NEMOTRON), "hybrid_override_pattern": pattern})
     assert e.value.field == "model.config.hybrid_override_pattern"
+
+
+def test_qwen35_gated_deltanet_layers_and_size():
+    """Qwen3.5-35B-A3B: layer_types gives 30 Gated DeltaNet + 10 gated-attention layers, every one MoE; 35 B total
+    parameters published (transformers docs/source/en/model_doc/qwen3_5_moe.md: "35B total/3B active", vision tower
+    of ~0.4 B included)."""
+    facts = read_model_facts(model_config("Qwen__Qwen3.5-35B-A3B"))
+    assert facts.layout.count_where(0, 40, mixer="gdn") == 30
+    assert facts.layout.count_where(0, 40, mixer="attention", mlp="moe") == 10
+    est = estimate_weights(facts, 1, 1, False, 2, None)
+    assert abs(est.total_params / 35e9 - 1) < 0.03, est.total_params
+    assert est.checkpoint_bytes > est.total_bytes  # mtp_num_hidden_layers: 1
