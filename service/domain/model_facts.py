@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import DomainError
+from .layer_layout import LayerLayout, layer_layout
 
 KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
@@ -193,8 +194,9 @@ class QuantConfig:
 # Decoders whose MLP is two matrices (up, down: 2·H·I parameters), not a gated pair (gate_up, down: 3·H·I). Read from
 # vLLM 0.33.0's model files: model_executor/models/falcon.py:225-257 (FalconMLP: dense_h_to_4h, dense_4h_to_h),
 # gpt2.py:115-141 (c_fc, c_proj), gpt_j.py:126-150 (fc_in, fc_out), opt.py:126-169 (fc1, fc2), bloom.py:150-173
-# (dense_h_to_4h, dense_4h_to_h), nemotron.py:138-165 (up_proj, down_proj: relu²); and those 0.33 serves through the
-# Transformers backend (registry.py:753-767) with transformers' own two-matrix MLPs: PhiForCausalLM (fc1, fc2),
+# (dense_h_to_4h, dense_4h_to_h), nemotron.py:138-165 (up_proj, down_proj: relu²), nemotron_h.py:92-132 and 229-240
+# (NemotronHMLP up_proj, down_proj: its dense MLP, shared experts and routed experts); and those 0.33 serves through
+# the Transformers backend (registry.py:753-767) with transformers' own two-matrix MLPs: PhiForCausalLM (fc1, fc2),
 # GPTNeoXForCausalLM (dense_h_to_4h, dense_4h_to_h), GPTBigCodeForCausalLM and Starcoder2ForCausalLM (c_fc, c_proj).
 # Every other decoder is counted gated (LlamaMLP and its many copies: gate_up_proj as MergedColumnParallelLinear).
 NON_GATED_MLP = frozenset(
@@ -210,6 +212,7 @@ NON_GATED_MLP = frozenset(
         "GPTNeoXForCausalLM",
         "GPTBigCodeForCausalLM",
         "Starcoder2ForCausalLM",
+        "NemotronHForCausalLM",
     }
 )
 
@@ -256,6 +259,7 @@ class ModelFacts:
     vision: VisionTower | None
     has_auto_map: bool
     is_multimodal: bool
+    layout: LayerLayout = field(repr=False)  # what each decoder layer is (layer_layout.py)
     raw_text_config: dict[str, Any] = field(repr=False, default_factory=dict)
     # the whole config.json (vision_config …)
     raw_config: dict[str, Any] = field(repr=False, default_factory=dict, compare=False)
@@ -602,6 +606,7 @@ def read_model_facts(
     derived, key, mml = _lengths(text, model_type, prefix, length_defaults)
     rtype, factor, _ = _rope(text, prefix)
     num_experts = _read(text, prefix, EXPERT_KEYS, 0, MAX_EXPERTS) or 0
+    first_k = _get_int(text, "first_k_dense_replace", prefix, 0, MAX_LAYERS) or 0
     arch = config.get("architectures") or text.get("architectures") or []
     if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
         raise DomainError(
@@ -629,7 +634,7 @@ def read_model_facts(
         shared_expert_intermediate_size=_get_int(text, "shared_expert_intermediate_size", prefix, 0, MAX_WIDTH),
         num_experts=num_experts,
         n_shared_experts=_get_int(text, "n_shared_experts", prefix, 0, MAX_EXPERTS) or 0,
-        first_k_dense_replace=_get_int(text, "first_k_dense_replace", prefix, 0, MAX_LAYERS) or 0,
+        first_k_dense_replace=first_k,
         vocab_size=vocab,
         tie_word_embeddings=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
         torch_dtype=_normalise_dtype(
@@ -651,6 +656,7 @@ def read_model_facts(
         vision=_vision(config),
         has_auto_map=bool(config.get("auto_map") or text.get("auto_map")),
         is_multimodal=text is not config or "vision_config" in config,
+        layout=layer_layout(text, layers, model_type, num_experts, first_k, is_mla, prefix),
         raw_text_config=text,
         raw_config=config,
     )

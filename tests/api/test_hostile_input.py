@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from service.cli import app as cli
 from service.domain import model_facts
 from service.domain.errors import DomainError
+from service.domain.layer_layout import runs_of
 from service.domain.memory import WeightEstimate, biggest_stage, pp_partition, sliding_layers, stage_layers
 from service.domain.model_facts import read_model_facts
 from tests.support import ROOT, audit_events, model_config, request
@@ -175,7 +176,7 @@ def test_hostile_files_finish_in_a_subprocess_with_a_deadline(tmp_path):
         assert line["verdict"] in ("accept", "warn", "reject", "invalid"), line
 
 
-# -- closed forms: the per-kind counts equal the per-layer enumeration they replaced ---------------------------------
+# -- closed forms: the per-kind counts of the layer runs equal the per-layer enumeration ---------------------------------
 def _layers_by_enumeration(L, first, step, mlp_only):
     return [i >= first and i not in mlp_only and (i % step == 0 if step > 1 else True) for i in range(L)]
 
@@ -195,21 +196,19 @@ def test_stage_counts_match_the_per_layer_enumeration(L, pp, first, step, mlp_on
         assert stage_layers(L, pp, s) == (starts[s], parts[s])
     assert parts[biggest_stage(L, pp)] == max(parts) and biggest_stage(L, pp) == parts.index(max(parts))
     kinds = _layers_by_enumeration(L, first, step, mlp_only)
+    layout = runs_of([("attention", "moe" if k else "dense") for k in kinds])
     est = WeightEstimate(
         total_params=0,
         total_bytes=0,
         embed_rank=7,
         lm_head_rank=5,
         num_layers=L,
-        dense_layer_rank=3,
-        moe_layer_rank=11,
         quant="",
         moe_layers=sum(kinds),
-        first_dense=first,
-        moe_step=step,
-        mlp_only=tuple(sorted(i for i in mlp_only if first <= i < L and i % step == 0)),
-        has_experts=True,
+        layout=layout,
+        kind_rank=tuple(11 if k.mlp == "moe" else 3 for k in layout.kinds),
     )
+    assert est.moe_in(0, L) == sum(kinds) and est.moe_in(first, L // 2) == sum(kinds[first : L // 2])
     per_layer = [11 if k else 3 for k in kinds]
     stage_sums = []
     for s in range(pp):

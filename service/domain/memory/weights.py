@@ -7,14 +7,15 @@ the pool is sized on the heaviest GPU, the PP stage with the most weight (``stag
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 from ..context import LaunchContext
 from ..gpus import GIB
-from ..model_facts import ModelFacts, padded_vocab
+from ..layer_layout import DSV4_TYPES, LayerKind, LayerLayout
+from ..model_facts import ModelFacts, QuantConfig, padded_vocab
 from ..multimodal import EncoderProfile
-from .stages import biggest_stage, multiples, stage_layers
+from .layer_costs import Cost, Widths, mixer_cost, mlp_cost, part
+from .stages import biggest_stage, stage_layers
 
 
 @dataclass(slots=True)  # built per plan: slots, and not frozen (a frozen __init__ calls object.__setattr__ per field)
@@ -72,91 +73,91 @@ def quant_bytes(facts: ModelFacts, requested: str | None, act_bytes: float) -> Q
             return _online_quant_bytes(requested, unq)
         return QuantBytes(unq, unq, unq, unq, f"unquantized ({unq:g} B/param)")
     method = q.method
-    group = q.group_size if q.group_size and q.group_size > 0 else None
-    if method in ("fp8", "fbgemm_fp8", "modelopt", "modelopt_mxfp8", "mxfp8", "deepseek_v4_fp8", "ptpc_fp8"):
-        b = 1.0
-    elif method in ("mxfp4", "gpt_oss_mxfp4"):
-        b = 0.5 + 1 / 32
-    elif method in ("modelopt_fp4", "nvfp4"):
-        b = 0.5 + 1 / 16
-    elif method == "bitsandbytes":
-        b = 0.5 + 4 / 64 if (q.bits or 4) == 4 and not q.raw.get("load_in_8bit") else 1.0 + 4 / 64
-    elif method in (
-        "awq",
-        "gptq",
-        "auto_awq",
-        "auto_gptq",
-        "awq_marlin",
-        "gptq_marlin",
-        "moe_wna16",
-        "compressed-tensors",
-        "quark",
-        "inc",
-        "torchao",
-        "humming",
-        "gguf",
-    ):
-        nb = q.bits or (8 if method == "compressed-tensors" else 4)
-        b = nb / 8
-        if group:
-            b += (2 + (0 if q.sym else nb / 8)) / group
-    elif method == "experts_int8":
+    if method == "experts_int8":
         return QuantBytes(unq, unq, 1.0, unq, "experts int8")
-    else:
-        b = unq
+    b = _method_bytes(q, unq)
+    experts = b
+    if facts.model_type in DSV4_TYPES and method in ("fp8", "deepseek_v4_fp8"):
+        # FP8 blocks for every linear, routed experts per ``expert_dtype`` (default fp4 = MXFP4): vllm 0.33.0
+        # vllm/models/deepseek_v41/quant_config.py:37-93, the class quantization/__init__.py:120-128 registers
+        if facts.raw_text_config.get("expert_dtype", "fp4") == "fp4":
+            experts = MXFP4
     ign = " ".join(_ignored(q.raw)).lower()
     attn = unq if ("attn" in ign or method in ("mxfp4", "gpt_oss_mxfp4")) else b
     dense_ignored = any("mlp" in s and "proj" in s and "expert" not in s for s in ign.split())
     dense = unq if dense_ignored and facts.is_moe else b
     label = f"{method}: {b:.4g} B/param" + ("; attention unquantized" if attn == unq and b != unq else "")
+    if experts != b:
+        label += f"; experts {experts:.4g} B/param"
     if "shared_expert" in ign:
         label += "; shared experts unquantized"
-    return QuantBytes(attn, dense, b, unq, label)
+    return QuantBytes(attn, dense, experts, unq, label)
+
+
+GROUPED_INT = {
+    "awq",
+    "gptq",
+    "auto_awq",
+    "auto_gptq",
+    "awq_marlin",
+    "gptq_marlin",
+    "moe_wna16",
+    "compressed-tensors",
+    "quark",
+    "inc",
+    "torchao",
+    "humming",
+    "gguf",
+}
+MXFP4 = 0.5 + 1 / 32
+
+
+def _method_bytes(q: QuantConfig, unq: float) -> float:
+    """Bytes per quantized parameter of a checkpoint method (the formats of ``quant_bytes``)."""
+    method = q.method
+    if method in ("fp8", "fbgemm_fp8", "modelopt", "modelopt_mxfp8", "mxfp8", "deepseek_v4_fp8", "ptpc_fp8"):
+        return 1.0
+    if method in ("mxfp4", "gpt_oss_mxfp4"):
+        return MXFP4
+    if method in ("modelopt_fp4", "nvfp4"):
+        return 0.5 + 1 / 16
+    if method == "bitsandbytes":
+        return 0.5 + 4 / 64 if (q.bits or 4) == 4 and not q.raw.get("load_in_8bit") else 1.0 + 4 / 64
+    if method in GROUPED_INT:
+        nb = q.bits or (8 if method == "compressed-tensors" else 4)
+        group = q.group_size if q.group_size and q.group_size > 0 else None
+        return nb / 8 + ((2 + (0 if q.sym else nb / 8)) / group if group else 0.0)
+    return unq
 
 
 @dataclass(slots=True)  # built per plan: slots, and not frozen (a frozen __init__ calls object.__setattr__ per field)
 class WeightEstimate:
-    """Parameters and bytes. ``dense_layer_rank`` / ``moe_layer_rank`` are one TP rank's bytes of a decoder layer of
-    each kind; which layers are MoE is given by ``first_dense`` (layers before it are dense), ``moe_step`` (every
-    step-th layer) and ``mlp_only`` (sorted MoE-pattern layers forced dense) — per-kind counts, never a per-layer
-    list, so the work does not grow with the layer count."""
+    """Parameters and bytes. ``kind_rank[k]`` is one TP rank's bytes of a decoder layer of kind
+    ``layout.kinds[k]``; which layers are of which kind is the model's ``layout`` (runs, counted per range in
+    O(log) — no work per layer). ``checkpoint_bytes`` adds the next-n (MTP) layers a checkpoint ships and vLLM
+    loads only for speculative decoding."""
 
     total_params: int
     total_bytes: int
     embed_rank: int
     lm_head_rank: int
     num_layers: int
-    dense_layer_rank: int
-    moe_layer_rank: int
     quant: str
     moe_layers: int
-    first_dense: int = 0
-    moe_step: int = 1
-    mlp_only: tuple[int, ...] = ()
-    moe_offset: int = 0  # MoE layers are i ≡ moe_offset (mod moe_step): Llama 4 interleaving puts them at step-1
-    has_experts: bool = False
+    layout: LayerLayout
+    kind_rank: tuple[int, ...]
+    checkpoint_bytes: int = 0
 
     def moe_in(self, lo: int, hi: int) -> int:
         """MoE layers among layers ``[lo, hi)``."""
-        if not self.has_experts:
-            return 0
-        lo, hi = max(lo, self.first_dense), min(hi, self.num_layers)
-        return max(
-            0,
-            multiples(lo - self.moe_offset, hi - self.moe_offset, self.moe_step)
-            - (bisect.bisect_left(self.mlp_only, hi) - bisect.bisect_left(self.mlp_only, lo)),
-        )
+        return self.layout.count_where(lo, hi, mlp="moe")
 
     def range_bytes(self, lo: int, n: int) -> int:
-        moe = self.moe_in(lo, lo + n)
-        return moe * self.moe_layer_rank + (n - moe) * self.dense_layer_rank
+        return sum(c * r for c, r in zip(self.layout.counts(lo, lo + n), self.kind_rank, strict=True))
 
     @property
     def max_layer_rank(self) -> int:
-        return max(
-            self.moe_layer_rank if self.moe_layers else 0,
-            self.dense_layer_rank if self.moe_layers < self.num_layers else 0,
-        )
+        return max(self.kind_rank, default=0)
 
     def stage_weight(self, pp: int, s: int) -> int:
         start, n = stage_layers(self.num_layers, pp, s)
@@ -168,107 +169,36 @@ class WeightEstimate:
         return b
 
     def max_stage_bytes(self, pp: int) -> int:
-        """The heaviest PP stage. Uniform layers: one of three stages (the first, the last, the first of the
+        """The heaviest PP stage. One kind of layer: one of three stages (the first, the last, the first of the
         bigger ones); otherwise every stage holding layers — at most ``min(pp, L)`` of them, each counted in O(log)."""
         L = self.num_layers
         base, rem = divmod(L, pp)
         candidates = {0, pp - 1, biggest_stage(L, pp)}
-        if 0 < self.moe_layers < L:
+        if len(self.layout.kinds) > 1:
             candidates.update(range(pp) if base else range(pp - 1 - rem, pp - 1))
         return max(self.stage_weight(pp, s) for s in candidates)
 
 
-def _attention(facts: ModelFacts, tp: int, qb: QuantBytes) -> tuple[int, float]:
-    """(parameters, one TP rank's bytes) of one attention block: Q/O split over TP, K/V heads ``max(1, kv // tp)``
-    per rank (replicated when TP > KV heads); MLA's down-projections (``q_a_proj``, ``kv_a_proj_with_mqa``) are
-    replicated on every rank."""
-    H, nh, hd = facts.hidden_size, facts.num_attention_heads, facts.head_dim
-    if facts.is_mla:
-        rope, nope = facts.qk_rope_head_dim or 64, facts.qk_nope_head_dim or 128
-        vdim, kvr, qr = facts.v_head_dim or 128, facts.kv_lora_rank or 512, facts.q_lora_rank
-        qk = nope + rope
-        repl = H * (kvr + rope) + ((H * qr) if qr else 0)  # ReplicatedLinear on every rank
-        split = (qr * nh * qk if qr else H * nh * qk) + kvr * nh * (nope + vdim) + nh * vdim * H
-        return repl + split, repl * qb.attention + split * qb.attention / tp
-    kv = facts.total_num_kv_heads
-    q_o = 2 * H * nh * hd
-    return q_o + 2 * H * kv * hd, q_o * qb.attention / tp + 2 * H * max(1, kv // tp) * hd * qb.attention
+def _widths(qb: QuantBytes, act_bytes: float) -> Widths:
+    return Widths(qb.attention, qb.dense_mlp, qb.experts, float(act_bytes))
 
 
-@dataclass(frozen=True)
-class _MoePattern:
-    """Which decoder layers are MoE: from ``first_dense`` on, every ``step``-th (at ``offset``), less ``mlp_only``."""
-
-    first_dense: int
-    step: int
-    offset: int
-    mlp_only: tuple[int, ...]
-    layers: int
-    interleaved: bool  # Llama 4
-    dense_width: int | None  # Llama 4's dense layers: intermediate_size_mlp
+def layer_cost(facts: ModelFacts, kind: LayerKind, tp: int, dp: int, w: Widths) -> Cost:
+    """One decoder layer of ``kind``: its mixer, its MLP and the norm before each (activation dtype)."""
+    norms = facts.hidden_size * ((kind.mixer != "none") + (kind.mlp != "none"))
+    return mixer_cost(facts, kind.mixer, tp, w) + mlp_cost(facts, kind.mlp, tp, dp, w) + part(norms, w.act)
 
 
-def _moe_pattern(facts: ModelFacts) -> _MoePattern:
-    """Llama 4: layer i is MoE iff (i + 1) % interleave_moe_layer_step == 0 (i = step-1, 2·step-1, …); its dense
-    layers use intermediate_size_mlp and every MoE layer has one shared expert of intermediate_size
-    (vllm 0.33.0 vllm/model_executor/models/llama4.py:100-113, 340-353)."""
-    text, L = facts.raw_text_config, facts.num_hidden_layers
-    first_dense = facts.first_k_dense_replace
-    step = text.get("decoder_sparse_step") or text.get("moe_layer_freq") or 1
-    step = step if isinstance(step, int) and step > 0 else 1
-    offset, interleaved, dense_width = 0, False, None
-    interleave = text.get("interleave_moe_layer_step")
-    if isinstance(interleave, int) and not isinstance(interleave, bool) and interleave > 0:
-        step, offset, first_dense, interleaved = interleave, interleave - 1, interleave - 1, True
-        mlp_i = text.get("intermediate_size_mlp")
-        if isinstance(mlp_i, int) and not isinstance(mlp_i, bool) and 0 < mlp_i <= 1 << 22:
-            dense_width = mlp_i
-    # layers of the MoE pattern that mlp_only_layers forces dense (model_facts checks the list: ints in range)
-    mlp_only = tuple(
-        sorted(
-            {int(i) for i in (text.get("mlp_only_layers") or []) if first_dense <= i < L and (i - offset) % step == 0}
-        )
-    )
-    layers = max(0, multiples(first_dense - offset, L - offset, step) - len(mlp_only))
-    return _MoePattern(first_dense, step, offset, mlp_only, layers, interleaved, dense_width)
-
-
-def _moe_layer(
-    facts: ModelFacts,
-    pattern: _MoePattern,
-    attn: tuple[int, float],
-    norms: float,
-    qb: QuantBytes,
-    tp: int,
-    dp: int,
-    act_bytes: float,
-) -> tuple[int, int, float]:
-    """(one TP rank's bytes, parameters, bytes) of one MoE layer: experts split over TP × DP, shared experts over
-    TP, the router replicated."""
-    attn_params, attn_rank = attn
-    H, n_exp = facts.hidden_size, facts.num_experts
-    moe_i = facts.moe_intermediate_size or facts.intermediate_size or 4 * H
-    shared_i = facts.shared_expert_intermediate_size or (facts.n_shared_experts * moe_i)
-    experts_params = n_exp * 3 * H * moe_i
-    shared_params = 3 * H * shared_i
-    if pattern.interleaved and not facts.shared_expert_intermediate_size and not facts.n_shared_experts:
-        shared_params = 3 * H * moe_i
-    router = H * n_exp
-    rank = int(
-        attn_rank
-        + experts_params * qb.experts / (tp * dp)
-        + shared_params * qb.dense_mlp / tp
-        + router * act_bytes
-        + norms
-    )
-    total = (
-        attn_params * qb.attention
-        + experts_params * qb.experts
-        + shared_params * qb.dense_mlp
-        + router * act_bytes
-        + norms
-    )
-    return rank, experts_params + shared_params + router, total
+def next_n_layers(facts: ModelFacts) -> int:
+    """MTP / next-n layers the checkpoint ships beyond ``num_hidden_layers`` (DeepSeek, GLM, MiMo
+    ``num_nextn_predict_layers``; Qwen3-Next ``mtp_num_hidden_layers``); vLLM builds them only as a speculative
+    draft (vllm 0.33.0 vllm/model_executor/models/deepseek_mtp.py)."""
+    t = facts.raw_text_config
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        v = t.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= facts.num_hidden_layers:
+            return v
+    return 0
 
 
 def estimate_weights(
@@ -276,46 +206,37 @@ def estimate_weights(
 ) -> WeightEstimate:
     """Parameter counts from config.json, bytes per parameter by quantization, one TP rank's share.
 
-    Mirrors how vLLM shards the model: vocabulary padded to 64 and split over TP (vocab_parallel_embedding.py),
-    attention as ``_attention`` says, dense MLP split over TP, MoE experts split over TP×DP (EP or flattened TP,
-    fused_moe/config.py), routers replicated on every rank. Layers are counted per kind (dense / MoE), in closed
-    form.
+    Every decoder layer is costed by its kind (``layer_layout``: mixer × MLP, ``layer_costs``); the vocabulary is
+    padded to 64 and split over TP (vocab_parallel_embedding.py:95-97), the LM head likewise unless tied. An MTP
+    layer is costed as the last decoder layer plus its ``eh_proj`` (2H × H) for ``checkpoint_bytes``.
     """
     H, L = facts.hidden_size, facts.num_hidden_layers
     qb = quant_bytes(facts, requested_quant, act_bytes)
+    w = _widths(qb, act_bytes)
+    layout = facts.layout
+    costs = [layer_cost(facts, k, tp, dp, w) for k in layout.kinds]
+    counts = layout.counts(0, L)
     embed = padded_vocab(facts.vocab_size or 32000) * H
     copies = 1 if facts.tie_word_embeddings else 2
-    attn_params, attn_rank = _attention(facts, tp, qb)
-    norms = 2 * H * act_bytes
-    pattern = _moe_pattern(facts) if facts.num_experts else None
-    width = pattern.dense_width if pattern and pattern.dense_width else None
-    dense_params = 3 * H * width if width else facts.mlp_matrices * H * (facts.intermediate_size or 4 * H)
-    dense_rank = int(attn_rank + dense_params * qb.dense_mlp / tp + norms)
-    dense_bytes = attn_params * qb.attention + dense_params * qb.dense_mlp + norms
-    moe_rank, moe_params, moe_bytes = (
-        _moe_layer(facts, pattern, (attn_params, attn_rank), norms, qb, tp, dp, act_bytes) if pattern else (0, 0, 0.0)
+    body = Cost(
+        sum(c.params * n for c, n in zip(costs, counts, strict=True)),
+        sum(c.total * n for c, n in zip(costs, counts, strict=True)),
     )
-    moe_layers = pattern.layers if pattern else 0
-    dense_layers = L - moe_layers
-    total_params = embed * copies + (
-        dense_layers * (attn_params + dense_params + 2 * H) + moe_layers * (attn_params + moe_params + 2 * H)
-    )
-    total_bytes = embed * qb.embedding * copies + (dense_layers * dense_bytes + moe_layers * moe_bytes)
+    total_bytes = embed * qb.embedding * copies + body.total
+    mtp = next_n_layers(facts)
+    last = costs[layout.run_kind[-1]] if layout.run_kind else Cost()
+    mtp_bytes = mtp * (last.total + 2 * H * H * qb.attention)
     return WeightEstimate(
-        total_params=int(total_params),
+        total_params=int(embed * copies + body.params),
         total_bytes=int(total_bytes),
         embed_rank=int(embed * qb.embedding / tp),
         lm_head_rank=int(0.0 if facts.tie_word_embeddings else embed * qb.embedding / tp),
         num_layers=L,
-        dense_layer_rank=dense_rank,
-        moe_layer_rank=moe_rank,
         quant=qb.label,
-        moe_layers=moe_layers,
-        first_dense=pattern.first_dense if pattern else 0,
-        moe_step=pattern.step if pattern else 1,
-        moe_offset=pattern.offset if pattern else 0,
-        mlp_only=pattern.mlp_only if pattern else (),
-        has_experts=bool(facts.num_experts),
+        moe_layers=layout.count_where(0, L, mlp="moe"),
+        layout=layout,
+        kind_rank=tuple(int(c.rank) for c in costs),
+        checkpoint_bytes=int(total_bytes + mtp_bytes),
     )
 
 
@@ -344,7 +265,7 @@ def weights_on_gpu(
     source = f"estimated from config.json ({est.quant})" + (" + vision tower" if vision_w else "")
     if ctx.request.model.weights_bytes:
         vision_total = mm.vision_weights_bytes * (1 if a.get("mm_encoder_tp_mode") == "data" else ctx.tp) if mm else 0
-        scale = ctx.request.model.weights_bytes / max(1, est.total_bytes + vision_total)
+        scale = ctx.request.model.weights_bytes / max(1, est.checkpoint_bytes + vision_total)
         weights = int(weights * scale)
         source = "manifest weights_bytes, split like the estimate"
     notes: list[str] = []

@@ -16,7 +16,10 @@ SRC_GROUP = (
     "vllm 0.33.0 vllm/model_executor/layers/quantization/auto_awq.py:819-832; utils/marlin_utils.py:306-325; "
     "vllm/distributed/utils.py:137-152; kernels/linear/mixed_precision/marlin.py:57-66"
 )
-SRC_BLOCK = "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/fp8_utils.py:1296-1344"
+SRC_BLOCK = (
+    "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/fp8_utils.py:1296-1344; DeepSeek-V4 MLPs padded to "
+    "whole blocks: vllm/models/deepseek_v4/nvidia/model.py:143-152, 1070-1092, 1171-1193"
+)
 
 
 def _group_info(ctx: LaunchContext) -> tuple[int, list[str] | None, str] | None:
@@ -92,6 +95,15 @@ def quant_group_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ]
 
 
+def pads_to_blocks(ctx: LaunchContext, lin: Linear) -> bool:
+    """DeepSeek-V4's MLPs (``DeepseekV4MLP``: its shared experts, and any dense MLP) round each rank's
+    intermediate up to whole FP8 blocks (``cdiv(I / block, TP)`` blocks per rank) and the loader zero-pads the
+    checkpoint's weights and scales to that size, so no TP size misaligns them. That is the CUDA model (vllm 0.33.0
+    vllm/models/deepseek_v4/nvidia/model.py:143-152, 1070-1092, 1171-1193); the ROCm one builds them unpadded
+    (amd/model.py:97-130) and is judged like any other."""
+    return ctx.facts.model_type == "deepseek_v4" and ctx.gpu.vendor == "NVIDIA" and not lin.moe and ".mlp." in lin.name
+
+
 def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int, int]]:
     """Dense and shared-expert layers whose per-rank dims are not multiples of the FP8 block at ``tp``:
     column-parallel output partitions % block_n, row-parallel input % block_k. Routed experts are exempt in 0.33
@@ -106,6 +118,8 @@ def block_misaligned(ctx: LaunchContext, tp: int) -> list[tuple[Linear, str, int
     bad = []
     for lin in linear_layers(ctx, tp):
         if lin.moe or not lin.exact or lin.ranks == 1 or ignored(lin.name, ignore, "substring"):
+            continue
+        if pads_to_blocks(ctx, lin):
             continue
         if lin.name.endswith("qkv_proj"):
             continue  # fused GQA QKV: per-head partitions, not judged (see block_misaligned docstring)
@@ -124,7 +138,7 @@ def fp8_block_alignment(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """With an FP8 ``weight_block_size`` [block_n, block_k], every dense and shared-expert layer's per-rank output
     partition must be a multiple of block_n and every row-parallel per-rank input a multiple of block_k
     (DeepSeek-V3/R1 at TP=32: 18432/32 = 576, 576 % 128 ≠ 0). Routed MoE experts are refined by the Triton MoE path
-    in 0.33 and are not checked.
+    in 0.33 and are not checked; DeepSeek-V4's MLPs pad each rank to whole blocks on CUDA (``pads_to_blocks``).
     """
     bad = block_misaligned(ctx, ctx.tp)
     block_size = ctx.facts.quant.weight_block_size if ctx.facts.quant else None

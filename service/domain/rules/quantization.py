@@ -53,6 +53,26 @@ SRC_MISMATCH = (
 )
 
 
+# Checkpoint formats whose override claims the checkpoint whatever ``--quantization`` says: vLLM replaces the flag with
+# the override's method before it checks that the method is known or matches (vllm 0.33.0 vllm/config/model.py:
+# 1383-1462). gpt-oss MXFP4 (quantization/mxfp4.py:129-146), DeepSeek-V4 FP8 (vllm/models/deepseek_v41/
+# quant_config.py:164-191), ModelOpt FP8 / NVFP4 / MXFP8 / mixed (quantization/modelopt.py:453-459, 776-782,
+# 1236-1242, 1658-1664). The one exception: ``--quantization humming`` is probed first (model.py:1417-1419).
+MODELOPT_METHODS = {"modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed"}
+
+
+def flag_overridden(ctx: LaunchContext) -> str | None:
+    """The method a checkpoint override imposes whatever ``--quantization`` names, or None."""
+    ckpt, mt = ctx.checkpoint_quant, ctx.facts.model_type
+    if ctx.requested_quantization == "humming" or ckpt is None:
+        return None
+    if ckpt in ("mxfp4", "gpt_oss_mxfp4") and mt == "gpt_oss":
+        return "gpt_oss_mxfp4"
+    if ckpt in ("fp8", "deepseek_v4_fp8") and mt in ("deepseek_v4", "deepseek_v41"):
+        return "deepseek_v4_fp8"
+    return ckpt if ckpt in MODELOPT_METHODS else None
+
+
 def canonical(method: str | None, ctx: LaunchContext) -> str | None:
     """The method vLLM ends up with for a checkpoint method / user value pair (None = unquantized)."""
     if method is None:
@@ -76,8 +96,8 @@ def compatible(ckpt: str, value: str, ctx: LaunchContext) -> bool:
         return True
     if ckpt in ("awq", "gptq") and value == "moe_wna16" and ctx.facts.is_moe:
         return True
-    if ckpt == "mxfp4" and ctx.facts.model_type == "gpt_oss":
-        return True  # the override ignores the user's value (mxfp4.py:128-146)
+    if value != "humming" and flag_overridden(ctx):
+        return True  # the override ignores the user's value (see flag_overridden)
     if value == "humming" and ctx.facts.model_type != "gpt_oss":
         return True
     return False
@@ -97,12 +117,15 @@ def effective_quantization(ctx: LaunchContext) -> str | None:
 @rule("quant_unknown", severity="error", source=SRC_UNKNOWN)
 def quant_unknown(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--quantization`` must be one of the target version's methods; bitsandbytes and GGUF are plugins in 0.33.
+    A checkpoint whose override ignores the flag (gpt-oss MXFP4, DeepSeek-V4 FP8, ModelOpt: ``flag_overridden``)
+    replaces it before this check, so any flag loads there.
 
     vLLM: "Unknown quantization method: {q}. Must be one of {supported}."
     """
     out = []
+    flag = None if flag_overridden(ctx) else ctx.requested_quantization
     for label, value in (
-        ("--quantization", ctx.requested_quantization),
+        ("--quantization", flag),
         ("checkpoint quant_method", ctx.checkpoint_quant),
     ):
         if value is None or value in ctx.line.quant_methods:
@@ -136,6 +159,8 @@ def quant_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     tag = ctx.tag.method if ctx.tag else None
     ckpt_source = ctx.facts.quant.source if ctx.facts.quant else "config.json"
     out = []
+    if flag_overridden(ctx):
+        user = None  # vLLM replaces the flag with the override's method (flag_overridden)
     if user is not None and user not in ctx.line.quant_methods:
         # unknown method: quant_unknown reports it; still a mismatch when the checkpoint names another method
         if ckpt is not None and user != ckpt:
