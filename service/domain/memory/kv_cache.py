@@ -126,6 +126,7 @@ class Bucket:
     page: int
     window: int | None = None
     blocks: int = 0
+    block: int = 0  # tokens per block when not the layout's (DeepSeek-V4's caches)
 
 
 def group_counts(buckets: tuple[Bucket, ...]) -> tuple[int, ...]:
@@ -155,18 +156,16 @@ class KvLayout:
     state_grows: bool = False  # Mamba "all" mode: a state block per ``block`` tokens (vllm 0.15-0.26)
     state_block: int = 0  # a state group's block size in tokens (max_model_len without prefix caching)
     state_outside_bytes: int = 0  # V0: the Mamba cache, allocated beside the pool for max_num_seqs sequences
-    groups: tuple[int, ...] = ()
+    groups: tuple[int, ...] = ()  # given when vLLM packs the buckets otherwise (DeepSeek-V4)
+    layers: int = 0  # layers holding a KV cache on this GPU (default: the buckets' layers)
     bytes_per_block: int = 0
 
     def __post_init__(self) -> None:
-        self.groups = group_counts(self.buckets)
+        self.groups = self.groups or group_counts(self.buckets)
+        self.layers = self.layers or sum(b.stage for b in self.buckets)
         self.bytes_per_block = max(
             (cdiv(b.stage, g) * b.page for b, g in zip(self.buckets, self.groups, strict=True)), default=0
         )
-
-    @property
-    def layers(self) -> int:
-        return sum(b.stage for b in self.buckets)
 
     @property
     def num_groups(self) -> int:
@@ -187,11 +186,12 @@ class KvLayout:
         page): full attention ``cdiv(cdiv(length, dcp), block)`` (kv_cache_interface.py:643-648); sliding
         ``cdiv(min(window − 1 + tokens in flight, length), block) + 1`` (:918-955); a Mamba state its fixed blocks,
         plus one per block of tokens in "all" mode (:1135-1141)."""
+        block = b.block or self.block
         if b.kind == FULL:
-            return cdiv(cdiv(length, self.dcp), self.block)
+            return cdiv(cdiv(length, self.dcp), block)
         if b.kind == SLIDING:
-            return cdiv(min((b.window or length) - 1 + self.tokens, length), self.block) + 1
-        return b.blocks + (cdiv(length, self.block) if self.state_grows else 0)
+            return cdiv(min((b.window or length) - 1 + self.tokens, length), block) + 1
+        return b.blocks + (cdiv(length, block) if self.state_grows else 0)
 
     def blocks_per_request(self, length: int) -> int:
         """Blocks of the shared pool one request of ``length`` tokens takes: the sum over the KV cache groups

@@ -18,7 +18,7 @@ import math
 
 from ..context import LaunchContext
 from ..model_facts import MAX_HEAD_DIM, MAX_HEADS, MAX_WIDTH, ModelFacts, config_int
-from .calibration import STATE_MIXERS, Accounting
+from .calibration import STATE_MIXERS, V0_DEFAULT_MAX_NUM_SEQS, Accounting
 from .kv_cache import (
     DTYPE_BYTES,
     FULL,
@@ -31,8 +31,10 @@ from .kv_cache import (
     kv_dtype_bytes,
     sliding_layers,
 )
+from .kv_dsv4 import dsv4_layout
 
-ATTENTION_MIXERS = ("attention", "mla", "dsv4", "dsv4_c4", "dsv4_c128")
+DSV4_MIXERS = ("dsv4", "dsv4_c4", "dsv4_c128")
+ATTENTION_MIXERS = ("attention", "mla", *DSV4_MIXERS)
 # models whose Mamba layers checkpoint every block under prefix caching ("all" mode, vllm 0.15-0.26): the
 # SupportsMambaPrefixCaching models (vllm 0.24.0 model_executor/models/{nemotron_h,jamba,mamba,mamba2,zamba2,
 # granitemoehybrid,falcon_h1}.py) — Mamba and Mamba2 mixers; GDN and short convolution fall back to "align"
@@ -215,9 +217,9 @@ def attention_buckets(
 
 
 def v0_mamba_slots(ctx: LaunchContext) -> int:
-    """Sequences V0's Mamba cache holds: ``max_num_seqs``, padded to a CUDA-graph batch size (1, 2, 4, then
-    multiples of 8) unless eager (vllm 0.7.3 model_executor/models/mamba_cache.py:31-39)."""
-    n = max(1, ctx.max_num_seqs)
+    """Sequences V0's Mamba cache holds: ``max_num_seqs`` (V0's default 256), padded to a CUDA-graph batch size (1,
+    2, 4, then multiples of 8) unless eager (vllm 0.7.3 model_executor/models/mamba_cache.py:31-39)."""
+    n = max(1, int(ctx.args.get("max_num_seqs", V0_DEFAULT_MAX_NUM_SEQS)))
     if ctx.args.get("enforce_eager") is True or n <= 2:
         return n
     return 4 if n <= 4 else cdiv(n, 8) * 8
@@ -229,6 +231,8 @@ def kv_layout(ctx: LaunchContext, acct: Accounting, start: int, stage_n: int, n_
     model's block raised so its attention page holds the state page, the state page padded to it (module
     docstring). V0 kept the Mamba state beside the pool, for ``max_num_seqs`` sequences."""
     f, L, hi = ctx.facts, ctx.facts.num_hidden_layers, start + stage_n
+    if _count(f, 0, L, DSV4_MIXERS) and acct.v1_engine:
+        return dsv4_layout(ctx, start, stage_n, n_draft, tokens)
     attn1 = kv_bytes_per_token_layer(f, ctx.tp, kv_dtype_bytes(ctx.kv_cache_dtype, ctx.dtype), ctx.kv_cache_dtype, acct)
     per_token = (_count(f, start, hi, ATTENTION_MIXERS) + n_draft) * attn1
     dcp = ctx.args.decode_context_parallel_size
