@@ -47,6 +47,9 @@ RELEASE = pathlib.Path(os.environ["PYTHONPATH"].split(os.pathsep)[0])
 # distribution name -> import name, where the two differ by more than case and separators
 IMPORT_ALIASES = {"pyzmq": "zmq", "pillow": "PIL", "opencv_python_headless": "cv2", "protobuf": "google"}
 CASE_SECONDS = 60
+# refusals that depend on the machine vLLM's code runs on, not the launch: --swap-space against this host's RAM
+# (vllm 0.10.2 vllm/config/cache.py:195-212: swap space above 70 % of psutil total memory)
+HOST_DEPENDENT = ("total CPU memory is allocated for the swap space",)
 
 
 class OpStub:
@@ -253,6 +256,8 @@ def _environmental(e: BaseException) -> bool:
     """An import this environment lacks, a mock or kernel stub in the way, or the registry failing to import a model
     class (the same imports): the environment's failure, not vLLM's verdict."""
     tb = "".join(traceback.format_exception(e))
+    if any(fragment in str(e) for fragment in HOST_DEPENDENT):
+        return True
     return isinstance(e, ImportError) or "Mock" in tb or "OpStub" in tb or "failed to be inspected" in tb
 
 
