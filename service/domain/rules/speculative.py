@@ -235,9 +235,10 @@ def _without(cfg: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 def _rates_problem(rates: list[Any], n: int, cfg: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """Per-position rates: ``n`` of them, each in [0, 1], non-increasing (speculative.py:612-626)."""
+    shown = rates if len(rates) <= 16 else [*rates[:16], "…"]  # vLLM prints them all; a message stays short
     values = [number(r) for r in rates]
     if len(values) != n:
-        return f"synthetic_acceptance_rates must have length {n}, got {rates}.", {
+        return f"synthetic_acceptance_rates must have length {n}, got {shown}.", {
             **cfg,
             "synthetic_acceptance_rates": [1.0] * n,
         }
@@ -246,12 +247,12 @@ def _rates_problem(rates: list[Any], n: int, cfg: dict[str, Any]) -> tuple[str, 
         return None  # not numbers: pydantic's own type check says so
     if not all(0.0 <= v <= 1.0 for v in known):
         clamped = [min(max(v, 0.0), 1.0) for v in known]
-        return f"synthetic_acceptance_rates entries must be in [0, 1], got {rates}.", {
+        return f"synthetic_acceptance_rates entries must be in [0, 1], got {shown}.", {
             **cfg,
             "synthetic_acceptance_rates": clamped,
         }
     if any(known[i] > known[i - 1] for i in range(1, n)):
-        return f"synthetic_acceptance_rates must be non-increasing, got {rates}.", {
+        return f"synthetic_acceptance_rates must be non-increasing, got {shown}.", {
             **cfg,
             "synthetic_acceptance_rates": sorted(known, reverse=True),
         }
@@ -378,7 +379,7 @@ def spec_method_option(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             emit.error(
                 "spec_method_option",
                 f"index_share_for_mtp_iteration is only supported with method='mtp' (method is "
-                f"{method or 'draft_model'!r}).",
+                f"{(method or 'draft_model')[:64]!r}).",
                 remedy={"speculative_config": _without(cfg, "index_share_for_mtp_iteration")},
                 field=field,
             )
