@@ -242,7 +242,12 @@ def argv_of(line: VersionLine, args: dict[str, Any], spelled: dict[str, str] | N
     argv = ["vllm", "serve", "{MODEL}"]
     for dest, value in args.items():
         opt = line.options[dest]
-        argv += render_option(opt, value) if not isinstance(value, str) or opt.kind is not K_BOOL else [opt.flag, value]
+        rendered = (
+            render_option(opt, value) if not isinstance(value, str) or opt.kind is not K_BOOL else [opt.flag, value]
+        )
+        if spelled and dest in spelled:  # the abbreviation as typed, in place of the option's own spelling
+            rendered = [spelled[dest] if a == opt.flag else a for a in rendered]
+        argv += rendered
     return argv
 
 
