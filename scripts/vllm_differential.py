@@ -24,8 +24,10 @@ import json
 import pathlib
 import random
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -349,8 +351,8 @@ def vllm_verdicts(
     groups: dict[str, list[dict]] = defaultdict(list)
     for c in cases:
         groups[c["gpu"]].append(c)
-    run_dir = work / "differential" / version
-    run_dir.mkdir(parents=True, exist_ok=True)
+    (work / "differential").mkdir(parents=True, exist_ok=True)
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"{version}-", dir=work / "differential"))  # runs may overlap
 
     def judge_group(gpu: str, group: list[dict]) -> dict[str, dict]:
         cases_file, gpu_file = run_dir / f"{gpu}.jsonl", run_dir / f"{gpu}.gpu.json"
@@ -373,6 +375,7 @@ def vllm_verdicts(
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for got in pool.map(lambda item: judge_group(*item), sorted(groups.items())):
             out.update(got)
+    shutil.rmtree(run_dir, ignore_errors=True)
     return out
 
 
