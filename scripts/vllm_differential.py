@@ -81,6 +81,7 @@ BEYOND_CONFIG = {
     "fp8_weight_only",
     "kv_dtype_capability",
     "world_size_exceeds_gpus:data_parallel",
+    "nnodes:hardware",
 }
 # Options not drawn: what names other files, hosts or code (the harness has no network and no files but the
 # config.json), and what Preflight refuses by policy rather than by vLLM's rules.
@@ -123,8 +124,10 @@ NOT_DRAWN = {
 }
 # Real packages beside the generator's (the rest is mocked by the inside script): vLLM's model modules import triton
 # unguarded on CUDA (0.10 vllm_flash_attn/ops/triton/rotary.py:8), Transformers' image processors need Pillow, and
-# vllm/v1/utils.py imports uvloop (fastapi[standard], a requirement of vLLM, brings it).
-HARNESS_SUPPORT = ("pillow", "triton", "fastapi[standard]")
+# vllm/v1/utils.py imports uvloop (fastapi[standard], a requirement of vLLM, brings it); multimodal models' processors
+# import torchvision, which needs the torch it was built with (HARNESS_TORCH; a CUDA build, ~5.5 GB, runs on the CPU).
+HARNESS_TORCH = "torch==2.14.1"
+HARNESS_SUPPORT = ("pillow", "triton", "fastapi[standard]", "torchvision==0.29.1")
 GPUS = ("h100-sxm-80gb", "a100-sxm4-80gb", "a100-sxm4-40gb", "l40s", "l4", "a10g", "rtx-4090", "h200", "b200", "t4")
 
 
@@ -230,7 +233,7 @@ def draw_launch(
 
 def abbreviate(rng: random.Random, line: VersionLine, args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Sometimes give one option as a prefix of its long spelling (argparse's ``allow_abbrev``): unique or not."""
-    names = [d for d in args if line.options[d].flag.startswith("--")]
+    names = [d for d in args if line.options[d].flag in render_option(line.options[d], args[d])]
     if not names or rng.random() > 0.12:
         return args, {}
     dest = rng.choice(names)
@@ -304,6 +307,8 @@ def _code(finding, case: dict[str, Any]) -> str:
         world = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
         if world <= case["count"]:
             return "world_size_exceeds_gpus:data_parallel"
+    if finding.rule == "nnodes" and "but the hardware has" in finding.message:
+        return "nnodes:hardware"  # --nnodes against the nodes the launch really has: vLLM's head waits for them
     return finding.rule
 
 
@@ -543,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("/tmp/preflight-differential"))
     ap.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/preflight-vllm-gen"))
-    ap.add_argument("--torch", default="torch==2.13.0")
+    ap.add_argument("--torch", default=HARNESS_TORCH)
     ap.add_argument("--jobs", type=int, default=2, help="vLLM processes at once (one per GPU model)")
     ap.add_argument("--docs", action="store_true", help="write docs/differential.md (and docs/differential/*.json)")
     args = ap.parse_args(argv)

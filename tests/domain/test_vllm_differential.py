@@ -90,6 +90,6 @@ def test_the_checked_in_figures_are_current_with_the_docs():
 
 @pytest.mark.skipif(not HAVE_VLLM, reason="vLLM's throw-away environment is not present (make differential)")
 def test_a_seeded_sample_agrees_with_vllm(tmp_path):
-    report = diff.run("0.33.0", 40, 11, tmp_path, WORK, "torch==2.13.0", jobs=2)
+    report = diff.run("0.33.0", 40, 11, tmp_path, WORK, diff.HARNESS_TORCH, jobs=2)
     assert report["counts"].get("harness", 0) <= 4, report["causes"].get("harness")
     assert report["counts"].get("false_reject", 0) == 0, report["causes"].get("false_reject")

@@ -195,7 +195,9 @@ def pp_supported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 field="engine_args.distributed_executor_backend",
             )
         )
-    if ctx.args.get("async_scheduling") is True:
+    # 0.33 runs pipeline parallelism with async scheduling on Model Runner V2, its default on CUDA (vllm 0.33.0
+    # vllm/config/vllm.py:731-767); only the V1 runner refuses the pair (vllm.py:1651-1680)
+    if ctx.args.get("async_scheduling") is True and ctx.line.release < (0, 33, 0):
         out.append(
             emit.error(
                 "pp_supported",

@@ -48,7 +48,7 @@ VARIANTS = (
     {"max_num_batched_tokens": 8192, "max_num_seqs": 1, "max_model_len": 4096},
     {"data_parallel_rank": 0, "data_parallel_size": 2, "enable_eplb": True, "revision": "main", "nnodes": 3},
     {"kv_cache_memory_bytes": 1 << 40, "kv_cache_dtype": "float16"},
-    {"pipeline_parallel_size": 2, "tensor_parallel_size": 4, "async_scheduling": True},
+    {"pipeline_parallel_size": 2, "tensor_parallel_size": 4, "distributed_executor_backend": "uni"},
     {"quantization": "fp8"},
     {"quantization": "awq"},
     {"tensor_parallel_size": 16},
