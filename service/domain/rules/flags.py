@@ -158,7 +158,7 @@ def bad_value_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             allowed = tuple(facts.get("choices") or ())
             fix = list(allowed) or None
             message = (
-                f"argument {flag(name)}: {value!r} passes vLLM {ctx.line.newest}'s parser (any string) but {where} "
+                f"argument {flag(name)}: {repr(value)[:120]} passes vLLM {ctx.line.newest}'s parser (any string) but {where} "
                 f"refuses it at start-up (pydantic validation: {found[0]})."
             )
             data = {"problems": [{"path": name, "expected": found[0], "allowed": list(allowed)}]}
