@@ -165,9 +165,12 @@ def dataclass_of(t):
     return None
 
 
-def key_schema(cls, depth: int = 0):
+def key_schema(cls, depth: int = 0, validated: bool = False):
     """The keys a JSON value may hold for a config dataclass that forbids extra keys: ``{field: sub-schema or None}``
-    (a nested config dataclass gets its own schema); None where extra keys are allowed or the class is unreadable."""
+    (a nested config dataclass gets its own schema); None where extra keys are allowed or the class is unreadable.
+    With ``class`` and ``values`` (value facts) where pydantic validates the value: ``validated`` (parse_dataclass
+    runs TypeAdapter(cls), which validates any dataclass, and a parent's validation covers its nested classes) or a
+    pydantic dataclass (``Cls(**cfg)``); a plain dataclass built by ``Cls(**cfg)`` validates nothing."""
     import dataclasses
     import typing
 
@@ -188,10 +191,10 @@ def key_schema(cls, depth: int = 0):
         hint = hints.get(f.name)
         for arg in (hint, *typing.get_args(hint)):
             if isinstance(arg, type) and dataclasses.is_dataclass(arg):
-                sub = key_schema(arg, depth + 1)
+                sub = key_schema(arg, depth + 1, validated or is_pydantic_dataclass(cls))
                 break
         out[f.name] = sub
-    values = class_values(cls)
+    values = class_values(cls) if validated or is_pydantic_dataclass(cls) else None
     if values is None:
         return {"keys": out}
     return {"keys": out, "class": cls.__name__, "values": {k: v for k, v in values.items() if k in out}}
@@ -321,15 +324,27 @@ def value_facts(schema, defs: dict, depth: int = 0) -> dict | None:
     return None  # any, is-instance, callable, model, function-before/wrap/plain, tagged-union, ...
 
 
+def is_pydantic_dataclass(cls) -> bool:
+    try:
+        from pydantic.dataclasses import is_pydantic_dataclass as check
+    except ImportError:  # pragma: no cover - pydantic 1 (no release Preflight ships)
+        return False
+    return bool(check(cls))
+
+
 def class_values(cls) -> dict | None:
-    """Per init field of a pydantic config dataclass: its value facts and ``required`` (no default). None when the
-    class's validation is not readable or a validator of the class itself may rewrite the input first."""
+    """Per init field of a config dataclass as TypeAdapter(cls) validates it: its value facts and ``required`` (no
+    default). None when the class's validation is not readable (a schema pydantic cannot build, e.g. with mocked
+    types) or a validator of the class itself may rewrite the input first."""
     try:
         from pydantic import TypeAdapter
 
-        schema = TypeAdapter(cls).core_schema
+        return _class_values(dict(TypeAdapter(cls).core_schema))
     except Exception:
         return None
+
+
+def _class_values(schema: dict) -> dict | None:
     defs: dict = {}
     _collect_refs(schema, defs)
     for _ in range(12):  # down to the dataclass, through definitions and after-validators only
@@ -455,6 +470,8 @@ def option_values(action, kind: str, passed: dict) -> dict | None:
     if kind != "str" or action.choices is not None or action.dest not in passed:
         return None
     cls, field_name = passed[action.dest]
+    if not is_pydantic_dataclass(cls):  # a plain dataclass does not validate what it is given
+        return None
     facts = (class_values(cls) or {}).get(field_name) or {}
     if "choices" not in facts:
         return None
@@ -506,8 +523,10 @@ def options(parser: argparse.ArgumentParser, source: EngineArgsSource | None = N
             except TypeError:
                 choices = None
         help_text = action.help if isinstance(action.help, str) else ""
-        cls = (dataclass_of(action.type) or expanded.get(action.dest)) if kind == "json" else None
-        schema = key_schema(cls) if cls is not None else None
+        parsed_into = dataclass_of(action.type) if kind == "json" else None  # validated by TypeAdapter at parse
+        built = expanded.get(action.dest) if kind == "json" and parsed_into is None else None
+        schema = key_schema(parsed_into, validated=True) if parsed_into is not None else None
+        schema = key_schema(built) if built is not None else schema
         values = option_values(action, kind, passed)
         deprecated = bool(getattr(action, "deprecated", False)) or action in getattr(parser, "_deprecated", ())
         out.append(
