@@ -168,9 +168,12 @@ def dataclass_of(t):
     return None
 
 
-def key_schema(cls, depth: int = 0):
+def key_schema(cls, depth: int = 0, validated: bool = False):
     """The keys a JSON value may hold for a config dataclass that forbids extra keys: ``{field: sub-schema or None}``
-    (a nested config dataclass gets its own schema); None where extra keys are allowed or the class is unreadable."""
+    (a nested config dataclass gets its own schema); None where extra keys are allowed or the class is unreadable.
+    With ``class`` and ``values`` (value facts) where pydantic validates the value: ``validated`` (parse_dataclass
+    runs TypeAdapter(cls), which validates any dataclass, and a parent's validation covers its nested classes) or a
+    pydantic dataclass (``Cls(**cfg)``); a plain dataclass built by ``Cls(**cfg)`` validates nothing."""
     import dataclasses
     import typing
 
@@ -191,14 +194,297 @@ def key_schema(cls, depth: int = 0):
         hint = hints.get(f.name)
         for arg in (hint, *typing.get_args(hint)):
             if isinstance(arg, type) and dataclasses.is_dataclass(arg):
-                sub = key_schema(arg, depth + 1)
+                sub = key_schema(arg, depth + 1, validated or is_pydantic_dataclass(cls))
                 break
         out[f.name] = sub
-    return {"keys": out}
+    values = class_values(cls) if validated or is_pydantic_dataclass(cls) else None
+    if values is None:
+        return {"keys": out}
+    return {"keys": out, "class": cls.__name__, "values": {k: v for k, v in values.items() if k in out}}
 
 
-def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
+# ------------------------------------------------------------------------------------------------ value facts
+# What pydantic's validation of a config class enforces on each field's value, read from the class's own core
+# schema (the validator vLLM runs: TypeAdapter(cls).validate_json in parse_dataclass, or cls(**dict)). Facts are
+# only recorded where the schema says exactly what passes; anything that can rewrite or widen the input (a before,
+# wrap or plain validator, an Enum with _missing_, a mocked type, a field alias) is left unjudged.
+
+SCHEMA_TYPES = {
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+    "str": "str",
+    "dict": "dict",
+    "list": "list",
+    "tuple": "list",
+    "set": "list",
+    "frozenset": "list",
+}
+BOUNDS = ("ge", "gt", "le", "lt")
+
+
+def _collect_refs(schema, defs: dict, depth: int = 0) -> None:
+    """Every sub-schema that carries a ``ref`` (definitions and inline), so a ``definition-ref`` resolves."""
+    if depth > 40:
+        return
+    if isinstance(schema, dict):
+        if isinstance(schema.get("ref"), str):
+            defs.setdefault(schema["ref"], schema)
+        for v in schema.values():
+            if isinstance(v, (dict, list)):
+                _collect_refs(v, defs, depth + 1)
+    elif isinstance(schema, list):
+        for v in schema:
+            _collect_refs(v, defs, depth + 1)
+
+
+def _choices(values) -> dict | None:
+    """A Literal's or an Enum's values, where all are JSON scalars (None: accepted as null)."""
+    out, null = [], False
+    for v in values:
+        v = v.value if isinstance(v, enum.Enum) else v
+        if v is None:
+            null = True
+        elif isinstance(v, (bool, int, float, str)) and not isinstance(v, enum.Enum):
+            out.append(v)
+        else:
+            return None
+    if not out:
+        return None
+    return {"choices": out, **({"null": True} if null else {})}
+
+
+def _union(schema: dict, defs: dict, depth: int) -> dict | None:
+    members, null = [], False
+    for choice in schema.get("choices") or []:
+        sub = choice[0] if isinstance(choice, (tuple, list)) else choice
+        if isinstance(sub, dict) and sub.get("type") == "none":
+            null = True
+            continue
+        facts = value_facts(sub, defs, depth + 1)
+        if facts is None:
+            return None
+        null = facts.pop("null", False) or null
+        members.append(facts)
+    if not members:
+        return None
+    if all(set(m) == {"choices"} for m in members):
+        members = [{"choices": [c for m in members for c in m["choices"]]}]
+    out = members[0] if len(members) == 1 else {"any_of": members}
+    return {**out, "null": True} if null else out
+
+
+def _scalar(t: str, schema: dict, defs: dict, depth: int) -> dict:
+    out: dict = {"type": SCHEMA_TYPES[t]}
+    if t in ("int", "float"):
+        for b in BOUNDS:
+            v = schema.get(b)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[b] = v
+    if t == "list" and isinstance(schema.get("items_schema"), dict):
+        items = value_facts(schema["items_schema"], defs, depth + 1)
+        if items:
+            out["items"] = items
+    return out
+
+
+def value_facts(schema, defs: dict, depth: int = 0) -> dict | None:
+    """What pydantic's validation enforces on one value, from its core schema: ``type`` (int, float, bool, str,
+    dict, list, or object: a nested config class, judged by its own key schema), ``choices`` (Literal and Enum
+    values; with ``type`` int/float/str for an int/float/str Enum, whose input pydantic first reads as that type),
+    ``null`` (None passes), bounds ``ge``/``gt``/``le``/``lt``, ``items`` (a list's elements), ``any_of`` (a
+    union). None: not judged (the schema can accept more than these facts say)."""
+    if depth > 12 or not isinstance(schema, dict):
+        return None
+    t = schema.get("type")
+    if t == "definition-ref":
+        return value_facts(defs.get(schema.get("schema_ref")), defs, depth + 1)
+    if t in ("definitions", "default", "function-after"):
+        return value_facts(schema.get("schema"), defs, depth + 1)
+    if t == "nullable":
+        inner = value_facts(schema.get("schema"), defs, depth + 1)
+        return None if inner is None else {**inner, "null": True}
+    if t == "lax-or-strict":
+        return value_facts(schema.get("lax_schema"), defs, depth + 1)
+    if t == "json-or-python":
+        as_json = value_facts(schema.get("json_schema"), defs, depth + 1)
+        return as_json if as_json == value_facts(schema.get("python_schema"), defs, depth + 1) else None
+    if t == "literal":
+        return _choices(schema.get("expected") or [])
+    if t == "enum":
+        if schema.get("missing") is not None:  # Enum._missing_ may map other inputs to members
+            return None
+        facts = _choices(schema.get("members") or [])
+        if facts and schema.get("sub_type") in ("int", "float", "str"):
+            facts["type"] = schema["sub_type"]
+        return facts
+    if t == "union":
+        return _union(schema, defs, depth)
+    if t == "dataclass":
+        return {"type": "object"}
+    if t in SCHEMA_TYPES:
+        return _scalar(t, schema, defs, depth)
+    return None  # any, is-instance, callable, model, function-before/wrap/plain, tagged-union, ...
+
+
+def is_pydantic_dataclass(cls) -> bool:
+    try:
+        from pydantic.dataclasses import is_pydantic_dataclass as check
+    except ImportError:  # pragma: no cover - pydantic 1 (no release Preflight ships)
+        return False
+    return bool(check(cls))
+
+
+def class_values(cls) -> dict | None:
+    """Per init field of a config dataclass as TypeAdapter(cls) validates it: its value facts and ``required`` (no
+    default). None when the class's validation is not readable (a schema pydantic cannot build, e.g. with mocked
+    types) or a validator of the class itself may rewrite the input first."""
+    try:
+        from pydantic import TypeAdapter
+
+        return _class_values(dict(TypeAdapter(cls).core_schema))
+    except Exception:
+        return None
+
+
+def _class_values(schema: dict) -> dict | None:
+    defs: dict = {}
+    _collect_refs(schema, defs)
+    for _ in range(12):  # down to the dataclass, through definitions and after-validators only
+        t = schema.get("type")
+        if t == "definition-ref":
+            schema = defs.get(schema.get("schema_ref")) or {}
+        elif t in ("definitions", "function-after"):
+            schema = schema.get("schema") or {}
+        else:
+            break
+    args = schema.get("schema") if schema.get("type") == "dataclass" else None
+    if not isinstance(args, dict) or args.get("type") != "dataclass-args":
+        return None
+    out = {}
+    for f in args.get("fields") or []:
+        if f.get("init") is False or f.get("init_only") or f.get("validation_alias") is not None:
+            continue
+        facts = value_facts(f.get("schema"), defs) or {}
+        if (f.get("schema") or {}).get("type") != "default":
+            facts["required"] = True
+        if facts:
+            out[f["name"]] = facts
+    return out
+
+
+class EngineArgsSource:
+    """How EngineArgs (vllm/engine/arg_utils.py) turns parsed option values into config classes, read from its
+    source with ``ast``: which JSON options it expands into a class (``return WatermarkConfig(**cfg)`` where
+    ``cfg = self.watermark_config``, json.loads'ed if a string) and which options it hands unchanged to a class
+    field (``VllmConfig(..., optimization_level=self.optimization_level)``). An attribute EngineArgs assigns
+    anywhere (``self.x = ...``) is left out: its value may be rewritten before the class sees it."""
+
+    def __init__(self):
+        import inspect
+        import textwrap
+
+        try:
+            engine_args = auto_import("vllm.engine.arg_utils", "EngineArgs")
+            self.tree = ast.parse(textwrap.dedent(inspect.getsource(engine_args)))
+            self.names = vars(sys.modules[engine_args.__module__])
+        except Exception:  # pragma: no cover - an unreadable release: keys only, as before
+            self.tree, self.names = ast.Module(body=[], type_ignores=[]), {}
+        self.assigned = {
+            t.attr
+            for node in ast.walk(self.tree)
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+        }
+
+    def config_class(self, name: str):
+        import dataclasses
+
+        cls = self.names.get(name)
+        return cls if isinstance(cls, type) and dataclasses.is_dataclass(cls) else None
+
+    def expanded(self) -> dict:
+        """dest -> the config class EngineArgs builds from the option's dict by ``Cls(**cfg)``."""
+        out = {}
+        for fn in ast.walk(self.tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for ret in ast.walk(fn):
+                call = ret.value if isinstance(ret, ast.Return) else None
+                if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.args):
+                    continue
+                if len(call.keywords) != 1 or call.keywords[0].arg is not None:
+                    continue
+                star = call.keywords[0].value
+                dest = _copied_from_self(fn, star.id, star) if isinstance(star, ast.Name) else None
+                cls = self.config_class(call.func.id)
+                if dest and cls is not None and dest not in self.assigned:
+                    out.setdefault(dest, cls)
+        return out
+
+    def passed(self) -> dict:
+        """dest -> (config class, field) for ``Cls(field=self.dest)``, where the dest goes to one field only."""
+        seen: dict = {}
+        for call in ast.walk(self.tree):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+                continue
+            cls = self.config_class(call.func.id)
+            for kw in call.keywords if cls is not None else []:
+                v = kw.value
+                if kw.arg and isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "self":
+                    seen.setdefault(v.attr, set()).add((cls, kw.arg))
+        return {d: next(iter(t)) for d, t in seen.items() if len(t) == 1 and d not in self.assigned}
+
+
+def _copied_from_self(fn: ast.FunctionDef, var: str, star: ast.Name) -> str | None:
+    """The one ``self.<dest>`` a local ``var`` holds, when ``var`` is only assigned ``self.<dest>`` or
+    ``json.loads(var)``, tested (``isinstance(var, str)``, ``var is None``) and expanded by ``star``; None when
+    anything else touches it (an update, an item assignment, a merge)."""
+    allowed, sources = {id(star)}, set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            tgt, val = node.targets[0], node.value
+            if isinstance(tgt, ast.Name) and tgt.id == var:
+                allowed.add(id(tgt))
+                if isinstance(val, ast.Attribute) and isinstance(val.value, ast.Name) and val.value.id == "self":
+                    sources.add(val.attr)
+                elif not (
+                    isinstance(val, ast.Call)
+                    and ast.unparse(val.func) == "json.loads"
+                    and len(val.args) == 1
+                    and isinstance(val.args[0], ast.Name)
+                ):
+                    return None
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("isinstance", "json.loads") and node.args:
+            allowed.add(id(node.args[0]))
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and len(node.ops) == 1:
+            if isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+                allowed.add(id(node.left))
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and node.id == var and id(node) not in allowed:
+            return None
+    return next(iter(sources)) if len(sources) == 1 else None
+
+
+def option_values(action, kind: str, passed: dict) -> dict | None:
+    """For a string option without choices that EngineArgs hands unchanged to a config field restricted to choices
+    (an Enum or Literal), the field's value facts: the parser takes any string, the class refuses it later."""
+    if kind != "str" or action.choices is not None or action.dest not in passed:
+        return None
+    cls, field_name = passed[action.dest]
+    if not is_pydantic_dataclass(cls):  # a plain dataclass does not validate what it is given
+        return None
+    facts = (class_values(cls) or {}).get(field_name) or {}
+    if "choices" not in facts:
+        return None
+    return {"class": cls.__name__, "field": field_name, **{k: v for k, v in facts.items() if k != "required"}}
+
+
+def options(parser: argparse.ArgumentParser, source: EngineArgsSource | None = None) -> tuple[list[dict], list[dict]]:
     out, positionals = [], []
+    expanded = source.expanded() if source is not None else {}
+    passed = source.passed() if source is not None else {}
     every = {}  # action -> every accepted spelling (hidden ones included)
     for spelling, action in parser._option_string_actions.items():
         every.setdefault(id(action), []).append(spelling)
@@ -240,7 +526,11 @@ def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
             except TypeError:
                 choices = None
         help_text = action.help if isinstance(action.help, str) else ""
-        schema = key_schema(dataclass_of(action.type)) if kind == "json" else None
+        parsed_into = dataclass_of(action.type) if kind == "json" else None  # validated by TypeAdapter at parse
+        built = expanded.get(action.dest) if kind == "json" and parsed_into is None else None
+        schema = key_schema(parsed_into, validated=True) if parsed_into is not None else None
+        schema = key_schema(built) if built is not None else schema
+        values = option_values(action, kind, passed)
         deprecated = bool(getattr(action, "deprecated", False)) or action in getattr(parser, "_deprecated", ())
         out.append(
             {
@@ -258,6 +548,7 @@ def options(parser: argparse.ArgumentParser) -> tuple[list[dict], list[dict]]:
                 "deprecated": deprecated,
                 "help": " ".join(help_text.split())[:400],
                 **({"json_keys": schema} if schema is not None else {}),
+                **({"value_facts": values} if values is not None else {}),
             }
         )
     out.sort(key=lambda o: o["dest"])
@@ -714,7 +1005,7 @@ def main() -> None:
     root = pathlib.Path(importlib.util.find_spec("vllm").origin).parent
     version = importlib.metadata.version("vllm")
     parser = build_serve_parser()
-    opts, positionals = options(parser)
+    opts, positionals = options(parser, EngineArgsSource())
     json.dump(
         {
             "vllm_version": version,

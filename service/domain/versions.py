@@ -69,6 +69,8 @@ class Option:
     deprecated: bool
     help: str
     json_keys: dict[str, Any] | None = None  # for a config-dataclass JSON option: {"keys": {field: sub-schema or None}}
+    # and, where the generator read them, "class" and "values": {field: value facts} (service/domain/config_values.py)
+    value_facts: dict[str, Any] | None = None  # a string option handed unchanged to a config field with choices
 
     @cached_property
     def flag(self) -> str:
@@ -293,6 +295,7 @@ def _option(raw: dict[str, Any]) -> Option:
         deprecated=bool(raw.get("deprecated")),
         help=raw.get("help", ""),
         json_keys=raw.get("json_keys"),
+        value_facts=raw.get("value_facts"),
     )
 
 

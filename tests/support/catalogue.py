@@ -51,10 +51,24 @@ JUDGED_ELSEWHERE = {
 }
 
 
+def _least(facts):
+    """The simplest value a config field's facts allow (service/domain/config_values.py)."""
+    if facts.get("choices"):
+        return facts["choices"][0]
+    return {"str": "x", "bool": True, "dict": {}, "list": [], "object": {}}.get(
+        facts.get("type"), facts.get("ge", facts.get("gt", 0) + 1)
+    )
+
+
 def valid_value(opt):
     """A value of the option's kind that vLLM's parser accepts."""
     if opt.choices:
         return opt.choices[0] if not opt.is_list else [opt.choices[0]]
+    if opt.value_facts:  # a string the parser passes on to a config field with choices
+        return str(opt.value_facts["choices"][0])
+    required = {k: f for k, f in ((opt.json_keys or {}).get("values") or {}).items() if f.get("required")}
+    if required:  # the config class has keys without a default: the smallest value its validation accepts
+        return {k: _least(f) for k, f in required.items()}
     if opt.action == "LoRAParserAction":
         return ["adapter=/loras/adapter"]
     value = {

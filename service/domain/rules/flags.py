@@ -5,7 +5,9 @@ vllm/utils/argparse_utils.py:120-145)."""
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
+from ..config_values import ABSENT, BadValue, bad_values, judge
 from ..context import LaunchContext
 from ..engine_args import arg_name, flag
 from ..findings import Finding
@@ -44,8 +46,9 @@ def flag_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     (``vllm: error: unrecognized arguments``), an unknown flag names the nearest real ones, a prefix of several
     option strings is argparse's ``ambiguous option`` (a prefix of one is that option: ``flag_abbreviated``); a
     boolean flag given a value (``--enforce-eager False``), a value outside the option's ``choices`` (``--dtype
-    fp16``) and a JSON key the option's config class does not have (``--compilation-config '{"level": 3}'``) fail
-    the same way."""
+    fp16``), a JSON key the option's config class does not have (``--compilation-config '{"level": 3}'``) and a JSON
+    value its pydantic validation refuses (``--structured-outputs-config '{"backend": "xgrammer"}'``, a required key
+    missing; also ``--optimization-level O2``, a string the parser passes to an Enum field) fail the same way."""
     out = []
     for name, value in ctx.args.unsupported.items():
         removed = ctx.line.removed.get(name)
@@ -94,6 +97,7 @@ def flag_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 field=f"engine_args.{name}",
             )
         )
+    out += bad_value_findings(ctx, emit)
     for name, value in ctx.args.bool_with_value.items():
         opt = ctx.line.options[name]
         neg = opt.negative_flag
@@ -148,6 +152,72 @@ def flag_abbreviated(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 remedy={"rename": {key: dest}},
                 field=f"engine_args.{key}",
                 reference=f"vllm {ctx.line.newest} {ctx.line.parser_source}".strip(),
+            )
+        )
+    return out
+
+
+def _shown(b: BadValue) -> str:
+    return "missing" if b.value is ABSENT else f"= {b.value!r}"[:120]
+
+
+def _patched(value: dict[str, Any], path: str, allowed: tuple[Any, ...]) -> list[dict[str, Any]] | None:
+    """Copies of a JSON value with the one bad key set to each allowed value (a machine-readable remedy)."""
+    keys = path.split(".")
+    if not allowed or "[" in path:
+        return None
+    out = []
+    for choice in allowed[:8]:
+        top = copy = dict(value)
+        for k in keys[:-1]:
+            if not isinstance(copy.get(k), dict):
+                return None
+            copy[k] = dict(copy[k])
+            copy = copy[k]
+        copy[keys[-1]] = choice
+        out.append(top)
+    return out
+
+
+def bad_value_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Values vLLM's config classes refuse (service/domain/config_values.py): inside a JSON option, per dotted
+    path; a string option with value facts (the parser passes any string on, the class's pydantic refuses it)."""
+    out = []
+    for name, value in ctx.args.values.items():
+        opt = ctx.line.options.get(name)
+        if opt is None or value is None:
+            continue
+        if opt.json_keys and isinstance(value, dict):
+            bad = bad_values(value, opt.json_keys)
+            if not bad:
+                continue
+            cls = opt.json_keys.get("class", "config")
+            said = "; ".join(f"{name}.{b.path} {_shown(b)}: {b.problem}" for b in bad)
+            fix = _patched(value, bad[0].path, bad[0].allowed) if len(bad) == 1 else None
+            message = f"argument {flag(name)}: vLLM {ctx.line.newest}'s {cls} refuses it (pydantic validation): {said}."
+            data = {
+                "problems": [
+                    {"path": f"{name}.{b.path}", "expected": b.problem, "allowed": list(b.allowed)} for b in bad
+                ]
+            }
+        elif opt.value_facts and not isinstance(value, (dict, list)):
+            found = judge(value, opt.value_facts)
+            if not found:
+                continue
+            facts = opt.value_facts
+            where = f"{facts.get('class', 'config')}.{facts.get('field', name)}"
+            allowed = tuple(facts.get("choices") or ())
+            fix = list(allowed) or None
+            message = (
+                f"argument {flag(name)}: {repr(value)[:120]} passes vLLM {ctx.line.newest}'s parser (any string) but {where} "
+                f"refuses it at start-up (pydantic validation: {found[0]})."
+            )
+            data = {"problems": [{"path": name, "expected": found[0], "allowed": list(allowed)}]}
+        else:
+            continue
+        out.append(
+            emit.error(
+                "flag_unsupported", message, remedy={name: fix} if fix else None, field=f"engine_args.{name}", **data
             )
         )
     return out
