@@ -57,10 +57,7 @@ class MockCustomOp:
         return lambda cls: cls
 
 
-MOCKED: list[str] = []
-# vLLM modules that may be mocked when their own imports fail: chat-template helpers (<= 0.7), which no option's
-# parsing depends on. Every other vLLM module is imported for real or the generation fails.
-MOCKABLE_VLLM = {"vllm.entrypoints.chat_utils"}
+MOCKED: list[str] = []  # never a vLLM module: every one is imported for real or the generation fails
 
 
 def mock(name: str, module=None) -> None:
@@ -77,6 +74,10 @@ def auto_import(module_name: str, attr: str | None = None, tries: int = 400):
     last = None
     for _ in range(tries):
         try:
+            # the package first: after a failed attempt ``vllm`` is gone from sys.modules while the submodules that
+            # finished stay; importing one of those first re-enters the package from inside it (0.8.5: cli_args ->
+            # engine.arg_utils -> ``import vllm.envs`` -> vllm/__init__.py -> the half-built engine.arg_utils)
+            importlib.import_module(module_name.split(".")[0])
             module = importlib.import_module(module_name)
             return getattr(module, attr) if attr else module
         except ModuleNotFoundError as e:
@@ -86,7 +87,7 @@ def auto_import(module_name: str, attr: str | None = None, tries: int = 400):
             mock(e.name)
         except ImportError as e:  # "cannot import name X from mocked module"
             name = getattr(e, "name", None)
-            if name and name not in sys.modules and (name.split(".")[0] != "vllm" or name in MOCKABLE_VLLM):
+            if name and name not in sys.modules and name.split(".")[0] != "vllm":
                 mock(name)
                 continue
             raise

@@ -24,8 +24,10 @@ import json
 import pathlib
 import random
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -242,7 +244,12 @@ def argv_of(line: VersionLine, args: dict[str, Any], spelled: dict[str, str] | N
     argv = ["vllm", "serve", "{MODEL}"]
     for dest, value in args.items():
         opt = line.options[dest]
-        argv += render_option(opt, value) if not isinstance(value, str) or opt.kind is not K_BOOL else [opt.flag, value]
+        rendered = (
+            render_option(opt, value) if not isinstance(value, str) or opt.kind is not K_BOOL else [opt.flag, value]
+        )
+        if spelled and dest in spelled:  # the abbreviation as typed, in place of the option's own spelling
+            rendered = [spelled[dest] if a == opt.flag else a for a in rendered]
+        argv += rendered
     return argv
 
 
@@ -344,8 +351,8 @@ def vllm_verdicts(
     groups: dict[str, list[dict]] = defaultdict(list)
     for c in cases:
         groups[c["gpu"]].append(c)
-    run_dir = work / "differential" / version
-    run_dir.mkdir(parents=True, exist_ok=True)
+    (work / "differential").mkdir(parents=True, exist_ok=True)
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"{version}-", dir=work / "differential"))  # runs may overlap
 
     def judge_group(gpu: str, group: list[dict]) -> dict[str, dict]:
         cases_file, gpu_file = run_dir / f"{gpu}.jsonl", run_dir / f"{gpu}.gpu.json"
@@ -368,6 +375,7 @@ def vllm_verdicts(
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for got in pool.map(lambda item: judge_group(*item), sorted(groups.items())):
             out.update(got)
+    shutil.rmtree(run_dir, ignore_errors=True)
     return out
 
 

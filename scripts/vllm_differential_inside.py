@@ -47,6 +47,10 @@ RELEASE = pathlib.Path(os.environ["PYTHONPATH"].split(os.pathsep)[0])
 # distribution name -> import name, where the two differ by more than case and separators
 IMPORT_ALIASES = {"pyzmq": "zmq", "pillow": "PIL", "opencv_python_headless": "cv2", "protobuf": "google"}
 CASE_SECONDS = 60
+# refusals that depend on the machine vLLM's code runs on, not the launch: --swap-space against this host's RAM
+# (vllm 0.10.2 vllm/config/cache.py:195-212: swap space above 70 % of psutil total memory)
+# or that need the CUDA runtime this machine lacks (vllm 0.33.0 vllm/distributed/device_communicators/cuda_wrapper.py:127)
+HOST_DEPENDENT = ("total CPU memory is allocated for the swap space", "libcudart is not loaded")
 
 
 class OpStub:
@@ -253,6 +257,8 @@ def _environmental(e: BaseException) -> bool:
     """An import this environment lacks, a mock or kernel stub in the way, or the registry failing to import a model
     class (the same imports): the environment's failure, not vLLM's verdict."""
     tb = "".join(traceback.format_exception(e))
+    if any(fragment in str(e) for fragment in HOST_DEPENDENT):
+        return True
     return isinstance(e, ImportError) or "Mock" in tb or "OpStub" in tb or "failed to be inspected" in tb
 
 
@@ -299,6 +305,30 @@ def _timeout(signum, frame):
     raise TimeoutError(f"no verdict within {CASE_SECONDS} s")
 
 
+def judge_isolated(case: dict, top, model_dir: str) -> dict:
+    """``judge`` in a forked child: vLLM's config code keeps process state (os.environ["VLLM_USE_V1"] in 0.9/0.10,
+    config objects mutated in place), so no case may see another's. The child has the parent's imports, warm."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: judge, write one JSON line, leave without running the parent's cleanup
+        os.close(read_end)
+        signal.signal(signal.SIGALRM, _timeout)
+        signal.alarm(CASE_SECONDS)
+        try:
+            out = judge(case, top, model_dir)
+        except BaseException as e:  # noqa: BLE001 - the timeout, or anything that escaped judge
+            out = {"verdict": "harness", "message": f"{type(e).__name__}: {e}"[:400]}
+        os.write(write_end, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        return {"verdict": "harness", "message": f"the judging process died (status {status})"}
+    return json.loads(data)
+
+
 def main(cases_path: str, gpu_path: str) -> int:
     logging.disable(logging.CRITICAL)
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_LOGGING_LEVEL="CRITICAL")
@@ -306,7 +336,6 @@ def main(cases_path: str, gpu_path: str) -> int:
     install_stubs()
     stub_platform(gpu)
     top = serve_parser()
-    signal.signal(signal.SIGALRM, _timeout)
     with tempfile.TemporaryDirectory() as tmp:
         for line in pathlib.Path(cases_path).read_text().splitlines():
             case = json.loads(line)
@@ -315,16 +344,7 @@ def main(cases_path: str, gpu_path: str) -> int:
             for name, content in case["files"].items():  # config.json, hf_quant_config.json
                 pathlib.Path(model_dir, name).write_text(json.dumps(content))
             gpu["count"] = case["count"]
-            environ = dict(os.environ)  # 0.9/0.10 set VLLM_USE_V1 in os.environ once decided: no case sees another's
-            signal.alarm(CASE_SECONDS)
-            try:
-                out = judge(case, top, model_dir)
-            except TimeoutError as e:
-                out = {"verdict": "harness", "message": str(e)}
-            finally:
-                signal.alarm(0)
-                os.environ.clear()
-                os.environ.update(environ)
+            out = judge_isolated(case, top, model_dir)
             print(json.dumps({"id": case["id"], **out}), flush=True)
     return 0
 

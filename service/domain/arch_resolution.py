@@ -6,8 +6,8 @@ whether it then refuses the launch: per release, from vLLM's own code.
 - 0.7-0.9 accept it when the engine config is built (registry ``_normalize_archs`` substitutes the Transformers
   backend: 0.7.3 registry.py:393-407, 0.9.2 registry.py:459-475) and decide when the model loads: every
   architecture must be a Transformers class (or, 0.7, auto_map's ``AutoModel`` from the repository) that is
-  backend-compatible (0.7.3 vllm/model_executor/model_loader/utils.py:33-42, 45-83, 86-117; 0.9.2
-  model_loader/utils.py:169-220, 223-238).
+  backend-compatible (0.7.3 vllm/model_executor/model_loader/utils.py:33-42, 45-83, 86-117; 0.8.5
+  model_loader/utils.py:33-80; 0.9.2 model_loader/utils.py:169-220, 223-238).
 - 0.10 on decide when the engine config is built (0.10.2 vllm/config/__init__.py:648, 739; 0.33.0
   vllm/config/model.py:705, 741): ``inspect_model_cls`` (0.10.2 registry.py:628-677; 0.33.0 registry.py:1367-1418)
   with ``--model-impl transformers`` resolves the first architecture through Transformers first; with ``auto`` and

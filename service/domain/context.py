@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from .engine_args import EngineArgs, parse_engine_args
 from .errors import DomainError
 from .gpus import GIB, Gpu, resolve
-from .model_facts import ModelFacts, read_model_facts
+from .max_len import ROPE_KEYS, LengthInput, length_rules
+from .model_facts import ModelFacts, read_model_facts, text_config_of
 from .quant_tag import QuantTag, parse_quantization_txt
 from .request import LaunchRequest
 from .versions import VersionLine, resolve_version
@@ -190,6 +191,30 @@ def apply_hf_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> dic
     return merge(config, overrides)
 
 
+def release_overrides(args: EngineArgs, line: VersionLine) -> dict[str, Any]:
+    """The config overrides the release applies: ``--hf-overrides`` (a JSON object), and up to 0.10
+    ``--rope-scaling``, which joins them as ``{"rope_scaling": ...}`` after them (vllm 0.8.5 vllm/config.py:403-407;
+    0.10.2 vllm/config/__init__.py:581-584); an empty object counts up to 0.8 (``is not None``) and is no override
+    from 0.9 (0.9.2 vllm/config.py:490)."""
+    given = args.values.get("hf_overrides")
+    overrides = dict(given) if isinstance(given, dict) else {}
+    rope = args.values.get("rope_scaling")
+    if isinstance(rope, dict) and (rope or line.release < (0, 9, 0)) and "rope_scaling" in line.options:
+        overrides["rope_scaling"] = rope
+    return overrides
+
+
+def _length_input(config: dict[str, Any], overrides: dict[str, Any], line: VersionLine) -> LengthInput:
+    """The release's length rules and, for each rope key an override replaces in the text config, config.json's own
+    value there (a release may read that one: service/domain/max_len.py)."""
+    text = text_config_of(config)
+    replaced: Any = overrides
+    if text is not config:  # a text config is reached through its own key ({"text_config": {...}})
+        key = next((k for k in ("text_config", "llm_config", "language_config") if config.get(k) is text), "")
+        replaced = overrides.get(key) if isinstance(overrides.get(key), dict) else {}
+    return LengthInput(length_rules(line.newest), {k: text.get(k) for k in ROPE_KEYS if k in replaced})
+
+
 def build_context(req: LaunchRequest) -> LaunchContext:
     """Resolve a request. Raises DomainError for input that cannot be judged (unknown GPU, unsupported version,
     malformed config.json, bad quantization.txt, wrong engine-argument types)."""
@@ -198,10 +223,11 @@ def build_context(req: LaunchRequest) -> LaunchContext:
         raise DomainError("model.config", "model.config is required (the CLI reads it from model.path)")
     args = parse_engine_args(req.engine_args, line)
     config = req.model.config
-    overrides = args.values.get("hf_overrides")
-    if isinstance(overrides, dict) and overrides:
+    overrides = release_overrides(args, line)
+    length = _length_input(config, overrides, line) if isinstance(config, dict) else None
+    if overrides:
         config = apply_hf_overrides(config, overrides)
-    facts = read_model_facts(config, req.model.hf_quant_config, line.length_defaults)
+    facts = read_model_facts(config, req.model.hf_quant_config, line.length_defaults, length)
     gpu = resolve(req.hardware.gpu if isinstance(req.hardware.gpu, str) else req.hardware.gpu.model_dump())
     tag = (
         parse_quantization_txt(req.model.quantization_txt, line.quant_methods)
@@ -228,8 +254,8 @@ def build_context(req: LaunchRequest) -> LaunchContext:
 def _apply_defaults(ctx: LaunchContext) -> None:
     a = ctx.args
     mml = a.get("max_model_len")
-    if mml is None or mml == -1:
-        ctx.max_model_len = ctx.facts.derived_max_model_len
+    if mml is None or mml == -1:  # the release's default: the derived length, LongRoPE's original (max_len.py)
+        ctx.max_model_len = ctx.facts.max_len.default if ctx.facts.max_len else ctx.facts.derived_max_model_len
         ctx.max_model_len_auto = mml == -1
     else:
         ctx.max_model_len = int(mml)

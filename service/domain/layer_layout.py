@@ -8,7 +8,8 @@ kind in any range ``[lo, hi)`` (a pipeline stage) come from two binary searches.
 Per-layer sources (vllm 0.33.0 vllm/model_executor/models/...):
 - ``hybrid_override_pattern`` (Nemotron-H): ``M`` Mamba2, ``*`` attention, ``-`` dense MLP, ``E`` MoE, one
   character per layer and the layer count is the pattern's length (nemotron_h.py:548-553, 595-615);
-- ``layer_types``: ``linear_attention`` Gated DeltaNet (qwen3_next.py:668, qwen3_5.py:259), ``conv`` short
+- ``layer_types`` (Qwen3-Next / Qwen3.5 without it: every ``full_attention_interval``-th layer full attention, as
+  their Transformers configs derive it): ``linear_attention`` Gated DeltaNet (qwen3_next.py:668, qwen3_5.py:259), ``conv`` short
   convolution (lfm2.py:435, lfm2_moe.py:433), ``mamba`` Mamba2 (granitemoehybrid.py:321-350); any other entry
   (``full_attention``, ``sliding_attention``, ``attention``) is attention — sliding layers have the same weights;
 - Jamba ``attn_layer_period/offset`` and ``expert_layer_period/offset`` (jamba.py:144-145, 322; transformers
@@ -35,6 +36,16 @@ from .errors import DomainError
 HYBRID_CHARS = {"M": ("mamba2", "none"), "*": ("attention", "none"), "-": ("none", "dense"), "E": ("none", "moe")}
 LAYER_TYPE_MIXERS = {"linear_attention": "gdn", "conv": "short_conv", "mamba": "mamba2"}
 DSV4_TYPES = {"deepseek_v4", "deepseek_v41"}
+# configs whose Transformers class derives ``layer_types`` from ``full_attention_interval`` (default 4) when
+# config.json omits it: Qwen3NextConfig / Qwen3_5*Config (transformers 5.24 models/qwen3_next/
+# configuration_qwen3_next.py:129-134, qwen3_5/configuration_qwen3_5.py:111-116), which vLLM reads as hf_config
+INTERVAL_TYPES = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+
+
+def interval_layer_types(interval: object, layers: int) -> list[str]:
+    """Every ``interval``-th layer full attention, the others linear attention."""
+    n = interval if type(interval) is int and interval > 0 else 4
+    return ["linear_attention" if (i + 1) % n else "full_attention" for i in range(layers)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +150,8 @@ def _mixers(text: dict[str, Any], layers: int, model_type: str | None, is_mla: b
         ratios += [0] * (layers - len(ratios))
         return [{4: "dsv4_c4", 128: "dsv4_c128"}.get(r, "dsv4") for r in ratios]
     types = text.get("layer_types")
+    if types is None and model_type in INTERVAL_TYPES:
+        types = interval_layer_types(text.get("full_attention_interval"), layers)
     if isinstance(types, (list, tuple)) and len(types) >= layers:
         # "linear_attention" is a Gated DeltaNet where the config sizes one (Qwen3-Next / Qwen3.5)
         named = {**LAYER_TYPE_MIXERS, "linear_attention": "gdn" if "linear_num_value_heads" in text else base}
@@ -193,6 +206,7 @@ LAYOUT_KEYS = (
     "decoder_sparse_step",
     "mlp_only_layers",
     "linear_num_value_heads",
+    "full_attention_interval",
 )
 
 

@@ -7,8 +7,8 @@ Sources (vLLM 0.33.0 wheel, paths under vllm/):
   default = attention heads; Falcon ``multi_query`` without the new decoder architecture = 1 KV head
   (transformers_utils/config.py:56-63, model_arch_config_convertor.py:152-157);
 - head_dim: ``head_dim`` if > 0, else ``hidden_size_per_head``, else hidden // heads (convertor:91-118);
-- derived maximum length: smallest of the length keys, ``model_max_length`` overriding, rope scaling factor applied
-  only for scaling rope types (convertor:374-407, config/model.py:2598-2650);
+- derived maximum length: as the target release derives it (service/domain/max_len.py: length keys, ``model_max_length``,
+  rope scaling per release, overrides);
 - MLA: ``kv_lora_rank`` present on an MLA model type (convertor:294-342);
 - quantization_config from ``quantization_config`` / ``text_config.quantization_config`` / ``compression_config``,
   or ``hf_quant_config.json`` for ModelOpt checkpoints (convertor:241-292).
@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import DomainError
 from .layer_layout import LayerLayout, layer_layout
+
+if TYPE_CHECKING:  # max_len reads this module's checks; imported where used
+    from .max_len import LengthInput, MaxLen
 
 KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
@@ -41,8 +44,6 @@ LENGTH_KEYS = (
     "max_seq_length",
     "seq_len",
 )
-# rope types whose factor does NOT extend the derived length (model.py:2598-2634; yarn since PR #56446)
-NON_SCALING_ROPE_TYPES = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
 MLA_MODEL_TYPES = {
     "deepseek_v2",
     "deepseek_v3",
@@ -56,7 +57,6 @@ MLA_MODEL_TYPES = {
     "mistral_large_3",
 }
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
-DEFAULT_MAX_LEN = 2048  # model.py:2579-2596: assumed when config.json has no length key
 
 # ---------------------------------------------------------------------------------------------------------------
 # Documented ranges of the config.json values read here (README "Input bounds"). Generous — far above any real model
@@ -263,6 +263,8 @@ class ModelFacts:
     raw_text_config: dict[str, Any] = field(repr=False, default_factory=dict)
     # the whole config.json (vision_config …)
     raw_config: dict[str, Any] = field(repr=False, default_factory=dict, compare=False)
+    # the derivation behind derived_max_model_len: the default length, the rope factor, what the release fails on
+    max_len: MaxLen | None = field(repr=False, default=None, compare=False)
 
     @property
     def is_moe(self) -> bool:
@@ -290,69 +292,15 @@ def _normalise_dtype(value: Any) -> str | None:
     return {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(text, text)
 
 
-def _rope(
-    text: dict[str, Any], prefix: str = "model.config."
-) -> tuple[str | None, float | None, dict[str, Any] | None]:
-    key = "rope_scaling" if text.get("rope_scaling") else "rope_parameters"
-    rope = text.get(key)
-    if not rope:
-        return None, None, None
-    if not isinstance(rope, dict):
-        raise DomainError(
-            prefix + key, f"{prefix + key} must be an object, got {type(rope).__name__}", rule="config_invalid"
-        )
-    field = prefix + key
-    # Transformers v5 nests per-layer-type parameters; take the first dict that names a type
-    if "rope_type" not in rope and "type" not in rope:
-        nested = [(k, v) for k, v in rope.items() if isinstance(v, dict)]
-        if nested:
-            field, rope = f"{field}.{nested[0][0]}", nested[0][1]
-    rtype = rope.get("rope_type") or rope.get("type")
-    if rtype is not None and not isinstance(rtype, str):
-        raise DomainError(field + ".rope_type", f"{field}.rope_type must be a string", rule="config_invalid")
-    factor = rope.get("factor")
-    if factor is not None:
-        factor = config_number(factor, field + ".factor", 0, MAX_ROPE_FACTOR)
-    _get_int(rope, "original_max_position_embeddings", field + ".")
-    return (rtype or None), factor, rope
-
-
 def derive_max_model_len(
-    text: dict[str, Any], model_type: str | None, prefix: str = "model.config."
+    text: dict[str, Any], model_type: str | None, prefix: str = "model.config.", length: LengthInput | None = None
 ) -> tuple[int, str, int | None]:
-    """The maximum length vLLM 0.33 derives: ``(length, key, model_max_length)``.
+    """``(length, key, model_max_length)`` as the release of ``length`` derives it (the newest without one); see
+    service/domain/max_len.py."""
+    from .max_len import derive
 
-    Smallest present length key; a truthy ``model_max_length`` overrides it; rope ``factor`` multiplies it only for
-    scaling types (linear, dynamic, …), never for su/longrope/llama3/yarn/deepseek_yarn or gemma3; LongRoPE uses
-    ``original_max_position_embeddings``. Mirrors vllm 0.33.0 model_arch_config_convertor.py:374-407 and
-    vllm/config/model.py:2579-2650 (YaRN rule after PR #56446). No key → 2048. A length key that is not an integer
-    in [0, 2^40] (or a scaled length beyond 2^40) is a DomainError naming it.
-    """
-    found: list[tuple[int, str]] = []
-    for k in LENGTH_KEYS:
-        v = _get_int(text, k, prefix)
-        if v:
-            found.append((v, k))
-    mml = _get_int(text, "model_max_length", prefix) or None
-    if not found:
-        return DEFAULT_MAX_LEN, "default", mml
-    length, key = min(found)
-    if mml:
-        length, key = mml, "model_max_length"
-    rtype, factor, rope = _rope(text, prefix)
-    if rope is not None and rtype and not (model_type or "").startswith("gemma3"):
-        if rtype == "longrope" and rope.get("original_max_position_embeddings"):
-            length = int(rope["original_max_position_embeddings"])
-        elif rtype not in NON_SCALING_ROPE_TYPES and factor:
-            scaled = length * factor
-            if scaled > MAX_LENGTH:
-                raise DomainError(
-                    prefix + "rope_scaling.factor",
-                    f"rope scaling factor {factor:g} × {key} {length} exceeds {MAX_LENGTH} tokens",
-                    rule="config_out_of_range",
-                )
-            length = int(scaled)
-    return length, key, mml
+    ml = derive(text, model_type, prefix, length)
+    return ml.derived, ml.key, ml.model_max_length
 
 
 MODELOPT_ALGOS = {  # vllm 0.33.0 model_arch_config_convertor.py:241-292
@@ -562,15 +510,21 @@ def _head_dim(
 
 
 def _lengths(
-    text: dict[str, Any], model_type: str | None, prefix: str, length_defaults: dict[str, Any] | None
-) -> tuple[int, str, int | None]:
+    text: dict[str, Any],
+    model_type: str | None,
+    prefix: str,
+    length_defaults: dict[str, Any] | None,
+    length: LengthInput | None,
+) -> MaxLen:
     """The derived maximum length; ``length_defaults`` are the length keys the Transformers config class of this
     model_type sets when config.json omits them (FalconConfig: max_position_embeddings=2048), from the target
     release's generated catalogue."""
+    from .max_len import derive
+
     defaults = (length_defaults or {}).get(model_type) if isinstance(model_type, str) else None
     if defaults and not any(k in text for k in LENGTH_KEYS):
-        return derive_max_model_len({**text, **defaults}, model_type, prefix)
-    return derive_max_model_len(text, model_type, prefix)
+        return derive({**text, **defaults}, model_type, prefix, length)
+    return derive(text, model_type, prefix, length)
 
 
 def _moe_intermediate(text: dict[str, Any], prefix: str, num_experts: int, model_type: str | None) -> int | None:
@@ -583,9 +537,13 @@ def _moe_intermediate(text: dict[str, Any], prefix: str, num_experts: int, model
 
 
 def read_model_facts(
-    config: dict[str, Any], hf_quant_config: dict[str, Any] | None = None, length_defaults: dict[str, Any] | None = None
+    config: dict[str, Any],
+    hf_quant_config: dict[str, Any] | None = None,
+    length_defaults: dict[str, Any] | None = None,
+    length: LengthInput | None = None,
 ) -> ModelFacts:
-    """Read a config.json dict into ModelFacts.
+    """Read a config.json dict into ModelFacts; ``length`` names the release whose length derivation applies (and
+    the rope keys an override replaced), the newest release without it.
 
     Raises DomainError naming the ``model.config.<key>`` that is missing or invalid (attention heads, layers and
     hidden size are required: vLLM cannot build a model without them).
@@ -603,8 +561,7 @@ def read_model_facts(
     for k, (lo, hi) in RAW_INT_KEYS.items():
         _get_int(text, k, prefix, lo, hi)
     _layer_lists(text, prefix)
-    derived, key, mml = _lengths(text, model_type, prefix, length_defaults)
-    rtype, factor, _ = _rope(text, prefix)
+    max_len = _lengths(text, model_type, prefix, length_defaults, length)
     num_experts = _read(text, prefix, EXPERT_KEYS, 0, MAX_EXPERTS) or 0
     first_k = _get_int(text, "first_k_dense_replace", prefix, 0, MAX_LAYERS) or 0
     arch = config.get("architectures") or text.get("architectures") or []
@@ -640,11 +597,11 @@ def read_model_facts(
         torch_dtype=_normalise_dtype(
             config.get("dtype") or config.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype")
         ),
-        derived_max_model_len=derived,
-        max_len_key=key,
-        model_max_length=mml,
-        rope_type=rtype,
-        rope_factor=factor,
+        derived_max_model_len=max_len.derived,
+        max_len_key=max_len.key,
+        model_max_length=max_len.model_max_length,
+        rope_type=max_len.rope_type,
+        rope_factor=max_len.rope_factor,
         sliding_window=sw or None,
         is_mla=is_mla,
         kv_lora_rank=mla["kv_lora_rank"] if is_mla else None,
@@ -659,6 +616,7 @@ def read_model_facts(
         layout=layer_layout(text, layers, model_type, num_experts, first_k, is_mla, prefix),
         raw_text_config=text,
         raw_config=config,
+        max_len=max_len,
     )
 
 

@@ -367,7 +367,7 @@ def _loading(version: str) -> LoadingFacts:
 
 @cache
 def _line(version: str) -> VersionLine:
-    """One generated line, read on first use and kept (a check of one request reads one file of the 15)."""
+    """One generated line, read on first use and kept (a check of one request reads one file of the 16)."""
     return _load(DATA_DIR / f"{version}.json")
 
 

@@ -14,6 +14,7 @@ EXPECTED = {
     "Qwen__Qwen2.5-72B-Instruct": (64, 8, 128, 80, 32768, None),
     "Qwen__Qwen3-235B-A22B-FP8": (64, 4, 128, 94, 40960, "fp8"),
     "Qwen__Qwen3-30B-A3B": (32, 4, 128, 48, 40960, None),
+    "Qwen__Qwen3-8B": (32, 8, 128, 36, 40960, None),
     "deepseek-ai__DeepSeek-V3": (128, 128, 576, 61, 163840, "fp8"),  # MLA: 512 + 64; yarn does not rescale
     "meta-llama__Llama-2-13b-hf": (40, 40, 128, 40, 4096, None),
     "meta-llama__Llama-3.1-8B-Instruct": (32, 8, 128, 32, 131072, None),  # llama3 rope: no rescale
@@ -78,7 +79,7 @@ def test_modelopt_kv_cache_quant_from_hf_quant_config():
                 "max_position_embeddings": 131072,
                 "rope_scaling": {"type": "longrope", "factor": 32.0, "original_max_position_embeddings": 4096},
             },
-            4096,
+            131072,  # LongRoPE never scales; its original length is only the default (tests/domain/test_max_len.py)
         ),
         ({"max_position_embeddings": 8192, "seq_length": 2048}, 2048),
         ({"max_position_embeddings": 8192, "model_max_length": 131072}, 131072),

@@ -30,6 +30,12 @@ def test_the_generator_is_seeded_and_draws_from_the_whole_option_table():
     assert {c["model"] for c in a} >= {"meta-llama/Meta-Llama-3.1-8B", "Qwen/Qwen3-30B-A3B"}
 
 
+def test_an_abbreviated_option_is_typed_as_given():
+    _, line = diff.resolve_version("0.33.0")
+    argv = diff.argv_of(line, {"tensor_parallel_size": 4}, {"tensor_parallel_size": "--tensor-par"})
+    assert argv == ["vllm", "serve", "{MODEL}", "--tensor-par", "4"]
+
+
 def test_argv_uses_the_release_spellings():
     _, line = diff.resolve_version("0.33.0")
     argv = diff.argv_of(line, {"tensor_parallel_size": 4, "enforce_eager": True, "compilation_config": {"mode": 3}})

@@ -7,11 +7,12 @@ vllm/utils/mem_utils.py:230-321)::
     KV pool       = usable − weights on this GPU − overhead
     overhead      = activation peak + non-torch memory (+ CUDA graphs, counted inside the budget since v0.21)
     num_blocks    = floor(KV pool / bytes_per_block)                           (kv_cache_planning.py:642-683)
-    concurrency   = num_blocks / cdiv(max_model_len, block_size)               (kv_cache_utils.py:1061-1093)
+    concurrency   = num_blocks / Σ_groups blocks of one max_model_len request  (kv_cache_utils.py:1061-1093)
     kv_tokens     = int(concurrency × max_model_len)                           (kv_cache_utils.py:1120-1128)
 
-One module per term: ``weights`` (parameters, quantization, one GPU's share), ``kv_cache`` (bytes per token,
-blocks, capacity), ``activation`` (the profile run's peak), ``communication`` (NCCL and the rest of non-torch
+One module per term: ``weights`` (parameters, quantization, one GPU's share), ``kv_specs`` (each layer's KV cache
+spec: attention, sliding window, a Mamba-like state per sequence; a hybrid model's block), ``kv_dsv4``
+(DeepSeek-V4's packed caches), ``kv_cache`` (KV cache groups, blocks, capacity), ``activation`` (the profile run's peak), ``communication`` (NCCL and the rest of non-torch
 memory), ``cuda_graphs``, ``calibration`` (the fitted constants and each release's accounting), ``stages`` (the
 PP layer split); ``budget`` assembles them (``compute_budget``).
 

@@ -22,7 +22,8 @@ from .activation import profile_peak, profile_run
 from .calibration import Accounting, accounting_for, torch_total_bytes
 from .communication import non_torch_bytes
 from .cuda_graphs import cuda_graph_bytes
-from .kv_cache import DTYPE_BYTES, capacity, draft_layers, kv_layout, max_num_seqs_bound
+from .kv_cache import DTYPE_BYTES, capacity, draft_layers, max_num_seqs_bound
+from .kv_specs import kv_layout
 from .stages import biggest_stage, stage_layers
 from .weights import weights_on_gpu
 
@@ -47,7 +48,7 @@ class Budget:
     cuda_graph_outside_budget_bytes: int
     kv_cache_bytes_per_gpu: int  # the pool (≥ 0)
     kv_bytes_per_token_per_gpu: int
-    kv_layers_per_gpu: int
+    kv_layers_per_gpu: int  # layers holding a KV cache spec on this GPU (attention, Mamba state)
     block_size: int
     bytes_per_block: int
     num_gpu_blocks: int
@@ -70,6 +71,8 @@ class Budget:
     encoder_output_bytes: int = 0  # encoder outputs held in the encoder cache during the text profile run
     communication_bytes: int = 0  # NCCL / custom all-reduce / symmetric-memory / NVLS buffers (part of non_torch)
     multimodal: dict[str, Any] | None = None
+    kv_state_bytes_per_seq: int = 0  # pool bytes a sequence's Mamba state takes, whatever its length
+    kv_cache_groups: list[dict[str, Any]] = field(default_factory=list)  # vLLM's KV cache groups, per layer spec
 
     @property
     def overhead_bytes(self) -> int:
@@ -88,6 +91,7 @@ class Budget:
         d = dict(zip(names, getter(self)))  # flat values: no deep copy needed
         d["accounting"], d["assumptions"] = dict(self.accounting), list(self.assumptions)
         d["multimodal"] = dict(self.multimodal) if self.multimodal is not None else None
+        d["kv_cache_groups"] = [dict(g) for g in self.kv_cache_groups]
         d["overhead_bytes"] = self.overhead_bytes
         d["overhead"] = {
             "activation_peak_bytes": self.activation_peak_bytes,
@@ -203,11 +207,12 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
     graph = cuda_graph_bytes(ctx, stage_n, weights.estimate.moe_layers / max(1, f.num_hidden_layers))
     graph_in = graph if acct.cuda_graphs_in_budget else 0
     kv = kv_layout(ctx, acct, start, stage_n, n_draft, tokens)
-    pool = kv_pool(ctx, mm is not None, usable - weights.bytes - activation - non_torch - graph_in, kv.bytes_per_block)
+    remainder = usable - weights.bytes - activation - non_torch - graph_in - kv.state_outside_bytes
+    pool = kv_pool(ctx, mm is not None, remainder, kv.bytes_per_block)
     assumptions += pool.notes
     if pool.profiling_skipped:
         activation = non_torch = graph_in = comm = 0
-    cap = capacity(kv, pool.bytes, pool.num_blocks, mml, max(mml, f.derived_max_model_len), acct.v1_engine)
+    cap = capacity(kv, pool.bytes, pool.num_blocks, mml, max(mml, f.derived_max_model_len), acct)
     wl = ctx.request.workload
     seq_len = wl.avg_seq_len if wl and wl.avg_seq_len else mml
     if not (wl and wl.avg_seq_len):
@@ -225,6 +230,8 @@ def compute_budget(ctx: LaunchContext, *, accounting_version: str | None = None)
         kv_cache_bytes_per_gpu=int(pool.bytes),
         kv_bytes_per_token_per_gpu=int(kv.per_token),
         kv_layers_per_gpu=kv.layers,
+        kv_state_bytes_per_seq=int(kv.state_bytes_per_seq),
+        kv_cache_groups=kv.as_groups(),
         block_size=kv.block,
         bytes_per_block=int(kv.bytes_per_block),
         num_gpu_blocks=int(pool.num_blocks),
@@ -255,5 +262,14 @@ def accounting_dict(acct: Accounting) -> dict[str, Any]:
         "cuda_graphs_in_budget": acct.cuda_graphs_in_budget,
         "mla_latent_cache": acct.mla_latent_cache,
         "hybrid_sliding_window": acct.hybrid_sliding_window,
-        "tokens_formula": "int(max_concurrency × max_model_len)" if acct.v1_engine else "num_blocks × block_size",
+        "tokens_formula": tokens_formula(acct),
     }
+
+
+def tokens_formula(acct: Accounting) -> str:
+    """How the release printed its KV tokens (``kv_cache.printed_tokens``)."""
+    if not acct.v1_engine:
+        return "num_blocks × block_size"
+    if acct.tokens_by_groups:
+        return "num_blocks // kv_cache_groups × block_size"
+    return "int(max_concurrency × max_model_len)"

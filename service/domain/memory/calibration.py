@@ -10,7 +10,11 @@ the pool, where accounting differed by version:
   (K and V padded to 256) instead of the latent;
 - CUDA-graph memory is subtracted from the budget only from v0.21.0 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
   default, vllm 0.33.0 vllm/envs.py:2219-2221); earlier versions captured graphs after sizing the pool;
-- the hybrid (sliding-window) KV manager sizes sliding layers by their window from 0.10 (V1); before, as full layers.
+- the hybrid (sliding-window) KV manager sizes sliding layers by their window from 0.10 (V1); before, as full layers;
+- V1 printed the KV tokens as ``num_blocks // KV cache groups × block size`` before 0.21, ``int(concurrency ×
+  max_model_len)`` from 0.21 (``kv_cache.printed_tokens``);
+- models with Mamba-like layers ran on V0 before 0.10 (V1 refused them: vllm 0.9.2 engine/arg_utils.py:1396-1405),
+  whose Mamba cache sat beside the KV pool.
 """
 
 from __future__ import annotations
@@ -65,7 +69,14 @@ CALIBRATION: Calibration = {
 
 V0_DEFAULT_MAX_NUM_SEQS = 256  # V0 SchedulerConfig default
 V0_ONLY_FALLBACK_UNTIL = (0, 11, 0)  # V1 default from 0.8; V0-only models fell back to V0 until V0 left in 0.11
-V0_MIN_BATCHED_TOKENS = 2048  # V0: max_num_batched_tokens = max(max_model_len, 2048) without chunked prefill
+V0_MIN_BATCHED_TOKENS = 2048
+MAMBA_V1_FROM = (0, 10, 0)  # hybrid SSM models run on V1 (vllm 0.10.2 v1/kv_cache_interface.py:192-213 MambaSpec)
+STATE_MIXERS = (
+    "mamba2",
+    "mamba",
+    "gdn",
+    "short_conv",
+)  # layer_layout mixers holding a recurrent state  # V0: max_num_batched_tokens = max(max_model_len, 2048) without chunked prefill
 
 
 def env_on(env: dict[str, str], name: str, default: bool) -> bool:
@@ -83,6 +94,7 @@ class Accounting:
     cuda_graphs_in_budget: bool
     mla_latent_cache: bool
     hybrid_sliding_window: bool
+    tokens_by_groups: bool = False  # V1 before 0.21 printed num_blocks // groups × block size (kv_cache.printed_tokens)
 
     @classmethod
     def for_version(cls, version: str, env: dict[str, str] | None = None) -> Accounting:
@@ -108,6 +120,7 @@ def _accounting(version: str, use_v1: bool | None, estimate_graphs: bool | None)
         cuda_graphs_in_budget=v1 and graphs,
         mla_latent_cache=v >= (0, 7, 1),
         hybrid_sliding_window=v1 and v >= (0, 10, 0),
+        tokens_by_groups=v1 and v < (0, 21, 0),
     )
 
 
@@ -116,17 +129,20 @@ def accounting_for(ctx: LaunchContext, accounting_version: str | None) -> tuple[
 
     An architecture marked SupportsV0Only (mllama, vllm 0.10.2 model_executor/models/mllama.py:1273-1274) makes the
     engine fall back to V0 unless VLLM_USE_V1 is set (vllm 0.8.5 engine/arg_utils.py:1402-1406, 1649-1658; 0.10.2
-    :1479-1483); the V0 engine and mllama are gone from 0.11."""
+    :1479-1483); so does a model with Mamba-like layers before 0.10 (not V1-compatible: vllm 0.9.2
+    engine/arg_utils.py:1396-1405). The V0 engine and mllama are gone from 0.11."""
     acct = Accounting.for_version(accounting_version or ctx.version, ctx.request.env)
-    if (
-        acct.v1_engine
-        and acct.version < V0_ONLY_FALLBACK_UNTIL
-        and "VLLM_USE_V1" not in ctx.request.env
-        and (tower := vision_tower(ctx.facts)) is not None
-        and tower.encoder_decoder
+    if not acct.v1_engine or acct.version >= V0_ONLY_FALLBACK_UNTIL or "VLLM_USE_V1" in ctx.request.env:
+        return acct, []
+    v0 = replace(
+        acct, v1_engine=False, cuda_graphs_in_budget=False, hybrid_sliding_window=False, tokens_by_groups=False
+    )
+    if (tower := vision_tower(ctx.facts)) is not None and tower.encoder_decoder:
+        return v0, ["encoder-decoder model (V0 only): vLLM falls back to the V0 engine"]
+    if acct.version < MAMBA_V1_FROM and any(
+        ctx.facts.layout.count_where(0, ctx.facts.num_hidden_layers, mixer=m) for m in STATE_MIXERS
     ):
-        acct = replace(acct, v1_engine=False, cuda_graphs_in_budget=False, hybrid_sliding_window=False)
-        return acct, ["encoder-decoder model (V0 only): vLLM falls back to the V0 engine"]
+        return v0, ["Mamba-like layers (V0 only before vLLM 0.10): vLLM falls back to the V0 engine"]
     return acct, []
 
 

@@ -1,15 +1,20 @@
 """The KV cache: bytes per token on one GPU, blocks, and what one request needs (vllm 0.33.0
-vllm/v1/kv_cache_interface.py:586-601, 643-648, 918-955; vllm/v1/core/kv_cache_planning.py:642-683, 1461-1605)::
+vllm/v1/kv_cache_interface.py:586-601, 643-648, 918-955, 1094-1148; vllm/v1/core/kv_cache_planning.py:416-556,
+574-683, 1253-1285, 1461-1605)::
 
-    bytes_per_block = block_size × Σ_{layers on this PP stage} bytes per token and layer
+    buckets         = the layers of one KV cache spec (full attention, sliding window, Mamba state; kv_specs.py)
+    groups          = each bucket split into groups of equal layer count (group_counts)
+    bytes_per_block = one page of every layer of the widest group on this GPU
     num_blocks      = floor(KV pool / bytes_per_block)
-    concurrency     = num_blocks / cdiv(max_model_len, block_size)           (kv_cache_utils.py:1061-1093)
-    kv_tokens       = int(concurrency × max_model_len)                       (kv_cache_utils.py:1120-1128)
+    concurrency     = num_blocks / Σ_groups blocks one max_model_len request takes    (kv_cache_utils.py:1061-1093)
+    kv_tokens       = int(concurrency × max_model_len)                                 (kv_cache_utils.py:1120-1128)
+
+A model of one spec (full attention everywhere) is one group of all its layers: bytes_per_block = block_size ×
+Σ bytes per token and layer, and a request takes cdiv(max_model_len, block_size) blocks.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -106,53 +111,112 @@ def draft_layers(ctx: LaunchContext) -> tuple[int, str]:
     return n, method or "draft_model"
 
 
+FULL, SLIDING, STATE = "full", "sliding", "state"
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """Layers of one KV cache spec (vLLM buckets equal specs, kv_cache_planning.py:484-507): how many in the model
+    (they set the group size), how many on the sized PP stage, the page (bytes of one block of one layer); a sliding
+    layer's window; a state layer's blocks per request."""
+
+    kind: str
+    total: int
+    stage: int
+    page: int
+    window: int | None = None
+    blocks: int = 0
+    block: int = 0  # tokens per block when not the layout's (DeepSeek-V4's caches)
+
+
+def group_counts(buckets: tuple[Bucket, ...]) -> tuple[int, ...]:
+    """KV cache groups per bucket: one bucket is one group; otherwise groups of ``min`` layers of a bucket, or
+    ``max`` when the largest bucket is under 1.5 × the smallest, each bucket split into ``cdiv(layers, size)`` groups
+    (padding the last) — vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:516-556."""
+    sizes = [b.total for b in buckets]
+    if len(sizes) <= 1:
+        return (1,) * len(sizes)
+    size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
+    return tuple(cdiv(n, size) for n in sizes)
+
+
 @dataclass(slots=True)  # built per plan: slots, and not frozen (a frozen __init__ calls object.__setattr__ per field)
 class KvLayout:
-    """The KV cache of one GPU: bytes per token over its layers (the PP stage with the most layers, plus a
-    speculative draft's), the block, and how the hybrid manager sizes sliding-window layers."""
+    """The KV cache of one GPU: its buckets of layers and the KV cache groups vLLM makes of them, the attention block,
+    and what a request of some length takes (``blocks_per_request``). A group's layers are ``layers[i::groups]`` of
+    a bucket (kv_cache_planning.py:555), so a PP stage holding ``m`` of a bucket's layers has at most
+    ``cdiv(m, groups)`` of them in one group; a block is one page of every layer of the widest group
+    (kv_cache_planning.py:574-590)."""
 
-    per_token: int
-    layers: int
-    sliding: int  # sliding-window layers among ``layers``
+    buckets: tuple[Bucket, ...]
+    per_token: int  # bytes per token of this GPU's attention layers (the part that grows with length)
     block: int
-    bytes_per_block: int
     dcp: int  # decode context parallel size: divides the tokens a rank holds
-    window: int | None
-    hybrid: bool  # the hybrid manager holds only the window of a sliding layer
     tokens: int  # tokens in flight per step (the profile run's max_num_batched_tokens)
+    state_grows: bool = False  # Mamba "all" mode: a state block per ``block`` tokens (vllm 0.15-0.26)
+    state_block: int = 0  # a state group's block size in tokens (max_model_len without prefix caching)
+    state_outside_bytes: int = 0  # V0: the Mamba cache, allocated beside the pool for max_num_seqs sequences
+    groups: tuple[int, ...] = ()  # given when vLLM packs the buckets otherwise (DeepSeek-V4)
+    layers: int = 0  # layers holding a KV cache on this GPU (default: the buckets' layers)
+    bytes_per_block: int = 0
 
-    def blocks_per_request(self, length: int) -> float:
-        """Blocks one request of ``length`` tokens needs, averaged over the layers: full attention
-        ``cdiv(cdiv(length, dcp), block)``; a sliding layer under the hybrid manager
-        ``cdiv(min(window − 1 + tokens in flight, length), block) + 1`` (kv_cache_interface.py:918-955)."""
-        full_blocks = cdiv(cdiv(length, self.dcp), self.block)
-        if not self.hybrid:
-            return full_blocks
-        win = self.window or length
-        sliding = min(cdiv(min(win - 1 + self.tokens, length), self.block) + 1, full_blocks) if self.sliding else 0
-        return float(self.sliding * sliding + (self.layers - self.sliding) * full_blocks) / max(1, self.layers)
+    def __post_init__(self) -> None:
+        self.groups = self.groups or group_counts(self.buckets)
+        self.layers = self.layers or sum(b.stage for b in self.buckets)
+        self.bytes_per_block = max(
+            (cdiv(b.stage, g) * b.page for b, g in zip(self.buckets, self.groups, strict=True)), default=0
+        )
 
+    @property
+    def num_groups(self) -> int:
+        return sum(self.groups)
 
-def kv_layout(ctx: LaunchContext, acct: Accounting, start: int, stage_n: int, n_draft: int, tokens: int) -> KvLayout:
-    """The KV layout of the PP stage whose layers are ``[start, start + stage_n)`` (the pool is the minimum over the
-    GPUs of the instance), plus the draft's layers (full attention)."""
-    per_layer = kv_bytes_per_token_layer(
-        ctx.facts, ctx.tp, kv_dtype_bytes(ctx.kv_cache_dtype, ctx.dtype), ctx.kv_cache_dtype, acct
-    )
-    layers = stage_n + n_draft
-    per_token = per_layer * layers
-    block = ctx.block_size
-    return KvLayout(
-        per_token=per_token,
-        layers=layers,
-        sliding=sliding_layers(ctx.facts, start, stage_n),
-        block=block,
-        bytes_per_block=block * per_token,
-        dcp=ctx.args.decode_context_parallel_size,
-        window=ctx.facts.sliding_window,
-        hybrid=acct.hybrid_sliding_window,
-        tokens=tokens,
-    )
+    @property
+    def min_block(self) -> int:
+        """The smallest block size of the groups (printed tokens before vLLM 0.21)."""
+        sizes = [self.state_block or self.block if b.kind == STATE else self.block for b in self.buckets]
+        return min(sizes, default=self.block)
+
+    @property
+    def all_full(self) -> bool:
+        return all(b.kind == FULL for b in self.buckets)
+
+    def bucket_blocks(self, b: Bucket, length: int) -> int:
+        """Blocks one request of ``length`` tokens takes in one group of bucket ``b`` (``max_memory_usage_bytes`` /
+        page): full attention ``cdiv(cdiv(length, dcp), block)`` (kv_cache_interface.py:643-648); sliding
+        ``cdiv(min(window − 1 + tokens in flight, length), block) + 1`` (:918-955); a Mamba state its fixed blocks,
+        plus one per block of tokens in "all" mode (:1135-1141)."""
+        block = b.block or self.block
+        if b.kind == FULL:
+            return cdiv(cdiv(length, self.dcp), block)
+        if b.kind == SLIDING:
+            return cdiv(min((b.window or length) - 1 + self.tokens, length), block) + 1
+        return b.blocks + (cdiv(length, block) if self.state_grows else 0)
+
+    def blocks_per_request(self, length: int) -> int:
+        """Blocks of the shared pool one request of ``length`` tokens takes: the sum over the KV cache groups
+        (vllm 0.33.0 vllm/v1/core/kv_cache_utils.py:1061-1093; kv_cache_planning.py:1253-1285)."""
+        return sum(g * self.bucket_blocks(b, length) for b, g in zip(self.buckets, self.groups, strict=True))
+
+    @property
+    def state_bytes_per_seq(self) -> int:
+        """Pool bytes one sequence's Mamba state takes whatever its length (its fixed blocks in the state groups)."""
+        fixed = sum(g * b.blocks for b, g in zip(self.buckets, self.groups, strict=True) if b.kind == STATE)
+        return fixed * self.bytes_per_block
+
+    def as_groups(self) -> list[dict[str, int | str | None]]:
+        """The KV cache groups, one entry per bucket (for the API's budget)."""
+        return [
+            {
+                "kind": b.kind,
+                "layers": b.total,
+                "layers_on_gpu": b.stage,
+                "groups": g,
+                "page_bytes": b.page,
+                "window": b.window,
+            }
+            for b, g in zip(self.buckets, self.groups, strict=True)
+        ]
 
 
 def longest_fitting(fits: Callable[[int], bool], hi: int) -> int:
@@ -189,30 +253,41 @@ class Capacity:
     estimated_max_model_len: int
 
 
-def capacity(kv: KvLayout, pool: int, num_blocks: int, max_model_len: int, hi: int, v1_engine: bool) -> Capacity:
-    """Concurrency and the KV tokens vLLM prints (V1: ``int(concurrency × max_model_len)``; V0: ``num_blocks ×
-    block_size``); the fit check with the null block (kv_cache_planning.py:1533-1557); the estimated max model len:
-    vLLM's binary search over the same formula (kv_cache_planning.py:66-87), a closed form with full attention only
-    (blocks per request ceil(ceil(len / dcp) / block))."""
+def printed_tokens(kv: KvLayout, num_blocks: int, concurrency: float, max_model_len: int, acct: Accounting) -> int:
+    """The "GPU KV cache size: N tokens" vLLM prints: V0 ``num_blocks × block_size``; V1 before 0.21
+    ``num_blocks // groups × smallest group block size`` (× DCP) (vllm 0.20.0 vllm/v1/core/kv_cache_utils.py:
+    1689-1703; 0.10.2 :856, :1022-1026); from 0.21 ``int(concurrency × max_model_len)`` (vllm 0.33.0
+    kv_cache_utils.py:1120-1128)."""
+    if not acct.v1_engine:
+        return num_blocks * kv.block
+    if acct.tokens_by_groups:
+        return num_blocks // max(1, kv.num_groups) * kv.min_block * kv.dcp
+    return int(concurrency * max_model_len)
+
+
+def capacity(kv: KvLayout, pool: int, num_blocks: int, max_model_len: int, hi: int, acct: Accounting) -> Capacity:
+    """Concurrency ``num_blocks / blocks per request`` and the KV tokens vLLM prints (``printed_tokens``); the fit
+    check with the null block (kv_cache_planning.py:1533-1557); the estimated max model len: vLLM's binary search
+    over the same formula (kv_cache_planning.py:1288-1334), a closed form with full attention only."""
     per_req_blocks = kv.blocks_per_request(max_model_len)
     concurrency = num_blocks / per_req_blocks if per_req_blocks else 0.0
-    kv_tokens = int(concurrency * max_model_len) if v1_engine else num_blocks * kv.block
-    needed = int(math.ceil(per_req_blocks)) * kv.bytes_per_block
+    kv_tokens = printed_tokens(kv, num_blocks, concurrency, max_model_len, acct)
+    needed = per_req_blocks * kv.bytes_per_block
     avail_fit = pool - kv.bytes_per_block
     fits = num_blocks > 0 and avail_fit >= needed
 
     def fits_len(length: int) -> bool:
-        return avail_fit >= int(math.ceil(kv.blocks_per_request(length))) * kv.bytes_per_block
+        return avail_fit >= kv.blocks_per_request(length) * kv.bytes_per_block
 
-    if kv.hybrid and kv.sliding:
-        est_len = longest_fitting(fits_len, hi)
-    else:
+    if kv.all_full:
         est_len = longest_full_attention_len(avail_fit, kv.bytes_per_block, kv.block, kv.dcp, hi)
+    else:
+        est_len = longest_fitting(fits_len, hi)
     return Capacity(concurrency, kv_tokens, needed, fits, est_len)
 
 
 def max_num_seqs_bound(kv: KvLayout, num_blocks: int, seq_len: int) -> int | None:
     """docs/operating.md §5: ``pool / (KV per token × average sequence length)``, counted in blocks per request at
-    that length (sliding-window layers count only their window)."""
+    that length (sliding-window layers count only their window, a Mamba state its blocks whatever the length)."""
     bpr = kv.blocks_per_request(seq_len) if seq_len else 0
     return int(num_blocks // bpr) if bpr else None

@@ -42,6 +42,12 @@ STARTUP_RESERVED_BYTES = int(0.5 * GIB)
 STARTUP_NCCL_BYTES = int(0.25 * GIB)
 
 
+def state_per_seq(b: Budget) -> str:
+    """A hybrid model's fixed cost per sequence (its Mamba-like layers' state), for the bound messages."""
+    mib = b.kv_state_bytes_per_seq / 2**20
+    return f" + {mib:,.0f} MiB of recurrent state per sequence" if mib else ""
+
+
 def _budget(ctx: LaunchContext) -> Budget | None:
     b = ctx.budget
     return b if isinstance(b, Budget) else None
@@ -269,7 +275,7 @@ def max_num_seqs_above_bound(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     msg = (
         f"max_num_seqs {ctx.max_num_seqs} is above what the KV pool holds at the average sequence length: "
         f"{format_gib(b.kv_cache_bytes_per_gpu)} GiB / ({b.kv_bytes_per_token_per_gpu:,} B/token × "
-        f"{wl.avg_seq_len} tokens) ≈ {bound} sequences, so the scheduler will preempt. Production value: "
+        f"{wl.avg_seq_len} tokens{state_per_seq(b)}) ≈ {bound} sequences, so the scheduler will preempt. Production value: "
         f"0.7-0.8 × bound ({int(0.75 * bound)}); load tests start at 0.5 × bound ({int(0.5 * bound)})."
     )
     return [
@@ -307,7 +313,8 @@ def max_num_seqs_above_bound_at_max_len(ctx: LaunchContext, emit: Emit) -> list[
     msg = (
         f"max_num_seqs {ctx.max_num_seqs} ({origin}) is above the {bound} sequences of max_model_len "
         f"{ctx.max_model_len:,} tokens the KV pool holds ({b.kv_cache_tokens:,} tokens: "
-        f"{format_gib(b.kv_cache_bytes_per_gpu)} GiB / {b.kv_bytes_per_token_per_gpu:,} B/token): with long requests "
+        f"{format_gib(b.kv_cache_bytes_per_gpu)} GiB / {b.kv_bytes_per_token_per_gpu:,} B/token"
+        f"{state_per_seq(b)}): with long requests "
         f"the scheduler will preempt. Give workload.avg_seq_len (the bound at the average length is higher), or set "
         f"max_num_seqs to at most {bound}."
     )

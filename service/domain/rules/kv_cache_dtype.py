@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
+from .gating import at_least
 
 # CacheDType (vllm 0.33.0 vllm/config/cache.py:44-67)
 KV_CACHE_DTYPES = (
@@ -36,7 +37,8 @@ KV_CACHE_DTYPES = (
 SRC_INVALID = "vllm 0.33.0 vllm/config/cache.py:468-475; vllm/config/vllm.py:1492-1508"
 SRC_HW = (
     "vllm 0.33.0 vllm/v1/attention/backends/fa_utils.py:282-311; flash_attn.py:290-296, 438-445; "
-    "vllm/config/vllm.py:3424-3438"
+    "vllm/config/vllm.py:3424-3438; fp8_inc: vllm/platforms/cuda.py:452-475, v1/attention/backend.py:114-119, 306-307 "
+    "(no CUDA backend lists it since 0.24.0, whose flash_attn.py:183-193 stopped taking every fp8* dtype)"
 )
 
 
@@ -69,10 +71,22 @@ def kv_dtype_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 
 @rule("kv_dtype_capability", severity="error", source=SRC_HW)
 def kv_dtype_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """The attention backend must store the KV dtype: with ``--attention-backend FLASH_ATTN`` an FP8 KV cache needs
-    SM90 or SM100 and ``fp8_e5m2`` is never accepted; an ``nvfp4`` KV cache is refused for MLA models. FP8 KV on
-    other GPUs with the automatic backend goes to FlashInfer (SM80+) or Triton (info)."""
+    """The attention backend must store the KV dtype: ``fp8_inc`` (Intel Gaudi's) has no CUDA backend (from 0.24);
+    with ``--attention-backend FLASH_ATTN`` an FP8 KV cache needs SM90 or SM100 and ``fp8_e5m2`` is never accepted;
+    an ``nvfp4`` KV cache is refused for MLA models. FP8 KV on other GPUs with the automatic backend goes to
+    FlashInfer (SM80+) or Triton (info)."""
     kv = ctx.kv_cache_dtype
+    if kv == "fp8_inc" and ctx.gpu.vendor.upper() == "NVIDIA" and at_least(ctx, (0, 24)):
+        return [
+            emit.error(
+                "kv_dtype_capability",
+                f"No valid attention backend found for cuda with kv_cache_dtype='fp8_inc'. Reasons: every CUDA "
+                f"backend: [kv_cache_dtype not supported]. fp8_inc is Intel Gaudi (HPU)'s FP8 KV cache; on "
+                f"{ctx.gpu.name} use fp8 (= fp8_e4m3, the same format).",
+                remedy={"kv_cache_dtype": "fp8"},
+                field="engine_args.kv_cache_dtype",
+            )
+        ]
     if not kv.startswith(("fp8", "nvfp4")) or kv in ("fp8_ds_mla", "nvfp4_ds_mla"):
         return []
     cc = ctx.gpu.capability_int

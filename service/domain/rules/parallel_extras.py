@@ -1,5 +1,6 @@
 """More parallelism rules: MLP and vocabulary splits, pipeline stages vs layers, expert parallel on dense models,
-EPLB, external-LB data parallel and multi-node settings (vllm 0.33.0 vllm/model_executor/layers/linear.py:497,
+EPLB, context parallel, the Ray-only nsight option and multi-node settings (data-parallel launch options:
+data_parallel.py) (vllm 0.33.0 vllm/model_executor/layers/linear.py:497,
 502, 1708; vocab_parallel_embedding.py:286-306; vllm/distributed/utils.py:198-241; vllm/config/parallel.py:570-592,
 1106-1114; vllm/engine/arg_utils.py:2390-2465)."""
 
@@ -12,6 +13,7 @@ from ..findings import Finding
 from ..memory import pp_partition
 from ..model_facts import padded_vocab
 from . import Emit, rule
+from .gating import at_least, for_line, whole
 from .parallel import tp_candidates
 from .shapes import dense_mlp_present, moe_ranks, shared_expert_size
 
@@ -19,7 +21,15 @@ SRC_MLP = "vllm 0.33.0 vllm/model_executor/layers/linear.py:497, 502, 1708; fuse
 SRC_VOCAB = "vllm 0.33.0 vllm/model_executor/layers/vocab_parallel_embedding.py:36, 95-97, 286-306"
 SRC_PP_LAYERS = "vllm 0.33.0 vllm/distributed/utils.py:198-241"
 SRC_EP = "vllm 0.33.0 vllm/config/model.py:1498-1503, 1566-1567; vllm/config/parallel.py:570-592"
-SRC_DP_EXT = "vllm 0.33.0 vllm/engine/arg_utils.py:2456-2465"
+SRC_EPLB = (
+    "vllm 0.33.0 vllm/config/parallel.py:566-592, 975-981 (elastic EP and EPLB's parallelism since 0.18.1 "
+    "parallel.py:394-401, 700-706; num_redundant_experts without EPLB since 0.15.1 parallel.py:343-349)"
+)
+SRC_DCP = (
+    "vllm 0.33.0 vllm/config/parallel.py:594-607 (since 0.10.2 vllm/engine/arg_utils.py:1177-1181; PCP spans since "
+    "0.26.0 parallel.py:510-520)"
+)
+SRC_NSIGHT = "vllm 0.33.0 vllm/config/parallel.py:1137-1141, 1173-1176 (since 0.11.2 parallel.py:650-653)"
 SRC_NNODES = "vllm 0.33.0 vllm/config/parallel.py:1106-1114; vllm/engine/arg_utils.py:2390-2420"
 
 
@@ -182,24 +192,6 @@ def ep_requires_moe(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return out
 
 
-@rule("dp_external_dense", severity="error", source=SRC_DP_EXT)
-def dp_external_dense(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """External-load-balancer data parallel (``--data-parallel-rank`` / ``--data-parallel-external-lb``) is for MoE
-    models only."""
-    a = ctx.args
-    if ctx.facts.is_moe or (a.get("data_parallel_rank") is None and not a.get("data_parallel_external_lb")):
-        return []
-    return [
-        emit.error(
-            "dp_external_dense",
-            "Non-MoE models do not support external data parallel mode. For external load balancing, launch independent "
-            "vLLM instances without --data-parallel-* arguments.",
-            remedy={"drop": ["data_parallel_rank", "data_parallel_external_lb"]},
-            field="engine_args.data_parallel_rank",
-        )
-    ]
-
-
 @rule("nnodes", severity="error", source=SRC_NNODES)
 def nnodes(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Multi-node ``--nnodes N`` launches: the executor must be mp, uni or external_launcher (not ray), the data
@@ -261,3 +253,113 @@ def nnodes(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             )
         )
     return out
+
+
+EPLB_PARALLELISM = {
+    (0, 18): "EPLB requires tensor_parallel_size or data_parallel_size to be greater than 1, but got TP={tp},DP={dp}.",
+    (0, 26): "EPLB requires tensor, prefill-context, or data parallelism, but got TP={tp}, PCP={pcp}, DP={dp}.",
+}
+
+
+def _redundant_experts(ctx: LaunchContext) -> int:
+    cfg = ctx.args.get("eplb_config")
+    return (whole(cfg.get("num_redundant_experts")) or 0) if isinstance(cfg, dict) else 0
+
+
+@rule("eplb_options", severity="error", source=SRC_EPLB)
+def eplb_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """EPLB's own conditions: elastic EP needs EPLB and no pipeline parallelism (from 0.18); EPLB with expert
+    parallel needs TP, PCP or DP above 1 (from 0.18); ``eplb_config.num_redundant_experts`` needs EPLB (from 0.15)."""
+    a = ctx.args
+    eplb = bool(a.get("enable_eplb"))
+    out: list[tuple[str, dict[str, Any], str]] = []
+    if a.get("enable_elastic_ep") and at_least(ctx, (0, 18)):
+        if not eplb:
+            out.append(
+                ("Elastic EP is only supported with enable_eplb=True.", {"enable_eplb": True}, "enable_elastic_ep")
+            )
+        elif ctx.pp > 1:
+            text = f"Elastic EP is not supported with pipeline parallelism (pipeline_parallel_size={ctx.pp})."
+            out.append((text, {"pipeline_parallel_size": 1}, "pipeline_parallel_size"))
+    pcp = int(a.get("prefill_context_parallel_size", 1))
+    if eplb and a.enable_expert_parallel and ctx.tp * pcp * a.data_parallel_size <= 1 and at_least(ctx, (0, 18)):
+        text = for_line(ctx, EPLB_PARALLELISM).format(tp=ctx.tp, pcp=pcp, dp=a.data_parallel_size)
+        out.append(
+            (
+                text,
+                {"enable_eplb": False, "tensor_parallel_size": [t for t in tp_candidates(ctx) if t > 1]},
+                "enable_eplb",
+            )
+        )
+    redundant = _redundant_experts(ctx)
+    if not eplb and redundant and at_least(ctx, (0, 15)):
+        text = (
+            f"num_redundant_experts is set to {redundant} but EPLB is not enabled. Either enable EPLB or unset "
+            "num_redundant_experts."
+        )
+        out.append((text, {"enable_eplb": True}, "eplb_config"))
+    return [emit.error("eplb_options", t, remedy=r, field=f"engine_args.{f}") for t, r, f in out]
+
+
+@rule("dcp_tp_divisible", severity="error", source=SRC_DCP)
+def dcp_tp_divisible(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Decode context parallel reuses the TP ranks: ``tensor_parallel_size`` must be divisible by
+    ``decode_context_parallel_size`` (from 0.10); with prefill context parallel (from 0.26) DCP is 1, PCP or
+    TP × PCP."""
+    dcp, tp = ctx.args.decode_context_parallel_size, ctx.tp
+    pcp = int(ctx.args.get("prefill_context_parallel_size", 1))
+    if dcp <= 1 or not at_least(ctx, (0, 10)):
+        return []
+    if pcp > 1 and at_least(ctx, (0, 26)):
+        valid = sorted({1, pcp, tp * pcp})
+        if dcp in valid:
+            return []
+        text = (
+            "When PCP is enabled, DCP must be disabled, span the PCP axis, or span the full TP x PCP axis. "
+            f"Got TP={tp}, PCP={pcp}, DCP={dcp}; valid DCP sizes are {valid}."
+        )
+        return [
+            emit.error(
+                "dcp_tp_divisible",
+                text,
+                remedy={"decode_context_parallel_size": valid},
+                field="engine_args.decode_context_parallel_size",
+            )
+        ]
+    if tp % dcp == 0:
+        return []
+    return [
+        emit.error(
+            "dcp_tp_divisible",
+            f"tp_size={tp} must be divisible by dcp_size={dcp}.",
+            remedy={"decode_context_parallel_size": [d for d in range(1, tp + 1) if tp % d == 0]},
+            field="engine_args.decode_context_parallel_size",
+        )
+    ]
+
+
+def uses_ray(ctx: LaunchContext) -> bool:
+    """Workers run under Ray: ``--distributed-executor-backend ray``, or no backend with a Ray data-parallel
+    backend on one node and more than one GPU in all (vllm 0.33.0 vllm/config/parallel.py:1054-1085)."""
+    a = ctx.args
+    backend = a.get("distributed_executor_backend")
+    if backend is not None:
+        return bool(backend == "ray")
+    many = a.world_size * a.data_parallel_size > 1
+    return many and bool(a.get("data_parallel_backend") == "ray") and int(a.get("nnodes", 1)) <= 1
+
+
+@rule("nsight_requires_ray", severity="error", source=SRC_NSIGHT)
+def nsight_requires_ray(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--ray-workers-use-nsight`` profiles Ray workers: the workers must run under Ray (from 0.11)."""
+    if not ctx.args.get("ray_workers_use_nsight") or not at_least(ctx, (0, 11)) or uses_ray(ctx):
+        return []
+    return [
+        emit.error(
+            "nsight_requires_ray",
+            "Unable to use nsight profiling unless workers run with Ray. (distributed_executor_backend is "
+            f"{ctx.args.get('distributed_executor_backend') or 'not set: mp or uni'}.)",
+            remedy={"distributed_executor_backend": "ray", "ray_workers_use_nsight": False},
+            field="engine_args.ray_workers_use_nsight",
+        )
+    ]

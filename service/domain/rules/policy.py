@@ -8,6 +8,7 @@ from ..context import LaunchContext
 from ..findings import Finding
 from ..model_facts import round_up
 from . import Emit, rule
+from .gating import at_least, registry_arch
 from .parallel import valid_tp_sizes
 
 PRODUCTION_UTIL_CAP = 0.90  # docs/operating.md §3
@@ -16,7 +17,13 @@ SRC_RANGE = "vllm 0.33.0 vllm/config/cache.py:215-224 (Field(default=0.92, gt=0,
 SRC_UTIL = "docs/operating.md §3"
 SRC_EAGER = "docs/operating.md §7"
 SRC_PCIE = "docs/operating.md §2 (Interconnect)"
-SRC_CHUNK = "vllm 0.33.0 vllm/engine/arg_utils.py:3054-3063; docs/operating.md §6"
+SRC_CHUNK = (
+    "vllm 0.33.0 vllm/engine/arg_utils.py:3041-3063, 3074-3076; docs/operating.md §6; Mamba prefix caching: "
+    "vllm/model_executor/models/config.py:750-777, 1223, 1246-1247; vllm/config/vllm.py:2766-2767; "
+    "vllm/config/model.py:2040-2049, 2275-2279 (0.32.0 and older assert only in the 'align' Mamba cache mode)"
+)
+# the architectures vLLM 0.33 maps to MambaModelConfig (model_executor/models/config.py:1223, 1246-1247)
+MAMBA_CONFIG_ARCHS = ("FalconMambaForCausalLM", "Mamba2ForCausalLM", "MambaForCausalLM")
 SRC_LEN = "docs/operating.md §4"
 NON_GENERATIVE_SUFFIXES = (
     "ForSequenceClassification",
@@ -117,12 +124,41 @@ def generative(ctx: LaunchContext) -> bool:
     return not any(a.endswith(NON_GENERATIVE_SUFFIXES) for a in ctx.facts.architectures)
 
 
-@rule("chunked_prefill_disabled", severity="warning", source=SRC_CHUNK)
+def mamba_prefix_caching(ctx: LaunchContext) -> bool:
+    """Prefix caching over Mamba state: a hybrid model (attention and Mamba / linear-attention layers; a
+    ``layer_types`` of attention only is not hybrid: config/model.py:2040-2049) with prefix caching on, which is
+    vLLM's default for a generative hybrid model (config/model.py:2275-2279), or a pure Mamba model with
+    ``--enable-prefix-caching`` (off by default for attention-free models)."""
+    arch, explicit = registry_arch(ctx), ctx.args.get("enable_prefix_caching")
+    if arch is None or explicit is False:
+        return False
+    if arch.name in MAMBA_CONFIG_ARCHS or arch.attention_free:
+        return explicit is True and arch.name in MAMBA_CONFIG_ARCHS
+    layer_types = (ctx.request.model.config or {}).get("layer_types")
+    attention_only = isinstance(layer_types, list) and all(t in ("attention", "full_attention") for t in layer_types)
+    return arch.hybrid and not attention_only and (explicit is True or generative(ctx))
+
+
+@rule("chunked_prefill_disabled", "mamba_prefix_caching_chunked_prefill", severity="error", source=SRC_CHUNK)
 def chunked_prefill_disabled(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Chunked prefill explicitly disabled on a generative model: vLLM warns that it does not officially support
     this, and with long prompts (workload P99 above ~2k tokens, or no workload and max_model_len above 2k) every
-    long prefill blocks all decodes (docs/operating.md §6)."""
-    if ctx.args.get("enable_chunked_prefill") is not False or not generative(ctx):
+    long prefill blocks all decodes (docs/operating.md §6). With prefix caching over Mamba state (a hybrid model,
+    where prefix caching is on by default) vLLM 0.33 refuses to start (``mamba_prefix_caching_chunked_prefill``)."""
+    if ctx.args.get("enable_chunked_prefill") is not False:
+        return []
+    if at_least(ctx, (0, 33)) and mamba_prefix_caching(ctx):
+        on = "set" if ctx.args.get("enable_prefix_caching") is True else "on by default for a hybrid model"
+        return [
+            emit.error(
+                "mamba_prefix_caching_chunked_prefill",
+                f"AssertionError: Chunked prefill is required for Mamba prefix caching. (prefix caching is {on}; "
+                f"enable chunked prefill, or disable prefix caching with --no-enable-prefix-caching.)",
+                remedy={"enable_chunked_prefill": True, "enable_prefix_caching": False},
+                field="engine_args.enable_chunked_prefill",
+            )
+        ]
+    if not generative(ctx):
         return []
     wl = ctx.request.workload
     p99 = wl.p99_seq_len if wl else None

@@ -46,7 +46,7 @@ LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 # engine arguments that reach the codes the cases do not
 VARIANTS = (
     {"max_num_batched_tokens": 8192, "max_num_seqs": 1, "max_model_len": 4096},
-    {"data_parallel_rank": 0, "enable_eplb": True, "revision": "main", "nnodes": 3},
+    {"data_parallel_rank": 0, "data_parallel_size": 2, "enable_eplb": True, "revision": "main", "nnodes": 3},
     {"kv_cache_memory_bytes": 1 << 40, "kv_cache_dtype": "float16"},
     {"pipeline_parallel_size": 2, "tensor_parallel_size": 4, "async_scheduling": True},
     {"quantization": "fp8"},

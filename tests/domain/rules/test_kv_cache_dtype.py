@@ -40,3 +40,14 @@ def test_nvfp4_kv_refused_for_mla():
     assert not errors(
         request("deepseek-ai__DeepSeek-V3", tensor_parallel_size=8, kv_cache_dtype="fp8"), "kv_dtype_capability"
     )
+
+
+def test_fp8_inc_has_no_cuda_backend():
+    base = "meta-llama__Llama-3.1-8B-Instruct"
+    (f,) = errors(request(base, count=1, kv_cache_dtype="fp8_inc"), "kv_dtype_capability")
+    assert "No valid attention backend found for cuda" in f.message and f.remedy == {"kv_cache_dtype": "fp8"}
+    assert not errors(request(base, gpu="mi300x-192gb", count=1, kv_cache_dtype="fp8_inc"), "kv_dtype_capability")
+    # before 0.24 FlashAttention took every fp8* dtype on Hopper (0.21.0 flash_attn.py:191-196): not judged
+    old = request(base, count=1, kv_cache_dtype="fp8_inc")
+    old["vllm_version"] = "0.21.0"
+    assert not errors(old, "kv_dtype_capability")

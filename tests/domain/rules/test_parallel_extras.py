@@ -121,3 +121,34 @@ def test_nnodes_rules():
     assert "between 0 and 1" in bad_rank[0].message
     uneven = errors(request("deepseek-ai__DeepSeek-V3", count=8, nodes=3, tensor_parallel_size=8, nnodes=3), "nnodes")
     assert "evenly divide" in uneven[0].message
+
+
+def test_elastic_ep_and_eplb():
+    qwen = "Qwen__Qwen3-30B-A3B"
+    (f,) = errors(
+        request(qwen, tensor_parallel_size=2, enable_expert_parallel=True, enable_elastic_ep=True), "eplb_options"
+    )
+    assert f.message == "Elastic EP is only supported with enable_eplb=True." and f.remedy == {"enable_eplb": True}
+    ok = request(qwen, tensor_parallel_size=2, enable_expert_parallel=True, enable_elastic_ep=True, enable_eplb=True)
+    assert not errors(ok, "eplb_options")
+    (f,) = errors(request(qwen, count=1, enable_expert_parallel=True, enable_eplb=True), "eplb_options")
+    assert f.message == "EPLB requires tensor, prefill-context, or data parallelism, but got TP=1, PCP=1, DP=1."
+    (f,) = errors(request(qwen, eplb_config={"num_redundant_experts": 8}), "eplb_options")
+    assert f.message.startswith("num_redundant_experts is set to 8 but EPLB is not enabled.")
+
+
+def test_decode_context_parallel_divides_tp():
+    llama = "meta-llama__Llama-3.1-8B-Instruct"
+    (f,) = errors(request(llama, tensor_parallel_size=4, decode_context_parallel_size=3), "dcp_tp_divisible")
+    assert f.message == "tp_size=4 must be divisible by dcp_size=3." and f.remedy == {
+        "decode_context_parallel_size": [1, 2, 4]
+    }
+    assert not errors(request(llama, tensor_parallel_size=4, decode_context_parallel_size=2), "dcp_tp_divisible")
+
+
+def test_nsight_needs_ray_workers():
+    llama = "meta-llama__Llama-3.1-8B-Instruct"
+    (f,) = errors(request(llama, tensor_parallel_size=2, ray_workers_use_nsight=True), "nsight_requires_ray")
+    assert f.message.startswith("Unable to use nsight profiling unless workers run with Ray.")
+    ok = request(llama, tensor_parallel_size=2, ray_workers_use_nsight=True, distributed_executor_backend="ray")
+    assert not errors(ok, "nsight_requires_ray")

@@ -86,3 +86,45 @@ def test_chunked_prefill_disabled_warns():
     )
     (f,) = found(req, "chunked_prefill_disabled")
     assert f.severity.value == "warning" and "30000" in f.message
+
+
+NEMOTRON_H = "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"  # hybrid: prefix caching on by default in 0.33
+
+
+def _hybrid(version: str | None = None, **args):
+    req = request(
+        NEMOTRON_H,
+        gpu="h200-141gb",
+        count=2,
+        tensor_parallel_size=2,
+        trust_remote_code=True,
+        max_model_len=8192,
+        **args,
+    )
+    if version:
+        req["vllm_version"] = version
+    return req
+
+
+def test_hybrid_prefix_caching_needs_chunked_prefill():
+    (f,) = errors(_hybrid(enable_chunked_prefill=False), "mamba_prefix_caching_chunked_prefill")
+    assert f.message.startswith("AssertionError: Chunked prefill is required for Mamba prefix caching.")
+    assert f.remedy == {"enable_chunked_prefill": True, "enable_prefix_caching": False}
+    # prefix caching off: vLLM only warns about chunked prefill
+    off = _hybrid(enable_chunked_prefill=False, enable_prefix_caching=False)
+    assert not errors(off, "mamba_prefix_caching_chunked_prefill", "chunked_prefill_disabled")
+    assert [f.rule for f in found(off, "chunked_prefill_disabled")] == ["chunked_prefill_disabled"]
+    assert not errors(_hybrid(), "mamba_prefix_caching_chunked_prefill")
+
+
+def test_hybrid_prefix_caching_before_0_33_warns():
+    # 0.32 asserts only in the 'align' Mamba cache mode, which depends on the model class: the warning stays
+    req = _hybrid("0.32.0", enable_chunked_prefill=False)
+    assert not errors(req, "mamba_prefix_caching_chunked_prefill")
+    assert found(req, "chunked_prefill_disabled")
+
+
+def test_transformer_without_chunked_prefill_still_warns():
+    req = request(LLAMA, count=1, enable_chunked_prefill=False, max_model_len=8192)
+    assert not errors(req, "mamba_prefix_caching_chunked_prefill")
+    assert [f.severity.value for f in found(req, "chunked_prefill_disabled")] == ["warning"]

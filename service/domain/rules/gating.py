@@ -1,0 +1,52 @@
+"""Helpers for the rules that mirror a check vLLM makes between options: a check applies from the oldest release line
+whose source was read and found to make it (``at_least``), with the message that line prints (``for_line``). This
+module registers no rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context import LaunchContext
+from ..versions import Architecture
+
+Line = tuple[int, int]
+
+
+def at_least(ctx: LaunchContext, line: Line) -> bool:
+    """The target release line is ``line`` or newer (a request for 0.31.2 is judged by the 0.30 line's data)."""
+    return ctx.line.release[:2] >= line
+
+
+def for_line(ctx: LaunchContext, texts: dict[Line, str]) -> str:
+    """The text of the newest entry whose line is not newer than the target line (the oldest entry otherwise)."""
+    here = ctx.line.release[:2]
+    fitting = [line for line in texts if line <= here]
+    return texts[max(fitting) if fitting else min(texts)]
+
+
+def effective(ctx: LaunchContext, name: str) -> Any:
+    """An option's value as vLLM holds it: the request's, else the release's parser default (None when the release
+    has no such option)."""
+    if name in ctx.args.given:
+        return ctx.args.values.get(name)
+    opt = ctx.line.options.get(name)
+    return opt.default if opt is not None else None
+
+
+def registry_arch(ctx: LaunchContext) -> Architecture | None:
+    """The release's registry entry for the model: the first of config.json's architectures the release has."""
+    for arch in ctx.facts.architectures:
+        found = ctx.line.architectures.get(arch)
+        if found is not None:
+            return found
+    return None
+
+
+def whole(value: Any) -> int | None:
+    """A JSON integer (not a boolean), else None: a value of another type is judged by the option's own checks."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def number(value: Any) -> float | None:
+    """A JSON number (not a boolean), else None."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -1,0 +1,76 @@
+"""The feature rules (service/domain/rules/features.py): routed experts on MoE models only, Mamba cache options
+vLLM refuses in combination, ROCm-only attention backends on NVIDIA GPUs."""
+
+from __future__ import annotations
+
+from tests.support import request
+from tests.support.rules import errors
+
+LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
+QWEN_MOE = "Qwen__Qwen3-30B-A3B"
+NEMOTRON_H = "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"  # hybrid Mamba / attention / MoE
+
+
+def test_routed_experts_need_moe():
+    (f,) = errors(request(LLAMA, count=1, enable_return_routed_experts=True), "routed_experts")
+    assert f.message.startswith("AuxOutput Connector only supports MoE models.")
+    assert f.remedy == {"enable_return_routed_experts": False}
+    assert not errors(request(QWEN_MOE, count=1, enable_return_routed_experts=True), "routed_experts")
+
+
+def test_routed_experts_need_prefix_caching_and_no_pp():
+    req = request(
+        QWEN_MOE, count=2, enable_return_routed_experts=True, enable_prefix_caching=False, pipeline_parallel_size=2
+    )
+    assert [f.remedy for f in errors(req, "routed_experts")] == [
+        {"enable_prefix_caching": True},
+        {"pipeline_parallel_size": 1},
+    ]
+    old = request(LLAMA, count=1, enable_return_routed_experts=True)
+    old["vllm_version"] = "0.30.0"  # the option existed; the MoE check came with the AuxOutput connector (0.32)
+    assert not errors(old, "routed_experts")
+
+
+def test_replayssm_needs_recurrent_layers():
+    (f,) = errors(request(LLAMA, count=1, use_replayssm=True), "mamba_options")
+    assert f.message == "--use-replayssm is not supported for architecture 'LlamaForCausalLM'"
+    ok = request(
+        NEMOTRON_H, gpu="h200-141gb", count=2, tensor_parallel_size=2, trust_remote_code=True, use_replayssm=True
+    )
+    assert not errors(ok, "mamba_options")
+
+
+def test_mamba_block_size_needs_prefix_caching():
+    base = {
+        "gpu": "h200-141gb",
+        "count": 2,
+        "tensor_parallel_size": 2,
+        "trust_remote_code": True,
+        "mamba_block_size": 256,
+    }
+    (f,) = errors(request(NEMOTRON_H, enable_prefix_caching=False, **base), "mamba_options")
+    assert f.message == "--mamba-block-size can only be set with --enable-prefix-caching"
+    assert not errors(request(NEMOTRON_H, **base), "mamba_options")
+
+
+def test_stochastic_rounding_needs_float16_ssm_cache():
+    base = {"gpu": "h200-141gb", "count": 2, "tensor_parallel_size": 2, "trust_remote_code": True}
+    (f,) = errors(request(NEMOTRON_H, enable_mamba_cache_stochastic_rounding=True, **base), "mamba_options")
+    assert f.remedy == {"mamba_ssm_cache_dtype": "float16"}
+    ok = request(NEMOTRON_H, enable_mamba_cache_stochastic_rounding=True, mamba_ssm_cache_dtype="float16", **base)
+    assert not errors(ok, "mamba_options")
+
+
+def test_mamba_options_on_a_transformer_are_ignored():
+    assert not errors(
+        request(LLAMA, count=1, mamba_ssm_cache_dtype="float32", mamba_cache_dtype="float32"), "mamba_options"
+    )
+
+
+def test_rocm_only_backend_on_nvidia():
+    (f,) = errors(request(LLAMA, count=1, attention_backend="ROCM_SEGMENTED_ATTN"), "attention_backend_platform")
+    assert "ROCM_SEGMENTED_ATTN requires AMD RDNA GPUs on ROCm" in f.message
+    assert not errors(
+        request(LLAMA, gpu="mi300x-192gb", count=1, attention_backend="ROCM_OCTAVE"), "attention_backend_platform"
+    )
+    assert not errors(request(LLAMA, count=1, attention_backend="FLASHINFER"), "attention_backend_platform")
