@@ -1,16 +1,20 @@
-"""Architecture rules: architectures vLLM 0.33 no longer has, custom config code without
-``--trust-remote-code``, and pipeline parallel where vLLM refuses it (vllm 0.33.0
-vllm/model_executor/models/registry.py:841-903, 1225-1252; vllm/transformers_utils/config.py:452-464;
+"""Architecture rules: architectures the target release does not resolve (service/domain/arch_resolution.py,
+per release), custom config code without ``--trust-remote-code``, and pipeline parallel where vLLM refuses it
+(vllm 0.33.0 vllm/model_executor/models/registry.py:1221-1418; vllm/transformers_utils/config.py:452-464;
 vllm/config/model.py:1569-1576)."""
 
 from __future__ import annotations
 
+from ..arch_resolution import judge
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
 
 SRC_ARCH = (
-    "vllm 0.33.0 vllm/model_executor/models/registry.py:841-903, 1225-1252 (service/data/vllm/<release>.json registry)"
+    "vllm 0.33.0 vllm/model_executor/models/registry.py:1221-1418, vllm/config/model.py:705-741, 2340-2380; "
+    "0.10.2 registry.py:504-677; 0.9.2 vllm/model_executor/model_loader/utils.py:169-238; 0.7.3 "
+    "model_loader/utils.py:33-117; 0.6.6 registry.py:374-421 (service/data/vllm/<release>.json registry, "
+    "service/data/vllm/transformers/)"
 )
 SRC_TRUST = "vllm 0.33.0 vllm/transformers_utils/config.py:452-464"
 SRC_PP = "vllm 0.33.0 vllm/config/model.py:1569-1576; vllm/engine/arg_utils.py:2920-2937; vllm/config/vllm.py:1665-1679"
@@ -86,51 +90,24 @@ def _archs(ctx: LaunchContext) -> tuple[str, ...]:
 
 @rule("arch_unsupported", severity="error", source=SRC_ARCH)
 def arch_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """The checkpoint's ``architectures`` must exist in the target release's model registry (generated from its
-    registry.py): an architecture the release lists as removed fails with "was supported in vLLM until v{X}", one
-    moved to an out-of-tree plugin needs that plugin. An architecture the registry does not name at all is a
-    warning: vLLM then tries its Transformers backend, which works only if Transformers has the model."""
-    out = []
-    line = ctx.line
-    archs = _archs(ctx)
-    for arch in archs:
-        if arch in line.architectures:
-            continue
-        if arch in line.previously_supported:
-            until = line.previously_supported[arch]
-            out.append(
-                emit.error(
-                    "arch_unsupported",
-                    f"Model architecture {arch} was supported in vLLM until v{until}, and is not supported anymore "
-                    f"(vLLM {ctx.version}). Serve it with vLLM ≤ {until} or use a successor checkpoint with a supported "
-                    f"architecture.",
-                    remedy={"vllm_version": until},
-                    field="model.config.architectures",
-                )
-            )
-        elif arch in line.out_of_tree:
-            out.append(
-                emit.error(
-                    "arch_unsupported",
-                    f"Model architecture {arch} is not supported in-tree anymore (vLLM {ctx.version}); install the plugin "
-                    f"{line.out_of_tree[arch]}.",
-                    remedy={"plugin": line.out_of_tree[arch]},
-                    field="model.config.architectures",
-                )
-            )
-        elif not any(a in line.architectures for a in archs):
-            out.append(
-                emit.warning(
-                    "arch_unsupported",
-                    f"Model architecture {arch} is not in vLLM {line.newest}'s model registry; vLLM falls back to its "
-                    f"Transformers backend, which loads it only if the installed Transformers has the model (or with "
-                    f"--trust-remote-code and the repository's code). Otherwise it fails with 'Model architectures "
-                    f"{list(archs)} are not supported for now'.",
-                    remedy=None,
-                    field="model.config.architectures",
-                )
-            )
-    return out
+    """The checkpoint's ``architectures`` as the target release resolves them (service/domain/arch_resolution.py):
+    its model registry, then its Transformers backend (a class of the Transformers releases it allows, or the
+    repository's ``auto_map`` class), then its suffix rewrite with an adapter. An error where the release refuses
+    (removed, moved to a plugin, or nothing resolves it, with vLLM's message and the nearest registered names); a
+    warning where the outcome depends on the installed Transformers or on the repository's code; info where the
+    Transformers backend or an adapter takes it."""
+    impl = ctx.args.get("model_impl")
+    out = judge(
+        _archs(ctx),
+        ctx.line,
+        impl if isinstance(impl, str) else "auto",
+        ctx.args.trust_remote_code,
+        (ctx.request.model.config or {}).get("auto_map"),
+    )
+    if out is None:
+        return []
+    build = {"error": emit.error, "warning": emit.warning, "info": emit.info}[out.severity]
+    return [build("arch_unsupported", out.message, remedy=out.remedy, field=out.field)]
 
 
 @rule("trust_remote_code", severity="warning", source=SRC_TRUST)
