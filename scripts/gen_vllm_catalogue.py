@@ -70,13 +70,19 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, check=True, **kw)
 
 
+def env_dir(work: pathlib.Path, transformers_spec: str | None = None, extra: tuple[str, ...] = ()) -> pathlib.Path:
+    """Where ``ensure_env`` keeps the environment for these requirements (``.ready`` inside once built)."""
+    key = " ".join(filter(None, (transformers_spec, *extra)))
+    return work / ("env" if not key else "env-" + hashlib.sha256(key.encode()).hexdigest()[:8])
+
+
 def ensure_env(
     work: pathlib.Path, torch_spec: str, transformers_spec: str | None = None, extra: tuple[str, ...] = ()
 ) -> pathlib.Path:
     """A virtual environment with SUPPORT and a CPU torch (``extra``: more requirements, in an environment of
     their own; the differential harness adds what vLLM's model modules import)."""
+    env = env_dir(work, transformers_spec, extra)
     key = " ".join(filter(None, (transformers_spec, *extra)))
-    env = work / ("env" if not key else "env-" + hashlib.sha256(key.encode()).hexdigest()[:8])
     py = env / "bin" / "python"
     marker = env / ".ready"
     if not marker.exists():

@@ -1,7 +1,7 @@
 """The differential harness (scripts/vllm_differential.py): its generator, classification and report are tested
 everywhere; a seeded sample judged by vLLM 0.33's own code runs where the generator's environment is present
-(PREFLIGHT_VLLM_WORK, default /tmp/preflight-vllm-gen, holding env/.ready and releases/0.33.0 after
-``make differential`` or scripts/gen_vllm_catalogue.py) and is skipped otherwise."""
+(PREFLIGHT_VLLM_WORK, default /tmp/preflight-vllm-gen, holding the harness environment and releases/0.33.0 after
+``make differential``) and is skipped otherwise."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import vllm_differential as diff  # noqa: E402
+from gen_vllm_catalogue import env_dir  # noqa: E402
 
 WORK = pathlib.Path(os.environ.get("PREFLIGHT_VLLM_WORK", "/tmp/preflight-vllm-gen"))
-HAVE_VLLM = (WORK / "env" / ".ready").exists() and (WORK / "releases" / "0.33.0" / "vllm").exists()
+HAVE_VLLM = (env_dir(WORK, None, diff.HARNESS_SUPPORT) / ".ready").exists() and (
+    WORK / "releases" / "0.33.0" / "vllm"
+).exists()
 
 
 def test_the_generator_is_seeded_and_draws_from_the_whole_option_table():
