@@ -19,6 +19,14 @@ files alone from the wheel each catalogue records (no environment needed: the an
 the parser it builds; ``--argparse-only`` fills it into the checked-in catalogues from each recorded wheel's source
 alone (scripts/vllm_argparse.py: an ``ast`` read, no environment), leaving every other key as it is.
 
+Also beside it, ``service/data/vllm/quant_overrides/<version>.json`` holds how the release reconciles a checkpoint's
+quantization config with ``--quantization`` (the order in which ModelConfig._verify_quantization asks each method's
+``override_quantization_method``, and where each override is defined), and
+``tests/fixtures/vllm_quant_overrides/<version>.json`` the release's own verdicts on a grid of checkpoint configs × user
+values × model types × GPUs, which Preflight's reading of those overrides must reproduce; both come from
+scripts/vllm_quant_overrides_inside.py, run in the same environment on the wheel's unpacked source
+(``--quant-overrides-only`` regenerates those files alone).
+
 The work directory (default /tmp/preflight-vllm-gen) is kept so that a second run reuses the environment and the
 wheels. ``--torch`` names the torch requirement (default ``torch==2.13.0``; any CPU build works).
 """
@@ -41,6 +49,8 @@ from vllm_loading import analyse
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "service" / "data" / "vllm"
 INSIDE = pathlib.Path(__file__).resolve().parent / "vllm_catalogue_inside.py"
+QUANT_INSIDE = pathlib.Path(__file__).resolve().parent / "vllm_quant_overrides_inside.py"
+QUANT_GRID = ROOT / "tests" / "fixtures" / "vllm_quant_overrides"
 # What the parser imports for real (the rest is mocked): pure-Python packages and a CPU torch.
 SUPPORT = [
     "pydantic",
@@ -169,6 +179,20 @@ def release_dir(version: str, py: pathlib.Path, work: pathlib.Path) -> pathlib.P
     return target
 
 
+def quant_overrides_of(version: str, py: pathlib.Path, work: pathlib.Path) -> tuple[dict, dict]:
+    """The release's quantization override facts and its verdict grid, each with the wheel they were read from.
+    Run on the wheel's unpacked ``vllm/**.py`` (no compiled code is on an override's path)."""
+    wheel = wheel_for(version, work)
+    env = {**os.environ, "PYTHONPATH": str(release_source(version, wheel, work)), "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([str(py), str(QUANT_INSIDE)], check=True, capture_output=True, text=True, env=env, cwd=work)
+    data = json.loads(out.stdout)
+    if data["vllm_version"] != version:
+        raise SystemExit(f"asked for {version}, the source says {data['vllm_version']}")
+    source = {"wheel": wheel.name, "sha256": sha256(wheel), "generator": "scripts/vllm_quant_overrides_inside.py"}
+    grid = {"vllm_version": version, "source": source, **data.pop("grid")}
+    return {**data, "source": source}, grid
+
+
 def generate(
     version: str, py: pathlib.Path, work: pathlib.Path, transformers_spec: str | None = None
 ) -> tuple[dict, dict]:
@@ -198,12 +222,17 @@ def write_or_check(path: pathlib.Path, data: dict, check: bool, seconds: float) 
         return 0 if same else 1
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    counts = (
-        f"{len(data['options'])} loading options, {len(data['env'])} env variables"
-        if "env" in data
-        else f"{len(data['options'])} options, {len(data['registry']['architectures'])} architectures, "
-        f"{len(data['quantization']['methods'])} quantization methods"
-    )
+    if "cells" in data:
+        counts = f"{len(data['cells'])} grid cells, {len(data['outcomes'])} distinct verdicts"
+    elif "order" in data:
+        counts = f"{len(data['order'])} methods asked, {len(data['methods'])} with an override"
+    elif "env" in data:
+        counts = f"{len(data['options'])} loading options, {len(data['env'])} env variables"
+    else:
+        counts = (
+            f"{len(data['options'])} options, {len(data['registry']['architectures'])} architectures, "
+            f"{len(data['quantization']['methods'])} quantization methods"
+        )
     print(f"{path}: {counts} ({seconds:.1f} s)", flush=True)
     return 0
 
@@ -231,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="fill only the parser facts (allow_abbrev, help strings) into the catalogues, from each wheel's source",
     )
+    ap.add_argument(
+        "--quant-overrides-only",
+        action="store_true",
+        help="regenerate only the quantization override facts and verdict grids (quant_overrides/, tests/fixtures/)",
+    )
     args = ap.parse_args(argv)
     versions = args.versions or sorted(p.stem for p in args.out.glob("*.json"))
     args.work.mkdir(parents=True, exist_ok=True)
@@ -246,9 +280,22 @@ def main(argv: list[str] | None = None) -> int:
                 outputs = {args.out / "loading" / f"{version}.json": loading_only(version, existing, args.work)}
             elif args.argparse_only:
                 outputs = {existing: argparse_only(version, existing, args.work)}
+            elif args.quant_overrides_only:
+                facts, grid = quant_overrides_of(version, ensure_env(args.work, args.torch, spec), args.work)
+                outputs = {
+                    args.out / "quant_overrides" / f"{version}.json": facts,
+                    QUANT_GRID / f"{version}.json": grid,
+                }
             else:
-                data, loading = generate(version, ensure_env(args.work, args.torch, spec), args.work, spec)
-                outputs = {existing: data, args.out / "loading" / f"{version}.json": loading}
+                py = ensure_env(args.work, args.torch, spec)
+                data, loading = generate(version, py, args.work, spec)
+                facts, grid = quant_overrides_of(version, py, args.work)
+                outputs = {
+                    existing: data,
+                    args.out / "loading" / f"{version}.json": loading,
+                    args.out / "quant_overrides" / f"{version}.json": facts,
+                    QUANT_GRID / f"{version}.json": grid,
+                }
         except subprocess.CalledProcessError as e:
             tail = (e.stderr or "").strip().splitlines()[-3:] if isinstance(e.stderr, str) else []
             print(f"{version}: FAILED ({' | '.join(tail)})", file=sys.stderr)
