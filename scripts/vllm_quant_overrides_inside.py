@@ -7,7 +7,8 @@ user_quant[, hf_config])``; the first answer that is not None replaces both the 
 and a user value that still differs from the checkpoint's is refused ("Quantization method specified in the model
 config (...) does not match ..."). Two things are written as JSON on stdout:
 
-- ``order``: the methods in the order the release asks them (``order_by_user``: where a user value changes it, e.g.
+- ``order``: the methods in the order the release asks them (``overrides_list``: the methods its guard allows to
+  claim, from 0.10) (``order_by_user``: where a user value changes it, e.g.
   0.33 asks ``humming`` first when the user names it); ``methods``: for each method whose config class has its own
   ``override_quantization_method``, the class, where the method is defined and a digest of its code;
 - ``no_config``: per method, what the release's get_quant_config does on a checkpoint without any quantization
@@ -264,7 +265,21 @@ def overrides(quant, order: list[str], root: pathlib.Path) -> dict:
     return out
 
 
-CANNOT_FIND = "Cannot find the config file for"
+def overrides_list(verify) -> list[str] | None:
+    """The ``overrides`` list _verify_quantization keeps, where it refuses a method that claims from outside it
+    ("Quantization method {name} is an override but is has not been added to the `overrides` list above": vllm
+    0.33.0 vllm/config/model.py:1395-1447); None for releases without that guard (<= 0.9)."""
+    source = textwrap.dedent(inspect.getsource(verify))
+    if "is an override but" not in source:
+        return None
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "overrides" for t in node.targets)
+            and isinstance(node.value, ast.List)
+        ):
+            return [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+    return None
 
 
 def no_config(quant) -> dict[str, str]:
@@ -273,7 +288,7 @@ def no_config(quant) -> dict[str, str]:
     raises ("Cannot find the config file for awq")."""
     weight_utils = auto_import("vllm.model_executor.model_loader.weight_utils")
     resolve = None
-    if importlib.util.find_spec("vllm.config.quantization"):
+    if hasattr(sys.modules["vllm.config"], "__path__") and importlib.util.find_spec("vllm.config.quantization"):
         resolve = getattr(importlib.import_module("vllm.config.quantization"), "resolve_quantization_config", None)
     out = {}
     with tempfile.TemporaryDirectory() as empty:
@@ -336,8 +351,8 @@ def grid(verify, quant, users: list[str | None]) -> dict:
 
 def main() -> None:
     root = pathlib.Path(importlib.util.find_spec("vllm").origin).parent
+    verify, quant = verifier()  # first: importing vllm (its version) needs the mocks auto_import installs
     version = importlib.import_module("vllm.version").__version__
-    verify, quant = verifier()
     stub_platform("cuda", 90)
     methods = list(quant.QUANTIZATION_METHODS)
     users: list[str | None] = [None, *methods]
@@ -354,6 +369,7 @@ def main() -> None:
             "verify_at": where(verify, root),
             "quantization_methods": methods,
             "order": order,
+            "overrides_list": overrides_list(verify),
             "order_by_user": by_user,
             "methods": overrides(quant, order, root),
             "no_config": no_config(quant),
