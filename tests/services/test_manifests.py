@@ -24,7 +24,7 @@ def body(fixture, **extra):
 @pytest.mark.parametrize(
     "fixture,tag,rule",
     [
-        (FP8, "awq", "quant_mismatch"),  # ModelOpt FP8 weights tagged AWQ
+        ("moonshotai__Kimi-K2.5", "awq", "quant_mismatch"),  # compressed-tensors weights tagged AWQ
         ("Qwen__Qwen3-235B-A22B-FP8", "gptq", "quant_mismatch"),  # fp8 config.json, tag gptq
         ("meta-llama__Meta-Llama-3.1-70B", "awq", "quant_no_config"),  # unquantized weights tagged awq
     ],
@@ -45,6 +45,9 @@ def test_config_and_hf_quant_config_that_disagree_are_refused(client):
 
 def test_matching_tags_register(client):
     assert client.post("/v1/manifests", json=body(FP8, quantization_txt="modelopt")).status_code == 201
+    # vLLM 0.33's ModelOpt override claims FP8 ModelOpt weights whatever --quantization names (modelopt.py:453-459)
+    b = body(FP8, name="tagged-awq", quantization_txt="awq")
+    assert client.post("/v1/manifests", json=b).status_code == 201
     b = body("meta-llama__Meta-Llama-3.1-70B", name="plain", quantization_txt="none")
     b["name"] = "plain"
     assert client.post("/v1/manifests", json=b).status_code == 201

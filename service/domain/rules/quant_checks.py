@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
-from .quantization import canonical
+from .quantization import user_value, verdict
 
 ONLINE_SHORTHANDS = {
     "fp8_per_tensor",
@@ -29,6 +29,7 @@ MIN_CAPABILITY = {
     "auto_awq": 75,
     "auto_gptq": 75,
     "fp8": 75,
+    "deepseek_v4_fp8": 75,  # an Fp8Config subclass (vllm 0.33.0 models/deepseek_v41/quant_config.py:37; fp8.py:146-147)
     "modelopt": 80,
     "modelopt_fp4": 75,
     "modelopt_mxfp8": 80,
@@ -51,6 +52,7 @@ ACT_DTYPES = {
     "auto_awq": BF16_FP16,
     "auto_gptq": BF16_FP16,
     "fp8": BF16_FP16,
+    "deepseek_v4_fp8": BF16_FP16,  # Fp8Config's (fp8.py:142-143)
     "compressed-tensors": ("float32", *BF16_FP16),
     "modelopt": BF16_FP16,
     "modelopt_fp4": BF16_FP16,
@@ -85,7 +87,7 @@ def act_dtypes(method: str, ctx: LaunchContext) -> tuple[str, ...] | None:
     return ACT_DTYPES.get(method)
 
 
-FP8_METHODS = {"fp8", "fbgemm_fp8", "modelopt", "fp8_per_tensor", "fp8_per_block"}
+FP8_METHODS = {"fp8", "deepseek_v4_fp8", "fbgemm_fp8", "modelopt", "fp8_per_tensor", "fp8_per_block"}
 MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
 
 SRC_CAP = "vllm 0.33.0 vllm/config/vllm.py:916-936; quantization/*.py get_min_capability; marlin_utils.py:66-67"
@@ -102,23 +104,23 @@ SRC_FP8_WO = (
 
 
 def resolved_method(ctx: LaunchContext) -> str | None:
-    """The quantization method vLLM 0.33 runs with: the checkpoint's (after the override table: awq → auto_awq,
-    gptq → auto_gptq, gpt-oss mxfp4 → gpt_oss_mxfp4, AWQ/GPTQ + moe_wna16 → moe_wna16), else the tag's or the
-    flag's online method (online ``fp8`` → ``fp8_per_tensor``). Unknown names → None (quant_unknown reports them).
-    A checkpoint ``mxfp8`` is reported as ``mxfp8_ckpt`` to keep it apart from the online shorthand."""
-    user = ctx.tag.method if ctx.tag else ctx.requested_quantization
+    """The quantization method the target release runs with: on a quantized checkpoint what its override mechanism
+    ends with for the launch's value (rules/quantization.py verdict: 0.33 runs ``auto_awq`` for an AWQ checkpoint,
+    ``gpt_oss_mxfp4`` for gpt-oss MXFP4, ``moe_wna16`` when asked on AWQ/GPTQ; 0.10 ``awq_marlin`` where Marlin
+    runs) — and where it refuses the value, what it runs without one; else the tag's or the flag's online method
+    (online ``fp8`` → ``fp8_per_tensor``). Unknown names → None (quant_unknown reports them). A checkpoint ``mxfp8``
+    no override claims is reported as ``mxfp8_ckpt`` to keep it apart from the online shorthand."""
+    user = user_value(ctx)
     ckpt = ctx.checkpoint_quant
     if ckpt is not None:
-        if ckpt in ("awq", "gptq") and user == "moe_wna16" and ctx.facts.is_moe:
-            return "moe_wna16"
-        if ckpt == "mxfp8":
+        v = verdict(ctx, user)
+        method = v.method if v.refusal is None else verdict(ctx, None).method
+        if method == "mxfp8" and ckpt == "mxfp8":
             return "mxfp8_ckpt"
-        return canonical(ckpt, ctx) if ckpt in ctx.line.quant_methods or ckpt in ("awq", "gptq") else None
+        return method if method in ctx.line.quant_methods else None
     if user is None or user not in ctx.line.quant_methods:
         return None
-    if user == "fp8":
-        return "fp8_per_tensor"
-    return canonical(user, ctx)
+    return "fp8_per_tensor" if user == "fp8" else user
 
 
 def _ct_scheme(ctx: LaunchContext) -> tuple[str, int]:

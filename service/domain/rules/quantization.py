@@ -1,134 +1,86 @@
 """Quantization rules: the method named by ``--quantization``, the checkpoint's ``quantization_config`` (or
-``hf_quant_config.json``) and the weight's ``quantization.txt`` tag must agree the way vLLM 0.33 reconciles them
-(vllm 0.33.0 vllm/model_executor/layers/quantization/__init__.py:15-55; vllm/config/model.py:1383-1469;
-vllm/config/quantization.py:195-227; vllm/model_executor/model_loader/weight_utils.py:355-380)."""
+``hf_quant_config.json``) and the weight's ``quantization.txt`` tag must agree the way the target release reconciles
+them: its own override mechanism (service/domain/quant_override.py; vllm 0.33.0 vllm/config/model.py:1383-1469),
+then its method list (vllm/model_executor/layers/quantization/__init__.py:15-55) and, on unquantized checkpoints, its
+config-file look-up (vllm/config/quantization.py:195-227; vllm/model_executor/model_loader/weight_utils.py:355-380)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..context import LaunchContext
 from ..findings import Finding
+from ..quant_override import Verdict, override_facts, reconcile
 from . import Emit, rule
-
-AWQ_FAMILY = {"awq", "awq_marlin", "auto_awq", "marlin"}
-GPTQ_FAMILY = {"gptq", "gptq_marlin", "auto_gptq", "marlin"}
-PRE_QUANTIZED_ONLY = {
-    "awq",
-    "awq_marlin",
-    "auto_awq",
-    "gptq",
-    "gptq_marlin",
-    "auto_gptq",
-    "modelopt",
-    "modelopt_fp4",
-    "modelopt_mxfp8",
-    "modelopt_mixed",
-    "compressed-tensors",
-    "fbgemm_fp8",
-    "fp_quant",
-    "quark",
-    "moe_wna16",
-    "mxfp4",
-    "gpt_oss_mxfp4",
-    "deepseek_v4_fp8",
-    "inc",
-    "torchao",
-    "humming",
-}
-ONLINE = {
-    "fp8_per_tensor",
-    "fp8_per_block",
-    "fp8_per_channel",
-    "int8_per_channel_weight_only",
-    "nvfp4_per_token",
-    "mxfp8",
-    "online",
-    "experts_int8",
-}
 
 SRC_UNKNOWN = "vllm 0.33.0 vllm/config/model.py:1464-1469; quantization/__init__.py:15-55"
 SRC_MISMATCH = (
-    "vllm 0.33.0 vllm/config/model.py:1383-1462 (override table: auto_awq.py:263-286, "
-    "auto_gptq.py:213-233, mxfp4.py:128-146); no config: vllm/model_executor/model_loader/"
-    "weight_utils.py:375-380; online fp8: weight_utils.py:355-363"
+    "vllm 0.33.0 vllm/config/model.py:1383-1462 (every method's override_quantization_method, asked in the "
+    "release's order: service/data/vllm/quant_overrides/<release>.json, service/domain/quant_override.py); no config: "
+    "get_quant_config run per release (same files, no_config; 0.33.0 vllm/model_executor/model_loader/"
+    "weight_utils.py:197-393); online fp8: weight_utils.py:355-363"
 )
 
 
-# Checkpoint formats whose override claims the checkpoint whatever ``--quantization`` says: vLLM replaces the flag with
-# the override's method before it checks that the method is known or matches (vllm 0.33.0 vllm/config/model.py:
-# 1383-1462). gpt-oss MXFP4 (quantization/mxfp4.py:129-146), DeepSeek-V4 FP8 (vllm/models/deepseek_v41/
-# quant_config.py:164-191), ModelOpt FP8 / NVFP4 / MXFP8 / mixed (quantization/modelopt.py:453-459, 776-782,
-# 1236-1242, 1658-1664). The one exception: ``--quantization humming`` is probed first (model.py:1417-1419).
-MODELOPT_METHODS = {"modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed"}
+def checkpoint_quant_cfg(ctx: LaunchContext) -> dict[str, Any] | None:
+    """The checkpoint's quantization config as _verify_quantization receives it: config.json's (or
+    hf_quant_config.json's) dict with the normalised ``quant_method`` (vllm 0.33.0
+    transformers_utils/model_arch_config_convertor.py:241-281)."""
+    q = ctx.facts.quant
+    return None if q is None else {**q.raw, "quant_method": q.method}
 
 
-def flag_overridden(ctx: LaunchContext) -> str | None:
-    """The method a checkpoint override imposes whatever ``--quantization`` names, or None."""
-    ckpt, mt = ctx.checkpoint_quant, ctx.facts.model_type
-    if ctx.requested_quantization == "humming" or ckpt is None:
-        return None
-    if ckpt in ("mxfp4", "gpt_oss_mxfp4") and mt == "gpt_oss":
-        return "gpt_oss_mxfp4"
-    if ckpt in ("fp8", "deepseek_v4_fp8") and mt in ("deepseek_v4", "deepseek_v41"):
-        return "deepseek_v4_fp8"
-    return ckpt if ckpt in MODELOPT_METHODS else None
+def user_value(ctx: LaunchContext) -> str | None:
+    """The ``--quantization`` value the launch passes: the tag's method when the weights carry a tag (the deploy
+    tooling passes it), else the request's."""
+    return ctx.tag.method if ctx.tag else ctx.requested_quantization
 
 
-def canonical(method: str | None, ctx: LaunchContext) -> str | None:
-    """The method vLLM ends up with for a checkpoint method / user value pair (None = unquantized)."""
-    if method is None:
-        return None
-    if method in AWQ_FAMILY:
-        return "auto_awq"
-    if method in GPTQ_FAMILY:
-        return "auto_gptq"
-    if method in ("mxfp4", "gpt_oss_mxfp4") and ctx.facts.model_type == "gpt_oss":
-        return "gpt_oss_mxfp4"
-    return method
-
-
-def compatible(ckpt: str, value: str, ctx: LaunchContext) -> bool:
-    """Does ``value`` (a user flag or tag) agree with checkpoint method ``ckpt`` under 0.33's override table?"""
-    if value == ckpt:
-        return True
-    if ckpt == "awq" and value in AWQ_FAMILY:
-        return True
-    if ckpt == "gptq" and value in GPTQ_FAMILY:
-        return True
-    if ckpt in ("awq", "gptq") and value == "moe_wna16" and ctx.facts.is_moe:
-        return True
-    if value != "humming" and flag_overridden(ctx):
-        return True  # the override ignores the user's value (see flag_overridden)
-    if value == "humming" and ctx.facts.model_type != "gpt_oss":
-        return True
-    return False
+def verdict(ctx: LaunchContext, value: str | None) -> Verdict:
+    """What the target release does with the checkpoint's config and ``value`` as ``--quantization``."""
+    mt = ctx.facts.raw_config.get("model_type")
+    return reconcile(
+        checkpoint_quant_cfg(ctx),
+        value,
+        model_type=mt if isinstance(mt, str) else None,
+        gpu=ctx.gpu,
+        line=ctx.line,
+        env=ctx.request.env,
+    )
 
 
 def effective_quantization(ctx: LaunchContext) -> str | None:
-    """The ``--quantization`` value to render: the tag's method when the weights carry a tag, else the request's;
-    online ``fp8`` on an unquantized checkpoint becomes ``fp8_per_tensor``; None lets vLLM read the checkpoint."""
-    value = ctx.tag.method if ctx.tag else ctx.requested_quantization
-    if value == "fp8" and ctx.checkpoint_quant is None:
-        return "fp8_per_tensor"
-    if value is not None and value not in ctx.line.quant_methods:
+    """The ``--quantization`` value to render: on a quantized checkpoint the method the release ends with for the
+    given value (its override may replace it: ``awq`` on a ModelOpt FP8 checkpoint runs ``modelopt``); on an
+    unquantized one the given online method (``fp8`` becomes ``fp8_per_tensor``); None lets vLLM read the
+    checkpoint."""
+    value = user_value(ctx)
+    if value is None:
         return None
-    return value
+    if ctx.checkpoint_quant is None and value == "fp8":
+        return "fp8_per_tensor"
+    if ctx.checkpoint_quant is not None:
+        v = verdict(ctx, value)
+        if v.refusal is None and v.method in ctx.line.quant_methods:
+            return v.method
+    return value if value in ctx.line.quant_methods else None
 
 
 @rule("quant_unknown", severity="error", source=SRC_UNKNOWN)
 def quant_unknown(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--quantization`` must be one of the target version's methods; bitsandbytes and GGUF are plugins in 0.33.
-    A checkpoint whose override ignores the flag (gpt-oss MXFP4, DeepSeek-V4 FP8, ModelOpt: ``flag_overridden``)
-    replaces it before this check, so any flag loads there.
+    vLLM checks the value its override mechanism ends with (vllm 0.33.0 vllm/config/model.py:1464-1469 after
+    :1427-1449), so a name an override replaces is not refused (``--quantization bitsandbytes`` on a ModelOpt FP8
+    checkpoint runs ``modelopt`` in 0.33).
 
     vLLM: "Unknown quantization method: {q}. Must be one of {supported}."
     """
     out = []
-    flag = None if flag_overridden(ctx) else ctx.requested_quantization
-    for label, value in (
-        ("--quantization", flag),
-        ("checkpoint quant_method", ctx.checkpoint_quant),
+    for label, value, asked in (
+        ("--quantization", ctx.requested_quantization, ctx.requested_quantization),
+        ("checkpoint quant_method", ctx.checkpoint_quant, user_value(ctx)),
     ):
-        if value is None or value in ctx.line.quant_methods:
+        if value is None or value in ctx.line.quant_methods or _replaced(ctx, asked):
             continue
         plugin = ctx.line.plugin_only.get(value)
         extra = (
@@ -147,34 +99,32 @@ def quant_unknown(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return out
 
 
+def _replaced(ctx: LaunchContext, value: str | None) -> bool:
+    """Does an override of the target release claim the launch (so neither the checkpoint's method nor ``value``
+    is what vLLM checks)?"""
+    if ctx.checkpoint_quant is None:
+        return False
+    v = verdict(ctx, value)
+    return v.claimed_by is not None and v.refusal is None
+
+
 @rule("quant_mismatch", "quant_no_config", "quant_fp8_online_deprecated", severity="error", source=SRC_MISMATCH)
 def quant_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """The tag, the checkpoint's quant_method and ``--quantization`` must agree after vLLM's override table.
-
-    awq ↔ {awq, awq_marlin, auto_awq, marlin}; gptq ↔ {gptq, gptq_marlin, auto_gptq, marlin}; AWQ/GPTQ MoE ↔
-    moe_wna16; gpt-oss mxfp4 ignores the flag; anything else must be equal. A pre-quantized method on an unquantized
-    checkpoint cannot load (``quant_no_config``); online ``fp8`` on one is deprecated (``fp8_per_tensor``).
+    """The tag, the checkpoint's quant_method and ``--quantization`` must agree the way the target release
+    reconciles them: it asks every method's ``override_quantization_method`` in its own order and the first claim
+    replaces the value (0.33: ``awq``/``awq_marlin`` on an AWQ checkpoint run ``auto_awq``, any value on a ModelOpt
+    FP8 checkpoint runs ``modelopt``, on gpt-oss MXFP4 ``gpt_oss_mxfp4``, ``moe_wna16`` claims 4/8-bit GPTQ and 4-bit
+    AWQ, ``humming`` anything but gpt-oss MXFP4); without a claim a value that differs from the checkpoint's method
+    is refused. A pre-quantized method on an unquantized checkpoint cannot load (``quant_no_config``); online
+    ``fp8`` on one is deprecated (``fp8_per_tensor``).
     """
     ckpt, user = ctx.checkpoint_quant, ctx.requested_quantization
     tag = ctx.tag.method if ctx.tag else None
+    if ckpt is None:
+        return _unquantized_checkpoint(ctx, emit, tag, user)
     ckpt_source = ctx.facts.quant.source if ctx.facts.quant else "config.json"
     out = []
-    if flag_overridden(ctx):
-        user = None  # vLLM replaces the flag with the override's method (flag_overridden)
-    if user is not None and user not in ctx.line.quant_methods:
-        # unknown method: quant_unknown reports it; still a mismatch when the checkpoint names another method
-        if ckpt is not None and user != ckpt:
-            out.append(
-                emit.error(
-                    "quant_mismatch",
-                    f"Quantization method specified in the model config ({ckpt}) does not match the quantization method "
-                    f"specified in the `quantization` argument ({user}).",
-                    remedy={"quantization": ckpt},
-                    field="engine_args.quantization",
-                )
-            )
-        return out
-    if ckpt is not None and ctx.tag is not None and ctx.tag.method is None:
+    if ctx.tag is not None and ctx.tag.method is None:
         out.append(
             emit.error(
                 "quant_mismatch",
@@ -184,29 +134,45 @@ def quant_mismatch(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 field="model.quantization_txt",
             )
         )
-    if ckpt is not None:
+    asked: list[tuple[str, str | None, str]] = [
+        (label, value, fld)
         for label, value, fld in (
             ("quantization.txt", tag, "model.quantization_txt"),
             ("`quantization` argument", user, "engine_args.quantization"),
-        ):
-            if value is not None and not compatible(ckpt, value, ctx):
-                out.append(
-                    emit.error(
-                        "quant_mismatch",
-                        f"Quantization method specified in the model config ({ckpt}, from {ckpt_source}) "
-                        f"does not match the quantization method specified in the {label} ({value}).",
-                        remedy={"quantization": tag if (tag and compatible(ckpt, tag, ctx)) else ckpt},
-                        field=fld,
-                    )
-                )
-        return out
-    # unquantized checkpoint
-    out.extend(_unquantized_checkpoint(emit, tag, user))
+        )
+        if value is not None
+    ] or [("checkpoint", None, "model.config.quantization_config")]
+    for label, value, fld in asked:
+        v = verdict(ctx, value)
+        if v.refusal is None:
+            continue
+        if v.mismatch:
+            message = (
+                f"Quantization method specified in the model config ({ckpt}, from {ckpt_source}) "
+                f"does not match the quantization method specified in the {label} ({value})."
+            )
+        else:  # an override's own refusal, or the release's guard on its overrides list
+            asked_for = f"{label}: {value}; " if value is not None else ""
+            message = f"{v.refusal} ({asked_for}vllm {ctx.line.newest} {v.at})"
+        nearest = _accepted(ctx, tag, ckpt)
+        out.append(
+            emit.error("quant_mismatch", message, remedy={"quantization": nearest} if nearest else None, field=fld)
+        )
     return out
 
 
-def _unquantized_checkpoint(emit: Emit, tag: str | None, user: str | None) -> list[Finding]:
-    """The tag and the flag on an unquantized checkpoint: they agree, name no pre-quantized method, and not fp8."""
+def _accepted(ctx: LaunchContext, tag: str | None, ckpt: str) -> str | None:
+    """The nearest value the release accepts: the tag's, else the checkpoint's own method, else what it runs with
+    no value at all (None when it refuses the checkpoint whatever the value)."""
+    for value in (tag, ckpt):
+        if value is not None and verdict(ctx, value).refusal is None:
+            return value
+    return verdict(ctx, None).method
+
+
+def _unquantized_checkpoint(ctx: LaunchContext, emit: Emit, tag: str | None, user: str | None) -> list[Finding]:
+    """The tag and the flag on an unquantized checkpoint: they agree, name a method the release can build without
+    a checkpoint config, and not fp8."""
     out = []
     if tag is not None and user is not None and tag != user and not (tag == "fp8" and user == "fp8_per_tensor"):
         out.append(
@@ -218,17 +184,9 @@ def _unquantized_checkpoint(emit: Emit, tag: str | None, user: str | None) -> li
             )
         )
     for value, fld in ((tag, "model.quantization_txt"), (user, "engine_args.quantization")):
-        if value in PRE_QUANTIZED_ONLY:
-            out.append(
-                emit.error(
-                    "quant_no_config",
-                    f"Cannot find the config file for {value}: the checkpoint's config.json has no quantization_config "
-                    f"(and no hf_quant_config.json), so {value} weights cannot be loaded. Use the quantized checkpoint, or "
-                    f"an online method such as fp8_per_tensor.",
-                    remedy={"quantization": "fp8_per_tensor"},
-                    field=fld,
-                )
-            )
+        failure = _without_config(ctx, value)
+        if failure is not None:
+            out.append(emit.error("quant_no_config", failure, remedy={"quantization": "fp8_per_tensor"}, field=fld))
             break
     if "fp8" in (tag, user):
         out.append(
@@ -241,3 +199,26 @@ def _unquantized_checkpoint(emit: Emit, tag: str | None, user: str | None) -> li
             )
         )
     return out
+
+
+def _without_config(ctx: LaunchContext, value: str | None) -> str | None:
+    """Why the release cannot build ``value`` for a checkpoint without a quantization config, or None: its
+    get_quant_config, run on such a checkpoint by the generator (vllm 0.33.0 weight_utils.py:197-393), either finds
+    no config file (AWQ, GPTQ, ModelOpt, INC, MoE WNA16, …) or cannot build the config class without one
+    (compressed-tensors, quark, fbgemm_fp8, torchao). Not judged with ``--quantization-config`` (online arguments)."""
+    facts = override_facts(ctx.line.newest)
+    outcome = facts.no_config.get(value or "", "ok") if facts else "ok"
+    if value is None or ctx.args.get("quantization_config") is not None:
+        return None
+    if "Cannot find the config file" not in outcome and "required positional argument" not in outcome:
+        return None  # built, or failing for another reason (the generator runs it as on a CUDA GPU)
+    if "Cannot find the config file" in outcome:
+        return (
+            f"Cannot find the config file for {value}: the checkpoint's config.json has no quantization_config (and no "
+            f"hf_quant_config.json), so {value} weights cannot be loaded. Use the quantized checkpoint, or an online "
+            f"method such as fp8_per_tensor."
+        )
+    return (
+        f"vLLM {ctx.line.newest} cannot build {value} for a checkpoint without a quantization config ({outcome}). "
+        f"Use the quantized checkpoint, or an online method such as fp8_per_tensor."
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from service.domain.versions import resolve_version
 from tests.support import request
-from tests.support.rules import found
+from tests.support.rules import AWQ, found, quantized, run
 
 QUANT_RULES = ("quant_unknown", "quant_mismatch", "quant_no_config", "quant_fp8_online_deprecated")
 LINE = resolve_version("0.33.0")[1]
@@ -29,12 +29,56 @@ def test_a_method_of_an_older_line_is_unknown_and_names_its_plugin():
     assert quant_findings(request("meta-llama__Meta-Llama-3.1-8B", quantization="fp8_per_tensor")) == []
 
 
-def test_a_modelopt_checkpoint_replaces_the_flag_like_vllm():
-    """vLLM 0.33 merges hf_quant_config.json into the config (transformers_utils/config.py:951-965) and the ModelOpt
-    override claims it whatever --quantization says (modelopt.py:453-459; model.py:1425-1450): no mismatch."""
-    assert quant_findings(request(MODELOPT, quantization="awq")) == []
-    assert quant_findings(request(MODELOPT, quantization="bitsandbytes")) == []
+def test_a_modelopt_fp8_checkpoint_runs_modelopt_whatever_the_flag_names():
+    """vLLM 0.33 asks ModelOptFp8Config.override_quantization_method before comparing the names (vllm 0.33.0
+    vllm/config/model.py:1427-1449; modelopt.py:453-459): it claims an FP8 ModelOpt checkpoint for any value."""
+    req = request(MODELOPT, quantization="awq", tensor_parallel_size=2, max_model_len=8192)
+    assert quant_findings(req) == []
+    result = run(req)
+    assert result.argv[result.argv.index("--quantization") + 1] == "modelopt"  # the method vLLM runs
     assert quant_findings(request(MODELOPT, quantization="modelopt")) == []
+    # replaced before vLLM's unknown-method check (vllm/config/model.py:1464-1469)
+    assert quant_findings(request(MODELOPT, quantization="bitsandbytes")) == []
+
+
+def test_an_awq_checkpoint_refuses_gptq_and_runs_auto_awq_for_its_own_names():
+    req = quantized("meta-llama__Meta-Llama-3.1-8B", AWQ, quantization="gptq")
+    [f] = quant_findings(req)
+    assert (f.rule, f.severity.value, f.field) == ("quant_mismatch", "error", "engine_args.quantization")
+    assert f.message == (
+        "Quantization method specified in the model config (awq, from config.json) "
+        "does not match the quantization method specified in the `quantization` argument (gptq)."
+    )
+    assert f.remedy == {"quantization": "awq"}
+    ok = quantized("meta-llama__Meta-Llama-3.1-8B", AWQ, quantization="awq_marlin")
+    assert quant_findings(ok) == []
+    argv = run(ok).argv
+    assert argv[argv.index("--quantization") + 1] == "auto_awq"  # auto_awq.py:263-286
+
+
+def test_the_reconciliation_follows_the_target_release_and_gpu():
+    """vLLM 0.10.2 converts AWQ to Marlin only on 8.0+ GPUs (awq_marlin.py:108-130, utils/marlin_utils.py:46):
+    ``awq_marlin`` on a T4 matches no override there and is refused; 0.33 runs auto_awq for it."""
+    old = quantized("meta-llama__Meta-Llama-3.1-8B", AWQ, gpu="t4-16gb", count=1, quantization="awq_marlin")
+    old["vllm_version"] = "0.10.2"
+    [f] = quant_findings(old)
+    assert f.rule == "quant_mismatch" and f.message.endswith("`quantization` argument (awq_marlin).")
+    assert f.remedy == {"quantization": "awq"}
+    old["hardware"]["gpu"] = "a100-sxm4-80gb"
+    assert quant_findings(old) == []
+    old["vllm_version"] = "0.33.0"
+    old["hardware"]["gpu"] = "t4-16gb"
+    assert quant_findings(old) == []
+
+
+def test_an_override_s_own_refusal_is_vllm_s_text():
+    [f] = quant_findings(request("openai__gpt-oss-120b", quantization="humming"))
+    assert (f.rule, f.field) == ("quant_mismatch", "engine_args.quantization")
+    assert f.message == (
+        "For gpt-oss model, use '--moe-backend humming' instead of '--quantization humming'. (`quantization` "
+        "argument: humming; vllm 0.33.0 vllm/model_executor/layers/quantization/humming.py:179)"
+    )
+    assert f.remedy == {"quantization": "mxfp4"}  # the checkpoint's own name, which the override accepts
 
 
 def test_gpt_oss_mxfp4_takes_any_flag_and_deepseek_v4_fp8_too():
@@ -77,6 +121,18 @@ def test_a_pre_quantized_method_on_unquantized_weights_has_no_config():
     )
     assert f.remedy == {"quantization": "fp8_per_tensor"}
     assert quant_findings(request(PLAIN, quantization="fp8_per_tensor")) == []
+
+
+def test_methods_vllm_builds_without_a_checkpoint_config_are_not_refused():
+    """What get_quant_config does with no checkpoint config comes from the release (generated ``no_config``): in 0.33
+    mxfp4 is an online shorthand and builds (vllm/config/quantization.py), compressed-tensors cannot be built."""
+    assert quant_findings(request(PLAIN, quantization="mxfp4")) == []
+    [f] = quant_findings(request(PLAIN, quantization="compressed-tensors"))
+    assert (f.rule, f.field) == ("quant_no_config", "engine_args.quantization")
+    assert f.message.startswith(
+        "vLLM 0.33.0 cannot build compressed-tensors for a checkpoint without a quantization config (TypeError: "
+        "CompressedTensorsConfig.__init__() missing 3 required positional arguments"
+    )
 
 
 def test_online_fp8_is_deprecated_for_fp8_per_tensor():
