@@ -200,10 +200,25 @@ def where(fn, root: pathlib.Path) -> str:
 GPU_ONLY_MODULES = ("vllm.models.deepseek_v41",)
 
 
+def _no_torch_compile() -> None:
+    try:
+        import torch
+    except ImportError:
+        return
+
+    def compile_(model=None, **kwargs):
+        return model if model is not None else (lambda fn: fn)
+
+    torch.compile = compile_
+
+
 def verifier():
     """ModelConfig._verify_quantization of this release and the quantization package it asks. Every config class
     is imported first with the platform unspecified: module-level code that asks a CUDA platform for its compiled
-    kernels would fail here; the override functions ask the platform when called, after stub_platform."""
+    kernels would fail here; the override functions ask the platform when called, after stub_platform.
+    ``torch.compile`` is made a no-op first: 0.8 compiles a function when vocab_parallel_embedding.py is imported,
+    which pulls torch's inductor in against the placeholder ``triton`` module vLLM installs without triton."""
+    _no_torch_compile()
     config = auto_import("vllm.config")
     quant = auto_import("vllm.model_executor.layers.quantization")
     for name in quant.QUANTIZATION_METHODS:

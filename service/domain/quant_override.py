@@ -184,10 +184,19 @@ def bitblas(p: Probe, site: Site) -> str | None:
 
 
 def gptq_bitblas(p: Probe, site: Site) -> str | None:
-    """vllm 0.8.5-0.15.1 gptq_bitblas.py override (0.15.1 :181-205): claims only what is_gptq_bitblas_compatible
-    accepts, which ends in utils/bitblas_utils.py _check_bitblas_supported importing the ``bitblas`` package
-    (0.10.2 :76-87). vLLM does not install it (not among its requirements), so no claim."""
-    return None
+    """vllm 0.8.5-0.15.1 gptq_bitblas.py override (0.15.1 :181-205), for no value, ``bitblas`` or
+    ``gptq_bitblas``. From 0.9 is_gptq_bitblas_compatible needs CUDA and ends in utils/bitblas_utils.py
+    _check_bitblas_supported importing the ``bitblas`` package (0.9.2 :77; 0.10.2 :76-87), which vLLM does not
+    install: no claim. 0.8.5 (gptq_bitblas.py:186-210, bitblas_utils.py:29-74) asks neither the platform, the
+    package nor even the quant_method: bits, group_size, sym and desc_act set, (bits, sym) in {(4, True), (8,
+    True)}, capability 7.0+ and a BitBLAS group size."""
+    if p.release >= (0, 9, 0) or p.user not in (None, "bitblas", "gptq_bitblas"):
+        return None
+    bits, group, sym = p.cfg.get("bits"), p.cfg.get("group_size"), p.cfg.get("sym")
+    if bits is None or group is None or sym is None or p.cfg.get("desc_act") is None:
+        return None
+    ok = _has(bits, (4, 8)) and _has(sym, (True,)) and p.capability >= 70 and _has(group, (-1, 32, 64, 128))
+    return "gptq_bitblas" if ok else None
 
 
 def not_on_gpu(p: Probe, site: Site) -> str | None:
