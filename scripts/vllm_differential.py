@@ -406,6 +406,20 @@ def cause(kind: str, vllm: dict[str, Any], pf: dict[str, Any]) -> str:
     return text.split(" [type=")[0][:120]
 
 
+def keep_agreeing(kind: str, pf: dict[str, Any], kept: Counter, per_rule: int = 2, accepts: int = 20) -> bool:
+    """A few agreeing launches as regression cases: the first ``per_rule`` refusals of each Preflight rule, the first
+    ``accepts`` accepts."""
+    if any(e.startswith("input:") for e in pf["errors"]):
+        return False  # refused as bad input (422): not a launch case
+    if kind == "agree_accept":
+        kept["accept"] += 1
+        return kept["accept"] <= accepts
+    fresh = [e for e in pf["errors"] if e not in BEYOND_CONFIG and kept[e] < per_rule]
+    for e in fresh:
+        kept[e] += 1
+    return bool(fresh)
+
+
 def write_case(out: pathlib.Path, version: str, case: dict, vllm: dict, pf: dict, kind: str) -> None:
     name = case["model"].replace("/", "__")
     doc = {
@@ -425,7 +439,10 @@ def write_case(out: pathlib.Path, version: str, case: dict, vllm: dict, pf: dict
         "hardware": {"gpu": case["gpu"], "count": case["count"], "nodes": 1, "interconnect": "nvlink"},
         "environment": "benchmark",
         "engine_args": case["engine_args"],
-        "expect": {"verdict": vllm["verdict"], "rules": []},
+        "expect": {
+            "verdict": vllm["verdict"],
+            "rules": [e for e in pf["errors"] if e not in BEYOND_CONFIG] if kind == "agree_reject" else [],
+        },
         "notes": {"argv": case["argv"], "vllm": vllm, "preflight": pf},
     }
     (out / f"{kind}-{case['id']}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -468,11 +485,14 @@ def run(version: str, n: int, seed: int, out: pathlib.Path, work: pathlib.Path, 
     for old in out.glob("*-d*.json"):
         old.unlink()
     rows = []
+    kept: Counter = Counter()
     for case in cases:
         vllm, pf = verdicts[case["id"]], preflight_verdict(version, case)
         kind = classify(vllm, pf)
         rows.append((case, vllm, pf, kind))
         if kind in ("false_reject", "missed_reject", "memory_only"):
+            write_case(out, version, case, vllm, pf, kind)
+        elif kind in ("agree_reject", "agree_accept") and keep_agreeing(kind, pf, kept):
             write_case(out, version, case, vllm, pf, kind)
     report = summarize(version, n, seed, rows, time.monotonic() - t0)
     report["families"] = family_rows(rows)
