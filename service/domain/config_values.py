@@ -47,7 +47,7 @@ def _or(choices: list[Any]) -> str:
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
 
 
-def _as_int(v: Any) -> tuple[int | None, str | None]:
+def as_int(v: Any) -> tuple[int | None, str | None]:
     """(the int pydantic reads, None) or (None, its message); (None, None) = accepted but not read (huge)."""
     if isinstance(v, bool) or isinstance(v, int):
         return int(v), None
@@ -72,7 +72,7 @@ def _as_int(v: Any) -> tuple[int | None, str | None]:
     return None, "Input should be a valid integer"
 
 
-def _as_float(v: Any) -> tuple[float | None, str | None]:
+def as_float(v: Any) -> tuple[float | None, str | None]:
     if isinstance(v, (bool, int, float)):
         try:
             return float(v), None
@@ -84,6 +84,13 @@ def _as_float(v: Any) -> tuple[float | None, str | None]:
         except ValueError:
             return None, "Input should be a valid number, unable to parse string as a number"
     return None, "Input should be a valid number"
+
+
+def as_bool(v: Any) -> bool | None:
+    """The bool pydantic's lax mode reads from ``v``, or None when it refuses it."""
+    if _bool_problem(v):
+        return None
+    return v.lower() in _TRUE if isinstance(v, str) else bool(v)
 
 
 def _bool_problem(v: Any) -> str | None:
@@ -132,7 +139,7 @@ def _choice_problem(v: Any, facts: dict[str, Any]) -> str | None:
     words = f"Input should be {_or(choices)}"
     kind = facts.get("type")
     if kind == "int" or kind == "float":  # an int/float Enum: pydantic reads the number first ("2" is 2)
-        x, problem = _as_int(v) if kind == "int" else _as_float(v)
+        x, problem = as_int(v) if kind == "int" else as_float(v)
         if x is None:
             return None if problem is None else words
         return None if x in choices else words
@@ -160,7 +167,7 @@ def judge(v: Any, facts: dict[str, Any]) -> tuple[str, Any] | None:
         return (problem, None) if problem else None
     kind = facts.get("type")
     if kind == "int" or kind == "float":
-        x, problem = _as_int(v) if kind == "int" else _as_float(v)
+        x, problem = as_int(v) if kind == "int" else as_float(v)
         if problem:
             return problem, None
         return _bound_problem(x, facts) if x is not None else None

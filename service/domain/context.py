@@ -191,6 +191,37 @@ def apply_hf_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> dic
     return merge(config, overrides)
 
 
+def _overridden_path(path: str, config: Any, overrides: dict[str, Any]) -> bool:
+    """Whether the config value at ``path`` (``rope_scaling.factor``, ``text_config.num_hidden_layers``) is one the
+    overrides set: a key they give, or inside an object they set whole (merged objects as apply_hf_overrides)."""
+    base, over = config, overrides
+    for part in path.split("."):
+        key = part.split("[", 1)[0]
+        if key not in over:
+            return False
+        value = over[key]
+        merged = key.endswith("_config") and key != "quantization_config" and isinstance(value, dict)
+        if not (merged and isinstance(base, dict) and isinstance(base.get(key), dict)):
+            return True  # set whole: everything under it is the override's
+        base, over = base[key], value
+    return False
+
+
+def _named_where_given(e: DomainError, config: Any, overrides: dict[str, Any], args: EngineArgs) -> DomainError:
+    """A bad config value that --hf-overrides (or --rope-scaling, which joins them) set is named in engine_args."""
+    head = "model.config."
+    path = e.field[len(head) :]
+    if not e.field.startswith(head) or not _overridden_path(path, config, overrides):
+        return e
+    top, *rest = path.split(".", 1)
+    if top == "rope_scaling" and overrides[top] is args.values.get(top):  # --rope-scaling: the object itself
+        option, where = "rope_scaling", ".".join(["engine_args.rope_scaling", *rest])
+    else:
+        option, where = "hf_overrides", f"engine_args.hf_overrides.{path}"
+    message = f"{e.message.replace(e.field, where)} (set by --{option.replace('_', '-')})"
+    return DomainError(where, message, rule=e.rule, accepted=e.accepted)
+
+
 def release_overrides(args: EngineArgs, line: VersionLine) -> dict[str, Any]:
     """The config overrides the release applies: ``--hf-overrides`` (a JSON object), and up to 0.10
     ``--rope-scaling``, which joins them as ``{"rope_scaling": ...}`` after them (vllm 0.8.5 vllm/config.py:403-407;
@@ -227,7 +258,10 @@ def build_context(req: LaunchRequest) -> LaunchContext:
     length = _length_input(config, overrides, line) if isinstance(config, dict) else None
     if overrides:
         config = apply_hf_overrides(config, overrides)
-    facts = read_model_facts(config, req.model.hf_quant_config, line.length_defaults, length)
+    try:
+        facts = read_model_facts(config, req.model.hf_quant_config, line.length_defaults, length)
+    except DomainError as e:
+        raise _named_where_given(e, req.model.config, overrides, args) from None
     gpu = resolve(req.hardware.gpu if isinstance(req.hardware.gpu, str) else req.hardware.gpu.model_dump())
     tag = (
         parse_quantization_txt(req.model.quantization_txt, line.quant_methods)

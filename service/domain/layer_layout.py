@@ -186,7 +186,8 @@ def _is_moe(text: dict[str, Any], first_k: int, mlp_only: set[int]) -> Any:
 def _mlps(text: dict[str, Any], layers: int, num_experts: int, first_k: int) -> list[str]:
     if not num_experts:
         return ["dense"] * layers
-    mlp_only = {i for i in text.get("mlp_only_layers") or () if isinstance(i, int)}
+    # vLLM tests ``layer_idx not in config.mlp_only_layers`` (qwen3_moe.py:385-391): 3.0 names layer 3
+    mlp_only = {int(i) for i in text.get("mlp_only_layers") or () if isinstance(i, (int, float)) and i == int(i)}
     is_moe = _is_moe(text, first_k, mlp_only)
     return ["moe" if is_moe(i) else "dense" for i in range(layers)]
 
@@ -215,21 +216,27 @@ def layer_layout(
 ) -> LayerLayout:
     """The kind of every decoder layer (module docstring), as runs. A request reads its config once per plan it
     weighs (alternatives, remedies): the layout is cached on the values it depends on."""
-    values = tuple(tuple(v) if isinstance(v, list) else v for v in (text.get(k) for k in LAYOUT_KEYS))
-    try:  # the types join the key: True == 1 must not share a layout
-        return _cached_layout(
-            values, tuple(map(type, values)), layers, model_type, num_experts, first_k, is_mla, prefix
-        )
+    values = tuple(text.get(k) for k in LAYOUT_KEYS)
+    try:
+        key = tuple(map(_typed, values))
+        return _cached_layout(key, layers, model_type, num_experts, first_k, is_mla, prefix)
     except TypeError:  # an unhashable value (a hostile list of objects): build it uncached
         return _layout(
             dict(zip(LAYOUT_KEYS, values, strict=True)), layers, model_type, num_experts, first_k, is_mla, prefix
         )
 
 
+def _typed(v: Any) -> Any:
+    """A config value as a cache key that keeps every type: ``True``, ``1`` and ``1.0`` are equal in Python but read
+    differently (``compress_ratios`` [4.0] is no 4), so neither a value nor a list item may share another's entry."""
+    if isinstance(v, list):
+        return list, tuple((type(x), x) for x in v)
+    return type(v), v
+
+
 @functools.lru_cache(maxsize=64)
 def _cached_layout(
-    values: tuple[Any, ...],
-    types: tuple[type, ...],
+    key: tuple[Any, ...],
     layers: int,
     model_type: str | None,
     num_experts: int,
@@ -237,6 +244,7 @@ def _cached_layout(
     is_mla: bool,
     prefix: str,
 ) -> LayerLayout:
+    values = ([x for _, x in v] if kind is list else v for kind, v in key)
     return _layout(
         dict(zip(LAYOUT_KEYS, values, strict=True)), layers, model_type, num_experts, first_k, is_mla, prefix
     )

@@ -174,7 +174,13 @@ def _dicts(value: dict[str, Any], field: str, nested_ok: bool) -> list[tuple[str
 
 
 def _normalised(
-    d: dict[str, Any], field: str, as_given: bool, text: dict[str, Any], rules: LengthRules, problems: list[str]
+    d: dict[str, Any],
+    field: str,
+    as_given: bool,
+    text: dict[str, Any],
+    rules: LengthRules,
+    problems: list[str],
+    top_field: str,
 ) -> dict[str, Any]:
     """The rope dict as the release's loader leaves it (``type`` → ``rope_type``, su → longrope, mrope → default;
     original_max_position_embeddings from the top level from 0.13, or max_position_embeddings under Transformers 5)
@@ -202,8 +208,8 @@ def _normalised(
     out["rope_type"] = {"su": "longrope", "mrope": "default"}.get(rtype, rtype) if not as_given else rtype
     if out["rope_type"] in ("yarn", "llama3", "longrope") and not as_given:
         top = text.get("original_max_position_embeddings")
-        if rules.top_level_original and top:
-            out["original_max_position_embeddings"] = top
+        if rules.top_level_original and top:  # config.json's own key: a bad value is named there
+            out["original_max_position_embeddings"] = config_int(top, top_field)
         elif rules.transformers_v5 and text.get("max_position_embeddings"):
             out.setdefault("original_max_position_embeddings", text.get("max_position_embeddings"))
     out["factor"] = config_number(out.get("factor"), field + ".factor", 0, MAX_ROPE_FACTOR)
@@ -234,8 +240,9 @@ def rope_read(text: dict[str, Any], length: LengthInput, prefix: str) -> RopeRea
     if not isinstance(value, dict):
         raise DomainError(field, f"{field} must be an object, got {type(value).__name__}", rule="config_invalid")
     problems: list[str] = []
+    top_field = prefix + "original_max_position_embeddings"
     dicts = [
-        _normalised(d, f, as_given, text, length.rules, problems)
+        _normalised(d, f, as_given, text, length.rules, problems, top_field)
         for f, d in _dicts(value, field, length.rules.reads_rope_parameters)
     ]
     return RopeRead(dicts, key, field, as_given, problems, ignored)
@@ -272,13 +279,7 @@ def derive(
             value, key = mml, "model_max_length"
         derived = value if yarn is None else yarn
         if factor is not None:
-            if derived * factor > MAX_LENGTH:
-                raise DomainError(
-                    rope.field + ".factor",
-                    f"rope scaling factor {factor:g} × {key} {derived} exceeds {MAX_LENGTH} tokens",
-                    rule="config_out_of_range",
-                )
-            derived = int(derived * factor)
+            derived = _scaled(derived, factor, key, rope.field)
         default = _default(text, rope, rules, derived)
     return MaxLen(
         derived=derived,
@@ -297,6 +298,22 @@ def derive(
         rope_as_given=rope.as_given,
         yarn_scales=rules.yarn_scales,
     )
+
+
+def _scaled(length: int, factor: float, key: str, field: str) -> int:
+    """``int(length × factor)``, as vLLM's derivation truncates it, within [1, 2^40] tokens: a factor that derives no
+    token leaves max_model_len 0, and vLLM 0.33's scheduler config refuses the max_num_batched_tokens it fills from
+    it (vllm 0.33.0 vllm/engine/arg_utils.py:3219-3224 min(max_num_seqs × max_model_len, …);
+    vllm/config/scheduler.py:48 ge=1)."""
+    scaled = length * factor
+    if not 1 <= scaled <= MAX_LENGTH:
+        raise DomainError(
+            field + ".factor",
+            f"rope scaling factor {factor:g} × {key} {length} is {scaled:g} tokens: the derived length must be "
+            f"between 1 and {MAX_LENGTH} tokens",
+            rule="config_out_of_range",
+        )
+    return int(scaled)
 
 
 def _default(text: dict[str, Any], rope: RopeRead, rules: LengthRules, derived: int) -> int:

@@ -175,3 +175,53 @@ def test_qwen3_is_judged_by_the_08_line_and_registered_there():
     assert "Qwen3ForCausalLM" not in resolve_version("0.7.3")[1].architectures
     r = validate(launch("0.8.5"), alternatives=False)
     assert not any(f.rule == "arch_unsupported" for f in r.findings)
+
+
+def _field_of(version: str, config: dict | None = None, **engine_args) -> str:
+    from service.domain.errors import DomainError
+
+    with pytest.raises(DomainError) as e:
+        build_context(launch(version, config=config, **engine_args))
+    return e.value.field
+
+
+@pytest.mark.parametrize(
+    "overrides,field",
+    [
+        ({"num_hidden_layers": "abc"}, "engine_args.hf_overrides.num_hidden_layers"),
+        ({"rope_parameters": {**YARN, "factor": "x"}}, "engine_args.hf_overrides.rope_parameters.factor"),
+        ({"max_position_embeddings": -1}, "engine_args.hf_overrides.max_position_embeddings"),
+        ({"text_config": {"num_hidden_layers": 5}}, "engine_args.hf_overrides.text_config.num_attention_heads"),
+    ],
+)
+def test_a_bad_value_an_override_set_is_named_where_it_was_given(overrides, field):
+    """The value came from --hf-overrides, not from config.json: the 422 names the engine argument."""
+    assert _field_of("0.33.0", hf_overrides=overrides) == field
+
+
+def test_a_bad_value_of_config_json_is_still_named_in_the_config():
+    config = {**model_config(QWEN3), "num_hidden_layers": "abc"}
+    assert _field_of("0.33.0", config=config, hf_overrides={"max_position_embeddings": 65536}) == (
+        "model.config.num_hidden_layers"
+    )
+
+
+def test_a_top_level_original_length_is_named_at_the_top_level():
+    """The loader copies the top-level original_max_position_embeddings into the rope dict (0.13+): a bad one is
+    config.json's top-level key, not a rope dict key the config never had."""
+    config = {**model_config(QWEN3), "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    config["original_max_position_embeddings"] = "abc"
+    assert _field_of("0.33.0", config=config) == "model.config.original_max_position_embeddings"
+
+
+@pytest.mark.parametrize("factor", [0, 1e-9])
+def test_a_rope_factor_that_derives_no_length_is_a_422_naming_it(factor):
+    """length × factor below one token: vLLM derives max_model_len 0 and its scheduler config refuses the
+    max_num_batched_tokens it fills from it (min(max_num_seqs × 0, …) = 0 < 1)."""
+    config = {**model_config(QWEN3), "rope_scaling": {"rope_type": "dynamic", "factor": factor}}
+    assert _field_of("0.33.0", config=config) == "model.config.rope_scaling.factor"
+
+
+def test_a_bad_rope_scaling_option_is_named_as_the_option():
+    """Up to 0.10 --rope-scaling joins the overrides as rope_scaling: its bad factor is that option's."""
+    assert _field_of("0.8.5", rope_scaling={**YARN, "factor": "x"}) == "engine_args.rope_scaling.factor"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config_values import as_bool, as_float, as_int
 from ..context import LaunchContext
 from ..versions import Architecture
 
@@ -50,3 +51,23 @@ def whole(value: Any) -> int | None:
 def number(value: Any) -> float | None:
     """A JSON number (not a boolean), else None."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# Values inside a config class that pydantic validates in lax mode (SpeculativeConfig, EPLBConfig, ...): a check
+# between its fields sees what pydantic converted ("3" and 3.0 are 3, "yes" is True); None where pydantic refuses
+# the value (its own type error says so) — service/domain/config_values.py
+
+
+def lax_int(value: Any) -> int | None:
+    """The int pydantic's lax mode reads from ``value`` (``"3"``, ``3.0``, ``True``), else None."""
+    return as_int(value)[0]
+
+
+def lax_number(value: Any) -> float | None:
+    """The float pydantic's lax mode reads from ``value`` (``"0.5"``, ``1``), else None."""
+    return as_float(value)[0]
+
+
+def lax_true(value: Any) -> bool:
+    """``value`` is True for a bool field in pydantic's lax mode (``True``, ``1``, ``"yes"``, ``"true"``, ...)."""
+    return as_bool(value) is True

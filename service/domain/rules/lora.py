@@ -10,7 +10,7 @@ from ..context import LaunchContext
 from ..findings import Finding
 from ..versions import parse_version
 from . import Emit, rule
-from .gating import at_least, for_line, registry_arch, whole
+from .gating import at_least, for_line, lax_int, registry_arch, whole
 from .speculative import speculative_config
 
 SRC_LORA = (
@@ -97,7 +97,7 @@ def lora_spec_batched_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     so ``max_num_batched_tokens`` must hold that many (from 0.11). Judged when max_num_batched_tokens is set: vLLM's
     own default depends on settings Preflight does not model (performance mode, batched-DP MoE)."""
     cfg = speculative_config(ctx)
-    k = whole(cfg.get("num_speculative_tokens")) if cfg else None
+    k = lax_int(cfg.get("num_speculative_tokens")) if cfg else None
     if not ctx.args.get("enable_lora") or k is None or k <= 0 or not at_least(ctx, (0, 11)):
         return []
     if "max_num_batched_tokens" not in ctx.args.given:

@@ -13,7 +13,7 @@ from ..findings import Finding
 from ..memory import pp_partition
 from ..model_facts import padded_vocab
 from . import Emit, rule
-from .gating import at_least, for_line, whole
+from .gating import at_least, for_line, lax_int
 from .parallel import tp_candidates
 from .shapes import dense_mlp_present, moe_ranks, shared_expert_size
 
@@ -263,7 +263,7 @@ EPLB_PARALLELISM = {
 
 def _redundant_experts(ctx: LaunchContext) -> int:
     cfg = ctx.args.get("eplb_config")
-    return (whole(cfg.get("num_redundant_experts")) or 0) if isinstance(cfg, dict) else 0
+    return (lax_int(cfg.get("num_redundant_experts")) or 0) if isinstance(cfg, dict) else 0
 
 
 @rule("eplb_options", severity="error", source=SRC_EPLB)

@@ -10,7 +10,7 @@ from typing import Any
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
-from .gating import at_least, effective, number, whole
+from .gating import at_least, effective, lax_int, lax_number, lax_true, whole
 
 SRC_FLAGS = "vllm 0.33.0 vllm/engine/arg_utils.py:2108-2121 (same in 0.24.0 arg_utils.py:1706-1719)"
 SRC_TOKENS = (
@@ -133,7 +133,7 @@ def spec_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 field=field,
             )
         ]
-    n = whole(tokens)
+    n = lax_int(tokens)
     if n is not None and n <= 0:
         return [
             emit.error(
@@ -153,7 +153,7 @@ def spec_prompt_lookup(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     cfg = speculative_config(ctx)
     if cfg is None or method_of(cfg) not in NGRAM_METHODS or not at_least(ctx, (0, 8)):
         return []
-    lo, hi = whole(cfg.get("prompt_lookup_min")), whole(cfg.get("prompt_lookup_max"))
+    lo, hi = lax_int(cfg.get("prompt_lookup_min")), lax_int(cfg.get("prompt_lookup_max"))
     if (cfg.get("prompt_lookup_min") is not None and lo is None) or (
         cfg.get("prompt_lookup_max") is not None and hi is None
     ):
@@ -215,7 +215,7 @@ def spec_draft_tp(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 field=field,
             )
         ]
-    draft_tp = whole(cfg.get("draft_tensor_parallel_size"))
+    draft_tp = lax_int(cfg.get("draft_tensor_parallel_size"))
     if draft_tp is None or draft_tp in (1, ctx.tp) or not _builds_draft(cfg):
         return []
     return [
@@ -236,7 +236,7 @@ def _without(cfg: dict[str, Any], *keys: str) -> dict[str, Any]:
 def _rates_problem(rates: list[Any], n: int, cfg: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """Per-position rates: ``n`` of them, each in [0, 1], non-increasing (speculative.py:612-626)."""
     shown = rates if len(rates) <= 16 else [*rates[:16], "…"]  # vLLM prints them all; a message stays short
-    values = [number(r) for r in rates]
+    values = [lax_number(r) for r in rates]
     if len(values) != n:
         return f"synthetic_acceptance_rates must have length {n}, got {shown}.", {
             **cfg,
@@ -277,12 +277,12 @@ def _synthetic_problem(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]] | None
             "synthetic_acceptance_length.",
             {**_without(cfg, "synthetic_acceptance_rates"), "synthetic_acceptance_length": 1.0},
         )
-    n = whole(cfg.get("num_speculative_tokens"))
+    n = lax_int(cfg.get("num_speculative_tokens"))
     if n is None or n <= 0:
         return None  # the count comes from the draft's n_predict, or is refused by spec_tokens
     if isinstance(rates, list):
         return _rates_problem(rates, n, cfg)  # the option's JSON is at most 64 KiB
-    value = number(length)
+    value = lax_number(length)
     if value is not None and not 1.0 <= value <= n + 1:
         return (
             f"synthetic_acceptance_length must be in [1, {n + 1}], got {length}.",
@@ -294,7 +294,7 @@ def _synthetic_problem(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]] | None
 def _fly_problem(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """FLy verification needs two or more speculative tokens and a window below their count (0.33
     speculative.py:2016-2034)."""
-    n = whole(cfg.get("num_speculative_tokens"))
+    n = lax_int(cfg.get("num_speculative_tokens"))
     if cfg.get("rejection_sample_method") != "fly" or n is None:
         return None
     if method_of(cfg) == "extract_hidden_states":
@@ -304,7 +304,7 @@ def _fly_problem(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
         )
     if n < 2:
         return "FLy requires num_speculative_tokens to be at least 2.", {**cfg, "num_speculative_tokens": 2}
-    window = whole(cfg.get("fly_window_size"))
+    window = lax_int(cfg.get("fly_window_size"))
     if window is not None and window >= n:
         return (
             "FLy requires fly_window_size to be smaller than num_speculative_tokens.",
@@ -317,7 +317,7 @@ def _vocab_problem(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """A heterogeneous draft vocabulary: only the draft_model method, greedy draft sampling and full draft logits
     (speculative.py:1995-2013). Only an explicitly named other method is judged: vLLM may detect eagle from the
     draft's name, which Preflight cannot see."""
-    if cfg.get("use_heterogeneous_vocab") is not True:
+    if not lax_true(cfg.get("use_heterogeneous_vocab")):
         return None
     method = method_of(cfg)
     if method is not None and method != "draft_model":
@@ -331,7 +331,7 @@ def _vocab_problem(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
             "draft_sample_method='greedy' (the default) or omit it.",
             {**cfg, "draft_sample_method": "greedy"},
         )
-    if cfg.get("use_local_argmax_reduction") is True:
+    if lax_true(cfg.get("use_local_argmax_reduction")):
         return (
             "use_heterogeneous_vocab is not compatible with use_local_argmax_reduction because token-level "
             "intersection requires the full draft logits.",
@@ -386,8 +386,8 @@ def spec_method_option(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         ]
     if (
         method != "dspark"
-        and cfg.get("enable_adaptive_verification") is True
-        and cfg.get("use_local_argmax_reduction") is True
+        and lax_true(cfg.get("enable_adaptive_verification"))
+        and lax_true(cfg.get("use_local_argmax_reduction"))
     ):
         return [
             emit.error(

@@ -145,3 +145,21 @@ def test_qwen35_gated_deltanet_layers_and_size():
     est = estimate_weights(facts, 1, 1, False, 2, None)
     assert abs(est.total_params / 35e9 - 1) < 0.03, est.total_params
     assert est.checkpoint_bytes > est.total_bytes  # mtp_num_hidden_layers: 1
+
+
+def test_the_layout_cache_does_not_serve_one_config_for_another_that_compares_equal():
+    """The layout cache is shared by every request: lists equal in Python (``[4.0] == [4]``) but read differently
+    must not share an entry, or one request's config decides another's layout."""
+    from service.domain.layer_layout import _layout, layer_layout
+
+    for ratios in ([4.0, 128.0, 0.0], [4, 128, 0]):
+        args = ({"compress_ratios": ratios}, 3, "deepseek_v4", 0, 0, False, "")
+        assert layer_layout(*args) == _layout(*args)
+
+
+def test_an_integral_float_in_mlp_only_layers_names_that_layer():
+    """vLLM tests ``layer_idx not in config.mlp_only_layers`` (qwen3_moe.py:385-391): 3.0 names layer 3 as 3 does."""
+    cfg = model_config("Qwen__Qwen3-30B-A3B")
+    as_float = read_model_facts({**cfg, "mlp_only_layers": [3.0]}).layout
+    as_int = read_model_facts({**cfg, "mlp_only_layers": [3]}).layout
+    assert as_float.count_where(0, 48, mlp="moe") == as_int.count_where(0, 48, mlp="moe") == 47

@@ -74,7 +74,11 @@ def test_pp_with_uni_backend_and_async_scheduling():
         "pp_supported",
     )
     async_pp = request(
-        "meta-llama__Meta-Llama-3.1-70B", count=8, tensor_parallel_size=4, pipeline_parallel_size=2, async_scheduling=True
+        "meta-llama__Meta-Llama-3.1-70B",
+        count=8,
+        tensor_parallel_size=4,
+        pipeline_parallel_size=2,
+        async_scheduling=True,
     )
     # 0.32: the V1 model runner refuses the pair; 0.33 runs it on Model Runner V2 (vLLM 0.33's create_engine_config
     # accepts it, found by scripts/vllm_differential.py)

@@ -56,6 +56,10 @@ def test_lora_with_speculation_needs_batched_tokens():
     )
     assert "512 × (num_speculative_tokens 4 + 1) = 2560" in f.message
     assert f.remedy["max_num_batched_tokens"] == 2560 and f.remedy["speculative_config"]["num_speculative_tokens"] == 3
+    lax = {**spec, "num_speculative_tokens": "4"}  # SpeculativeConfig validates in lax mode: "4" is 4
+    assert errors(
+        _req(max_num_batched_tokens=2048, max_num_seqs=512, speculative_config=lax), "lora_spec_batched_tokens"
+    )
     assert not errors(
         _req(max_num_batched_tokens=4096, max_num_seqs=512, speculative_config=spec), "lora_spec_batched_tokens"
     )

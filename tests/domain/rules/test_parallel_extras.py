@@ -135,6 +135,9 @@ def test_elastic_ep_and_eplb():
     assert f.message == "EPLB requires tensor, prefill-context, or data parallelism, but got TP=1, PCP=1, DP=1."
     (f,) = errors(request(qwen, eplb_config={"num_redundant_experts": 8}), "eplb_options")
     assert f.message.startswith("num_redundant_experts is set to 8 but EPLB is not enabled.")
+    # EPLBConfig validates in lax mode: "8" is 8
+    (f,) = errors(request(qwen, eplb_config={"num_redundant_experts": "8"}), "eplb_options")
+    assert f.message.startswith("num_redundant_experts is set to 8")
 
 
 def test_decode_context_parallel_divides_tp():

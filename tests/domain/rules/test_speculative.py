@@ -3,6 +3,8 @@ fields and against the launch, each with one refused and one accepted launch on 
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support import request
 from tests.support.rules import errors
 
@@ -133,3 +135,44 @@ def test_gated_by_release():
     old["vllm_version"] = "0.10.2"
     assert not errors(old, "spec_model_missing")
     assert errors(_spec(num_speculative_tokens=3), "spec_model_missing")
+
+
+# SpeculativeConfig is a pydantic dataclass validated in lax mode (vllm 0.33.0 vllm/config/speculative.py:406-413):
+# "0" and 0.0 are the int 0, "yes" and 1 the bool True; the checks between its fields see the converted values
+@pytest.mark.parametrize(
+    "spec,rule",
+    [
+        ({"method": "ngram", "num_speculative_tokens": "0"}, "spec_tokens_invalid"),
+        ({"method": "ngram", "num_speculative_tokens": 0.0}, "spec_tokens_invalid"),
+        (
+            {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": "5", "prompt_lookup_max": "2"},
+            "spec_prompt_lookup",
+        ),
+        ({"model": "org/draft", "num_speculative_tokens": 3, "draft_tensor_parallel_size": "3"}, "spec_draft_tp"),
+        (
+            {"model": "org/draft", "method": "eagle", "num_speculative_tokens": 3, "use_heterogeneous_vocab": "yes"},
+            "spec_sampling",
+        ),
+        (
+            {
+                "method": "ngram",
+                "num_speculative_tokens": "2",
+                "rejection_sample_method": "synthetic",
+                "synthetic_acceptance_rates": ["0.5", "0.9"],
+            },
+            "spec_sampling",
+        ),
+        ({"method": "ngram", "num_speculative_tokens": "1", "rejection_sample_method": "fly"}, "spec_sampling"),
+        (
+            {
+                "method": "ngram",
+                "num_speculative_tokens": 3,
+                "enable_adaptive_verification": 1,
+                "use_local_argmax_reduction": "true",
+            },
+            "spec_method_option",
+        ),
+    ],
+)
+def test_values_pydantic_converts_are_judged_as_converted(spec, rule):
+    assert errors(_spec(**spec), rule)
