@@ -564,20 +564,10 @@ def read_model_facts(
     max_len = _lengths(text, model_type, prefix, length_defaults, length)
     num_experts = _read(text, prefix, EXPERT_KEYS, 0, MAX_EXPERTS) or 0
     first_k = _get_int(text, "first_k_dense_replace", prefix, 0, MAX_LAYERS) or 0
-    arch = config.get("architectures") or text.get("architectures") or []
-    if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
-        raise DomainError(
-            "model.config.architectures", "architectures must be a list of class names (strings)", rule="config_invalid"
-        )
+    arch = _architectures(config, text)
     sw = text.get("sliding_window")
     sw = None if sw is None or isinstance(sw, bool) else config_int(sw, prefix + "sliding_window", 0, MAX_LENGTH)
-    vocab_key = "vocab_size" if text.get("vocab_size") else None
-    vocab = config_int(
-        text.get("vocab_size") or config.get("vocab_size"),
-        prefix + "vocab_size" if vocab_key or text is config else "model.config.vocab_size",
-        0,
-        MAX_VOCAB,
-    )
+    vocab = _vocab(config, text, prefix)
     return ModelFacts(
         model_type=model_type,
         architectures=tuple(arch),
@@ -617,6 +607,26 @@ def read_model_facts(
         raw_text_config=text,
         raw_config=config,
         max_len=max_len,
+    )
+
+
+def _architectures(config: dict[str, Any], text: dict[str, Any]) -> list[str]:
+    arch = config.get("architectures") or text.get("architectures") or []
+    if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
+        raise DomainError(
+            "model.config.architectures", "architectures must be a list of class names (strings)", rule="config_invalid"
+        )
+    return arch
+
+
+def _vocab(config: dict[str, Any], text: dict[str, Any], prefix: str) -> int | None:
+    """The vocabulary size, named where it was read (the text config, or the top level of a multimodal config)."""
+    in_text = bool(text.get("vocab_size")) or text is config
+    return config_int(
+        text.get("vocab_size") or config.get("vocab_size"),
+        prefix + "vocab_size" if in_text else "model.config.vocab_size",
+        0,
+        MAX_VOCAB,
     )
 
 
