@@ -1,6 +1,7 @@
 """Differential harness: Preflight's verdicts beside vLLM's own, on thousands of drawn launches.
 
-    .venv/bin/python scripts/vllm_differential.py --vllm 0.33.0 --n 2000 --seed 1      # make differential
+    .venv/bin/python scripts/vllm_differential.py --vllm 0.33.0:300 --seed 5        # one release, 300 launches
+    make differential        # 0.33.0:2000, 0.13.0:500, 0.10.2:500 and docs/differential.md
 
 A seeded generator draws launches over the fixture models (tests/fixtures/models) × catalogue GPUs × parallel
 sizes × dtype × quantization × KV-cache dtype × lengths × 0–4 further options from the release's whole option
@@ -12,9 +13,14 @@ table (valid, invalid and interacting values). Each launch is judged twice:
 vLLM's configuration code cannot see what happens later on the GPU (memory, per-rank shapes in the worker): a
 Preflight error of those rules (``BEYOND_CONFIG``) beside vLLM's accept is counted apart, not as a disagreement.
 
-Output (``--out``, default differential/<release>/): ``report.json`` (counts, agreement both ways, disagreements
-grouped by cause) and one case file per disagreement in the tests/cases format with vLLM's verdict, ready to be
-reviewed into tests/cases/differential/. ``--docs`` regenerates docs/differential.md from the reports present.
+Output (``--out``, default /tmp/preflight-differential/<release>/; give concurrent runs their own): ``report.json``
+(counts, agreement both ways, disagreements grouped by cause), one case file per disagreement and a few agreeing
+launches per rule, in the tests/cases format with vLLM's verdict: agreeing ones are regression cases for
+tests/cases/differential/, disagreements are reviewed into a fix and a case. ``--docs`` writes the run's reports to
+docs/differential/<release>.json and regenerates docs/differential.md from every report there.
+
+Needs: network to PyPI on first use, ~6 GB for the harness environment (a CUDA build of torch with torchvision, used on
+the CPU) and ~5 GB of wheels and unpacked releases under ``--work``; about 1–3 s of CPU per launch.
 """
 
 from __future__ import annotations
