@@ -81,10 +81,17 @@ class LayerLayout:
 
     def counts(self, lo: int, hi: int) -> tuple[int, ...]:
         """Layers of each kind among layers ``[lo, hi)``."""
+        if len(self.starts) == 1:  # one run (most models): no search, asked per stage by every memory rule
+            n = self.num_layers
+            return (max(0, min(hi, n) - max(lo, 0)),)
         return tuple(b - a for a, b in zip(self.upto(lo), self.upto(hi), strict=True))
 
     def count_where(self, lo: int, hi: int, mixer: str | None = None, mlp: str | None = None) -> int:
         """Layers in ``[lo, hi)`` whose mixer / MLP is the one named."""
+        if len(self.kinds) == 1:
+            k = self.kinds[0]
+            wanted = (mixer is None or k.mixer == mixer) and (mlp is None or k.mlp == mlp)
+            return self.counts(lo, hi)[0] if wanted else 0
         return sum(
             n
             for k, n in zip(self.kinds, self.counts(lo, hi), strict=True)
