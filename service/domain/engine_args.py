@@ -49,24 +49,22 @@ MAX_TEXT = 4096
 MAX_LIST = 64
 MAX_JSON_BYTES = 65536
 
-# Range checks that mirror pydantic constraints in vLLM's config classes (ge=1 etc.); gpu_memory_utilization's
+# Range checks that mirror pydantic constraints in vLLM's config classes (ge=1 etc.); only where vLLM's own
+# create_engine_config refuses the value (scripts/vllm_differential.py found 0.33 accepting num_gpu_blocks_override 0,
+# data_parallel_size_local 0, max_cudagraph_capture_size -1 and master_port 0, once refused here); gpu_memory_utilization's
 # (0, 1] range is a *rule* (util_range), not bad input, so it is checked there.
 _MIN = {
     "tensor_parallel_size": 1,
     "pipeline_parallel_size": 1,
     "data_parallel_size": 1,
-    "data_parallel_size_local": 1,
     "decode_context_parallel_size": 1,
     "nnodes": 1,
     "max_num_seqs": 1,
     "max_num_batched_tokens": 1,
     "block_size": 1,
     "cpu_offload_gb": 0,
-    "num_gpu_blocks_override": 1,
-    "max_cudagraph_capture_size": 0,
     "node_rank": 0,
     "port": 1,
-    "master_port": 1,
 }
 _MAX = {
     "tensor_parallel_size": 4096,
