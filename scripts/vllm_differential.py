@@ -532,6 +532,8 @@ def render_docs(reports: list[dict]) -> str:
         "- **vLLM refuses → Preflight refuses for a configuration reason**: refusals only for memory are misses here.",
         "- `harness`: launches the environment could not judge (not counted).",
         "",
+        "Only the lines with a row below have been measured; the others are judged by Preflight without this figure.",
+        "",
         "| vLLM | n | judged | both ways | vLLM accepts → Preflight accepts | vLLM refuses → Preflight refuses | false rejects | missed | memory only | beyond config | harness |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -51,7 +51,7 @@ MAX_JSON_BYTES = 65536
 
 # Range checks that mirror pydantic constraints in vLLM's config classes (ge=1 etc.); only where vLLM's own
 # create_engine_config refuses the value (scripts/vllm_differential.py found 0.33 accepting num_gpu_blocks_override 0,
-# data_parallel_size_local 0, max_cudagraph_capture_size -1 and master_port 0, once refused here); gpu_memory_utilization's
+# data_parallel_size_local 0, max_cudagraph_capture_size -1, master_port 0 and block_size 100000, once refused here); gpu_memory_utilization's
 # (0, 1] range is a *rule* (util_range), not bad input, so it is checked there.
 _MIN = {
     "tensor_parallel_size": 1,
@@ -72,7 +72,6 @@ _MAX = {
     "data_parallel_size": 4096,
     "port": 65535,
     "master_port": 65535,
-    "block_size": 4096,
     "nnodes": 4096,
 }
 # Ranges judged by a rule with vLLM's own message (util_range), not refused as bad input
