@@ -272,8 +272,15 @@ def taken(found: Look, line: VersionLine, rt: ReleaseTransformers) -> Outcome:
     )
     until = line.previously_supported.get(found.arch)
     if until:
+        # vLLM's config code hands a removed architecture to the Transformers backend, but vLLM dropped its own
+        # implementation because the engine no longer runs the model (Mllama: cross-attention, removed after 0.10.2
+        # with the V0 engine; vllm-project/vllm#9015 is the public launch): refused, as the registry's removal says
         return Outcome(
-            "warning", f"{text} vLLM's own implementation was removed after v{until}.", {"vllm_version": until}
+            "error",
+            f"Model architecture {found.arch} was supported in vLLM until v{until}, and is not supported anymore "
+            f"(vLLM {line.newest}). {text} Preflight does not count on that backend for an architecture vLLM removed: "
+            f"serve it with vLLM ≤ {until}.",
+            {"vllm_version": until},
         )
     return Outcome("info", text)
 

@@ -167,11 +167,12 @@ def test_transformers_only_architecture_before_the_fallback_and_where_transforme
 
 
 def test_removed_architecture_taken_by_the_transformers_backend():
-    # vLLM 0.33 tries the Transformers backend before it says "was supported until" (registry.py:1387-1418)
+    # vLLM 0.33 tries the Transformers backend before it says "was supported until" (registry.py:1387-1418), but an
+    # architecture vLLM removed stays refused (the public case pp-unsupported-llama32-90b-vision)
     (f,) = _arch("meta-llama__Llama-2-13b-hf", "0.33.0", ["MllamaForConditionalGeneration"])
-    assert f.severity.value == "warning"
+    assert f.severity.value == "error"
+    assert "was supported in vLLM until v0.10.2" in f.message
     assert "transformers 5.16.1 and 5.20.2 have MllamaForConditionalGeneration, backend-compatible" in f.message
-    assert "removed after v0.10.2" in f.message
     assert f.remedy == {"vllm_version": "0.10.2"}
     assert _arch("meta-llama__Llama-2-13b-hf", "0.10.2", ["MllamaForConditionalGeneration"]) == []
 
