@@ -68,6 +68,7 @@ class LayerLayout:
     run_kind: tuple[int, ...]
     before: tuple[tuple[int, ...], ...]
     num_layers: int
+    mixers: frozenset[str] = frozenset()  # the mixers present: asking for an absent one costs one set lookup
 
     def upto(self, i: int) -> tuple[int, ...]:
         """Layers of each kind among layers ``[0, i)``."""
@@ -88,6 +89,8 @@ class LayerLayout:
 
     def count_where(self, lo: int, hi: int, mixer: str | None = None, mlp: str | None = None) -> int:
         """Layers in ``[lo, hi)`` whose mixer / MLP is the one named."""
+        if mixer is not None and mixer not in self.mixers:
+            return 0
         if len(self.kinds) == 1:
             k = self.kinds[0]
             wanted = (mixer is None or k.mixer == mixer) and (mlp is None or k.mlp == mlp)
@@ -124,6 +127,7 @@ def runs_of(per_layer: list[tuple[str, str]]) -> LayerLayout:
         run_kind=tuple(run_kind),
         before=tuple(b + (0,) * (width - len(b)) for b in before),
         num_layers=len(per_layer),
+        mixers=frozenset(m for m, _ in kinds),
     )
 
 

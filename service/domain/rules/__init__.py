@@ -75,6 +75,9 @@ class RuleInfo:
     # the undecorated body and its Emit: what run_rules calls (one call per rule instead of two)
     body: RuleBody | None = field(default=None, compare=False, repr=False)
     emit: Emit | None = field(default=None, compare=False, repr=False)
+    # the options the rule judges: with none of them among the launch's engine arguments it finds nothing (a test
+    # runs every such rule without them, on every release line), so run_rules does not call it
+    when: frozenset[str] | None = None
 
     @property
     def name(self) -> str:
@@ -89,8 +92,11 @@ class RuleInfo:
 RULES: list[RuleInfo] = []
 
 
-def rule(*codes: str, severity: str, source: str, phase: Phase = "config") -> Callable[[RuleBody], RuleFunc]:
-    """Register a rule. ``severity`` documents the worst severity it emits (``error``/``warning``/``info``)."""
+def rule(
+    *codes: str, severity: str, source: str, phase: Phase = "config", when: tuple[str, ...] = ()
+) -> Callable[[RuleBody], RuleFunc]:
+    """Register a rule. ``severity`` documents the worst severity it emits (``error``/``warning``/``info``);
+    ``when``: the engine arguments without which the rule finds nothing (it is then not called)."""
 
     def deco(body: RuleBody) -> RuleFunc:
         emit = Emit(tuple(codes), source)
@@ -100,21 +106,31 @@ def rule(*codes: str, severity: str, source: str, phase: Phase = "config") -> Ca
             return body(ctx, emit)
 
         RULES.append(
-            RuleInfo(codes=tuple(codes), severity=severity, source=source, func=run, phase=phase, body=body, emit=emit)
+            RuleInfo(
+                codes=tuple(codes),
+                severity=severity,
+                source=source,
+                func=run,
+                phase=phase,
+                body=body,
+                emit=emit,
+                when=frozenset(when) or None,
+            )
         )
         return run
 
     return deco
 
 
-_BY_PHASE: dict[str, tuple[int, tuple[tuple[RuleBody, Emit], ...]]] = {}
+_Bound = tuple[RuleBody, Emit, "frozenset[str] | None"]
+_BY_PHASE: dict[str, tuple[int, tuple[_Bound, ...]]] = {}
 
 
-def _bound(info: RuleInfo) -> tuple[RuleBody, Emit]:
+def _bound(info: RuleInfo) -> _Bound:
     if info.body is not None and info.emit is not None:
-        return info.body, info.emit
+        return info.body, info.emit, info.when
     func = info.func
-    return (lambda ctx, _emit: func(ctx)), Emit(info.codes, info.source)
+    return (lambda ctx, _emit: func(ctx)), Emit(info.codes, info.source), info.when
 
 
 def run_rules(ctx: LaunchContext, phase: Phase) -> list[Finding]:
@@ -123,7 +139,10 @@ def run_rules(ctx: LaunchContext, phase: Phase) -> list[Finding]:
     if hit is None or hit[0] != len(RULES):  # rules register at import; a later registration refreshes the list
         hit = _BY_PHASE[phase] = (len(RULES), tuple(_bound(info) for info in RULES if info.phase == phase))
     out: list[Finding] = []
-    for body, emit in hit[1]:
+    given = ctx.args.values.keys()
+    for body, emit, when in hit[1]:
+        if when is not None and given.isdisjoint(when):
+            continue
         found = body(ctx, emit)
         if found:
             out.extend(found)

@@ -125,7 +125,13 @@ def weights_fit(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 SRC_KV_BYTES = "vllm 0.33.0 vllm/v1/worker/gpu_worker.py:656-681 (kv_cache_memory_bytes: profiling skipped, the pool reserved as given)"
 
 
-@rule("kv_cache_memory_fits", severity="error", source=SRC_KV_BYTES, phase="budget")
+@rule(
+    "kv_cache_memory_fits",
+    severity="error",
+    source=SRC_KV_BYTES,
+    phase="budget",
+    when=("kv_cache_memory_bytes",),
+)
 def kv_cache_memory_fits(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``kv_cache_memory_bytes`` is reserved as given (vLLM skips its memory profiling and ignores
     ``gpu_memory_utilization``): with the weights it must fit in the GPU's memory, or allocating the KV cache runs out

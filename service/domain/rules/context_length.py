@@ -48,7 +48,7 @@ def _hints(ctx: LaunchContext, mml: int) -> str:
     return out
 
 
-@rule("max_len_vs_positions", severity="error", source=SRC)
+@rule("max_len_vs_positions", severity="error", source=SRC, when=("max_model_len",))
 def max_len_vs_positions(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``max_model_len`` must not exceed the maximum the target release derives (smallest length key, then
     ``model_max_length`` from 0.8, then the rope factor of a scaling rope type — YaRN from its

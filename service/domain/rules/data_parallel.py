@@ -48,7 +48,7 @@ def _external(ctx: LaunchContext) -> bool:
     return bool(ctx.args.get("data_parallel_external_lb")) or ctx.args.get("data_parallel_rank") is not None
 
 
-@rule("dp_external_dense", severity="error", source=SRC_DP_EXT)
+@rule("dp_external_dense", severity="error", source=SRC_DP_EXT, when=("data_parallel_size",))
 def dp_external_dense(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """External-load-balancer data parallel (``--data-parallel-rank`` / ``--data-parallel-external-lb`` with
     data_parallel_size > 1) is for MoE models only."""
@@ -131,7 +131,15 @@ def dp_problems(ctx: LaunchContext) -> list[Problem]:
     return out + _rank_problems(ctx, start, "data_parallel_start_rank")
 
 
-@rule("dp_lb_mode", "dp_external_rank", "dp_size_local", "dp_rank_range", severity="error", source=SRC_DP)
+@rule(
+    "dp_lb_mode",
+    "dp_external_rank",
+    "dp_size_local",
+    "dp_rank_range",
+    severity="error",
+    source=SRC_DP,
+    when=("data_parallel_external_lb", "data_parallel_rank", "data_parallel_size_local", "data_parallel_hybrid_lb"),
+)
 def dp_launch_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Data-parallel launch options that must agree: hybrid and external load balancing exclude each other; an
     external launch needs a rank (or ``--nnodes`` with ``--node-rank`` to infer it), a local size of 1 and DP > 1;

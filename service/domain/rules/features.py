@@ -53,7 +53,12 @@ def _routed_problems(ctx: LaunchContext) -> list[tuple[str, dict[str, Any], str]
     return out
 
 
-@rule("routed_experts", severity="error", source=SRC_ROUTED)
+@rule(
+    "routed_experts",
+    severity="error",
+    source=SRC_ROUTED,
+    when=("enable_return_routed_experts",),
+)
 def routed_experts(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--enable-return-routed-experts`` (from 0.32) needs a MoE model, Model Runner V2, prefix caching, no
     pipeline parallelism and no context parallelism."""
@@ -93,7 +98,12 @@ def _mamba_problems(ctx: LaunchContext) -> list[tuple[str, dict[str, Any], str]]
     return out
 
 
-@rule("mamba_options", severity="error", source=SRC_MAMBA)
+@rule(
+    "mamba_options",
+    severity="error",
+    source=SRC_MAMBA,
+    when=("mamba_block_size", "enable_mamba_cache_stochastic_rounding", "use_replayssm"),
+)
 def mamba_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Mamba cache options vLLM refuses in combination: ``--mamba-block-size`` with prefix caching disabled (from
     0.11); stochastic rounding of the Mamba cache without a float16 SSM cache (from 0.21); ``--use-replayssm`` on a
@@ -101,7 +111,12 @@ def mamba_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return [emit.error("mamba_options", t, remedy=r, field=f"engine_args.{n}") for t, r, n in _mamba_problems(ctx)]
 
 
-@rule("attention_backend_platform", severity="error", source=SRC_ROCM)
+@rule(
+    "attention_backend_platform",
+    severity="error",
+    source=SRC_ROCM,
+    when=("attention_backend",),
+)
 def attention_backend_platform(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """An ``--attention-backend`` whose own checks accept only ROCm (ROCM_SEGMENTED_ATTN from 0.32, ROCM_OCTAVE
     0.33) chosen on an NVIDIA GPU: the selected backend is validated first and refused."""

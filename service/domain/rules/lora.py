@@ -65,7 +65,7 @@ def lora_problems(ctx: LaunchContext) -> list[tuple[str, dict[str, Any], str]]:
     return out
 
 
-@rule("lora_limits", severity="error", source=SRC_LORA)
+@rule("lora_limits", severity="error", source=SRC_LORA, when=("enable_lora",))
 def lora_limits(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """With ``--enable-lora``: ``max_loras`` at least 1; a positive ``max_cpu_loras`` at least ``max_loras``; before
     0.11 ``max_lora_rank`` and ``lora_extra_vocab_size`` from vLLM's fixed lists (from 0.11 the parser's choices
@@ -75,7 +75,12 @@ def lora_limits(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return [emit.error("lora_limits", t, remedy=r, field=f"engine_args.{n}") for t, r, n in lora_problems(ctx)]
 
 
-@rule("lora_mm_non_multimodal", severity="error", source=SRC_LORA_MM)
+@rule(
+    "lora_mm_non_multimodal",
+    severity="error",
+    source=SRC_LORA_MM,
+    when=("default_mm_loras",),
+)
 def lora_mm_non_multimodal(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--default-mm-loras`` names LoRAs per input modality: the model must be multimodal (from 0.10)."""
     arch = registry_arch(ctx)
@@ -91,7 +96,7 @@ def lora_mm_non_multimodal(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ]
 
 
-@rule("lora_spec_batched_tokens", severity="error", source=SRC_LORA_SPEC)
+@rule("lora_spec_batched_tokens", severity="error", source=SRC_LORA_SPEC, when=("enable_lora",))
 def lora_spec_batched_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """LoRA with speculative decoding: a step schedules up to max_num_seqs × (num_speculative_tokens + 1) tokens,
     so ``max_num_batched_tokens`` must hold that many (from 0.11). Judged when max_num_batched_tokens is set: vLLM's

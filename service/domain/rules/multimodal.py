@@ -11,7 +11,12 @@ from . import Emit, rule
 SRC_LIMITS = "vllm 0.33.0 vllm/config/multimodal.py:211-236, 471-495 (limit_per_prompt and its dummy options)"
 
 
-@rule("mm_limits_invalid", severity="error", source=SRC_LIMITS)
+@rule(
+    "mm_limits_invalid",
+    severity="error",
+    source=SRC_LIMITS,
+    when=("limit_mm_per_prompt",),
+)
 def mm_limits_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--limit-mm-per-prompt`` is validated by vLLM's MultiModalConfig at start-up (counts ≥ 0, sizes > 0, only the
     modality's own options), and the image size fields Preflight's memory profile reads from
@@ -41,7 +46,12 @@ def mm_limits_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 SRC_CHUNKED_MM = "vllm 0.33.0 vllm/v1/core/encoder_cache_manager.py:360-371 (compute_mm_encoder_budget)"
 
 
-@rule("mm_item_exceeds_batched_tokens", severity="error", source=SRC_CHUNKED_MM)
+@rule(
+    "mm_item_exceeds_batched_tokens",
+    severity="error",
+    source=SRC_CHUNKED_MM,
+    when=("disable_chunked_mm_input",),
+)
 def mm_item_exceeds_batched_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """With ``--disable-chunked-mm-input`` a multimodal item is never split across steps, so its largest item (the
     image or video with the most features, by the checkpoint's processor limits) must fit max_num_batched_tokens;

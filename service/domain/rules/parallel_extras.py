@@ -192,7 +192,7 @@ def ep_requires_moe(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return out
 
 
-@rule("nnodes", severity="error", source=SRC_NNODES)
+@rule("nnodes", severity="error", source=SRC_NNODES, when=("nnodes",))
 def nnodes(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Multi-node ``--nnodes N`` launches: the executor must be mp, uni or external_launcher (not ray), the data
     parallel backend mp, the total world size DP × PP × TP divisible by N, ``--node-rank`` in [0, N), and N no more
@@ -301,7 +301,12 @@ def eplb_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return [emit.error("eplb_options", t, remedy=r, field=f"engine_args.{f}") for t, r, f in out]
 
 
-@rule("dcp_tp_divisible", severity="error", source=SRC_DCP)
+@rule(
+    "dcp_tp_divisible",
+    severity="error",
+    source=SRC_DCP,
+    when=("decode_context_parallel_size",),
+)
 def dcp_tp_divisible(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Decode context parallel reuses the TP ranks: ``tensor_parallel_size`` must be divisible by
     ``decode_context_parallel_size`` (from 0.10); with prefill context parallel (from 0.26) DCP is 1, PCP or
@@ -349,7 +354,12 @@ def uses_ray(ctx: LaunchContext) -> bool:
     return many and bool(a.get("data_parallel_backend") == "ray") and int(a.get("nnodes", 1)) <= 1
 
 
-@rule("nsight_requires_ray", severity="error", source=SRC_NSIGHT)
+@rule(
+    "nsight_requires_ray",
+    severity="error",
+    source=SRC_NSIGHT,
+    when=("ray_workers_use_nsight",),
+)
 def nsight_requires_ray(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--ray-workers-use-nsight`` profiles Ray workers: the workers must run under Ray (from 0.11)."""
     if not ctx.args.get("ray_workers_use_nsight") or not at_least(ctx, (0, 11)) or uses_ray(ctx):

@@ -75,7 +75,7 @@ def util_too_high(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ]
 
 
-@rule("enforce_eager_production", severity="warning", source=SRC_EAGER)
+@rule("enforce_eager_production", severity="warning", source=SRC_EAGER, when=("enforce_eager",))
 def enforce_eager_production(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Production: ``--enforce-eager`` disables CUDA graphs and costs 10-20 % throughput; it is for debugging."""
     if not production(ctx) or not ctx.args.enforce_eager:
@@ -139,7 +139,13 @@ def mamba_prefix_caching(ctx: LaunchContext) -> bool:
     return arch.hybrid and not attention_only and (explicit is True or generative(ctx))
 
 
-@rule("chunked_prefill_disabled", "mamba_prefix_caching_chunked_prefill", severity="error", source=SRC_CHUNK)
+@rule(
+    "chunked_prefill_disabled",
+    "mamba_prefix_caching_chunked_prefill",
+    severity="error",
+    source=SRC_CHUNK,
+    when=("enable_chunked_prefill",),
+)
 def chunked_prefill_disabled(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Chunked prefill explicitly disabled on a generative model: vLLM warns that it does not officially support
     this, and with long prompts (workload P99 above ~2k tokens, or no workload and max_model_len above 2k) every

@@ -60,7 +60,12 @@ def _request_metrics(ctx: LaunchContext) -> tuple[str, dict[str, object], str] |
     return None
 
 
-@rule("serve_option_pair", severity="error", source=SRC_SERVE)
+@rule(
+    "serve_option_pair",
+    severity="error",
+    source=SRC_SERVE,
+    when=("enable_auto_tool_choice", "enable_log_outputs", "sse_keep_alive_interval", "enable_per_request_metrics"),
+)
 def serve_option_pair(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Options of the OpenAI server that need another: ``--enable-auto-tool-choice`` needs ``--tool-call-parser``;
     ``--enable-log-outputs`` needs ``--enable-log-requests`` (from 0.11); ``--enable-per-request-metrics`` needs
@@ -73,7 +78,12 @@ def serve_option_pair(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ]
 
 
-@rule("traces_need_endpoint", severity="error", source=SRC_TRACES)
+@rule(
+    "traces_need_endpoint",
+    severity="error",
+    source=SRC_TRACES,
+    when=("collect_detailed_traces",),
+)
 def traces_need_endpoint(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--collect-detailed-traces`` sends spans to an OpenTelemetry collector: it needs ``--otlp-traces-endpoint``
     (from 0.11)."""

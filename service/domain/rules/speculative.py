@@ -77,7 +77,7 @@ def _mtp_layers(ctx: LaunchContext) -> int:
     return 0
 
 
-@rule("spec_flag_conflict", severity="error", source=SRC_FLAGS)
+@rule("spec_flag_conflict", severity="error", source=SRC_FLAGS, when=("speculative_config",))
 def spec_flag_conflict(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--spec-method``, ``--spec-model`` and ``--spec-tokens`` may not repeat a key ``--speculative-config``
     already sets ("... are mutually exclusive")."""
@@ -100,7 +100,13 @@ def spec_flag_conflict(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return out
 
 
-@rule("spec_model_missing", "spec_tokens_invalid", severity="error", source=SRC_TOKENS)
+@rule(
+    "spec_model_missing",
+    "spec_tokens_invalid",
+    severity="error",
+    source=SRC_TOKENS,
+    when=("speculative_config", "spec_method", "spec_model", "spec_tokens"),
+)
 def spec_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``num_speculative_tokens`` without a draft ``model`` needs a method that brings its own proposer (ngram, mtp,
     suffix, …): with no method, ``draft_model``, ``eagle`` or ``eagle3`` vLLM refuses (from 0.11). Without a model,
@@ -146,7 +152,12 @@ def spec_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return []
 
 
-@rule("spec_prompt_lookup", severity="error", source=SRC_NGRAM)
+@rule(
+    "spec_prompt_lookup",
+    severity="error",
+    source=SRC_NGRAM,
+    when=("speculative_config", "spec_method", "spec_model", "spec_tokens"),
+)
 def spec_prompt_lookup(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """The n-gram proposer's window: ``prompt_lookup_min`` and ``prompt_lookup_max`` (one given stands for both,
     neither means 5) must be at least 1 and min ≤ max."""
@@ -196,7 +207,12 @@ def _builds_draft(cfg: dict[str, Any]) -> bool:
     return method == "mtp" and cfg.get("num_speculative_tokens") is not None
 
 
-@rule("spec_draft_tp", severity="error", source=SRC_DRAFT_TP)
+@rule(
+    "spec_draft_tp",
+    severity="error",
+    source=SRC_DRAFT_TP,
+    when=("speculative_config", "spec_method", "spec_model", "spec_tokens"),
+)
 def spec_draft_tp(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """A draft model runs at TP 1 or at the target's TP: ``draft_tensor_parallel_size`` must be one of the two.
     ``tensor_parallel_size`` is not a key of ``--speculative-config`` (from 0.15)."""
@@ -340,7 +356,12 @@ def _vocab_problem(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-@rule("spec_sampling", severity="error", source=SRC_SAMPLING)
+@rule(
+    "spec_sampling",
+    severity="error",
+    source=SRC_SAMPLING,
+    when=("speculative_config", "spec_method", "spec_model", "spec_tokens"),
+)
 def spec_sampling(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Rejection-sampling and drafting options that constrain each other: synthetic acceptance rates (from 0.21),
     a heterogeneous draft vocabulary (from 0.26), FLy verification (0.33)."""
@@ -363,7 +384,12 @@ def spec_sampling(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return []
 
 
-@rule("spec_method_option", severity="error", source=SRC_METHOD_OPTS)
+@rule(
+    "spec_method_option",
+    severity="error",
+    source=SRC_METHOD_OPTS,
+    when=("speculative_config", "spec_method", "spec_model", "spec_tokens"),
+)
 def spec_method_option(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Options that belong to one method (from 0.30): ``index_share_for_mtp_iteration`` only with mtp, and adaptive
     verification (outside dspark) never with ``use_local_argmax_reduction``."""
