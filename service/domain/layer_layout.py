@@ -87,6 +87,14 @@ class LayerLayout:
             return (max(0, min(hi, n) - max(lo, 0)),)
         return tuple(b - a for a, b in zip(self.upto(lo), self.upto(hi), strict=True))
 
+    def count_mixers(self, lo: int, hi: int, mixers: tuple[str, ...]) -> int:
+        """Layers in ``[lo, hi)`` whose mixer is one of ``mixers``."""
+        if self.mixers.isdisjoint(mixers):
+            return 0
+        if len(self.kinds) == 1:
+            return self.counts(lo, hi)[0]
+        return sum(n for k, n in zip(self.kinds, self.counts(lo, hi), strict=True) if k.mixer in mixers)
+
     def count_where(self, lo: int, hi: int, mixer: str | None = None, mlp: str | None = None) -> int:
         """Layers in ``[lo, hi)`` whose mixer / MLP is the one named."""
         if mixer is not None and mixer not in self.mixers:
@@ -222,14 +230,17 @@ LAYOUT_KEYS = (
 )
 
 
+_NONE_GIVEN = (None,) * len(LAYOUT_KEYS)
+
+
 def layer_layout(
     text: dict[str, Any], layers: int, model_type: str | None, num_experts: int, first_k: int, is_mla: bool, prefix: str
 ) -> LayerLayout:
     """The kind of every decoder layer (module docstring), as runs. A request reads its config once per plan it
     weighs (alternatives, remedies): the layout is cached on the values it depends on."""
-    values = tuple(text.get(k) for k in LAYOUT_KEYS)
-    try:
-        key = tuple(map(_typed, values))
+    values = tuple(map(text.get, LAYOUT_KEYS))
+    try:  # most configs give none of the keys: one short key for all of them
+        key = tuple(map(_typed, values)) if values != _NONE_GIVEN else ()
         return _cached_layout(key, layers, model_type, num_experts, first_k, is_mla, prefix)
     except TypeError:  # an unhashable value (a hostile list of objects): build it uncached
         return _layout(
@@ -255,7 +266,7 @@ def _cached_layout(
     is_mla: bool,
     prefix: str,
 ) -> LayerLayout:
-    values = ([x for _, x in v] if kind is list else v for kind, v in key)
+    values = ([x for _, x in v] if kind is list else v for kind, v in key) if key else _NONE_GIVEN
     return _layout(
         dict(zip(LAYOUT_KEYS, values, strict=True)), layers, model_type, num_experts, first_k, is_mla, prefix
     )

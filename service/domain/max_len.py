@@ -112,7 +112,7 @@ class LengthInput:
     overridden: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # built per plan: slots, not frozen (a frozen __init__ calls object.__setattr__ per field)
 class MaxLen:
     """The release's derived maximum length (tokens) and how it came about."""
 
@@ -218,7 +218,7 @@ def _normalised(
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # built per plan: slots, not frozen (a frozen __init__ calls object.__setattr__ per field)
 class RopeRead:
     """The rope dicts a release's derivation reads (normalised as its loader leaves them), the config field they
     come from, why the release would fail reading them, and the overridden rope keys it does not read."""

@@ -5,6 +5,9 @@ on every launch case of the repository that does not give them."""
 
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import pytest
 
 from service.domain.context import build_context
@@ -81,3 +84,28 @@ def test_run_rules_skips_only_what_is_silent():
     ctx = _context(raw)
     found = {f.rule for f in run_rules(ctx, "config")}
     assert "serve_option_pair" in found
+
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
+import vllm_differential as diff  # noqa: E402
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.24.0", "0.13.0", "0.10.2", "0.7.3"])
+def test_gated_rules_on_drawn_launches(version):
+    """Launches drawn by the differential harness's generator: every fixture model, GPUs, parallel sizes and 0-4
+    further options from the release's whole option table at valid and invalid values."""
+    loud = []
+    for case in diff.make_cases(version, 300, seed=17):
+        raw = {
+            "vllm_version": version,
+            "model": {"name": case["model"], "config": case["files"]["config.json"]},
+            "hardware": {"gpu": case["gpu"], "count": case["count"], "nodes": 1, "interconnect": "nvlink"},
+            "environment": "production",
+            "engine_args": case["engine_args"],
+        }
+        try:
+            ctx = _context(raw)
+        except (DomainError, ValueError):
+            continue
+        loud += [f"{case['id']}: {s}" for s in _silent(ctx)]
+    assert loud == []

@@ -20,7 +20,7 @@ def _topk(text: dict[str, object]) -> int:
     return 2
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # built per plan: slots, not frozen (a frozen __init__ calls object.__setattr__ per field)
 class ProfileRun:
     """The dummy forward of vLLM's profile run: its tokens and sequences, and whether chunked prefill is on."""
 

@@ -194,7 +194,7 @@ def hybrid_block(ctx: LaunchContext, acct: Accounting, attn1: int, state: int, m
 
 
 def _count(f: ModelFacts, lo: int, hi: int, mixers: tuple[str, ...]) -> int:
-    return sum(f.layout.count_where(lo, hi, mixer=m) for m in mixers)
+    return f.layout.count_mixers(lo, hi, mixers)
 
 
 def attention_buckets(
@@ -236,8 +236,12 @@ def kv_layout(ctx: LaunchContext, acct: Accounting, start: int, stage_n: int, n_
     attn1 = kv_bytes_per_token_layer(f, ctx.tp, kv_dtype_bytes(ctx.kv_cache_dtype, ctx.dtype), ctx.kv_cache_dtype, acct)
     per_token = (_count(f, start, hi, ATTENTION_MIXERS) + n_draft) * attn1
     dcp = ctx.args.decode_context_parallel_size
-    states = {m: (f.layout.count_where(0, L, mixer=m), f.layout.count_where(start, hi, mixer=m)) for m in STATE_MIXERS}
-    states = {m: c for m, c in states.items() if c[0]}
+    present = f.layout.mixers
+    states = {
+        m: (f.layout.count_where(0, L, mixer=m), f.layout.count_where(start, hi, mixer=m))
+        for m in STATE_MIXERS
+        if m in present
+    }
     if not states:
         buckets = attention_buckets(ctx, acct, start, stage_n, n_draft, ctx.block_size * attn1)
         return KvLayout(tuple(buckets), per_token, ctx.block_size, dcp, tokens)

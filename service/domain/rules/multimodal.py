@@ -15,7 +15,7 @@ SRC_LIMITS = "vllm 0.33.0 vllm/config/multimodal.py:211-236, 471-495 (limit_per_
     "mm_limits_invalid",
     severity="error",
     source=SRC_LIMITS,
-    when=("limit_mm_per_prompt",),
+    when=("limit_mm_per_prompt", "mm_processor_kwargs"),
 )
 def mm_limits_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--limit-mm-per-prompt`` is validated by vLLM's MultiModalConfig at start-up (counts ≥ 0, sizes > 0, only the
