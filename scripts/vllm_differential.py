@@ -311,6 +311,7 @@ def _code(finding, case: dict[str, Any]) -> str:
     if finding.rule == "world_size_exceeds_gpus":
         args = finding_args(case)
         world = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
+        world *= int(args.get("prefill_context_parallel_size", 1))  # a rank's world is PP × TP × PCP
         if world <= case["count"]:
             return "world_size_exceeds_gpus:data_parallel"
     if finding.rule == "nnodes" and "but the hardware has" in finding.message:

@@ -9,7 +9,7 @@ from typing import Any
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
-from .gating import at_least, for_line, whole
+from .gating import at_least, effective, for_line, whole
 
 SRC_DP_EXT = "vllm 0.33.0 vllm/engine/arg_utils.py:2456-2465 (since 0.9.2 the rank makes the launch external)"
 SRC_DP = (
@@ -149,3 +149,111 @@ def dp_launch_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         emit.error(code, message, remedy=remedy, field=f"engine_args.{name}")
         for code, message, remedy, name in dp_problems(ctx)
     ]
+
+
+SRC_FT = "vllm 0.33.0 vllm/engine/arg_utils.py:2447-2456 (since 0.28.0 arg_utils.py:2114-2122, with the option)"
+
+
+@rule("dp_fault_tolerance", severity="error", source=SRC_FT)
+def dp_fault_tolerance(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--enable-fault-tolerance`` works with external load balancing only: it needs ``--data-parallel-external-lb``
+    or a ``--data-parallel-rank`` (from 0.28)."""
+    if "enable_fault_tolerance" not in ctx.args.given:
+        return []
+    if not ctx.args.get("enable_fault_tolerance") or _external(ctx) or not at_least(ctx, (0, 28)):
+        return []
+    return [
+        emit.error(
+            "dp_fault_tolerance",
+            "Fault tolerance requires external load balancer mode (--data-parallel-external-lb or "
+            "--data-parallel-rank). Internal LB mode is not supported.",
+            remedy={"enable_fault_tolerance": False},
+            field="engine_args.enable_fault_tolerance",
+        )
+    ]
+
+
+SRC_MULTI_PORT = (
+    "vllm 0.33.0 vllm/entrypoints/launchers/dp_supervisor.py:41-115, called by "
+    "vllm/entrypoints/common/cli_args.py:573-578 (the same since 0.24.0 entrypoints/openai/dp_supervisor.py:37-108)"
+)
+
+
+def _multi_port_problems(ctx: LaunchContext) -> list[tuple[str, dict[str, Any], str]]:
+    """What ``validate_multi_port_external_lb_args`` refuses, each check that reads only the launch's options."""
+    a, dp = ctx.args, ctx.args.data_parallel_size
+    out: list[tuple[str, dict[str, Any], str]] = []
+    if a.get("grpc"):
+        out.append(("Error: --data-parallel-multi-port-external-lb does not support --grpc", {"grpc": False}, "grpc"))
+    if a.get("uds") is not None:
+        out.append(("Error: --data-parallel-multi-port-external-lb does not support --uds", {"drop": ["uds"]}, "uds"))
+    if whole(a.get("api_server_count")) not in (None, 1):
+        text = "Error: --data-parallel-multi-port-external-lb currently requires --api-server-count=1"
+        out.append((text, {"api_server_count": 1}, "api_server_count"))
+    if a.get("data_parallel_rank") is not None:
+        text = "Error: --data-parallel-multi-port-external-lb manages child --data-parallel-rank values internally"
+        out.append((text, {"drop": ["data_parallel_rank"]}, "data_parallel_rank"))
+    if a.get("data_parallel_external_lb") or a.get("data_parallel_hybrid_lb"):
+        text = (
+            "Error: --data-parallel-multi-port-external-lb cannot be combined with --data-parallel-external-lb or "
+            "--data-parallel-hybrid-lb"
+        )
+        out.append(
+            (text, {"data_parallel_external_lb": False, "data_parallel_hybrid_lb": False}, "data_parallel_external_lb")
+        )
+    if dp < 2:
+        text = "Error: --data-parallel-multi-port-external-lb requires --data-parallel-size > 1"
+        out.append((text, {"data_parallel_size": 2}, "data_parallel_size"))
+        return out  # the local-size checks below compare with DP
+    local = whole(a.get("data_parallel_size_local"))
+    if local is None or local < 2:
+        text = "Error: --data-parallel-multi-port-external-lb requires --data-parallel-size-local >= 2"
+        out.append((text, {"data_parallel_size_local": dp}, "data_parallel_size_local"))
+    elif local > dp:
+        text = "Error: --data-parallel-size-local cannot exceed --data-parallel-size"
+        out.append((text, {"data_parallel_size_local": dp}, "data_parallel_size_local"))
+    elif dp % local:
+        text = "Error: --data-parallel-size must be divisible by --data-parallel-size-local"
+        out.append(
+            (
+                text,
+                {"data_parallel_size_local": [d for d in range(2, dp + 1) if dp % d == 0]},
+                "data_parallel_size_local",
+            )
+        )
+    else:
+        out += _multi_port_ranks(ctx, local)
+    return out
+
+
+def _multi_port_ranks(ctx: LaunchContext, local: int) -> list[tuple[str, dict[str, Any], str]]:
+    """The supervised ranks stay below DP and their ports clear the supervisor's (dp_supervisor.py:41-48, 97-115)."""
+    a = ctx.args
+    start = whole(a.get("data_parallel_start_rank"))
+    if start is None:
+        start = (whole(a.get("node_rank")) or 0) * local
+    out: list[tuple[str, dict[str, Any], str]] = []
+    if start + local > a.data_parallel_size:
+        text = "Error: multi-port supervised ranks would exceed --data-parallel-size"
+        name = "data_parallel_start_rank" if "data_parallel_start_rank" in a.given else "node_rank"
+        out.append((text, {name: max(0, a.data_parallel_size - local) if name != "node_rank" else 0}, name))
+    port, supervisor = whole(effective(ctx, "port")), whole(effective(ctx, "data_parallel_supervisor_port"))
+    if port is not None and supervisor is not None and port <= supervisor <= port + local - 1:
+        text = (
+            f"Error: --data-parallel-supervisor-port {supervisor} overlaps with child rank ports "
+            f"{port}-{port + local - 1}"
+        )
+        out.append((text, {"data_parallel_supervisor_port": port + local}, "data_parallel_supervisor_port"))
+    return out
+
+
+@rule("dp_multi_port", severity="error", source=SRC_MULTI_PORT)
+def dp_multi_port(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--data-parallel-multi-port-external-lb`` (from 0.24) supervises one server per local DP rank: no ``--grpc``,
+    ``--uds``, other load-balancing mode or ``--data-parallel-rank``, one API server, data_parallel_size > 1 and a
+    ``--data-parallel-size-local`` of at least 2 dividing it."""
+    if "data_parallel_multi_port_external_lb" not in ctx.args.given:
+        return []
+    if not ctx.args.get("data_parallel_multi_port_external_lb") or not at_least(ctx, (0, 24)):
+        return []
+    return [emit.error("dp_multi_port", t, remedy=r, field=f"engine_args.{n}") for t, r, n in _multi_port_problems(ctx)]

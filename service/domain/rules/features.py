@@ -9,7 +9,7 @@ from typing import Any
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
-from .gating import at_least, registry_arch, whole
+from .gating import at_least, effective, for_line, lax_true, registry_arch, whole
 
 SRC_ROUTED = "vllm 0.33.0 vllm/config/vllm.py:1187-1232 (same in 0.32.0 config/vllm.py:1135-1180)"
 SRC_MAMBA = (
@@ -133,3 +133,161 @@ def attention_backend_platform(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             field="engine_args.attention_backend",
         )
     ]
+
+
+SRC_SHARDED = (
+    "vllm 0.33.0 vllm/config/vllm.py:3182-3221 (since 0.30.0 config/vllm.py:2944-2998, with the option; adaptive "
+    "verification a blocker up to 0.32.0 config/vllm.py:3057-3071)"
+)
+
+
+def _seqs_doubled(ctx: LaunchContext) -> bool:
+    """``--performance-mode throughput`` doubles a default max_num_seqs (vllm 0.33.0 arg_utils.py:3183-3189), which
+    Preflight's derived value does not: not judged against it then."""
+    return "max_num_seqs" not in ctx.args.given and ctx.args.get("performance_mode") == "throughput"
+
+
+def _sharding_blockers(ctx: LaunchContext) -> list[str]:
+    """The reasons ``_validate_batch_sharded_sampling`` lists (vllm.py:3187-3213)."""
+    out = []
+    if ctx.tp <= 1:
+        out.append("tensor_parallel_size is 1, so there is nothing to shard")
+    elif ctx.max_num_seqs < ctx.tp and not _seqs_doubled(ctx):
+        out.append(f"max_num_seqs ({ctx.max_num_seqs}) is below tensor_parallel_size ({ctx.tp})")
+    logprobs = whole(effective(ctx, "max_logprobs"))
+    if logprobs is not None and logprobs < 0:
+        out.append("max_logprobs is -1, allowing vocab-size logprob requests")
+    if ctx.args.get("return_sampling_mask"):
+        out.append("return_sampling_mask is set and the batch-sharded gather does not forward sampling masks")
+    spec = ctx.args.get("speculative_config")
+    adaptive = isinstance(spec, dict) and lax_true(spec.get("enable_adaptive_verification"))
+    if adaptive and not at_least(ctx, (0, 33)):
+        out.append(
+            "it does not yet work with adaptive verification, which decides the per-request logits counts on the "
+            "GPU, where the CPU-side shard plan cannot see them"
+        )
+    return out
+
+
+@rule("batch_sharded_sampling", severity="error", source=SRC_SHARDED)
+def batch_sharded_sampling(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--enable-batch-sharded-sampling`` (from 0.30) shards sampling over the TP ranks: it needs TP > 1,
+    max_num_seqs at least TP, ``--max-logprobs`` not -1, no ``--return-sampling-mask`` and, up to 0.32, no adaptive
+    verification."""
+    if "enable_batch_sharded_sampling" not in ctx.args.given:
+        return []
+    if not ctx.args.get("enable_batch_sharded_sampling") or not at_least(ctx, (0, 30)):
+        return []
+    blockers = _sharding_blockers(ctx)
+    if not blockers:
+        return []
+    return [
+        emit.error(
+            "batch_sharded_sampling",
+            "Batch-sharded sampling was explicitly enabled via the --enable-batch-sharded-sampling flag, but is not "
+            f"supported in this configuration for the following reason(s): {'; '.join(blockers)}.",
+            remedy={"enable_batch_sharded_sampling": False},
+            field="engine_args.enable_batch_sharded_sampling",
+        )
+    ]
+
+
+SRC_OFFLOAD = "vllm 0.33.0 vllm/config/offload.py:98-113 (the same since 0.18.1 offload.py:98-113, with the options)"
+
+
+@rule("offload_options", severity="error", source=SRC_OFFLOAD)
+def offload_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Prefetch weight offloading (``--offload-backend prefetch`` or ``--offload-group-size`` > 0, from 0.18)
+    offloads ``--offload-num-in-group`` layers of each group: at most the group size, and prefetches at least one
+    layer ahead (``--offload-prefetch-step`` ≥ 1)."""
+    names = ("offload_backend", "offload_group_size", "offload_num_in_group", "offload_prefetch_step")
+    if not any(n in ctx.args.given for n in names) or not at_least(ctx, (0, 18)):
+        return []
+    group, num = whole(effective(ctx, "offload_group_size")), whole(effective(ctx, "offload_num_in_group"))
+    step = whole(effective(ctx, "offload_prefetch_step"))
+    if group is None or not (effective(ctx, "offload_backend") == "prefetch" or group > 0):
+        return []
+    out = []
+    if num is not None and num > group:
+        out.append(
+            emit.error(
+                "offload_options",
+                f"offload_num_in_group ({num}) must be <= offload_group_size ({group})",
+                remedy={"offload_num_in_group": max(1, group), "offload_group_size": max(num, group)},
+                field="engine_args.offload_num_in_group" if group else "engine_args.offload_group_size",
+            )
+        )
+    elif step is not None and step < 1:
+        out.append(
+            emit.error(
+                "offload_options",
+                f"offload_prefetch_step ({step}) must be >= 1 when prefetch offloading is enabled "
+                "(offload_group_size > 0)",
+                remedy={"offload_prefetch_step": 1},
+                field="engine_args.offload_prefetch_step",
+            )
+        )
+    return out
+
+
+SRC_MODEL_SPECIFIC = (
+    "vllm 0.33.0 vllm/config/kernel.py:150, 185-191, 231-242, 452-458 (since 0.30.0 kernel.py:153-158, 178-198 with "
+    "flashinfer_moe_ep_mega_cutedsl as well; one backend since 0.32.0 kernel.py:230-241); vllm/config/engram.py:16-20, "
+    "68-83; vllm/config/vllm.py:1485-1489 (since 0.30.0 engram.py:70-84, vllm.py:1243-1249)"
+)
+DSV4_ARCHITECTURES = frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel", "DeepseekV41ForCausalLM"})
+DSV4_BACKENDS = {
+    (0, 30): ("flashinfer_moe_ep_mega_deep_gemm", "flashinfer_moe_ep_mega_cutedsl"),
+    (0, 32): ("flashinfer_moe_ep_mega_deep_gemm",),
+}
+# architecture -> the text-config field naming its n-gram layers (engram.py:16-20; the same in 0.30 and 0.32)
+NGRAM_LAYER_FIELDS = {
+    "DeepseekV41ForCausalLM": "engram_layer_ids",
+    "Qwen4ExpForCausalLM": "ple_layer_ids",
+    "Qwen4ExpForConditionalGeneration": "ple_layer_ids",
+}
+
+
+def _has_ngram_layers(ctx: LaunchContext) -> bool:
+    """Some architecture of the model has Engram n-gram layer ids in its config (engram.py:23-30)."""
+    config = ctx.request.model.config or {}
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for arch in ctx.facts.architectures:
+        field = NGRAM_LAYER_FIELDS.get(arch)
+        if field is not None and (config.get(field) or (text or {}).get(field)):
+            return True
+    return False
+
+
+@rule("model_specific_option", severity="error", source=SRC_MODEL_SPECIFIC)
+def model_specific_option(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Options made for one family of models: ``--moe-backend flashinfer_moe_ep_mega_deep_gemm`` runs DeepSeek-V4
+    experts only (from 0.30); ``--engram-config`` needs a model with Engram n-gram embedding layers (from 0.30)."""
+    given = ctx.args.given
+    if "moe_backend" not in given and "engram_config" not in given:
+        return []
+    if not at_least(ctx, (0, 30)):
+        return []
+    out = []
+    backend = ctx.args.get("moe_backend")
+    if backend in for_line(ctx, DSV4_BACKENDS) and not DSV4_ARCHITECTURES & set(ctx.facts.architectures):
+        out.append(
+            emit.error(
+                "model_specific_option",
+                f"moe_backend={backend!r} is only supported for DeepSeek-V4 models ({sorted(DSV4_ARCHITECTURES)}), "
+                f"but the model is {list(ctx.facts.architectures)}.",
+                remedy={"moe_backend": "auto"},
+                field="engine_args.moe_backend",
+            )
+        )
+    overridden = "hf_overrides" in given  # overrides may add the layer ids: not judged
+    if ctx.args.get("engram_config") is not None and not overridden and not _has_ngram_layers(ctx):
+        out.append(
+            emit.error(
+                "model_specific_option",
+                "EngramConfig requires a model with supported Engram embeddings and non-empty n-gram layer ids.",
+                remedy={"drop": ["engram_config"]},
+                field="engine_args.engram_config",
+            )
+        )
+    return out

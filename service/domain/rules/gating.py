@@ -4,13 +4,14 @@ module registers no rules."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config_values import as_bool, as_float, as_int
 from ..context import LaunchContext
 from ..versions import Architecture
 
 Line = tuple[int, int]
+T = TypeVar("T")
 
 
 def at_least(ctx: LaunchContext, line: Line) -> bool:
@@ -18,7 +19,7 @@ def at_least(ctx: LaunchContext, line: Line) -> bool:
     return ctx.line.release[:2] >= line
 
 
-def for_line(ctx: LaunchContext, texts: dict[Line, str]) -> str:
+def for_line(ctx: LaunchContext, texts: dict[Line, T]) -> T:
     """The text of the newest entry whose line is not newer than the target line (the oldest entry otherwise)."""
     here = ctx.line.release[:2]
     fitting = [line for line in texts if line <= here]

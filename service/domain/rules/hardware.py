@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..context import DTYPE_ALIASES, LaunchContext
 from ..findings import Finding
 from . import Emit, rule
+from .gating import at_least
 
 SRC_MIN = "vllm 0.33.0 PyPI wheel: built with torch 2.14.0+cu130, CUDA kernels for sm_75 … sm_120 only"
 SRC_BF16 = "vllm 0.33.0 vllm/platforms/cuda.py:638-657 (gpu_worker.py:498); vllm/config/model.py:2447-2464"
@@ -62,3 +63,53 @@ def bf16_capability(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             )
         ]
     return []
+
+
+SRC_DEVICE_IDS = (
+    "vllm 0.33.0 vllm/engine/arg_utils.py:1194-1201, 2141-2158; vllm/platforms/cuda.py:751-759; "
+    "vllm/platforms/interface.py:266-275 (the same since 0.24.0 arg_utils.py:984-990, 1735-1752, with the option)"
+)
+
+
+def _device_ids(value: object) -> list[int | str]:
+    """``--device-ids`` as vLLM's parser reads it (arg_utils.py:1196-1199): digits are integers, the rest strings."""
+    parts = (part.strip() for part in str(value).split(","))
+    return [int(p) if p.isdigit() else p for p in parts]
+
+
+def _not_a_device(text: str) -> bool:
+    """A string entry NVML cannot resolve: not an integer and not a GPU/MIG UUID (cuda.py:751-759 tries ``int``,
+    then ``nvmlDeviceGetHandleByUUID``; without NVML only integers: interface.py:266-275)."""
+    try:
+        int(text)
+        return False
+    except ValueError:
+        return not text.startswith(("GPU-", "MIG-"))
+
+
+@rule("device_ids", severity="error", source=SRC_DEVICE_IDS)
+def device_ids(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--device-ids`` (from 0.24) names this node's GPUs: no duplicates, integer indices or UUIDs but not both,
+    and each string a GPU UUID (``GPU-…``/``MIG-…``) on NVIDIA GPUs. Whether a UUID exists, and indices against the
+    node's ``CUDA_VISIBLE_DEVICES``, only the node knows."""
+    if "device_ids" not in ctx.args.given or not at_least(ctx, (0, 24)):
+        return []
+    value = ctx.args.values.get("device_ids")
+    if value is None:
+        return []
+    ids = _device_ids(value)
+    strings = [i for i in ids if isinstance(i, str)]
+    text = None
+    if len(set(ids)) != len(ids):
+        text = f"--device-ids must not contain duplicates: {ids}"
+    elif strings and len(strings) < len(ids):
+        text = "--device-ids must not mix integer IDs and UUIDs"
+    elif ctx.gpu.vendor.upper() == "NVIDIA" and any(_not_a_device(s) for s in strings):
+        bad = next(s for s in strings if _not_a_device(s))
+        text = (
+            f"Non-integer device ID {bad!r} is not supported by cuda. (--device-ids takes GPU indices or GPU UUIDs "
+            f"such as GPU-…; {bad!r} is neither.)"
+        )
+    if text is None:
+        return []
+    return [emit.error("device_ids", text, remedy={"drop": ["device_ids"]}, field="engine_args.device_ids")]

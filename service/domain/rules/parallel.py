@@ -8,6 +8,7 @@ from ..context import LaunchContext
 from ..findings import Finding
 from ..model_facts import divisors, kv_heads_ok
 from . import Emit, rule
+from .gating import whole
 
 
 def valid_tp_sizes(ctx: LaunchContext, limit: int | None = None) -> list[int]:
@@ -133,12 +134,14 @@ def world_size_exceeds_gpus(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     several nodes are configured (Ray backend or ``--nnodes``); in the data-parallel multi-node form
     (``--data-parallel-size-local`` below ``data_parallel_size``) each node's local ranks × TP × PP."""
     a = ctx.args
-    world = a.world_size * a.data_parallel_size
+    # a rank's world is PP × TP × PCP (vllm 0.33.0 vllm/config/parallel.py:964-968; PCP since 0.13.0 parallel.py:504-508)
+    pcp = max(1, whole(a.get("prefill_context_parallel_size")) or 1)
+    world = a.world_size * pcp * a.data_parallel_size
     dp_local = a.get("data_parallel_size_local")
     if ctx.nodes > 1 and dp_local is not None and dp_local < a.data_parallel_size:
         # the data-parallel multi-node form: each node runs dp_local of the DP ranks, each TP × PP GPUs
         # (vllm 0.33.0 vllm/engine/arg_utils.py:2486-2510; v1/worker/gpu_worker.py:486-489)
-        world = a.world_size * dp_local
+        world = a.world_size * pcp * dp_local
         capacity, where = ctx.gpus_per_node, f"each node ({ctx.gpus_per_node} GPUs; DP local {dp_local})"
     elif ctx.nodes > 1:
         multi = a.get("distributed_executor_backend") in ("ray", "external_launcher") or int(a.get("nnodes", 1)) > 1
@@ -150,11 +153,12 @@ def world_size_exceeds_gpus(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         capacity, where = ctx.gpus_per_node, f"this node ({ctx.gpus_per_node} GPUs)"
     if world <= capacity:
         return []
-    valid = [t for t in valid_tp_sizes(ctx, capacity) if t * a.pipeline_parallel_size <= capacity]
+    valid = [t for t in valid_tp_sizes(ctx, capacity) if t * a.pipeline_parallel_size * pcp <= capacity]
+    with_pcp = f" × PCP {pcp}" if pcp > 1 else ""
     return [
         emit.error(
             "world_size_exceeds_gpus",
-            f"World size ({world} = TP {a.tensor_parallel_size} × PP {a.pipeline_parallel_size} × DP "
+            f"World size ({world} = TP {a.tensor_parallel_size} × PP {a.pipeline_parallel_size}{with_pcp} × DP "
             f"{a.data_parallel_size}) is larger than the number of available GPUs ({capacity}) in {where}.",
             remedy={"tensor_parallel_size": valid, "max_gpus": capacity},
             field="engine_args.tensor_parallel_size",

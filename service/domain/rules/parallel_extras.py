@@ -13,7 +13,7 @@ from ..findings import Finding
 from ..memory import pp_partition
 from ..model_facts import padded_vocab
 from . import Emit, rule
-from .gating import at_least, for_line, lax_int
+from .gating import at_least, effective, for_line, lax_int, whole
 from .parallel import tp_candidates
 from .shapes import dense_mlp_present, moe_ranks, shared_expert_size
 
@@ -371,5 +371,182 @@ def nsight_requires_ray(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             f"{ctx.args.get('distributed_executor_backend') or 'not set: mp or uni'}.)",
             remedy={"distributed_executor_backend": "ray", "ray_workers_use_nsight": False},
             field="engine_args.ray_workers_use_nsight",
+        )
+    ]
+
+
+SRC_NUMA = "vllm 0.33.0 vllm/config/parallel.py:556-561 (since 0.21.0 parallel.py:439-444, with the options)"
+
+
+@rule("numa_bind", severity="error", source=SRC_NUMA)
+def numa_bind(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--numa-bind-nodes`` / ``--numa-bind-cpus`` only say where to bind: they need ``--numa-bind`` (from 0.21)."""
+    given = ctx.args.given
+    if "numa_bind_nodes" not in given and "numa_bind_cpus" not in given:
+        return []
+    a = ctx.args
+    set_ = [n for n in ("numa_bind_nodes", "numa_bind_cpus") if a.values.get(n) is not None]
+    if not set_ or a.get("numa_bind") or not at_least(ctx, (0, 21)):
+        return []
+    return [
+        emit.error(
+            "numa_bind",
+            f"numa_bind_nodes and numa_bind_cpus require numa_bind=True. (--{set_[0].replace('_', '-')} is set, "
+            "--numa-bind is not.)",
+            remedy={"numa_bind": True},
+            field=f"engine_args.{set_[0]}",
+        )
+    ]
+
+
+SRC_UBATCH = (
+    "vllm 0.33.0 vllm/config/vllm.py:2180-2204; vllm/config/parallel.py:644-650, 1178-1187 (--enable-dbo with a "
+    "DeepEP all2all backend since 0.11.2 config/vllm.py:680-690, the backend read from VLLM_ALL2ALL_BACKEND when "
+    "unset up to 0.13.0 parallel.py:493-500; --ubatch-size > 1 as well since 0.18.1 vllm.py:1127-1138; nixl_ep since "
+    "0.24.0 vllm.py:1427-1442; ROCm's allgather_reducescatter in 0.33; the token thresholds since 0.30.0 "
+    "parallel.py:1091-1100)"
+)
+UBATCH_BACKENDS = {
+    (0, 11): ("deepep_low_latency", "deepep_high_throughput"),
+    (0, 24): ("deepep_low_latency", "deepep_high_throughput", "nixl_ep"),
+}
+
+
+def _ubatch_backends(ctx: LaunchContext) -> tuple[str, ...]:
+    """The all2all backends microbatching takes on the launch's platform (vllm.py:2181-2194: ROCm adds the
+    allgather_reducescatter all2all in 0.33)."""
+    backends = for_line(ctx, UBATCH_BACKENDS)
+    if at_least(ctx, (0, 33)) and ctx.gpu.vendor.upper() == "AMD":
+        backends += ("allgather_reducescatter",)
+    return backends
+
+
+def _ubatch_problems(ctx: LaunchContext, dbo: bool, ubatches: int) -> list[tuple[str, dict[str, Any], str]]:
+    a = ctx.args
+    out: list[tuple[str, dict[str, Any], str]] = []
+    backend = a.values.get("all2all_backend") if "all2all_backend" in a.given else None
+    if backend is None and at_least(ctx, (0, 18)):
+        backend = "allgather_reducescatter"  # the default; up to 0.15 the node's VLLM_ALL2ALL_BACKEND may set it
+    backends = _ubatch_backends(ctx)
+    if isinstance(backend, str) and backend not in backends:
+        where = " on this platform" if at_least(ctx, (0, 33)) else ""
+        text = (
+            f"Microbatching currently only supports the {', '.join(backends)} all2all backends{where}. {backend} is "
+            f"not supported. To fix use one of {', '.join('--all2all-backend=' + b for b in backends)} and install "
+            "the matching kernels."
+        )
+        out.append((text, {"all2all_backend": list(backends)}, "all2all_backend" if dbo else "ubatch_size"))
+    thresholds = [whole(effective(ctx, n)) for n in ("dbo_decode_token_threshold", "dbo_prefill_token_threshold")]
+    known = [t for t in thresholds if t is not None]  # a value of another type is the option's own type error
+    if at_least(ctx, (0, 30)) and known and min(known) < ubatches:
+        text = (
+            "dbo_decode_token_threshold and dbo_prefill_token_threshold must be at least the number of microbatches "
+            f"({ubatches})."
+        )
+        name = (
+            "dbo_decode_token_threshold" if "dbo_decode_token_threshold" in a.given else "dbo_prefill_token_threshold"
+        )
+        out.append((text, {"dbo_decode_token_threshold": ubatches, "dbo_prefill_token_threshold": ubatches}, name))
+    return out
+
+
+@rule("microbatching", severity="error", source=SRC_UBATCH)
+def microbatching(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Microbatching (``--enable-dbo``, from 0.18 also ``--ubatch-size`` > 1) needs an all2all backend that
+    overlaps communication: DeepEP (from 0.11), nixl_ep (from 0.24); and from 0.30 both DBO token thresholds at
+    least the number of microbatches. Up to 0.15 an unset ``--all2all-backend`` came from the node's environment:
+    only a given one is judged there."""
+    given = ctx.args.given
+    if "enable_dbo" not in given and "ubatch_size" not in given:
+        return []
+    dbo = bool(ctx.args.get("enable_dbo"))
+    size = whole(ctx.args.get("ubatch_size")) or 0
+    ubatched = dbo or (size > 1 and at_least(ctx, (0, 18)))
+    if not ubatched or not at_least(ctx, (0, 11)):
+        return []
+    problems = _ubatch_problems(ctx, dbo, 2 if dbo else size)
+    return [emit.error("microbatching", t, remedy=r, field=f"engine_args.{n}") for t, r, n in problems]
+
+
+SRC_DCP_KV = (
+    "vllm 0.33.0 vllm/config/model.py:1576-1607 (assertions since 0.11.2 config/model.py:1169-1191; these messages "
+    "since 0.28.0 model.py:1387-1414); KV heads: transformers_utils/model_arch_config_convertor.py:152-157, 836-876; "
+    "use_mla: config/model.py:2068-2082, convertor:294-322"
+)
+# Model types vLLM reads otherwise (vllm 0.33.0 transformers_utils/model_arch_config_convertor.py): MLA types whose
+# use_mla turns the check off (convertor:297-321), and types with their own convertor (convertor:836-876), whose KV
+# or attention head counts Preflight does not mirror. The check is skipped for them: a miss, never a false refusal.
+DCP_SKIP_TYPES = frozenset(
+    {
+        "axk1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_v4", "deepseek_v41", "dots3_note",
+        "deepseek_mtp", "k3_dspark", "glm5_next", "glm5_next_text", "glm_moe_dsa", "glm4_moe_lite",
+        "glm4_moe_lite_mtp", "kimi_k2", "kimi_linear", "longcat_flash", "pangu_ultra_moe", "pangu_ultra_moe_mtp",
+        "bailing_hybrid", "bailing_hybrid_mtp", "bailing_hybrid_v3_mtp", "hy_v4", "hy_v4_mtp",
+        "cohere_asr", "dbrx", "diffusion_gemma", "diffusion_gemma_text", "ernie_mtp", "falcon_mamba", "gemma4",
+        "gemma4_mtp", "gemma4_text", "gemma4_unified", "gemma4_unified_text", "glm4_moe_mtp", "glm_ocr_mtp",
+        "longcat_flash_mtp", "mamba", "mimo_mtp", "mimo_v2", "mimo_v2_flash", "mimo_v2_mtp", "mimo_v2_omni_mtp",
+        "moss_audio", "nemotron-nas", "qwen3_5", "qwen3_5_mtp", "qwen3_omni_moe", "qwen3_next_mtp", "qwen4_exp_mtp",
+        "step3p5_mtp", "timm_wrapper", "zamba2",
+    }
+)  # fmt: skip
+DCP_KV_TEXT = {
+    (0, 11): "tensor parallel size {tp} must be greater than total num kv heads {kv} when enable decode context "
+    "parallel for GQA/MQA",
+    (0, 28): "Decode context parallelism for GQA/MQA requires `--tensor-parallel-size` ({tp}) to be greater than the "
+    "model's total number of KV heads ({kv}). Increase `--tensor-parallel-size` or set "
+    "`--decode-context-parallel-size 1`.",
+}
+DCP_MAX_TEXT = {
+    (0, 11): "decode context parallel size must less than or equal to (tensor parallel size {tp} // total num kv "
+    "heads {kv}) = {most}, but got {dcp}",
+    (0, 28): "`--decode-context-parallel-size` ({dcp}) exceeds the maximum supported value ({most}) for "
+    "`--tensor-parallel-size` ({tp}) and {kv} model KV heads.",
+}
+DCP_Q_TEXT = {
+    (0, 11): "Total number of q per kv attn heads ({q}) must be divisible by dcp world size when enable decode "
+    "context parallel for GQA ({dcp}).",
+    (0, 28): "The model's number of query heads per KV head ({q}) must be divisible by "
+    "`--decode-context-parallel-size` ({dcp}) for GQA/MQA.",
+}
+
+
+def _dcp_kv_text(ctx: LaunchContext, dcp: int) -> str | None:
+    """vLLM's refusal of DCP on a GQA/MQA model (model.py:1576-1607), or None."""
+    tp, kv, heads = ctx.tp, ctx.facts.total_num_kv_heads, ctx.facts.num_attention_heads
+    if tp <= kv:
+        return for_line(ctx, DCP_KV_TEXT).format(tp=tp, kv=kv)
+    most = tp // kv
+    if dcp > most:
+        return for_line(ctx, DCP_MAX_TEXT).format(tp=tp, kv=kv, most=most, dcp=dcp)
+    if (heads // kv) % dcp:
+        return for_line(ctx, DCP_Q_TEXT).format(q=heads // kv, dcp=dcp)
+    return None
+
+
+@rule("dcp_kv_heads", severity="error", source=SRC_DCP_KV)
+def dcp_kv_heads(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Decode context parallel on a model without MLA (GQA/MQA, from 0.11) splits the KV heads' replicas: TP must
+    exceed the KV heads, DCP may not exceed TP // KV heads, and the query heads per KV head must be divisible by DCP.
+    Judged where the TP split itself is valid (heads divisible by TP, TP divisible by DCP), as vLLM reaches it."""
+    if "decode_context_parallel_size" not in ctx.args.given:
+        return []
+    dcp, f = ctx.args.decode_context_parallel_size, ctx.facts
+    if dcp <= 1 or not at_least(ctx, (0, 11)) or f.is_mla or f.model_type in DCP_SKIP_TYPES:
+        return []
+    pcp = int(ctx.args.get("prefill_context_parallel_size", 1))
+    split_ok = dcp in (pcp, ctx.tp * pcp) if pcp > 1 and at_least(ctx, (0, 26)) else ctx.tp % dcp == 0
+    if f.total_num_kv_heads <= 0 or f.num_attention_heads % ctx.tp or not split_ok:
+        return []  # no KV heads (Mamba: vLLM divides by zero), or refused before (tp_heads / dcp_tp_divisible)
+    text = _dcp_kv_text(ctx, dcp)
+    if text is None:
+        return []
+    ok = [d for d in range(1, ctx.tp + 1) if ctx.tp % d == 0 and (d == 1 or _dcp_kv_text(ctx, d) is None)]
+    return [
+        emit.error(
+            "dcp_kv_heads",
+            text,
+            remedy={"decode_context_parallel_size": ok},
+            field="engine_args.decode_context_parallel_size",
+            num_key_value_heads=f.total_num_kv_heads,
         )
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
+from .gating import at_least, whole
 
 SRC = "vllm 0.33.0 vllm/config/scheduler.py:317-360; vllm/engine/arg_utils.py:2940-3039, 3151-3240"
 
@@ -64,3 +65,32 @@ def batched_tokens_lt_max_num_seqs(ctx: LaunchContext, emit: Emit) -> list[Findi
             )
         ]
     return []
+
+
+SRC_ACTIVE = (
+    "vllm 0.33.0 vllm/config/scheduler.py:338-345; vllm/engine/arg_utils.py:3151-3240 (since 0.32.0 "
+    "scheduler.py:335-342, with the option)"
+)
+
+
+@rule("max_num_active_seqs", severity="error", source=SRC_ACTIVE)
+def max_num_active_seqs(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--max-num-active-seqs`` (from 0.32) caps the running sequences below max_num_seqs: it may not exceed the
+    effective max_num_seqs."""
+    if "max_num_active_seqs" not in ctx.args.given or not at_least(ctx, (0, 32)):
+        return []
+    active = whole(ctx.args.values.get("max_num_active_seqs"))
+    most = ctx.max_num_seqs
+    if "max_num_seqs" not in ctx.args.given and ctx.args.get("performance_mode") == "throughput":
+        most *= 2  # the defaults doubled (arg_utils.py:3183-3189): at most twice what Preflight derives
+    if active is None or active <= most:
+        return []
+    return [
+        emit.error(
+            "max_num_active_seqs",
+            f"max_num_active_seqs ({active}) cannot be greater than max_num_seqs ({most}). "
+            f"(max_num_seqs: {_origin(ctx, 'max_num_seqs')})",
+            remedy={"max_num_active_seqs": most, "max_num_seqs": active},
+            field="engine_args.max_num_active_seqs",
+        )
+    ]

@@ -101,3 +101,77 @@ def traces_need_endpoint(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             field="engine_args.collect_detailed_traces",
         )
     ]
+
+
+SRC_GRPC_PORT = (
+    "vllm 0.33.0 vllm/entrypoints/common/cli_args.py:480-505 (since 0.32.0 entrypoints/launchers/cli_args.py:470-497, "
+    "with the option); VLLM_USE_RUST_FRONTEND: vllm/envs.py:1456-1458"
+)
+
+
+def _turned_off(value: str | None) -> bool:
+    """The plan's env sets the variable to a number vLLM reads as off (``bool(int(value))``); unset is not off."""
+    try:
+        return value is not None and int(value.strip()) == 0
+    except ValueError:
+        return False
+
+
+def _grpc_port_problems(ctx: LaunchContext, port: int) -> list[tuple[str, dict[str, object], str]]:
+    """``validate_grpc_port_arg``'s checks that read only the launch's options (cli_args.py:484-505)."""
+    a = ctx.args
+    out: list[tuple[str, dict[str, object], str]] = []
+    if a.get("grpc"):
+        text = (
+            "--grpc and --grpc-port are mutually exclusive. Use --grpc --port for the Python gRPC server, or "
+            "VLLM_USE_RUST_FRONTEND=1 with --grpc-port for the Rust frontend."
+        )
+        out.append((text, {"grpc": False}, "engine_args.grpc"))
+    if _turned_off(ctx.request.env.get("VLLM_USE_RUST_FRONTEND")):  # unset: the node may set it for itself
+        text = "--grpc-port requires VLLM_USE_RUST_FRONTEND=1 vllm serve"
+        out.append((text, {"env": {"VLLM_USE_RUST_FRONTEND": "1"}}, "env.VLLM_USE_RUST_FRONTEND"))
+    count = whole(a.get("api_server_count"))
+    if a.get("headless") or (count is not None and count <= 0):
+        text = "--grpc-port requires a Rust frontend; remove --headless and non-positive --api-server-count"
+        out.append(
+            (text, {"headless": False}, "engine_args.headless" if a.get("headless") else "engine_args.api_server_count")
+        )
+    if a.get("data_parallel_multi_port_external_lb"):
+        text = (
+            "--grpc-port is incompatible with --data-parallel-multi-port-external-lb: its frontends would share the "
+            "same gRPC port"
+        )
+        out.append(
+            (text, {"data_parallel_multi_port_external_lb": False}, "engine_args.data_parallel_multi_port_external_lb")
+        )
+    if not 0 <= port <= 65535:
+        out.append(("--grpc-port must be between 0 and 65535", {"grpc_port": 0}, "engine_args.grpc_port"))
+    elif port != 0 and port == whole(effective(ctx, "port")) and not a.get("uds"):
+        text = "--grpc-port must differ from --port when HTTP uses TCP"
+        out.append((text, {"grpc_port": port + 1}, "engine_args.grpc_port"))
+    return out
+
+
+@rule("grpc_port", severity="error", source=SRC_GRPC_PORT)
+def grpc_port(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--grpc-port`` (from 0.32) opens the Rust frontend's gRPC listener: not with ``--grpc``, ``--headless``, a
+    non-positive ``--api-server-count`` or ``--data-parallel-multi-port-external-lb``; a port in [0, 65535] other
+    than the HTTP port; and VLLM_USE_RUST_FRONTEND=1 (refused where the plan's env sets it off; a warning where the
+    plan leaves it unset, since the node may set it)."""
+    if "grpc_port" not in ctx.args.given or not at_least(ctx, (0, 32)):
+        return []
+    port = whole(ctx.args.values.get("grpc_port"))
+    if port is None:
+        return []
+    out = [emit.error("grpc_port", t, remedy=r, field=f) for t, r, f in _grpc_port_problems(ctx, port)]
+    if "VLLM_USE_RUST_FRONTEND" not in ctx.request.env:
+        out.append(
+            emit.warning(
+                "grpc_port",
+                "--grpc-port requires VLLM_USE_RUST_FRONTEND=1 vllm serve: the plan's env does not set it, so vLLM "
+                "refuses the launch unless the node sets it for itself.",
+                remedy={"env": {"VLLM_USE_RUST_FRONTEND": "1"}},
+                field="env.VLLM_USE_RUST_FRONTEND",
+            )
+        )
+    return out

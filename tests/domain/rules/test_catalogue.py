@@ -55,6 +55,22 @@ VARIANTS = (
     # what the release loads: a write path, a read path (production), a secret, other weights
     {"compilation_config": {"debug_dump_path": "/tmp/d"}, "chat_template": "/etc/t.jinja", "api_key": ["k"]},
     {"tokenizer": "org/other-tokenizer"},
+    # option pairs vLLM refuses in its config classes (numa, microbatching, DCP on GQA, DP modes, sampling, offload)
+    {
+        "numa_bind_nodes": [0],
+        "enable_dbo": True,
+        "tensor_parallel_size": 8,
+        "decode_context_parallel_size": 2,
+        "enable_fault_tolerance": True,
+        "data_parallel_multi_port_external_lb": True,
+        "enable_batch_sharded_sampling": True,
+        "max_logprobs": -1,
+        "offload_backend": "prefetch",
+        "max_num_active_seqs": 5000,
+        "moe_backend": "flashinfer_moe_ep_mega_deep_gemm",
+        "grpc_port": 50051,
+        "device_ids": "abc",
+    },
 )
 
 

@@ -64,3 +64,30 @@ def test_dense_external_only_with_dp_above_one():
     assert errors(request(llama, data_parallel_size=2, data_parallel_rank=0), "dp_external_dense")
     single = errors(request(llama, data_parallel_rank=0), *CODES)
     assert [f.rule for f in single] == ["dp_external_rank"]
+
+
+def test_fault_tolerance_needs_external_load_balancing():
+    moe = "Qwen__Qwen3-30B-A3B"
+    (f,) = errors(request(moe, count=2, tensor_parallel_size=2, enable_fault_tolerance=True), "dp_fault_tolerance")
+    assert f.message.startswith("Fault tolerance requires external load balancer mode")
+    ok = request(moe, count=2, data_parallel_size=2, data_parallel_rank=0, enable_fault_tolerance=True)
+    assert not errors(ok, "dp_fault_tolerance")
+    old = request(moe, count=2, enable_fault_tolerance=True)
+    old["vllm_version"] = "0.26.0"  # no such option before 0.28: flag_unsupported judges it
+    assert not errors(old, "dp_fault_tolerance")
+
+
+def test_multi_port_external_lb():
+    moe = "Qwen__Qwen3-30B-A3B"
+    (f,) = errors(request(moe, count=2, data_parallel_multi_port_external_lb=True), "dp_multi_port")
+    assert f.message == "Error: --data-parallel-multi-port-external-lb requires --data-parallel-size > 1"
+    (f,) = errors(
+        request(moe, count=2, data_parallel_multi_port_external_lb=True, data_parallel_size=2), "dp_multi_port"
+    )
+    assert f.message == "Error: --data-parallel-multi-port-external-lb requires --data-parallel-size-local >= 2"
+    base = {"data_parallel_multi_port_external_lb": True, "data_parallel_size": 4, "data_parallel_size_local": 2}
+    assert not errors(request(moe, count=4, **base), "dp_multi_port")
+    (f,) = errors(request(moe, count=4, data_parallel_start_rank=3, **base), "dp_multi_port")
+    assert f.message == "Error: multi-port supervised ranks would exceed --data-parallel-size"
+    (f,) = errors(request(moe, count=4, port=9255, **base), "dp_multi_port")
+    assert f.message == "Error: --data-parallel-supervisor-port 9256 overlaps with child rank ports 9255-9256"

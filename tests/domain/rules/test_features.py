@@ -74,3 +74,37 @@ def test_rocm_only_backend_on_nvidia():
         request(LLAMA, gpu="mi300x-192gb", count=1, attention_backend="ROCM_OCTAVE"), "attention_backend_platform"
     )
     assert not errors(request(LLAMA, count=1, attention_backend="FLASHINFER"), "attention_backend_platform")
+
+
+def test_batch_sharded_sampling_blockers():
+    (f,) = errors(request(LLAMA, count=1, enable_batch_sharded_sampling=True), "batch_sharded_sampling")
+    assert f.message.endswith("reason(s): tensor_parallel_size is 1, so there is nothing to shard.")
+    req = request(
+        LLAMA, count=2, tensor_parallel_size=2, max_num_seqs=1, max_logprobs=-1, enable_batch_sharded_sampling=True
+    )
+    (f,) = errors(req, "batch_sharded_sampling")
+    assert "max_num_seqs (1) is below tensor_parallel_size (2); max_logprobs is -1" in f.message
+    assert not errors(
+        request(LLAMA, count=2, tensor_parallel_size=2, enable_batch_sharded_sampling=True), "batch_sharded_sampling"
+    )
+
+
+def test_offload_options():
+    (f,) = errors(request(LLAMA, count=1, offload_group_size=2, offload_num_in_group=3), "offload_options")
+    assert f.message == "offload_num_in_group (3) must be <= offload_group_size (2)"
+    (f,) = errors(request(LLAMA, count=1, offload_backend="prefetch"), "offload_options")
+    assert f.message == "offload_num_in_group (1) must be <= offload_group_size (0)"
+    (f,) = errors(request(LLAMA, count=1, offload_group_size=4, offload_prefetch_step=0), "offload_options")
+    assert f.message.startswith("offload_prefetch_step (0) must be >= 1")
+    assert not errors(request(LLAMA, count=1, offload_group_size=4, offload_num_in_group=2), "offload_options")
+    assert not errors(request(LLAMA, count=1, offload_num_in_group=3), "offload_options")  # no prefetch offloading
+
+
+def test_model_specific_options():
+    (f,) = errors(request(QWEN_MOE, count=1, moe_backend="flashinfer_moe_ep_mega_deep_gemm"), "model_specific_option")
+    assert f.message.startswith("moe_backend='flashinfer_moe_ep_mega_deep_gemm' is only supported for DeepSeek-V4")
+    v4 = request("deepseek-ai__DeepSeek-V4-Pro", gpu="b200-180gb", count=8, tensor_parallel_size=8,
+                 moe_backend="flashinfer_moe_ep_mega_deep_gemm")  # fmt: skip
+    assert not errors(v4, "model_specific_option")
+    (f,) = errors(request(LLAMA, count=1, engram_config={}), "model_specific_option")
+    assert f.message.startswith("EngramConfig requires a model with supported Engram embeddings")

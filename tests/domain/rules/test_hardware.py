@@ -43,3 +43,16 @@ def test_bf16_explicit_on_t4_is_error_auto_is_info():
     assert "compute capability 7.5" in f.message and f.remedy == {"dtype": "float16"}
     auto = found(request("meta-llama__Llama-3.1-8B-Instruct", gpu="t4-16gb", count=1), "bf16_capability")
     assert [x.severity.value for x in auto] == ["info"] and "Falling back to torch.float16" in auto[0].message
+
+
+def test_device_ids():
+    llama = "meta-llama__Llama-3.1-8B-Instruct"
+    (f,) = errors(request(llama, count=1, device_ids="abc"), "device_ids")
+    assert f.message.startswith("Non-integer device ID 'abc' is not supported by cuda.")
+    (f,) = errors(request(llama, count=2, device_ids="0,0"), "device_ids")
+    assert f.message == "--device-ids must not contain duplicates: [0, 0]"
+    (f,) = errors(request(llama, count=2, device_ids="0,GPU-1b2c"), "device_ids")
+    assert f.message == "--device-ids must not mix integer IDs and UUIDs"
+    assert not errors(request(llama, count=2, tensor_parallel_size=2, device_ids="0,1"), "device_ids")
+    uuid = "GPU-8f6b2a10-5c1d-4e1f-9a63-0c2d9e7b1a44"
+    assert not errors(request(llama, count=1, device_ids=uuid), "device_ids")  # NVML resolves UUIDs on the node

@@ -155,3 +155,74 @@ def test_nsight_needs_ray_workers():
     assert f.message.startswith("Unable to use nsight profiling unless workers run with Ray.")
     ok = request(llama, tensor_parallel_size=2, ray_workers_use_nsight=True, distributed_executor_backend="ray")
     assert not errors(ok, "nsight_requires_ray")
+
+
+QWEN_MOE = "Qwen__Qwen3-30B-A3B"  # 32 attention heads, 4 KV heads
+LLAMA8 = "meta-llama__Llama-3.1-8B-Instruct"
+
+
+def _at(req: dict, version: str) -> dict:
+    req["vllm_version"] = version
+    return req
+
+
+def test_numa_bind_nodes_need_numa_bind():
+    (f,) = errors(request(LLAMA8, count=1, numa_bind_nodes=[0]), "numa_bind")
+    assert f.message.startswith("numa_bind_nodes and numa_bind_cpus require numa_bind=True.")
+    assert f.field == "engine_args.numa_bind_nodes" and f.remedy == {"numa_bind": True}
+    assert not errors(request(LLAMA8, count=1, numa_bind=True, numa_bind_cpus=["0-3"]), "numa_bind")
+    assert not errors(_at(request(LLAMA8, count=1, numa_bind_nodes=[0]), "0.18.1"), "numa_bind")  # no such option
+
+
+def test_microbatching_needs_an_overlapping_all2all_backend():
+    (f,) = errors(request(QWEN_MOE, count=2, tensor_parallel_size=2, enable_dbo=True), "microbatching")
+    assert "deepep_low_latency, deepep_high_throughput, nixl_ep all2all backends on this platform" in f.message
+    assert "allgather_reducescatter is not supported" in f.message
+    assert errors(request(QWEN_MOE, count=2, tensor_parallel_size=2, ubatch_size=2), "microbatching")
+    ok = request(QWEN_MOE, count=2, tensor_parallel_size=2, enable_dbo=True, all2all_backend="nixl_ep")
+    assert not errors(ok, "microbatching")
+    assert errors(_at(dict(ok, engine_args=dict(ok["engine_args"])), "0.21.0"), "microbatching")  # nixl_ep from 0.24
+    assert not errors(request(QWEN_MOE, count=2, tensor_parallel_size=2, ubatch_size=1), "microbatching")
+
+
+def test_microbatching_up_to_015_judges_only_a_given_backend():
+    """Up to 0.15 an unset --all2all-backend came from the node's VLLM_ALL2ALL_BACKEND: not judged."""
+    assert not errors(
+        _at(request(QWEN_MOE, count=2, tensor_parallel_size=2, enable_dbo=True), "0.13.0"), "microbatching"
+    )
+    req = _at(request(QWEN_MOE, count=2, tensor_parallel_size=2, enable_dbo=True, all2all_backend="naive"), "0.13.0")
+    (f,) = errors(req, "microbatching")
+    assert f.message.startswith("Microbatching currently only supports the deepep_low_latency, deepep_high_throughput")
+
+
+def test_microbatching_token_thresholds():
+    base = {"tensor_parallel_size": 2, "enable_dbo": True, "all2all_backend": "deepep_low_latency"}
+    (f,) = errors(request(QWEN_MOE, count=2, dbo_decode_token_threshold=1, **base), "microbatching")
+    assert f.message == (
+        "dbo_decode_token_threshold and dbo_prefill_token_threshold must be at least the number of microbatches (2)."
+    )
+    assert not errors(request(QWEN_MOE, count=2, dbo_decode_token_threshold=2, **base), "microbatching")
+    assert not errors(_at(request(QWEN_MOE, count=2, dbo_decode_token_threshold=1, **base), "0.28.0"), "microbatching")
+
+
+def test_dcp_on_gqa_models_needs_tp_above_kv_heads():
+    (f,) = errors(request(QWEN_MOE, count=4, tensor_parallel_size=4, decode_context_parallel_size=2), "dcp_kv_heads")
+    assert f.message.startswith(
+        "Decode context parallelism for GQA/MQA requires `--tensor-parallel-size` (4) to be greater than the model's "
+        "total number of KV heads (4)."
+    )
+    (f,) = errors(request(QWEN_MOE, count=8, tensor_parallel_size=8, decode_context_parallel_size=4), "dcp_kv_heads")
+    assert f.message.startswith("`--decode-context-parallel-size` (4) exceeds the maximum supported value (2)")
+    assert f.remedy == {"decode_context_parallel_size": [1, 2]}
+    assert not errors(
+        request(QWEN_MOE, count=8, tensor_parallel_size=8, decode_context_parallel_size=2), "dcp_kv_heads"
+    )
+    old = _at(request(QWEN_MOE, count=4, tensor_parallel_size=4, decode_context_parallel_size=2), "0.13.0")
+    (f,) = errors(old, "dcp_kv_heads")
+    assert f.message.startswith("tensor parallel size 4 must be greater than total num kv heads 4")
+
+
+def test_dcp_kv_heads_skips_mla_models():
+    req = request("deepseek-ai__DeepSeek-V3", gpu="h200-141gb", count=8, tensor_parallel_size=8,
+                  decode_context_parallel_size=8)  # fmt: skip
+    assert not errors(req, "dcp_kv_heads")

@@ -25,3 +25,15 @@ def test_max_num_seqs_4096_on_a100_default_mnbt():
     )
     assert "(2048) must be greater than or equal to max_num_seqs (4096)" in f.message
     assert not errors(request(LLAMA, gpu="h100-sxm-80gb", count=1, max_num_seqs=1024), "batched_tokens_lt_max_num_seqs")
+
+
+def test_max_num_active_seqs_at_most_max_num_seqs():
+    llama = "meta-llama__Llama-3.1-8B-Instruct"
+    (f,) = errors(request(llama, count=1, max_num_active_seqs=2000), "max_num_active_seqs")
+    assert f.message.startswith("max_num_active_seqs (2000) cannot be greater than max_num_seqs (1024).")
+    assert not errors(request(llama, count=1, max_num_active_seqs=64), "max_num_active_seqs")
+    assert errors(request(llama, count=1, max_num_seqs=32, max_num_active_seqs=64), "max_num_active_seqs")
+    # --performance-mode throughput doubles the default (vllm 0.33.0 arg_utils.py:3183-3189)
+    assert not errors(
+        request(llama, count=1, performance_mode="throughput", max_num_active_seqs=2000), "max_num_active_seqs"
+    )

@@ -4,7 +4,7 @@ tracing config refuse, each with a refused and an accepted launch, and the relea
 from __future__ import annotations
 
 from tests.support import request
-from tests.support.rules import errors
+from tests.support.rules import errors, found
 
 LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
@@ -51,3 +51,21 @@ def test_detailed_traces_need_an_endpoint():
     ok = _req(collect_detailed_traces=["worker"], otlp_traces_endpoint="http://127.0.0.1:4317")
     assert not errors(ok, "traces_need_endpoint")
     assert not errors(_req("0.10.2", collect_detailed_traces="worker"), "traces_need_endpoint")
+
+
+def test_grpc_port():
+    llama = "meta-llama__Llama-3.1-8B-Instruct"
+    (f,) = errors(request(llama, count=1, grpc_port=50051, grpc=True), "grpc_port")
+    assert f.message.startswith("--grpc and --grpc-port are mutually exclusive.")
+    req = request(llama, count=1, grpc_port=50051)
+    assert not errors(req, "grpc_port")  # the node may set VLLM_USE_RUST_FRONTEND for itself: a warning
+    assert [w.field for w in found(req, "grpc_port", severity="warning")] == ["env.VLLM_USE_RUST_FRONTEND"]
+    req["env"] = {"VLLM_USE_RUST_FRONTEND": "0"}
+    (f,) = errors(req, "grpc_port")
+    assert f.message == "--grpc-port requires VLLM_USE_RUST_FRONTEND=1 vllm serve"
+    req["env"] = {"VLLM_USE_RUST_FRONTEND": "1"}
+    assert not errors(req, "grpc_port") and not found(req, "grpc_port", severity="warning")
+    same = request(llama, count=1, grpc_port=8000)
+    same["env"] = {"VLLM_USE_RUST_FRONTEND": "1"}
+    (f,) = errors(same, "grpc_port")
+    assert f.message == "--grpc-port must differ from --port when HTTP uses TCP"
