@@ -154,7 +154,7 @@ def dp_launch_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 SRC_FT = "vllm 0.33.0 vllm/engine/arg_utils.py:2447-2456 (since 0.28.0 arg_utils.py:2114-2122, with the option)"
 
 
-@rule("dp_fault_tolerance", severity="error", source=SRC_FT)
+@rule("dp_fault_tolerance", severity="error", source=SRC_FT, when=("enable_fault_tolerance",))
 def dp_fault_tolerance(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--enable-fault-tolerance`` works with external load balancing only: it needs ``--data-parallel-external-lb``
     or a ``--data-parallel-rank`` (from 0.28)."""
@@ -247,7 +247,7 @@ def _multi_port_ranks(ctx: LaunchContext, local: int) -> list[tuple[str, dict[st
     return out
 
 
-@rule("dp_multi_port", severity="error", source=SRC_MULTI_PORT)
+@rule("dp_multi_port", severity="error", source=SRC_MULTI_PORT, when=("data_parallel_multi_port_external_lb",))
 def dp_multi_port(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--data-parallel-multi-port-external-lb`` (from 0.24) supervises one server per local DP rank: no ``--grpc``,
     ``--uds``, other load-balancing mode or ``--data-parallel-rank``, one API server, data_parallel_size > 1 and a

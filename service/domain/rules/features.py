@@ -169,7 +169,7 @@ def _sharding_blockers(ctx: LaunchContext) -> list[str]:
     return out
 
 
-@rule("batch_sharded_sampling", severity="error", source=SRC_SHARDED)
+@rule("batch_sharded_sampling", severity="error", source=SRC_SHARDED, when=("enable_batch_sharded_sampling",))
 def batch_sharded_sampling(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--enable-batch-sharded-sampling`` (from 0.30) shards sampling over the TP ranks: it needs TP > 1,
     max_num_seqs at least TP, ``--max-logprobs`` not -1, no ``--return-sampling-mask`` and, up to 0.32, no adaptive
@@ -195,7 +195,12 @@ def batch_sharded_sampling(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 SRC_OFFLOAD = "vllm 0.33.0 vllm/config/offload.py:98-113 (the same since 0.18.1 offload.py:98-113, with the options)"
 
 
-@rule("offload_options", severity="error", source=SRC_OFFLOAD)
+@rule(
+    "offload_options",
+    severity="error",
+    source=SRC_OFFLOAD,
+    when=("offload_backend", "offload_group_size", "offload_num_in_group", "offload_prefetch_step"),
+)
 def offload_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Prefetch weight offloading (``--offload-backend prefetch`` or ``--offload-group-size`` > 0, from 0.18)
     offloads ``--offload-num-in-group`` layers of each group: at most the group size, and prefetches at least one
@@ -259,7 +264,7 @@ def _has_ngram_layers(ctx: LaunchContext) -> bool:
     return False
 
 
-@rule("model_specific_option", severity="error", source=SRC_MODEL_SPECIFIC)
+@rule("model_specific_option", severity="error", source=SRC_MODEL_SPECIFIC, when=("moe_backend", "engram_config"))
 def model_specific_option(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Options made for one family of models: ``--moe-backend flashinfer_moe_ep_mega_deep_gemm`` runs DeepSeek-V4
     experts only (from 0.30); ``--engram-config`` needs a model with Engram n-gram embedding layers (from 0.30)."""

@@ -87,7 +87,7 @@ def _not_a_device(text: str) -> bool:
         return not text.startswith(("GPU-", "MIG-"))
 
 
-@rule("device_ids", severity="error", source=SRC_DEVICE_IDS)
+@rule("device_ids", severity="error", source=SRC_DEVICE_IDS, when=("device_ids",))
 def device_ids(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--device-ids`` (from 0.24) names this node's GPUs: no duplicates, integer indices or UUIDs but not both,
     and each string a GPU UUID (``GPU-…``/``MIG-…``) on NVIDIA GPUs. Whether a UUID exists, and indices against the

@@ -378,7 +378,7 @@ def nsight_requires_ray(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 SRC_NUMA = "vllm 0.33.0 vllm/config/parallel.py:556-561 (since 0.21.0 parallel.py:439-444, with the options)"
 
 
-@rule("numa_bind", severity="error", source=SRC_NUMA)
+@rule("numa_bind", severity="error", source=SRC_NUMA, when=("numa_bind_nodes", "numa_bind_cpus"))
 def numa_bind(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--numa-bind-nodes`` / ``--numa-bind-cpus`` only say where to bind: they need ``--numa-bind`` (from 0.21)."""
     given = ctx.args.given
@@ -450,7 +450,7 @@ def _ubatch_problems(ctx: LaunchContext, dbo: bool, ubatches: int) -> list[tuple
     return out
 
 
-@rule("microbatching", severity="error", source=SRC_UBATCH)
+@rule("microbatching", severity="error", source=SRC_UBATCH, when=("enable_dbo", "ubatch_size"))
 def microbatching(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Microbatching (``--enable-dbo``, from 0.18 also ``--ubatch-size`` > 1) needs an all2all backend that
     overlaps communication: DeepEP (from 0.11), nixl_ep (from 0.24); and from 0.30 both DBO token thresholds at
@@ -523,7 +523,7 @@ def _dcp_kv_text(ctx: LaunchContext, dcp: int) -> str | None:
     return None
 
 
-@rule("dcp_kv_heads", severity="error", source=SRC_DCP_KV)
+@rule("dcp_kv_heads", severity="error", source=SRC_DCP_KV, when=("decode_context_parallel_size",))
 def dcp_kv_heads(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Decode context parallel on a model without MLA (GQA/MQA, from 0.11) splits the KV heads' replicas: TP must
     exceed the KV heads, DCP may not exceed TP // KV heads, and the query heads per KV head must be divisible by DCP.

@@ -73,7 +73,7 @@ SRC_ACTIVE = (
 )
 
 
-@rule("max_num_active_seqs", severity="error", source=SRC_ACTIVE)
+@rule("max_num_active_seqs", severity="error", source=SRC_ACTIVE, when=("max_num_active_seqs",))
 def max_num_active_seqs(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--max-num-active-seqs`` (from 0.32) caps the running sequences below max_num_seqs: it may not exceed the
     effective max_num_seqs."""

@@ -152,7 +152,7 @@ def _grpc_port_problems(ctx: LaunchContext, port: int) -> list[tuple[str, dict[s
     return out
 
 
-@rule("grpc_port", severity="error", source=SRC_GRPC_PORT)
+@rule("grpc_port", severity="error", source=SRC_GRPC_PORT, when=("grpc_port",))
 def grpc_port(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--grpc-port`` (from 0.32) opens the Rust frontend's gRPC listener: not with ``--grpc``, ``--headless``, a
     non-positive ``--api-server-count`` or ``--data-parallel-multi-port-external-lb``; a port in [0, 65535] other
