@@ -15,8 +15,10 @@ SRC_PARSERS = (
     "vllm 0.33.0 vllm/reasoning/abs_reasoning_parsers.py:237-264 (get_reasoning_parser, from "
     "config/reasoning.py:83-86 in VllmConfig.__post_init__ config/vllm.py:2209-2210; engine core "
     "v1/structured_output/__init__.py since 0.11.2; validate_api_server_args entrypoints/common/cli_args.py:615-630, "
-    "entrypoints/openai/api_server.py since 0.9.2); tool parsers: parser/parser_manager.py:33-53 (with "
-    "--enable-auto-tool-choice; 0.6.6 entrypoints/openai/serving_chat.py:79-91); names: service/data/vllm/names/"
+    "entrypoints/openai/api_server.py since 0.9.2); tool parsers with --enable-auto-tool-choice: the same "
+    "validate_api_server_args, run by entrypoints/launchers/launcher.py:365-370 setup_server before the engine "
+    "(since 0.9.2; then parser/parser_manager.py:33-53, 0.6.6 entrypoints/openai/serving_chat.py:79-91); names: "
+    "service/data/vllm/names/"
 )
 SRC_BACKENDS = (
     "vllm 0.33.0 vllm/v1/attention/backends/registry.py:18-31 via config/attention.py:216-228 and "
@@ -64,10 +66,7 @@ def _tool(ctx: LaunchContext) -> tuple[str, dict[str, object], str] | None:
         return None
     if name in known or ctx.args.get("tool_parser_plugin"):
         return None
-    text = (
-        f"Error: --enable-auto-tool-choice requires tool_parser:'{name}' which has not been registered "
-        f"(registered: {_listed(known)})"
-    )
+    text = f"invalid tool call parser: {name} (chose from {{ {','.join(sorted(known))} }})"
     return text, {"drop": ["tool_call_parser", "enable_auto_tool_choice"]}, "tool_call_parser"
 
 
