@@ -19,6 +19,12 @@ files alone from the wheel each catalogue records (no environment needed: the an
 the parser it builds; ``--argparse-only`` fills it into the checked-in catalogues from each recorded wheel's source
 alone (scripts/vllm_argparse.py: an ``ast`` read, no environment), leaving every other key as it is.
 
+``service/data/vllm/names/<version>.json`` holds the names the release accepts where a value is looked up in a
+registry or an enum (reasoning and tool-call parsers, attention and Mamba backends), each with the file and line that
+defines it, read from the wheel's source by scripts/vllm_names.py (``--names-only``: those files alone, no
+environment). ``--registry-only`` reads the model registry into the checked-in catalogues again from each recorded
+wheel's source (an ``ast`` read, as the full generation does), leaving every other key as it is.
+
 Also beside it, ``service/data/vllm/quant_overrides/<version>.json`` holds how the release reconciles a checkpoint's
 quantization config with ``--quantization`` (the order in which ModelConfig._verify_quantization asks each method's
 ``override_quantization_method``, and where each override is defined), and
@@ -44,7 +50,9 @@ import time
 import zipfile
 
 from vllm_argparse import argparse_facts
+from vllm_catalogue_inside import registry
 from vllm_loading import analyse
+from vllm_names import names
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "service" / "data" / "vllm"
@@ -159,6 +167,20 @@ def argparse_only(version: str, path: pathlib.Path, work: pathlib.Path) -> dict:
     return {**json.loads(path.read_text()), "argparse": argparse_facts(source)}
 
 
+def registry_only(version: str, path: pathlib.Path, work: pathlib.Path) -> dict:
+    """The checked-in catalogue with its ``registry`` read again from the recorded wheel's source (``registry`` in
+    scripts/vllm_catalogue_inside.py reads only files, with ``ast``)."""
+    source = release_source(version, recorded_wheel(version, path, work), work)
+    return {**json.loads(path.read_text()), "registry": registry(source / "vllm")}
+
+
+def names_of(version: str, wheel: pathlib.Path, work: pathlib.Path) -> dict:
+    """The parser and backend names the release accepts (scripts/vllm_names.py), with the wheel they come from."""
+    facts = names(release_source(version, wheel, work))
+    source = {"wheel": wheel.name, "sha256": sha256(wheel), "generator": "scripts/vllm_names.py"}
+    return {"vllm_version": version, "source": source, **facts}
+
+
 def release_dir(version: str, py: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
     """The release installed alone (``--no-deps``) into its own directory, for ``PYTHONPATH``."""
     target = work / "releases" / version
@@ -226,6 +248,8 @@ def write_or_check(path: pathlib.Path, data: dict, check: bool, seconds: float) 
         counts = f"{len(data['cells'])} grid cells, {len(data['outcomes'])} distinct verdicts"
     elif "order" in data:
         counts = f"{len(data['order'])} methods asked, {len(data['methods'])} with an override"
+    elif "tool_parsers" in data:
+        counts = ", ".join(f"{len(v)} {k}" for k, v in data.items() if k not in ("vllm_version", "source"))
     elif "env" in data:
         counts = f"{len(data['options'])} loading options, {len(data['env'])} env variables"
     else:
@@ -261,6 +285,16 @@ def main(argv: list[str] | None = None) -> int:
         help="fill only the parser facts (allow_abbrev, help strings) into the catalogues, from each wheel's source",
     )
     ap.add_argument(
+        "--registry-only",
+        action="store_true",
+        help="read only the model registry into the catalogues again, from each wheel's source",
+    )
+    ap.add_argument(
+        "--names-only",
+        action="store_true",
+        help="regenerate only the parser and backend names (service/data/vllm/names/), from each wheel's source",
+    )
+    ap.add_argument(
         "--quant-overrides-only",
         action="store_true",
         help="regenerate only the quantization override facts and verdict grids (quant_overrides/, tests/fixtures/)",
@@ -280,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
                 outputs = {args.out / "loading" / f"{version}.json": loading_only(version, existing, args.work)}
             elif args.argparse_only:
                 outputs = {existing: argparse_only(version, existing, args.work)}
+            elif args.registry_only:
+                outputs = {existing: registry_only(version, existing, args.work)}
+            elif args.names_only:
+                wheel = recorded_wheel(version, existing, args.work)
+                outputs = {args.out / "names" / f"{version}.json": names_of(version, wheel, args.work)}
             elif args.quant_overrides_only:
                 facts, grid = quant_overrides_of(version, ensure_env(args.work, args.torch, spec), args.work)
                 outputs = {
@@ -292,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                 facts, grid = quant_overrides_of(version, py, args.work)
                 outputs = {
                     existing: data,
+                    args.out / "names" / f"{version}.json": names_of(version, wheel_for(version, args.work), args.work),
                     args.out / "loading" / f"{version}.json": loading,
                     args.out / "quant_overrides" / f"{version}.json": facts,
                     QUANT_GRID / f"{version}.json": grid,

@@ -660,8 +660,8 @@ class ClassIndex:
     def path_of(self, name: str) -> pathlib.Path:
         if name.startswith("vllm."):  # an absolute module (e.g. "vllm.models.deepseek_v32")
             base = self.root.joinpath(*name.split(".")[1:])
-        else:
-            base = self.dir / name
+        else:  # a module of vllm/model_executor/models, dotted inside a package ("transformers.causal")
+            base = self.dir.joinpath(*name.split("."))
         return base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
 
     def module(self, name: str):
@@ -674,18 +674,20 @@ class ClassIndex:
             tree = ast.parse(path.read_text())
             for node in ast.walk(tree):
                 if isinstance(node, ast.ClassDef):
-                    classes[node.name] = [self._base_name(b) for b in node.bases]
+                    classes[node.name] = [self._base_name(b) for b in node.bases] + self._declared(node)
                 elif isinstance(node, ast.ImportFrom) and node.module:
                     mod = node.module
-                    if node.level == 1 and not name.startswith("vllm."):
-                        local = mod.split(".")[0]
+                    if node.level >= 1 and not name.startswith("vllm."):  # relative to its package of models/
+                        parts = name.split(".")
+                        pkg = parts[: len(parts) - node.level + (1 if path.name == "__init__.py" else 0)]
+                        local = ".".join(pkg + [mod])
                     elif node.level >= 1:  # relative inside an absolute package
                         pkg = name.split(".")[
                             : len(name.split(".")) - node.level + (1 if path.name == "__init__.py" else 0)
                         ]
                         local = ".".join(pkg + [mod])
-                    elif mod.startswith("vllm.model_executor.models."):
-                        local = mod.split(".")[3]
+                    elif mod.startswith("vllm.model_executor.models."):  # a module, or one inside a package
+                        local = ".".join(mod.split(".")[3:])
                     elif mod.startswith("vllm."):
                         local = mod
                     else:
@@ -697,6 +699,22 @@ class ClassIndex:
                         classes.setdefault(node.targets[0].id, [node.value.id])
         self.cache[name] = (classes, imports)
         return self.cache[name]
+
+    @staticmethod
+    def _declared(node: ast.ClassDef) -> list[str]:
+        """``supports_lora = True`` in the class body: what vLLM's runtime-checkable SupportsLoRA protocol reads
+        (vllm 0.33.0 model_executor/models/interfaces.py:760-795), so the class supports LoRA without the base."""
+        for stmt in node.body:
+            target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+            target = stmt.target if isinstance(stmt, ast.AnnAssign) else target
+            value = getattr(stmt, "value", None)
+            if (
+                getattr(target, "id", None) == "supports_lora"
+                and isinstance(value, ast.Constant)
+                and value.value is True
+            ):
+                return ["SupportsLoRA"]
+        return []
 
     @staticmethod
     def _base_name(b) -> str:

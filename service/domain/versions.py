@@ -127,6 +127,9 @@ class Architecture:
     attention_free: bool
     pooling_only: bool
     generate: bool
+    # the class implements SupportsLoRA (None: not read); a draft-only class is never asked (vLLM skips drafters)
+    supports_lora: bool | None = None
+    draft_only: bool = False
 
 
 # an engine_args key naming a dest (engine_args.resolve_name)
@@ -177,6 +180,15 @@ class VersionLine:
     def plugin_only(self) -> dict[str, tuple[str, str]]:
         """Quantization methods an older generated line has and this one lacks: (first line without, advice)."""
         return _removals(self)[1]
+
+    @cached_property
+    def names(self) -> dict[str, dict[str, str]]:
+        """The names the release accepts where a value is looked up in a registry or an enum: ``reasoning_parsers``,
+        ``tool_parsers``, ``attention_backends``, ``mamba_backends`` -> {name: file:line}, read on first use from
+        ``names/<release>.json`` (scripts/vllm_names.py); a kind the release lacks (or a missing file) is absent."""
+        path = DATA_DIR / "names" / f"{self.newest}.json"
+        data = json.loads(path.read_text()) if path.exists() else {}
+        return {k: v for k, v in data.items() if isinstance(v, dict) and k != "source"}
 
     @property
     def flags(self) -> dict[str, Option]:
@@ -313,6 +325,8 @@ def _load(path: pathlib.Path) -> VersionLine:
             bool(a.get("attention_free")),
             bool(a.get("pooling_only")),
             bool(a.get("generate")),
+            a.get("supports_lora") if a.get("resolved", True) else None,
+            bool(a.get("draft_only")),
         )
         for name, a in reg["architectures"].items()
     }

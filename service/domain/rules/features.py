@@ -296,3 +296,52 @@ def model_specific_option(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             )
         )
     return out
+
+
+SRC_SSU = (
+    "vllm 0.33.0 vllm/config/mamba.py:66-82 (validate_ssu_algorithm, called by engine/arg_utils.py:2770-2786 with the "
+    "backend --mamba-backend sets; since 0.28.0 config/mamba.py:66-82, engine/arg_utils.py:2400-2415)"
+)
+SRC_REPLAY = (
+    "vllm 0.33.0 vllm/config/vllm.py:1304-1334 (_verify_sampling_replay_config, from VllmConfig.__post_init__ :1569; "
+    "since 0.28.0 config/vllm.py:1027-1050)"
+)
+
+
+@rule("mamba_ssu_algorithm", severity="error", source=SRC_SSU)
+def mamba_ssu_algorithm(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--mamba-ssu-algorithm`` (from 0.28) needs ``--mamba-backend flashinfer``: the Mamba config refuses an
+    algorithm with any other backend, on every model."""
+    if "mamba_ssu_algorithm" not in ctx.args.given or not at_least(ctx, (0, 28)):
+        return []
+    backend = effective(ctx, "mamba_backend")
+    if ctx.args.get("mamba_ssu_algorithm") is None or not isinstance(backend, str) or backend.upper() == "FLASHINFER":
+        return []
+    return [
+        emit.error(
+            "mamba_ssu_algorithm",
+            "Mamba SSU algorithm selection is only supported with the FlashInfer backend. Please set "
+            "`--mamba-backend flashinfer`, or omit `--mamba-ssu-algorithm`.",
+            remedy={"mamba_backend": "flashinfer"},
+            field="engine_args.mamba_ssu_algorithm",
+        )
+    ]
+
+
+@rule("sampling_replay_logprobs", severity="error", source=SRC_REPLAY)
+def sampling_replay_logprobs(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--return-sampling-mask`` (from 0.28) needs ``--logprobs-mode processed_logprobs`` (vLLM's checks before
+    this one refuse other launches with the mask, never one that passes it)."""
+    if "return_sampling_mask" not in ctx.args.given or not at_least(ctx, (0, 28)):
+        return []
+    if not ctx.args.get("return_sampling_mask") or effective(ctx, "logprobs_mode") == "processed_logprobs":
+        return []
+    return [
+        emit.error(
+            "sampling_replay_logprobs",
+            "sampling distribution replay requires logprobs_mode='processed_logprobs' so that returned logprobs are "
+            "normalized over the same nucleus as the sampling mask",
+            remedy={"logprobs_mode": "processed_logprobs"},
+            field="engine_args.return_sampling_mask",
+        )
+    ]

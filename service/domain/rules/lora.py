@@ -123,3 +123,34 @@ def lora_spec_batched_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             field="engine_args.max_num_batched_tokens",
         )
     ]
+
+
+SRC_LORA_MODEL = (
+    "vllm 0.33.0 vllm/config/lora.py:147-155 (LoRAConfig.verify_with_model_config; before 0.33 the worker refuses "
+    "at load: 0.32.0 v1/worker/lora_model_runner_mixin.py:49-50, 0.10.2 :39-40, 0.6.6 worker/model_runner.py:1103); "
+    "interfaces: vllm/model_executor/models/interfaces.py:760-795; per architecture: service/data/vllm/<release>.json "
+    "registry supports_lora"
+)
+
+
+@rule("lora_unsupported_model", severity="error", source=SRC_LORA_MODEL)
+def lora_unsupported_model(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--enable-lora`` on an architecture whose class does not implement ``SupportsLoRA`` (from the release's
+    registry). Not judged where the class could not be read, for a speculative drafter, or where ``--model-impl``
+    asks for another implementation than vLLM's own."""
+    if "enable_lora" not in ctx.args.given or not ctx.args.get("enable_lora"):
+        return []
+    if str(ctx.args.get("model_impl") or "auto").lower() not in ("auto", "vllm"):
+        return []
+    arch = registry_arch(ctx)
+    if arch is None or arch.supports_lora is not False or arch.draft_only:
+        return []
+    text = for_line(
+        ctx,
+        {
+            (0, 6): f"{arch.name} does not support LoRA yet.",
+            (0, 33): f"LoRA is not supported for {arch.name} ({ctx.request.model.name or 'the model'}). Supported "
+            "models implement the `SupportsLoRA` interface. Run this model without `enable_lora`.",
+        },
+    )
+    return [emit.error("lora_unsupported_model", text, remedy={"enable_lora": False}, field="engine_args.enable_lora")]

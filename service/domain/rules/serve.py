@@ -175,3 +175,39 @@ def grpc_port(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             )
         )
     return out
+
+
+# vllm 0.33.0 vllm/renderers/params.py:27 ReasoningEffort: the keys --reasoning-effort-map may use
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+SRC_EFFORT_MAP = (
+    "vllm 0.33.0 vllm/entrypoints/common/cli_args.py:512-528, 550 (validate_reasoning_effort_map in "
+    "validate_parsed_serve_args); efforts: vllm/renderers/params.py:27"
+)
+
+
+@rule("reasoning_effort_map", severity="error", source=SRC_EFFORT_MAP)
+def reasoning_effort_map(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--reasoning-effort-map`` (from 0.33) is a JSON object whose values are strings and whose keys are reasoning
+    efforts (``none`` … ``max``)."""
+    if "reasoning_effort_map" not in ctx.args.given or not at_least(ctx, (0, 33)):
+        return []
+    value = ctx.args.get("reasoning_effort_map")
+    if value is None:
+        return []
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        text = "Error: --reasoning-effort-map must be a JSON object mapping reasoning efforts to strings."
+    elif unknown := sorted(set(value) - set(REASONING_EFFORTS)):
+        text = (
+            f"Error: --reasoning-effort-map has unknown efforts {unknown}; keys must be one of "
+            f"{list(REASONING_EFFORTS)}."
+        )
+    else:
+        return []
+    return [
+        emit.error(
+            "reasoning_effort_map",
+            text,
+            remedy={"drop": ["reasoning_effort_map"]},
+            field="engine_args.reasoning_effort_map",
+        )
+    ]

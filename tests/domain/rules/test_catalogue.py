@@ -71,6 +71,14 @@ VARIANTS = (
         "grpc_port": 50051,
         "device_ids": "abc",
     },
+    # names looked up in a registry or an enum, values checked by the serve and config code
+    {
+        "reasoning_parser": "x",
+        "attention_backend": "x",
+        "reasoning_effort_map": {"low": 1},
+        "mamba_ssu_algorithm": "simple",
+        "return_sampling_mask": True,
+    },
 )
 
 
@@ -86,6 +94,7 @@ def _contexts() -> list[LaunchContext]:
     reqs += [request(LLAMA, count=8, **args) for args in VARIANTS]
     reqs += [
         request("meta-llama__Llama-2-13b-hf", count=1, dtype="bfloat16"),
+        request("moonshotai__Kimi-K2.5", count=8, trust_remote_code=True, enable_lora=True),
         request(
             "meta-llama__Llama-4-Scout-17B-16E-Instruct",
             count=8,
