@@ -308,7 +308,7 @@ SRC_REPLAY = (
 )
 
 
-@rule("mamba_ssu_algorithm", severity="error", source=SRC_SSU)
+@rule("mamba_ssu_algorithm", severity="error", source=SRC_SSU, when=("mamba_ssu_algorithm",))
 def mamba_ssu_algorithm(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--mamba-ssu-algorithm`` (from 0.28) needs ``--mamba-backend flashinfer``: the Mamba config refuses an
     algorithm with any other backend, on every model."""
@@ -328,7 +328,7 @@ def mamba_ssu_algorithm(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ]
 
 
-@rule("sampling_replay_logprobs", severity="error", source=SRC_REPLAY)
+@rule("sampling_replay_logprobs", severity="error", source=SRC_REPLAY, when=("return_sampling_mask",))
 def sampling_replay_logprobs(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--return-sampling-mask`` (from 0.28) needs ``--logprobs-mode processed_logprobs`` (vLLM's checks before
     this one refuse other launches with the mask, never one that passes it)."""

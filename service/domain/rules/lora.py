@@ -133,7 +133,7 @@ SRC_LORA_MODEL = (
 )
 
 
-@rule("lora_unsupported_model", severity="error", source=SRC_LORA_MODEL)
+@rule("lora_unsupported_model", severity="error", source=SRC_LORA_MODEL, when=("enable_lora",))
 def lora_unsupported_model(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--enable-lora`` on an architecture whose class does not implement ``SupportsLoRA`` (from the release's
     registry). Not judged where the class could not be read, for a speculative drafter, or where ``--model-impl``

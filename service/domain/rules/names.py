@@ -70,7 +70,7 @@ def _tool(ctx: LaunchContext) -> tuple[str, dict[str, object], str] | None:
     return text, {"drop": ["tool_call_parser", "enable_auto_tool_choice"]}, "tool_call_parser"
 
 
-@rule("parser_unknown", severity="error", source=SRC_PARSERS)
+@rule("parser_unknown", severity="error", source=SRC_PARSERS, when=("reasoning_parser", "tool_call_parser"))
 def parser_unknown(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """A ``--reasoning-parser`` the release does not register (from 0.11, where the option has no ``choices``), or a
     ``--tool-call-parser`` it does not register with ``--enable-auto-tool-choice`` on, and no parser plugin: vLLM's
@@ -93,7 +93,7 @@ def _backend(ctx: LaunchContext, option: str, kind: str, text: str) -> str | Non
     return text.format(value=value.upper(), valid=_in_order(known))
 
 
-@rule("backend_unknown", severity="error", source=SRC_BACKENDS)
+@rule("backend_unknown", severity="error", source=SRC_BACKENDS, when=("attention_backend", "mamba_backend"))
 def backend_unknown(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """An ``--attention-backend`` (from 0.13) or ``--mamba-backend`` (from 0.21) that names no member of the
     release's ``AttentionBackendEnum`` / ``MambaBackendEnum`` (the name is upper-cased first)."""

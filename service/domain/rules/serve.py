@@ -185,7 +185,7 @@ SRC_EFFORT_MAP = (
 )
 
 
-@rule("reasoning_effort_map", severity="error", source=SRC_EFFORT_MAP)
+@rule("reasoning_effort_map", severity="error", source=SRC_EFFORT_MAP, when=("reasoning_effort_map",))
 def reasoning_effort_map(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--reasoning-effort-map`` (from 0.33) is a JSON object whose values are strings and whose keys are reasoning
     efforts (``none`` … ``max``)."""
