@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import threading
 import unicodedata
 from typing import Any
 
@@ -259,6 +260,32 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
     return model, values
 
 
+_PARSED_BACK: dict[tuple[int, tuple[str, ...]], tuple[VersionLine, str, dict[str, Any]]] = {}
+_PARSED_BACK_MAX = 512
+_PARSED_BACK_ARGV_CHARS = 8192  # a real launch's argv is well under 2,000 characters
+_PARSED_BACK_LOCK = threading.Lock()
+
+
+def _parsed_back(argv: tuple[str, ...], line: VersionLine) -> tuple[str, dict[str, Any]]:
+    """``parse_argv`` remembered for the round trip: a pure function of the argv and the release line, and the same
+    rendered argv recurs for every node of a rollout and every plan of one launch. The result is only compared,
+    never changed; an ArgvError is not remembered. Keyed by the line's identity (the entry keeps the line, so the
+    id cannot be reused while the entry lives); at most ``_PARSED_BACK_MAX`` entries of argvs
+    up to ``_PARSED_BACK_ARGV_CHARS`` characters, the oldest dropped first."""
+    key = (id(line), argv)
+    hit = _PARSED_BACK.get(key)
+    if hit is not None and hit[0] is line:
+        return hit[1], hit[2]
+    model, parsed = parse_argv(list(argv), line)
+    if sum(map(len, argv)) > _PARSED_BACK_ARGV_CHARS:  # the cache stays small whatever the requests hold
+        return model, parsed
+    with _PARSED_BACK_LOCK:  # validation runs in worker threads too
+        while len(_PARSED_BACK) >= _PARSED_BACK_MAX:
+            del _PARSED_BACK[next(iter(_PARSED_BACK))]
+        _PARSED_BACK[key] = (line, model, parsed)
+    return model, parsed
+
+
 def _read_scalar(dest: str, opt: Option, text: str) -> Any:
     kind = opt.kind
     if kind is K_JSON or (kind is K_JSON_OR_STR and text.lstrip().startswith("{")):
@@ -288,7 +315,7 @@ def roundtrip_findings(
     if expected is None:
         expected = validated_arguments(ctx)
     try:
-        model, parsed = parse_argv(argv, ctx.line)
+        model, parsed = _parsed_back(tuple(argv), ctx.line)
     except ArgvError as e:
         return [
             emit.error(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
 from service.domain.request import LaunchRequest
 from service.domain.validate import validate
 from tests.support import model_config, request
@@ -70,3 +72,26 @@ def test_model_is_the_positional_argument():
         "hardware": {"gpu": "h100-sxm-80gb"},
     }
     assert argv_of(req)[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B"]
+
+
+def test_the_round_trip_remembers_parses_within_its_bounds(monkeypatch):
+    """The round trip's parse is remembered per (line, argv): the same answer as parse_argv, an argv that does not
+    parse is never remembered, a huge one is parsed but not kept, and the entries stay under the bound."""
+    from service.domain import render
+    from service.domain.versions import resolve_version
+
+    _, line = resolve_version("0.33.0")
+    monkeypatch.setattr(render, "_PARSED_BACK", {})
+    monkeypatch.setattr(render, "_PARSED_BACK_MAX", 3)
+    argv = ("vllm", "serve", "org/m", "--tensor-parallel-size", "8", "--max-model-len", "8192")
+    assert render._parsed_back(argv, line) == render.parse_argv(list(argv), line)
+    assert render._parsed_back(argv, line) == ("org/m", {"tensor_parallel_size": 8, "max_model_len": 8192})
+    with pytest.raises(render.ArgvError):
+        render._parsed_back(("vllm", "serve", "org/m", "--no-such-option", "1"), line)
+    names = ["a" * 3000, "b" * 3000, "c" * 3000]
+    huge = ("vllm", "serve", "org/m", "--served-model-name", *names)
+    assert render._parsed_back(huge, line)[1] == {"served_model_name": names}
+    for tp in range(1, 9):
+        render._parsed_back(("vllm", "serve", "org/m", "--tensor-parallel-size", str(tp)), line)
+    assert len(render._PARSED_BACK) == 3
+    assert all(len("".join(k[1])) < 100 for k in render._PARSED_BACK)
