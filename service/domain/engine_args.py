@@ -70,8 +70,7 @@ _MAX = {
     "tensor_parallel_size": 4096,
     "pipeline_parallel_size": 1024,
     "data_parallel_size": 4096,
-    "port": 65535,
-    "master_port": 65535,
+    "port": 65535,  # the API server binds it (master_port is judged by the nnodes rule: multi-node only)
     "nnodes": 4096,
 }
 # Ranges judged by a rule with vLLM's own message (util_range), not refused as bad input

@@ -243,6 +243,18 @@ def nnodes(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 field="engine_args.node_rank",
             )
         )
+    port = a.get("master_port")
+    if port is not None and not 0 <= int(port) <= 65535:
+        # only a multi-node launch uses it: tcp://master_addr:master_port (vllm 0.33.0
+        # vllm/distributed/parallel_state.py:1875-1878, entrypoints/cli/serve.py:221-223); the socket refuses it
+        out.append(
+            emit.error(
+                "nnodes",
+                f"--master-port {port} is no TCP port (0-65535): the nodes of a multi-node launch meet there.",
+                remedy={"master_port": 29501},
+                field="engine_args.master_port",
+            )
+        )
     if n > ctx.nodes:
         out.append(
             emit.error(

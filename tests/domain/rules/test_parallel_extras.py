@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from service.domain.request import LaunchRequest
+from service.domain.validate import validate
 from tests.support import model_config, request
 from tests.support.rules import FIXTURES, TP_SIZES, errors, found, head_valid
 
@@ -121,6 +123,19 @@ def test_nnodes_rules():
     assert "between 0 and 1" in bad_rank[0].message
     uneven = errors(request("deepseek-ai__DeepSeek-V3", count=8, nodes=3, tensor_parallel_size=8, nnodes=3), "nnodes")
     assert "evenly divide" in uneven[0].message
+
+
+def test_master_port_is_judged_where_the_nodes_meet():
+    """vLLM uses --master-port only across nodes (vllm 0.33.0 distributed/parallel_state.py:1875-1878): on one node
+    any integer passes, as vLLM's own parser and create_engine_config take it; across nodes it must be a TCP port."""
+    one = request(
+        "meta-llama__Meta-Llama-3.1-8B", count=4, tensor_parallel_size=2, max_model_len=8192, master_port=100000
+    )
+    assert validate(LaunchRequest.model_validate(one)).verdict != "reject"
+    base = dict(count=8, nodes=2, tensor_parallel_size=8, pipeline_parallel_size=2, nnodes=2)
+    (f,) = errors(request("deepseek-ai__DeepSeek-V3", **base, master_port=100000), "nnodes")
+    assert f.field == "engine_args.master_port" and "0-65535" in f.message
+    assert not errors(request("deepseek-ai__DeepSeek-V3", **base, master_port=65535), "nnodes")
 
 
 def test_elastic_ep_and_eplb():
