@@ -41,7 +41,9 @@ def request_file(directory: pathlib.Path, i: int, root: pathlib.Path) -> pathlib
 
 def cpu_of(argv: list[str], cwd: pathlib.Path) -> float:
     """User + system CPU seconds of one run of ``argv`` (its exit status is not judged: a warn exits 0, a reject 1)."""
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # the warm-up run writes the .pyc files a user's second run reads, even where PYTHONDONTWRITEBYTECODE is set
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in (0, 1):
