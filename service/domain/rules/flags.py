@@ -48,7 +48,9 @@ def flag_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     boolean flag given a value (``--enforce-eager False``), a value outside the option's ``choices`` (``--dtype
     fp16``), a JSON key the option's config class does not have (``--compilation-config '{"level": 3}'``) and a JSON
     value its pydantic validation refuses (``--structured-outputs-config '{"backend": "xgrammer"}'``, a required key
-    missing; also ``--optimization-level O2``, a string the parser passes to an Enum field) fail the same way."""
+    missing; also ``--optimization-level O2``, a string the parser passes to an Enum field) and an option's value the
+    config-class field it is handed to refuses (``--watermark 1.0``: SchedulerConfig's ``lt=1.0``; ``--media-io-kwargs
+    '{"video": 5}'``: a dict of dicts) fail the same way."""
     out = []
     for name, value in ctx.args.unsupported.items():
         removed = ctx.line.removed.get(name)
