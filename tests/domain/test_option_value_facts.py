@@ -120,3 +120,36 @@ def test_a_union_passes_when_one_member_takes_the_whole_value():
 def test_a_line_generated_before_the_facts_judges_nothing():
     # 0.33.0's facts with the option's value_facts left out (as a catalogue not regenerated holds them)
     assert problems(1.0, {}) == []
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        # vllm 0.13.0 vllm/config/scheduler.py:140 stream_interval: int = Field(default=1, ge=1)
+        ({"stream_interval": 0}, "stream_interval = 0: Input should be greater than or equal to 1"),
+        # vllm 0.13.0 vllm/config/observability.py:55 kv_cache_metrics_sample: float = Field(default=0.01, gt=0, le=1)
+        ({"kv_cache_metrics_sample": 1.5}, "Input should be less than or equal to 1"),
+        # vllm 0.13.0 vllm/config/model.py:289 media_io_kwargs: InitVar[dict[str, dict[str, Any]] | None]
+        ({"media_io_kwargs": {"video": 5}}, "media_io_kwargs.video = 5: Input should be a valid dictionary"),
+        # vllm 0.13.0 vllm/config/load.py:81 pt_load_map_location: str | dict[str, str]
+        ({"pt_load_map_location": {"cuda:1": 0}}, "cuda:1: Input should be a valid string"),
+    ],
+)
+def test_an_older_line_refuses_what_its_own_classes_refuse(args, words):
+    (f,) = flag_errors(judged(args, "0.13.0"))
+    assert f.field == f"engine_args.{next(iter(args))}" and words in f.message
+    assert f.data["reference"].startswith("vllm 0.13.0 vllm/config/")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"stream_interval": 1},
+        {"kv_cache_metrics_sample": 1},
+        {"media_io_kwargs": {"video": {"num_frames": 8}}},
+        {"pt_load_map_location": {"": "cuda:0"}},
+        {"swap_space": 0},  # vllm 0.13.0 vllm/config/cache.py:57 swap_space: float = Field(default=4, ge=0)
+    ],
+)
+def test_an_older_line_takes_the_boundary_values(args):
+    assert flag_errors(judged(args, "0.13.0")) == []
