@@ -33,6 +33,9 @@ values × model types × GPUs, which Preflight's reading of those overrides must
 scripts/vllm_quant_overrides_inside.py, run in the same environment on the wheel's unpacked source
 (``--quant-overrides-only`` regenerates those files alone).
 
+``--catalogue-only`` regenerates the catalogues alone (the parser's options with their value facts, the registry,
+…), leaving the loading and override facts as they are.
+
 The work directory (default /tmp/preflight-vllm-gen) is kept so that a second run reuses the environment and the
 wheels. ``--torch`` names the torch requirement (default ``torch==2.13.0``; any CPU build works).
 """
@@ -216,9 +219,9 @@ def quant_overrides_of(version: str, py: pathlib.Path, work: pathlib.Path) -> tu
 
 
 def generate(
-    version: str, py: pathlib.Path, work: pathlib.Path, transformers_spec: str | None = None
-) -> tuple[dict, dict]:
-    """The release's catalogue and its loading facts."""
+    version: str, py: pathlib.Path, work: pathlib.Path, transformers_spec: str | None = None, loading: bool = True
+) -> tuple[dict, dict | None]:
+    """The release's catalogue and its loading facts (None with ``loading=False``)."""
     wheel = wheel_for(version, work)
     target = release_dir(version, py, work)
     env = {**os.environ, "PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": ""}
@@ -233,7 +236,7 @@ def generate(
     }
     if transformers_spec:
         data["source"]["transformers_requirement"] = transformers_spec
-    return data, loading_of(version, wheel, work)
+    return data, loading_of(version, wheel, work) if loading else None
 
 
 def write_or_check(path: pathlib.Path, data: dict, check: bool, seconds: float) -> int:
@@ -295,6 +298,11 @@ def main(argv: list[str] | None = None) -> int:
         help="regenerate only the parser and backend names (service/data/vllm/names/), from each wheel's source",
     )
     ap.add_argument(
+        "--catalogue-only",
+        action="store_true",
+        help="regenerate only the catalogues (service/data/vllm/<version>.json), not the loading and override facts",
+    )
+    ap.add_argument(
         "--quant-overrides-only",
         action="store_true",
         help="regenerate only the quantization override facts and verdict grids (quant_overrides/, tests/fixtures/)",
@@ -325,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
                     args.out / "quant_overrides" / f"{version}.json": facts,
                     QUANT_GRID / f"{version}.json": grid,
                 }
+            elif args.catalogue_only:
+                py = ensure_env(args.work, args.torch, spec)
+                outputs = {existing: generate(version, py, args.work, spec, loading=False)[0]}
             else:
                 py = ensure_env(args.work, args.torch, spec)
                 data, loading = generate(version, py, args.work, spec)

@@ -285,6 +285,10 @@ def _scalar(t: str, schema: dict, defs: dict, depth: int) -> dict:
         items = value_facts(schema["items_schema"], defs, depth + 1)
         if items:
             out["items"] = items
+    if t == "dict" and isinstance(schema.get("values_schema"), dict):  # dict[str, list[float]]: each value's facts
+        values = value_facts(schema["values_schema"], defs, depth + 1)
+        if values:
+            out["values"] = values
     return out
 
 
@@ -292,8 +296,9 @@ def value_facts(schema, defs: dict, depth: int = 0) -> dict | None:
     """What pydantic's validation enforces on one value, from its core schema: ``type`` (int, float, bool, str,
     dict, list, or object: a nested config class, judged by its own key schema), ``choices`` (Literal and Enum
     values; with ``type`` int/float/str for an int/float/str Enum, whose input pydantic first reads as that type),
-    ``null`` (None passes), bounds ``ge``/``gt``/``le``/``lt``, ``items`` (a list's elements), ``any_of`` (a
-    union). None: not judged (the schema can accept more than these facts say)."""
+    ``null`` (None passes), bounds ``ge``/``gt``/``le``/``lt``, ``items`` (a list's elements), ``values`` (a
+    dict's values; its keys are not judged), ``any_of`` (a union). None: not judged (the schema can accept more
+    than these facts say)."""
     if depth > 12 or not isinstance(schema, dict):
         return None
     t = schema.get("type")
@@ -363,7 +368,8 @@ def _class_values(schema: dict) -> dict | None:
         return None
     out = {}
     for f in args.get("fields") or []:
-        if f.get("init") is False or f.get("init_only") or f.get("validation_alias") is not None:
+        # an InitVar (``init_only``) is validated like a field (ModelConfig.media_io_kwargs) and then handed on
+        if f.get("init") is False or f.get("validation_alias") is not None:
             continue
         facts = value_facts(f.get("schema"), defs) or {}
         if (f.get("schema") or {}).get("type") != "default":
@@ -424,17 +430,88 @@ class EngineArgsSource:
         return out
 
     def passed(self) -> dict:
-        """dest -> (config class, field) for ``Cls(field=self.dest)``, where the dest goes to one field only."""
-        seen: dict = {}
-        for call in ast.walk(self.tree):
-            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+        """dest -> (config class, field) for ``Cls(field=self.dest)`` where create_engine_config surely builds the
+        class (``surely_run``: no condition, loop or try around the call, no return before it, in a method
+        create_engine_config itself surely calls) and the dest goes to one field only. A dest EngineArgs writes or
+        mutates anywhere (``self.x = ...``, ``(self.a, self.x) = ...``, ``self.x[k] = ...``, ``self.x.update()``)
+        is left out: the class may see another value than the one given."""
+        methods = {fn.name: fn for fn in ast.walk(self.tree) if isinstance(fn, ast.FunctionDef)}
+        reached, todo, calls = set(), ["create_engine_config"], []
+        while todo:
+            name = todo.pop()
+            if name in reached or name not in methods:
                 continue
+            reached.add(name)
+            for node in surely_run(methods[name]):
+                f = node.func if isinstance(node, ast.Call) else None
+                if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+                    todo.append(f.attr)
+                elif isinstance(f, ast.Name):
+                    calls.append(node)
+        changed = written_attributes(self.tree)
+        seen: dict = {}
+        for call in calls:
             cls = self.config_class(call.func.id)
             for kw in call.keywords if cls is not None else []:
                 v = kw.value
                 if kw.arg and isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "self":
                     seen.setdefault(v.attr, set()).add((cls, kw.arg))
-        return {d: next(iter(t)) for d, t in seen.items() if len(t) == 1 and d not in self.assigned}
+        return {d: next(iter(t)) for d, t in seen.items() if len(t) == 1 and d not in changed}
+
+
+MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert", "remove", "add"}
+
+
+def written_attributes(tree: ast.AST) -> set[str]:
+    """Every ``self.<name>`` the code stores, deletes, assigns an item of or calls a mutating method on."""
+    out = set()
+    for node in ast.walk(tree):
+        target = None
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            target = node
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            target = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            target = node.func.value
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+            out.add(target.attr)
+    return out
+
+
+def surely_run(fn: ast.FunctionDef) -> list[ast.AST]:
+    """The nodes of a function that run whenever it runs: statements up to the first one that may return (a
+    statement holding a ``return`` ends the list after it), never inside if/for/while/try/match/with bodies, the
+    branches of ``a if c else b``, ``a and b``, comprehensions, lambdas or nested functions."""
+    out: list[ast.AST] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return
+        if isinstance(node, (ast.If, ast.While)):
+            visit(node.test)
+            return
+        if isinstance(node, ast.For):
+            visit(node.iter)
+            return
+        if isinstance(node, (ast.Try, ast.With, ast.AsyncWith, ast.Match)) or type(node).__name__ == "TryStar":
+            return  # a with-block's manager may swallow the error (contextlib.suppress)
+        if isinstance(node, ast.IfExp):
+            visit(node.test)
+            return
+        if isinstance(node, ast.BoolOp):
+            visit(node.values[0])
+            return
+        out.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for stmt in fn.body:
+        visit(stmt)
+        if any(isinstance(n, ast.Return) for n in ast.walk(stmt)):
+            break
+    return out
 
 
 def _copied_from_self(fn: ast.FunctionDef, var: str, star: ast.Name) -> str | None:
@@ -467,18 +544,66 @@ def _copied_from_self(fn: ast.FunctionDef, var: str, star: ast.Name) -> str | No
     return next(iter(sources)) if len(sources) == 1 else None
 
 
+PARSED_AS = {"int": "int", "size": "int", "size_or_auto": "int", "float": "float", "str": "str"}
+NOT_JUDGED = ("bool", "flag", "bool_value")  # the parser hands on True/False (or a constant) only
+
+
 def option_values(action, kind: str, passed: dict) -> dict | None:
-    """For a string option without choices that EngineArgs hands unchanged to a config field restricted to choices
-    (an Enum or Literal), the field's value facts: the parser takes any string, the class refuses it later."""
-    if kind != "str" or action.choices is not None or action.dest not in passed:
+    """For an option EngineArgs hands unchanged to one field of a pydantic config class it surely builds
+    (``EngineArgsSource.passed``), the field's value facts with the class, field and the field's source line,
+    where they say more than the parser checks: choices the parser does not list, numeric bounds, a type other
+    than the one the parser reads (a string handed to an Enum field), a union, a list's items or a dict's values
+    (``--watermark``: SchedulerConfig.watermark ``Field(ge=0.0, lt=1.0)``; ``--media-io-kwargs``:
+    ``dict[str, dict[str, Any]]``). The parser's own ``type`` (int, a human-readable size, JSON) runs first; the
+    class then validates the parsed value."""
+    if kind in NOT_JUDGED or action.dest not in passed:
         return None
     cls, field_name = passed[action.dest]
     if not is_pydantic_dataclass(cls):  # a plain dataclass does not validate what it is given
         return None
-    facts = (class_values(cls) or {}).get(field_name) or {}
-    if "choices" not in facts:
+    facts = {k: v for k, v in ((class_values(cls) or {}).get(field_name) or {}).items() if k != "required"}
+    if action.choices is not None:
+        facts.pop("choices", None)  # the parser refuses the rest first (and says so in its own words)
+    listed = action.nargs not in (None, "?") or type(action).__name__ == "_AppendAction"
+    if not says_more(facts, "list" if listed else PARSED_AS.get(kind), PARSED_AS.get(kind) if listed else None):
         return None
-    return {"class": cls.__name__, "field": field_name, **{k: v for k, v in facts.items() if k != "required"}}
+    return {"class": cls.__name__, "field": field_name, **field_source(cls, field_name), **facts}
+
+
+def says_more(facts: dict, parsed: str | None, item: str | None = None) -> bool:
+    """Whether value facts can refuse a value the parser let through: ``parsed`` is the type the parser made of it
+    (``list`` for a list option, whose elements are ``item``; None for JSON, which the parser does not check): a
+    union with a member that takes any such value says nothing more, nor a type the parser already made."""
+    if any(k in facts for k in ("choices", "ge", "gt", "le", "lt", "values")):
+        return True
+    if "any_of" in facts:
+        return not any(m == {"type": parsed} for m in facts["any_of"])
+    if "items" in facts and says_more(facts["items"], item):
+        return True
+    return facts.get("type") is not None and facts.get("type") != parsed
+
+
+def field_source(cls, name: str) -> dict:
+    """``{"source": "vllm/config/scheduler.py:123"}``: where the class (or the base that declares it) declares
+    the field; empty when the source cannot be read."""
+    import inspect
+    import textwrap
+
+    for klass in getattr(cls, "__mro__", ()):
+        if name not in vars(klass).get("__annotations__", {}):
+            continue
+        try:
+            path = inspect.getsourcefile(klass) or ""
+            lines, first = inspect.getsourcelines(klass)
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+        except (OSError, TypeError, SyntaxError):
+            return {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == name:
+                rel = path[path.rfind("/vllm/") + 1 :] if "/vllm/" in path else pathlib.Path(path).name
+                return {"source": f"{rel}:{first + node.lineno - 1}"}
+        return {}
+    return {}
 
 
 def options(parser: argparse.ArgumentParser, source: EngineArgsSource | None = None) -> tuple[list[dict], list[dict]]:
@@ -530,7 +655,7 @@ def options(parser: argparse.ArgumentParser, source: EngineArgsSource | None = N
         built = expanded.get(action.dest) if kind == "json" and parsed_into is None else None
         schema = key_schema(parsed_into, validated=True) if parsed_into is not None else None
         schema = key_schema(built) if built is not None else schema
-        values = option_values(action, kind, passed)
+        values = option_values(action, kind, passed) if schema is None else None  # json_keys judge those
         deprecated = bool(getattr(action, "deprecated", False)) or action in getattr(parser, "_deprecated", ())
         out.append(
             {

@@ -130,7 +130,8 @@ def _bound_problem(x: float, facts: dict[str, Any]) -> tuple[str, Any] | None:
         if not ok:
             integer = facts.get("type") == "int" and isinstance(limit, int)
             nearest = limit if bound in ("ge", "le") else (limit + (1 if bound == "gt" else -1) if integer else None)
-            return f"Input should be {words} {limit}", nearest
+            shown = int(limit) if isinstance(limit, float) and limit.is_integer() else limit  # pydantic: "less than 1"
+            return f"Input should be {words} {shown}", nearest
     return None
 
 
@@ -149,19 +150,20 @@ def _choice_problem(v: Any, facts: dict[str, Any]) -> str | None:
     return None if any(v == c and isinstance(v, str) == isinstance(c, str) for c in choices) else words
 
 
-def judge(v: Any, facts: dict[str, Any]) -> tuple[str, Any] | None:
-    """(pydantic's message, the nearest allowed value or None) when pydantic refuses ``v``; None when it passes
-    or the facts do not say."""
+def judge(v: Any, facts: dict[str, Any], depth: int = 0) -> tuple[str, Any] | None:
+    """(pydantic's message, the nearest allowed value or None) when pydantic refuses ``v`` itself (not its items or
+    values: ``problems`` looks inside); None when it passes or the facts do not say."""
     if v is None:
         if facts.get("null") or not (facts.get("type") or facts.get("choices") or facts.get("any_of")):
             return None
         if "choices" in facts:
             return f"Input should be {_or(facts['choices'])}", None
-    if "any_of" in facts:
-        problems = [judge(v, m) for m in facts["any_of"]]
-        if any(p is None for p in problems):
+    if "any_of" in facts:  # a union passes when one member takes the value whole (its items and values too)
+        found = [problems(v, m, "", depth + 1) for m in facts["any_of"] if isinstance(m, dict)]
+        if not found or any(not p for p in found):
             return None
-        return " | ".join(dict.fromkeys(p[0] for p in problems if p)), None
+        said = (f"{p[0].path}: {p[0].problem}" if p[0].path else p[0].problem for p in found)
+        return " | ".join(dict.fromkeys(said)), None
     if "choices" in facts:
         problem = _choice_problem(v, facts)
         return (problem, None) if problem else None
@@ -180,13 +182,27 @@ def judge(v: Any, facts: dict[str, Any]) -> tuple[str, Any] | None:
     return None
 
 
-def _item_problems(path: str, v: list[Any], facts: dict[str, Any], out: list[BadValue]) -> None:
-    for i, item in enumerate(v):
-        found = judge(item, facts)
-        if found:
-            out.append(BadValue(f"{path}[{i}]", item, found[0], tuple(facts.get("choices") or ())))
+def problems(v: Any, facts: dict[str, Any], path: str = "", depth: int = 0) -> list[BadValue]:
+    """What pydantic refuses in ``v`` (up to MAX_PROBLEMS): the value itself, else a list's items (``path[2]``)
+    and a dict's values (``path.key``), as deep as the facts go (``items``/``values``; vLLM's
+    ``dict[str, dict[str, Any]]`` or ``str | dict[str, str]``)."""
+    if depth > MAX_DEPTH or not isinstance(facts, dict):
+        return []
+    found = judge(v, facts, depth)
+    if found:
+        problem, nearest = found
+        allowed = tuple(facts.get("choices") or ()) or ((nearest,) if nearest is not None else ())
+        return [BadValue(path, v, problem, allowed)]
+    out: list[BadValue] = []
+    inner = facts.get("items") if isinstance(v, list) else facts.get("values") if isinstance(v, dict) else None
+    if isinstance(inner, dict):
+        pairs = enumerate(v) if isinstance(v, list) else v.items()
+        for key, item in pairs:
+            where = f"{path}[{key}]" if isinstance(v, list) else f"{path}.{key}" if path else str(key)
+            out += problems(item, inner, where, depth + 1)
             if len(out) >= MAX_PROBLEMS:
-                return
+                break
+    return out[:MAX_PROBLEMS]
 
 
 def bad_values(
@@ -205,14 +221,9 @@ def bad_values(
     for key, v in value.items():
         if len(out) >= MAX_PROBLEMS:
             break
-        f = facts.get(key) or {}
-        found = judge(v, f)
+        found = problems(v, facts.get(key) or {}, prefix + key, depth)
         if found:
-            problem, nearest = found
-            allowed = tuple(f.get("choices") or ()) or ((nearest,) if nearest is not None else ())
-            out.append(BadValue(prefix + key, v, problem, allowed))
-        elif isinstance(v, list) and isinstance(f.get("items"), dict):
-            _item_problems(prefix + key, v, f["items"], out)
+            out += found
         elif isinstance(v, dict) and isinstance(subs.get(key), dict):
             bad_values(v, subs[key], f"{prefix}{key}.", depth + 1, out)
     return out[:MAX_PROBLEMS]

@@ -70,7 +70,7 @@ class Option:
     help: str
     json_keys: dict[str, Any] | None = None  # for a config-dataclass JSON option: {"keys": {field: sub-schema or None}}
     # and, where the generator read them, "class" and "values": {field: value facts} (service/domain/config_values.py)
-    value_facts: dict[str, Any] | None = None  # a string option handed unchanged to a config field with choices
+    value_facts: dict[str, Any] | None = None  # the facts of the config field EngineArgs hands the value to unchanged
 
     @cached_property
     def flag(self) -> str:

@@ -35,6 +35,7 @@ def test_the_033_catalogue_holds_the_facts_of_the_config_classes():
         "choices": [0, 1, 2, 3],
         "class": "VllmConfig",
         "field": "optimization_level",
+        "source": "vllm/config/vllm.py:435",
         "type": "int",
     }
 

@@ -64,7 +64,7 @@ def valid_value(opt):
     """A value of the option's kind that vLLM's parser accepts."""
     if opt.choices:
         return opt.choices[0] if not opt.is_list else [opt.choices[0]]
-    if opt.value_facts:  # a string the parser passes on to a config field with choices
+    if (opt.value_facts or {}).get("choices"):  # a string the parser passes on to a config field with choices
         return str(opt.value_facts["choices"][0])
     required = {k: f for k, f in ((opt.json_keys or {}).get("values") or {}).items() if f.get("required")}
     if required:  # the config class has keys without a default: the smallest value its validation accepts

@@ -7,9 +7,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from ..config_values import ABSENT, BadValue, bad_values, judge
+from ..config_values import ABSENT, BadValue, bad_values, problems
 from ..context import LaunchContext
-from ..engine_args import arg_name, flag
+from ..engine_args import RULE_RANGES, arg_name, flag
 from ..findings import Finding
 from ..versions import VersionLine
 from . import Emit, rule
@@ -48,7 +48,9 @@ def flag_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     boolean flag given a value (``--enforce-eager False``), a value outside the option's ``choices`` (``--dtype
     fp16``), a JSON key the option's config class does not have (``--compilation-config '{"level": 3}'``) and a JSON
     value its pydantic validation refuses (``--structured-outputs-config '{"backend": "xgrammer"}'``, a required key
-    missing; also ``--optimization-level O2``, a string the parser passes to an Enum field) fail the same way."""
+    missing; also ``--optimization-level O2``, a string the parser passes to an Enum field) and an option's value the
+    config-class field it is handed to refuses (``--watermark 1.0``: SchedulerConfig's ``lt=1.0``; ``--media-io-kwargs
+    '{"video": 5}'``: a dict of dicts) fail the same way."""
     out = []
     for name, value in ctx.args.unsupported.items():
         removed = ctx.line.removed.get(name)
@@ -181,7 +183,8 @@ def _patched(value: dict[str, Any], path: str, allowed: tuple[Any, ...]) -> list
 
 def bad_value_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """Values vLLM's config classes refuse (service/domain/config_values.py): inside a JSON option, per dotted
-    path; a string option with value facts (the parser passes any string on, the class's pydantic refuses it)."""
+    path; an option with value facts (the parser hands the value on to a pydantic config class field, which
+    refuses it: a bound, an Enum, a dict's or list's contents), named ``engine_args.<dest>``."""
     out = []
     for name, value in ctx.args.values.items():
         opt = ctx.line.options.get(name)
@@ -195,24 +198,27 @@ def bad_value_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             said = "; ".join(f"{name}.{b.path} {_shown(b)}: {b.problem}" for b in bad)
             fix = _patched(value, bad[0].path, bad[0].allowed) if len(bad) == 1 else None
             message = f"argument {flag(name)}: vLLM {ctx.line.newest}'s {cls} refuses it (pydantic validation): {said}."
-            data = {
+            data: dict[str, Any] = {
                 "problems": [
                     {"path": f"{name}.{b.path}", "expected": b.problem, "allowed": list(b.allowed)} for b in bad
                 ]
             }
-        elif opt.value_facts and not isinstance(value, (dict, list)):
-            found = judge(value, opt.value_facts)
-            if not found:
+        elif opt.value_facts and name not in RULE_RANGES:  # those have a rule with vLLM's own message
+            bad = problems(value, opt.value_facts, name)
+            if not bad:
                 continue
             facts = opt.value_facts
             where = f"{facts.get('class', 'config')}.{facts.get('field', name)}"
-            allowed = tuple(facts.get("choices") or ())
-            fix = list(allowed) or None
+            said = "; ".join(f"{b.path} {_shown(b)}: {b.problem}" for b in bad)
+            top = bad[0].path == name and len(bad) == 1
+            fix = list(bad[0].allowed) if top and bad[0].allowed else None
             message = (
-                f"argument {flag(name)}: {repr(value)[:120]} passes vLLM {ctx.line.newest}'s parser (any string) but {where} "
-                f"refuses it at start-up (pydantic validation: {found[0]})."
+                f"argument {flag(name)}: {repr(value)[:120]} passes vLLM {ctx.line.newest}'s parser but {where} "
+                f"refuses it at start-up (pydantic validation): {said}."
             )
-            data = {"problems": [{"path": name, "expected": found[0], "allowed": list(allowed)}]}
+            data = {"problems": [{"path": b.path, "expected": b.problem, "allowed": list(b.allowed)} for b in bad]}
+            if facts.get("source"):
+                data["reference"] = f"vllm {ctx.line.newest} {facts['source']}"
         else:
             continue
         out.append(
