@@ -88,7 +88,15 @@ BEYOND_CONFIG = {
     "kv_dtype_capability",
     "world_size_exceeds_gpus:data_parallel",
     "nnodes:hardware",
+    # a parallel size below 1 or of thousands of ranks: releases before the bounds on ParallelConfig (0.33 refuses
+    # them there) take it in their config code, and the engine cannot start that many (or fewer than one) workers
+    "input:range:workers",
+    # checks vLLM makes when the OpenAI server sets itself up, after the engine config: a reasoning or tool parser
+    # the release does not register (vllm 0.13.0 vllm/entrypoints/openai/serving_engine.py:288-301,
+    # entrypoints/openai/cli_args.py tool parser check at server start); the harness runs the config code only
+    "parser_unknown",
 }
+WORKER_SIZES = {f"engine_args.{n}" for n in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")}
 # Options not drawn: what names other files, hosts or code (the harness has no network and no files but the
 # config.json), and what Preflight refuses by policy rather than by vLLM's rules.
 NOT_DRAWN = {
@@ -337,7 +345,8 @@ def preflight_verdict(version: str, case: dict[str, Any]) -> dict[str, Any]:
     try:
         result = validate(LaunchRequest.model_validate(request), alternatives=False)
     except DomainError as e:
-        return {"verdict": "reject", "errors": [f"input:{e.rule or 'bad_input'}"], "message": e.message[:300]}
+        code = f"input:{e.rule or 'bad_input'}" + (":workers" if e.rule == "range" and e.field in WORKER_SIZES else "")
+        return {"verdict": "reject", "errors": [code], "message": e.message[:300]}
     except ValueError as e:  # pydantic: the request itself is refused (422)
         return {"verdict": "reject", "errors": ["input:request"], "message": str(e)[:300]}
     errors = sorted({_code(f, case) for f in result.findings if f.severity.value == "error"})

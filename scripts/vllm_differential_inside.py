@@ -268,6 +268,19 @@ def _environmental(e: BaseException) -> bool:
     return isinstance(e, ImportError) or "Mock" in tb or "OpStub" in tb or "failed to be inspected" in tb
 
 
+def _needs_repository_code(e: BaseException, model_dir: str) -> bool:
+    """The registry's Transformers fallback loads auto_map's AutoModel class from the repository (vllm 0.13.0
+    vllm/model_executor/models/registry.py:856-878): the case's directory holds config.json only, a node the whole
+    checkpoint, so "not supported" for a config with such an entry is this environment's failure."""
+    if "are not supported for now" not in str(e):
+        return False
+    try:
+        auto_map = json.loads((pathlib.Path(model_dir) / "config.json").read_text()).get("auto_map") or {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(auto_map, dict) and any(str(k).startswith("AutoModel") for k in auto_map)
+
+
 def judge(case: dict, top, model_dir: str) -> dict:
     argv = [a if a != "{MODEL}" else model_dir for a in case["argv"]]
     err = io.StringIO()
@@ -297,7 +310,7 @@ def judge(case: dict, top, model_dir: str) -> dict:
     except Exception as e:  # noqa: BLE001 - vLLM would not start: its refusal, unless this environment caused it
         if os.environ.get("DIFF_DEBUG"):
             traceback.print_exc()
-        if _environmental(e):
+        if _environmental(e) or _needs_repository_code(e, model_dir):
             return {"verdict": "harness", "message": f"{type(e).__name__}: {_first_line(e)}"}
         return {"verdict": "reject", "stage": "config", "type": type(e).__name__, "message": _first_line(e)}
     return {

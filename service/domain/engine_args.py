@@ -444,11 +444,13 @@ def parse_engine_args(raw: dict[str, Any], line: VersionLine) -> EngineArgs:
             continue
         if matches:
             out.abbreviated[name] = (str(key), matches[0])
-        if (
-            value is None
-            or (opt.optional and isinstance(value, str) and value in ("", "None"))
-            or (opt.appends and value == [])
-        ):
+        none_text = opt.optional and isinstance(value, str) and value in ("", "None")
+        if none_text and opt.choices is not None and not opt.none_is_a_choice:
+            # argparse checks the converted None against the choices: releases that list the string 'None' there
+            # refuse it ("invalid choice: None"; vllm 0.13.0 vllm/engine/arg_utils.py:331-335), 0.33 lists None
+            out.bad_choice[name] = (value, opt.choices)
+            continue
+        if value is None or none_text or (opt.appends and value == []):
             out.given.add(name)  # '' and 'None' parse to None for an optional option (arg_utils.py:173-179)
             out.values[name] = None
             continue

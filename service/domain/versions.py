@@ -71,6 +71,8 @@ class Option:
     json_keys: dict[str, Any] | None = None  # for a config-dataclass JSON option: {"keys": {field: sub-schema or None}}
     # and, where the generator read them, "class" and "values": {field: value facts} (service/domain/config_values.py)
     value_facts: dict[str, Any] | None = None  # the facts of the config field EngineArgs hands the value to unchanged
+    # the parser's choices hold None itself (not the text 'None'): what '' / 'None' convert to is a valid choice
+    none_is_a_choice: bool = False
 
     @cached_property
     def flag(self) -> str:
@@ -308,6 +310,7 @@ def _option(raw: dict[str, Any]) -> Option:
         help=raw.get("help", ""),
         json_keys=raw.get("json_keys"),
         value_facts=raw.get("value_facts"),
+        none_is_a_choice=bool(choices) and None in choices,
     )
 
 

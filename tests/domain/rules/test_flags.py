@@ -68,3 +68,23 @@ def test_json_keys_the_config_class_has_pass():
         }
     )
     assert not flag_errors(r)
+
+
+@pytest.mark.parametrize(
+    ("version", "args", "refused"),
+    [
+        # up to 0.30 the parser lists the text 'None' among the choices, converts 'None' / '' to None and then
+        # finds None missing: "invalid choice: None" (vllm 0.13.0 vllm/engine/arg_utils.py:331-335)
+        ("0.13.0", {"all2all_backend": "None"}, True),
+        ("0.13.0", {"kv_offloading_backend": ""}, True),
+        ("0.24.0", {"mm_encoder_attn_dtype": "None"}, True),
+        # from 0.32 it lists None itself: the same text means "not set" (0.33.0 arg_utils.py:436-439)
+        ("0.33.0", {"mm_encoder_attn_dtype": "None"}, False),
+        ("0.33.0", {"mamba_ssu_algorithm": ""}, False),
+        # a null in the request is "not set" on every line
+        ("0.13.0", {"all2all_backend": None}, False),
+    ],
+)
+def test_none_as_text_against_the_choices(version, args, refused):
+    errors = [f for f in flag_errors(judged(args, version)) if f.field == f"engine_args.{next(iter(args))}"]
+    assert bool(errors) is refused, [f.message for f in errors]
