@@ -115,6 +115,7 @@ NOT_DRAWN = {
     "quantization_config",
     "served_model_name",
     "speculative_model",
+    "spec_model",  # a draft model by name: the harness has neither the network nor the files to load it
     "lora_modules",
     "prompt_adapters",
     "chat_template",
