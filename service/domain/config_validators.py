@@ -148,20 +148,23 @@ def _profiler_said(value: dict[str, Any], line: Line) -> Said:
     activities = value.get("torch_profiler_activities")
     if line >= (0, 32) and isinstance(activities, list):
         if profiler != "torch":
-            return "torch_profiler_activities", "is only applicable when profiler is set to 'torch'"
+            return (
+                "torch_profiler_activities",
+                "torch_profiler_activities is only applicable when profiler is set to 'torch'",
+            )
         if len(activities) != len({repr(a) for a in activities}):
-            return "torch_profiler_activities", "must not contain duplicates"
+            return "torch_profiler_activities", "torch_profiler_activities must not contain duplicates"
     torch_dir = value.get("torch_profiler_dir") or ""
     if line >= (0, 24) and torch_dir and profiler != "torch":
-        return "torch_profiler_dir", "is only applicable when profiler is set to 'torch'"
+        return "torch_profiler_dir", "torch_profiler_dir is only applicable when profiler is set to 'torch'"
     if line >= (0, 24) and profiler == "torch" and not torch_dir:
-        return "torch_profiler_dir", "must be set when profiler is 'torch'"
+        return "torch_profiler_dir", "torch_profiler_dir must be set when profiler is 'torch'"
     if line >= (0, 28):
         said = _proton_said(value, line)
         if said:
             return said
     if line >= (0, 26) and as_bool(value.get("capture_torch_profiler", False)) and profiler != "torch":
-        return "capture_torch_profiler", "is only applicable when profiler is set to 'torch'"
+        return "capture_torch_profiler", "capture_torch_profiler is only applicable when profiler is set to 'torch'"
     return None
 
 
@@ -173,16 +176,19 @@ def _proton_said(value: dict[str, Any], line: Line) -> Said:
     if profiler != "proton" and changed:
         return changed[0], f"{', '.join(changed)} only applicable when profiler is set to 'proton'"
     if profiler == "proton" and not proton_dir:
-        return "proton_profiler_dir", "must be set when profiler is 'proton'"
+        return "proton_profiler_dir", "proton_profiler_dir must be set when profiler is 'proton'"
     if isinstance(proton_dir, str) and proton_dir and _is_uri_path(proton_dir):
-        return "proton_profiler_dir", "must be a local directory"
+        return "proton_profiler_dir", "proton_profiler_dir must be a local directory"
     if profiler != "proton":
         return None
     data, fmt, mode = value.get("proton_data", "tree"), value.get("proton_output_format"), value.get("proton_mode")
     if graph and data != "tree":
-        return "proton_graph_attribution", "requires proton_data='tree'"
+        return "proton_graph_attribution", "proton_graph_attribution requires proton_data='tree'"
     if graph and isinstance(mode, str) and mode.split(":", 1)[0].lower() == "periodic_flushing":
-        return "proton_graph_attribution", "is incompatible with periodic_flushing: both manage Proton data phases."
+        return (
+            "proton_graph_attribution",
+            "proton_graph_attribution is incompatible with periodic_flushing: both manage Proton data phases.",
+        )
     if fmt == "chrome_trace" and data != "trace":
         return "proton_output_format", "chrome_trace output requires proton_data='trace'"
     if fmt in ("hatchet", "hatchet_msgpack") and data != "tree":
@@ -197,11 +203,7 @@ def _profiler(value: Any, line: Line, names: Names) -> list[BadValue]:
     if said is None:
         return []
     key, text = said
-    # vLLM's messages begin with the field's name, save the Proton list and the output format ones
-    message = (
-        text if text.startswith((key, "chrome_trace", "hatchet")) or " only applicable" in text else f"{key} {text}"
-    )
-    return [BadValue(key, value.get(key), f"Value error, {message}")]
+    return [BadValue(key, value.get(key), f"Value error, {text}")]
 
 
 # --------------------------------------------------------------------------------------------------- PoolerConfig
