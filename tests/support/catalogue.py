@@ -60,8 +60,14 @@ def _least(facts):
     )
 
 
+# Options whose config class validates the text further (service/domain/config_validators.py): a value it takes
+VALIDATED = {"show_hidden_metrics_for_version": "0.7"}
+
+
 def valid_value(opt):
     """A value of the option's kind that vLLM's parser accepts."""
+    if opt.dest in VALIDATED:
+        return VALIDATED[opt.dest]
     if opt.choices:
         return opt.choices[0] if not opt.is_list else [opt.choices[0]]
     if (opt.value_facts or {}).get("choices"):  # a string the parser passes on to a config field with choices

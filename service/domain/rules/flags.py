@@ -7,11 +7,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from ..config_validators import option_problems
 from ..config_values import ABSENT, BadValue, bad_values, problems
 from ..context import LaunchContext
 from ..engine_args import RULE_RANGES, arg_name, flag
 from ..findings import Finding
-from ..versions import VersionLine
+from ..versions import VersionLine, parse_version
 from . import Emit, rule
 
 SRC_FLAGS = (
@@ -100,6 +101,8 @@ def flag_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             )
         )
     out += bad_value_findings(ctx, emit)
+    judged = {f.field.split(".")[1] for f in out if f.field and f.field.startswith("engine_args.")}
+    out += validator_findings(ctx, emit, judged)
     for name, value in ctx.args.bool_with_value.items():
         opt = ctx.line.options[name]
         neg = opt.negative_flag
@@ -224,6 +227,38 @@ def bad_value_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         out.append(
             emit.error(
                 "flag_unsupported", message, remedy={name: fix} if fix else None, field=f"engine_args.{name}", **data
+            )
+        )
+    return out
+
+
+def validator_findings(ctx: LaunchContext, emit: Emit, judged: set[str]) -> list[Finding]:
+    """Values the validators of vLLM's config classes refuse (service/domain/config_validators.py), for an option
+    whose type facts found nothing (``judged``: those that did; pydantic runs a class's validators on typed fields)."""
+    asked = parse_version(ctx.version)
+    names = ctx.line.names if asked is not None and asked[:2] == ctx.line.release[:2] else None
+    out = []
+    for name, value in ctx.args.values.items():
+        if name in judged or name not in ctx.line.options:
+            continue
+        bad, source = option_problems(name, value, ctx.line.release[:2], names)
+        if not bad:
+            continue
+        said = "; ".join(f"{name}{'.' + b.path if b.path else ''} {_shown(b)}: {b.problem}" for b in bad)
+        one = bad[0] if len(bad) == 1 and bad[0].allowed else None
+        fix = None if one is None else _patched(value, one.path, one.allowed) if one.path else list(one.allowed)
+        out.append(
+            emit.error(
+                "flag_unsupported",
+                f"argument {flag(name)}: vLLM {ctx.line.newest} refuses it at start-up (a validator of the config "
+                f"class it is handed to): {said}.",
+                remedy={name: fix} if fix else None,
+                field=f"engine_args.{name}.{bad[0].path}" if bad[0].path else f"engine_args.{name}",
+                problems=[
+                    {"path": f"{name}.{b.path}" if b.path else name, "expected": b.problem, "allowed": list(b.allowed)}
+                    for b in bad
+                ],
+                reference=source,
             )
         )
     return out

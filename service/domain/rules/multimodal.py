@@ -3,25 +3,34 @@
 
 from __future__ import annotations
 
+from ..config_values import judge
 from ..context import LaunchContext
 from ..findings import Finding
 from ..multimodal import V1_DEFAULT_LIMIT, _limits, limit_problems, max_items, size_problems, vision_tower
 from . import Emit, rule
+from .gating import at_least, registry_arch
 
-SRC_LIMITS = "vllm 0.33.0 vllm/config/multimodal.py:211-236, 471-495 (limit_per_prompt and its dummy options)"
+SRC_LIMITS = (
+    "vllm 0.33.0 vllm/config/multimodal.py:211-236, 471-495 (limit_per_prompt and its dummy options), 430 "
+    "(video_pruning_rate, built only for a multimodal model: config/model.py:831-881; since 0.11.2 "
+    "multimodal.py:142, model.py:675-697)"
+)
+# vllm 0.33.0 vllm/config/multimodal.py:430: Field(default=None, ge=0.0, lt=1.0), in every line since 0.11.2
+VIDEO_PRUNING_RATE = {"type": "float", "null": True, "ge": 0.0, "lt": 1.0}
 
 
 @rule(
     "mm_limits_invalid",
     severity="error",
     source=SRC_LIMITS,
-    when=("limit_mm_per_prompt", "mm_processor_kwargs"),
+    when=("limit_mm_per_prompt", "mm_processor_kwargs", "video_pruning_rate"),
 )
 def mm_limits_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--limit-mm-per-prompt`` is validated by vLLM's MultiModalConfig at start-up (counts ≥ 0, sizes > 0, only the
     modality's own options), and the image size fields Preflight's memory profile reads from
-    ``--mm-processor-kwargs`` must be positive integers (the processor divides by them)."""
-    out = []
+    ``--mm-processor-kwargs`` must be positive integers (the processor divides by them); ``--video-pruning-rate``
+    must lie in [0, 1) where vLLM builds a MultiModalConfig (a multimodal architecture; others ignore it)."""
+    out = _video_pruning_rate(ctx, emit)
     for problem in limit_problems(ctx.args.get("limit_mm_per_prompt")):
         out.append(
             emit.error(
@@ -41,6 +50,27 @@ def mm_limits_invalid(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             )
         )
     return out[:8]
+
+
+def _video_pruning_rate(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    value = ctx.args.values.get("video_pruning_rate")
+    arch = registry_arch(ctx)
+    if value is None or arch is None or not arch.multimodal or not at_least(ctx, (0, 11)):
+        return []
+    if ctx.args.get("model_impl") not in (None, "auto", "vllm"):  # another implementation: another registry entry
+        return []
+    found = judge(value, VIDEO_PRUNING_RATE)
+    if found is None:
+        return []
+    return [
+        emit.error(
+            "mm_limits_invalid",
+            f"--video-pruning-rate {value!r}: MultiModalConfig video_pruning_rate: {found[0]} (vLLM builds it for "
+            f"{arch.name}, a multimodal model).",
+            field="engine_args.video_pruning_rate",
+            remedy={"video_pruning_rate": None},
+        )
+    ]
 
 
 SRC_CHUNKED_MM = "vllm 0.33.0 vllm/v1/core/encoder_cache_manager.py:360-371 (compute_mm_encoder_budget)"

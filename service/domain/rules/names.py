@@ -5,6 +5,7 @@ minor line (a 0.17 request, judged by the 0.15.1 data, may name a parser 0.17 ad
 
 from __future__ import annotations
 
+from ..config_validators import in_definition_order
 from ..context import LaunchContext
 from ..findings import Finding
 from ..versions import parse_version
@@ -36,12 +37,6 @@ def _own_line(ctx: LaunchContext) -> bool:
 def _listed(names: dict[str, str]) -> str:
     """Parser names as vLLM lists them (sorted: list_registered)."""
     return ", ".join(sorted(names))
-
-
-def _in_order(names: dict[str, str]) -> str:
-    """Enum members as vLLM lists them: in the order the class defines them (file:line)."""
-    where = {n: loc.rpartition(":") for n, loc in names.items()}
-    return ", ".join(sorted(names, key=lambda n: (where[n][0], int(where[n][2]) if where[n][2].isdigit() else 0)))
 
 
 def _reasoning(ctx: LaunchContext) -> tuple[str, dict[str, object], str] | None:
@@ -90,7 +85,7 @@ def _backend(ctx: LaunchContext, option: str, kind: str, text: str) -> str | Non
         return None
     if value.upper() in known or (option == "attention_backend" and value.lower() == "auto"):
         return None  # "auto" is automatic selection from 0.18 (config/attention.py); never refused here
-    return text.format(value=value.upper(), valid=_in_order(known))
+    return text.format(value=value.upper(), valid=in_definition_order(known))
 
 
 @rule("backend_unknown", severity="error", source=SRC_BACKENDS, when=("attention_backend", "mamba_backend"))

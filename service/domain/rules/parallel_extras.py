@@ -6,6 +6,7 @@ data_parallel.py) (vllm 0.33.0 vllm/model_executor/layers/linear.py:497,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..context import LaunchContext
@@ -387,20 +388,63 @@ def nsight_requires_ray(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ]
 
 
-SRC_NUMA = "vllm 0.33.0 vllm/config/parallel.py:556-561 (since 0.21.0 parallel.py:439-444, with the options)"
+SRC_NUMA = (
+    "vllm 0.33.0 vllm/config/parallel.py:35, 484-521 (the entries' field validators), 556-561 (since 0.21.0 "
+    "parallel.py:32, 374-409, 439-444, with the options)"
+)
+# vllm 0.33.0 vllm/config/parallel.py:35 (Python's re: \d is any Unicode digit, as there)
+_NUMACTL_CPUSET = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+
+
+def _numa_cpus_problem(value: Any) -> str | None:
+    """ParallelConfig._validate_numa_bind_cpus's message for the entries of ``--numa-bind-cpus``, else None."""
+    entries = [value] if isinstance(value, str) else value
+    if not isinstance(entries, list):
+        return None
+    if not entries:
+        return "numa_bind_cpus must not be empty."
+    for cpuset in entries:
+        if not isinstance(cpuset, str):
+            continue  # rendered as its text by Preflight: judged as the parser's value, not here
+        if not cpuset:
+            return "numa_bind_cpus entries must not be empty."
+        if not _NUMACTL_CPUSET.fullmatch(cpuset):
+            return "numa_bind_cpus entries must use numactl CPU list syntax, for example '0-3' or '0,2,4-7'."
+        for part in cpuset.split(","):
+            start, _, end = part.partition("-")
+            if end and int(start) > int(end):
+                return f"numa_bind_cpus ranges must be ascending, but got '{cpuset}'."
+    return None
+
+
+def _numa_nodes_problem(value: Any) -> str | None:
+    """ParallelConfig._validate_numa_bind_nodes's message for ``--numa-bind-nodes``, else None."""
+    if not isinstance(value, list):
+        return None
+    if not value:
+        return "numa_bind_nodes must not be empty."
+    if any(n is not None and n < 0 for n in map(lax_int, value)):
+        return "numa_bind_nodes must contain non-negative integers."
+    return None
 
 
 @rule("numa_bind", severity="error", source=SRC_NUMA, when=("numa_bind_nodes", "numa_bind_cpus"))
 def numa_bind(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """``--numa-bind-nodes`` / ``--numa-bind-cpus`` only say where to bind: they need ``--numa-bind`` (from 0.21)."""
+    """``--numa-bind-nodes`` / ``--numa-bind-cpus`` only say where to bind: they need ``--numa-bind`` (from 0.21);
+    their entries must be non-negative node numbers and numactl CPU lists (``0-3``, ``0,2,4-7``, ranges ascending)."""
     given = ctx.args.given
-    if "numa_bind_nodes" not in given and "numa_bind_cpus" not in given:
+    if ("numa_bind_nodes" not in given and "numa_bind_cpus" not in given) or not at_least(ctx, (0, 21)):
         return []
     a = ctx.args
+    out = []
+    for name, check in (("numa_bind_nodes", _numa_nodes_problem), ("numa_bind_cpus", _numa_cpus_problem)):
+        problem = check(a.values.get(name))
+        if problem:
+            out.append(emit.error("numa_bind", f"{name}: Value error, {problem}", field=f"engine_args.{name}"))
     set_ = [n for n in ("numa_bind_nodes", "numa_bind_cpus") if a.values.get(n) is not None]
-    if not set_ or a.get("numa_bind") or not at_least(ctx, (0, 21)):
-        return []
-    return [
+    if not set_ or a.get("numa_bind"):
+        return out
+    return out + [
         emit.error(
             "numa_bind",
             f"numa_bind_nodes and numa_bind_cpus require numa_bind=True. (--{set_[0].replace('_', '-')} is set, "
