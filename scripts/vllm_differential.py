@@ -96,6 +96,17 @@ BEYOND_CONFIG = {
     # entrypoints/openai/cli_args.py tool parser check at server start); the harness runs the config code only
     "parser_unknown",
 }
+# Preflight's own loading policy (service/domain/loading.py: what a signed plan may write, read, load as code or carry
+# as a secret), which vLLM does not have: a refusal for it alone beside vLLM's accept is counted apart ("policy"),
+# neither as agreement nor as a false reject
+POLICY = {
+    "write_not_allowed",
+    "path_not_allowed",
+    "code_not_allowed",
+    "env_not_allowed",
+    "secret_in_engine_args",
+    "flag_unjudged",
+}
 WORKER_SIZES = {f"engine_args.{n}" for n in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")}
 # Options not drawn: what names other files, hosts or code (the harness has no network and no files but the
 # config.json), and what Preflight refuses by policy rather than by vLLM's rules.
@@ -408,6 +419,8 @@ def classify(vllm: dict[str, Any], pf: dict[str, Any]) -> str:
     if vllm["verdict"] == "accept":
         if not pf["errors"]:
             return "agree_accept"
+        if config_errors and all(e in POLICY for e in config_errors):
+            return "policy"
         return "false_reject" if config_errors else "beyond_config"
     if config_errors:
         return "agree_reject"
@@ -416,7 +429,7 @@ def classify(vllm: dict[str, Any], pf: dict[str, Any]) -> str:
 
 def cause(kind: str, vllm: dict[str, Any], pf: dict[str, Any]) -> str:
     """What a disagreement is about: Preflight's rules for a false reject, vLLM's message shape otherwise."""
-    if kind == "false_reject":
+    if kind in ("false_reject", "policy"):
         return ", ".join(e for e in pf["errors"] if e not in BEYOND_CONFIG)
     text = re.sub(r"\d+(\.\d+)?", "N", vllm.get("message", ""))
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text)
@@ -467,12 +480,12 @@ def write_case(out: pathlib.Path, version: str, case: dict, vllm: dict, pf: dict
 
 def summarize(version: str, n: int, seed: int, rows: list[tuple[dict, dict, dict, str]], seconds: float) -> dict:
     kinds = Counter(k for *_, k in rows)
-    judged = n - kinds["harness"]
+    judged = n - kinds["harness"] - kinds["policy"]  # policy refusals are Preflight's choice, not a verdict to compare
     accepted = kinds["agree_accept"] + kinds["false_reject"] + kinds["beyond_config"]
     refused = kinds["agree_reject"] + kinds["missed_reject"] + kinds["memory_only"]
     causes: dict[str, Counter] = defaultdict(Counter)
     for _case, vllm, pf, kind in rows:
-        if kind in ("false_reject", "missed_reject", "memory_only", "harness"):
+        if kind in ("false_reject", "missed_reject", "memory_only", "harness", "policy"):
             causes[kind][cause(kind, vllm, pf) if kind != "harness" else vllm.get("message", "")[:120]] += 1
     return {
         "vllm_version": version,
@@ -541,12 +554,15 @@ def render_docs(reports: list[dict]) -> str:
         "  Preflight refusal for memory or per-rank shapes, which that code cannot see, counts as agreement);",
         "- **vLLM accepts → Preflight accepts**: one minus the false-reject rate (the costly error);",
         "- **vLLM refuses → Preflight refuses for a configuration reason**: refusals only for memory are misses here.",
-        "- `harness`: launches the environment could not judge (not counted).",
+        "- `harness`: launches the environment could not judge (not counted);",
+        "- `policy`: launches vLLM accepts that Preflight refuses only by its loading policy (a write path such as a",
+        "  profiler directory, a secret as an argument, code loaded on the node: service/domain/loading.py), which vLLM",
+        "  does not have (not counted; listed so that no such refusal hides among the false rejects).",
         "",
         "Only the lines with a row below have been measured; the others are judged by Preflight without this figure.",
         "",
-        "| vLLM | n | judged | both ways | vLLM accepts → Preflight accepts | vLLM refuses → Preflight refuses | false rejects | missed | memory only | beyond config | harness |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| vLLM | n | judged | both ways | vLLM accepts → Preflight accepts | vLLM refuses → Preflight refuses | false rejects | missed | memory only | beyond config | harness | policy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         c, a = r["counts"], r["agreement"]
@@ -555,7 +571,7 @@ def render_docs(reports: list[dict]) -> str:
             f"| {r['vllm_version']} | {r['n']} | {r['judged']} | {pct(a['both_ways'])} | "
             f"{pct(a['vllm_accepts_preflight_accepts'])} | {pct(a['vllm_refuses_preflight_refuses'])} | "
             f"{c.get('false_reject', 0)} | {c.get('missed_reject', 0)} | {c.get('memory_only', 0)} | "
-            f"{c.get('beyond_config', 0)} | {c.get('harness', 0)} |"
+            f"{c.get('beyond_config', 0)} | {c.get('harness', 0)} | {c.get('policy', 0)} |"
         )
     for r in reports:
         lines += ["", f"## vLLM {r['vllm_version']} (seed {r['seed']}, {r['seconds']} s)", ""]
@@ -568,6 +584,7 @@ def render_docs(reports: list[dict]) -> str:
             ("missed_reject", "Missed refusals, by vLLM's message"),
             ("memory_only", "Refused only for memory, by vLLM's message"),
             ("harness", "Not judged (environment)"),
+            ("policy", "Refused by Preflight's loading policy only, by rule"),
         ):
             found = r["causes"].get(kind)
             if found:

@@ -76,8 +76,19 @@ def test_docs_render_the_reports():
                                              ({}, {"verdict": "reject"}, {"errors": ["tp_heads_divisible"]}, "agree_reject")], 1.0)  # fmt: skip
     report["families"] = {"tp_heads_divisible": {"agree_reject": 1}}
     text = diff.render_docs([report])
-    assert "| 0.33.0 | 3 | 3 | 66.7 % | 100.0 % | 50.0 % | 0 | 1 | 0 | 0 | 0 |" in text
+    assert "| 0.33.0 | 3 | 3 | 66.7 % | 100.0 % | 50.0 % | 0 | 1 | 0 | 0 | 0 | 0 |" in text
     assert "- 1 × x N" in text
+
+
+def test_a_refusal_by_the_loading_policy_alone_is_neither_agreement_nor_a_false_reject():
+    accept = {"verdict": "accept"}
+    assert diff.classify(accept, {"errors": ["write_not_allowed"]}) == "policy"
+    assert diff.classify(accept, {"errors": ["write_not_allowed", "weights_fit"]}) == "policy"
+    assert diff.classify(accept, {"errors": ["write_not_allowed", "tp_heads_divisible"]}) == "false_reject"
+    report = diff.summarize("0.33.0", 2, 1, [({}, accept, {"errors": []}, "agree_accept"),
+                                             ({}, accept, {"errors": ["write_not_allowed"]}, "policy")], 1.0)  # fmt: skip
+    assert report["judged"] == 1 and report["agreement"]["both_ways"] == 1.0
+    assert report["causes"]["policy"] == {"write_not_allowed": 1}
 
 
 def test_the_checked_in_figures_are_current_with_the_docs():
