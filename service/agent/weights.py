@@ -440,7 +440,9 @@ def check_expected(
     if want is not None:
         found, why = _config_digest_on_disk(directory)
         if found != want:
-            out.append(Mismatch("config.json", f"config digest {want}", f"config digest {found}" if found else str(why)))
+            out.append(
+                Mismatch("config.json", f"config digest {want}", f"config digest {found}" if found else str(why))
+            )
     else:
         notes.append("config.json not compared (the registered config has no canonical digest)")
     want_q = expected.get("quantization") or "none"

@@ -45,9 +45,7 @@ KEYS = {"config_digest", "quantization", "layout_digest", "weights_check", "skip
 def canonical_config(config: Any) -> bytes:
     """The bytes the config digest is over (see the module docstring). Raises ValueError (NaN, Infinity, a value
     JSON has no form for) or RecursionError (nesting deeper than Python's JSON encoder goes)."""
-    return json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode(
-        "ascii"
-    )
+    return json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
 
 
 def config_digest(config: Any) -> str | None:
