@@ -451,7 +451,7 @@ def check_expected(
         out.append(
             Mismatch(
                 "quantization.txt",
-                f"tag {want_q}" if want_q != "none" else "no tag (none)",
+                f"tag {want_q}" if want_q != "none" else "no tag",
                 f"tag {found_q}" if found_q is not None else f"an unreadable tag ({why})",
             )
         )

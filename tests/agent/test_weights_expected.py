@@ -128,8 +128,8 @@ def test_a_malformed_expectation_is_refused_by_the_node_not_a_crash(tmp_path, ba
 def test_an_awq_tag_on_disk_for_an_unquantized_manifest_names_the_file(tmp_path):
     d = weights_dir(tmp_path / "m", tag="awq")
     found, notes = w.check_expected(d, expected())
-    assert [(m.file, m.expected, m.found) for m in found] == [("quantization.txt", "no tag (none)", "tag awq")]
-    assert found[0].message() == "quantization.txt: the manifest records no tag (none), the node has tag awq"
+    assert [(m.file, m.expected, m.found) for m in found] == [("quantization.txt", "no tag", "tag awq")]
+    assert found[0].message() == "quantization.txt: the manifest records no tag, the node has tag awq"
     assert notes == []
     (d / "quantization.txt").write_text("none\n")  # the tag file saying none is none
     assert w.check_expected(d, expected()) == ([], [])

@@ -72,12 +72,12 @@ def test_an_awq_tag_on_the_node_for_a_manifest_registered_unquantized_is_refused
     assert run.returncode == 3 and node.launches() == [], run.stderr
     assert (
         f"REFUSED weights {p['id']}: the weights in {weights} are not the ones the plan was judged for: "
-        "quantization.txt: the manifest records no tag (none), the node has tag awq. vLLM was not started."
+        "quantization.txt: the manifest records no tag, the node has tag awq. vLLM was not started."
     ) in run.stderr
     [d] = refusals(c)
     assert (d["reason"], d["mismatches"]) == (
         "weights_mismatch",
-        [{"file": "quantization.txt", "expected": "no tag (none)", "found": "tag awq"}],
+        [{"file": "quantization.txt", "expected": "no tag", "found": "tag awq"}],
     )
     # the tag removed (the checkpoint is what was registered): the same plan starts at the next boot
     (weights / "quantization.txt").unlink()

@@ -56,6 +56,8 @@ def weights_root(dest):
 class Node:
     """One node: its token, trust file, state file, a stand-in vllm and a log of the argv each launch got."""
 
+    weights: pathlib.Path | None = None  # its --weights-root (None: the agent runs without one)
+
     def __init__(self, tmp_path, url, token, name="gpu-01", gpus="h100-sxm-8"):
         self.url, self.token, self.name = url, token, name
         self.dir = tmp_path / f"node-{name}"
@@ -68,7 +70,7 @@ class Node:
         self.state = self.dir / "state.json"
         self.trust = self.dir / "trust.json"
         self.trust.write_text(httpx.get(f"{url}/.well-known/jwks.json").text)  # provisioning
-        self.weights: pathlib.Path | None = weights_root(self.dir / "weights")  # None: run without --weights-root
+        self.weights = weights_root(self.dir / "weights")
 
     def launches(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
