@@ -1,6 +1,9 @@
 """The last checks before vLLM starts, against the plan's signed ``node_checks`` claim
 (service/domain/node_checks.py): the GPUs are the ones the plan was validated for (no drift), the weights on disk
-are the manifest's, and every GPU the launch uses has the memory free that vLLM 0.33 will request.
+are the ones it was judged for (``weights_expected``: domain/weights_expect.py; and the manifest's files when it
+recorded them), and every GPU the launch uses has the memory free that vLLM 0.33 will request. A production plan
+whose weights cannot be compared (a remote uri with no local mapping) is refused unless it was signed with
+``weights_check: "skip"``.
 
 ``run_checks`` returns the first failed check as a ``Refusal`` (check, reason, message, details); the boot reports
 it (``refused``) and exits without starting vLLM. Plans signed before these checks carry no claim: nothing to
@@ -14,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..domain import weights_expect as expect
+from ..domain.text import printable
 from . import gpus as gpu_mod
 from . import weights as weights_mod
 
@@ -21,7 +26,9 @@ from . import weights as weights_mod
 @dataclass
 class Refusal:
     check: str  # "gpus", "weights", "gpu memory", "node checks"
-    reason: str  # inventory_drift, weights_mismatch, gpu_memory_busy, nvidia_smi, claim_type, weights_unreadable
+    # inventory_drift, weights_mismatch, weights_unverifiable, gpu_memory_busy, nvidia_smi, claim_type,
+    # weights_unreadable
+    reason: str
     message: str
     details: dict[str, Any] = field(default_factory=dict)
     observed_facts: dict[str, Any] | None = None  # what to send to PUT /v1/nodes/{name}/facts (drift)
@@ -62,6 +69,8 @@ def claim_problem(nc: Any) -> str | None:
                 or not _num(s.get("size"), 0, 1 << 50)
             ):
                 return f"node_checks.weights: shard {str(s)[:80]} is not a plain file name with a size"
+    if expect.CLAIM in nc:
+        return expect.claim_problem(nc[expect.CLAIM])
     return None
 
 
@@ -73,6 +82,7 @@ def run_checks(
     verify_hashes: bool,
     say: Callable[[str], None],
     on_bytes: Callable[[int], None] | None = None,
+    layout_reader: weights_mod.LayoutReader = weights_mod.no_layout_reader,
 ) -> Refusal | None:
     nc = claims.get("node_checks")
     if nc is None:
@@ -85,7 +95,7 @@ def run_checks(
 
     return (
         _check_gpus(hw, nvidia_smi, say)
-        or _check_weights(claims, nc.get("weights"), weights_root, verify_hashes, say, on_bytes)
+        or _check_weights(claims, nc, weights_root, verify_hashes, say, on_bytes, layout_reader)
         or _check_memory(claims, mem, nvidia_smi, say)
     )
 
@@ -125,46 +135,80 @@ def _check_gpus(hw: dict, nvidia_smi: str, say: Callable[[str], None]) -> Refusa
 
 def _check_weights(
     claims: dict,
-    record: dict | None,
+    nc: dict,
     weights_root: pathlib.Path | None,
     verify_hashes: bool,
     say: Callable[[str], None],
     on_bytes: Callable[[int], None] | None,
+    layout_reader: weights_mod.LayoutReader = weights_mod.no_layout_reader,
 ) -> Refusal | None:
-    """2. the weights on disk are the manifest's."""
-    if record is None:
-        say("weights: the manifest records no weight files (pushed before `manifest push` recorded them): not checked")
-    else:
-        try:
-            directory = weights_mod.local_directory(str(claims.get("model_uri", "")), weights_root)
-        except weights_mod.WeightsError as exc:
-            return Refusal("weights", "weights_unreadable", str(exc))
-        if directory is None:
-            say(
-                f"weights: {claims.get('model_uri')} is remote and no --weights-root maps it to a local directory: "
-                f"not checked"
-            )
-        else:
-            mismatches = weights_mod.check(directory, record, verify_hashes=verify_hashes, on_bytes=on_bytes)
-            if mismatches:
-                return Refusal(
-                    "weights",
-                    "weights_mismatch",
-                    f"the weights in {directory} are not the manifest's: "
-                    + "; ".join(m.message() for m in mismatches[:10])
-                    + (f" (and {len(mismatches) - 10} more)" if len(mismatches) > 10 else ""),
-                    {
-                        "directory": str(directory),
-                        "mismatches": [
-                            {"file": m.file, "expected": m.expected, "found": m.found} for m in mismatches[:100]
-                        ],
-                    },
-                )
-            say(
-                f"weights: {directory} matches the manifest ({len(record.get('shards') or [])} shards"
-                f"{', hashes verified' if verify_hashes and any('sha256' in s for s in record.get('shards') or []) else ''})"
-            )
+    """2. the weights on disk are the ones the plan was judged for: the plan's expectation (config digest, tag,
+    layout digest: domain/weights_expect.py) and, when the manifest recorded them, its files."""
+    record, expected = nc.get("weights"), nc.get(expect.CLAIM)
+    if expected is not None and expected["weights_check"] == "skip":
+        say(
+            "weights: NOT CHECKED: the plan was signed with weights_check skip (audited at plan creation; reason: "
+            f"{printable(str(expected.get('skip_reason') or ''))[:300]!r})"
+        )
+        return None
+    if record is None and expected is None:
+        say(
+            "weights: the plan carries no weights expectation (signed before plans carried one): not checked; "
+            "reissue the plan to have the node check its weights"
+        )
+        return None
+    try:
+        directory = weights_mod.local_directory(str(claims.get("model_uri", "")), weights_root)
+    except weights_mod.WeightsError as exc:
+        return Refusal("weights", "weights_unreadable", str(exc))
+    if directory is None:
+        return _unmapped(str(claims.get("model_uri")), expected, say)
+    mismatches: list[weights_mod.Mismatch] = []
+    notes: list[str] = []
+    if expected is not None:
+        mismatches, notes = weights_mod.check_expected(directory, expected, layout_reader=layout_reader)
+    if record is not None:
+        seen = {m.file for m in mismatches}  # one line per file: the expectation's, then the record's others
+        found = weights_mod.check(directory, record, verify_hashes=verify_hashes, on_bytes=on_bytes)
+        mismatches += [m for m in found if m.file not in seen]
+    if mismatches:
+        return Refusal(
+            "weights",
+            "weights_mismatch",
+            f"the weights in {directory} are not the ones the plan was judged for: "
+            + "; ".join(m.message() for m in mismatches[:10])
+            + (f" (and {len(mismatches) - 10} more)" if len(mismatches) > 10 else ""),
+            {
+                "directory": str(directory),
+                "mismatches": [{"file": m.file, "expected": m.expected, "found": m.found} for m in mismatches[:100]],
+            },
+        )
+    for note in notes:
+        say(f"weights: {note}")
+    shards = (record or {}).get("shards") or []
+    hashed = verify_hashes and any("sha256" in s for s in shards)
+    what = f"{len(shards)} shards{', hashes verified' if hashed else ''}" if record is not None else "config and tag"
+    say(f"weights: {directory} matches the manifest ({what})")
     return None
+
+
+def _unmapped(model_uri: str, expected: dict | None, say: Callable[[str], None]) -> Refusal | None:
+    """A remote model_uri that no --weights-root maps to a local directory: nothing on this node to compare. A
+    production plan is refused (``unchecked`` refuse); a benchmark plan, or one signed before expectations, starts
+    and the console says the weights were not checked."""
+    where = f"{printable(model_uri)[:300]} is remote and no --weights-root maps it to a local directory"
+    if expected is None or expected["unchecked"] == "start":
+        why = "a benchmark plan" if expected is not None else "a plan signed before weights expectations"
+        say(f"weights: {where}: not checked ({why})")
+        return None
+    return Refusal(
+        "weights",
+        "weights_unverifiable",
+        f"{where}: a production plan does not start on weights nobody compared with what it was judged for "
+        f"(give the agent --weights-root DIR with the weights in DIR/<the uri without its scheme>, or sign the "
+        f'plan with "weights_check": "skip" and a reason)',
+        {"model_uri": printable(model_uri)[:300]},
+    )
 
 
 def _check_memory(claims: dict, mem: dict, nvidia_smi: str, say: Callable[[str], None]) -> Refusal | None:
@@ -217,6 +261,7 @@ class NodeProbe:
     nvidia_smi: str = "nvidia-smi"
     weights_root: pathlib.Path | None = None
     verify_hashes: bool = False
+    layout_reader: weights_mod.LayoutReader = weights_mod.no_layout_reader
 
     def check(self, claims: dict, *, say: Callable[[str], None]) -> Refusal | None:
         return run_checks(
@@ -225,6 +270,7 @@ class NodeProbe:
             weights_root=self.weights_root,
             verify_hashes=self.verify_hashes,
             say=say,
+            layout_reader=self.layout_reader,
         )
 
     def facts(self) -> dict:

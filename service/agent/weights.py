@@ -369,3 +369,103 @@ def local_directory(model_uri: str, weights_root: pathlib.Path | None) -> pathli
     if not parts or any(p in (".", "..") or shard_name_problem(p) for p in parts):
         raise WeightsError(f"model uri {model_uri!r} cannot be mapped under --weights-root")
     return pathlib.Path(weights_root).joinpath(*parts)
+
+
+# -- the plan's expectation (domain/weights_expect.py), checked whatever way the manifest was registered ---------------
+
+# The local checkpoint's layout digest, from its safetensors headers (the tensor inventory, issue 28 parts 1-3, is
+# another module's): returns the digest, None when there is nothing to read it from (no safetensors files, no reader
+# on this agent), raises LayoutUnreadable naming the file whose header is hostile or broken. ``no_layout_reader``
+# stands in until that module is wired here: a plan's layout_digest is then said to be not compared, never passed.
+LayoutReader = Callable[[pathlib.Path], str | None]
+
+
+class LayoutUnreadable(WeightsError):
+    """A safetensors header that cannot be read as a layout (too long, not JSON, offsets out of the file, …)."""
+
+    def __init__(self, file: str, why: str):
+        super().__init__(f"{file}: {why}")
+        self.file, self.why = file, why
+
+
+def no_layout_reader(directory: pathlib.Path) -> str | None:
+    """The layout reader of an agent without the tensor inventory: nothing read, so nothing compared."""
+    return None
+
+
+def _config_digest_on_disk(directory: pathlib.Path) -> tuple[str | None, str | None]:
+    """(config.json's canonical digest, None) or (None, why it has none): read bounded (MAX_SMALL, a regular file
+    only), parsed as JSON, digested as domain/weights_expect.py defines it."""
+    from ..domain.weights_expect import config_digest
+
+    try:
+        raw = _read_small(directory, "config.json", MAX_SMALL)
+    except WeightsError as exc:
+        return None, str(exc).removeprefix("config.json: ")
+    if raw is None:
+        return None, "no such file"
+    try:
+        parsed = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return None, f"not JSON ({str(exc)[:120]})"
+    digest = config_digest(parsed)
+    return (digest, None) if digest is not None else (None, "JSON with no canonical form (NaN, Infinity or too deep)")
+
+
+def _tag_on_disk(directory: pathlib.Path) -> tuple[str | None, str | None]:
+    """(quantization.txt's method or ``none`` — no file is none —, None) or (None, why it cannot be read)."""
+    try:
+        raw = _read_small(directory, "quantization.txt", MAX_TAG)
+        if raw is None:
+            return "none", None
+        return quant_method(raw) or "none", None
+    except WeightsError as exc:
+        return None, str(exc).removeprefix("quantization.txt: ")
+
+
+def check_expected(
+    directory: pathlib.Path, expected: dict, *, layout_reader: LayoutReader = no_layout_reader
+) -> tuple[list[Mismatch], list[str]]:
+    """Compare the weights directory with the plan's ``weights_expected`` claim (already checked for shape):
+    config.json's canonical digest, the quantization tag (no quantization.txt: none) and, when the plan carries one
+    and the local headers can be read, the layout digest. Returns (mismatches, notes: what was not compared and
+    why). Hostile files are mismatches naming the file, never an exception."""
+    directory = pathlib.Path(directory)
+    problem = directory_problem(directory)
+    if problem:
+        return [Mismatch(str(directory), "a weights directory", problem)], []
+    out: list[Mismatch] = []
+    notes: list[str] = []
+    want = expected.get("config_digest")
+    if want is not None:
+        found, why = _config_digest_on_disk(directory)
+        if found != want:
+            out.append(
+                Mismatch("config.json", f"config digest {want}", f"config digest {found}" if found else str(why))
+            )
+    else:
+        notes.append("config.json not compared (the registered config has no canonical digest)")
+    want_q = expected.get("quantization") or "none"
+    found_q, why = _tag_on_disk(directory)
+    if found_q != want_q:
+        out.append(
+            Mismatch(
+                "quantization.txt",
+                f"tag {want_q}" if want_q != "none" else "no tag",
+                f"tag {found_q}" if found_q is not None else f"an unreadable tag ({why})",
+            )
+        )
+    layout = expected.get("layout_digest")
+    if layout is not None:
+        try:
+            found_l = layout_reader(directory)
+        except LayoutUnreadable as exc:
+            out.append(Mismatch(exc.file, f"layout digest {layout}", exc.why))
+        except (WeightsError, OSError) as exc:  # a reader's other failure: the headers could not be read
+            out.append(Mismatch("safetensors headers", f"layout digest {layout}", str(exc)[:300]))
+        else:
+            if found_l is None:
+                notes.append("layout digest not compared (no safetensors headers read on this node)")
+            elif found_l != layout:
+                out.append(Mismatch("safetensors headers", f"layout digest {layout}", f"layout digest {found_l}"))
+    return out, notes

@@ -79,7 +79,8 @@ WEIGHTS_ROOT = typer.Option(
     None,
     envvar="PREFLIGHT_WEIGHTS_ROOT",
     help="Where this node keeps weights of remote models: s3://bucket/llama is checked in "
-    "ROOT/bucket/llama (a local path uri is checked where it is).",
+    "ROOT/bucket/llama (a local path uri is checked where it is). Without it a production plan "
+    "for a remote model is refused, unless it was signed with weights_check skip.",
 )
 VERIFY_HASHES = typer.Option(
     False,

@@ -138,6 +138,9 @@ class Plan(Base):
     topology: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # the tuning memo of a plan made by the tuning loop or with a tuning block (domain/tuning.py Memo)
     tuning: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # how its nodes check the weights, as asked at creation: {"mode": "verify"} or {"mode": "skip", "reason",
+    # "requested_by"} (audited plan.weights_check_skipped); null for plans older than migration 0016
+    weights_check: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

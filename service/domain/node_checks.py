@@ -1,5 +1,6 @@
 """What a signed plan tells its node to check before vLLM starts (claim ``node_checks``): the hardware the plan was
-validated for, what vLLM will request of each GPU's memory, and the weights files the manifest recorded.
+validated for, what vLLM will request of each GPU's memory, the weights files the manifest recorded and what the
+weights must be whatever way the manifest was registered (``weights_expected``: domain/weights_expect.py).
 
 The agent compares these with what nvidia-smi and the weights directory show (service/agent/gpus.py, weights.py)
 and refuses to start on a difference. Carried in the signed claims, so a node checks against what the service
@@ -104,9 +105,17 @@ def memory_claim(
 
 
 def node_checks_claim(
-    *, hardware: dict[str, Any], memory: dict[str, Any], weights: dict[str, Any] | None
+    *,
+    hardware: dict[str, Any],
+    memory: dict[str, Any],
+    weights: dict[str, Any] | None,
+    weights_expected: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The claim: ``weights`` the manifest's files when it recorded them, ``weights_expected`` what every node must
+    find whatever way the manifest was registered (domain/weights_expect.py)."""
     out: dict[str, Any] = {"hardware": hardware, "memory": memory}
     if weights:
         out["weights"] = weights
+    if weights_expected is not None:
+        out["weights_expected"] = weights_expected
     return out

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from ..api.schemas import LaunchTarget, PlanIn
 from ..db.models import Manifest, Node
-from ..domain import env_policy, node_checks
+from ..domain import env_policy, node_checks, weights_expect
 from ..domain.engine_args import parse_engine_args, resolve_name
 from ..domain.errors import DomainError
 from ..domain.loading import CODE, judge, option_loads
@@ -113,8 +113,39 @@ def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
         )
 
 
-def node_checks_claim(node: Node, manifest: Manifest, result: ValidationResult, gpus_used: int) -> dict[str, Any]:
-    """The signed ``node_checks`` claim: hardware, memory, and the weights files the manifest recorded."""
+def layout_digest_of(manifest: Manifest) -> str | None:
+    """The manifest's checkpoint layout digest (the tensor inventory's digest over every tensor's name, dtype and
+    shape: issue 28 parts 1-3), signed into its plans for the nodes to compare with their safetensors headers. None
+    until that inventory is stored with manifests: this is the one place a plan reads it from."""
+    value = getattr(manifest, "layout_digest", None)
+    return value if isinstance(value, str) and value else None
+
+
+def weights_expected(manifest: Manifest, plan: PlanIn) -> dict[str, Any]:
+    """The signed ``weights_expected`` claim (domain/weights_expect.py) of a plan for ``manifest``. Raises Invalid
+    (422, naming the manifest) for a stored manifest whose tag cannot be read today, rather than signing a plan its
+    nodes could not check."""
+    try:
+        return weights_expect.weights_expected_claim(
+            config=manifest.config,
+            quantization_txt=manifest.quantization_txt,
+            layout_digest=layout_digest_of(manifest),
+            environment=plan.environment,
+            weights_check=plan.weights_check,
+            skip_reason=plan.weights_check_reason,
+        )
+    except DomainError as exc:
+        raise Invalid(
+            f"the manifest {manifest.name}@{manifest.version} cannot tell its nodes what to check: {exc.message}",
+            field="manifest",
+        ) from None
+
+
+def node_checks_claim(
+    node: Node, manifest: Manifest, result: ValidationResult, gpus_used: int, expected: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The signed ``node_checks`` claim: hardware, memory, the weights files the manifest recorded and the weights
+    every node must find (``expected``: ``weights_expected``)."""
     args = result.context.args if result.context is not None else None
     return node_checks.node_checks_claim(
         hardware=node_checks.hardware_claim(
@@ -128,6 +159,7 @@ def node_checks_claim(node: Node, manifest: Manifest, result: ValidationResult, 
             gpus_per_node=node.gpu_count,
         ),
         weights=manifest.files,
+        weights_expected=expected,
     )
 
 

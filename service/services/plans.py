@@ -29,7 +29,15 @@ from . import epochs, kv_pool, variants
 from . import manifests as manifest_service
 from . import nodes as node_service
 from .context import Context
-from .plan_layout import Layout, check_node_safety, engine_args_with, launch_request, node_checks_claim, plan_layout
+from .plan_layout import (
+    Layout,
+    check_node_safety,
+    engine_args_with,
+    launch_request,
+    node_checks_claim,
+    plan_layout,
+    weights_expected,
+)
 
 
 def _retire_plan_if_done(session: Session, plan_id: str, *, exclude: int) -> None:
@@ -66,6 +74,7 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secret
         "created_by": plan.created_by,
         "created_at": iso(plan.created_at),
         "tuning": plan.tuning,
+        "weights_check": plan.weights_check,
     }
     topo = plan.topology or None
     if topo:
@@ -375,7 +384,16 @@ def _groups(j: Judgement, plan_id: str) -> tuple[list[dict[str, Any]], dict[str,
     return groups, members
 
 
-def _assign(ctx: Context, j: Judgement, plan: Plan, node: Node, seq: int, mine: _Member, acked_seq: int) -> Assignment:
+def _assign(
+    ctx: Context,
+    j: Judgement,
+    plan: Plan,
+    node: Node,
+    seq: int,
+    mine: _Member,
+    acked_seq: int,
+    expected: dict[str, Any],
+) -> Assignment:
     """The node's assignment of ``plan``: its signed plan, and a freshness statement signed with it (the first
     fetches after a rollout — a fleet booting at once — are answered without a signature each). A group member's
     statement carries its head's group digest: in this transaction, the group's own."""
@@ -392,7 +410,7 @@ def _assign(ctx: Context, j: Judgement, plan: Plan, node: Node, seq: int, mine: 
         env=mine.env,
         model_uri=manifest.uri,
         placement={k: v for k, v in mine.placement().items() if k in PLACEMENT_CLAIMS},
-        node_checks=node_checks_claim(node, manifest, result, j.layout.topo.local_world),
+        node_checks=node_checks_claim(node, manifest, result, j.layout.topo.local_world, expected),
         now=int(ctx.clock.time()),
     )
     signed = keys.sign(claims)
@@ -451,6 +469,7 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: 
     if result.verdict == "reject":
         raise j.rejection(session)
     judged = result.context.request if result.context is not None else j.request  # with recommended values filled
+    expected = weights_expected(manifest, j.plan)  # what every node must find in its weights directory
     plan_id = str(uuid.uuid4())
     groups, members = _groups(j, plan_id)
     row = Plan(
@@ -467,6 +486,7 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: 
         vllm_version=result.vllm_version,
         created_by=actor,
         tuning=tuning,
+        weights_check=weights_check_record(j.plan, actor),
         created_at=ctx.now(),
         topology={
             "form": topo.form,
@@ -488,12 +508,15 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: 
     )
     acked = node_service.acked_seqs(session, names)
     assignments = [
-        _assign(ctx, j, row, node, (seqs.get(node.name) or 0) + 1, members[node.name], acked.get(node.name, 0))
+        _assign(
+            ctx, j, row, node, (seqs.get(node.name) or 0) + 1, members[node.name], acked.get(node.name, 0), expected
+        )
         for node in nodes
     ]
     session.add_all(assignments)
     session.flush()
     _audit_created(session, ctx, actor, row, names, manifest, assignments, result, topo, groups)
+    _audit_weights_skip(session, actor, row, names, manifest, j.plan)
     epochs.bump(session, "plans", row.id)  # other processes' plan caches drop the superseded assignments
     return Signed(row, assignments, result.recommendations)
 
@@ -518,11 +541,44 @@ def _audit_created(
             "verdict": result.verdict,
             "argv": result.argv,
             "kid": ctx.keys.active_kid,
+            "weights_check": (row.weights_check or {}).get("mode"),
             "topology": {
                 "form": topo.form,
                 "nodes_per_instance": topo.nodes_per_instance,
                 "group_digests": [g["digest"] for g in groups],
             },
+        },
+    )
+
+
+def weights_check_record(plan: PlanIn, actor: str) -> dict[str, Any]:
+    """How the plan's nodes check its weights, as stored with the plan: ``{"mode": "verify"}``, or for a plan signed
+    with ``weights_check: "skip"`` who asked and why (carried into a reissue of the plan's content)."""
+    if plan.weights_check != "skip":
+        return {"mode": "verify"}
+    return {"mode": "skip", "reason": plan.weights_check_reason, "requested_by": actor}
+
+
+def _audit_weights_skip(session: Session, actor: str, row: Plan, names: list[str], manifest, plan: PlanIn) -> None:
+    """``plan.weights_check_skipped``: a plan signed for nodes that will not check their weights — who asked, why,
+    for which nodes, model and environment. Its own event, so an auditor finds every such plan by kind."""
+    if plan.weights_check != "skip":
+        return
+    audit.append(
+        session,
+        actor=actor,
+        kind="plan.weights_check_skipped",
+        subject=f"plan:{row.id}",
+        plan_id=row.id,
+        node=names[0] if len(names) == 1 else None,
+        model=manifest.name,
+        payload={
+            "requested_by": actor,
+            "reason": plan.weights_check_reason,
+            "nodes": names,
+            "manifest": manifest.digest,
+            "model_uri": manifest.uri,
+            "environment": plan.environment,
         },
     )
 
@@ -609,9 +665,19 @@ def content(old: Plan, assignments: list[Assignment], **changes: Any) -> PlanIn:
             "vllm_version": req.get("vllm_version"),
             "multi_node_form": topo.get("multi_node_form"),
             "group_env": group_env,
+            **_weights_check_of(old),
             **changes,
         }
     )
+
+
+def _weights_check_of(old: Plan) -> dict[str, Any]:
+    """The plan body fields that sign ``old``'s weights check again: a skip stays a skip, with its reason (the new
+    plan's own ``plan.weights_check_skipped`` names who reissued it)."""
+    wc = old.weights_check if isinstance(old.weights_check, dict) else {}
+    if wc.get("mode") == "skip" and isinstance(wc.get("reason"), str) and wc["reason"].strip():
+        return {"weights_check": "skip", "weights_check_reason": wc["reason"]}
+    return {}
 
 
 def reissue(session: Session, ctx: Context, *, actor: str, plan_id: str) -> Signed:

@@ -276,8 +276,13 @@ def test_a_remote_uri_is_checked_under_weights_root(world, tmp_path):
     root = tmp_path / "weights-root"
     (root / "weights").mkdir(parents=True)
     (root / "weights" / "llama-3.1-8b").symlink_to(weights)
-    without = node.boot()  # without --weights-root the remote weights are not checked, and it says so
-    assert without.returncode == 0 and "is remote and no --weights-root maps it" in without.stderr
+    without = node.boot()  # without --weights-root the remote weights cannot be compared: a production plan waits
+    assert without.returncode == 3 and node.launches() == []
+    assert "is remote and no --weights-root maps it to a local directory: a production plan does not start" in (
+        without.stderr
+    )
+    mapped = node.boot("--weights-root", str(root))
+    assert mapped.returncode == 0 and len(node.launches()) == 1, mapped.stderr
     (weights / "quantization.txt").write_text("fp8\n")
     run = node.boot("--weights-root", str(root))
     assert run.returncode == 3 and "quantization.txt: the manifest records no tag, the node has tag fp8" in run.stderr

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.support.agent_node import weights_root
 from tests.support.gpus import install_nvidia_smi
 from tests.support.live import PREFLIGHT, PY, admin, setup_fleet
 
@@ -46,7 +47,12 @@ def test_agent_exec_runs_exactly_the_plan_and_reports_vllm_figures(servers, tmp_
     fake.write_text(FAKE_VLLM.format(py=PY))
     fake.chmod(0o755)
     install_nvidia_smi(bindir, "h100-sxm-8")  # the hardware setup_fleet registers
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PREFLIGHT_DATA_DIR": str(tmp_path / "agent")}
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "PREFLIGHT_DATA_DIR": str(tmp_path / "agent"),
+        "PREFLIGHT_WEIGHTS_ROOT": str(weights_root(tmp_path / "weights")),  # the weights setup_fleet's manifest names
+    }
     state = tmp_path / "state.json"
     trust = tmp_path / "trust.json"
     trust.write_text(httpx.get(f"{url}/.well-known/jwks.json").text)

@@ -4,12 +4,13 @@ replayed nvidia-smi, and the agent CLI run against a live service."""
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import textwrap
 
 import httpx
 
-from tests.support.gpus import install_nvidia_smi
+from tests.support.gpus import install_nvidia_smi, weights_dir
 from tests.support.live import PREFLIGHT, PY
 
 FAKE_VLLM = textwrap.dedent("""\
@@ -40,8 +41,22 @@ FAKE_VLLM = textwrap.dedent("""\
 """)
 
 
+# The weights the end-to-end manifests point at (setup_fleet's s3://llama-8b, the group tests' s3://dsv3), as a node
+# holds them under its --weights-root: the fixture's config.json, no quantization.txt — what the manifests registered.
+WEIGHTS = {"llama-8b": "meta-llama__Meta-Llama-3.1-8B", "dsv3": "deepseek-ai__DeepSeek-V3"}
+
+
+def weights_root(dest):
+    """A node's --weights-root holding WEIGHTS (a production plan is refused by a node that cannot compare them)."""
+    for bucket, model in WEIGHTS.items():
+        weights_dir(dest / bucket, model, shards=1)
+    return dest
+
+
 class Node:
     """One node: its token, trust file, state file, a stand-in vllm and a log of the argv each launch got."""
+
+    weights: pathlib.Path | None = None  # its --weights-root (None: the agent runs without one)
 
     def __init__(self, tmp_path, url, token, name="gpu-01", gpus="h100-sxm-8"):
         self.url, self.token, self.name = url, token, name
@@ -55,6 +70,7 @@ class Node:
         self.state = self.dir / "state.json"
         self.trust = self.dir / "trust.json"
         self.trust.write_text(httpx.get(f"{url}/.well-known/jwks.json").text)  # provisioning
+        self.weights = weights_root(self.dir / "weights")
 
     def launches(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -84,6 +100,7 @@ class Node:
             "--trust",
             str(self.trust),
             "--exec",
+            *(["--weights-root", str(self.weights)] if self.weights is not None else []),
             *more,
         ]
 

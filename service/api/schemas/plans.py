@@ -116,6 +116,14 @@ class PlanOut(Out):
     created_by: str = Field(description="Who created it.")
     created_at: str | None = Field(description="When (ISO 8601).")
     tuning: JSON | None = Field(description="The tuning loop's memo (its SLO, auto_apply, the levels that held).")
+    weights_check: JSON | None = Field(
+        default=None,
+        description=(
+            'How its nodes check the weights: {"mode": "verify"}, or {"mode": "skip", "reason", "requested_by"} '
+            "for a plan signed with weights_check skip (audited plan.weights_check_skipped); null for plans older "
+            "than weights expectations."
+        ),
+    )
     topology: TopologyOut | None = Field(
         default=None, description="How its nodes form instances (present for plans made with topologies)."
     )

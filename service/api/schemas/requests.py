@@ -308,6 +308,32 @@ class PlanIn(LaunchTarget):
             "(benchmark only)."
         ),
     )
+    weights_check: Literal["verify", "skip"] = Field(
+        default="verify",
+        description=(
+            "verify (the default): every node compares its weights with what the plan was judged for (config.json's "
+            "digest, quantization.txt's tag, the layout digest when known) before vLLM starts, and a production plan "
+            "is refused by a node that cannot compare (a remote uri with no --weights-root). skip: the nodes do not "
+            "check the weights; needs weights_check_reason, and is audited (plan.weights_check_skipped)."
+        ),
+    )
+    weights_check_reason: DisplayStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="Why the weights are not checked (required with weights_check skip; recorded in the audit).",
+    )
+
+    @model_validator(mode="after")
+    def _skip_has_a_reason(self) -> PlanIn:
+        reason = (self.weights_check_reason or "").strip()
+        if self.weights_check == "skip" and not reason:
+            raise JsonValueError(
+                "weights_check_reason", "weights_check skip needs a reason (who is skipping the check, and why)"
+            )
+        if self.weights_check == "verify" and self.weights_check_reason is not None:
+            raise JsonValueError("weights_check_reason", 'is read only with "weights_check": "skip"')
+        return self
 
     @field_validator("group_env")
     @classmethod

@@ -32,6 +32,7 @@ KNOWN_KINDS = (
     "plan.superseded",
     "plan.revoked",
     "plan.reissued",
+    "plan.weights_check_skipped",
     "plan.fetched",
     "agent.fetched",
     "agent.started",
