@@ -310,7 +310,7 @@ def _option(raw: dict[str, Any]) -> Option:
         help=raw.get("help", ""),
         json_keys=raw.get("json_keys"),
         value_facts=raw.get("value_facts"),
-        none_is_a_choice=bool(choices) and None in choices,
+        none_is_a_choice=isinstance(choices, list) and None in choices,
     )
 
 
