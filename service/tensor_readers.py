@@ -47,7 +47,9 @@ def _shard_files(index: SafetensorsIndex | None, listing: list[str] | None, wher
         if problem:
             raise TensorsError(INDEX if index else where, problem, rule="safetensors_index")
     if not files:
-        raise TensorsError(where, f"holds no {INDEX} and no *{SUFFIX} file (not a safetensors checkpoint)")
+        raise TensorsError(
+            where, f"holds no {INDEX} and no *{SUFFIX} file (not a safetensors checkpoint)", rule="safetensors_absent"
+        )
     return files
 
 
@@ -153,6 +155,13 @@ class _Hub:
                 more = self.get(name, len(data), 8 + n - 1)
                 data += more[0] if more else b""
         return parse_header(data, name, file_size=size)
+
+
+def inventory_record(inventory: Inventory) -> dict:
+    """What ``POST /v1/manifests`` takes as ``tensors``: the inventory's summary and the format its tensors show."""
+    from .domain.tensor_format import detect_format
+
+    return {**inventory.summary(), "format": detect_format(inventory.tensors).as_dict()}
 
 
 def read_hub(

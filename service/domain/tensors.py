@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from .errors import DomainError
@@ -119,6 +120,8 @@ def header_length(prefix: bytes, file: str, file_size: int | None = None) -> int
     """``N`` from a file's first 8 bytes, checked against MAX_HEADER_BYTES and ``file_size`` (when known)."""
     if len(prefix) < 8:
         raise TensorsError(file, f"{len(prefix)} bytes, too short for a safetensors file (8 bytes of header length)")
+    if prefix[:4] == b"GGUF":  # llama.cpp's format (its magic): vLLM reads it with its own loader, not safetensors
+        raise TensorsError(file, "a GGUF file, not safetensors: no tensor inventory is read from it", rule="gguf")
     (n,) = struct.unpack("<Q", prefix[:8])
     if n > MAX_HEADER_BYTES:
         raise TensorsError(
@@ -373,7 +376,9 @@ def layout_digest(tensors: Iterable[tuple[str, str, Sequence[int]]]) -> str:
             u64(len(shape)) || u64(shape[0]) || … || u64(shape[-1])
 
     The length prefixes make the sequence unambiguous (no separator a name could contain). A scalar tensor
-    (shape ``[]``) contributes ``u64(0)`` for its shape."""
+    (shape ``[]``) contributes ``u64(0)`` for its shape. In a checkpoint saved per rank (every file named as
+    vLLM's ShardedStateLoader writes them, ``rank_scope``), a tensor's name is ``"<scope>/<name>"``
+    (``rank0/model.layers.0.self_attn.qkv_proj.weight``): each rank's slice counts as a tensor of its own."""
     h = hashlib.sha256(LAYOUT_DIGEST_TAG)
     pack = struct.Struct("<Q").pack
     for name, dtype, shape in sorted(((n.encode("utf-8"), d, s) for n, d, s in tensors), key=lambda x: x[0]):
@@ -384,13 +389,31 @@ def layout_digest(tensors: Iterable[tuple[str, str, Sequence[int]]]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+# vllm 0.33.0 vllm/model_executor/model_loader/sharded_state_loader.py:38-39: a checkpoint saved per rank
+RANK_FILE = re.compile(r"model-(?:rank-(?P<rank>\d+)|pp-(?P<pp>\d+)-tp-(?P<tp>\d+))-part-\d+\.safetensors")
+
+
+def rank_scope(file: str) -> str | None:
+    """``rank0`` / ``pp1-tp0`` for a file of a checkpoint saved per rank (``model-rank-0-part-0.safetensors``,
+    ``model-pp-1-tp-0-part-0.safetensors``); None for any other file."""
+    m = RANK_FILE.fullmatch(file)
+    if m is None:
+        return None
+    return f"rank{int(m['rank'])}" if m["rank"] is not None else f"pp{int(m['pp'])}-tp{int(m['tp'])}"
+
+
 def build_inventory(headers: Sequence[FileHeader], index: SafetensorsIndex | None = None) -> Inventory:
     """The checkpoint's inventory from its files' headers (``index``: the weight map, when it has one). A tensor in
     two files, or a weight_map naming a file for a tensor that another file holds, is refused (which one vLLM
     would keep is not for a manifest to guess). Raises TensorsError."""
     tensors: dict[str, TensorInfo] = {}
+    # per-rank files hold the same names, each its rank's slice: named "<scope>/<name>" (rank_scope)
+    scoped = bool(headers) and all(rank_scope(h.file) for h in headers)
     for header in headers:
+        scope = rank_scope(header.file) if scoped else None
         for t in header.tensors:
+            if scope is not None:
+                t = replace(t, name=f"{scope}/{t.name}")
             other = tensors.get(t.name)
             if other is not None:
                 raise TensorsError(header.file, f"is also in {other.file}", tensor=t.name)
