@@ -257,9 +257,15 @@ class TensorsFormat(Strict):
     scheme: TensorScheme = Field(description="The quantized layout most modules use; none when no module is.")
     schemes: dict[TensorScheme, Count] = Field(default_factory=dict, description="Modules per layout.")
     evidence: str | None = Field(default=None, max_length=1024, description="A tensor that shows the layout.")
-    bits: Annotated[int, Field(ge=1, le=64, strict=True)] | None = None
-    group_size: Annotated[int, Field(ge=-1, le=1 << 20, strict=True)] | None = None
-    granularity: Literal["tensor", "channel", "block"] | None = None
+    bits: Annotated[int, Field(ge=1, le=64, strict=True)] | None = Field(
+        default=None, description="Bits per weight, when the shapes fix them."
+    )
+    group_size: Annotated[int, Field(ge=-1, le=1 << 20, strict=True)] | None = Field(
+        default=None, description="Quantization group size from the scale shapes (-1: one group, channelwise)."
+    )
+    granularity: Literal["tensor", "channel", "block"] | None = Field(
+        default=None, description="FP8 scale granularity: per tensor, per channel, or per block."
+    )
     block: list[Annotated[int, Field(ge=1, le=1 << 20, strict=True)]] | None = Field(
         default=None, min_length=2, max_length=2, description="FP8 block (block_n, block_k) from the scale shapes."
     )
