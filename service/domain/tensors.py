@@ -8,7 +8,7 @@ named, so a checkpoint vLLM could not open (it opens every shard through safeten
 
 - ``N`` above 100,000,000 (``MAX_HEADER_SIZE``, tensor.rs:10; refused at tensor.rs:394 ``HeaderTooLarge``) or past
   the end of the file (tensor.rs:398-403 ``InvalidHeaderLength``);
-- a header that is not UTF-8 JSON (tensor.rs:404-408); a dtype outside safetensors' ``Dtype`` (tensor.rs:803-860);
+- a header that is not UTF-8 JSON (tensor.rs:404-408); a dtype outside safetensors' ``Dtype`` (tensor.rs:803-855);
 - offsets that do not tile the data buffer: sorted by offsets, each tensor must begin where the previous ended,
   the first at 0 (``Metadata::validate``, tensor.rs:619-630: an overlap or a gap is ``InvalidOffset``), span
   exactly ``prod(shape) × bits(dtype) / 8`` bytes (tensor.rs:632-652 ``TensorInvalidInfo``, ``MisalignedSlice``),
@@ -47,7 +47,7 @@ MAX_DIMS = 32
 MAX_DIM = 1 << 62
 MAX_METADATA_ENTRIES = 4096
 
-# safetensors v0.8.0-rc.0 safetensors/src/tensor.rs:803-860 (``enum Dtype``) and :866-891 (``bitsize``)
+# safetensors v0.8.0-rc.0 safetensors/src/tensor.rs:803-855 (``enum Dtype``) and :859-893 (``bitsize``)
 DTYPE_BITS: dict[str, int] = {
     "BOOL": 8,
     "F4": 4,
