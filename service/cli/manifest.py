@@ -23,6 +23,21 @@ def _describe_weights(directory: pathlib.Path, hash_shards: bool) -> dict:
         return describe(directory, hash_shards=True, on_bytes=bar.update)
 
 
+def _tensors(directory: pathlib.Path) -> dict | None:
+    """The tensor inventory from the safetensors headers (None, said on stderr, when the checkpoint has no
+    safetensors files); a hostile header is refused (TensorsError is a ValueError)."""
+    from ..domain.tensors import TensorsError
+    from ..tensor_readers import inventory_record, read_directory
+
+    try:
+        return inventory_record(read_directory(directory))
+    except TensorsError as exc:
+        if exc.rule != "safetensors_absent":
+            raise
+        typer.echo(f"preflight: {exc.message}: no tensor inventory recorded", err=True)
+        return None
+
+
 @manifest_app.command("push")
 def manifest_push(
     directory: pathlib.Path = typer.Argument(..., help="Model directory holding config.json."),
@@ -46,12 +61,13 @@ def manifest_push(
     ),
 ) -> None:
     """Register a model directory as a manifest, with what the launch depends on in it: config.json's SHA-256, the
-    quantization tag, hf_quant_config.json, the safetensors index's shards and sizes (nodes check them at boot)."""
+    quantization tag, hf_quant_config.json, the safetensors index's shards and sizes (nodes check them at boot), and
+    the tensor inventory from the safetensors headers (layout digest, bytes by dtype, the format the tensors show)."""
     from ..agent.weights import WeightsError
 
     try:  # the directory read as hostile first (no FIFO, no symlink out of it, bounded), then its JSON files
         files = _describe_weights(directory, hash_shards)
-        body = {**read_model_dir(directory), "files": files}
+        body = {**read_model_dir(directory), "files": files, "tensors": _tensors(directory)}
     except (OSError, ValueError, RecursionError, WeightsError) as exc:
         typer.echo(f"preflight: {exc}", err=True)
         raise typer.Exit(2)

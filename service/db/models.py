@@ -114,6 +114,8 @@ class Manifest(Base):
     digest: Mapped[str] = mapped_column(String(80))  # sha256 over the canonical manifest
     allow_remote_code: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     files: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # weights files (agent/weights.py)
+    # the tensor inventory from the safetensors headers: layout digest, totals, format (domain/tensors.py)
+    tensors: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from .errors import DomainError
 from .findings import Finding, Severity
 from .model_facts import read_quant_config
+from .tensor_format import Claim, TensorFormat, format_findings
 
 SRC = "vllm 0.33.0 vllm/config/model.py (_parse_quant_hf_config, _verify_quantization); service/domain/rules/quantization.py"
 
@@ -63,9 +64,54 @@ def manifest_findings(
     return out
 
 
-def check_manifest(
+def tensor_claims(
     config: dict[str, Any], hf_quant_config: dict[str, Any] | None, quantization_txt: str | None
+) -> list[Claim]:
+    """What the tag and the two configs say the checkpoint is, for comparing with its tensors. config.json without
+    a quantization_config says "unquantized" only when no hf_quant_config.json stands in for it (vLLM reads that
+    one then: vllm 0.33.0 vllm/config/model.py ``_parse_quant_hf_config``)."""
+    from .quant_tag import parse_quantization_txt
+    from .versions import all_quant_methods
+
+    claims = []
+    if quantization_txt:
+        tag = parse_quantization_txt(quantization_txt, all_quant_methods())
+        bits, group = tag.params.get("bits", ""), tag.params.get("group_size", "")
+        claims.append(
+            Claim(
+                "quantization.txt",
+                "model.quantization_txt",
+                tag.method,
+                bits=int(bits) if bits.isdigit() else None,
+                group_size=int(group) if group.lstrip("-").isdigit() and len(group) < 9 else None,
+            )
+        )
+    for source, fld, q in (
+        ("config.json", "model.config.quantization_config", read_quant_config(config, None)),
+        (
+            "hf_quant_config.json",
+            "model.hf_quant_config",
+            read_quant_config({}, hf_quant_config) if hf_quant_config else None,
+        ),
+    ):
+        if q is not None:
+            claims.append(Claim(source, fld, q.method, q.bits, q.group_size, q.weight_block_size))
+        elif source == "config.json" and not hf_quant_config:
+            claims.append(Claim(source, fld, None))
+    return claims
+
+
+def check_manifest(
+    config: dict[str, Any],
+    hf_quant_config: dict[str, Any] | None,
+    quantization_txt: str | None,
+    tensors: dict[str, Any] | None = None,
 ) -> None:
-    """Raise DomainError (a 422 naming the field and the rule) for the first finding."""
+    """Raise DomainError (a 422 naming the field and the rule) for the first finding: the tensors' own format first
+    (its message says which source is wrong), then the sources among themselves."""
+    if tensors and isinstance(tensors.get("format"), dict):
+        fmt = TensorFormat.from_dict(tensors["format"])
+        for f in format_findings(fmt, tensor_claims(config, hf_quant_config, quantization_txt)):
+            raise DomainError(f.field or "tensors", f.message, rule=f.rule)
     for f in manifest_findings(config, hf_quant_config, quantization_txt):
         raise DomainError(f.field or "model.quantization_txt", f.message, rule=f.rule)

@@ -34,6 +34,7 @@ def manifest_body(m: Manifest) -> dict[str, Any]:
         "digests": m.digests,
         "allow_remote_code": bool(m.allow_remote_code),
         **({"files": m.files} if m.files else {}),
+        **({"tensors": m.tensors} if m.tensors else {}),
     }
 
 
@@ -51,6 +52,9 @@ def manifest_dict(m: Manifest, *, full: bool = False) -> dict[str, Any]:
     }
     if m.quantization_txt is not None:
         out["quantization"] = parse_quantization_txt(m.quantization_txt, ALL_QUANT_METHODS).method
+    if m.tensors:
+        out["layout_digest"] = m.tensors.get("layout_digest")
+        out["tensor_format"] = (m.tensors.get("format") or {}).get("scheme")
     if full:
         out.update(manifest_body(m))
     return out
@@ -60,6 +64,8 @@ def _with_files(body: dict[str, Any]) -> dict[str, Any]:
     """``files`` as stored and signed: its quantization from quantization_txt (the tag the validator judged, not a
     value the client sent), unset digests left out. Absent files are left out of the body, so manifests registered
     before the field keep their digest."""
+    if body.get("tensors") is None:  # absent: left out, so manifests registered before the field keep their digest
+        body = {k: v for k, v in body.items() if k != "tensors"}
     files = body.get("files")
     if not files:
         return {k: v for k, v in body.items() if k != "files"}
@@ -79,7 +85,7 @@ def register(session: Session, *, actor: str, manifest: ManifestIn) -> Manifest:
     read_model_facts(body["config"], body.get("hf_quant_config"))
     if body.get("quantization_txt") is not None:  # an empty tag file is refused, not ignored
         parse_quantization_txt(body["quantization_txt"], ALL_QUANT_METHODS)
-    check_manifest(body["config"], body.get("hf_quant_config"), body.get("quantization_txt"))
+    check_manifest(body["config"], body.get("hf_quant_config"), body.get("quantization_txt"), body.get("tensors"))
     problem = model_reference_problem(body["uri"]) if body.get("uri") else None
     if problem:  # the uri becomes vllm serve's positional model argument on every node
         raise DomainError("uri", problem, rule="model_reference")

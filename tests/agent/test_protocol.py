@@ -91,6 +91,25 @@ def test_the_statement_signed_with_the_plan_is_served_while_young_then_a_new_one
     )
 
 
+class _OverTestClient:
+    """An httpx transport answering through the app's TestClient: Starlette's TestClient runs on httpx2 when it is
+    installed (huggingface_hub brings it), whose transport an httpx client cannot use directly."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def handle_request(self, request):
+        import httpx
+
+        r = self.client.request(
+            request.method, str(request.url), headers=list(request.headers.multi_items()), content=request.read()
+        )
+        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), stream=httpx.ByteStream(r.content))
+
+    def close(self):
+        pass
+
+
 class RecordingAgentClient:
     """The agent's real HTTP client over the app (no sockets), keeping every plan-fetch answer it got; with
     ``replay`` it answers fetches with that response instead of asking (an answer captured earlier)."""
@@ -98,7 +117,7 @@ class RecordingAgentClient:
     def __init__(self, client, node, token, replay=None):
         from service.agent.client import AgentClient
 
-        self.http = AgentClient("http://testserver", node, token, transport=client._transport)
+        self.http = AgentClient("http://testserver", node, token, transport=_OverTestClient(client))
         self.answers: list = []
         self.replay = replay
 

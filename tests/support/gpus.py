@@ -52,7 +52,7 @@ def weights_dir(
             shutil.copy(f, dest / f.name)
     names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
     for i, name in enumerate(names):
-        (dest / name).write_bytes(bytes([i % 251]) * shard_bytes)
+        (dest / name).write_bytes(_safetensors_shard(f"model.layers.{i}.weight", bytes([i % 251]), shard_bytes))
     index = {
         "metadata": {"total_size": shards * shard_bytes},
         "weight_map": {f"model.layers.{i}.weight": name for i, name in enumerate(names)},
@@ -61,6 +61,20 @@ def weights_dir(
     if tag is not None:
         (dest / "quantization.txt").write_text(tag + "\n")
     return dest
+
+
+def _safetensors_shard(name: str, fill: bytes, size: int) -> bytes:
+    """A valid safetensors file of exactly ``size`` bytes: one U8 tensor ``name`` filling the rest with ``fill``."""
+    for digits in range(1, 20):
+        data = size - 8 - len(_st_header(name, 10**digits - 1))
+        header = _st_header(name, data)
+        if data >= 0 and 8 + len(header) + data == size:
+            return len(header).to_bytes(8, "little") + header + fill * data
+    raise ValueError(f"no safetensors file of {size} bytes")
+
+
+def _st_header(name: str, n: int) -> bytes:
+    return json.dumps({name: {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode()
 
 
 def sha256(path: pathlib.Path) -> str:

@@ -23,6 +23,14 @@ class ManifestOut(Out):
         default=None,
         description=("The quantization its quantization.txt names (present when it has one; null: unquantized)."),
     )
+    layout_digest: str | None = Field(
+        default=None,
+        description="SHA-256 over its tensors' (name, dtype, shape), from the safetensors headers (when registered with them).",
+    )
+    tensor_format: str | None = Field(
+        default=None,
+        description="The quantization layout its tensors show (gptq, awq, fp8, nvfp4, …; none: unquantized).",
+    )
 
 
 class ManifestFullOut(ManifestOut):
@@ -33,6 +41,10 @@ class ManifestFullOut(ManifestOut):
     files: dict[str, Any] | None = Field(
         default=None,
         description=("The weights files every node checks before vLLM starts (present when registered with them)."),
+    )
+    tensors: dict[str, Any] | None = Field(
+        default=None,
+        description="The tensor inventory from the safetensors headers: layout digest, totals by dtype and file, format.",
     )
 
 

@@ -200,6 +200,110 @@ class WeightsFiles(Strict):
         return shards
 
 
+Count = Annotated[int, Field(ge=0, le=500_000, strict=True)]
+Bytes = Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
+SafetensorsDtype = Literal[
+    "BOOL",
+    "F4",
+    "F6_E2M3",
+    "F6_E3M2",
+    "U8",
+    "I8",
+    "F8_E5M2",
+    "F8_E4M3",
+    "F8_E8M0",
+    "F8_E4M3FNUZ",
+    "F8_E5M2FNUZ",
+    "I16",
+    "U16",
+    "F16",
+    "BF16",
+    "I32",
+    "U32",
+    "F32",
+    "F64",
+    "C64",
+    "I64",
+    "U64",
+]  # fmt: skip  (service/domain/tensors.py DTYPE_BITS: safetensors' Dtype)
+TensorScheme = Literal["none", "gptq", "awq", "int_pack", "int8", "fp8", "nvfp4", "mxfp4", "bitsandbytes"]
+
+
+class TensorsDtypeTotal(Strict):
+    tensors: Count = Field(description="How many tensors of this dtype.")
+    bytes: Bytes = Field(description="Their bytes.")
+
+
+class TensorsFile(Strict):
+    name: str = Field(min_length=1, max_length=255, description="A plain file name in the weights directory.")
+    header_bytes: Annotated[int, Field(ge=0, le=100_000_000, strict=True)] = Field(description="Its header's N.")
+    data_bytes: Bytes = Field(description="Its data buffer's bytes.")
+    tensors: Count = Field(description="How many tensors it holds.")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        return WeightsShard._plain_name(name)
+
+
+class TensorsUnquantized(Strict):
+    modules: DisplayStr = Field(max_length=1100, description="A module name pattern (layer numbers as *).")
+    count: Count = Field(description="How many modules match it.")
+
+
+class TensorsFormat(Strict):
+    """The quantization the tensors show (service/domain/tensor_format.py ``TensorFormat.as_dict``)."""
+
+    scheme: TensorScheme = Field(description="The quantized layout most modules use; none when no module is.")
+    schemes: dict[TensorScheme, Count] = Field(default_factory=dict, description="Modules per layout.")
+    evidence: str | None = Field(default=None, max_length=1024, description="A tensor that shows the layout.")
+    bits: Annotated[int, Field(ge=1, le=64, strict=True)] | None = Field(
+        default=None, description="Bits per weight, when the shapes fix them."
+    )
+    group_size: Annotated[int, Field(ge=-1, le=1 << 20, strict=True)] | None = Field(
+        default=None, description="Quantization group size from the scale shapes (-1: one group, channelwise)."
+    )
+    granularity: Literal["tensor", "channel", "block"] | None = Field(
+        default=None, description="FP8 scale granularity: per tensor, per channel, or per block."
+    )
+    block: list[Annotated[int, Field(ge=1, le=1 << 20, strict=True)]] | None = Field(
+        default=None, min_length=2, max_length=2, description="FP8 block (block_n, block_k) from the scale shapes."
+    )
+    weight_dtype: SafetensorsDtype | None = Field(default=None, description="The dtype of the unquantized linears.")
+    unquantized: list[TensorsUnquantized] = Field(
+        default_factory=list, max_length=32, description="Modules left unquantized in a quantized checkpoint."
+    )
+
+
+class TensorsInventory(Strict):
+    """The checkpoint's tensor inventory from its safetensors headers (``preflight manifest push`` reads it:
+    service/domain/tensors.py ``Inventory.summary``, plus ``format``). Nodes recompute the layout digest."""
+
+    layout_digest: str = Field(
+        pattern=r"^sha256:[0-9a-f]{64}$", description="SHA-256 over every tensor's (name, dtype, shape)."
+    )
+    tensor_count: Count = Field(description="How many tensors in all.")
+    total_bytes: Bytes = Field(description="The tensors' bytes in all (exact: from the headers).")
+    by_dtype: dict[SafetensorsDtype, TensorsDtypeTotal] = Field(description="Counts and bytes per dtype.")
+    files: list[TensorsFile] = Field(default_factory=list, max_length=4096, description="Per safetensors file.")
+    format: TensorsFormat = Field(description="The quantization the tensors show.")
+
+    @model_validator(mode="after")
+    def _totals(self) -> TensorsInventory:
+        if sum(t.tensors for t in self.by_dtype.values()) != self.tensor_count:
+            raise ValueError("by_dtype's tensors do not add up to tensor_count")
+        if sum(t.bytes for t in self.by_dtype.values()) != self.total_bytes:
+            raise ValueError("by_dtype's bytes do not add up to total_bytes")
+        if self.files and (
+            sum(f.tensors for f in self.files) != self.tensor_count
+            or sum(f.data_bytes for f in self.files) != self.total_bytes
+        ):
+            raise ValueError("the files' tensors and bytes do not add up to tensor_count and total_bytes")
+        if len({f.name for f in self.files}) != len(self.files):
+            raise ValueError("file names must be unique")
+        return self
+
+
 class ManifestIn(Strict):
     name: DisplayStr = Field(
         min_length=1,
@@ -238,6 +342,13 @@ class ManifestIn(Strict):
     files: WeightsFiles | None = Field(
         default=None,
         description=("The weights files the launch depends on; recorded, every node checks them before vLLM starts."),
+    )
+    tensors: TensorsInventory | None = Field(
+        default=None,
+        description=(
+            "The tensor inventory from the checkpoint's safetensors headers (``preflight manifest push`` reads it): "
+            "registration refuses a quantization tag or config the tensors contradict (quant_mismatch)."
+        ),
     )
 
 

@@ -1,0 +1,189 @@
+"""A checkpoint's tensor inventory (service/domain/tensors.py) read from where the checkpoint is: a local model
+directory (``preflight manifest push DIR``, a Hugging Face cache snapshot) or a Hub repository by HTTP range reads.
+
+Which files: the ones vLLM loads. With ``model.safetensors.index.json``, the files its ``weight_map`` names (vllm
+0.33.0 vllm/model_executor/model_loader/weight_utils.py:590-616 ``filter_duplicate_safetensors_files``; a file it
+names that is missing is an error there too, :609-613); without one, every ``*.safetensors`` in the directory
+(default_loader.py:186-193 ``allow_patterns = ["*.safetensors", …]``, :229 ``glob``).
+
+Only headers are read: 8 bytes and ``N`` of JSON per file, never a weight. Files are opened the way the node agent
+opens them (service/agent/weights.py ``open_regular``: plain names only, symlinks only inside the directory or to the
+blobs of a Hugging Face cache snapshot, regular files only), so a hostile directory is a TensorsError naming the
+file, never an OSError.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+
+from .agent import weights
+from .domain.tensors import (
+    INDEX,
+    MAX_HEADER_BYTES,
+    MAX_INDEX_BYTES,
+    FileHeader,
+    Inventory,
+    SafetensorsIndex,
+    TensorsError,
+    build_inventory,
+    parse_header,
+    parse_index,
+    read_header,
+)
+
+SUFFIX = ".safetensors"
+FIRST_READ = 100_000  # bytes of a shard asked for first: most headers fit (huggingface_hub does the same)
+
+
+def _shard_files(index: SafetensorsIndex | None, listing: list[str] | None, where: str) -> list[str]:
+    """The files to read: the index's, else every ``*.safetensors`` of ``listing`` (sorted), each a plain name."""
+    files = list(index.files) if index is not None else sorted(n for n in listing or [] if n.endswith(SUFFIX))
+    if len(files) > weights.MAX_SHARDS:
+        raise TensorsError(INDEX if index else where, f"names more than {weights.MAX_SHARDS} shard files")
+    for name in files:
+        problem = weights.shard_name_problem(name)
+        if problem:
+            raise TensorsError(INDEX if index else where, problem, rule="safetensors_index")
+    if not files:
+        raise TensorsError(
+            where, f"holds no {INDEX} and no *{SUFFIX} file (not a safetensors checkpoint)", rule="safetensors_absent"
+        )
+    return files
+
+
+def _local_header(directory: pathlib.Path, name: str) -> FileHeader:
+    try:
+        found = weights.open_regular(directory, name)
+        if found is None:
+            raise TensorsError(name, f"{INDEX} names it, but it is not in {directory}")
+        real, st = found
+        fd = weights._open_fd(real, name)
+    except weights.WeightsError as exc:
+        raise TensorsError(name, str(exc).removeprefix(f"{name}: ")) from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            return read_header(fh, name, file_size=st.st_size)
+    except OSError as exc:
+        raise TensorsError(name, exc.strerror or exc.__class__.__name__) from None
+
+
+def read_directory(directory: pathlib.Path) -> Inventory:
+    """The inventory of a local model directory (or a Hugging Face cache snapshot). Raises TensorsError."""
+    directory = pathlib.Path(directory)
+    problem = weights.directory_problem(directory)
+    if problem:
+        raise TensorsError(str(directory), problem)
+    try:
+        raw = weights._read_small(directory, INDEX, MAX_INDEX_BYTES)
+        listing = None if raw is not None else os.listdir(directory)
+    except weights.WeightsError as exc:
+        raise TensorsError(INDEX, str(exc).removeprefix(f"{INDEX}: "), rule="safetensors_index") from None
+    except OSError as exc:
+        raise TensorsError(str(directory), exc.strerror or exc.__class__.__name__) from None
+    index = parse_index(raw) if raw is not None else None
+    files = _shard_files(index, listing, str(directory))
+    return build_inventory([_local_header(directory, name) for name in files], index)
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import; read it again (a deploy script may set it later)
+    return constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+)")
+
+
+class _Hub:
+    """HTTP range reads of one repository's files through huggingface_hub's session, URLs and headers
+    (``HF_ENDPOINT``, the token, its offline switch): bounded, whatever the server answers."""
+
+    def __init__(self, repo_id: str, revision: str | None, token: str | bool | None, timeout: float):
+        from huggingface_hub import constants, hf_hub_url
+        from huggingface_hub.utils import build_hf_headers, get_session
+
+        self.repo_id, self.revision, self.timeout = repo_id, revision, timeout
+        endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        self.url = lambda name: hf_hub_url(repo_id, name, revision=revision, endpoint=endpoint)
+        self.headers = build_hf_headers(token=token)
+        self.session = get_session()
+
+    def get(self, name: str, first: int, last: int) -> tuple[bytes, int | None] | None:
+        """Bytes ``first..last`` (inclusive) of ``name`` and the file's size when the server says it; None for a
+        404. Reads at most ``last - first + 1`` bytes even from a server that ignores the range."""
+        from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+        from huggingface_hub.utils import hf_raise_for_status
+
+        headers = {**self.headers, "Range": f"bytes={first}-{last}"}
+        limit = last - first + 1
+        try:
+            with self.session.stream(
+                "GET", self.url(name), headers=headers, timeout=self.timeout, follow_redirects=True
+            ) as r:
+                if r.status_code == 404:
+                    return None
+                hf_raise_for_status(r)
+                got = _CONTENT_RANGE.fullmatch(r.headers.get("content-range", "").strip())
+                size = int(got.group(3)) if got else None
+                if r.status_code == 200:  # the whole file: skip to ``first``
+                    size = int(r.headers["content-length"]) if r.headers.get("content-length", "").isdigit() else None
+                body = bytearray()
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) >= (limit if r.status_code == 206 else first + limit):
+                        break
+                data = bytes(body[:limit] if r.status_code == 206 else body[first : first + limit])
+                return data, size
+        except EntryNotFoundError:
+            return None
+        except HfHubHTTPError as exc:
+            raise TensorsError(f"{self.repo_id}/{name}", str(exc).splitlines()[0][:200]) from None
+        except Exception as exc:  # httpx's transport errors, the offline switch: named, not a traceback
+            raise TensorsError(f"{self.repo_id}/{name}", f"{exc.__class__.__name__}: {str(exc)[:200]}") from None
+
+    def header(self, name: str) -> FileHeader:
+        got = self.get(name, 0, FIRST_READ - 1)
+        if got is None:
+            raise TensorsError(name, f"{self.repo_id} has no such file (at revision {self.revision or 'main'})")
+        data, size = got
+        if len(data) >= 8:
+            n = int.from_bytes(data[:8], "little")
+            if n <= MAX_HEADER_BYTES and 8 + n > len(data):
+                more = self.get(name, len(data), 8 + n - 1)
+                data += more[0] if more else b""
+        return parse_header(data, name, file_size=size)
+
+
+def inventory_record(inventory: Inventory) -> dict:
+    """What ``POST /v1/manifests`` takes as ``tensors``: the inventory's summary and the format its tensors show."""
+    from .domain.tensor_format import detect_format
+
+    return {**inventory.summary(), "format": detect_format(inventory.tensors).as_dict()}
+
+
+def read_hub(
+    repo_id: str, *, revision: str | None = None, token: str | bool | None = None, timeout: float = 30.0
+) -> Inventory:
+    """The inventory of a Hub repository, from its headers read by HTTP range (``HF_ENDPOINT`` honoured). In
+    offline mode (``HF_HUB_OFFLINE=1``) it is read from the local Hugging Face cache's snapshot, or refused when
+    the repository is not there. Raises TensorsError."""
+    if weights.shard_name_problem(repo_id.replace("/", "", 1)):
+        raise TensorsError(repo_id, "is not a repository id (owner/name)")
+    if _offline():
+        from huggingface_hub import snapshot_download
+
+        try:
+            path = snapshot_download(repo_id, revision=revision, local_files_only=True)
+        except Exception as exc:  # LocalEntryNotFoundError and kin: nothing cached
+            raise TensorsError(
+                repo_id, f"offline (HF_HUB_OFFLINE) and not in the Hugging Face cache: {exc.__class__.__name__}"
+            ) from None
+        return read_directory(pathlib.Path(path))
+    hub = _Hub(repo_id, revision, token, timeout)
+    got = hub.get(INDEX, 0, MAX_INDEX_BYTES - 1)
+    index = parse_index(got[0]) if got is not None else None
+    files = _shard_files(index, ["model.safetensors"], repo_id)
+    return build_inventory([hub.header(name) for name in files], index)

@@ -1,0 +1,58 @@
+"""POST /v1/manifests with the tensor inventory ``preflight manifest push`` reads: stored and shown; a tag or
+config the tensors contradict refused with 422 quant_mismatch naming both sides and the tensor."""
+
+from __future__ import annotations
+
+from service.tensor_readers import inventory_record, read_directory
+from tests.api.test_bad_input import assert_problem
+from tests.domain.test_tensor_format import AWQ_CONFIG, GPTQ_CONFIG, _layout, awq
+from tests.support import audit_events, model_config
+from tests.support.safetensors_files import write_checkpoint
+
+LLAMA = "meta-llama__Meta-Llama-3.1-8B"
+
+
+def _body(tmp_path, layout, **extra):
+    record = inventory_record(read_directory(write_checkpoint(tmp_path / "m", {"model.safetensors": layout})))
+    return {"name": "m", "version": "1", "uri": "s3://w", "config": model_config(LLAMA), "tensors": record, **extra}
+
+
+def test_inventory_stored_and_shown(client, tmp_path):
+    body = _body(tmp_path, _layout(lambda i, o: {"weight": ("BF16", [o, i])}))
+    r = client.post("/v1/manifests", json=body)
+    assert r.status_code == 201, r.text
+    assert r.json()["layout_digest"] == body["tensors"]["layout_digest"]
+    assert r.json()["tensor_format"] == "none"
+    full = client.get("/v1/manifests/m@1").json()
+    assert full["tensors"]["tensor_count"] == 8 and full["tensors"]["by_dtype"]["BF16"]["tensors"] == 8
+    assert full["tensors"]["format"]["weight_dtype"] == "BF16"
+
+
+def test_mislabeled_checkpoint_refused(client, tmp_path):
+    config = {**model_config(LLAMA), **GPTQ_CONFIG}
+    body = _body(tmp_path, awq(), quantization_txt="gptq\n", config=config)
+    before = audit_events(client)
+    err = assert_problem(client.post("/v1/manifests", json=body), 422, "quantization_txt")["errors"][0]
+    assert err["rule"] == "quant_mismatch"
+    assert "quantization.txt says gptq" in err["message"] and "the tensors are awq 4-bit group 32" in err["message"]
+    assert "model.layers.0.mlp.down_proj.qweight" in err["message"]
+    assert audit_events(client) == before and client.get("/v1/manifests").json()["items"] == []
+
+
+def test_config_wrong_tag_right_names_the_config(client, tmp_path):
+    body = _body(tmp_path, awq(), quantization_txt="awq\n", config={**model_config(LLAMA), **GPTQ_CONFIG})
+    err = assert_problem(client.post("/v1/manifests", json=body), 422, "quantization_config")["errors"][0]
+    assert "config.json is wrong" in err["message"]
+    body = _body(tmp_path, awq(), quantization_txt="awq\n", config={**model_config(LLAMA), **AWQ_CONFIG})
+    assert client.post("/v1/manifests", json=body).status_code == 201
+
+
+def test_hostile_inventory_refused(client, tmp_path):
+    body = _body(tmp_path, _layout(lambda i, o: {"weight": ("BF16", [o, i])}))
+    body["tensors"]["total_bytes"] += 1
+    assert_problem(client.post("/v1/manifests", json=body), 422, "tensors")
+    body = _body(tmp_path, _layout(lambda i, o: {"weight": ("BF16", [o, i])}))
+    body["tensors"]["format"]["scheme"] = "q3_k_m"
+    assert_problem(client.post("/v1/manifests", json=body), 422, "scheme")
+    body["tensors"] = {"layout_digest": "sha256:" + "0" * 64}
+    assert_problem(client.post("/v1/manifests", json=body), 422, "tensors")
