@@ -187,3 +187,16 @@ def read_hub(
     index = parse_index(got[0]) if got is not None else None
     files = _shard_files(index, ["model.safetensors"], repo_id)
     return build_inventory([hub.header(name) for name in files], index)
+
+
+def directory_layout(directory: pathlib.Path) -> str | None:
+    """The node agent's layout reader (agent/weights.py ``LayoutReader``): the layout digest of the checkpoint in
+    ``directory`` from its safetensors headers only; None when the directory holds no safetensors checkpoint;
+    LayoutUnreadable naming the file (and tensor) whose header or index cannot be read as the format defines it."""
+    try:
+        return read_directory(directory).layout_digest
+    except TensorsError as exc:
+        if exc.rule == "safetensors_absent":
+            return None
+        where = exc.file if exc.tensor is None else f"{exc.file} (tensor {exc.tensor[:120]!r})"
+        raise weights.LayoutUnreadable(where, exc.problem) from None

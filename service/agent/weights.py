@@ -373,10 +373,9 @@ def local_directory(model_uri: str, weights_root: pathlib.Path | None) -> pathli
 
 # -- the plan's expectation (domain/weights_expect.py), checked whatever way the manifest was registered ---------------
 
-# The local checkpoint's layout digest, from its safetensors headers (the tensor inventory, issue 28 parts 1-3, is
-# another module's): returns the digest, None when there is nothing to read it from (no safetensors files, no reader
-# on this agent), raises LayoutUnreadable naming the file whose header is hostile or broken. ``no_layout_reader``
-# stands in until that module is wired here: a plan's layout_digest is then said to be not compared, never passed.
+# The local checkpoint's layout digest, from its safetensors headers (service/tensor_readers.py ``directory_layout``,
+# what the agent uses): returns the digest, None when the directory holds no safetensors checkpoint (a mismatch when
+# the plan expects a layout), raises LayoutUnreadable naming the file whose header is hostile or broken.
 LayoutReader = Callable[[pathlib.Path], str | None]
 
 
@@ -389,7 +388,7 @@ class LayoutUnreadable(WeightsError):
 
 
 def no_layout_reader(directory: pathlib.Path) -> str | None:
-    """The layout reader of an agent without the tensor inventory: nothing read, so nothing compared."""
+    """A reader that finds no safetensors checkpoint (tests of the other checks)."""
     return None
 
 
@@ -464,8 +463,8 @@ def check_expected(
         except (WeightsError, OSError) as exc:  # a reader's other failure: the headers could not be read
             out.append(Mismatch("safetensors headers", f"layout digest {layout}", str(exc)[:300]))
         else:
-            if found_l is None:
-                notes.append("layout digest not compared (no safetensors headers read on this node)")
+            if found_l is None:  # the manifest's checkpoint has safetensors tensors; this directory has none
+                out.append(Mismatch("safetensors headers", f"layout digest {layout}", "no safetensors checkpoint"))
             elif found_l != layout:
                 out.append(Mismatch("safetensors headers", f"layout digest {layout}", f"layout digest {found_l}"))
     return out, notes

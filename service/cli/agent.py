@@ -214,8 +214,14 @@ def agent_run(
     probe = None
     if not print_only:
         from ..agent.bootcheck import NodeProbe
+        from ..tensor_readers import directory_layout
 
-        probe = NodeProbe(nvidia_smi=nvidia_smi, weights_root=weights_root, verify_hashes=verify_hashes)
+        probe = NodeProbe(
+            nvidia_smi=nvidia_smi,
+            weights_root=weights_root,
+            verify_hashes=verify_hashes,
+            layout_reader=directory_layout,
+        )
     outcome = Boot(
         options, client=AgentClient(server, node, token), trust=tr, probe=probe, err=_say, out=typer.echo
     ).run()

@@ -115,9 +115,10 @@ def check_node_safety(manifest: Manifest, request: LaunchRequest) -> None:
 
 def layout_digest_of(manifest: Manifest) -> str | None:
     """The manifest's checkpoint layout digest (the tensor inventory's digest over every tensor's name, dtype and
-    shape: issue 28 parts 1-3), signed into its plans for the nodes to compare with their safetensors headers. None
-    until that inventory is stored with manifests: this is the one place a plan reads it from."""
-    value = getattr(manifest, "layout_digest", None)
+    shape: domain/tensors.py), signed into its plans for the nodes to compare with their safetensors headers; None
+    for a manifest registered without an inventory. The one place a plan reads it from."""
+    tensors = manifest.tensors if isinstance(manifest.tensors, dict) else {}
+    value = tensors.get("layout_digest")
     return value if isinstance(value, str) and value else None
 
 

@@ -232,7 +232,7 @@ def test_the_layout_digest_is_compared_when_the_reader_reads_the_headers(tmp_pat
     ]
 
 
-def test_unreadable_headers_name_the_file_and_no_reader_is_said_not_passed(tmp_path):
+def test_unreadable_headers_name_the_file_and_no_checkpoint_is_refused(tmp_path):
     d = weights_dir(tmp_path / "m")
 
     def hostile(directory):
@@ -242,10 +242,9 @@ def test_unreadable_headers_name_the_file_and_no_reader_is_said_not_passed(tmp_p
     assert [(m.file, m.found) for m in found] == [
         ("model-00002-of-00004.safetensors", "header length 2^60 bytes, more than 100 MB")
     ]
-    assert w.check_expected(d, with_layout()) == (
-        [],
-        ["layout digest not compared (no safetensors headers read on this node)"],
-    )
+    # no safetensors checkpoint where the manifest's has one: refused, never passed
+    found, _ = w.check_expected(d, with_layout())
+    assert [(m.file, m.found) for m in found] == [("safetensors headers", "no safetensors checkpoint")]
     # a plan without a layout digest never asks the reader
     assert w.check_expected(d, expected(), layout_reader=hostile) == ([], [])
 
@@ -318,3 +317,25 @@ def test_a_mapped_remote_uri_is_compared_and_the_record_adds_its_other_files(tmp
     assert r is None and f"weights: {d} matches the manifest (4 shards)" in lines
     r, lines = boot(tmp_path, expected(), "s3://weights/llama-3.1-8b", root)
     assert r is None and f"weights: {d} matches the manifest (config and tag)" in lines
+
+
+def test_the_agent_reads_the_layout_from_real_safetensors_headers(tmp_path):
+    """The reader the agent runs (tensor_readers.directory_layout) on real files: the digest the manifest recorded
+    passes, a re-saved checkpoint with one tensor of another shape is refused naming the headers, a hostile header
+    names its file."""
+    from service.tensor_readers import directory_layout, read_directory
+    from tests.support.safetensors_files import st_bytes
+
+    d = weights_dir(tmp_path / "m")
+    for f in d.glob("*.safetensors"):
+        f.unlink()
+    (d / "model.safetensors.index.json").unlink(missing_ok=True)
+    (d / "model.safetensors").write_bytes(st_bytes({"a.weight": ("F32", [4, 8]), "b.weight": ("F32", [8])}))
+    digest = read_directory(d).layout_digest
+    assert w.check_expected(d, with_layout(digest), layout_reader=directory_layout)[0] == []
+    (d / "model.safetensors").write_bytes(st_bytes({"a.weight": ("F32", [4, 4]), "b.weight": ("F32", [8])}))
+    found, _ = w.check_expected(d, with_layout(digest), layout_reader=directory_layout)
+    assert [m.file for m in found] == ["safetensors headers"] and found[0].expected == f"layout digest {digest}"
+    (d / "model.safetensors").write_bytes((2**60).to_bytes(8, "little") + b"{}")
+    found, _ = w.check_expected(d, with_layout(digest), layout_reader=directory_layout)
+    assert [m.file for m in found] == ["model.safetensors"]
