@@ -600,3 +600,45 @@ def effective_default(ctx: LaunchContext, name: str) -> Any:
     """The release's parser default for ``name``, the value vLLM compares with: setting it lifts the refusal."""
     opt = ctx.line.options.get(name)
     return opt.default if opt is not None else None
+
+
+SRC_POOLER = (
+    "vllm 0.13.0 vllm/config/model.py:516-530 (the pooling type is filled in for the pooling runner only), "
+    "1664-1681, 1683-1694 (attn_type, is_chunked_prefill_supported: pooler_config.pooling_type.lower()); "
+    "engine/arg_utils.py:1337, 1851-1855 (read for every launch); 0.11.2 and 0.15.1 do not read it so"
+)
+
+
+def _generates(ctx: LaunchContext) -> bool:
+    """The model runs on the generate runner with a decoder attention type: ``--runner generate`` or ``auto``, every
+    architecture a ``*ForCausalLM`` class the registry knows as generative, no ``--convert``, a causal, not hybrid,
+    not attention-free model (an encoder-decoder or encoder-only model takes another branch: model.py:1664-1681)."""
+    runner, convert = effective(ctx, "runner"), effective(ctx, "convert")
+    if convert not in (None, "auto", "none") or runner not in ("generate", "auto"):
+        return False
+    arch = registry_arch(ctx)
+    if arch is None or not arch.generate or arch.pooling_only or arch.hybrid or arch.attention_free:
+        return False
+    if (ctx.request.model.config or {}).get("is_causal") is False:
+        return False
+    return all(a.endswith("ForCausalLM") for a in ctx.facts.architectures)
+
+
+@rule("pooler_config_generate", severity="error", source=SRC_POOLER, when=("pooler_config",))
+def pooler_config_generate(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """0.13 only: ``--pooler-config`` without a ``pooling_type`` on a generative model fails with an AttributeError:
+    vLLM fills the pooling type in for pooling models only, then reads it for every model given a pooler config."""
+    cfg = ctx.args.get("pooler_config")
+    if ctx.line.release[:2] != (0, 13) or not isinstance(cfg, dict) or cfg.get("pooling_type") is not None:
+        return []
+    if not _generates(ctx):
+        return []
+    return [
+        emit.error(
+            "pooler_config_generate",
+            "'NoneType' object has no attribute 'lower' (vLLM 0.13 reads pooler_config.pooling_type, which it fills "
+            "in for pooling models only; this model runs on the generate runner).",
+            remedy={"drop": ["pooler_config"]},
+            field="engine_args.pooler_config",
+        )
+    ]
