@@ -1,6 +1,8 @@
 """Features that need a kind of model or platform: returning routed experts (MoE only), Mamba cache options
 (vllm 0.33.0 vllm/config/vllm.py:1187-1232, 1595-1605, 3440-3478) and ROCm-only attention backends chosen on an
-NVIDIA GPU (vllm/platforms/cuda.py:429-446). Each check applies from the oldest release line read that makes it."""
+NVIDIA GPU (vllm/platforms/cuda.py:429-446); what a release's engine refuses outright (``feature_unsupported``: a
+table per release range of EngineArgs._check_feature_supported and the 0.8-0.10 V1 oracle) and 0.13's failure on a
+pooler config without a pooling type. Each check applies from the oldest release line read that makes it."""
 
 from __future__ import annotations
 
@@ -558,9 +560,8 @@ def _unsupported(ctx: LaunchContext) -> list[tuple[str, tuple[str, ...]]]:
             for g in CHECKED
             if _in_lines(ctx, g) and g.probe(ctx)
         ]
-        if (
-            ctx.line.release[:2] <= (0, 13) and _spec_method(ctx) == "draft_model"
-        ):  # 0.11.2 :1805-1818, 0.13.0 :1735-1749
+        # 0.11.2 arg_utils.py:1805-1818, 0.13.0 :1735-1749 (gone in 0.15.1, which runs draft models)
+        if ctx.line.release[:2] <= (0, 13) and _spec_method(ctx) == "draft_model":
             out.append((for_line(ctx, DRAFT_MODEL_TEXT), ("speculative_config",)))
         return out
     if not at_least(ctx, (0, 8)):
