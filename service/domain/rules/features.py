@@ -1,15 +1,19 @@
 """Features that need a kind of model or platform: returning routed experts (MoE only), Mamba cache options
 (vllm 0.33.0 vllm/config/vllm.py:1187-1232, 1595-1605, 3440-3478) and ROCm-only attention backends chosen on an
-NVIDIA GPU (vllm/platforms/cuda.py:429-446). Each check applies from the oldest release line read that makes it."""
+NVIDIA GPU (vllm/platforms/cuda.py:429-446); what a release's engine refuses outright (``feature_unsupported``: a
+table per release range of EngineArgs._check_feature_supported and the 0.8-0.10 V1 oracle) and 0.13's failure on a
+pooler config without a pooling type. Each check applies from the oldest release line read that makes it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
-from .gating import at_least, effective, for_line, lax_true, registry_arch, whole
+from .gating import Line, at_least, effective, for_line, lax_true, registry_arch, whole
 
 SRC_ROUTED = "vllm 0.33.0 vllm/config/vllm.py:1187-1232 (same in 0.32.0 config/vllm.py:1135-1180)"
 SRC_MAMBA = (
@@ -343,5 +347,299 @@ def sampling_replay_logprobs(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             "normalized over the same nucleus as the sampling mask",
             remedy={"logprobs_mode": "processed_logprobs"},
             field="engine_args.return_sampling_mask",
+        )
+    ]
+
+
+# --- Features a release's engine refuses outright -------------------------------------------------------------------
+# 0.11 onward ``EngineArgs._check_feature_supported`` raises NotImplementedError through ``_raise_unsupported_error``
+# ("X is not supported. We recommend to remove X from your config."); 0.8-0.10 ``_is_v1_supported_oracle`` raises
+# "VLLM_USE_V1=1 is not supported with X." only when VLLM_USE_V1=1 is set, and falls back to the V0 engine otherwise
+# (``_raise_or_fallback``). Its pipeline-parallel executor row is judged by pp_supported (arch.py).
+SRC_UNSUPPORTED = (
+    "vllm 0.13.0 vllm/engine/arg_utils.py:1722-1766, 2018-2023 (_check_feature_supported: 0.11.2 :1792-1835; 0.15.1 "
+    ":1777-1805; 0.18.1-0.26.0 Concurrent Partial Prefill only, e.g. 0.26.0 :2403-2411); _is_v1_supported_oracle: "
+    "0.8.5 :1292-1430, 1649-1657; 0.9.2 :1306-1465, 1726-1734; 0.10.2 :1431-1500, 1792-1800"
+)
+# a value vLLM compares with the release's default; None when Preflight cannot read it as vLLM would (not judged)
+Probe = Callable[[LaunchContext], bool]
+
+
+def _set(name: str) -> Probe:
+    """The option differs from ``None`` (``--logits-processor-pattern``, ``--preemption-mode``): '' and 'None' parse
+    to None (engine_args.py), so any value left is a difference."""
+    return lambda ctx: ctx.args.get(name) is not None
+
+
+def _differs(name: str, default: Any) -> Probe:
+    """The option is given a number other than the SchedulerConfig default vLLM compares with (the parser default
+    is that same class attribute: e.g. 0.13.0 arg_utils.py:438-439 ``= SchedulerConfig.max_num_partial_prefills``)."""
+
+    def probe(ctx: LaunchContext) -> bool:
+        value = ctx.args.get(name)
+        number = whole(value) if not isinstance(value, float) else value
+        return name in ctx.args.given and number is not None and number != default
+
+    return probe
+
+
+def _true(name: str) -> Probe:
+    return lambda ctx: ctx.args.get(name) is True
+
+
+def _partial_prefill(ctx: LaunchContext) -> bool:
+    """``max_num_partial_prefills`` or ``max_long_partial_prefills`` other than SchedulerConfig's 1 (the default in
+    every release that has them: 0.8.5 config.py:1844-1848, 0.10.2 config/scheduler.py:54-58, 0.13.0 :64-68, 0.26.0
+    :70-74)."""
+    return _differs("max_num_partial_prefills", 1)(ctx) or _differs("max_long_partial_prefills", 1)(ctx)
+
+
+def _spec_method(ctx: LaunchContext) -> Any:
+    """The ``method`` key of ``--speculative-config`` as given (vLLM reads the dict before building the config)."""
+    from .speculative import speculative_config
+
+    cfg = speculative_config(ctx)
+    return cfg.get("method") if cfg is not None else None
+
+
+def _spec_v1_unsupported(ctx: LaunchContext) -> bool:
+    """0.8/0.9: V1 runs ngram, eagle, eagle3 (0.9: also medusa and deepseek_mtp) speculation; any other method (no
+    method: a draft model unless the model is "ngram") is refused (0.8.5 arg_utils.py:1426-1441, 0.9.2 :1426-1444)."""
+    from .speculative import speculative_config
+
+    cfg = speculative_config(ctx)
+    if cfg is None:
+        return False
+    method = cfg.get("method")
+    ok = ("ngram", "[ngram]", "eagle", "eagle3") + (("medusa", "deepseek_mtp") if at_least(ctx, (0, 9)) else ())
+    return method not in ok if method else cfg.get("model") not in ("ngram", "[ngram]")
+
+
+@dataclass(frozen=True)
+class Gate:
+    feature: str  # vLLM's feature_name, as its message prints it
+    options: tuple[str, ...]  # what the remedy drops
+    lines: tuple[Line, Line]  # the first and last release line that check it
+    probe: Probe
+
+
+# _check_feature_supported, 0.11 onward: refused whatever the environment (rows in the order vLLM checks them)
+CHECKED = (
+    # 0.11.2 arg_utils.py:1794-1795, 0.13.0 :1724-1725, 0.15.1 :1779-1780; gone in 0.18.1 with the option
+    Gate(
+        "--logits-processor-pattern",
+        ("logits_processor_pattern",),
+        ((0, 11), (0, 15)),
+        _set("logits_processor_pattern"),
+    ),
+    # 0.11.2 :1797-1803, 0.13.0 :1727-1733, 0.15.1 :1782-1788, 0.18.1 :1953-1959, 0.21.0 :2191-2197,
+    # 0.24.0 :2349-2355, 0.26.0 :2405-2411; gone in 0.28.0 with the options
+    Gate(
+        "Concurrent Partial Prefill",
+        ("max_num_partial_prefills", "max_long_partial_prefills"),
+        ((0, 11), (0, 26)),
+        _partial_prefill,
+    ),
+)
+# _is_v1_supported_oracle, 0.8-0.10: refused only with VLLM_USE_V1=1 (rows in the order vLLM checks them)
+ORACLE = (
+    # 0.8.5 :1298-1303 (tensorizer too), 0.9.2 :1312-1316, 0.10.2 :1437-1441
+    Gate(
+        "--load_format sharded_state",
+        ("load_format",),
+        ((0, 8), (0, 10)),
+        lambda c: c.args.get("load_format") == "sharded_state",
+    ),
+    Gate(
+        "--load_format tensorizer",
+        ("load_format",),
+        ((0, 8), (0, 8)),
+        lambda c: c.args.get("load_format") == "tensorizer",
+    ),
+    # 0.8.5 :1305-1309, 0.9.2 :1318-1322, 0.10.2 :1443-1447
+    Gate(
+        "--logits-processor-pattern", ("logits_processor_pattern",), ((0, 8), (0, 10)), _set("logits_processor_pattern")
+    ),
+    # 0.8.5 :1311-1314, 0.9.2 :1324-1327, 0.10.2 :1449-1452 (SchedulerConfig.preemption_mode = None)
+    Gate("--preemption-mode", ("preemption_mode",), ((0, 8), (0, 10)), _set("preemption_mode")),
+    # 0.8.5 :1316-1320, 0.9.2 :1329-1333, 0.10.2 :1454-1458 (EngineArgs default False)
+    Gate(
+        "--disable-async-output-proc",
+        ("disable_async_output_proc",),
+        ((0, 8), (0, 10)),
+        _true("disable_async_output_proc"),
+    ),
+    # 0.8.5 :1322-1325 (SchedulerConfig.policy = "fcfs")
+    Gate(
+        "--scheduling-policy",
+        ("scheduling_policy",),
+        ((0, 8), (0, 8)),
+        lambda c: c.args.get("scheduling_policy") not in (None, "fcfs"),
+    ),
+    # 0.8.5 :1327-1330, 0.9.2 :1335-1338 (SchedulerConfig.num_scheduler_steps = 1)
+    Gate("--num-scheduler-steps", ("num_scheduler_steps",), ((0, 8), (0, 9)), _differs("num_scheduler_steps", 1)),
+    # 0.8.5 :1332-1335, 0.9.2 :1340-1343, 0.10.2 :1460-1463 (SchedulerConfig.delay_factor = 0.0)
+    Gate(
+        "--scheduler-delay-factor",
+        ("scheduler_delay_factor",),
+        ((0, 8), (0, 10)),
+        _differs("scheduler_delay_factor", 0.0),
+    ),
+    # 0.8.5 :1376-1379, 0.9.2 :1385-1388
+    Gate("--enable-prompt-adapter", ("enable_prompt_adapter",), ((0, 8), (0, 9)), _true("enable_prompt_adapter")),
+    # 0.9.2 :1391-1394, 0.10.2 :1474-1477
+    Gate("--enable-prompt-embeds", ("enable_prompt_embeds",), ((0, 9), (0, 10)), _true("enable_prompt_embeds")),
+    # 0.8.5 :1409-1415, 0.9.2 :1408-1414, 0.10.2 :1486-1492
+    Gate(
+        "Concurrent Partial Prefill",
+        ("max_num_partial_prefills", "max_long_partial_prefills"),
+        ((0, 8), (0, 10)),
+        _partial_prefill,
+    ),
+    # 0.8.5 :1418-1421, 0.9.2 :1417-1420
+    Gate(
+        "--otlp-traces-endpoint",
+        ("otlp_traces_endpoint", "collect_detailed_traces"),
+        ((0, 8), (0, 9)),
+        lambda c: bool(c.args.get("otlp_traces_endpoint") or c.args.get("collect_detailed_traces")),
+    ),
+    Gate("Speculative Decoding", ("speculative_config",), ((0, 8), (0, 9)), _spec_v1_unsupported),
+)
+GATED_OPTIONS = tuple(sorted({n for g in CHECKED + ORACLE for n in g.options} | {"speculative_config"}))
+DRAFT_MODEL_TEXT = {
+    (0, 10): (
+        "Speculative decoding with draft model is not supported yet. Please consider using other speculative "
+        "decoding methods such as ngram, medusa, eagle, or deepseek_mtp."
+    ),
+    (0, 11): (
+        "Draft model speculative decoding is not supported yet. Please consider using other speculative decoding "
+        "methods such as ngram, medusa, eagle, or mtp."
+    ),
+}
+# 0.10.2 classes that are SupportsV0Only (model_executor/models/bart.py:801, 1220; motif.py:326): the oracle falls
+# back to V0 for them before it reaches the draft_model check. The other V0-only classes are multimodal (Mllama,
+# Donut, Florence2) or hybrid (Phi4Flash): excluded by their registry facts.
+V0_ONLY_TEXT = frozenset(
+    {"BartModel", "BartForConditionalGeneration", "MBartForConditionalGeneration", "MotifForCausalLM"}
+)
+
+
+def _use_v1(ctx: LaunchContext) -> bool | None:
+    """VLLM_USE_V1 as 0.8-0.10 read it (``bool(int(...))``, envs.py: 0.10.2 :745-746): None when unset or not an
+    integer (vLLM fails on the latter before any feature check)."""
+    raw = ctx.request.env.get("VLLM_USE_V1")
+    try:
+        return None if raw is None else bool(int(raw.strip()))
+    except ValueError:
+        return None
+
+
+def _in_lines(ctx: LaunchContext, gate: Gate) -> bool:
+    return at_least(ctx, gate.lines[0]) and ctx.line.release[:2] <= gate.lines[1]
+
+
+def _draft_model_reached(ctx: LaunchContext, fallback: bool) -> bool:
+    """0.10's oracle raises for ``method: draft_model`` (arg_utils.py:1495-1500) only when no earlier row has sent
+    the launch to V0: none of the option rows, an ``auto`` KV cache dtype (the platform's fp8 support is not judged:
+    :1465-1471), and a model the release runs on V1 (:1480-1483; the registry's facts, else not judged)."""
+    if not fallback:  # VLLM_USE_V1=1: every earlier row raises too, so the launch is refused either way
+        return True
+    if effective(ctx, "kv_cache_dtype") not in (None, "auto"):
+        return False
+    arch = registry_arch(ctx)
+    if arch is None or arch.multimodal or arch.hybrid or arch.attention_free or arch.name in V0_ONLY_TEXT:
+        return False
+    return not any(_in_lines(ctx, g) and g.probe(ctx) for g in ORACLE)
+
+
+def _unsupported(ctx: LaunchContext) -> list[tuple[str, tuple[str, ...]]]:
+    """(vLLM's message, the options to drop) for each feature the target release refuses."""
+    if at_least(ctx, (0, 11)):
+        out = [
+            (f"{g.feature} is not supported. We recommend to remove {g.feature} from your config.", g.options)
+            for g in CHECKED
+            if _in_lines(ctx, g) and g.probe(ctx)
+        ]
+        # 0.11.2 arg_utils.py:1805-1818, 0.13.0 :1735-1749 (gone in 0.15.1, which runs draft models)
+        if ctx.line.release[:2] <= (0, 13) and _spec_method(ctx) == "draft_model":
+            out.append((for_line(ctx, DRAFT_MODEL_TEXT), ("speculative_config",)))
+        return out
+    if not at_least(ctx, (0, 8)):
+        return []
+    use_v1 = _use_v1(ctx)
+    out = []
+    if use_v1:
+        out = [
+            (f"VLLM_USE_V1=1 is not supported with {g.feature}.", g.options)
+            for g in ORACLE
+            if _in_lines(ctx, g) and g.probe(ctx)
+        ]
+    reached = use_v1 is not False and ctx.line.release[:2] == (0, 10) and _spec_method(ctx) == "draft_model"
+    if reached and _draft_model_reached(ctx, fallback=not use_v1):
+        out.append((for_line(ctx, DRAFT_MODEL_TEXT), ("speculative_config",)))
+    return out
+
+
+@rule("feature_unsupported", severity="error", source=SRC_UNSUPPORTED, when=GATED_OPTIONS)
+def feature_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Options a release's engine refuses outright: ``--logits-processor-pattern`` (0.11-0.15), concurrent partial
+    prefill (``max_num_partial_prefills`` / ``max_long_partial_prefills`` other than 1, 0.11-0.26) and the
+    ``draft_model`` speculative method (0.10-0.13, in 0.10 unless the V0 engine takes the launch); in 0.8-0.10 with
+    ``VLLM_USE_V1=1``, every option the V1 oracle refuses (preemption mode, scheduler delay factor, ...)."""
+    out = []
+    for text, options in _unsupported(ctx):
+        given = [n for n in options if n in ctx.args.given] or list(options)
+        remedy: dict[str, Any] = {n: effective_default(ctx, n) for n in given if effective_default(ctx, n) is not None}
+        dropped = [n for n in given if effective_default(ctx, n) is None]
+        if dropped:
+            remedy["drop"] = dropped
+        out.append(emit.error("feature_unsupported", text, remedy=remedy, field=f"engine_args.{given[0]}"))
+    return out
+
+
+def effective_default(ctx: LaunchContext, name: str) -> Any:
+    """The release's parser default for ``name``, the value vLLM compares with: setting it lifts the refusal."""
+    opt = ctx.line.options.get(name)
+    return opt.default if opt is not None else None
+
+
+SRC_POOLER = (
+    "vllm 0.13.0 vllm/config/model.py:516-530 (the pooling type is filled in for the pooling runner only), "
+    "1664-1681, 1683-1694 (attn_type, is_chunked_prefill_supported: pooler_config.pooling_type.lower()); "
+    "engine/arg_utils.py:1337, 1851-1855 (read for every launch); 0.11.2 and 0.15.1 do not read it so"
+)
+
+
+def _generates(ctx: LaunchContext) -> bool:
+    """The model runs on the generate runner with a decoder attention type: ``--runner generate`` or ``auto``, every
+    architecture a ``*ForCausalLM`` class the registry knows as generative, no ``--convert``, a causal, not hybrid,
+    not attention-free model (an encoder-decoder or encoder-only model takes another branch: model.py:1664-1681)."""
+    runner, convert = effective(ctx, "runner"), effective(ctx, "convert")
+    if convert not in (None, "auto", "none") or runner not in ("generate", "auto"):
+        return False
+    arch = registry_arch(ctx)
+    if arch is None or not arch.generate or arch.pooling_only or arch.hybrid or arch.attention_free:
+        return False
+    if (ctx.request.model.config or {}).get("is_causal") is False:
+        return False
+    return all(a.endswith("ForCausalLM") for a in ctx.facts.architectures)
+
+
+@rule("pooler_config_generate", severity="error", source=SRC_POOLER, when=("pooler_config",))
+def pooler_config_generate(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """0.13 only: ``--pooler-config`` without a ``pooling_type`` on a generative model fails with an AttributeError:
+    vLLM fills the pooling type in for pooling models only, then reads it for every model given a pooler config."""
+    cfg = ctx.args.get("pooler_config")
+    if ctx.line.release[:2] != (0, 13) or not isinstance(cfg, dict) or cfg.get("pooling_type") is not None:
+        return []
+    if not _generates(ctx):
+        return []
+    return [
+        emit.error(
+            "pooler_config_generate",
+            "'NoneType' object has no attribute 'lower' (vLLM 0.13 reads pooler_config.pooling_type, which it fills "
+            "in for pooling models only; this model runs on the generate runner).",
+            remedy={"drop": ["pooler_config"]},
+            field="engine_args.pooler_config",
         )
     ]

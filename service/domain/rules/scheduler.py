@@ -3,10 +3,12 @@ applied first (vllm 0.33.0 vllm/engine/arg_utils.py:2940-3039, 3151-3240; vllm/c
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
-from .gating import at_least, whole
+from .gating import at_least, for_line, whole
 
 SRC = "vllm 0.33.0 vllm/config/scheduler.py:317-360; vllm/engine/arg_utils.py:2940-3039, 3151-3240"
 
@@ -93,4 +95,70 @@ def max_num_active_seqs(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             remedy={"max_num_active_seqs": most, "max_num_seqs": active},
             field="engine_args.max_num_active_seqs",
         )
+    ]
+
+
+SRC_ASYNC = (
+    "vllm 0.13.0 vllm/config/vllm.py:542-570 (0.10.2 engine/arg_utils.py:1282-1299; 0.11.2 config/vllm.py:371-399; "
+    "0.15.1 :568-588; 0.18.1 :713-737; 0.21.0 :820-838; 0.24.0 :940-958; 0.26.0 :1028-1053; 0.28.0 :1154-1179; 0.30.0 "
+    ":1407-1432; 0.32.0 :1553-1579; 0.33.0 checks the V1 model runner only, :1651-1680, not judged)"
+)
+# what ``--async-scheduling`` refuses the speculative method for, per line: the text vLLM prints; refused are the
+# methods that keep their name whatever the draft checkpoint says (``ngram``, ``suffix``; a ``medusa`` or
+# ``mlp_speculator`` method may be renamed from the draft's config.json, which Preflight does not see:
+# config/speculative.py, e.g. 0.13.0 :244-290, 336-379)
+ASYNC_SPEC_TEXT = {
+    (0, 10): "Currently, speculative decoding is not supported with async scheduling.",
+    (0, 11): "Currently, async scheduling is only supported with EAGLE/MTP kind of speculative decoding",
+    (0, 15): "Currently, async scheduling is only supported with EAGLE/MTP kind of speculative decoding.",
+    (0, 18): "Currently, async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU kind of speculative "
+    "decoding",
+    (0, 26): "Currently, async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU/DSpark kind of "
+    "speculative decoding",
+    (0, 32): "Currently, async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU/DSpark/DFlash kind "
+    "of speculative decoding",
+}
+CPU_PROPOSERS = ("ngram", "[ngram]", "suffix")
+
+
+def _async_spec_refused(ctx: LaunchContext) -> bool:
+    from .speculative import speculative_config
+
+    cfg = speculative_config(ctx)
+    if cfg is None:
+        return False
+    if ctx.line.release[:2] == (0, 10):  # any speculation (arg_utils.py:1295-1299)
+        return True
+    method = cfg.get("method")
+    return method in CPU_PROPOSERS or (method is None and cfg.get("model") in ("ngram", "[ngram]"))
+
+
+def _async_problems(ctx: LaunchContext) -> list[tuple[str, dict[str, Any], str]]:
+    out: list[tuple[str, dict[str, Any], str]] = []
+    backend = ctx.args.get("distributed_executor_backend")
+    if ctx.line.release[:2] == (0, 10) and backend == "uni":  # arg_utils.py:1288-1290
+        text = "Async scheduling is not supported with uni-process backend."
+        out.append((text, {"distributed_executor_backend": "mp"}, "distributed_executor_backend"))
+    if _async_spec_refused(ctx):
+        out.append((for_line(ctx, ASYNC_SPEC_TEXT), {"async_scheduling": False}, "async_scheduling"))
+    # 0.11-0.18 allow mp, uni, external_launcher by name; from 0.21 the executor class answers (not judged)
+    if backend == "ray" and (0, 11) <= ctx.line.release[:2] <= (0, 18):
+        text = (
+            "Currently, async scheduling only supports `mp`, `uni`, or `external_launcher` distributed executor "
+            "backend, but you chose `ray`."
+        )
+        out.append((text, {"distributed_executor_backend": "mp"}, "distributed_executor_backend"))
+    return out
+
+
+@rule("async_scheduling_unsupported", severity="error", source=SRC_ASYNC, when=("async_scheduling",))
+def async_scheduling_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--async-scheduling`` set explicitly, where the release refuses it: with any speculative decoding (0.10) or
+    with the ``ngram``/``suffix`` proposers (0.11-0.32); with the ``uni`` executor (0.10) or ``ray`` (0.11-0.18).
+    Pipeline parallelism with it: pp_supported."""
+    if ctx.args.get("async_scheduling") is not True or not at_least(ctx, (0, 10)) or at_least(ctx, (0, 33)):
+        return []
+    return [
+        emit.error("async_scheduling_unsupported", text, remedy=remedy, field=f"engine_args.{name}")
+        for text, remedy, name in _async_problems(ctx)
     ]

@@ -105,6 +105,13 @@ def _contexts() -> list[LaunchContext]:
             limit_mm_per_prompt={"image": -1},
         ),
     ]
+    for version, args in (  # checks older release lines make
+        ("0.13.0", {"max_num_partial_prefills": 2, "pooler_config": {"normalize": True}}),
+        ("0.13.0", {"async_scheduling": True, "speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}),
+    ):
+        older = request(LLAMA, count=1, **args)
+        older["vllm_version"] = version
+        reqs.append(older)
     bad_uri = request(LLAMA, count=1)
     bad_uri["model"]["uri"] = "-x"
     reqs.append(bad_uri)

@@ -108,3 +108,89 @@ def test_model_specific_options():
     assert not errors(v4, "model_specific_option")
     (f,) = errors(request(LLAMA, count=1, engram_config={}), "model_specific_option")
     assert f.message.startswith("EngramConfig requires a model with supported Engram embeddings")
+
+
+def _at(version: str, model: str = LLAMA, env: dict | None = None, **args) -> dict:
+    req = request(model, count=1, **args)
+    req["vllm_version"] = version
+    if env:
+        req["env"] = env
+    return req
+
+
+DRAFT = {"method": "draft_model", "model": "meta-llama/Llama-3.2-1B", "num_speculative_tokens": 3}
+
+
+def test_logits_processor_pattern_refused_from_011_to_015():
+    for version in ("0.11.2", "0.13.0", "0.15.1"):
+        (f,) = errors(_at(version, logits_processor_pattern="foo"), "feature_unsupported")
+        assert f.message == (
+            "--logits-processor-pattern is not supported. We recommend to remove --logits-processor-pattern from "
+            "your config."
+        )
+        assert f.remedy == {"drop": ["logits_processor_pattern"]}
+        assert f.field == "engine_args.logits_processor_pattern"
+    # '' and 'None' parse to None, vLLM's default: nothing to refuse
+    assert not errors(_at("0.13.0", logits_processor_pattern="None"), "feature_unsupported")
+    # 0.10.2 falls back to the V0 engine unless VLLM_USE_V1=1
+    assert not errors(_at("0.10.2", logits_processor_pattern="foo"), "feature_unsupported")
+    (f,) = errors(_at("0.10.2", env={"VLLM_USE_V1": "1"}, logits_processor_pattern="foo"), "feature_unsupported")
+    assert f.message == "VLLM_USE_V1=1 is not supported with --logits-processor-pattern."
+
+
+def test_concurrent_partial_prefill_refused_from_011_to_026():
+    text = "Concurrent Partial Prefill is not supported. We recommend to remove Concurrent Partial Prefill from your config."
+    for version in ("0.11.2", "0.13.0", "0.15.1", "0.18.1", "0.21.0", "0.24.0", "0.26.0"):
+        (f,) = errors(_at(version, max_num_partial_prefills=2), "feature_unsupported")
+        assert (f.message, f.remedy) == (text, {"max_num_partial_prefills": 1})
+        (f,) = errors(_at(version, max_long_partial_prefills="3"), "feature_unsupported")
+        assert f.remedy == {"max_long_partial_prefills": 1}
+        # SchedulerConfig's default (1) set explicitly is no difference
+        assert not errors(_at(version, max_num_partial_prefills=1, max_long_partial_prefills=1), "feature_unsupported")
+
+
+def test_draft_model_refused_on_010_to_013():
+    for version in ("0.11.2", "0.13.0"):
+        (f,) = errors(_at(version, speculative_config=DRAFT), "feature_unsupported")
+        assert f.message.startswith("Draft model speculative decoding is not supported yet.")
+        assert f.remedy == {"drop": ["speculative_config"]}
+    assert not errors(_at("0.15.1", speculative_config=DRAFT), "feature_unsupported")
+    (f,) = errors(_at("0.10.2", speculative_config=DRAFT), "feature_unsupported")
+    assert f.message.startswith("Speculative decoding with draft model is not supported yet.")
+    # the V0 engine takes the launch: VLLM_USE_V1=0, or an earlier oracle row falls back first
+    assert not errors(_at("0.10.2", env={"VLLM_USE_V1": "0"}, speculative_config=DRAFT), "feature_unsupported")
+    assert not errors(_at("0.10.2", speculative_config=DRAFT, preemption_mode="swap"), "feature_unsupported")
+    assert not errors(_at("0.10.2", speculative_config=DRAFT, kv_cache_dtype="fp8"), "feature_unsupported")
+
+
+def test_v1_oracle_rows_need_vllm_use_v1():
+    v1 = {"VLLM_USE_V1": "1"}
+    (f,) = errors(_at("0.9.2", env=v1, num_scheduler_steps=4), "feature_unsupported")
+    assert (f.message, f.remedy) == (
+        "VLLM_USE_V1=1 is not supported with --num-scheduler-steps.",
+        {"num_scheduler_steps": 1},
+    )
+    (f,) = errors(_at("0.8.5", env=v1, scheduler_delay_factor=0.5), "feature_unsupported")
+    assert f.remedy == {"scheduler_delay_factor": 0.0}
+    assert not errors(_at("0.8.5", scheduler_delay_factor=0.5), "feature_unsupported")
+    assert not errors(_at("0.8.5", env=v1, scheduler_delay_factor=0.0), "feature_unsupported")
+    # 0.9 runs ngram on V1; a draft model (no method) is refused
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    assert not errors(_at("0.9.2", env=v1, speculative_config=ngram), "feature_unsupported")
+    draft = {"model": "meta-llama/Llama-3.2-1B", "num_speculative_tokens": 3}
+    (f,) = errors(_at("0.9.2", env=v1, speculative_config=draft), "feature_unsupported")
+    assert f.message == "VLLM_USE_V1=1 is not supported with Speculative Decoding."
+    # releases before the oracle, and from 0.28 on, check none of these
+    assert not errors(_at("0.7.3", env=v1, scheduler_delay_factor=0.5), "feature_unsupported")
+
+
+def test_pooler_config_without_pooling_type_on_013():
+    (f,) = errors(_at("0.13.0", pooler_config={"normalize": True}), "pooler_config_generate")
+    assert f.message.startswith("'NoneType' object has no attribute 'lower'")
+    assert f.remedy == {"drop": ["pooler_config"]}
+    assert not errors(_at("0.13.0", pooler_config={"pooling_type": "LAST"}), "pooler_config_generate")
+    assert not errors(_at("0.15.1", pooler_config={"normalize": True}), "pooler_config_generate")
+    assert not errors(_at("0.11.2", pooler_config={"normalize": True}), "pooler_config_generate")
+    # a hybrid model takes the 'hybrid' attention branch, which reads no pooling type
+    hybrid = _at("0.13.0", NEMOTRON_H, pooler_config={"normalize": True}, trust_remote_code=True)
+    assert not errors(hybrid, "pooler_config_generate")

@@ -37,3 +37,49 @@ def test_max_num_active_seqs_at_most_max_num_seqs():
     assert not errors(
         request(llama, count=1, performance_mode="throughput", max_num_active_seqs=2000), "max_num_active_seqs"
     )
+
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+EAGLE = {"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}
+
+
+def _async(version: str, **args) -> dict:
+    req = request("meta-llama__Llama-3.1-8B-Instruct", count=1, async_scheduling=True, **args)
+    req["vllm_version"] = version
+    return req
+
+
+def test_async_scheduling_with_ngram_per_release():
+    texts = {
+        "0.10.2": "Currently, speculative decoding is not supported with async scheduling.",
+        "0.11.2": "Currently, async scheduling is only supported with EAGLE/MTP kind of speculative decoding",
+        "0.13.0": "Currently, async scheduling is only supported with EAGLE/MTP kind of speculative decoding",
+        "0.15.1": "Currently, async scheduling is only supported with EAGLE/MTP kind of speculative decoding.",
+        "0.24.0": "Currently, async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU kind of "
+        "speculative decoding",
+        "0.30.0": "Currently, async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU/DSpark kind of "
+        "speculative decoding",
+        "0.32.0": "Currently, async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU/DSpark/DFlash "
+        "kind of speculative decoding",
+    }
+    for version, text in texts.items():
+        (f,) = errors(_async(version, speculative_config=NGRAM), "async_scheduling_unsupported")
+        assert (f.message, f.remedy) == (text, {"async_scheduling": False}), version
+    # 0.33 judges it on the V1 model runner only; EAGLE is allowed from 0.11; without the flag nothing is refused
+    assert not errors(_async("0.33.0", speculative_config=NGRAM), "async_scheduling_unsupported")
+    assert not errors(_async("0.13.0", speculative_config=EAGLE), "async_scheduling_unsupported")
+    (f,) = errors(_async("0.10.2", speculative_config=EAGLE), "async_scheduling_unsupported")
+    plain = request("meta-llama__Llama-3.1-8B-Instruct", count=1, speculative_config=NGRAM)
+    plain["vllm_version"] = "0.13.0"
+    assert not errors(plain, "async_scheduling_unsupported")
+
+
+def test_async_scheduling_executor_per_release():
+    (f,) = errors(_async("0.10.2", distributed_executor_backend="uni"), "async_scheduling_unsupported")
+    assert f.message == "Async scheduling is not supported with uni-process backend."
+    for version in ("0.11.2", "0.13.0", "0.15.1", "0.18.1"):
+        (f,) = errors(_async(version, distributed_executor_backend="ray"), "async_scheduling_unsupported")
+        assert f.remedy == {"distributed_executor_backend": "mp"}
+        assert not errors(_async(version, distributed_executor_backend="uni"), "async_scheduling_unsupported")
+    # from 0.21 the executor class answers: not judged
+    assert not errors(_async("0.21.0", distributed_executor_backend="ray"), "async_scheduling_unsupported")
