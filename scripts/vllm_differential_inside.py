@@ -108,6 +108,14 @@ def _imported_by_vllm() -> bool:
     return f is not None and str(f.f_globals.get("__name__", "")).startswith("vllm")
 
 
+# A mocked required dependency answers as it does on a node where it is installed and idle: Ray with no cluster
+# started in the process (a truthy mock made vllm 0.13.0 config/parallel.py:577-588 pick the ray executor)
+MOCK_ANSWERS: dict[str, dict[str, object]] = {
+    "ray": {"is_initialized": False},
+    "ray.util": {"get_current_placement_group": None},
+}
+
+
 class MockFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """``front``: placed first, answers the release's compiled extensions. Otherwise placed last: answers a
     required dependency missing from this environment, when vLLM's code imports it."""
@@ -130,6 +138,8 @@ class MockFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         module = NamedMock(name=spec.name)
         module.__spec__, module.__path__ = spec, []
+        for attr, value in MOCK_ANSWERS.get(spec.name, {}).items():
+            setattr(module, attr, MagicMock(return_value=value))
         inside.MOCKED.append(spec.name)
         return module
 
