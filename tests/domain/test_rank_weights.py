@@ -130,3 +130,52 @@ def test_record_round_trips():
     assert rw is not None
     assert RankWeights.from_dict(rw.as_dict()) == rw
     assert len(rw.as_dict()["layers"]) == 48
+
+
+# -- the budget: the tensors when the request carries them, the formula otherwise ----------------------------------
+def _budget(model: str, ranks: dict | None, **engine_args):
+    from service.domain.context import build_context
+    from service.domain.memory import compute_budget
+    from service.domain.request import LaunchRequest
+    from tests.support import request
+
+    req = request(model, **engine_args)
+    if ranks is not None:
+        req["model"]["tensor_ranks"] = ranks
+    return compute_budget(build_context(LaunchRequest.model_validate(req)))
+
+
+def test_budget_uses_the_tensors_and_says_so():
+    model = "meta-llama__Meta-Llama-3.1-70B"
+    rw = rank_weights(llama_like(model_config(model)))
+    assert rw is not None
+    b = _budget(model, rw.as_dict(), tensor_parallel_size=4, pipeline_parallel_size=2)
+    assert b.weights_source == "checkpoint tensors, split as vLLM shards them"
+    assert b.weights_bytes_per_gpu == rw.max_stage_bytes(80, 4, 1, 8, 2)
+    estimated = _budget(model, None, tensor_parallel_size=4, pipeline_parallel_size=2)
+    assert estimated.weights_source.startswith("estimated from config.json")
+    assert estimated.weights_bytes_per_gpu == pytest.approx(b.weights_bytes_per_gpu, rel=0.01)
+
+
+def test_budget_falls_back_when_the_tensors_do_not_describe_the_load():
+    model = "meta-llama__Meta-Llama-3.1-8B"
+    rw = rank_weights(llama_like(model_config(model)))
+    assert rw is not None
+    online = _budget(model, rw.as_dict(), tensor_parallel_size=1, quantization="fp8")  # vLLM converts at load
+    assert online.weights_source.startswith("estimated from config.json")
+    short = rw.as_dict()
+    short["layers"] = short["layers"][:16]  # names the record did not recognise: layers missing
+    assert _budget(model, short, tensor_parallel_size=1).weights_source.startswith("estimated from config.json")
+
+
+def test_request_refuses_a_malformed_record():
+    from pydantic import ValidationError
+
+    from service.domain.request import LaunchRequest
+    from tests.support import request
+
+    req = request("meta-llama__Meta-Llama-3.1-8B")
+    req["model"]["tensor_ranks"] = {"layers": [[1, 2, 3]], "embedding": [0, 0], "lm_head": [0, 0], "final": 0}
+    with pytest.raises(ValidationError) as exc:
+        LaunchRequest.model_validate(req)
+    assert {e["loc"][-1] for e in exc.value.errors()} >= {"excluded"}
