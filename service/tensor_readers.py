@@ -159,9 +159,15 @@ class _Hub:
 
 def inventory_record(inventory: Inventory) -> dict:
     """What ``POST /v1/manifests`` takes as ``tensors``: the inventory's summary and the format its tensors show."""
+    from .domain.rank_weights import rank_weights
     from .domain.tensor_format import detect_format
 
-    return {**inventory.summary(), "format": detect_format(inventory.tensors).as_dict()}
+    ranks = rank_weights(inventory.tensors)
+    return {
+        **inventory.summary(),
+        "format": detect_format(inventory.tensors).as_dict(),
+        **({"ranks": ranks.as_dict()} if ranks is not None else {}),
+    }
 
 
 def read_hub(

@@ -50,6 +50,31 @@ class Checkpoint(Strict):
         return self
 
 
+TensorBytes = Annotated[int, Field(ge=0, le=1 << 50, strict=True)]
+
+
+class TensorRanks(Strict):
+    """A checkpoint's bytes by how vLLM shards them, per decoder layer (service/domain/rank_weights.py
+    ``RankWeights.as_dict``): read from its safetensors headers, it replaces the config.json estimate."""
+
+    layers: list[Annotated[list[TensorBytes], Field(min_length=4, max_length=4)]] = Field(
+        max_length=4096,
+        description="Per decoder layer: [bytes split over TP, k/v bytes (split over KV heads), bytes replicated, "
+        "routed-expert bytes].",
+    )
+    embedding: Annotated[list[TensorBytes], Field(min_length=2, max_length=2)] = Field(
+        description="[rows, bytes] of the input embedding ([0, 0] when absent)."
+    )
+    lm_head: Annotated[list[TensorBytes], Field(min_length=2, max_length=2)] = Field(
+        description="[rows, bytes] of the LM head ([0, 0] when tied or absent)."
+    )
+    final: TensorBytes = Field(description="Other text-model tensors (the final norm): on the last PP stage.")
+    excluded: TensorBytes = Field(description="Vision / audio towers (budgeted by their own profile).")
+
+    def total(self) -> int:
+        return sum(map(sum, self.layers)) + self.embedding[1] + self.lm_head[1] + self.final + self.excluded
+
+
 class ModelSpec(Strict):
     """The weights to serve: ``config`` is the config.json object (the CLI may give ``path``, a directory holding
     config.json, quantization.txt, hf_quant_config.json and model.safetensors.index.json instead)."""
@@ -85,6 +110,12 @@ class ModelSpec(Strict):
         default=None,
         description="Total size of the weight files in bytes; when given, the memory model splits it "
         "instead of estimating from config.json.",
+    )
+
+    tensor_ranks: TensorRanks | None = Field(
+        default=None,
+        description="The checkpoint's bytes per decoder layer by vLLM's sharding, from its safetensors headers (a "
+        "manifest's tensors.ranks); when given, the memory model uses it instead of the config.json estimate.",
     )
 
     @field_validator("preprocessor_config")

@@ -22,6 +22,11 @@ from ..domain.versions import resolve_version
 from ..errors import Invalid
 
 
+def _tensor_ranks(manifest: Manifest) -> dict[str, Any]:
+    ranks = manifest.tensors.get("ranks") if isinstance(manifest.tensors, dict) else None
+    return {"tensor_ranks": ranks} if isinstance(ranks, dict) else {}
+
+
 def launch_request(
     manifest: Manifest, nodes: list[Node], target: LaunchTarget, *, nodes_per_instance: int | None = None
 ) -> LaunchRequest:
@@ -56,6 +61,8 @@ def launch_request(
                     "quantization_txt": manifest.quantization_txt,
                     "checkpoint": manifest.checkpoint,
                     "weights_bytes": manifest.weights_bytes,
+                    # the manifest's per-layer bytes from the tensors (absent for manifests registered without them)
+                    **_tensor_ranks(manifest),
                 },
                 "hardware": {
                     "gpu": gpu,

@@ -56,3 +56,44 @@ def test_hostile_inventory_refused(client, tmp_path):
     assert_problem(client.post("/v1/manifests", json=body), 422, "scheme")
     body["tensors"] = {"layout_digest": "sha256:" + "0" * 64}
     assert_problem(client.post("/v1/manifests", json=body), 422, "tensors")
+
+
+def test_plan_budget_uses_the_manifests_tensors(client):
+    """A manifest registered with its tensors' per-layer record: the plan's budget is the tensors' bytes per GPU
+    (Llama-3.1-8B bf16 reconstructed to its published 16,060,522,496 bytes), and says so."""
+    from service.domain.rank_weights import rank_weights
+    from service.domain.tensors import FileHeader, build_inventory
+    from tests.support.api import register_node
+    from tests.support.checkpoints import llama_like
+
+    tensors = llama_like(model_config(LLAMA))
+    total = sum(t.nbytes for t in tensors.values())
+    inv = build_inventory([FileHeader("model.safetensors", 0, total, tuple(tensors.values()))])
+    record = inventory_record(inv)
+    assert record["total_bytes"] == 16_060_522_496 and len(record["ranks"]["layers"]) == 32
+    body = {"name": "m", "version": "1", "uri": "s3://w", "config": model_config(LLAMA), "tensors": record}
+    assert client.post("/v1/manifests", json=body).status_code == 201
+    register_node(client)
+    r = client.post(
+        "/v1/plans",
+        json={
+            "manifest": "m@1",
+            "nodes": ["gpu-01"],
+            "engine_args": {"tensor_parallel_size": 2, "max_model_len": 8192},
+        },
+    )
+    assert r.status_code == 201, r.text
+    budget = r.json()["budget"]
+    assert budget["weights_source"] == "checkpoint tensors, split as vLLM shards them"
+    rw = rank_weights(tensors)
+    assert rw is not None and budget["weights_bytes_per_gpu"] == rw.max_stage_bytes(32, 2, 1, 8, 1)
+
+
+def test_ranks_that_do_not_add_up_refused(client, tmp_path):
+    body = _body(tmp_path, _layout(lambda i, o: {"weight": ("BF16", [o, i])}))
+    assert body["tensors"]["ranks"]["layers"]
+    body["tensors"]["ranks"]["final"] += 2
+    assert_problem(client.post("/v1/manifests", json=body), 422, "tensors")
+    body["tensors"]["ranks"]["final"] -= 2
+    body["tensors"]["ranks"]["layers"] = [[1, 2]]
+    assert_problem(client.post("/v1/manifests", json=body), 422, "layers")

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...domain.jsoncheck import JsonValueError, check_json
-from ...domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, Workload
+from ...domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, TensorRanks, Workload
 from ...domain.text import display_text, display_text_problem
 from ...domain.topology import MAX_ADDRESS, address_problem
 
@@ -287,6 +287,9 @@ class TensorsInventory(Strict):
     by_dtype: dict[SafetensorsDtype, TensorsDtypeTotal] = Field(description="Counts and bytes per dtype.")
     files: list[TensorsFile] = Field(default_factory=list, max_length=4096, description="Per safetensors file.")
     format: TensorsFormat = Field(description="The quantization the tensors show.")
+    ranks: TensorRanks | None = Field(
+        default=None, description="Bytes per decoder layer by how vLLM shards them (service/domain/rank_weights.py)."
+    )
 
     @model_validator(mode="after")
     def _totals(self) -> TensorsInventory:
@@ -301,6 +304,8 @@ class TensorsInventory(Strict):
             raise ValueError("the files' tensors and bytes do not add up to tensor_count and total_bytes")
         if len({f.name for f in self.files}) != len(self.files):
             raise ValueError("file names must be unique")
+        if self.ranks is not None and self.ranks.total() != self.total_bytes:
+            raise ValueError("ranks' bytes do not add up to total_bytes")
         return self
 
 

@@ -14,6 +14,7 @@ from ..gpus import GIB
 from ..layer_layout import DSV4_TYPES, LayerKind, LayerLayout
 from ..model_facts import ModelFacts, QuantConfig, padded_vocab
 from ..multimodal import EncoderProfile
+from ..rank_weights import RankWeights
 from .layer_costs import Cost, Widths, mixer_cost, mlp_cost, part
 from .stages import biggest_stage, stage_layers
 
@@ -251,19 +252,43 @@ class GpuWeights:
     notes: tuple[str, ...]
 
 
+def tensor_weights(ctx: LaunchContext) -> int | None:
+    """The heaviest PP stage's bytes on one GPU from the checkpoint's own tensors (``rank_weights``), or None
+    where they do not describe what vLLM loads: no record, a checkpoint saved per rank, an online quantization
+    (``--quantization`` on an unquantized checkpoint: vLLM converts at load), or a record that does not hold
+    every decoder layer (tensors named in a way the record does not recognise: the estimate is used instead)."""
+    ranks = ctx.request.model.tensor_ranks
+    facts = ctx.facts
+    if ranks is None or ctx.request.model.checkpoint.layout != "merged":
+        return None
+    if facts.quant is None and ctx.requested_quantization:
+        return None
+    L = facts.num_hidden_layers
+    if len(ranks.layers) < L or not all(sum(layer) for layer in ranks.layers[:L]):
+        return None
+    rw = RankWeights.from_dict(ranks.model_dump())
+    return rw.max_stage_bytes(L, ctx.tp, ctx.args.data_parallel_size, facts.total_num_kv_heads, ctx.pp)
+
+
 def weights_on_gpu(
     ctx: LaunchContext, mm: EncoderProfile | None, act_bytes: float, n_draft: int, draft_method: str
 ) -> GpuWeights:
-    """The heaviest PP stage's share plus the vision tower; scaled to the manifest's ``weights_bytes`` when given;
-    plus the speculative draft's layers, less ``cpu_offload_gb`` (vllm 0.33.0 vllm/config/offload.py)."""
+    """The heaviest PP stage's share — from the checkpoint's tensors when the request carries them
+    (``tensor_weights``), else estimated and scaled to the manifest's ``weights_bytes`` when given — plus the
+    vision tower; plus the speculative draft's layers, less ``cpu_offload_gb`` (vllm 0.33.0 vllm/config/offload.py)."""
     a = ctx.args
     est = estimate_weights(
         ctx.facts, ctx.tp, a.data_parallel_size, a.enable_expert_parallel, act_bytes, ctx.requested_quantization
     )
     vision_w = mm.vision_weights_bytes if mm else 0
-    weights = est.max_stage_bytes(ctx.pp) + vision_w
-    source = f"estimated from config.json ({est.quant})" + (" + vision tower" if vision_w else "")
-    if ctx.request.model.weights_bytes:
+    exact = tensor_weights(ctx)
+    weights = (est.max_stage_bytes(ctx.pp) if exact is None else exact) + vision_w
+    source = (
+        f"estimated from config.json ({est.quant})"
+        if exact is None
+        else "checkpoint tensors, split as vLLM shards them"
+    ) + (" + vision tower (estimated)" if vision_w else "")
+    if exact is None and ctx.request.model.weights_bytes:
         vision_total = mm.vision_weights_bytes * (1 if a.get("mm_encoder_tp_mode") == "data" else ctx.tp) if mm else 0
         scale = ctx.request.model.weights_bytes / max(1, est.checkpoint_bytes + vision_total)
         weights = int(weights * scale)
