@@ -14,6 +14,7 @@ file, never an OSError.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -282,6 +283,25 @@ def _hub_tensors(hub: _Hub) -> tuple[Inventory, SafetensorsIndex | None, dict[st
     return build_inventory(headers, index), index, sizes
 
 
+def _checked_small(repo_id: str, name: str, data: bytes) -> bytes:
+    """``data`` when it is what ``name`` must be (a JSON object; quantization.txt: UTF-8 text), checked before any
+    header is read: a sign-in page or an error document served as config.json is named at once."""
+    where = f"{repo_id}/{name}"
+    if name == "quantization.txt":
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TensorsError(where, "not UTF-8 text") from None
+        return data
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise TensorsError(where, f"not JSON ({str(exc)[:120]})") from None
+    if not isinstance(value, dict):
+        raise TensorsError(where, "not a JSON object")
+    return data
+
+
 @dataclass(frozen=True)
 class HubCheckpoint:
     """What ``preflight manifest push --hub`` registers, read at one commit: the small files (config.json, and
@@ -321,11 +341,11 @@ def read_hub_checkpoint(
     if revision is not None and COMMIT.fullmatch(revision) and hub.commit != revision:
         raise TensorsError(f"{repo_id}/config.json", f"asked at commit {revision}, answered from {hub.commit}")
     hub.revision = hub.commit  # every other file from the same commit
-    small = {"config.json": config}
+    small = {"config.json": _checked_small(repo_id, "config.json", config)}
     for name in ("quantization.txt", "hf_quant_config.json"):
         data = hub.small(name, HUB_SMALL[name])
         if data is not None:
-            small[name] = data
+            small[name] = _checked_small(repo_id, name, data)
     inventory, index, sizes = _hub_tensors(hub)
     return HubCheckpoint(repo_id, hub.commit, small, index, sizes, inventory)
 

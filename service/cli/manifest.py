@@ -45,16 +45,6 @@ def _directory_body(directory: pathlib.Path, hash_shards: bool) -> dict:
     return {**read_model_dir(directory), "files": files, "tensors": _tensors(directory)}
 
 
-def _hub_json(repo: str, name: str, raw: bytes) -> dict:
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"{repo}/{name}: not JSON ({str(exc)[:120]})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{repo}/{name}: not a JSON object")
-    return value
-
-
 def _hub_body(repo: str, revision: str | None, timeout: float) -> tuple[dict, str | None]:
     """What ``manifest push --hub REPO`` registers — the same as ``manifest push DIR`` of the repository at one
     commit — and that commit. Offline (``HF_HUB_OFFLINE``), the repository's snapshot in the local cache is read
@@ -68,15 +58,12 @@ def _hub_body(repo: str, revision: str | None, timeout: float) -> tuple[dict, st
     if snapshot is not None:  # …/snapshots/<commit>
         return _directory_body(snapshot, False), snapshot.name if COMMIT.fullmatch(snapshot.name) else None
     cp = read_hub_checkpoint(repo, revision=revision, timeout=timeout)
-    body: dict = {"config": _hub_json(repo, "config.json", cp.small["config.json"])}
+    body: dict = {"config": json.loads(cp.small["config.json"])}  # each checked by read_hub_checkpoint
     tag, hf_quant = cp.small.get("quantization.txt"), cp.small.get("hf_quant_config.json")
     if tag is not None:
-        try:
-            body["quantization_txt"] = tag.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"{repo}/quantization.txt: not UTF-8 text") from None
+        body["quantization_txt"] = tag.decode("utf-8")
     if hf_quant is not None:
-        body["hf_quant_config"] = _hub_json(repo, "hf_quant_config.json", hf_quant)
+        body["hf_quant_config"] = json.loads(hf_quant)
     total = cp.index.total_size if cp.index is not None else None
     if total is not None:
         body["weights_bytes"] = total
