@@ -143,9 +143,7 @@ class _Hub:
         worker.start()
         worker.join(self.timeout)
         if not result:
-            raise TensorsError(
-                f"{self.repo_id}/{name}", f"no complete answer from {self.endpoint} in {self.timeout:g} s"
-            )
+            raise TensorsError(f"{self.repo_id}/{name}", self._late())
         if isinstance(result[0], BaseException):
             raise result[0]
         return result[0]
@@ -185,7 +183,12 @@ class _Hub:
         except HfHubHTTPError as exc:
             raise TensorsError(where, str(exc).splitlines()[0][:200]) from None
         except Exception as exc:  # httpx's transport errors, the offline switch: named, not a traceback
+            if exc.__class__.__name__.endswith("Timeout"):  # httpx's per-read timeout: the same as the deadline's
+                raise TensorsError(where, self._late()) from None
             raise TensorsError(where, f"{exc.__class__.__name__}: {str(exc)[:200]}") from None
+
+    def _late(self) -> str:
+        return f"no complete answer from {self.endpoint} in {self.timeout:g} s"
 
     def _check_chain(self, r, where: str) -> None:
         """The answer's redirects: none from https to http (what was judged could then be anyone's); the commit
