@@ -126,7 +126,7 @@ class _Hub:
         self.session = get_session()
         self.commit: str | None = None  # the X-Repo-Commit of the first answer that names one
 
-    def get(self, name: str, first: int, last: int) -> tuple[bytes, int | None] | None:
+    def get(self, name: str, first: int, last: int, max_size: int | None = None) -> tuple[bytes, int | None] | None:
         """Bytes ``first..last`` (inclusive) of ``name`` and the file's size when the server says it; None for a
         404. Reads at most ``last - first + 1`` bytes even from a server that ignores the range; gives up after
         ``timeout`` seconds in all (the request runs in a daemon thread: httpx's timeouts bound each read, not a
@@ -135,7 +135,7 @@ class _Hub:
 
         def run() -> None:
             try:
-                result.append(self._get(name, first, last))
+                result.append(self._get(name, first, last, max_size))
             except BaseException as exc:  # handed to the caller's thread
                 result.append(exc)
 
@@ -148,7 +148,7 @@ class _Hub:
             raise result[0]
         return result[0]
 
-    def _get(self, name: str, first: int, last: int) -> tuple[bytes, int | None] | None:
+    def _get(self, name: str, first: int, last: int, max_size: int | None) -> tuple[bytes, int | None] | None:
         from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
         from huggingface_hub.utils import hf_raise_for_status
 
@@ -169,6 +169,8 @@ class _Hub:
                 size = int(got.group(3)) if got else None
                 if r.status_code == 200:  # the whole file: skip to ``first``
                     size = int(r.headers["content-length"]) if r.headers.get("content-length", "").isdigit() else None
+                if max_size is not None and size is not None and size > max_size:
+                    return b"", size  # too large as announced: not read
                 body = bytearray()
                 for chunk in r.iter_bytes():
                     body += chunk
@@ -206,7 +208,7 @@ class _Hub:
 
     def small(self, name: str, limit: int) -> bytes | None:
         """A whole small file (None when the repository has none), refused beyond ``limit`` bytes."""
-        got = self.get(name, 0, limit)  # one byte more than allowed: a larger file shows itself
+        got = self.get(name, 0, limit, limit)  # one byte more than allowed: a larger file shows itself
         if got is None:
             return None
         data, size = got

@@ -21,7 +21,7 @@ class Hub(http.server.BaseHTTPRequestHandler):
     requested: list[str] = []  # the paths asked for, in order
     commit: str | None = COMMIT
     revisions: set[str] = {"main", COMMIT}
-    # file -> "slow" (no answer for 30 s), "drip" (a 10^9-byte answer sent a byte every 0.5 s), "loop" (a
+    # file -> "slow" (no answer for 30 s), "drip" (an answer of no stated length, a byte every 0.5 s), "loop" (a
     # redirect to itself), "huge" (a 200 that ignores the range: 10^12 bytes announced)
     hostile: dict[str, str] = {}
 
@@ -61,9 +61,8 @@ class Hub(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return True
-        if how == "drip":
+        if how == "drip":  # no length announced: read until the connection closes
             self.send_response(200)
-            self.send_header("Content-Length", str(10**9))
             self.end_headers()
             for _ in range(60):
                 self.wfile.write(b"{")
