@@ -14,9 +14,12 @@ file, never an OSError.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
+import threading
+from dataclasses import dataclass
 
 from .agent import weights
 from .domain.tensors import (
@@ -95,41 +98,79 @@ def _offline() -> bool:
 
 
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+)")
+# A commit of a Hub repository: what a resolve answer's X-Repo-Commit names (huggingface_hub 2.4.0
+# file_download.py:1677 reads it, :1792 refuses an answer without it) and what a revision pinned to it looks like.
+COMMIT = re.compile(r"[0-9a-f]{40}")
+# The small files a manifest records, each with the bound the node agent reads it with (agent/weights.py).
+HUB_SMALL = {
+    "config.json": weights.MAX_SMALL,
+    "quantization.txt": weights.MAX_TAG,
+    "hf_quant_config.json": weights.MAX_SMALL,
+}
 
 
 class _Hub:
     """HTTP range reads of one repository's files through huggingface_hub's session, URLs and headers
-    (``HF_ENDPOINT``, the token, its offline switch): bounded, whatever the server answers."""
+    (``HF_ENDPOINT``, the token, its offline switch): bounded, whatever the server answers — at most the bytes
+    asked for, at most ``timeout`` seconds per file in all (a server that drips bytes is cut off too), no redirect
+    from https to http; the token is not sent to another origin (httpx drops it on a cross-origin redirect)."""
 
     def __init__(self, repo_id: str, revision: str | None, token: str | bool | None, timeout: float):
         from huggingface_hub import constants, hf_hub_url
         from huggingface_hub.utils import build_hf_headers, get_session
 
         self.repo_id, self.revision, self.timeout = repo_id, revision, timeout
-        endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
-        self.url = lambda name: hf_hub_url(repo_id, name, revision=revision, endpoint=endpoint)
-        self.headers = build_hf_headers(token=token)
+        self.endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        self.url = lambda name: hf_hub_url(repo_id, name, revision=self.revision, endpoint=self.endpoint)
+        self.headers = {**build_hf_headers(token=token), "Accept-Encoding": "identity"}  # sizes as stored
         self.session = get_session()
+        self.commit: str | None = None  # the X-Repo-Commit of the first answer that names one
 
-    def get(self, name: str, first: int, last: int) -> tuple[bytes, int | None] | None:
+    def get(self, name: str, first: int, last: int, max_size: int | None = None) -> tuple[bytes, int | None] | None:
         """Bytes ``first..last`` (inclusive) of ``name`` and the file's size when the server says it; None for a
-        404. Reads at most ``last - first + 1`` bytes even from a server that ignores the range."""
+        404. Reads at most ``last - first + 1`` bytes even from a server that ignores the range; gives up after
+        ``timeout`` seconds in all (the request runs in a daemon thread: httpx's timeouts bound each read, not a
+        server that sends one byte at a time)."""
+        result: list = []
+
+        def run() -> None:
+            try:
+                result.append(self._get(name, first, last, max_size))
+            except BaseException as exc:  # handed to the caller's thread
+                result.append(exc)
+
+        worker = threading.Thread(target=run, name=f"hub-read-{name[:40]}", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if not result:
+            raise TensorsError(f"{self.repo_id}/{name}", self._late())
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        return result[0]
+
+    def _get(self, name: str, first: int, last: int, max_size: int | None) -> tuple[bytes, int | None] | None:
         from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
         from huggingface_hub.utils import hf_raise_for_status
 
         headers = {**self.headers, "Range": f"bytes={first}-{last}"}
         limit = last - first + 1
+        where = f"{self.repo_id}/{name}"
         try:
             with self.session.stream(
                 "GET", self.url(name), headers=headers, timeout=self.timeout, follow_redirects=True
             ) as r:
+                self._check_chain(r, where)
                 if r.status_code == 404:
                     return None
                 hf_raise_for_status(r)
+                if r.status_code not in (200, 206):
+                    raise TensorsError(where, f"HTTP {r.status_code} from {r.url.host}: not a file's bytes")
                 got = _CONTENT_RANGE.fullmatch(r.headers.get("content-range", "").strip())
                 size = int(got.group(3)) if got else None
                 if r.status_code == 200:  # the whole file: skip to ``first``
                     size = int(r.headers["content-length"]) if r.headers.get("content-length", "").isdigit() else None
+                if max_size is not None and size is not None and size > max_size:
+                    return b"", size  # too large as announced: not read
                 body = bytearray()
                 for chunk in r.iter_bytes():
                     body += chunk
@@ -139,12 +180,46 @@ class _Hub:
                 return data, size
         except EntryNotFoundError:
             return None
+        except TensorsError:
+            raise
         except HfHubHTTPError as exc:
-            raise TensorsError(f"{self.repo_id}/{name}", str(exc).splitlines()[0][:200]) from None
+            raise TensorsError(where, str(exc).splitlines()[0][:200]) from None
         except Exception as exc:  # httpx's transport errors, the offline switch: named, not a traceback
-            raise TensorsError(f"{self.repo_id}/{name}", f"{exc.__class__.__name__}: {str(exc)[:200]}") from None
+            if exc.__class__.__name__.endswith("Timeout"):  # httpx's per-read timeout: the same as the deadline's
+                raise TensorsError(where, self._late()) from None
+            raise TensorsError(where, f"{exc.__class__.__name__}: {str(exc)[:200]}") from None
 
-    def header(self, name: str) -> FileHeader:
+    def _late(self) -> str:
+        return f"no complete answer from {self.endpoint} in {self.timeout:g} s"
+
+    def _check_chain(self, r, where: str) -> None:
+        """The answer's redirects: none from https to http (what was judged could then be anyone's); the commit
+        the repository's server names (X-Repo-Commit), kept from the first answer that carries one."""
+        hops = [*r.history, r]
+        for before, after in zip(hops, hops[1:], strict=False):
+            if before.url.scheme == "https" and after.url.scheme != "https":
+                raise TensorsError(where, f"redirected from https to {after.url.scheme}://{after.url.host}: refused")
+        if self.commit is None:
+            named = next((h.headers["x-repo-commit"] for h in hops if "x-repo-commit" in h.headers), None)
+            if named is not None:
+                if not COMMIT.fullmatch(named):
+                    raise TensorsError(where, f"the server names commit {named[:80]!r}, not a 40-hex commit")
+                self.commit = named
+
+    def small(self, name: str, limit: int) -> bytes | None:
+        """A whole small file (None when the repository has none), refused beyond ``limit`` bytes."""
+        got = self.get(name, 0, limit, limit)  # one byte more than allowed: a larger file shows itself
+        if got is None:
+            return None
+        data, size = got
+        if len(data) > limit or (size is not None and size > limit):
+            raise TensorsError(
+                f"{self.repo_id}/{name}", f"{size or len(data)} bytes, more than the {limit} this file may have"
+            )
+        return data
+
+    def header(self, name: str) -> tuple[FileHeader, int | None]:
+        """The file's header and its size (as the server says it)."""
         got = self.get(name, 0, FIRST_READ - 1)
         if got is None:
             raise TensorsError(name, f"{self.repo_id} has no such file (at revision {self.revision or 'main'})")
@@ -154,7 +229,7 @@ class _Hub:
             if n <= MAX_HEADER_BYTES and 8 + n > len(data):
                 more = self.get(name, len(data), 8 + n - 1)
                 data += more[0] if more else b""
-        return parse_header(data, name, file_size=size)
+        return parse_header(data, name, file_size=size), size
 
 
 def inventory_record(inventory: Inventory) -> dict:
@@ -170,29 +245,120 @@ def inventory_record(inventory: Inventory) -> dict:
     }
 
 
+def _repo_problem(repo_id: str) -> None:
+    if weights.shard_name_problem(repo_id.replace("/", "", 1)) or ".." in repo_id:
+        raise TensorsError(repo_id[:200], "is not a repository id (owner/name)")
+
+
+def cached_snapshot(repo_id: str, revision: str | None = None) -> pathlib.Path | None:
+    """In offline mode (``HF_HUB_OFFLINE=1``), the repository's snapshot in the local Hugging Face cache (a
+    directory named by its commit), TensorsError when it is not there; None when online."""
+    _repo_problem(repo_id)
+    if not _offline():
+        return None
+    from huggingface_hub import snapshot_download
+
+    try:
+        return pathlib.Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
+    except Exception as exc:  # LocalEntryNotFoundError and kin: nothing cached
+        raise TensorsError(
+            repo_id, f"offline (HF_HUB_OFFLINE) and not in the Hugging Face cache: {exc.__class__.__name__}"
+        ) from None
+
+
 def read_hub(
     repo_id: str, *, revision: str | None = None, token: str | bool | None = None, timeout: float = 30.0
 ) -> Inventory:
     """The inventory of a Hub repository, from its headers read by HTTP range (``HF_ENDPOINT`` honoured). In
     offline mode (``HF_HUB_OFFLINE=1``) it is read from the local Hugging Face cache's snapshot, or refused when
     the repository is not there. Raises TensorsError."""
-    if weights.shard_name_problem(repo_id.replace("/", "", 1)):
-        raise TensorsError(repo_id, "is not a repository id (owner/name)")
-    if _offline():
-        from huggingface_hub import snapshot_download
-
-        try:
-            path = snapshot_download(repo_id, revision=revision, local_files_only=True)
-        except Exception as exc:  # LocalEntryNotFoundError and kin: nothing cached
-            raise TensorsError(
-                repo_id, f"offline (HF_HUB_OFFLINE) and not in the Hugging Face cache: {exc.__class__.__name__}"
-            ) from None
-        return read_directory(pathlib.Path(path))
+    snapshot = cached_snapshot(repo_id, revision)
+    if snapshot is not None:
+        return read_directory(snapshot)
     hub = _Hub(repo_id, revision, token, timeout)
-    got = hub.get(INDEX, 0, MAX_INDEX_BYTES - 1)
+    return _hub_tensors(hub)[0]
+
+
+def _hub_tensors(hub: _Hub) -> tuple[Inventory, SafetensorsIndex | None, dict[str, int]]:
+    """The inventory, the index and each shard's size, read from ``hub`` at its (pinned) revision."""
+    got = hub.get(INDEX, 0, MAX_INDEX_BYTES)
     index = parse_index(got[0]) if got is not None else None
-    files = _shard_files(index, ["model.safetensors"], repo_id)
-    return build_inventory([hub.header(name) for name in files], index)
+    files = _shard_files(index, [weights.SINGLE], hub.repo_id)
+    headers, sizes = [], {}
+    for name in files:
+        header, size = hub.header(name)
+        if size is None:
+            raise TensorsError(f"{hub.repo_id}/{name}", "the server did not say the file's size (Content-Range)")
+        headers.append(header)
+        sizes[name] = size
+    return build_inventory(headers, index), index, sizes
+
+
+def _checked_small(repo_id: str, name: str, data: bytes) -> bytes:
+    """``data`` when it is what ``name`` must be (a JSON object; quantization.txt: UTF-8 text), checked before any
+    header is read: a sign-in page or an error document served as config.json is named at once."""
+    where = f"{repo_id}/{name}"
+    if name == "quantization.txt":
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TensorsError(where, "not UTF-8 text") from None
+        return data
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise TensorsError(where, f"not JSON ({str(exc)[:120]})") from None
+    if not isinstance(value, dict):
+        raise TensorsError(where, "not a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class HubCheckpoint:
+    """What ``preflight manifest push --hub`` registers, read at one commit: the small files (config.json, and
+    quantization.txt / hf_quant_config.json when the repository has them), the index, each shard's size, the
+    inventory."""
+
+    repo_id: str
+    commit: str
+    small: dict[str, bytes]
+    index: SafetensorsIndex | None
+    sizes: dict[str, int]
+    inventory: Inventory
+
+
+def read_hub_checkpoint(
+    repo_id: str, *, revision: str | None = None, token: str | bool | None = None, timeout: float = 30.0
+) -> HubCheckpoint:
+    """A Hub repository's checkpoint at ``revision`` (default: main), pinned to the commit config.json's answer
+    names (X-Repo-Commit): every other file is read at that commit, so what is recorded is one commit's, even when
+    the branch moves meanwhile. Online only (see ``cached_snapshot``). Raises TensorsError naming the file."""
+    _repo_problem(repo_id)
+    if revision is not None and (
+        not revision or len(revision) > 256 or weights.shard_name_problem(revision.replace("/", ""))
+    ):
+        raise TensorsError(repo_id, f"revision {revision[:80]!r} is not a branch, tag or commit name")
+    hub = _Hub(repo_id, revision, token, timeout)
+    config = hub.small("config.json", HUB_SMALL["config.json"])
+    if config is None:
+        raise TensorsError(f"{repo_id}/config.json", f"no such file (at revision {revision or 'main'})")
+    if hub.commit is None and revision is not None and COMMIT.fullmatch(revision):
+        hub.commit = revision
+    if hub.commit is None:
+        raise TensorsError(
+            f"{repo_id}/config.json",
+            f"the server did not say which commit revision {revision or 'main'} is (no X-Repo-Commit header)",
+        )
+    if revision is not None and COMMIT.fullmatch(revision) and hub.commit != revision:
+        raise TensorsError(f"{repo_id}/config.json", f"asked at commit {revision}, answered from {hub.commit}")
+    hub.revision = hub.commit  # every other file from the same commit
+    small = {"config.json": _checked_small(repo_id, "config.json", config)}
+    for name in ("quantization.txt", "hf_quant_config.json"):
+        data = hub.small(name, HUB_SMALL[name])
+        if data is not None:
+            small[name] = _checked_small(repo_id, name, data)
+    inventory, index, sizes = _hub_tensors(hub)
+    return HubCheckpoint(repo_id, hub.commit, small, index, sizes, inventory)
 
 
 def directory_layout(directory: pathlib.Path) -> str | None:

@@ -3,17 +3,16 @@ Hub repository read by HTTP range from a Hub-compatible stand-in on 127.0.0.1 (n
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import re
-import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from service.domain.tensors import TensorsError
-from service.tensor_readers import read_directory, read_hub
+from service.tensor_readers import _Hub, read_directory, read_hub, read_hub_checkpoint
+from tests.support.hub import COMMIT, Hub, serve
 from tests.support.safetensors_files import st_bytes, write_checkpoint
 
 SHARD_1 = {
@@ -77,54 +76,16 @@ def test_hf_cache_snapshot_through_blob_symlinks(tmp_path):
     assert read_directory(snap).total_bytes == BYTES
 
 
-class _Hub(http.server.BaseHTTPRequestHandler):
-    """``/{owner}/{name}/resolve/{revision}/{file}`` with byte ranges, as the Hub serves files."""
-
-    files: dict[str, bytes] = {}
-    ranges: list[tuple[str, str | None]] = []
-
-    def do_GET(self):  # noqa: N802
-        m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
-        data = self.files.get(m.group(3)) if m and m.group(1) == "org/tiny" else None
-        self.ranges.append((self.path.rsplit("/", 1)[-1], self.headers.get("Range")))
-        if data is None:
-            self.send_response(404)
-            self.send_header("X-Error-Code", "EntryNotFound")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        r = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
-        first, last = (int(r.group(1)), min(int(r.group(2)), len(data) - 1)) if r else (0, len(data) - 1)
-        self.send_response(206 if r else 200)
-        if r:
-            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
-        self.send_header("Content-Length", str(last - first + 1))
-        self.end_headers()
-        self.wfile.write(data[first : last + 1])
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def hub(monkeypatch) -> Iterator[type[_Hub]]:
-    class Handler(_Hub):
-        files = {name: st_bytes(t) for name, t in SHARDS.items()}
-        ranges = []
-
+def hub(monkeypatch) -> Iterator[type[Hub]]:
     weight_map = {n: f for f, t in SHARDS.items() for n in t}
-    Handler.files["model.safetensors.index.json"] = json.dumps({"weight_map": weight_map}).encode()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_TOKEN", "")
-    try:
-        yield Handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    files = {name: st_bytes(t) for name, t in SHARDS.items()}
+    files["model.safetensors.index.json"] = json.dumps({"weight_map": weight_map}).encode()
+    with serve(files) as (handler, endpoint):
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_TOKEN", "")
+        yield handler
 
 
 def test_hub_repository_read_by_range(hub, tmp_path):
@@ -161,3 +122,64 @@ def test_hub_offline_reads_the_cache(monkeypatch, tmp_path, hub):
     assert hub.ranges == []  # no request made
     with pytest.raises(TensorsError, match="offline .* not in the Hugging Face cache"):
         read_hub("org/absent")
+
+
+# -- read_hub_checkpoint: what ``manifest push --hub`` registers, at one commit ---------------------------------------
+
+
+def test_hub_checkpoint_pinned_to_the_commit_main_names(hub):
+    hub.files = {**hub.files, "config.json": b'{"architectures": ["LlamaForCausalLM"]}', "quantization.txt": b"none\n"}
+    cp = read_hub_checkpoint("org/tiny")
+    assert cp.commit == COMMIT and set(cp.small) == {"config.json", "quantization.txt"}
+    assert cp.sizes == {name: len(st_bytes(t)) for name, t in SHARDS.items()}
+    assert cp.inventory.total_bytes == BYTES
+    # config.json asked at main, everything after it at the commit main named (the branch may move meanwhile)
+    paths = [p for p, _ in hub.ranges]
+    assert paths[0] == "config.json" and len(paths) == 6
+    assert hub.requested[0].startswith("/org/tiny/resolve/main/")
+    assert all(f"/resolve/{COMMIT}/" in r for r in hub.requested[1:])
+
+
+def test_hub_checkpoint_commit_checked(hub):
+    hub.files = {**hub.files, "config.json": b"{}"}
+    with pytest.raises(TensorsError, match=f"asked at commit {'1' * 40}, answered from {COMMIT}"):
+        hub.revisions = {"1" * 40}
+        read_hub_checkpoint("org/tiny", revision="1" * 40)
+    hub.revisions, hub.commit = {"main", COMMIT}, None
+    with pytest.raises(TensorsError, match="did not say which commit revision main is"):
+        read_hub_checkpoint("org/tiny")
+    assert read_hub_checkpoint("org/tiny", revision=COMMIT).commit == COMMIT  # a commit asked for is its own name
+    hub.commit = "not-a-commit"
+    with pytest.raises(TensorsError, match="config.json: the server names commit 'not-a-commit'"):
+        read_hub_checkpoint("org/tiny")
+    with pytest.raises(TensorsError, match="is not a repository id"):
+        read_hub_checkpoint("org/../x")
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("huge", "org/tiny/config.json: 1000000000000 bytes, more than the 16777216 this file may have"),
+        ("slow", "org/tiny/config.json: no complete answer from http://127.0.0.1:.* in 2 s"),
+        ("drip", "org/tiny/config.json: no complete answer from .* in 2 s"),
+        ("loop", "org/tiny/config.json: TooManyRedirects"),
+    ],
+)
+def test_hub_hostile_answers_named_and_bounded(hub, how, message):
+    hub.files = {**hub.files, "config.json": b"{}"}
+    hub.hostile = {"config.json": how}
+    started = time.monotonic()
+    with pytest.raises(TensorsError, match=message):
+        read_hub_checkpoint("org/tiny", timeout=2)
+    assert time.monotonic() - started < 10
+
+
+def test_hub_redirect_from_https_to_http_refused():
+    import httpx
+
+    chain = [httpx.Response(302, request=httpx.Request("GET", "https://hub.example/org/tiny/resolve/main/x"))]
+    final = httpx.Response(200, request=httpx.Request("GET", "http://cdn.example/x"), history=chain)
+    hub = _Hub.__new__(_Hub)
+    hub.commit = None
+    with pytest.raises(TensorsError, match="x: redirected from https to http://cdn.example: refused"):
+        hub._check_chain(final, "x")

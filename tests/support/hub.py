@@ -1,0 +1,107 @@
+"""A Hub-compatible stand-in on 127.0.0.1 (no internet): ``/{owner}/{name}/resolve/{revision}/{file}`` with byte
+ranges and the ``X-Repo-Commit`` header, as the Hub serves files (huggingface_hub 2.4.0 file_download.py:1677 reads
+that header); and, for the hostile cases, answers a Hub would never give (``Hub.hostile``: file -> behaviour)."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+REPO = "org/tiny"
+COMMIT = "c0ffee" + "0" * 34  # what ``main`` resolves to
+
+
+class Hub(http.server.BaseHTTPRequestHandler):
+    files: dict[str, bytes] = {}
+    ranges: list[tuple[str, str | None]] = []
+    requested: list[str] = []  # the paths asked for, in order
+    commit: str | None = COMMIT
+    revisions: set[str] = {"main", COMMIT}
+    # file -> "slow" (no answer for 30 s), "drip" (an answer of no stated length, a byte every 0.5 s), "loop" (a
+    # redirect to itself), "huge" (a 200 that ignores the range: 10^12 bytes announced)
+    hostile: dict[str, str] = {}
+
+    def do_GET(self):  # noqa: N802
+        m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
+        name = m.group(3) if m else self.path
+        self.ranges.append((self.path.rsplit("/", 1)[-1], self.headers.get("Range")))
+        self.requested.append(self.path)
+        how = self.hostile.get(name)
+        if how and self._hostile(how):
+            return
+        data = self.files.get(name) if m and m.group(1) == REPO and m.group(2) in self.revisions else None
+        if data is None:
+            self.send_response(404)
+            self.send_header("X-Error-Code", "EntryNotFound")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        r = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        first, last = (int(r.group(1)), min(int(r.group(2)), len(data) - 1)) if r else (0, len(data) - 1)
+        self.send_response(206 if r else 200)
+        if r:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+        if self.commit:
+            self.send_header("X-Repo-Commit", self.commit)
+        self.send_header("Content-Length", str(last - first + 1))
+        self.end_headers()
+        self.wfile.write(data[first : last + 1])
+
+    def _hostile(self, how: str) -> bool:
+        if how == "slow":
+            time.sleep(30)
+            return True
+        if how == "loop":
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        if how == "drip":  # no length announced: read until the connection closes
+            self.send_response(200)
+            self.end_headers()
+            for _ in range(60):
+                self.wfile.write(b"{")
+                self.wfile.flush()
+                time.sleep(0.5)
+            return True
+        if how == "huge":  # a 200 that ignores the range and never ends
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**12))
+            self.end_headers()
+            try:
+                for _ in range(10**6):
+                    self.wfile.write(b" " * 65536)
+            except OSError:
+                pass
+            return True
+        return False
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def serve(files: dict[str, bytes]) -> Iterator[tuple[type[Hub], str]]:
+    """The stand-in serving ``files`` as ``org/tiny`` at ``main`` (= COMMIT); yields its handler class (to change
+    what it serves, or read the ranges asked for) and its endpoint URL."""
+
+    class Handler(Hub):
+        ranges = []
+        requested = []
+        hostile = {}
+
+    Handler.files = dict(files)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Handler, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
