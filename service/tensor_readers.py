@@ -372,3 +372,9 @@ def directory_layout(directory: pathlib.Path) -> str | None:
             return None
         where = exc.file if exc.tensor is None else f"{exc.file} (tensor {exc.tensor[:120]!r})"
         raise weights.LayoutUnreadable(where, exc.problem) from None
+    except (weights.WeightsError, OSError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a header this reader did not foresee: refused at the node, not passed
+        raise weights.LayoutUnreadable(
+            str(directory), f"unreadable safetensors headers ({type(exc).__name__})"
+        ) from None

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import DomainError
+from .jsoncheck import JsonValueError, check_json
 from .text import display_text_problem
 from .versions import (
     DEST_NAME,
@@ -221,15 +222,28 @@ def _number(name: str, value: Any, integer: bool) -> int | float:
     return out
 
 
-def _json(name: str, value: Any) -> Any:
+DICT_ONLY = {"speculative_config"}  # a JSON option with no config class whose value vLLM reads as a dict
+
+
+def _json(name: str, value: Any, opt: Option | None = None) -> Any:
     fld = f"engine_args.{name}"
     if isinstance(value, str):
-        try:
+        try:  # NaN / Infinity / a 5,000-digit integer inside the text: the same bounds as the request body's JSON
             value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
+            check_json(value, fld)
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, JsonValueError, int too long to convert
+            if isinstance(e, JsonValueError):
+                raise DomainError(fld, f"{e} (vLLM's JSON parsing would not carry it)", rule="type") from None
             raise DomainError(fld, f"{name} must be JSON (an object), got {value[:80]!r}", rule="type") from None
     if not isinstance(value, (dict, list)):
         raise DomainError(fld, f"{name} must be a JSON object, got {value!r}", rule="type")
+    if isinstance(value, list) and name in DICT_ONLY:
+        # vllm 0.33.0 vllm/engine/arg_utils.py:732 ``dict[str, Any] | None``, read with .items() (:2126-2128)
+        raise DomainError(fld, f"{name} must be a JSON object (vLLM reads its keys), got a list", rule="type")
+    if isinstance(value, list) and opt is not None and opt.json_keys:
+        # a config class: pydantic validates a dataclass from an object only ("Input should be an object",
+        # type=dataclass_type; vllm 0.33.0 vllm/engine/arg_utils.py:359-364 TypeAdapter(cls).validate_json)
+        raise DomainError(fld, f"{name}: Input should be an object (a JSON list was given)", rule="type")
     if len(json.dumps(value)) > MAX_JSON_BYTES:
         raise DomainError(fld, f"{name} is larger than {MAX_JSON_BYTES} bytes of JSON", rule="range")
     return value
@@ -255,10 +269,10 @@ def scalar(name: str, opt: Option, value: Any) -> Any:
     elif kind is K_STR:
         return _text(name, value)
     elif kind is K_JSON:
-        return _json(name, value)
+        return _json(name, value, opt)
     elif kind is K_JSON_OR_STR:
         if isinstance(value, (dict, list)):
-            return _json(name, value)
+            return _json(name, value, opt)
         text = _text(name, value, "a JSON object or a string")
         # union_dict_and_str: text that looks like an object is parsed as JSON (vllm/engine/arg_utils.py:182-185)
         # a string that opens an object but is no JSON object fails vLLM's config validation as well

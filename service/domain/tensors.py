@@ -136,24 +136,32 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
-        for k, _ in pairs:
+        for k, v in pairs:
             if k in seen:
-                raise _Duplicate(k)
+                raise _Duplicate(k, isinstance(v, dict))
             seen.add(k)
     return out
 
 
 class _Duplicate(ValueError):
-    def __init__(self, key: str):
+    def __init__(self, key: str, entry: bool):
         super().__init__(key)
-        self.key = key
+        self.key, self.entry = key, entry  # entry: the key names an object (a tensor), not a field of one
+
+
+MAX_LOOSE_KEYS = 4096  # keys outside tensor objects: the header's own and __metadata__'s
 
 
 def _load_json(raw: bytes, file: str) -> Any:
     """The header's JSON; refused before parsing when it has room for more than MAX_TENSORS objects (every tensor
     is an object ``{…}``, so ``raw.count(b"{")`` bounds the tensor count from above in one C pass)."""
-    if raw.count(b"{") > MAX_TENSORS + 2:  # the header object and __metadata__
+    objects = raw.count(b"{")
+    if objects > MAX_TENSORS + 2:  # the header object and __metadata__
         raise TensorsError(file, f"the header holds more than {MAX_TENSORS} objects (tensors): refused unread")
+    # every entry holds a ':', a tensor's object three more: entries that are no objects (each one refused after the
+    # parse) cannot make the parse itself cost more than the objects allow
+    if raw.count(b":") > 4 * objects + MAX_LOOSE_KEYS:
+        raise TensorsError(file, "the header holds more entries than tensor objects: refused unread")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -161,7 +169,9 @@ def _load_json(raw: bytes, file: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_pairs)
     except _Duplicate as exc:
-        raise TensorsError(file, "appears twice in the header", tensor=exc.key) from None
+        if exc.entry:
+            raise TensorsError(file, "appears twice in the header", tensor=exc.key) from None
+        raise TensorsError(file, f"the key {exc.key[:120]!r} appears twice in one object of the header") from None
     except RecursionError:
         raise TensorsError(file, "the header's JSON nests too deeply") from None
     except ValueError as exc:
@@ -183,7 +193,7 @@ def _tensor(name: str, value: object, file: str) -> TensorInfo:
     if not isinstance(value, dict):
         raise TensorsError(file, "is not an object {dtype, shape, data_offsets}", tensor=name)
     dtype, shape, offsets = value.get("dtype"), value.get("shape"), value.get("data_offsets")
-    if dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise TensorsError(
             file, f"dtype {str(dtype)[:40]!r} is not a safetensors dtype ({', '.join(DTYPE_BITS)})", tensor=name
         )

@@ -19,7 +19,9 @@ import unicodedata
 REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 # characters of other categories that draw nothing: the Hangul fillers (letters, Lo), the combining grapheme joiner
 # and the variation selectors (Mn) — a name made of them looks empty or like another
-INVISIBLE = frozenset({0x115F, 0x1160, 0x3164, 0xFFA0, 0x034F, *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)})
+INVISIBLE = frozenset(
+    {0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800, 0x034F, *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)}
+)  # and the blank braille pattern (So)
 
 
 def _hidden(ch: str) -> bool:

@@ -6,7 +6,6 @@ import hashlib
 import io
 import json
 import struct
-import time
 
 import pytest
 
@@ -135,10 +134,8 @@ def test_a_million_tensors_refused_fast():
     entry = b'"t%d": {"dtype": "U8", "shape": [1], "data_offsets": [%d, %d]}'
     body = b"{" + b",".join(entry % (i, i, i + 1) for i in range(1_000_000)) + b"}"
     assert len(body) < MAX_HEADER_BYTES
-    start = time.perf_counter()
-    err = _refused(raw_header(body))
-    assert time.perf_counter() - start < 1.0
-    assert "more than 500000" in err.message
+    err = _refused(raw_header(body))  # counted before the JSON is parsed (no timing asserted: bench/ measures)
+    assert "more than 500000" in err.message and "refused unread" in err.message
 
 
 def test_a_tensor_in_two_files_and_index_disagreement_refused():
@@ -166,3 +163,15 @@ def test_index_parsed_and_bounded():
         parse_index(b'{"weight_map": {"a": 3}}')
     with pytest.raises(TensorsError, match="twice"):
         parse_index(b'{"weight_map": {"a": "x", "a": "y"}}')
+
+
+def test_hostile_headers_found_by_review_are_named_not_raised():
+    """A dtype that is no string, a duplicate field inside one tensor's entry, and a header of entries that are no
+    objects (refused before the JSON is parsed, whatever its size)."""
+    err = _refused(raw_header({"a": {"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4))
+    assert err.tensor == "a" and "dtype" in err.message
+    dup = b'{"w": {"dtype": "U8", "dtype": "F16", "shape": [1], "data_offsets": [0, 1]}}'
+    err = _refused(raw_header(dup, b"\0"))
+    assert err.tensor is None and "'dtype' appears twice" in err.message
+    loose = b"{" + b",".join(b'"%d":0' % i for i in range(200_000)) + b"}"
+    assert "refused unread" in _refused(raw_header(loose)).message

@@ -22,6 +22,7 @@ REFUSED = [
     "\x1b",
     "\x7f",
     "\ue000",
+    "\u2800",  # the blank braille pattern: a reason of it looks empty
 ]
 
 

@@ -88,3 +88,24 @@ def test_json_keys_the_config_class_has_pass():
 def test_none_as_text_against_the_choices(version, args, refused):
     errors = [f for f in flag_errors(judged(args, version)) if f.field == f"engine_args.{next(iter(args))}"]
     assert bool(errors) is refused, [f.message for f in errors]
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "words"),
+    [
+        # JSON given as text gets the request body's bounds: vLLM's own JSON parsing takes NaN, a signed plan would
+        # carry it and the config class refuse it at start
+        ({"speculative_config": '{"method": "ngram", "num_speculative_tokens": NaN}'}, "speculative_config", "finite"),
+        ({"speculative_config": '{"method": "ngram", "prompt_lookup_max": Infinity}'}, "speculative_config", "finite"),
+        ({"compilation_config": '{"mode": ' + "9" * 5000 + "}"}, "compilation_config", "JSON"),
+        # a config class is validated from an object only (pydantic: "Input should be an object")
+        ({"compilation_config": [1, 2]}, "compilation_config", "Input should be an object"),
+        ({"speculative_config": "[]"}, "speculative_config", "JSON object"),
+    ],
+)
+def test_json_options_refuse_what_vllm_cannot_read(args, field, words):
+    from service.domain.errors import DomainError
+
+    with pytest.raises(DomainError) as err:
+        judged(args)
+    assert err.value.field == f"engine_args.{field}" and words in str(err.value)
