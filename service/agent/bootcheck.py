@@ -165,11 +165,11 @@ def _check_weights(
         return _unmapped(str(claims.get("model_uri")), expected, say)
     mismatches: list[weights_mod.Mismatch] = []
     notes: list[str] = []
+    if record is not None:  # the file records first: a missing or short shard is said as such
+        mismatches = weights_mod.check(directory, record, verify_hashes=verify_hashes, on_bytes=on_bytes)
     if expected is not None:
-        mismatches, notes = weights_mod.check_expected(directory, expected, layout_reader=layout_reader)
-    if record is not None:
-        seen = {m.file for m in mismatches}  # one line per file: the expectation's, then the record's others
-        found = weights_mod.check(directory, record, verify_hashes=verify_hashes, on_bytes=on_bytes)
+        seen = {m.file for m in mismatches}  # one line per file: the record's, then the expectation's others
+        found, notes = weights_mod.check_expected(directory, expected, layout_reader=layout_reader)
         mismatches += [m for m in found if m.file not in seen]
     if mismatches:
         return Refusal(

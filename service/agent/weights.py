@@ -459,9 +459,11 @@ def check_expected(
         try:
             found_l = layout_reader(directory)
         except LayoutUnreadable as exc:
-            out.append(Mismatch(exc.file, f"layout digest {layout}", exc.why))
+            out.append(Mismatch(exc.file, f"layout digest {layout}", f"headers that cannot be read ({exc.why})"))
         except (WeightsError, OSError) as exc:  # a reader's other failure: the headers could not be read
-            out.append(Mismatch("safetensors headers", f"layout digest {layout}", str(exc)[:300]))
+            out.append(
+                Mismatch("safetensors headers", f"layout digest {layout}", f"headers that cannot be read ({exc})"[:300])
+            )
         else:
             if found_l is None:  # the manifest's checkpoint has safetensors tensors; this directory has none
                 out.append(Mismatch("safetensors headers", f"layout digest {layout}", "no safetensors checkpoint"))

@@ -240,7 +240,7 @@ def test_unreadable_headers_name_the_file_and_no_checkpoint_is_refused(tmp_path)
 
     found, _ = w.check_expected(d, with_layout(), layout_reader=hostile)
     assert [(m.file, m.found) for m in found] == [
-        ("model-00002-of-00004.safetensors", "header length 2^60 bytes, more than 100 MB")
+        ("model-00002-of-00004.safetensors", "headers that cannot be read (header length 2^60 bytes, more than 100 MB)")
     ]
     # no safetensors checkpoint where the manifest's has one: refused, never passed
     found, _ = w.check_expected(d, with_layout())
