@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from ..config_validators import option_problems
+from ..config_validators import CHECKS, option_problems
 from ..config_values import ABSENT, BadValue, bad_values, problems
 from ..context import LaunchContext
 from ..engine_args import RULE_RANGES, arg_name, flag
@@ -235,12 +235,14 @@ def bad_value_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 def validator_findings(ctx: LaunchContext, emit: Emit, judged: set[str]) -> list[Finding]:
     """Values the validators of vLLM's config classes refuse (service/domain/config_validators.py), for an option
     whose type facts found nothing (``judged``: those that did; pydantic runs a class's validators on typed fields)."""
+    checked = [n for n in ctx.args.values if n in CHECKS and n not in judged and n in ctx.line.options]
+    if not checked:  # most launches give none of the options a validator judges
+        return []
     asked = parse_version(ctx.version)
     names = ctx.line.names if asked is not None and asked[:2] == ctx.line.release[:2] else None
     out = []
-    for name, value in ctx.args.values.items():
-        if name in judged or name not in ctx.line.options:
-            continue
+    for name in checked:
+        value = ctx.args.values[name]
         bad, source = option_problems(name, value, ctx.line.release[:2], names)
         if not bad:
             continue
