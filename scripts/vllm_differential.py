@@ -26,6 +26,7 @@ the CPU) and ~5 GB of wheels and unpacked releases under ``--work``; about 1–3
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import pathlib
 import random
@@ -40,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from gen_vllm_catalogue import ensure_env, release_dir  # noqa: E402
@@ -107,6 +109,7 @@ POLICY = {
     "secret_in_engine_args",
     "flag_unjudged",
 }
+SAME_REASON_WHEN_REFUSED = {"input:range:workers"}  # 0.33's ParallelConfig bounds (ge=1) refuse what this refuses
 WORKER_SIZES = {f"engine_args.{n}" for n in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")}
 # Options not drawn: what names other files, hosts or code (the harness has no network and no files but the
 # config.json), and what Preflight refuses by policy rather than by vLLM's rules.
@@ -416,6 +419,8 @@ def classify(vllm: dict[str, Any], pf: dict[str, Any]) -> str:
     if vllm["verdict"] == "harness":
         return "harness"
     config_errors = [e for e in pf["errors"] if e not in BEYOND_CONFIG]
+    if vllm["verdict"] != "accept":  # a parallel size out of range is the same reason where vLLM refuses it too
+        config_errors += [e for e in pf["errors"] if e in SAME_REASON_WHEN_REFUSED]
     if vllm["verdict"] == "accept":
         if not pf["errors"]:
             return "agree_accept"
@@ -507,11 +512,26 @@ def summarize(version: str, n: int, seed: int, rows: list[tuple[dict, dict, dict
     }
 
 
+INSIDE_FILES = ("vllm_differential_inside.py", "vllm_catalogue_inside.py")  # what judges on vLLM's side
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def run(version: str, n: int, seed: int, out: pathlib.Path, work: pathlib.Path, torch_spec: str, jobs: int = 2) -> dict:
     t0 = time.monotonic()
     cases = make_cases(version, n, seed)
-    verdicts = vllm_verdicts(version, cases, work, torch_spec, jobs)
     out.mkdir(parents=True, exist_ok=True)
+    saved = out / "vllm_verdicts.json"  # vLLM's side is the slow one: kept, so Preflight's side can be judged again
+    key = {"vllm_version": version, "n": n, "seed": seed, "cases": _digest(json.dumps(cases, sort_keys=True).encode())}
+    key["judge"] = _digest(b"".join((HERE / f).read_bytes() for f in INSIDE_FILES))
+    old_run = json.loads(saved.read_text()) if saved.exists() else {}
+    if old_run.get("key") == key:
+        verdicts = old_run["verdicts"]
+    else:
+        verdicts = vllm_verdicts(version, cases, work, torch_spec, jobs)
+        saved.write_text(json.dumps({"key": key, "verdicts": verdicts}) + "\n")
     for old in out.glob("*-d*.json"):
         old.unlink()
     rows = []

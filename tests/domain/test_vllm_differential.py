@@ -107,3 +107,22 @@ def test_a_seeded_sample_agrees_with_vllm(tmp_path):
     report = diff.run("0.33.0", 40, 11, tmp_path, WORK, diff.HARNESS_TORCH, jobs=2)
     assert report["counts"].get("harness", 0) <= 4, report["causes"].get("harness")
     assert report["counts"].get("false_reject", 0) == 0, report["causes"].get("false_reject")
+
+
+def test_a_parallel_size_both_refuse_is_agreement_and_vllms_verdicts_are_kept(tmp_path, monkeypatch):
+    refuse, accept = {"verdict": "reject", "message": "tensor_parallel_size: Input should be >= 1"}, {"verdict": "accept"}
+    assert diff.classify(refuse, {"errors": ["input:range:workers"]}) == "agree_reject"
+    assert diff.classify(accept, {"errors": ["input:range:workers"]}) == "beyond_config"
+    calls = []
+
+    def fake_vllm(version, cases, work, torch_spec, jobs):
+        calls.append(len(cases))
+        return {c["id"]: accept for c in cases}
+
+    monkeypatch.setattr(diff, "vllm_verdicts", fake_vllm)
+    monkeypatch.setattr(diff, "preflight_verdict", lambda version, case: {"verdict": "accept", "errors": []})
+    first = diff.run("0.33.0", 5, 3, tmp_path, tmp_path, "torch", jobs=1)
+    again = diff.run("0.33.0", 5, 3, tmp_path, tmp_path, "torch", jobs=1)
+    assert calls == [5] and first["counts"] == again["counts"] == {"agree_accept": 5}
+    diff.run("0.33.0", 6, 3, tmp_path, tmp_path, "torch", jobs=1)  # other launches: vLLM judges them
+    assert calls == [5, 6]
