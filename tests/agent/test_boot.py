@@ -188,7 +188,7 @@ class FakeProbe:
     def __init__(self, refusal=None, facts=None):
         self.refusal, self.facts_seen, self.checked = refusal, facts or {"gpu_count": 8}, []
 
-    def check(self, claims, *, say):
+    def check(self, claims, *, say, found=None):
         self.checked.append(claims["jti"])
         return self.refusal
 
