@@ -111,6 +111,7 @@ class Boot:
         self.held_since: float | None = None
         self.hold_delay = 1.0
         self.nonce: str | None = None  # sent with the last fetch; its answer's freshness statement must echo it
+        self.found: dict[str, Any] = {}  # what the node checks learned for the started report (provenance)
 
     def say(self, line: str) -> None:
         self.err(f"preflight agent: {line}")
@@ -455,7 +456,7 @@ class Boot:
         (``refused``, details.check/reason and the numbers) and printed; after inventory drift the node's facts are
         updated with what nvidia-smi shows (PUT /v1/nodes/NAME/facts, the agent's own node only)."""
         try:
-            refusal = self.probe.check(claims, say=self.say)
+            refusal = self.probe.check(claims, say=self.say, found=self.found)
         except Exception as exc:  # whatever a node's tools or disk hand back, a check that cannot finish refuses
             from .bootcheck import Refusal
 
@@ -527,11 +528,19 @@ class Boot:
             self.say(f"the node's own {', '.join(kept)} kept: a plan does not override what the node sets")
         env = {**plan.claims["env"], **own}
         sampler = self._start_sampler(plan)
+        found = dict(self.found)
+
+        def enqueue(status: str, message: str | None = None, details: dict | None = None) -> None:
+            # the started report says what the node checks found (the weights' provenance), so the audit has it
+            if status == "started" and found:
+                details = {**(details or {}), **found}
+            report.enqueue(status, message, details)
+
         try:
             return self.run_child(
                 argv,
                 env,
-                report.enqueue,
+                enqueue,
                 heartbeat_seconds=o.heartbeat_seconds,
                 heartbeat=report.heartbeat,
                 clock=self.clock,

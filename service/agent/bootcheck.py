@@ -3,7 +3,9 @@
 are the ones it was judged for (``weights_expected``: domain/weights_expect.py; and the manifest's files when it
 recorded them), and every GPU the launch uses has the memory free that vLLM 0.33 will request. A production plan
 whose weights cannot be compared (a remote uri with no local mapping) is refused unless it was signed with
-``weights_check: "skip"``.
+``weights_check: "skip"``. When the plan names a signer, or the directory carries an OpenSSF model signature, its
+provenance is checked too (agent/provenance.py) and the result handed back in ``found["provenance"]`` for the
+``started`` report.
 
 ``run_checks`` returns the first failed check as a ``Refusal`` (check, reason, message, details); the boot reports
 it (``refused``) and exits without starting vLLM. Plans signed before these checks carry no claim: nothing to
@@ -20,6 +22,7 @@ from typing import Any
 from ..domain import weights_expect as expect
 from ..domain.text import printable
 from . import gpus as gpu_mod
+from . import provenance as provenance_mod
 from . import weights as weights_mod
 
 
@@ -27,7 +30,7 @@ from . import weights as weights_mod
 class Refusal:
     check: str  # "gpus", "weights", "gpu memory", "node checks"
     # inventory_drift, weights_mismatch, weights_unverifiable, gpu_memory_busy, nvidia_smi, claim_type,
-    # weights_unreadable
+    # weights_unreadable, signature_failed, signature_missing, signature_unverifiable
     reason: str
     message: str
     details: dict[str, Any] = field(default_factory=dict)
@@ -83,7 +86,12 @@ def run_checks(
     say: Callable[[str], None],
     on_bytes: Callable[[int], None] | None = None,
     layout_reader: weights_mod.LayoutReader = weights_mod.no_layout_reader,
+    found: dict[str, Any] | None = None,
+    trust_config: pathlib.Path | None = None,
 ) -> Refusal | None:
+    """The checks in order; the first refusal, or None. ``found`` receives what the checks learned that the
+    ``started`` report carries (``provenance``)."""
+    found = {} if found is None else found
     nc = claims.get("node_checks")
     if nc is None:
         say("the plan carries no node checks (signed before they existed): GPUs, memory and weights not checked")
@@ -96,6 +104,7 @@ def run_checks(
     return (
         _check_gpus(hw, nvidia_smi, say)
         or _check_weights(claims, nc, weights_root, verify_hashes, say, on_bytes, layout_reader)
+        or _check_provenance(claims, nc, weights_root, say, found, trust_config)
         or _check_memory(claims, mem, nvidia_smi, say)
     )
 
@@ -192,6 +201,39 @@ def _check_weights(
     return None
 
 
+def _check_provenance(
+    claims: dict,
+    nc: dict,
+    weights_root: pathlib.Path | None,
+    say: Callable[[str], None],
+    found: dict[str, Any],
+    trust_config: pathlib.Path | None,
+) -> Refusal | None:
+    """2b. the weights' OpenSSF model signature, after the weights check passed (agent/provenance.py): a plan
+    signed with weights_check skip checks none; a directory not on this node has none to check."""
+    expected = nc.get(expect.CLAIM)
+    if expected is not None and expected["weights_check"] == "skip":
+        return None
+    try:
+        directory = weights_mod.local_directory(str(claims.get("model_uri", "")), weights_root)
+    except weights_mod.WeightsError:  # said by the weights check already
+        return None
+    if directory is None or not directory.is_dir():
+        if expected is not None and "signature" in expected:  # a benchmark plan (production refused above)
+            found["provenance"] = {"status": "unverified", "message": "the weights are not on this node"}
+            say("provenance: unverified: the weights are not on this node to verify their signature")
+        return None
+    result = provenance_mod.check(directory, expected, trust_config=trust_config)
+    found["provenance"] = result.report()
+    if not result.refuse:
+        say(f"provenance: {result.status}: {result.message}")
+        return None
+    reason = {"failed": "signature_failed", "unsigned": "signature_missing"}.get(
+        result.status, "signature_unverifiable"
+    )
+    return Refusal("weights", reason, result.message, {"provenance": result.report()})
+
+
 def _unmapped(model_uri: str, expected: dict | None, say: Callable[[str], None]) -> Refusal | None:
     """A remote model_uri that no --weights-root maps to a local directory: nothing on this node to compare. A
     production plan is refused (``unchecked`` refuse); a benchmark plan, or one signed before expectations, starts
@@ -262,8 +304,9 @@ class NodeProbe:
     weights_root: pathlib.Path | None = None
     verify_hashes: bool = False
     layout_reader: weights_mod.LayoutReader = weights_mod.no_layout_reader
+    sigstore_trust_config: pathlib.Path | None = None  # a Sigstore ClientTrustConfig JSON (offline Sigstore path)
 
-    def check(self, claims: dict, *, say: Callable[[str], None]) -> Refusal | None:
+    def check(self, claims: dict, *, say: Callable[[str], None], found: dict | None = None) -> Refusal | None:
         return run_checks(
             claims,
             nvidia_smi=self.nvidia_smi,
@@ -271,6 +314,8 @@ class NodeProbe:
             verify_hashes=self.verify_hashes,
             say=say,
             layout_reader=self.layout_reader,
+            found=found,
+            trust_config=self.sigstore_trust_config,
         )
 
     def facts(self) -> dict:

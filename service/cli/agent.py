@@ -88,6 +88,12 @@ VERIFY_HASHES = typer.Option(
     envvar="PREFLIGHT_VERIFY_HASHES",
     help="Also hash every shard the manifest recorded a SHA-256 for (reads all the weights at every boot).",
 )
+SIGSTORE_TRUST_CONFIG = typer.Option(
+    None,
+    envvar="PREFLIGHT_SIGSTORE_TRUST_CONFIG",
+    help="A Sigstore ClientTrustConfig JSON to verify a Sigstore-signed model.sig with, offline (without it, "
+    "model-signing fetches the public-good trust root through TUF). Key-signed weights need nothing.",
+)
 METRICS_SECONDS = typer.Option(
     60.0,
     envvar="PREFLIGHT_METRICS_SECONDS",
@@ -179,6 +185,7 @@ def agent_run(
     nvidia_smi: str = NVIDIA_SMI,
     weights_root: pathlib.Path | None = WEIGHTS_ROOT,
     verify_hashes: bool = VERIFY_HASHES,
+    sigstore_trust_config: pathlib.Path | None = SIGSTORE_TRUST_CONFIG,
     metrics_seconds: float = METRICS_SECONDS,
     metrics_url: str | None = METRICS_URL,
 ) -> None:
@@ -221,6 +228,7 @@ def agent_run(
             weights_root=weights_root,
             verify_hashes=verify_hashes,
             layout_reader=directory_layout,
+            sigstore_trust_config=sigstore_trust_config,
         )
     outcome = Boot(
         options, client=AgentClient(server, node, token), trust=tr, probe=probe, err=_say, out=typer.echo

@@ -6,7 +6,10 @@ signed claim ``node_checks.weights_expected`` (service/agent/bootcheck.py compar
      "layout_digest": "..."                      # only when the manifest has one (the tensor inventory, issue 28)
      "weights_check": "verify" | "skip",        # skip: signed on purpose, audited at plan creation
      "skip_reason": "..."                        # with skip: why, as the deployer gave it
-     "unchecked": "refuse" | "start"}           # what a node with nothing to compare does (production: refuse)
+     "unchecked": "refuse" | "start",           # what a node with nothing to compare does (production: refuse)
+     "signature": {"public_key": "<PEM>"}        # only when the plan names a signer: the weights directory's
+                | {"identity": "...", "oidc_issuer": "https://..."}}  # OpenSSF model signature (model.sig)
+                                                 # must verify with it (service/agent/provenance.py)
 
 The config digest is over the *parsed* config, so the same JSON computes the same digest from the manifest the
 service stored (``POST /v1/manifests``' ``config`` object) and from the node's ``config.json`` file, whatever its
@@ -39,7 +42,47 @@ TAG = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 # the tensor inventory's layout digest (its format is that module's): a bounded token, never free text
 LAYOUT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:_+.=-]{0,159}$")
 MAX_REASON = 1000
-KEYS = {"config_digest", "quantization", "layout_digest", "weights_check", "skip_reason", "unchecked"}
+KEYS = {"config_digest", "quantization", "layout_digest", "weights_check", "skip_reason", "unchecked", "signature"}
+# The signer a plan may name (``signature``): an elliptic-curve public key, as model-signing's key verifier reads
+# it (PEM SubjectPublicKeyInfo on the curves of model_signing 1.1.1 _signing/sign_ec_key.py:50), or a Sigstore
+# certificate identity and the OIDC issuer that vouched for it (model_signing 1.1.1 verifying.py:221-227).
+SIGNER_CURVES = ("secp256r1", "secp384r1", "secp521r1")
+MAX_PEM = 4096
+MAX_IDENTITY = 512
+
+
+def signer_problem(signer: Any) -> str | None:
+    """Why ``signer`` is not a signer a node can verify with (None when it is): exactly ``{"public_key": PEM}`` or
+    ``{"identity": ..., "oidc_issuer": "https://..."}``, bounded."""
+    if not isinstance(signer, dict):
+        return "must be an object"
+    keys = set(signer)
+    if keys == {"public_key"}:
+        return _public_key_problem(signer["public_key"])
+    if keys == {"identity", "oidc_issuer"}:
+        for k in ("identity", "oidc_issuer"):
+            v = signer[k]
+            if not (isinstance(v, str) and 0 < len(v) <= MAX_IDENTITY and v.isprintable() and v.strip() == v):
+                return f"{k} must be printable text of 1..{MAX_IDENTITY} characters"
+        if not signer["oidc_issuer"].startswith("https://"):
+            return "oidc_issuer must be an https:// URL"
+        return None
+    return "must be {public_key} (a PEM elliptic-curve public key) or {identity, oidc_issuer} (Sigstore)"
+
+
+def _public_key_problem(pem: Any) -> str | None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    if not (isinstance(pem, str) and 0 < len(pem) <= MAX_PEM and pem.isascii()):
+        return f"public_key must be PEM text of at most {MAX_PEM} ASCII characters"
+    try:
+        key = serialization.load_pem_public_key(pem.encode("ascii"))
+    except (ValueError, TypeError):  # not PEM, or not a key cryptography reads
+        return "public_key is not a PEM public key"
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in SIGNER_CURVES:
+        return f"public_key must be an elliptic-curve key on {', '.join(SIGNER_CURVES)} (what model-signing verifies)"
+    return None
 
 
 def canonical_config(config: Any) -> bytes:
@@ -73,6 +116,7 @@ def weights_expected_claim(
     environment: str,
     weights_check: str = "verify",
     skip_reason: str | None = None,
+    signer: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The claim for one plan (see the module docstring). ``unchecked``: a production plan is refused by a node that
     has nothing to compare (a remote uri with no local mapping); a benchmark plan starts, said on the console — the
@@ -92,6 +136,11 @@ def weights_expected_claim(
         out["layout_digest"] = layout_digest
     if weights_check == "skip":
         out["skip_reason"] = (skip_reason or "")[:MAX_REASON]
+    if signer is not None:
+        problem = signer_problem(signer)
+        if problem:
+            raise DomainError("weights_signer", f"weights_signer {problem}", rule="weights_signer")
+        out["signature"] = dict(signer)
     return out
 
 
@@ -119,4 +168,8 @@ def claim_problem(claim: Any) -> str | None:
     reason = claim.get("skip_reason")
     if reason is not None and not (isinstance(reason, str) and len(reason) <= MAX_REASON):
         return f"node_checks.{CLAIM}.skip_reason must be text of at most {MAX_REASON} characters"
+    if "signature" in claim:
+        problem = signer_problem(claim["signature"])
+        if problem:
+            return f"node_checks.{CLAIM}.signature {problem}"
     return None

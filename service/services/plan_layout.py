@@ -141,6 +141,7 @@ def weights_expected(manifest: Manifest, plan: PlanIn) -> dict[str, Any]:
             environment=plan.environment,
             weights_check=plan.weights_check,
             skip_reason=plan.weights_check_reason,
+            signer=plan.weights_signer,
         )
     except DomainError as exc:
         raise Invalid(

@@ -554,8 +554,8 @@ def _audit_created(
 def weights_check_record(plan: PlanIn, actor: str) -> dict[str, Any]:
     """How the plan's nodes check its weights, as stored with the plan: ``{"mode": "verify"}``, or for a plan signed
     with ``weights_check: "skip"`` who asked and why (carried into a reissue of the plan's content)."""
-    if plan.weights_check != "skip":
-        return {"mode": "verify"}
+    if plan.weights_check != "skip":  # the signer the nodes verify model.sig with, when the plan names one
+        return {"mode": "verify", **({"signer": plan.weights_signer} if plan.weights_signer else {})}
     return {"mode": "skip", "reason": plan.weights_check_reason, "requested_by": actor}
 
 
@@ -673,10 +673,12 @@ def content(old: Plan, assignments: list[Assignment], **changes: Any) -> PlanIn:
 
 def _weights_check_of(old: Plan) -> dict[str, Any]:
     """The plan body fields that sign ``old``'s weights check again: a skip stays a skip, with its reason (the new
-    plan's own ``plan.weights_check_skipped`` names who reissued it)."""
+    plan's own ``plan.weights_check_skipped`` names who reissued it), and an expected weights signer stays."""
     wc = old.weights_check if isinstance(old.weights_check, dict) else {}
     if wc.get("mode") == "skip" and isinstance(wc.get("reason"), str) and wc["reason"].strip():
         return {"weights_check": "skip", "weights_check_reason": wc["reason"]}
+    if isinstance(wc.get("signer"), dict):  # a signed-weights plan stays one (re-validated by plan_in)
+        return {"weights_signer": wc["signer"]}
     return {}
 
 

@@ -188,8 +188,12 @@ class FakeProbe:
     def __init__(self, refusal=None, facts=None):
         self.refusal, self.facts_seen, self.checked = refusal, facts or {"gpu_count": 8}, []
 
-    def check(self, claims, *, say):
+    provenance: dict | None = None  # what a weights signature check found (agent/provenance.py)
+
+    def check(self, claims, *, say, found=None):
         self.checked.append(claims["jti"])
+        if self.provenance is not None and found is not None:
+            found["provenance"] = self.provenance
         return self.refusal
 
     def facts(self):
@@ -389,6 +393,18 @@ def test_a_superseded_run_boots_again(node):
     assert argv == ["/opt/vllm/bin/vllm", *ARGV[1:]]  # the node's vllm, the plan's arguments
     assert env == {"HOME": "/root"}  # the agent's own settings never reach vLLM
     assert service.statuses() == ["fetched", "started", "exited"] and node.probe.checked == ["p-1"]
+
+
+def test_the_started_report_carries_the_weights_provenance(node):
+    # what the node checks found of the weights' signature reaches the service (and so the audit) with started
+    token, fresh = signed(node.store, node.clock)
+    node.probe.provenance = {"status": "verified", "message": "/w/model.sig verified", "file": "/w/model.sig"}
+    service = FakeService(served(token, fresh))
+    out = node.boot(service, print_only=False, vllm_path="/opt/vllm/bin/vllm")
+    assert out.code == 0 and service.statuses() == ["fetched", "started", "exited"]
+    started, exited = service.reports[1], service.reports[2]
+    assert started["details"]["provenance"] == node.probe.provenance and started["details"]["pid"] == 1
+    assert "provenance" not in exited["details"]
 
 
 def test_the_nodes_own_variables_win_over_the_plans(node):

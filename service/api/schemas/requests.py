@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ...domain import weights_expect
 from ...domain.jsoncheck import JsonValueError, check_json
 from ...domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, TensorRanks, Workload
 from ...domain.text import display_text, display_text_problem
@@ -439,6 +440,24 @@ class PlanIn(LaunchTarget):
         max_length=1000,
         description="Why the weights are not checked (required with weights_check skip; recorded in the audit).",
     )
+    weights_signer: dict[str, str] | None = Field(
+        default=None,
+        description=(
+            "Who must have signed the weights (OpenSSF model signing, the ``model.sig`` in the weights directory): "
+            '{"public_key": "<PEM EC public key>"} or {"identity": "...", "oidc_issuer": "https://..."} (Sigstore). '
+            "Every node then verifies the signature before vLLM starts; no signature, or one it cannot verify, is "
+            "refused in production (docs/agent.md). Agents older than this field refuse such a plan."
+        ),
+        json_schema_extra={"maxProperties": 2},
+    )
+
+    @field_validator("weights_signer")
+    @classmethod
+    def _signer_known(cls, signer: dict[str, str] | None) -> dict[str, str] | None:
+        problem = None if signer is None else weights_expect.signer_problem(signer)
+        if problem:
+            raise JsonValueError("weights_signer", problem)
+        return signer
 
     @model_validator(mode="after")
     def _skip_has_a_reason(self) -> PlanIn:
@@ -449,6 +468,8 @@ class PlanIn(LaunchTarget):
             )
         if self.weights_check == "verify" and self.weights_check_reason is not None:
             raise JsonValueError("weights_check_reason", 'is read only with "weights_check": "skip"')
+        if self.weights_check == "skip" and self.weights_signer is not None:
+            raise JsonValueError("weights_signer", 'a plan signed with "weights_check": "skip" checks no signature')
         return self
 
     @field_validator("group_env")
