@@ -110,7 +110,10 @@ def test_a_seeded_sample_agrees_with_vllm(tmp_path):
 
 
 def test_a_parallel_size_both_refuse_is_agreement_and_vllms_verdicts_are_kept(tmp_path, monkeypatch):
-    refuse, accept = {"verdict": "reject", "message": "tensor_parallel_size: Input should be >= 1"}, {"verdict": "accept"}
+    refuse, accept = (
+        {"verdict": "reject", "message": "tensor_parallel_size: Input should be >= 1"},
+        {"verdict": "accept"},
+    )
     assert diff.classify(refuse, {"errors": ["input:range:workers"]}) == "agree_reject"
     assert diff.classify(accept, {"errors": ["input:range:workers"]}) == "beyond_config"
     calls = []
