@@ -97,6 +97,9 @@ BEYOND_CONFIG = {
     # the release does not register (vllm 0.13.0 vllm/entrypoints/openai/serving_engine.py:288-301,
     # entrypoints/openai/cli_args.py tool parser check at server start); the harness runs the config code only
     "parser_unknown",
+    # before 0.33 an architecture without LoRA support is refused when the worker builds the model (the LoRA
+    # manager: "<arch> does not support LoRA yet"), not by the config code the harness runs
+    "lora_unsupported_model",
 }
 # Preflight's own loading policy (service/domain/loading.py: what a signed plan may write, read, load as code or carry
 # as a secret), which vLLM does not have: a refusal for it alone beside vLLM's accept is counted apart ("policy"),
@@ -109,7 +112,10 @@ POLICY = {
     "secret_in_engine_args",
     "flag_unjudged",
 }
-SAME_REASON_WHEN_REFUSED = {"input:range:workers"}  # 0.33's ParallelConfig bounds (ge=1) refuse what this refuses
+SAME_REASON_WHEN_REFUSED = {
+    "input:range:workers",
+    "lora_unsupported_model",
+}  # 0.33's ParallelConfig bounds (ge=1) refuse what this refuses
 WORKER_SIZES = {f"engine_args.{n}" for n in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")}
 # Options not drawn: what names other files, hosts or code (the harness has no network and no files but the
 # config.json), and what Preflight refuses by policy rather than by vLLM's rules.

@@ -59,12 +59,10 @@ _MIN = {
     "pipeline_parallel_size": 1,
     "data_parallel_size": 1,
     "decode_context_parallel_size": 1,
-    "nnodes": 1,
     "max_num_seqs": 1,
     "max_num_batched_tokens": 1,
     "block_size": 1,
     "cpu_offload_gb": 0,
-    "node_rank": 0,
     "port": 1,
 }
 _MAX = {

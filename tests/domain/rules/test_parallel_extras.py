@@ -241,3 +241,17 @@ def test_dcp_kv_heads_skips_mla_models():
     req = request("deepseek-ai__DeepSeek-V3", gpu="h200-141gb", count=8, tensor_parallel_size=8,
                   decode_context_parallel_size=8)  # fmt: skip
     assert not errors(req, "dcp_kv_heads")
+
+
+@pytest.mark.parametrize(("args", "field"), [({"nnodes": 0}, "nnodes"), ({"node_rank": -1}, "node_rank")])
+def test_node_count_and_rank_bounds_come_from_the_release(args, field):
+    """vLLM 0.33's ParallelConfig bounds them (nnodes ge=1, node_rank ge=0: vllm/config/parallel.py:323-326, the
+    catalogue's value facts); 0.13's config code takes them on one node, where nothing reads them."""
+    base = dict(count=4, tensor_parallel_size=2, max_model_len=8192, **args)
+    new = request("meta-llama__Meta-Llama-3.1-8B", **base)
+    new["vllm_version"] = "0.33.0"
+    found = [f for f in validate(LaunchRequest.model_validate(new)).errors if f.field == f"engine_args.{field}"]
+    assert [f.rule for f in found] == ["flag_unsupported"], found
+    old = request("meta-llama__Meta-Llama-3.1-8B", **base)
+    old["vllm_version"] = "0.13.0"
+    assert validate(LaunchRequest.model_validate(old)).verdict != "reject"
