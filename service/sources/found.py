@@ -1,0 +1,53 @@
+"""The record every reader produces (see the package docstring)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Where a word came from: the file, and the 1-based line and column of its first character."""
+
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One element of the argv as the process receives it (quotes removed, variables expanded) and where it was
+    written. ``at`` is None for a word the reader made up (``vllm serve`` in front of ``python -m
+    vllm.entrypoints.openai.api_server``'s options, a Helm chart's own flags)."""
+
+    text: str
+    at: Span | None = None
+
+
+@dataclass(slots=True)
+class FoundLaunch:
+    """One launch found in a file.
+
+    ``kind``: command, shell, dockerfile, compose, kubernetes, leaderworkerset, kserve, helm, vllm-config.
+    ``words``: ``vllm serve MODEL --flag value …`` (other entry points rewritten to that form, ``--config FILE``
+    left in place for the parse to merge). ``env``: the variables the process gets (VLLM_*, HF_*), where the file
+    sets them. ``gpu_count`` / ``gpu_product`` / ``nodes``: what the file says about the hardware
+    (``resources.limits["nvidia.com/gpu"]``, a ``nvidia.com/gpu.product`` node selector, a LeaderWorkerSet's
+    size), None when it says nothing. ``problems``: what the reader could not read, each located."""
+
+    kind: str
+    at: Span
+    words: list[Word]
+    env: dict[str, str] = field(default_factory=dict)
+    gpu_count: int | None = None
+    gpu_product: str | None = None
+    nodes: int | None = None
+    name: str | None = None  # the container / service / release name, for the report
+    problems: list[tuple[Span, str]] = field(default_factory=list)
+
+    @property
+    def argv(self) -> list[str]:
+        return [w.text for w in self.words]
