@@ -115,12 +115,14 @@ class _Hub:
     asked for, at most ``timeout`` seconds per file in all (a server that drips bytes is cut off too), no redirect
     from https to http; the token is not sent to another origin (httpx drops it on a cross-origin redirect)."""
 
-    def __init__(self, repo_id: str, revision: str | None, token: str | bool | None, timeout: float):
+    def __init__(
+        self, repo_id: str, revision: str | None, token: str | bool | None, timeout: float, endpoint: str | None = None
+    ):
         from huggingface_hub import constants, hf_hub_url
         from huggingface_hub.utils import build_hf_headers, get_session
 
         self.repo_id, self.revision, self.timeout = repo_id, revision, timeout
-        self.endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
         self.url = lambda name: hf_hub_url(repo_id, name, revision=self.revision, endpoint=self.endpoint)
         self.headers = {**build_hf_headers(token=token), "Accept-Encoding": "identity"}  # sizes as stored
         self.session = get_session()
@@ -160,7 +162,8 @@ class _Hub:
                 "GET", self.url(name), headers=headers, timeout=self.timeout, follow_redirects=True
             ) as r:
                 self._check_chain(r, where)
-                if r.status_code == 404:
+                # a missing file; a missing repository or revision is named by hf_raise_for_status below
+                if r.status_code == 404 and r.headers.get("x-error-code", "EntryNotFound") == "EntryNotFound":
                     return None
                 hf_raise_for_status(r)
                 if r.status_code not in (200, 206):
@@ -183,7 +186,7 @@ class _Hub:
         except TensorsError:
             raise
         except HfHubHTTPError as exc:
-            raise TensorsError(where, str(exc).splitlines()[0][:200]) from None
+            raise TensorsError(where, _http_problem(exc, self.endpoint)) from None
         except Exception as exc:  # httpx's transport errors, the offline switch: named, not a traceback
             if exc.__class__.__name__.endswith("Timeout"):  # httpx's per-read timeout: the same as the deadline's
                 raise TensorsError(where, self._late()) from None
@@ -230,6 +233,22 @@ class _Hub:
                 more = self.get(name, len(data), 8 + n - 1)
                 data += more[0] if more else b""
         return parse_header(data, name, file_size=size), size
+
+
+def _http_problem(exc, endpoint: str) -> str:
+    """An error answer of the Hub as a sentence: the HTTP status and what huggingface_hub made of it (its
+    X-Error-Code: utils/_http.py ``hf_raise_for_status``), with what to do about it."""
+    from huggingface_hub.errors import DisabledRepoError, GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    kinds = [
+        (GatedRepoError, "a gated repository: accept its terms on the Hub and set HF_TOKEN"),
+        (RepositoryNotFoundError, "no such repository, or a private one (set HF_TOKEN)"),
+        (RevisionNotFoundError, "no such revision"),
+        (DisabledRepoError, "the repository is disabled"),
+    ]
+    kind = next((why for cls, why in kinds if isinstance(exc, cls)), str(exc).splitlines()[0][:200])
+    return f"HTTP {status} from {endpoint}: {kind}"
 
 
 def inventory_record(inventory: Inventory) -> dict:

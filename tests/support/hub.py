@@ -16,7 +16,10 @@ COMMIT = "c0ffee" + "0" * 34  # what ``main`` resolves to
 
 
 class Hub(http.server.BaseHTTPRequestHandler):
+    repo: str = REPO  # the repository it serves
     files: dict[str, bytes] = {}
+    # repository -> (HTTP status, X-Error-Code) the Hub answers for it: (401, "GatedRepo"), (404, "RepoNotFound")
+    refused: dict[str, tuple[int, str]] = {}
     ranges: list[tuple[str, str | None]] = []
     requested: list[str] = []  # the paths asked for, in order
     commit: str | None = COMMIT
@@ -33,12 +36,12 @@ class Hub(http.server.BaseHTTPRequestHandler):
         how = self.hostile.get(name)
         if how and self._hostile(how):
             return
-        data = self.files.get(name) if m and m.group(1) == REPO and m.group(2) in self.revisions else None
+        if m and m.group(1) in self.refused:
+            self._error(*self.refused[m.group(1)])
+            return
+        data = self.files.get(name) if m and m.group(1) == self.repo and m.group(2) in self.revisions else None
         if data is None:
-            self.send_response(404)
-            self.send_header("X-Error-Code", "EntryNotFound")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self._error(404, "EntryNotFound")
             return
         r = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
         first, last = (int(r.group(1)), min(int(r.group(2)), len(data) - 1)) if r else (0, len(data) - 1)
@@ -50,6 +53,12 @@ class Hub(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(last - first + 1))
         self.end_headers()
         self.wfile.write(data[first : last + 1])
+
+    def _error(self, status: int, code: str) -> None:
+        self.send_response(status)
+        self.send_header("X-Error-Code", code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def _hostile(self, how: str) -> bool:
         if how == "slow":
@@ -94,6 +103,7 @@ def serve(files: dict[str, bytes]) -> Iterator[tuple[type[Hub], str]]:
         ranges = []
         requested = []
         hostile = {}
+        refused = {}
 
     Handler.files = dict(files)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
