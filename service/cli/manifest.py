@@ -128,8 +128,8 @@ def manifest_push(
             body, commit = _hub_body(hub, revision, hub_timeout)
         elif directory is not None:
             body = _directory_body(directory, hash_shards)
-    except ImportError as exc:  # the base install has no huggingface_hub
-        typer.echo(f"preflight: --hub needs huggingface_hub (pip install 'preflight[hub]'): {exc}", err=True)
+    except ImportError as exc:  # an install without its dependencies (pip --no-deps)
+        typer.echo(f"preflight: --hub needs huggingface_hub (pip install huggingface_hub): {exc}", err=True)
         raise typer.Exit(2)
     except (OSError, ValueError, RecursionError, WeightsError) as exc:
         typer.echo(f"preflight: {exc}", err=True)
