@@ -331,7 +331,7 @@ def json_lines(reports: list[Report], echo: Callable[[str], None]) -> None:
 
 
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
-SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
 
 def sarif(reports: list[Report]) -> dict[str, Any]:
