@@ -39,6 +39,15 @@ def request_file(directory: pathlib.Path, i: int, root: pathlib.Path) -> pathlib
     return path
 
 
+def script_file(directory: pathlib.Path, root: pathlib.Path) -> pathlib.Path:
+    """The same launch as a shell script (the deploy-file path: the shell reader and the argv parse)."""
+    model = root / "tests" / "fixtures" / "models" / FIXTURE
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in ENGINE_ARGS.items())
+    path = directory / "serve.sh"
+    path.write_text(f'#!/bin/sh\nMODEL="{model}"\nexec vllm serve "$MODEL" \\\n  {flags}\n')
+    return path
+
+
 def cpu_of(argv: list[str], cwd: pathlib.Path) -> float:
     """User + system CPU seconds of one run of ``argv`` (its exit status is not judged: a warn exits 0, a reject 1)."""
     # the warm-up run writes the .pyc files a user's second run reads, even where PYTHONDONTWRITEBYTECODE is set
@@ -70,6 +79,11 @@ def main(argv: list[str] | None = None) -> dict:
             "python -c pass": median_cpu([args.python, "-c", "pass"], cwd, args.runs),
             "check, 1 file": median_cpu([*check, files[0]], cwd, args.runs),
             "check, 50 files": median_cpu([*check, *files], cwd, max(3, args.runs // 3)),
+            "check, 1 shell script": median_cpu(
+                [*check, "--gpu", "h100-sxm-80gb", "--gpus", "8", str(script_file(pathlib.Path(tmp), cwd))],
+                cwd,
+                args.runs,
+            ),
         }
     print(f"preflight check, CPU per process (median) — {machine()}; {cwd}")
     print(table(["command", "CPU s"], [[k, v] for k, v in figures.items()]))

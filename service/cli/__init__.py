@@ -64,14 +64,14 @@ def _say_unreachable(e: Exception) -> None:
     )
 
 
-def _plain_check(files, as_json: bool) -> int:
-    """``check_files`` with the command line's handling of a reader that went away (``| head``): exit 1, quietly."""
+def _plain_check(opts) -> int:
+    """``run_check`` with the command line's handling of a reader that went away (``| head``): exit 1, quietly."""
     import os
 
-    from .check_files import check_files
+    from .check_files import run_check
 
     try:
-        code = check_files(files, as_json)
+        code = run_check(opts)
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
@@ -87,7 +87,7 @@ def main() -> None:
 
         plain = plain_arguments(sys.argv[2:])
         if plain is not None:
-            sys.exit(_plain_check(*plain))
+            sys.exit(_plain_check(plain))
     from .root import app
 
     try:

@@ -1,15 +1,40 @@
-"""``preflight check``: launch-request files validated offline (the work is check_files.py's)."""
-
-import pathlib
+"""``preflight check``: launches validated offline — launch-request JSON files, deploy files (shell scripts,
+Dockerfiles, vLLM config YAML, compose / Kubernetes / Helm YAML) and a command after ``--`` (the work is
+check_files.py's and check_sources.py's; the options are parsed there, the same with or without Typer)."""
 
 import typer
 
-from .check_files import check_files
+from .check_files import run_check
+from .check_sources import USAGE, UsageError, parse_options
 
 
-def check(
-    files: list[pathlib.Path] = typer.Argument(..., help="Launch-request JSON files."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per file, one per line."),
-) -> None:
-    """Validate launch-request files offline. Exit 0: nothing rejected; 1: a launch is rejected; 2: bad input."""
-    raise typer.Exit(check_files(files, as_json, typer.echo))
+def check(ctx: typer.Context) -> None:
+    """Validate launches offline: launch-request .json files, shell scripts, Dockerfiles, vLLM config YAML,
+    compose / Kubernetes / Helm YAML, or a command after --.
+
+    Options: --gpu ID|"nvidia-smi name", --gpus N, --nodes M, --vllm-version V, --models NAME=DIR (repeatable),
+    --environment production|benchmark, --format human|json|sarif|github (--json: json), --strict (warnings fail).
+
+    Exit 0: nothing refused; 1: a launch is refused (or warned, with --strict); 2: bad usage or input."""
+    try:
+        opts = parse_options(_with_separator(list(ctx.args)))
+    except UsageError as e:
+        typer.echo(f"{USAGE}\nError: {e}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(run_check(opts, typer.echo))
+
+
+def _with_separator(args: list[str]) -> list[str]:
+    """Click keeps the words after ``--`` but drops the ``--`` itself: put it back before the command's first word
+    (``vllm`` / ``python…`` that is no file here). ``preflight check`` itself parses without Click (check_files)."""
+    import os
+    import re
+
+    if "--" in args:
+        return args
+    for k, a in enumerate(args):
+        if (os.path.basename(a) == "vllm" or re.fullmatch(r"python(\d(\.\d+)?)?", os.path.basename(a))) and not (
+            os.path.exists(a)
+        ):
+            return [*args[:k], "--", *args[k:]]
+    return args

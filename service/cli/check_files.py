@@ -131,10 +131,83 @@ def check_files(files: list[pathlib.Path], as_json: bool, echo: Callable[[str], 
     return 2 if bad else 1 if rejected else 0
 
 
-def plain_arguments(args: list[str]) -> tuple[list[pathlib.Path], bool] | None:
-    """(files, --json) when ``args`` (what follows ``check``) are file names and at most ``--json``; None for
-    anything else (an option, ``--help``, ``-`` or ``--``, no file): the command line parses those."""
-    files = [a for a in args if a != "--json"]
-    if not files or any(a.startswith("-") for a in files):
+def _request_report(path: pathlib.Path, strict: bool):
+    """A launch-request file as a located report (SARIF / GitHub formats): its findings at the file's start."""
+    from pydantic import ValidationError
+
+    from ..domain.errors import DomainError
+    from ..domain.request import LaunchRequest
+    from ..domain.validate import validate
+    from ..sources.found import Span
+    from .check_sources import Located, Report
+
+    at = Span(str(path), 1, 1)
+    try:
+        result = validate(LaunchRequest.model_validate(load_request_file(path)))
+    except (OSError, ValueError, ValidationError, DomainError, RecursionError) as exc:
+        if isinstance(exc, RecursionError):
+            exc = ValueError("the file's JSON is nested too deeply")
+        errors = _input_errors(exc)
+        return Report(
+            at, "request", "invalid", [Located(at, "error", e.get("rule") or "invalid", e["message"]) for e in errors]
+        )
+    r = result.as_dict()
+    found = [Located(at, f["severity"], f["rule"], f["message"]) for f in r["findings"]]
+    return Report(at, "request", r["verdict"], found, None, r)
+
+
+def run_check(opts, echo: Callable[[str], None] = print) -> int:
+    """``preflight check`` with its options (check_sources.Options): launch-request JSON files as before, deploy
+    files and a ``--`` command through the source readers; the exit status of the worst."""
+    from .check_sources import Options, check_sources, emit, exit_status
+
+    legacy = opts.format in ("human", "json")
+    codes: list[int] = []
+    reports = []
+    for path in opts.files:
+        if path.suffix == ".json":
+            if legacy:
+                code = check_files([path], opts.format == "json", echo)
+                if code == 0 and opts.strict and _warned(path):
+                    code = 1
+                codes.append(code)
+            else:
+                reports.append(_request_report(path, opts.strict))
+            continue
+        found = check_sources(Options(files=[path], **_resolving(opts)))
+        if legacy:
+            emit(found, opts.format, echo)
+            codes.append(exit_status(found, opts.strict))
+        else:
+            reports += found
+    if opts.command is not None:
+        found = check_sources(Options(command=opts.command, **_resolving(opts)))
+        if legacy:
+            emit(found, opts.format, echo)
+            codes.append(exit_status(found, opts.strict))
+        else:
+            reports += found
+    if not legacy:
+        emit(reports, opts.format, echo)
+        codes.append(exit_status(reports, opts.strict))
+    return 2 if 2 in codes else 1 if 1 in codes else 0
+
+
+def _resolving(opts) -> dict:
+    return {k: getattr(opts, k) for k in ("gpu", "gpus", "nodes", "vllm_version", "models", "environment", "strict")}
+
+
+def _warned(path: pathlib.Path) -> bool:
+    """--strict over a request file: whether it warned (checked again: the report is already printed)."""
+    return _request_report(path, True).verdict == "warn"
+
+
+def plain_arguments(args: list[str]):
+    """check's options (check_sources.Options) when ``args`` (what follows ``check``) parse; None for anything
+    else (``--help``, a usage error): the command line handles those."""
+    from .check_sources import UsageError, parse_options
+
+    try:
+        return parse_options(args)
+    except UsageError:
         return None
-    return [pathlib.Path(a) for a in files], "--json" in args

@@ -32,11 +32,13 @@ class FoundLaunch:
     """One launch found in a file.
 
     ``kind``: command, shell, dockerfile, compose, kubernetes, leaderworkerset, kserve, helm, vllm-config.
-    ``words``: ``vllm serve MODEL --flag value …`` (other entry points rewritten to that form, ``--config FILE``
-    left in place for the parse to merge). ``env``: the variables the process gets (VLLM_*, HF_*), where the file
+    ``words``: ``vllm serve MODEL --flag value …`` or ``python3 -m vllm.entrypoints.openai.api_server …`` (both
+    read by service/domain/launch_argv.py, which knows how each entry point reads its arguments; a reader may also
+    rewrite other entry points to ``vllm serve``), ``--config FILE`` left in place for the parse to merge). ``env``: the variables the process gets (VLLM_*, HF_*), where the file
     sets them. ``gpu_count`` / ``gpu_product`` / ``nodes``: what the file says about the hardware
     (``resources.limits["nvidia.com/gpu"]``, a ``nvidia.com/gpu.product`` node selector, a LeaderWorkerSet's
-    size), None when it says nothing. ``problems``: what the reader could not read, each located."""
+    size), None when it says nothing. ``problems``: what the reader could not read, each located (an error);
+    ``notes``: what it read but cannot check (``"$@"``), each located (a warning)."""
 
     kind: str
     at: Span
@@ -47,6 +49,7 @@ class FoundLaunch:
     nodes: int | None = None
     name: str | None = None  # the container / service / release name, for the report
     problems: list[tuple[Span, str]] = field(default_factory=list)
+    notes: list[tuple[Span, str]] = field(default_factory=list)
 
     @property
     def argv(self) -> list[str]:

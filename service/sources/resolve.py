@@ -58,6 +58,9 @@ def _show(ref: str) -> str:
 # -- the model ---------------------------------------------------------------------------------------------------
 
 
+MAX_URI = 2048  # ModelSpec.uri's bound
+
+
 def resolve_model(
     ref: str,
     *,
@@ -65,7 +68,7 @@ def resolve_model(
     models: Mapping[str, pathlib.Path] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> dict:
-    """The launch request's ``model`` for the MODEL word ``ref`` of a launch (``{"name", "config",
+    """The launch request's ``model`` for the MODEL word ``ref`` of a launch (``{"name", "uri", "config",
     "quantization_txt"?, "hf_quant_config"?, "weights_bytes"?, "preprocessor_config"?}``): from ``models`` (the
     CLI's ``--models NAME=DIR``), a local directory, the Hugging Face cache, then the Hub, at ``revision``
     (``--revision``; default main) for the last two. ``env``: HF_HUB_CACHE, HF_HOME, HF_HUB_OFFLINE, HF_ENDPOINT,
@@ -80,7 +83,9 @@ def resolve_model(
     if found is None:
         repo_id = _repo_id(ref, tried)
         found = _from_cache(repo_id, revision, env, tried) or _from_hub(repo_id, revision, env, tried)
-    return {"name": name, **found}
+    # uri: the MODEL word itself, which the rendered command loads (a request file naming the same uri signs the
+    # same command)
+    return {"name": name, **({"uri": ref} if len(ref) <= MAX_URI else {}), **found}
 
 
 def _check_ref(ref: object) -> None:

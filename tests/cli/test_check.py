@@ -222,8 +222,9 @@ def test_the_plain_check_runs_without_the_command_line_and_says_the_same(tmp_pat
         )
         typed = runner.invoke(app, ["check", *args])
         assert (plain.returncode, plain.stdout) == (typed.exit_code, typed.stdout), args
-    assert plain_arguments(["a.json", "--json"]) == ([pathlib.Path("a.json")], True)
-    for other in ([], ["--json"], ["--help"], ["-"], ["--", "a.json"], ["a.json", "--jsn"]):
+    opts = plain_arguments(["a.json", "--json"])
+    assert opts is not None and (opts.files, opts.format) == ([pathlib.Path("a.json")], "json")
+    for other in ([], ["--json"], ["--help"], ["-"], ["--"], ["a.json", "--jsn"]):
         assert plain_arguments(other) is None, other
 
 

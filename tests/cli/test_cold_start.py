@@ -61,11 +61,12 @@ def test_check_reads_one_catalogue_line_and_loads_neither_httpx_nor_the_service(
     assert (got["lines_read"], got["all_lines_read"]) == (1, 0)
 
 
-def test_check_through_the_command_line_loads_neither_httpx_nor_the_service(tmp_path):
-    """The same check when Typer parses it (``--`` before the files is not the plain form)."""
-    got = loaded("check", "--json", "--", str(request_file(tmp_path)))
-    assert got["code"] in (0, 1) and "typer" in roots(got["modules"])
-    assert roots(got["modules"]).isdisjoint(SERVICE_STACK + ("httpx", "joserfc", "cryptography"))
+def test_check_of_a_command_line_loads_neither_httpx_nor_the_service(tmp_path):
+    """``preflight check -- vllm serve …``: the argv read, the model directory resolved, nothing more loaded."""
+    model = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "models" / "meta-llama__Meta-Llama-3.1-8B"
+    got = loaded("check", "--json", "--gpu", "h100-sxm-80gb", "--gpus", "1", "--", "vllm", "serve", str(model))
+    assert got["code"] in (0, 1)
+    assert roots(got["modules"]).isdisjoint(SERVICE_STACK + ("httpx", "joserfc", "cryptography", "typer", "yaml"))
     assert (got["lines_read"], got["all_lines_read"]) == (1, 0)
 
 

@@ -1,0 +1,138 @@
+"""``read_launches(path)``: a deploy file's launches, by the file's kind.
+
+Dispatch: ``READERS`` is a list of (claims(path, text), read(path, text)) pairs tried in order; the first that
+claims the file reads it. The YAML kinds live in their own modules, imported only for a YAML file: each of
+``PLUGINS`` (service/sources/kube.py, compose.py, helm.py, kserve.py) defines ``claims(path, text) -> bool`` and
+``read(path, text) -> list[FoundLaunch]``; a module that is absent is skipped. vLLM's own config YAML is the last
+YAML kind tried."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+from collections.abc import Callable
+
+from .found import FoundLaunch, Span
+
+MAX_SOURCE_BYTES = 1 << 20  # a deploy file larger than 1 MiB is not one; bounded work whatever the path holds
+YAML_SUFFIXES = (".yaml", ".yml")
+SHELL_SUFFIXES = (".sh", ".bash")
+PLUGINS = ("service.sources.kube", "service.sources.compose", "service.sources.helm", "service.sources.kserve")
+
+Claims = Callable[[pathlib.Path, str], bool]
+Reader = Callable[[pathlib.Path, str], list[FoundLaunch]]
+
+
+class SourceError(ValueError):
+    """A file that cannot be read as a launch, located (the whole file: line 1, column 1)."""
+
+    def __init__(self, reason: str, at: Span) -> None:
+        super().__init__(f"{at}: {reason}")
+        self.reason = reason
+        self.at = at
+
+
+def read_source_text(path: pathlib.Path, limit: int = MAX_SOURCE_BYTES) -> str:
+    """A deploy file's text: at most ``limit`` bytes, UTF-8, no NUL (a binary file is refused, naming the file)."""
+    at = Span(str(path), 1, 1)
+    try:
+        with path.open("rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as e:
+        raise SourceError(f"cannot be read: {e.strerror or e}", at) from None
+    if len(raw) > limit:
+        raise SourceError(f"is larger than {limit} bytes: not a deploy file", at)
+    if b"\x00" in raw:
+        raise SourceError("is a binary file (it holds NUL bytes)", at)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SourceError(f"is not UTF-8 text (byte {e.start})", at) from None
+
+
+def is_dockerfile(path: pathlib.Path, _text: str = "") -> bool:
+    name = path.name
+    return (
+        name in ("Dockerfile", "Containerfile")
+        or name.startswith(("Dockerfile.", "Containerfile."))
+        or (name.endswith((".dockerfile", ".Dockerfile")))
+    )
+
+
+def is_shell(path: pathlib.Path, text: str) -> bool:
+    if path.suffix in SHELL_SUFFIXES:
+        return True
+    first = text.split("\n", 1)[0]
+    return first.startswith("#!") and any(s in first for s in ("sh", "bash"))
+
+
+def is_yaml(path: pathlib.Path, _text: str = "") -> bool:
+    return path.suffix in YAML_SUFFIXES
+
+
+def _read_dockerfile(path: pathlib.Path, text: str) -> list[FoundLaunch]:
+    from .dockerfile import DockerfileError, read_dockerfile
+
+    try:
+        return read_dockerfile(text, str(path))
+    except DockerfileError as e:
+        raise SourceError(e.reason, e.at) from None
+
+
+def _read_shell(path: pathlib.Path, text: str) -> list[FoundLaunch]:
+    from .shell import ShellReadError, read_script
+
+    try:
+        return read_script(text, str(path))
+    except ShellReadError as e:
+        raise SourceError(e.reason, e.at) from None
+
+
+def _read_yaml(path: pathlib.Path, text: str) -> list[FoundLaunch]:
+    for name in PLUGINS:
+        try:
+            plugin = importlib.import_module(name)
+        except ImportError:
+            continue
+        if plugin.claims(path, text):
+            found: list[FoundLaunch] = plugin.read(path, text)
+            return found
+    return _read_vllm_config(path, text)
+
+
+def _read_vllm_config(path: pathlib.Path, text: str) -> list[FoundLaunch]:
+    import yaml
+
+    from ..domain.versions import newest_line
+    from .vllm_config import looks_like_vllm_config, read_vllm_config
+
+    try:
+        data = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as e:
+        mark = getattr(e, "problem_mark", None)
+        at = Span(str(path), mark.line + 1, mark.column + 1) if mark else Span(str(path), 1, 1)
+        raise SourceError(f"is not YAML: {getattr(e, 'problem', None) or e}", at) from None
+    if not looks_like_vllm_config(data, set(newest_line().options)):
+        return []
+    return [read_vllm_config(text, str(path), str(path))]
+
+
+READERS: list[tuple[Claims, Reader]] = [
+    (is_dockerfile, _read_dockerfile),
+    (is_yaml, _read_yaml),
+    (is_shell, _read_shell),
+]
+
+
+def read_launches(path: pathlib.Path) -> list[FoundLaunch]:
+    """The launches ``path`` holds (none: a file of a known kind that starts no vLLM server). Raises SourceError for
+    a file it cannot read, or of no kind it knows."""
+    text = read_source_text(path)
+    for claims, read in READERS:
+        if claims(path, text):
+            return read(path, text)
+    raise SourceError(
+        "is of no kind preflight check reads (a launch-request .json, a shell script, a Dockerfile, vLLM config "
+        "YAML, compose / Kubernetes / Helm YAML)",
+        Span(str(path), 1, 1),
+    )

@@ -1,0 +1,179 @@
+"""``preflight check`` over launches where they live (service/cli/check_sources.py, service/sources/): one launch
+given as a request, a command line, a shell script, a Dockerfile and a vLLM config gives one verdict and one
+command; findings are placed at the word they concern; hostile files are refused naming the file."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shlex
+
+import pytest
+
+from service.cli.check_files import run_check
+from service.cli.check_sources import parse_options
+from tests.support import MODELS, model_config
+
+DEPLOY = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "deploy"
+SCHEMA = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "sarif" / "sarif-schema-2.1.0.json"
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+MODELS_OPT = ["--models", f"{LLAMA}={MODELS / 'meta-llama__Llama-3.1-8B-Instruct'}"]
+HW = ["--gpu", "NVIDIA H100 80GB HBM3", "--gpus", "2"]
+
+
+def check(*args: str) -> tuple[int, list[str]]:
+    out: list[str] = []
+    code = run_check(parse_options([*HW, *MODELS_OPT, *args]), out.append)
+    return code, out
+
+
+def json_reports(*args: str) -> tuple[int, list[dict]]:
+    code, out = check("--format", "json", *args)
+    return code, [json.loads(line) for line in out]
+
+
+def test_one_launch_in_every_form_gives_one_verdict_and_one_command(tmp_path):
+    request = {
+        "model": {"name": LLAMA, "uri": LLAMA, "config": model_config("meta-llama__Llama-3.1-8B-Instruct")},
+        "hardware": {"gpu": "h100-sxm-80gb", "count": 2, "nodes": 1},
+        "environment": "production",
+        "engine_args": {
+            "tensor_parallel_size": 2,
+            "max_model_len": 8192,
+            "gpu_memory_utilization": 0.85,
+            "port": 8000,
+        },
+    }
+    req = tmp_path / "launch.json"
+    req.write_text(json.dumps(request))
+    code, out = check("--json", str(req))
+    expected = json.loads(out[0])
+    assert code in (0, 1) and expected["command"].startswith(f"vllm serve {LLAMA} --tensor-parallel-size 2")
+    argv = shlex.split((DEPLOY / "cmd-llama.txt").read_text())
+    for source in (
+        ["--", *argv],
+        [str(DEPLOY / "sh-serve-llama.sh")],
+        [str(DEPLOY / "docker-vllm-openai.Dockerfile")],
+        [str(DEPLOY / "vllm-config-llama.yaml")],
+    ):
+        got_code, reports = json_reports(*source)
+        assert len(reports) == 1, source
+        got = reports[0]
+        assert (got_code, got["verdict"], got["argv"]) == (code, expected["verdict"], expected["argv"]), source
+        # the script and the image also set VLLM_LOGGING_LEVEL=INFO, which the command carries in front
+        assert got["command"].endswith(expected["command"]), source
+        assert [f["rule"] for f in got["findings"]] == [f["rule"] for f in expected["findings"]], source
+
+
+def test_findings_are_placed_at_the_word(tmp_path):
+    code, reports = json_reports(str(DEPLOY / "sh-bad-tp.sh"))
+    assert code == 1
+    (r,) = reports
+    assert (r["kind"], r["line"], r["col"], r["verdict"]) == ("shell", 5, 1, "reject")
+    tp = [f for f in r["findings"] if f["rule"] == "tp_heads_divisible"]
+    # --tensor-parallel-size is on line 7, column 3 of the script (its value comes from $TP, set on line 4)
+    assert (tp[0]["file"], tp[0]["line"], tp[0]["col"]) == (str(DEPLOY / "sh-bad-tp.sh"), 7, 3)
+
+
+def test_human_lines_are_path_line_col():
+    code, out = check(str(DEPLOY / "sh-bad-tp.sh"))
+    path = DEPLOY / "sh-bad-tp.sh"
+    assert code == 1 and out[0] == f"== {path}:5:1 (shell): REJECT"
+    assert any(line.startswith(f"{path}:7:3: error tp_heads_divisible: ") for line in out)
+
+
+def test_config_values_are_placed_at_their_yaml_key(tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(f"model: {LLAMA}\nmax-model-len: 8192\ntensor-parallel-size: 3\n")
+    code, reports = json_reports(str(cfg))
+    tp = next(f for f in reports[0]["findings"] if f["rule"] == "tp_heads_divisible")
+    assert code == 1 and (tp["line"], tp["col"]) == (3, 1)
+
+
+def test_script_referencing_a_config_file(tmp_path):
+    (tmp_path / "serve.yaml").write_text("max-model-len: 8192\ntensor-parallel-size: 3\n")
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/sh\nvllm serve {LLAMA} --config serve.yaml\n")
+    code, reports = json_reports(str(script))
+    tp = next(f for f in reports[0]["findings"] if f["rule"] == "tp_heads_divisible")
+    assert code == 1 and (tp["file"], tp["line"], tp["col"]) == (str(tmp_path / "serve.yaml"), 2, 1)
+
+
+def test_an_unset_variable_is_a_located_problem_not_a_guess(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\nexec vllm serve $MODEL_PATH --max-model-len 8192\n")
+    code, reports = json_reports(str(script))
+    (f,) = reports[0]["findings"]
+    assert code == 2 and reports[0]["verdict"] == "invalid"
+    assert (f["rule"], f["line"], f["col"]) == ("source_unreadable", 2, 17)
+    assert "$MODEL_PATH is not set in the script" in f["message"]
+
+
+def test_an_argv_vllm_refuses_is_placed_at_the_word():
+    code, reports = json_reports("--", "vllm", "serve", LLAMA, "--max-modle-len", "8192")
+    (f,) = reports[0]["findings"]
+    assert code == 2 and (f["file"], f["line"], f["col"]) == ("<command-line>", 1, len(f"vllm serve {LLAMA} ") + 1)
+    assert "did you mean --max-model-len" in f["message"]
+
+
+def test_unresolvable_model_and_gpu_exit_2():
+    code, out = run_check_plain(["--gpu", "h100-sxm-80gb", "--gpus", "1", "--", "vllm", "serve", "org/missing"])
+    assert code == 2 and "model_unresolved" in out[1] and "org/missing" in out[1]
+    code, out = run_check_plain([*MODELS_OPT, "--", "vllm", "serve", LLAMA])
+    assert code == 2 and "hardware_unresolved" in out[1] and "--gpu" in out[1]
+
+
+def run_check_plain(args: list[str]) -> tuple[int, list[str]]:
+    out: list[str] = []
+    return run_check(parse_options(args), out.append), out
+
+
+def test_sarif_validates_against_the_sarif_2_1_0_schema():
+    import jsonschema_rs
+
+    code, out = check("--format", "sarif", str(DEPLOY / "sh-bad-tp.sh"), "--", "vllm", "serve", LLAMA, "-tp", "3")
+    doc = json.loads("\n".join(out))
+    jsonschema_rs.validate(json.loads(SCHEMA.read_text()), doc)
+    results = doc["runs"][0]["results"]
+    placed = [r for r in results if r["ruleId"] == "tp_heads_divisible" and "locations" in r]
+    assert placed[0]["locations"][0]["physicalLocation"]["region"] == {"startLine": 7, "startColumn": 3}
+    assert code == 1 and any("locations" not in r for r in results)  # the command line has no file
+
+
+def test_github_annotations_escape_as_github_documents():
+    code, out = check("--format", "github", str(DEPLOY / "sh-bad-tp.sh"))
+    path = DEPLOY / "sh-bad-tp.sh"
+    line = next(x for x in out if "title=tp_kv_heads" in x)
+    assert line.startswith(f"::error file={path},line=7,col=3,title=tp_kv_heads::")
+    assert "%25" in line and "\n" not in line  # "8 % 3 = 2" with its % escaped
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("binary.sh", b"#!/bin/sh\n\x00\x01\x02" * 100, "binary file"),
+        ("huge.sh", b"#" * (10 * 2**20), "larger than"),
+        ("latin1.sh", b"#!/bin/sh\nvllm serve caf\xe9\n", "not UTF-8"),
+        ("deep.sh", b'vllm serve "' + b"$(" * 200_000, "never closed"),
+        ("nested.sh", b"vllm serve " + b"${A:-" * 5_000 + b"x" + b"}" * 5_000, "nested deeper"),
+        ("words.sh", b"vllm serve ${A:-" + b"x " * 5_000 + b"}", "more than 4096"),
+        ("unknown.txt", b"hello\n", "no kind"),
+    ],
+)
+def test_hostile_files_are_refused_naming_the_file(tmp_path, name, content, reason):
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, out = run_check_plain([*HW, str(path)])
+    assert code == 2 and str(path) in out[1] and reason in out[1]
+
+
+def test_plain_command_line_runs_the_same(tmp_path):
+    import subprocess
+    import sys
+
+    args = [*HW, *MODELS_OPT, "--format", "json", str(DEPLOY / "sh-bad-tp.sh")]
+    plain = subprocess.run(
+        [sys.executable, "-m", "service.cli", "check", *args], capture_output=True, text=True, timeout=120
+    )
+    code, out = check("--format", "json", str(DEPLOY / "sh-bad-tp.sh"))
+    assert (plain.returncode, plain.stdout.splitlines()) == (code, out)

@@ -1,0 +1,82 @@
+"""The shell-script and Dockerfile readers (service/sources/shell.py, dockerfile.py): the argv each launch gets and
+the line and column of every word."""
+
+from __future__ import annotations
+
+import pathlib
+
+from service.sources.dockerfile import read_dockerfile
+from service.sources.read import read_launches
+from service.sources.shell import read_script
+
+DEPLOY = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "deploy"
+
+
+def placed(fl):
+    return [(w.text, (w.at.line, w.at.col) if w.at else None) for w in fl.words]
+
+
+def test_script_expansion_continuations_and_env():
+    (fl,) = read_launches(DEPLOY / "sh-serve-llama.sh")
+    assert fl.kind == "shell" and (fl.at.line, fl.at.col) == (14, 1)
+    assert placed(fl) == [
+        ("vllm", (14, 6)),
+        ("serve", (14, 11)),
+        ("meta-llama/Llama-3.1-8B-Instruct", (14, 17)),
+        ("--tensor-parallel-size", (15, 5)),
+        ("2", (15, 28)),
+        ("--max-model-len", (16, 5)),
+        ("8192", (16, 21)),
+        ("--gpu-memory-utilization", (17, 5)),
+        ("0.85", (17, 30)),
+        ("--port", (18, 5)),
+        ("8000", (18, 12)),
+    ]
+    assert fl.env == {"VLLM_LOGGING_LEVEL": "INFO"} and fl.problems == []
+
+
+def test_several_launches_prefixes_and_field_splitting():
+    text = (
+        'ARGS="--max-num-seqs 64 --enforce-eager"\n'
+        "VLLM_USE_DEEP_GEMM=1 nohup vllm serve org/a $ARGS > a.log 2>&1 &\n"
+        "env VLLM_PORT=1 python3 -m vllm.entrypoints.openai.api_server --model org/b\n"
+        "sh -c 'vllm serve org/c -tp 2'\n"
+        'vllm serve org/d "$@"\n'
+    )
+    a, b, c, d = read_script(text, "run.sh")
+    assert a.argv == ["vllm", "serve", "org/a", "--max-num-seqs", "64", "--enforce-eager"]
+    assert [w.at.col for w in a.words[3:]] == [45, 45, 45]  # split words are placed at $ARGS
+    assert a.env == {"VLLM_USE_DEEP_GEMM": "1"}
+    assert b.argv == ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "org/b"]
+    assert c.argv == ["vllm", "serve", "org/c", "-tp", "2"] and (c.words[2].at.line, c.words[2].at.col) == (4, 19)
+    assert d.argv == ["vllm", "serve", "org/d"] and d.notes[0][0].col == 19
+
+
+def test_unknowable_words_are_problems():
+    (fl,) = read_script("M=$(cat model)\nvllm serve $M --port $1\n", "run.sh")
+    assert [(at.line, at.col, text.split(" ")[0]) for at, text in fl.problems] == [(2, 12, "$M"), (2, 22, "$1")]
+
+
+def test_dockerfile_exec_form_on_the_vllm_image():
+    (fl,) = read_launches(DEPLOY / "docker-vllm-openai.Dockerfile")
+    assert fl.argv[:4] == ["vllm", "serve", "--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert fl.words[0].at is None and (fl.words[2].at.line, fl.words[2].at.col) == (6, 6)
+    assert (fl.words[4].at.line, fl.words[4].at.col) == (7, 6)
+    assert fl.env == {"HF_HOME": "/models", "VLLM_LOGGING_LEVEL": "INFO"}
+
+
+def test_dockerfile_entrypoint_and_cmd_combined_and_shell_form():
+    text = (
+        "FROM python:3.12 AS base\nENV MODEL=org/m\nFROM base\n"
+        'ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]\nCMD ["--model", "org/x"]\n'
+    )
+    (fl,) = read_dockerfile(text, "Dockerfile")
+    assert fl.argv == ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "org/x"]
+    assert fl.env == {"MODEL": "org/m"}
+    shell = "FROM base\nENV M=org/y\nCMD vllm serve $M \\\n  -tp 2\n"
+    (fl,) = read_dockerfile(shell, "Dockerfile")
+    assert placed(fl)[2:] == [("org/y", (3, 16)), ("-tp", (4, 3)), ("2", (4, 7))]
+
+
+def test_a_dockerfile_without_a_launch():
+    assert read_dockerfile('FROM ubuntu\nCMD ["bash"]\n', "Dockerfile") == []
