@@ -230,7 +230,7 @@ def _bitsandbytes(names: list[str]) -> ModuleScheme | None:
     return None
 
 
-def _modules(tensors: Mapping[str, TensorInfo]) -> dict[str, dict[str, TensorInfo]]:
+def by_module(tensors: Mapping[str, TensorInfo]) -> dict[str, dict[str, TensorInfo]]:
     """Tensors by module; gpt-oss's ``experts.gate_up_proj_blocks`` / ``_scales`` read as a module's
     ``weight_packed`` (U8) / ``weight_scale`` (vllm 0.33.0 models/gpt_oss.py:1382-1385)."""
     mods: dict[str, dict[str, TensorInfo]] = {}
@@ -269,7 +269,7 @@ def detect_format(tensors: Mapping[str, TensorInfo]) -> TensorFormat:
     """The format of a checkpoint from its tensors (an Inventory's ``tensors``)."""
     bnb = _bitsandbytes(list(tensors))
     hidden = _hidden(tensors)
-    found = [m for name, p in _modules(tensors).items() if (m := classify_module(name, p, hidden)) is not None]
+    found = [m for name, p in by_module(tensors).items() if (m := classify_module(name, p, hidden)) is not None]
     if bnb is not None:
         found = [m for m in found if m.scheme != "none"] + [bnb]
     counts = Counter(m.scheme for m in found)
