@@ -15,8 +15,8 @@ from service.domain.model_facts import read_model_facts
 from service.domain.rank_weights import rank_weights
 from service.domain.request import LaunchRequest
 from service.domain.tensors import TensorInfo
-from tests.support import model_config, request
 from tests.support import checkpoints as ck
+from tests.support import model_config, request
 from tests.support.rules import errors
 
 QWEN72 = "Qwen__Qwen2.5-72B-Instruct"
@@ -240,3 +240,27 @@ def test_unknown_modules_fall_back_to_config():
     from service.domain.rules.shapes import shapes_source
 
     assert shapes_source(build_context(LaunchRequest.model_validate(req))) == "config.json"
+
+
+def test_real_files_a_small_awq_pack_read_and_judged(tmp_path):
+    """Real safetensors shards (written with the safetensors package, no index) read header-only, recorded as a
+    manifest records them, and judged: down_proj's input 1152 = 9 groups of 128 splits into 4.5 at TP 2."""
+    from service.tensor_readers import inventory_record, read_directory
+    from tests.support.safetensors_files import write_checkpoint
+
+    config = awq_config(1152)
+    config.update(hidden_size=1024, num_attention_heads=8, num_key_value_heads=8, num_hidden_layers=2, vocab_size=1024)
+    tensors = ck.int4_pack(config, "awq")
+    layout = {n: (t.dtype, list(t.shape)) for n, t in tensors.items()}
+    names = sorted(layout)
+    shards = {
+        "model-00001-of-00002.safetensors": {n: layout[n] for n in names[: len(names) // 2]},
+        "model-00002-of-00002.safetensors": {n: layout[n] for n in names[len(names) // 2 :]},
+    }
+    record = inventory_record(read_directory(write_checkpoint(tmp_path / "m", shards, config, index=False)))
+    req = request(QWEN72, gpu="a100-sxm4-80gb", count=2, tensor_parallel_size=2)
+    req["model"]["config"] = config
+    req["model"]["tensor_linears"] = record["linears"]
+    (f,) = errors(req, "quant_group_alignment")
+    assert "model.layers.0.mlp.down_proj.qweight [1152, 128], scales [9, 1024] (input 1152)" in f.message
+    assert f.data["input_size_per_partition"] == 576 and f.remedy["tensor_parallel_size"] == [1]
