@@ -253,14 +253,17 @@ def _http_problem(exc, endpoint: str) -> str:
 
 def inventory_record(inventory: Inventory) -> dict:
     """What ``POST /v1/manifests`` takes as ``tensors``: the inventory's summary and the format its tensors show."""
+    from .domain.linear_shapes import linear_shapes
     from .domain.rank_weights import rank_weights
     from .domain.tensor_format import detect_format
 
     ranks = rank_weights(inventory.tensors)
+    linears = linear_shapes(inventory.tensors)
     return {
         **inventory.summary(),
         "format": detect_format(inventory.tensors).as_dict(),
         **({"ranks": ranks.as_dict()} if ranks is not None else {}),
+        **({"linears": [m.as_dict() for m in linears]} if linears is not None else {}),
     }
 
 

@@ -8,8 +8,9 @@ from typing import Any
 
 from .errors import DomainError
 from .findings import Finding, Severity
+from .linear_shapes import ModuleShapes
 from .model_facts import read_quant_config
-from .tensor_format import Claim, TensorFormat, format_findings
+from .tensor_format import Claim, TensorFormat, detect_format, format_findings
 
 SRC = "vllm 0.33.0 vllm/config/model.py (_parse_quant_hf_config, _verify_quantization); service/domain/rules/quantization.py"
 
@@ -101,17 +102,64 @@ def tensor_claims(
     return claims
 
 
+def posted_format(tensors: dict[str, Any]) -> TensorFormat | None:
+    """The format the manifest's tensors show: read again here from their linear shapes (``linears``) when the
+    manifest records them — the client's ``format`` must agree with it (a DomainError naming ``tensors.format``
+    otherwise) — else the ``format`` as posted; None without one."""
+    posted = TensorFormat.from_dict(tensors["format"]) if isinstance(tensors.get("format"), dict) else None
+    linears = tensors.get("linears")
+    if not isinstance(linears, list) or not linears:
+        return posted
+    entries = [ModuleShapes.from_dict(m) for m in linears]
+    pseudo = {t.name: t for m in entries for t in m.tensors().values()}
+    ours = detect_format(pseudo, {m.first: m.count for m in entries})
+    if posted is not None:
+        for key in ("scheme", "bits", "group_size", "granularity", "block"):
+            theirs, mine = getattr(posted, key), getattr(ours, key)
+            if mine is not None and theirs != mine:
+                raise DomainError(
+                    "tensors.format",
+                    f"tensors.format says {key} {theirs!r}, but the tensors' shapes (tensors.linears) show "
+                    f"{ours.describe()} (tensor {ours.evidence}): the format is read from the tensors, not taken as "
+                    "sent.",
+                    rule="tensors_format",
+                )
+    return ours if ours.scheme != "none" or posted is None else posted
+
+
+def _layers_problem(config: dict[str, Any], hf_quant_config: dict[str, Any] | None, tensors: dict[str, Any]) -> None:
+    """A checkpoint whose tensors hold none of config.json's decoder layers is not that model's (the per-layer
+    record, ``ranks``, has no byte in layers 0 .. num_hidden_layers - 1)."""
+    ranks = tensors.get("ranks")
+    if not isinstance(ranks, dict):
+        return
+    from .model_facts import read_model_facts
+
+    layers = read_model_facts(config, hf_quant_config).num_hidden_layers
+    if layers and not any(sum(layer) for layer in ranks.get("layers", [])[:layers]):
+        raise DomainError(
+            "tensors",
+            f"config.json has {layers} decoder layers (num_hidden_layers) but the tensors hold none of them: no tensor "
+            "of decoder layer 0 (model.layers.0.input_layernorm.weight or any other model.layers.0.* / "
+            "layers.0.* tensor) — these weights are not this config's model.",
+            rule="tensors_layers_missing",
+        )
+
+
 def check_manifest(
     config: dict[str, Any],
     hf_quant_config: dict[str, Any] | None,
     quantization_txt: str | None,
     tensors: dict[str, Any] | None = None,
 ) -> None:
-    """Raise DomainError (a 422 naming the field and the rule) for the first finding: the tensors' own format first
-    (its message says which source is wrong), then the sources among themselves."""
-    if tensors and isinstance(tensors.get("format"), dict):
-        fmt = TensorFormat.from_dict(tensors["format"])
-        for f in format_findings(fmt, tensor_claims(config, hf_quant_config, quantization_txt)):
-            raise DomainError(f.field or "tensors", f.message, rule=f.rule)
+    """Raise DomainError (a 422 naming the field and the rule) for the first finding: tensors that hold none of the
+    config's layers, a posted format the tensors' shapes contradict, the tensors' own format against the tag and
+    configs (its message says which source is wrong), then the sources among themselves."""
+    if tensors:
+        _layers_problem(config, hf_quant_config, tensors)
+        fmt = posted_format(tensors)
+        if fmt is not None:
+            for f in format_findings(fmt, tensor_claims(config, hf_quant_config, quantization_txt)):
+                raise DomainError(f.field or "tensors", f.message, rule=f.rule)
     for f in manifest_findings(config, hf_quant_config, quantization_txt):
         raise DomainError(f.field or "model.quantization_txt", f.message, rule=f.rule)

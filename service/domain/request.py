@@ -75,6 +75,37 @@ class TensorRanks(Strict):
         return sum(map(sum, self.layers)) + self.embedding[1] + self.lm_head[1] + self.final + self.excluded
 
 
+def _safetensors_dtype(v: str) -> str:
+    from .tensors import DTYPE_BITS
+
+    if v not in DTYPE_BITS:
+        raise ValueError(f"{v[:40]!r} is not a safetensors dtype")
+    return v
+
+
+TensorDim = Annotated[int, Field(ge=0, le=1 << 40, strict=True)]
+
+
+class TensorParam(Strict):
+    dtype: Annotated[str, AfterValidator(_safetensors_dtype)] = Field(description="The safetensors dtype (BF16, …).")
+    shape: list[TensorDim] = Field(max_length=8, description="The tensor's shape as its header gives it.")
+
+
+class TensorLinear(Strict):
+    """One distinct linear module layout of the checkpoint (service/domain/linear_shapes.py ``ModuleShapes``)."""
+
+    module: DisplayStr = Field(
+        min_length=1, max_length=1100, description="The module name pattern, indices as * (model.layers.*.mlp.up_proj)."
+    )
+    count: Annotated[int, Field(ge=1, le=500_000, strict=True)] = Field(description="How many modules share it.")
+    first: DisplayStr = Field(
+        min_length=1, max_length=1100, description="The first of them (model.layers.0.mlp.up_proj)."
+    )
+    params: dict[Annotated[str, Field(min_length=1, max_length=128)], TensorParam] = Field(
+        min_length=1, max_length=16, description="Its tensors by last name component (weight, weight_scale_inv, …)."
+    )
+
+
 class ModelSpec(Strict):
     """The weights to serve: ``config`` is the config.json object (the CLI may give ``path``, a directory holding
     config.json, quantization.txt, hf_quant_config.json and model.safetensors.index.json instead)."""
@@ -116,6 +147,13 @@ class ModelSpec(Strict):
         default=None,
         description="The checkpoint's bytes per decoder layer by vLLM's sharding, from its safetensors headers (a "
         "manifest's tensors.ranks); when given, the memory model uses it instead of the config.json estimate.",
+    )
+
+    tensor_linears: list[TensorLinear] | None = Field(
+        default=None,
+        max_length=1024,
+        description="The checkpoint's linear module shapes from its safetensors headers (a manifest's "
+        "tensors.linears); when given, the alignment rules read per-rank sizes, groups and blocks from them.",
     )
 
     @field_validator("preprocessor_config")

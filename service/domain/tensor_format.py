@@ -230,7 +230,7 @@ def _bitsandbytes(names: list[str]) -> ModuleScheme | None:
     return None
 
 
-def _modules(tensors: Mapping[str, TensorInfo]) -> dict[str, dict[str, TensorInfo]]:
+def by_module(tensors: Mapping[str, TensorInfo]) -> dict[str, dict[str, TensorInfo]]:
     """Tensors by module; gpt-oss's ``experts.gate_up_proj_blocks`` / ``_scales`` read as a module's
     ``weight_packed`` (U8) / ``weight_scale`` (vllm 0.33.0 models/gpt_oss.py:1382-1385)."""
     mods: dict[str, dict[str, TensorInfo]] = {}
@@ -265,14 +265,17 @@ def _only(values: list[T | None]) -> T | None:
     return seen.pop() if len(seen) == 1 else None
 
 
-def detect_format(tensors: Mapping[str, TensorInfo]) -> TensorFormat:
-    """The format of a checkpoint from its tensors (an Inventory's ``tensors``)."""
+def detect_format(tensors: Mapping[str, TensorInfo], weights: Mapping[str, int] | None = None) -> TensorFormat:
+    """The format of a checkpoint from its tensors (an Inventory's ``tensors``). ``weights``: how many modules each
+    module stands for (module name -> count), when ``tensors`` hold one module per layout (linear_shapes)."""
     bnb = _bitsandbytes(list(tensors))
     hidden = _hidden(tensors)
-    found = [m for name, p in _modules(tensors).items() if (m := classify_module(name, p, hidden)) is not None]
+    found = [m for name, p in by_module(tensors).items() if (m := classify_module(name, p, hidden)) is not None]
     if bnb is not None:
         found = [m for m in found if m.scheme != "none"] + [bnb]
-    counts = Counter(m.scheme for m in found)
+    counts: Counter[str] = Counter()
+    for m in found:
+        counts[m.scheme] += (weights or {}).get(m.module, 1)
     quantized = [s for s, _ in counts.most_common() if s != "none"]
     plain = [m for m in found if m.scheme == "none"]
     dtypes = Counter(m.dtype for m in plain if m.dtype)

@@ -66,6 +66,8 @@ def _with_files(body: dict[str, Any]) -> dict[str, Any]:
     before the field keep their digest."""
     if body.get("tensors") is None:  # absent: left out, so manifests registered before the field keep their digest
         body = {k: v for k, v in body.items() if k != "tensors"}
+    elif body["tensors"].get("linears", 0) is None:  # likewise an inventory without linear shapes
+        body = {**body, "tensors": {k: v for k, v in body["tensors"].items() if k != "linears"}}
     files = body.get("files")
     if not files:
         return {k: v for k, v in body.items() if k != "files"}

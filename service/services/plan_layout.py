@@ -23,8 +23,13 @@ from ..errors import Invalid
 
 
 def _tensor_ranks(manifest: Manifest) -> dict[str, Any]:
-    ranks = manifest.tensors.get("ranks") if isinstance(manifest.tensors, dict) else None
-    return {"tensor_ranks": ranks} if isinstance(ranks, dict) else {}
+    """The manifest's per-layer bytes and linear module shapes from its tensors (absent when not recorded)."""
+    tensors = manifest.tensors if isinstance(manifest.tensors, dict) else {}
+    ranks, linears = tensors.get("ranks"), tensors.get("linears")
+    return {
+        **({"tensor_ranks": ranks} if isinstance(ranks, dict) else {}),
+        **({"tensor_linears": linears} if isinstance(linears, list) else {}),
+    }
 
 
 def launch_request(
@@ -61,7 +66,7 @@ def launch_request(
                     "quantization_txt": manifest.quantization_txt,
                     "checkpoint": manifest.checkpoint,
                     "weights_bytes": manifest.weights_bytes,
-                    # the manifest's per-layer bytes from the tensors (absent for manifests registered without them)
+                    # the manifest's per-layer bytes and linear shapes from the tensors (absent when not recorded)
                     **_tensor_ranks(manifest),
                 },
                 "hardware": {

@@ -97,3 +97,24 @@ def test_ranks_that_do_not_add_up_refused(client, tmp_path):
     body["tensors"]["ranks"]["final"] -= 2
     body["tensors"]["ranks"]["layers"] = [[1, 2]]
     assert_problem(client.post("/v1/manifests", json=body), 422, "layers")
+
+
+def test_linear_shapes_stored_and_the_format_read_from_them(client, tmp_path):
+    """The record carries each linear layout with its tensors' shapes; a format the shapes contradict is refused
+    (the server reads it again from the shapes, it does not take the client's)."""
+    body = _body(tmp_path, awq(), quantization_txt="awq\n", config={**model_config(LLAMA), **AWQ_CONFIG})
+    linears = {m["module"]: m for m in body["tensors"]["linears"]}
+    assert linears["model.layers.*.mlp.down_proj"]["params"]["qweight"]["dtype"] == "I32"
+    lying = {**body, "version": "2", "tensors": {**body["tensors"], "format": {"scheme": "none", "schemes": {}}}}
+    err = assert_problem(client.post("/v1/manifests", json=lying), 422, "tensors.format")["errors"][0]
+    assert err["rule"] == "tensors_format" and "awq 4-bit group 32" in err["message"]
+    assert client.post("/v1/manifests", json=body).status_code == 201
+    assert client.get("/v1/manifests/m@1").json()["tensors"]["linears"] == body["tensors"]["linears"]
+
+
+def test_tensors_holding_none_of_the_configs_layers_refused(client, tmp_path):
+    layout = {"model.embed_tokens.weight": ("BF16", [64, 16]), "lm_head.weight": ("BF16", [64, 16])}
+    body = _body(tmp_path, layout)
+    err = assert_problem(client.post("/v1/manifests", json=body), 422, "tensors")["errors"][0]
+    assert err["rule"] == "tensors_layers_missing"
+    assert "config.json has 32 decoder layers" in err["message"] and "model.layers.0." in err["message"]

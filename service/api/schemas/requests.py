@@ -8,7 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from ...domain import weights_expect
 from ...domain.jsoncheck import JsonValueError, check_json
-from ...domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, TensorRanks, Workload
+from ...domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, TensorLinear, TensorRanks, Workload
 from ...domain.text import display_text, display_text_problem
 from ...domain.topology import MAX_ADDRESS, address_problem
 
@@ -290,6 +290,12 @@ class TensorsInventory(Strict):
     format: TensorsFormat = Field(description="The quantization the tensors show.")
     ranks: TensorRanks | None = Field(
         default=None, description="Bytes per decoder layer by how vLLM shards them (service/domain/rank_weights.py)."
+    )
+
+    linears: list[TensorLinear] | None = Field(
+        default=None,
+        max_length=1024,
+        description="Distinct linear module layouts with their tensors' shapes (service/domain/linear_shapes.py).",
     )
 
     @model_validator(mode="after")

@@ -111,6 +111,7 @@ GROUPED_INT = {
     "gguf",
 }
 MXFP4 = 0.5 + 1 / 32
+PACKED_ZEROS = {"awq", "gptq", "auto_awq", "auto_gptq", "awq_marlin", "gptq_marlin", "moe_wna16"}
 
 
 def _method_bytes(q: QuantConfig, unq: float) -> float:
@@ -127,7 +128,10 @@ def _method_bytes(q: QuantConfig, unq: float) -> float:
     if method in GROUPED_INT:
         nb = q.bits or (8 if method == "compressed-tensors" else 4)
         group = q.group_size if q.group_size and q.group_size > 0 else None
-        return nb / 8 + ((2 + (0 if q.sym else nb / 8)) / group if group else 0.0)
+        # GPTQ and AWQ packs hold ``qzeros`` whatever their symmetry (vllm 0.33.0 quantization/auto_gptq.py:389-395,
+        # 410-428; auto_awq.py:850-862); compressed-tensors stores zero points only when asymmetric
+        zeros = 0 if q.sym and method not in PACKED_ZEROS else nb / 8
+        return nb / 8 + ((2 + zeros) / group if group else 0.0)
     return unq
 
 

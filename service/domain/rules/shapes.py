@@ -14,7 +14,11 @@ import re
 from dataclasses import dataclass
 
 from ..context import LaunchContext
+from ..linear_shapes import CheckpointLinear, ModuleShapes, checkpoint_linears
 from ..model_facts import ModelFacts, kv_heads_ok
+
+SHAPES_TENSORS = "checkpoint tensors"
+SHAPES_CONFIG = "config.json"
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,26 @@ class Linear:
     ranks: int
     moe: bool = False
     exact: bool = True
+    # from a checkpoint's tensors (``checkpoint_layers``): the tensor that shows the widths and its scale tensor
+    tensor: str | None = None
+    shape: tuple[int, ...] | None = None
+    scale: str | None = None
+    scale_shape: tuple[int, ...] | None = None
+    group_size: int | None = None  # the module's quant group from its scales (-1: one group)
+    quantized: str | None = None  # the module's scheme from its tensors (tensor_format): gptq, awq, fp8, none, …
+    block: bool = False  # FP8 scales per block
+
+    @property
+    def merged(self) -> bool:
+        """QKV or gate/up: several output partitions (linear.py:500-504)."""
+        return self.kind == "column" and len(self.parts_out) > 1
+
+    def shown(self) -> str:
+        """The layer for a message: its tensor and shape (and its scale's) when read from the checkpoint."""
+        if self.tensor is None:
+            return self.name
+        scale = f", {self.scale.rsplit('.', 1)[-1]} {list(self.scale_shape or ())}" if self.scale else ""
+        return f"{self.tensor} {list(self.shape or ())}{scale}"
 
 
 def _split(n: int, ranks: int) -> tuple[int, bool]:
@@ -178,3 +202,73 @@ def ignored(name: str, patterns: list[str] | None, mode: str) -> bool:
         elif p and p in name:
             return True
     return False
+
+
+def checkpoint_entries(ctx: LaunchContext) -> list[CheckpointLinear] | None:
+    """The checkpoint's own linear layouts when the request carries them (a manifest's ``tensors.linears``) for a
+    merged checkpoint and they name modules of known partitioning; None otherwise (config.json is read instead)."""
+    key = "checkpoint_linears"
+    if key not in ctx.notes:
+        m = ctx.request.model
+        found = None
+        if m.tensor_linears is not None and m.checkpoint.layout == "merged":
+            entries = [ModuleShapes.from_dict(x.model_dump()) for x in m.tensor_linears]
+            found = checkpoint_linears(entries, mla=ctx.facts.is_mla) or None
+        ctx.notes[key] = found
+    return ctx.notes[key]  # type: ignore[no-any-return]
+
+
+def shapes_source(ctx: LaunchContext) -> str:
+    """Where the alignment rules read the layers' sizes: the checkpoint's tensors or config.json."""
+    return SHAPES_TENSORS if checkpoint_entries(ctx) is not None else SHAPES_CONFIG
+
+
+def _from_tensors(c: CheckpointLinear, tp: int, moe_split: int, kv_heads: int) -> Linear | None:
+    """One checkpoint module as a rank holds it at ``tp`` (``moe_split``: how many ways experts split)."""
+    if c.kind == "replicated":
+        return None
+    ranks = moe_split if c.expert else tp
+    if c.kind == "row":
+        in_rank, ok = _split(c.full_in, ranks)
+        kind, parts_out = "row", (c.full_out,)  # type: tuple[str, tuple[int, ...]]
+    else:
+        in_rank, kind = c.full_in, "column"
+        if c.leaf in ("k_proj", "v_proj") and not c.expert and kv_heads:
+            # KV heads split over TP, or replicated when TP exceeds them (linear.py:1065-1071)
+            per, ok = _split(c.full_out, min(ranks, kv_heads))
+            ok = ok and kv_heads_ok(kv_heads, ranks, False)
+        else:
+            per, ok = _split(c.full_out, ranks)
+        # a merged layer's parts (QKV, gate/up) are checkpoint modules of their own: two parts mark it merged
+        parts_out = (per, per) if c.kind == "merged" else (per,)
+    s = c.scheme
+    return Linear(
+        c.module.first,
+        kind,
+        c.full_in,
+        c.full_out,
+        in_rank,
+        parts_out,
+        ranks,
+        c.expert,
+        ok,
+        tensor=c.tensor,
+        shape=c.shape,
+        scale=c.scale,
+        scale_shape=c.scale_shape,
+        group_size=s.group_size if s is not None else None,
+        quantized=s.scheme if s is not None else None,
+        block=s is not None and s.granularity == "block",
+    )
+
+
+def checkpoint_layers(ctx: LaunchContext, tp: int | None = None) -> list[Linear] | None:
+    """``linear_layers`` from the checkpoint's tensors: every recorded layout of known partitioning at ``tp``; None
+    when the request carries none."""
+    entries = checkpoint_entries(ctx)
+    if entries is None:
+        return None
+    tp = tp or ctx.tp
+    split = moe_ranks(ctx) if tp == ctx.tp else tp * ctx.args.data_parallel_size
+    out = [_from_tensors(c, tp, split, ctx.facts.total_num_kv_heads) for c in entries]
+    return [x for x in out if x is not None]
