@@ -26,6 +26,9 @@ _PYTHON = re.compile(r"python(?:\d(?:\.\d+)?)?")
 API_SERVER = "vllm.entrypoints.openai.api_server"
 CLI_MAIN = "vllm.entrypoints.cli.main"
 UNSET = None  # an env value the file does not hold (valueFrom, a host variable)
+# Kubernetes' ``$$``: a ``$`` no later step may read as a reference; it becomes ``$`` again in the final words
+# (and before a shell reads a script, for which it is an ordinary ``$``).
+ESCAPED = "\ue000"
 
 
 @dataclass(slots=True)
@@ -95,7 +98,7 @@ def k8s_expand(s: LStr, env: Mapping[str, LStr | None]) -> LStr:
             continue
         nxt = text[i + 1]
         if nxt == "$":
-            out.append("$")
+            out.append(ESCAPED)
             offs.append(s.off(i))
             i += 2
             continue
@@ -303,6 +306,7 @@ def process_words(
         script = _script(argv)
         if script is None:
             return []
+        script = LStr(script.text.replace(ESCAPED, "$"), script.offs, script.start)
         found = []
         for cmd in commands(shell_words(script, env, loc)):
             hit = vllm_words([Word(t.text, loc.span(t.off)) for t in cmd])
@@ -314,7 +318,11 @@ def process_words(
     if not hit:
         return []
     report_unexpanded(hit[0], loc, env, flavor)
-    return [hit]
+    return [(unescape(hit[0]), hit[1])]
+
+
+def unescape(words: list[Word]) -> list[Word]:
+    return [Word(w.text.replace(ESCAPED, "$"), w.at) if ESCAPED in w.text else w for w in words]
 
 
 def _script(argv: list[LStr]) -> LStr | None:

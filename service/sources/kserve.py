@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from .containers import Located, LStr, k8s_expand, report_unexpanded
+from .containers import Located, LStr, k8s_expand, report_unexpanded, unescape
 from .found import FoundLaunch, Word
 from .kube import container_launches, dedupe, gpu_count, gpu_product, read_env, scalar, str_list
 from .yaml_load import Node, Source
@@ -166,6 +166,7 @@ def huggingface_launch(src: Source, predictor: Node, model: Node, label: str) ->
     if not has_dtype:
         words += [Word("--dtype"), Word("float16")]
     report_unexpanded(words, loc, env.values, "kubernetes")
+    words = unescape(words)
     return [
         FoundLaunch(
             kind="kserve",

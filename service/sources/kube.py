@@ -18,6 +18,7 @@ from .containers import (
     k8s_expand,
     process_words,
     report_unexpanded,
+    unescape,
 )
 from .found import FoundLaunch, Span, Word
 from .yaml_load import Node, Source, as_int, load_all
@@ -142,7 +143,7 @@ def container_launches(
             return []
         words = [Word("vllm"), Word("serve"), *(Word(a.text, loc.span(a.offs[0] if a.offs else a.start)) for a in argv)]
         report_unexpanded(words, loc, env.values, "kubernetes")
-        hits = [(words, {})]
+        hits = [(unescape(words), {})]
     else:
         hits = process_words(argv, env.values, loc)
     ctn_name = scalar(ctn.get("name")) or "?"
