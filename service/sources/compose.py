@@ -57,7 +57,11 @@ def service_launches(src: Source, name: str, svc: Node) -> list[FoundLaunch]:
                 return []
             hits = process_words(cmd, values, loc, "compose")
         else:
-            words = [Word("vllm"), Word("serve"), *(Word(a.text, loc.span(a.offs[0] if a.offs else a.start)) for a in cmd or [])]
+            words = [
+                Word("vllm"),
+                Word("serve"),
+                *(Word(a.text, loc.span(a.offs[0] if a.offs else a.start)) for a in cmd or []),
+            ]
             report_unexpanded(words, loc, values, "compose")
             hits = [(words, {})]
     else:

@@ -20,7 +20,9 @@ from .yaml_load import Node, Source, char_offsets
 # (e.g. vllm commit 0000977e, docker/Dockerfile, last lines), ``ENTRYPOINT ["vllm", "serve"]`` in current ones.
 # Either takes ``vllm serve``'s options (the api_server module is what ``vllm serve`` runs), so args given to the
 # image are read as ``vllm serve`` + args; a positional model is only accepted by the newer entry point.
-VLLM_IMAGE = re.compile(r"^(?:(?:docker\.io|registry-1\.docker\.io|public\.ecr\.aws/[^/]+)/)?vllm/vllm-openai(?:[:@].*)?$")
+VLLM_IMAGE = re.compile(
+    r"^(?:(?:docker\.io|registry-1\.docker\.io|public\.ecr\.aws/[^/]+)/)?vllm/vllm-openai(?:[:@].*)?$"
+)
 SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh"}
 _PYTHON = re.compile(r"python(?:\d(?:\.\d+)?)?")
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -335,7 +337,9 @@ def _script(argv: list[LStr]) -> LStr | None:
     return None
 
 
-_UNEXPANDED = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|\$([A-Za-z_][A-Za-z0-9_]*)|\$\(")
+_UNEXPANDED = re.compile(
+    r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|\$([A-Za-z_][A-Za-z0-9_]*)|\$\("
+)
 _WHY = {
     "shell": "is expanded by the shell at start-up from a value not in the file",
     "kubernetes": "is not defined in the container's env: Kubernetes passes it as written",

@@ -22,7 +22,7 @@ from decimal import Decimal
 from .containers import Located
 from .found import FoundLaunch, Span, Word
 from .kube import affinity_product, catalogue_gpu, dedupe, gpu_count, read_env, scalar
-from .yaml_load import Node, Source, as_int, load_all, pairs, scalar_type
+from .yaml_load import Node, Source, as_int, load_all, scalar_type
 
 DEFAULT_PORT = "8000"  # helm/templates/_helpers.tpl:4-6, chart.container-port
 
@@ -195,7 +195,8 @@ class _Writer:
     """The argv as the template writes it, each word placed where its value came from."""
 
     def __init__(self, src: Source, loc: Located) -> None:
-        self.src, self.loc, self.words = src, loc, []
+        self.src, self.loc = src, loc
+        self.words: list[Word] = []
 
     def at(self, node: Node | None) -> Span | None:
         return self.loc.node_span(node) if node is not None else None

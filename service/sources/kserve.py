@@ -78,7 +78,10 @@ def read_kserve_object(src: Source, obj: Node, docs: list[Node]) -> list[FoundLa
 
 
 def _uses(doc: Node, runtime: str) -> bool:
-    return scalar(doc.get("kind")) == "InferenceService" and scalar(doc.path("spec", "predictor", "model", "runtime")) == runtime
+    return (
+        scalar(doc.get("kind")) == "InferenceService"
+        and scalar(doc.path("spec", "predictor", "model", "runtime")) == runtime
+    )
 
 
 def _runtime(docs: list[Node], name: str | None) -> Node | None:

@@ -82,7 +82,12 @@ def lws_launches(src: Source, spec: Node | None, label: str) -> list[FoundLaunch
     worker = lwt.path("workerTemplate", "spec")
     extra = {"LWS_GROUP_SIZE": LStr.made(str(size or 1), at)}
     out = pod_launches(
-        src, leader, kind="leaderworkerset", name=f"{label}/leader", nodes=size, extra={**extra, "LWS_WORKER_INDEX": LStr.made("0", at)}
+        src,
+        leader,
+        kind="leaderworkerset",
+        name=f"{label}/leader",
+        nodes=size,
+        extra={**extra, "LWS_WORKER_INDEX": LStr.made("0", at)},
     )
     if worker is not None and lwt.path("leaderTemplate", "spec") is not None:
         out += pod_launches(src, worker, kind="leaderworkerset", name=f"{label}/worker", nodes=size, extra=extra)
@@ -143,7 +148,7 @@ def container_launches(
             return []
         words = [Word("vllm"), Word("serve"), *(Word(a.text, loc.span(a.offs[0] if a.offs else a.start)) for a in argv)]
         report_unexpanded(words, loc, env.values, "kubernetes")
-        hits = [(unescape(words), {})]
+        hits: list[tuple[list[Word], dict[str, str]]] = [(unescape(words), {})]
     else:
         hits = process_words(argv, env.values, loc)
     ctn_name = scalar(ctn.get("name")) or "?"
@@ -237,7 +242,9 @@ def gpu_product(pod: Node, loc: Located) -> str | None:
     (a located problem)."""
     node = pod.path("nodeSelector", GPU_PRODUCT_LABEL)
     if node is None:
-        terms = pod.path("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+        terms = pod.path(
+            "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"
+        )
         node = affinity_product(terms)
     if node is None or node.kind != "scalar":
         return None

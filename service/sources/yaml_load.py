@@ -76,7 +76,9 @@ _NULLS = {"", "~", "null", "Null", "NULL"}
 _TRUE = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", "y", "Y"}
 _FALSE = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", "n", "N"}
 _INT = re.compile(r"[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+|0o?[0-7_]+")
-_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
+_FLOAT = re.compile(
+    r"[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
+)
 
 
 def pairs(node: Node | None) -> Iterator[tuple[str, Node]]:
@@ -90,7 +92,9 @@ def pairs(node: Node | None) -> Iterator[tuple[str, Node]]:
         if k.kind != "scalar":
             continue
         if k.text == "<<" and k.style is None:
-            merged.extend([v] if v.kind == "map" else [m for m in v.items if m.kind == "map"] if v.kind == "seq" else [])
+            merged.extend(
+                [v] if v.kind == "map" else [m for m in v.items if m.kind == "map"] if v.kind == "seq" else []
+            )
             continue
         seen.add(k.text)
         yield k.text, v
@@ -164,7 +168,9 @@ def load_all(file: str, text: str) -> tuple[Source, list[Node]]:
     if len(text) > MAX_BYTES:
         raise YamlError(file, f"the file is larger than {MAX_BYTES} bytes")
     if "\x00" in text:
-        raise YamlError(file, "the file is binary (it holds NUL characters)", text[: text.index("\x00")].count("\n") + 1)
+        raise YamlError(
+            file, "the file is binary (it holds NUL characters)", text[: text.index("\x00")].count("\n") + 1
+        )
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
