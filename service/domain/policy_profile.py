@@ -157,7 +157,9 @@ def _rule(where: str, code: str, value: Any, base: RulePolicy | None) -> RulePol
     action = value.get("action", base.action if base else None)
     if action not in ACTIONS:
         raise ProfileError(f"{where}.action: must be one of {', '.join(ACTIONS)}, not {action!r}")
-    thresholds = {k: _number(f"{where}.{k}", value[k]) if k in value else getattr(base, k, None) for k in THRESHOLD_KEYS}
+    thresholds = {
+        k: _number(f"{where}.{k}", value[k]) if k in value else getattr(base, k, None) for k in THRESHOLD_KEYS
+    }
     warn, refuse = thresholds["warn_above"], thresholds["refuse_above"]
     if code in THRESHOLDS:
         if warn is None:
@@ -202,7 +204,9 @@ def parse_profile(data: Any, *, source: str, base: Profile | None = None) -> Pro
             rules[code] = _rule(f"policy file {source}: {env}.{code}", code, value, rules.get(code))
         missing = sorted(operator - set(rules))
         if missing:
-            raise ProfileError(f"policy file {source}: {env}.{missing[0]}: missing (a complete profile sets every rule)")
+            raise ProfileError(
+                f"policy file {source}: {env}.{missing[0]}: missing (a complete profile sets every rule)"
+            )
         out[env] = rules
     return Profile(name, out)
 

@@ -14,7 +14,9 @@ LLAMA = "meta-llama__Llama-3.1-8B-Instruct"
 
 
 def judged(profile=None, environment="production", **args):
-    return validate(LaunchRequest.model_validate(request(LLAMA, count=1, environment=environment, **args)), policy=profile)
+    return validate(
+        LaunchRequest.model_validate(request(LLAMA, count=1, environment=environment, **args)), policy=profile
+    )
 
 
 def rules(result, code):
@@ -69,7 +71,10 @@ def test_operator_file_turns_rules_to_enforce_and_off(tmp_path):
 @pytest.mark.parametrize(
     "text,message",
     [
-        ('name = "x"\n[production]\nutil_range = "off"\n', "production.util_range: is one of vLLM's own start-up checks"),
+        (
+            'name = "x"\n[production]\nutil_range = "off"\n',
+            "production.util_range: is one of vLLM's own start-up checks",
+        ),
         (
             'name = "x"\n[benchmark]\nchunked_prefill_disabled = "warn"\n',
             "benchmark.chunked_prefill_disabled: is one of vLLM's own start-up checks",
@@ -78,8 +83,14 @@ def test_operator_file_turns_rules_to_enforce_and_off(tmp_path):
         ('name = "x"\n[production]\npath_not_allowed = "off"\n', "is one of Preflight's safety gates"),
         ('name = "x"\n[production]\nno_such_rule = "off"\n', "production.no_such_rule: is no rule"),
         ('name = "x"\n[production]\npcie_tp = "refuse"\n', "production.pcie_tp.action: must be one of"),
-        ('name = "x"\n[production]\npcie_tp = {action = "warn", warn_above = 0.5}\n', "pcie_tp.warn_above: unknown key"),
-        ('name = "x"\n[production.util_too_high]\nrefuse_above = 1.5\n', "util_too_high.refuse_above: must be a number"),
+        (
+            'name = "x"\n[production]\npcie_tp = {action = "warn", warn_above = 0.5}\n',
+            "pcie_tp.warn_above: unknown key",
+        ),
+        (
+            'name = "x"\n[production.util_too_high]\nrefuse_above = 1.5\n',
+            "util_too_high.refuse_above: must be a number",
+        ),
         ('name = "x"\n[production.util_too_high]\nrefuse_above = 0.8\n', "refuse_above: 0.8 is below warn_above 0.9"),
         ('name = "x"\n[staging]\npcie_tp = "off"\n', "staging: unknown key"),
         ('[production]\npcie_tp = "off"\n', "name: required"),

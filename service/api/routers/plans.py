@@ -21,22 +21,24 @@ router = APIRouter(route_class=Route)
 
 
 @router.post("/v1/validate", operation_id="validateLaunch", tags=["plans"], response_model=JudgementOut)
-def validate_launch(body: LaunchRequest, p: Reader):
+def validate_launch(request: Request, body: LaunchRequest, p: Reader):
     """Judge a launch given inline (config.json object, hardware, engine args, workload): the verdict, findings
     with remedies, the budget, recommendations and the argv. Stores nothing (see createPlan ``dry_run`` to judge
-    by manifest and node names)."""
+    by manifest and node names). Judged under the service's policy profile (``policy`` names it)."""
     if body.model.path is not None:
         raise DomainError("model.path", "model.path is for the CLI; send config (the config.json object)")
-    out = validate(body).as_dict()
+    out = validate(body, policy=request.app.state.settings.policy).as_dict()
     metrics.observe_result("validate", out["verdict"], out["findings"])
     return out
 
 
 @router.get("/v1/upgrade-impact", operation_id="upgradeImpact", tags=["plans"], response_model=UpgradeImpactOut)
-def upgrade_impact(session: SessionDep, p: Reader, vllm_version: Annotated[str, Query(min_length=1, max_length=32)]):
+def upgrade_impact(
+    request: Request, session: SessionDep, p: Reader, vllm_version: Annotated[str, Query(min_length=1, max_length=32)]
+):
     """Every active plan and every manifest's newest plan re-validated against ``vllm_version``: what would
     break on upgrade (or downgrade), with findings and remedies. Breaking plans first."""
-    return upgrade_service.upgrade_impact(session, vllm_version)
+    return upgrade_service.upgrade_impact(session, vllm_version, policy=request.app.state.settings.policy)
 
 
 @router.post(
@@ -66,7 +68,7 @@ def create_plan(
     state = request.app.state
     if dry_run:  # the 200 (not the route's 201 model): validated against its own model here
         with state.db.read() as session:
-            dry = DryRunOut.model_validate(fleet.dry_run(session, body))
+            dry = DryRunOut.model_validate(fleet.dry_run(session, body, policy=state.settings.policy))
         return JSONResponse(dry.model_dump(mode="json", by_alias=True, exclude_unset=True))
     status, out, replayed = idempotency.run(
         state.db,
