@@ -252,9 +252,9 @@ def parse_argv(argv: list[str], line: VersionLine) -> tuple[str, dict[str, Any]]
             if opt.action == "LoRAParserAction":
                 values[dest] = coerce(dest, opt, taken)
             elif opt.is_list:
-                values[dest] = [_read_scalar(dest, opt, t) for t in taken]
+                values[dest] = [read_value(dest, opt, t) for t in taken]
             else:
-                values[dest] = _read_scalar(dest, opt, taken[0])
+                values[dest] = read_value(dest, opt, taken[0])
         except Exception as e:  # noqa: BLE001 - any parse failure means the argv does not say what was judged
             raise ArgvError(f"{key} {taken!r}: {e}") from None
     return model, values
@@ -286,7 +286,8 @@ def _parsed_back(argv: tuple[str, ...], line: VersionLine) -> tuple[str, dict[st
     return model, parsed
 
 
-def _read_scalar(dest: str, opt: Option, text: str) -> Any:
+def read_value(dest: str, opt: Option, text: str) -> Any:
+    """One argv element as the option's ``type`` callable reads it (a JSON option's text as JSON)."""
     kind = opt.kind
     if kind is K_JSON or (kind is K_JSON_OR_STR and text.lstrip().startswith("{")):
         return json.loads(text)
