@@ -315,6 +315,7 @@ def dry_run(session: Session, plan: PlanIn, *, policy: Profile | None = None) ->
         "recommendations": result.recommendations,
         "alternatives": result.alternatives,
         "policy": result.policy,
+        **({"given": j.given} if j.given else {}),
         "manifest": f"{manifest.name}@{manifest.version}",
         "nodes": names,
         "nodes_per_instance": j.layout.topo.nodes_per_instance,

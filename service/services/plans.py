@@ -18,6 +18,7 @@ from ..clock import Clock, utc
 from ..db.models import Assignment, Manifest, Node, Plan, iso
 from ..domain.loading import POLICY_RULES
 from ..domain.policy_profile import Profile, default_profile
+from ..domain.posted_argv import add_notes, read_posted_argv
 from ..domain.recommend import recommend
 from ..domain.render import shell_command
 from ..domain.request import LaunchRequest
@@ -77,6 +78,7 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secret
         "tuning": plan.tuning,
         "weights_check": plan.weights_check,
         "policy": plan.policy,
+        "given": plan.given,
     }
     topo = plan.topology or None
     if topo:
@@ -244,6 +246,7 @@ class Judgement:
     line: Any
     findings: list[dict[str, Any]]
     policy: Profile
+    given: dict[str, Any] | None = None  # a launch posted as an argv: the argv and the engine_args it was read as
 
     def rejection(self, session: Session) -> LaunchRejected:
         """The 422 of a rejected launch: findings with remedies, the nearest launches that pass and the registered
@@ -272,6 +275,11 @@ def judge(
     from .tuning import initial_memo
 
     initial_memo(plan.tuning, plan.environment)  # Invalid (422, tuning.auto_apply)
+    read, given = None, None
+    if plan.argv is not None:  # judged as the engine_args the release's parser reads from it
+        read = read_posted_argv(plan.argv, resolve_version(plan.vllm_version)[1], (manifest.name, manifest.uri))
+        given = {"argv": list(plan.argv), "engine_args": read.engine_args}
+        plan = plan.model_copy(update={"engine_args": dict(read.engine_args), "argv": None})
     plan = kv_pool.apply(session, manifest, nodes, plan)  # kv_cache_pool "pinned": the measured pool
     request = launch_request(manifest, nodes, plan)
     check_node_safety(manifest, request)
@@ -293,8 +301,9 @@ def judge(
             result.recommendations = recommendations
     else:
         result = validate(request, model_ref=manifest.uri, policy=policy)
+    add_notes(result, read)
     findings = [f.as_dict() for f in result.findings]
-    return Judgement(manifest, nodes, plan, request, result, layout, line, findings, policy)
+    return Judgement(manifest, nodes, plan, request, result, layout, line, findings, policy, given)
 
 
 @dataclass
@@ -501,6 +510,7 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: 
         tuning=tuning,
         weights_check=weights_check_record(j.plan, actor),
         policy=result.policy,
+        given=j.given,
         created_at=ctx.now(),
         topology={
             "form": topo.form,

@@ -8,26 +8,38 @@ from fastapi.responses import JSONResponse
 from ... import metrics
 from ...db.session import after_commit
 from ...domain.errors import DomainError
-from ...domain.request import LaunchRequest
+from ...domain.posted_argv import add_notes, request_with_argv
 from ...domain.validate import validate
 from ...services import fleet, idempotency
 from ...services import plans as plan_service
 from ...services import rollouts as rollout_service
 from ...services import upgrade as upgrade_service
 from ..deps import ContextDep, Deployer, Reader, Route, SessionDep, TimeQuery, parse_time, replayable
-from ..schemas import DryRunOut, JudgementOut, PlanCreatedOut, PlanIn, PlanListOut, PlanOut, UpgradeImpactOut
+from ..schemas import (
+    DryRunOut,
+    JudgementOut,
+    PlanCreatedOut,
+    PlanIn,
+    PlanListOut,
+    PlanOut,
+    UpgradeImpactOut,
+    ValidateIn,
+)
 
 router = APIRouter(route_class=Route)
 
 
 @router.post("/v1/validate", operation_id="validateLaunch", tags=["plans"], response_model=JudgementOut)
-def validate_launch(request: Request, body: LaunchRequest, p: Reader):
-    """Judge a launch given inline (config.json object, hardware, engine args, workload): the verdict, findings
-    with remedies, the budget, recommendations and the argv. Stores nothing (see createPlan ``dry_run`` to judge
-    by manifest and node names). Judged under the service's policy profile (``policy`` names it)."""
+def validate_launch(request: Request, body: ValidateIn, p: Reader):
+    """Judge a launch given inline (config.json object, hardware, engine args or an argv, workload): the verdict,
+    findings with remedies, the budget, recommendations and the argv. Stores nothing (see createPlan ``dry_run`` to
+    judge by manifest and node names). Judged under the service's policy profile (``policy`` names it)."""
     if body.model.path is not None:
         raise DomainError("model.path", "model.path is for the CLI; send config (the config.json object)")
-    out = validate(body, policy=request.app.state.settings.policy).as_dict()
+    launch, read = request_with_argv(body, body.argv) if body.argv is not None else (body, None)
+    result = validate(launch, policy=request.app.state.settings.policy)
+    add_notes(result, read)
+    out = result.as_dict()
     metrics.observe_result("validate", out["verdict"], out["findings"])
     return out
 

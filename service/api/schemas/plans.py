@@ -38,6 +38,14 @@ class PolicyOut(Out):
     digest: str = Field(description="sha256: over the complete profile as canonical JSON.")
 
 
+class GivenOut(Out):
+    """A launch posted as an argv: the argv as posted, and the engine arguments the release's parser reads from it
+    (what was judged, before any recommended value was filled in)."""
+
+    argv: list[str] = Field(description="The argv as posted.")
+    engine_args: JSON = Field(description="The engine arguments it was read as, by dest name.")
+
+
 class JudgementOut(Out):
     """``POST /v1/validate``: the verdict on a launch given inline."""
 
@@ -135,6 +143,9 @@ class PlanOut(Out):
     policy: PolicyOut | None = Field(
         default=None, description="The policy profile that judged it; null for plans older than policy profiles."
     )
+    given: GivenOut | None = Field(
+        default=None, description="What was posted, for a launch posted as an argv (null for engine_args)."
+    )
     weights_check: JSON | None = Field(
         default=None,
         description=(
@@ -193,6 +204,7 @@ class DryRunOut(Out):
     recommendations: list[JSON] = Field(description="Values filled in for a workload, each with why.")
     alternatives: list[JSON] = Field(description="The nearest launches that pass.")
     policy: PolicyOut = Field(description="The policy profile it was judged under.")
+    given: GivenOut | None = Field(default=None, description="What was posted, for a launch posted as an argv.")
     manifest: str = Field(description="``name@version``.")
     nodes: list[str] = Field(description="The nodes, in the order given.")
     nodes_per_instance: int = Field(description="Nodes one instance spans.")
