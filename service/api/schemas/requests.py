@@ -394,7 +394,8 @@ class LaunchTarget(Strict):
     )
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for vLLM (A-Z, 0-9, _).")
     environment: Literal["production", "benchmark"] = Field(
-        default="production", description="production (the operators' policy applies) or benchmark."
+        default="production",
+        description="production or benchmark: the policy profile decides which operators' rules refuse or warn.",
     )
     workload: Workload | None = Field(
         default=None,
