@@ -20,8 +20,8 @@ from .versions import VersionLine, resolve_version
 if TYPE_CHECKING:
     from .validate import ValidationResult
 
-MAX_ELEMENTS = 1024  # a real launch has well under 200
-MAX_ELEMENT_CHARS = 16_384  # a JSON value (a compilation config) fits; the reader refuses above 65,536 anyway
+MAX_ELEMENTS = 512  # a real launch has well under 200
+MAX_ELEMENT_CHARS = 2048  # a JSON value (a compilation config) fits; MAX_ELEMENTS of them stay under the body limit
 MAX_TOTAL_CHARS = 65_536
 NOTE_RULE = "argv_read"
 NOTE_SOURCE = "vllm 0.33.0 vllm/utils/argparse_utils.py:313-513 (FlexibleArgumentParser.parse_args)"

@@ -205,7 +205,7 @@ def test_an_abbreviation_is_accepted_with_the_warning(fleet):
     [
         (["vllm", "serve", MODEL] + ["--enforce-eager"] * 100_000, "argv"),
         (["vllm", "serve", MODEL, "--served-model-name", "x" * 100_000], "argv.4"),
-        (["vllm", "serve", MODEL] + ["--served-model-name", "x" * 16_000] * 5, "argv"),
+        (["vllm", "serve", MODEL] + ["--served-model-name", "x" * 2000] * 40, "argv"),
         (["vllm", "serve", MODEL, "-tp", 8], "argv.4"),
         (["vllm", "serve", MODEL, None], "argv.3"),
         ("vllm serve " + MODEL, "argv"),
