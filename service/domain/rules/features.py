@@ -571,6 +571,35 @@ def v1_forces_chunked_prefill(ctx: LaunchContext) -> bool:
     return not (pooling or (arch is not None and arch.pooling_only))
 
 
+def _runs_v0(ctx: LaunchContext) -> bool:
+    """The launch runs on the V0 engine: every release before 0.8 unless VLLM_USE_V1=1; 0.8-0.10 with VLLM_USE_V1=0,
+    or unset when an oracle row sends it there (a launch whose engine is not told apart is taken as V1)."""
+    use_v1 = _use_v1(ctx)
+    if not at_least(ctx, (0, 8)):
+        return use_v1 is not True
+    if ctx.line.release[:2] > (0, 10):
+        return False
+    return use_v1 is False or (use_v1 is None and any(_in_lines(ctx, g) and g.probe(ctx) for g in ORACLE))
+
+
+def chunked_prefill_enabled(ctx: LaunchContext) -> bool:
+    """Whether the release runs the launch with chunked prefill. From 0.11: the flag (default on). 0.8-0.10 on V1:
+    on (``v1_forces_chunked_prefill``). On V0 the flag, else on only for a context above 32K on CUDA without a
+    sliding window, speculative decoding or LoRA, never for a multimodal or MLA model (vllm 0.10.2
+    vllm/engine/arg_utils.py:1566-1596 ``_set_default_args_v0``; 0.9.2 and 0.8.5 the same)."""
+    given = ctx.args.get("enable_chunked_prefill")
+    if not _runs_v0(ctx):
+        return v1_forces_chunked_prefill(ctx) or bool(True if given is None else given)
+    if given is not None:
+        return bool(given)
+    arch = registry_arch(ctx)
+    if (arch is not None and arch.multimodal) or ctx.facts.is_mla or ctx.max_model_len <= 32768:
+        return False
+    if ctx.facts.sliding_window is not None or ctx.args.get("speculative_config") or ctx.args.get("enable_lora"):
+        return False
+    return ctx.gpu.vendor.upper() == "NVIDIA"
+
+
 def _unsupported(ctx: LaunchContext) -> list[tuple[str, tuple[str, ...]]]:
     """(vLLM's message, the options to drop) for each feature the target release refuses."""
     if at_least(ctx, (0, 11)):
