@@ -14,6 +14,7 @@ checked (a file that cannot be read, a launch whose model or GPU cannot be resol
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -246,8 +247,16 @@ class _Launch:
             return Report(fl.at, fl.kind, "invalid", self.findings, fl.name)
         for index, message in self.read.notes:
             self.findings.append(Located(self.word_at(index), "warning", "argv_note", message))
+        revision = self.read.engine_args.get("revision")
         try:
-            model = resolve_model(self.read.model, models=self.opts.models, env=fl.env)
+            # the checker's own environment, never the file's: a deploy file that sets HF_ENDPOINT must not receive
+            # the HF_TOKEN of whoever runs the check (the file's HF_* describe the node, not this machine)
+            model = resolve_model(
+                self.read.model,
+                revision=revision if isinstance(revision, str) else None,
+                models={k: pathlib.Path(v) for k, v in self.opts.models.items()},
+                env=os.environ,
+            )
         except ResolveError as e:
             self.findings.append(Located(self.model_at(), "error", "model_unresolved", str(e)))
             return Report(fl.at, fl.kind, "invalid", self.findings, fl.name)

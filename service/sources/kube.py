@@ -8,18 +8,21 @@ directly or in a ``sh -c`` script, or when it runs the vllm/vllm-openai image wi
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 from .containers import (
     Env,
+    Hit,
     Located,
     LStr,
-    is_vllm_image,
     k8s_expand,
     process_words,
     report_unexpanded,
+    server_env,
     unescape,
 )
+from .entrypoints import is_vllm_image
 from .found import FoundLaunch, Span, Word
 from .yaml_load import Node, Source, as_int, load_all
 
@@ -28,14 +31,14 @@ GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # NVIDIA GPU feature discovery's label, e.g. NVIDIA-H100-80GB-HBM3
 
 
-def looks_like_kubernetes(text: str) -> bool:
+def claims(_path: pathlib.Path | str, text: str) -> bool:
     """A Kubernetes manifest: a top-level ``apiVersion:`` and ``kind:`` (checked on the text, without parsing)."""
     return bool(re.search(r"(?m)^apiVersion:[ \t]*\S", text) and re.search(r"(?m)^kind:[ \t]*\S", text))
 
 
-def read_kubernetes(path: str, text: str) -> list[FoundLaunch]:
+def read(path: pathlib.Path | str, text: str) -> list[FoundLaunch]:
     """Every vLLM launch of a (multi-document) Kubernetes manifest. Raises YamlError for a file it cannot read."""
-    src, docs = load_all(path, text)
+    src, docs = load_all(str(path), text)
     out: list[FoundLaunch] = []
     for doc in docs:
         out.extend(read_object(src, doc, docs))
@@ -146,30 +149,28 @@ def container_launches(
     if command is None:
         if not is_vllm_image(image):
             return []
-        words = [Word("vllm"), Word("serve"), *(Word(a.text, loc.span(a.offs[0] if a.offs else a.start)) for a in argv)]
+        words = [Word("vllm"), Word("serve"), *(Word(a.text, loc.span(a.off(0))) for a in argv)]
         report_unexpanded(words, loc, env.values, "kubernetes")
-        hits: list[tuple[list[Word], dict[str, str]]] = [(unescape(words), {})]
+        hits = [Hit(unescape(words), {})]
     else:
         hits = process_words(argv, env.values, loc)
     ctn_name = scalar(ctn.get("name")) or "?"
     gpus = gpu_count(ctn, loc)
-    out = []
-    for words, prefix_env in hits:
-        problems = dedupe([*(pod_problems or []), *loc.problems])
-        out.append(
-            FoundLaunch(
-                kind=kind,
-                at=loc.node_span(ctn),
-                words=words,
-                env={**env.plain(), **{k: v for k, v in prefix_env.items() if k.startswith(("VLLM_", "HF_"))}},
-                gpu_count=gpus,
-                gpu_product=product,
-                nodes=nodes,
-                name=f"{name}/{ctn_name}",
-                problems=problems,
-            )
+    return [
+        FoundLaunch(
+            kind=kind,
+            at=loc.node_span(ctn),
+            words=hit.words,
+            env={**env.plain(), **server_env(hit.env)},
+            gpu_count=gpus,
+            gpu_product=product,
+            nodes=nodes,
+            name=f"{name}/{ctn_name}",
+            problems=dedupe([*(pod_problems or []), *loc.problems, *hit.problems]),
+            notes=hit.notes,
         )
-    return out
+        for hit in hits
+    ]
 
 
 def _rename(s: LStr, rename: dict[str, str] | None) -> LStr:
