@@ -22,7 +22,7 @@ from decimal import Decimal
 
 from .containers import Located, server_env
 from .found import FoundLaunch, Span, Word
-from .kube import affinity_product, catalogue_gpu, dedupe, gpu_count, read_env, scalar
+from .kube import affinity_product, dedupe, gpu_count, read_env, scalar
 from .yaml_load import Node, Source, as_int, load_all, scalar_type
 
 DEFAULT_PORT = "8000"  # helm/templates/_helpers.tpl:4-6, chart.container-port
@@ -95,7 +95,7 @@ def model_launch(src: Source, values: Node, ses: Node, ms: Node) -> FoundLaunch:
         words=words,
         env=_env(src, loc, values, ses, ms, vc),
         gpu_count=_gpus(ms, loc),
-        gpu_product=_product(ms, loc),
+        gpu_product=_product(ms),
         name=scalar(ms.get("name")),
         problems=dedupe(loc.problems),
     )
@@ -178,7 +178,7 @@ def _gpus(ms: Node, loc: Located) -> int | None:
     return n if n else None
 
 
-def _product(ms: Node, loc: Located) -> str | None:
+def _product(ms: Node) -> str | None:
     """Lines 529-540: ``affinity`` as given, else ``nodeSelectorTerms`` as a required node affinity (not with
     ``nodeName``); a ``nvidia.com/gpu.product`` term with one value names the GPU."""
     aff = ms.get("affinity")
@@ -189,7 +189,7 @@ def _product(ms: Node, loc: Located) -> str | None:
     else:
         return None
     node = affinity_product(terms)
-    return catalogue_gpu(node, loc) if node is not None else None
+    return node.text.strip() if node is not None and node.kind == "scalar" else None
 
 
 class _Writer:

@@ -113,7 +113,7 @@ def pod_launches(
     if ctns is None or ctns.kind != "seq":
         return []
     loc = Located(src)
-    product = gpu_product(pod, loc)
+    product = gpu_product(pod)
     out: list[FoundLaunch] = []
     for ctn in ctns.items:
         if ctn.kind == "map":
@@ -236,20 +236,18 @@ def gpu_count(ctn: Node, loc: Located) -> int | None:
     return None
 
 
-def gpu_product(pod: Node, loc: Located) -> str | None:
-    """The GPU a pod is pinned to by NVIDIA GPU feature discovery's ``nvidia.com/gpu.product`` label, in a
-    ``nodeSelector`` or a required node affinity with one value: the catalogue id (GFD writes nvidia-smi's name with
-    dashes for spaces, and ``-SHARED`` when the GPU is time-sliced), or the label itself when the catalogue lacks it
-    (a located problem)."""
+def gpu_product(pod: Node) -> str | None:
+    """The ``nvidia.com/gpu.product`` label (NVIDIA GPU feature discovery's, e.g. NVIDIA-H100-80GB-HBM3) a pod is
+    pinned to by a ``nodeSelector`` or a required node affinity with one value, as written: resolve.py's
+    ``resolve_hardware`` reads it (the catalogue GPU it names; a MIG slice or a shared GPU refused), unless --gpu is
+    given."""
     node = pod.path("nodeSelector", GPU_PRODUCT_LABEL)
     if node is None:
         terms = pod.path(
             "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"
         )
         node = affinity_product(terms)
-    if node is None or node.kind != "scalar":
-        return None
-    return catalogue_gpu(node, loc)
+    return node.text.strip() if node is not None and node.kind == "scalar" else None
 
 
 def affinity_product(terms: Node | None) -> Node | None:
@@ -261,17 +259,6 @@ def affinity_product(terms: Node | None) -> Node | None:
                 vals = ex.get("values")
                 values += [v for v in (vals.items if vals is not None and vals.kind == "seq" else [])]
     return values[0] if len({v.text for v in values}) == 1 else None
-
-
-def catalogue_gpu(node: Node, loc: Located) -> str:
-    from ..domain.gpus import lookup
-
-    label = node.text.strip()
-    gpu = lookup(label.removesuffix("-SHARED"))
-    if gpu is None:
-        loc.problems.append((loc.node_span(node), f"GPU {label!r} is not in Preflight's GPU catalogue"))
-        return label
-    return gpu.id
 
 
 def scalar(node: Node | None) -> str | None:

@@ -177,3 +177,41 @@ def test_plain_command_line_runs_the_same(tmp_path):
     )
     code, out = check("--format", "json", str(DEPLOY / "sh-bad-tp.sh"))
     assert (plain.returncode, plain.stdout.splitlines()) == (code, out)
+
+
+@pytest.mark.parametrize(
+    ("name", "template"),
+    [
+        (
+            "compose.yaml",
+            "services:\n  vllm:\n    image: vllm/vllm-openai:latest\n"
+            "    environment: {{HF_ENDPOINT: '{endpoint}', HF_TOKEN: file-token}}\n"
+            "    command: [org/tiny, --max-model-len, '8192']\n",
+        ),
+        (
+            "pod.yaml",
+            "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n    - name: vllm\n"
+            "      image: vllm/vllm-openai:latest\n"
+            "      env: [{{name: HF_ENDPOINT, value: '{endpoint}'}}]\n"
+            "      args: [org/tiny, --max-model-len, '8192']\n",
+        ),
+        ("run.sh", "#!/bin/sh\nexport HF_ENDPOINT={endpoint}\nvllm serve org/tiny --max-model-len 8192\n"),
+    ],
+)
+def test_the_model_is_looked_for_with_the_checkers_environment_never_the_files(tmp_path, monkeypatch, name, template):
+    """A deploy file that sets HF_ENDPOINT must not receive the HF_TOKEN of whoever runs the check: the Hub asked is
+    the checker's own (its HF_ENDPOINT, its token), whatever the file's HF_* say (they describe the node)."""
+    from tests.support.hub import serve
+
+    config = (MODELS / "meta-llama__Llama-3.1-8B-Instruct" / "config.json").read_bytes()
+    with serve({"config.json": config}) as (own, own_url), serve({"config.json": config}) as (theirs, their_url):
+        monkeypatch.setenv("HF_ENDPOINT", own_url)
+        monkeypatch.setenv("HF_TOKEN", "the-checkers-token")
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        path = tmp_path / name
+        path.write_text(template.format(endpoint=their_url))
+        code, reports = json_reports(str(path))
+        assert theirs.requested == []
+        assert "/org/tiny/resolve/main/config.json" in own.requested
+        assert code in (0, 1) and reports[0]["verdict"] in ("accept", "warn", "reject"), reports

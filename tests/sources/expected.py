@@ -144,6 +144,15 @@ def fixture_of(file: str, model: str | None) -> str | None:
     return None
 
 
+def catalogue_id(label: str | None) -> str | None:
+    """The catalogue GPU a GPU-feature-discovery ``nvidia.com/gpu.product`` label names (nvidia-smi's name, blanks
+    as dashes)."""
+    from service.domain.gpus import lookup
+
+    gpu = lookup(label) if label else None
+    return gpu.id if gpu is not None else label
+
+
 class Places:
     """Where ``preflight check`` places a finding: the option word a field names (``engine_args.X``; a ``--config``
     key at the key), the model word (``model.*``), else the launch."""
@@ -181,7 +190,7 @@ def expect(path: pathlib.Path) -> list[dict]:
         assumed = ASSUMED.get(path.name, {})
         # given on the command line, the assumed GPU and count hold for every launch of the file (they win over what
         # the file says, as --gpu / --gpus do)
-        gpu = assumed.get("gpu") or f.gpu_product
+        gpu = assumed.get("gpu") or catalogue_id(f.gpu_product)
         count = assumed.get("count") or f.gpu_count
         entry: dict = {
             "name": f.name,

@@ -72,3 +72,21 @@ def test_every_corpus_file_is_in_expected_json():
     assert sorted(WANT) == sorted(p.name for p in corpus())
     kinds = {p.name.split("-")[0] for p in corpus()}
     assert kinds >= {"cmd", "compose", "docker", "helm", "k8s", "kserve", "lws", "sh", "vllm"}
+
+
+def test_a_shared_gpu_label_is_resolved_by_the_check_and_given_way_by_gpu(tmp_path, monkeypatch):
+    """The file's ``nvidia.com/gpu.product`` label is read as written and judged in one place (resolve.py): a GPU
+    shared by time-slicing is refused as hardware the check cannot assume, unless --gpu says what to check on."""
+    monkeypatch.chdir(ROOT)
+    text = (DEPLOY / "k8s-deployment-tp-over-gpu-limit.yaml").read_text()
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(text.replace("NVIDIA-L40S", "NVIDIA-L40S-SHARED"))
+    models = ["--models", f"Qwen/Qwen2.5-72B-Instruct={MODELS / 'Qwen__Qwen2.5-72B-Instruct'}"]
+    out: list[str] = []
+    code = run_check(parse_options(["--format", "json", *models, str(shared)]), out.append)
+    (report,) = map(json.loads, out)
+    assert (code, report["findings"][0]["rule"]) == (2, "hardware_unresolved")
+    assert "shared by time-slicing" in report["findings"][0]["message"]
+    out = []
+    code = run_check(parse_options(["--format", "json", "--gpu", "l40s-48gb", *models, str(shared)]), out.append)
+    assert (code, json.loads(out[0])["verdict"]) == (1, "reject")

@@ -134,7 +134,7 @@ def test_lws_docs_example_leader_runs_the_openai_server_inside_sh_c():
     assert spans(f) == [
         "30:17", "30:25", "30:28", "30:63", "30:70", "30:75", "30:83", "30:123", "30:146", "30:148", "30:173",
     ]  # fmt: skip
-    assert (f.gpu_count, f.gpu_product, f.nodes) == (8, "h100-sxm-80gb", 2)
+    assert (f.gpu_count, f.gpu_product, f.nodes) == (8, "NVIDIA-H100-80GB-HBM3", 2)
     assert f.problems == []
 
 
@@ -142,7 +142,7 @@ def test_lws_group_size_resolves_and_vllm_serve_follows_ray_start():
     f = one("lws-vllm-serve-ray.yaml")
     assert f.argv[:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V3"]
     assert spans(f)[:3] == ["24:130", "24:135", "24:141"]
-    assert (f.gpu_count, f.gpu_product, f.nodes, f.env) == (8, "h200-141gb", 2, {"VLLM_HOST_IP": "0.0.0.0"})
+    assert (f.gpu_count, f.gpu_product, f.nodes, f.env) == (8, "NVIDIA-H200", 2, {"VLLM_HOST_IP": "0.0.0.0"})
 
 
 def test_k8s_docs_deployment_sh_c_args_and_hardware():
@@ -152,7 +152,7 @@ def test_k8s_docs_deployment_sh_c_args_and_hardware():
         "--max_num_batched_tokens", "1024",
     ]  # fmt: skip
     assert spans(f)[:3] == ["37:12", "37:17", "37:23"]
-    assert (f.gpu_count, f.gpu_product, f.nodes) == (1, "a100-sxm4-80gb", None)
+    assert (f.gpu_count, f.gpu_product, f.nodes) == (1, "NVIDIA-A100-SXM4-80GB", None)
     assert f.env == {}  # the token comes from a secret
 
 
@@ -160,7 +160,7 @@ def test_k8s_image_entrypoint_with_args_only():
     f = one("k8s-deployment-args-only-70b.yaml")
     assert f.argv[:4] == ["vllm", "serve", "--model", "meta-llama/Meta-Llama-3.1-70B"]
     assert f.words[0].at is None and f.words[1].at is None and spans(f)[2] == "29:15"
-    assert (f.gpu_count, f.gpu_product) == (4, "h100-sxm-80gb")  # an affinity term, an integer limit
+    assert (f.gpu_count, f.gpu_product) == (4, "NVIDIA-H100-80GB-HBM3")  # an affinity term, an integer limit
     assert f.env == {"HF_HOME": "/models", "VLLM_LOGGING_LEVEL": "DEBUG"}
 
 
@@ -200,7 +200,7 @@ def test_kserve_huggingface_runtime_as_the_vllm_serve_it_builds():
         "--gpu-memory-utilization", "0.9", "--dtype", "float16",
     ]  # fmt: skip
     assert spans(f) == [None, None, "18:22", "19:11", "19:24", "20:11", "20:36", None, None]
-    assert (f.gpu_count, f.gpu_product) == (1, "l4-24gb")
+    assert (f.gpu_count, f.gpu_product) == (1, "NVIDIA-L4")
 
 
 def test_kserve_runtime_merged_with_its_inference_service():
@@ -211,7 +211,7 @@ def test_kserve_runtime_merged_with_its_inference_service():
         "--gpu-memory-utilization=0.97",
     ]  # fmt: skip
     assert spans(f)[-2:] == ["52:11", "53:11"]
-    assert (f.gpu_count, f.gpu_product, f.env) == (1, "h100-pcie-80gb", {"HF_HOME": "/tmp/hf_home"})
+    assert (f.gpu_count, f.gpu_product, f.env) == (1, "NVIDIA-H100-PCIe", {"HF_HOME": "/tmp/hf_home"})
 
 
 def test_compose_string_command_and_gpu_reservation():
@@ -264,7 +264,7 @@ def test_helm_basic_config_as_the_chart_writes_it():
 def test_helm_numbers_are_printed_as_go_prints_a_float64():
     f = one("helm-max-model-len-1e6.yaml")
     assert f.argv[f.argv.index("--max-model-len") + 1] == "1e+06"
-    assert (f.gpu_count, f.gpu_product) == (8, "h200-141gb")
+    assert (f.gpu_count, f.gpu_product) == (8, "NVIDIA-H200")
 
 
 def test_helm_lmcache_image_and_kv_transfer_config():
@@ -276,7 +276,7 @@ def test_helm_lmcache_image_and_kv_transfer_config():
 
 def test_helm_two_models_two_launches():
     a, b = read(DEPLOY / "helm-04-multiple-models.yaml")
-    assert (a.name, a.gpu_product, b.name, b.gpu_product) == ("llama3", "a10g-24gb", "qwen3", None)
+    assert (a.name, a.gpu_product, b.name, b.gpu_product) == ("llama3", "NVIDIA-A10G", "qwen3", None)
     assert b.argv[b.argv.index("--gpu_memory_utilization") + 1] == "0.95"
 
 
