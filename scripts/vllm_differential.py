@@ -93,6 +93,9 @@ BEYOND_CONFIG = {
     # a parallel size below 1 or of thousands of ranks: releases before the bounds on ParallelConfig (0.33 refuses
     # them there) take it in their config code, and the engine cannot start that many (or fewer than one) workers
     "input:range:workers",
+    # no sequence or no token per step (max_num_seqs / max_num_batched_tokens below 1): releases before the bounds on
+    # SchedulerConfig (0.33 refuses them there) take it in their config code, and the engine can then schedule nothing
+    "input:range:scheduler",
     # checks vLLM makes when the OpenAI server sets itself up, after the engine config: a reasoning or tool parser
     # the release does not register (vllm 0.13.0 vllm/entrypoints/openai/serving_engine.py:288-301,
     # entrypoints/openai/cli_args.py tool parser check at server start); the harness runs the config code only
@@ -114,9 +117,11 @@ POLICY = {
 }
 SAME_REASON_WHEN_REFUSED = {
     "input:range:workers",
+    "input:range:scheduler",
     "lora_unsupported_model",
 }  # 0.33's ParallelConfig bounds (ge=1) refuse what this refuses
 WORKER_SIZES = {f"engine_args.{n}" for n in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")}
+SCHEDULER_SIZES = {f"engine_args.{n}" for n in ("max_num_seqs", "max_num_batched_tokens")}
 # Options not drawn: what names other files, hosts or code (the harness has no network and no files but the
 # config.json), and what Preflight refuses by policy rather than by vLLM's rules.
 NOT_DRAWN = {
@@ -366,7 +371,9 @@ def preflight_verdict(version: str, case: dict[str, Any]) -> dict[str, Any]:
     try:
         result = validate(LaunchRequest.model_validate(request), alternatives=False)
     except DomainError as e:
-        code = f"input:{e.rule or 'bad_input'}" + (":workers" if e.rule == "range" and e.field in WORKER_SIZES else "")
+        code = f"input:{e.rule or 'bad_input'}"
+        if e.rule == "range" and e.field in WORKER_SIZES | SCHEDULER_SIZES:
+            code += ":workers" if e.field in WORKER_SIZES else ":scheduler"
         return {"verdict": "reject", "errors": [code], "message": e.message[:300]}
     except ValueError as e:  # pydantic: the request itself is refused (422)
         return {"verdict": "reject", "errors": ["input:request"], "message": str(e)[:300]}
@@ -421,10 +428,20 @@ def vllm_verdicts(
     return out
 
 
+def _beyond_config(vllm: dict[str, Any]) -> set[str]:
+    """BEYOND_CONFIG, and what this verdict puts beyond the config code: a world larger than one node's GPUs, for
+    which the release's ParallelConfig picks the Ray backend instead of refusing (vllm 0.10.2
+    vllm/config/parallel.py:384-392): Ray's placement group then waits for GPUs this node lacks when the executor
+    starts (vllm 0.10.2 vllm/executor/ray_utils.py:347-380), after the config code."""
+    if vllm.get("verdict") == "accept" and vllm.get("distributed_executor_backend") == "ray":
+        return BEYOND_CONFIG | {"world_size_exceeds_gpus"}
+    return BEYOND_CONFIG
+
+
 def classify(vllm: dict[str, Any], pf: dict[str, Any]) -> str:
     if vllm["verdict"] == "harness":
         return "harness"
-    config_errors = [e for e in pf["errors"] if e not in BEYOND_CONFIG]
+    config_errors = [e for e in pf["errors"] if e not in _beyond_config(vllm)]
     if vllm["verdict"] != "accept":  # a parallel size out of range is the same reason where vLLM refuses it too
         config_errors += [e for e in pf["errors"] if e in SAME_REASON_WHEN_REFUSED]
     if vllm["verdict"] == "accept":

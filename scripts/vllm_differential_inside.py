@@ -227,6 +227,7 @@ def stub_platform(gpu: dict):
     import vllm.platforms as platforms
 
     platforms._current_platform = GpuStub()
+    _stub_torch_cuda(gpu, major, minor)
     for mod in ("vllm.utils.torch_utils", "vllm.utils", "vllm.platforms.cuda"):
         with contextlib.suppress(ImportError):
             module = importlib.import_module(mod)
@@ -235,6 +236,23 @@ def stub_platform(gpu: dict):
                     setattr(module, name, lambda *a, **k: int(gpu["count"]))
     registry = inside.auto_import("vllm.model_executor.models.registry")
     registry._run_in_subprocess = lambda fn: fn()  # the subprocess would not carry these stubs
+
+
+def _stub_torch_cuda(gpu: dict, major: int, minor: int) -> None:
+    """torch.cuda's device queries answered for ``gpu``: some config-time paths ask torch directly rather than the
+    platform (vllm 0.10.2 vllm/vllm_flash_attn/flash_attn_interface.py:43, reached from
+    platforms/cuda.py:554 is_kv_cache_dtype_supported), which on this CPU-only machine would raise "Found no NVIDIA
+    driver" where a node answers with its GPU."""
+    import types
+
+    import torch
+
+    props = types.SimpleNamespace(
+        name=gpu["name"], major=major, minor=minor, total_memory=int(gpu["memory_bytes"]), multi_processor_count=132
+    )
+    torch.cuda.get_device_capability = lambda device=None: (major, minor)
+    torch.cuda.get_device_name = lambda device=None: gpu["name"]
+    torch.cuda.get_device_properties = lambda device=None: props
 
 
 def serve_parser():
@@ -327,6 +345,7 @@ def judge(case: dict, top, model_dir: str) -> dict:
         "verdict": "accept",
         "max_model_len": config.model_config.max_model_len,
         "world_size": config.parallel_config.world_size,
+        "distributed_executor_backend": str(config.parallel_config.distributed_executor_backend),
     }
 
 

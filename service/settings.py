@@ -15,6 +15,7 @@
 | PREFLIGHT_AUDIT_CHECKPOINT_SECONDS | 60 | ... and at most T seconds after the chain last grew |
 | PREFLIGHT_TUNING | {} | the tuning loop's thresholds and steps as JSON over the defaults (domain/tuning.py TuningSettings: ``{"step_fraction": 0.2, "windows": 5, "fail_windows": 3}``) |
 | PREFLIGHT_ROLLOUT_TICK_SECONDS | 5 | how often each service process steps the staged rollouts (0: never) |
+| PREFLIGHT_POLICY_FILE | (the shipped profile) | a policy profile (TOML): which operators' rules refuse, warn or are off per environment (domain/policy_profile.py); read at start-up, a bad file stops the service naming the file and key |
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import dataclasses
 import pathlib
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
+    from .domain.policy_profile import Profile
     from .domain.tuning import TuningSettings
 
 
@@ -67,6 +69,25 @@ class Settings(BaseSettings):
             raise ValueError(f"PREFLIGHT_TUNING: {exc}") from None
 
     rollout_tick_seconds: float = Field(default=5.0, ge=0, le=3600)
+    policy_file: pathlib.Path | None = None
+    _policy: Profile | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _policy_profile(self) -> Settings:
+        from .domain.policy_profile import ProfileError, default_profile, load_profile
+
+        try:  # read once, at start-up: a bad file stops the service here, naming the file and key
+            self._policy = load_profile(self.policy_file) if self.policy_file else default_profile()
+        except ProfileError as exc:
+            raise ValueError(f"PREFLIGHT_POLICY_FILE: {exc}") from None
+        return self
+
+    @property
+    def policy(self) -> Profile:
+        """The policy profile every launch is judged under (PREFLIGHT_POLICY_FILE, else the shipped one)."""
+        from .domain.policy_profile import default_profile
+
+        return self._policy or default_profile()
 
     @model_validator(mode="after")
     def _production_is_explicit(self) -> Settings:

@@ -103,27 +103,42 @@ def _print_invalid(path: pathlib.Path, errors: list[dict], as_json: bool, echo: 
             echo(f"  {e.get('field', '')}: {e.get('message')}")
 
 
-def check_files(files: list[pathlib.Path], as_json: bool, echo: Callable[[str], None] = print) -> int:
-    """Validate each file, print its report (or one JSON object per line); the exit status: 0 nothing rejected,
-    1 a launch is rejected, 2 bad input."""
+def check_files(
+    files: list[pathlib.Path],
+    as_json: bool,
+    echo: Callable[[str], None] = print,
+    *,
+    policy_file: pathlib.Path | None = None,
+    strict: bool = False,
+) -> int:
+    """Validate each file under the policy profile (``policy_file``, else the shipped one), print its report (or one
+    JSON object per line); the exit status: 0 nothing rejected, 1 a launch is rejected (``strict``: or warned), 2 bad
+    input (a profile that cannot be used: before any file)."""
     from pydantic import ValidationError
 
     from ..domain.errors import DomainError
+    from ..domain.policy_profile import ProfileError, default_profile, load_profile
     from ..domain.request import LaunchRequest
     from ..domain.validate import validate
 
+    try:
+        profile = load_profile(policy_file) if policy_file is not None else default_profile()
+    except ProfileError as exc:
+        echo(f"preflight check: {exc}")
+        return 2
+    failing = ("reject", "warn") if strict else ("reject",)
     rejected = bad = False
     for path in files:
         try:
             req = LaunchRequest.model_validate(load_request_file(path))
-            result = validate(req)
+            result = validate(req, policy=profile)
         except (OSError, ValueError, ValidationError, DomainError, RecursionError) as exc:
             bad = True
             if isinstance(exc, RecursionError):  # JSON nested deeper than the parser can go
                 exc = ValueError("the file's JSON is nested too deeply")
             _print_invalid(path, _input_errors(exc), as_json, echo)
             continue
-        rejected |= result.verdict == "reject"
+        rejected |= result.verdict in failing
         if as_json:
             echo(json.dumps({"file": str(path), **result.as_dict()}, separators=(",", ":")))
         else:

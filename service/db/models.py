@@ -143,6 +143,11 @@ class Plan(Base):
     # how its nodes check the weights, as asked at creation: {"mode": "verify"} or {"mode": "skip", "reason",
     # "requested_by"} (audited plan.weights_check_skipped); null for plans older than migration 0016
     weights_check: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # the policy profile that judged it ({"name", "digest"}: domain/policy_profile.py) and, for a launch posted as an
+    # argv, what was posted ({"argv", "engine_args"}: the argv as given and the engine arguments it was read as);
+    # null for plans older than migration 0018 (given: also for launches posted as engine_args)
+    policy: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    given: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

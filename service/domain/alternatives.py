@@ -19,6 +19,7 @@ from .request import LaunchRequest
 from .versions import Option, VersionLine
 
 if TYPE_CHECKING:  # validate imports this module
+    from .policy_profile import Profile
     from .validate import ValidationResult
 
 MAX_RESULTS = 3
@@ -103,11 +104,14 @@ def _unique(patches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def nearest_alternatives(request: LaunchRequest, result: ValidationResult) -> list[dict[str, Any]]:
+def nearest_alternatives(
+    request: LaunchRequest, result: ValidationResult, *, policy: Profile | None = None
+) -> list[dict[str, Any]]:
     """Up to three ``engine_args`` patches, nearest first, whose launch is not rejected (verdict accept or warn).
 
     ``result`` is the ValidationResult of ``request``; an accepted or warned request gets ``[]``. Each candidate is
-    re-validated; patches that raise DomainError (e.g. a value out of range) are skipped.
+    re-validated under the same policy profile; patches that raise DomainError (e.g. a value out of range) are
+    skipped.
     """
     from .validate import validate
 
@@ -123,7 +127,7 @@ def nearest_alternatives(request: LaunchRequest, result: ValidationResult) -> li
         budget[0] -= 1
         req = request.model_copy(update={"engine_args": _apply(base_args, patch)})
         try:
-            return validate(req, alternatives=False)
+            return validate(req, alternatives=False, policy=policy)
         except DomainError:
             return None
 

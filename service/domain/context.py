@@ -4,7 +4,7 @@ values vLLM 0.33 would derive for whatever the request leaves out. Rules read it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -19,6 +19,7 @@ from .versions import VersionLine, resolve_version
 
 if TYPE_CHECKING:  # the memory model reads the context
     from .memory import Budget
+    from .policy_profile import RulePolicy
 
 _T = TypeVar("_T")
 
@@ -147,6 +148,8 @@ class LaunchContext:
     block_size: int = 16
     scheduler_tier: SchedulerDefaults | None = None
     budget: Budget | None = None  # filled by the validator
+    # the policy profile's rules for this launch's environment (policy_profile.py), set by the validator
+    policy: Mapping[str, RulePolicy] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
 
     # read by most rules and every memory term: computed once (the engine arguments are not changed after parsing)

@@ -231,7 +231,11 @@ class LaunchRequest(Strict):
     hardware: Hardware = Field(description="The GPUs the launch runs on.")
     environment: Literal["production", "benchmark"] = Field(
         default="production",
-        description="production (the operators' policy applies: warnings for what it advises against) or benchmark.",
+        description=(
+            "production or benchmark: the policy profile decides per environment which operators' rules refuse, "
+            "warn or are off (the shipped one refuses gpu_memory_utilization above 0.95 and enforce_eager in "
+            "production)."
+        ),
     )
     workload: Workload | None = Field(
         default=None,

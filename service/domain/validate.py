@@ -13,6 +13,7 @@ from .context import LaunchContext, build_context
 from .findings import Finding, Severity, verdict_of
 from .loading import option_of, redact_argv
 from .memory import compute_budget
+from .policy_profile import Profile, default_profile
 from .render import render_argv, shell_command
 from .request import LaunchRequest
 from .rules import run_rules
@@ -31,6 +32,7 @@ class ValidationResult:
     budget: dict[str, Any] | None = None
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     alternatives: list[dict[str, Any]] = field(default_factory=list)
+    policy: dict[str, str] = field(default_factory=dict)  # the profile that judged it: name and digest
     context: LaunchContext | None = field(default=None, repr=False)
 
     @property
@@ -48,6 +50,7 @@ class ValidationResult:
             "budget": self.budget,
             "recommendations": self.recommendations,
             "alternatives": self.alternatives,
+            "policy": self.policy,
         }
 
 
@@ -74,7 +77,12 @@ def effective_values(ctx: LaunchContext) -> dict[str, Any]:
 
 
 def validate(
-    request: LaunchRequest, *, model_ref: str | None = None, fill: bool = True, alternatives: bool = True
+    request: LaunchRequest,
+    *,
+    model_ref: str | None = None,
+    fill: bool = True,
+    alternatives: bool = True,
+    policy: Profile | None = None,
 ) -> ValidationResult:
     """Judge one launch request.
 
@@ -82,7 +90,8 @@ def validate(
     with the recommended values (service/domain/recommend.py, docs/operating.md §9); each filled value is listed in
     ``recommendations`` with its reason, and the verdict judges the filled launch. A rejected launch also lists
     ``alternatives``: up to three ``engine_args`` patches, nearest first, that would pass (service/domain/
-    alternatives.py; each one re-validated).
+    alternatives.py; each one re-validated). ``policy`` is the profile that rules the operators' findings for the
+    request's environment (policy_profile.py; default: the shipped one).
 
     Raises DomainError (service.domain.errors) for input that cannot be judged (unknown GPU, unsupported
     vllm_version, config.json without heads/layers/hidden size, unknown quantization.txt tag, ill-typed engine args).
@@ -94,10 +103,12 @@ def validate(
 
         engine_args, recommendations = recommend(request)
         request = request.model_copy(update={"engine_args": engine_args})
+    profile = policy or default_profile()
     ctx = build_context(request)
+    ctx.policy = profile.rules_for(ctx.environment)
     findings = run_rules(ctx, "config")
     ctx.budget = compute_budget(ctx)
-    findings += run_rules(ctx, "budget")
+    findings = profile.judge(findings + run_rules(ctx, "budget"), ctx.environment)
     findings.sort(key=lambda f: _ORDER[f.severity])
     argv = ctx.notes.get("argv")
     if argv is None or (model_ref is not None and argv[2] != model_ref):
@@ -114,10 +125,11 @@ def validate(
         effective=effective_values(ctx),
         budget=ctx.budget.as_dict() if ctx.budget is not None else None,
         recommendations=recommendations,
+        policy=profile.provenance(),
         context=ctx,
     )
     if alternatives and result.verdict == "reject":
         from .alternatives import nearest_alternatives
 
-        result.alternatives = nearest_alternatives(original, result)
+        result.alternatives = nearest_alternatives(original, result, policy=profile)
     return result

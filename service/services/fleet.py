@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from ..api.schemas import PlanIn
 from ..db.models import Assignment, Calibration, Manifest, Node, Plan, Report, iso, utcnow
+from ..domain.policy_profile import Profile
 from ..errors import NotFound
 from . import manifests as manifest_service
 from . import nodes as node_service
@@ -289,14 +290,14 @@ def get_node(session: Session, name: str) -> dict[str, Any]:
 # -- dry run ----------------------------------------------------------------------------------------------------------
 
 
-def dry_run(session: Session, plan: PlanIn) -> dict[str, Any]:
+def dry_run(session: Session, plan: PlanIn, *, policy: Profile | None = None) -> dict[str, Any]:
     """What ``POST /v1/plans`` would decide for this body, by manifest and node names: validated and rendered, nothing
     stored (no plan, no assignment, no seq, no audit event, nothing signed). Raises LaunchRejected (422) when vLLM
     would refuse the launch, as the real call does; NotFound / Invalid for bad input."""
     manifest = manifest_service.resolve_ref(session, plan.manifest)
     names = node_service.distinct(plan.nodes)
     nodes = [node_service.get(session, n) for n in names]
-    j = plan_service.judge(session, manifest, nodes, plan)
+    j = plan_service.judge(session, manifest, nodes, plan, policy=policy)
     result = j.result
     if result.verdict == "reject":
         exc = j.rejection(session)
@@ -313,6 +314,8 @@ def dry_run(session: Session, plan: PlanIn) -> dict[str, Any]:
         "vllm_version": result.vllm_version,
         "recommendations": result.recommendations,
         "alternatives": result.alternatives,
+        "policy": result.policy,
+        **({"given": j.given} if j.given else {}),
         "manifest": f"{manifest.name}@{manifest.version}",
         "nodes": names,
         "nodes_per_instance": j.layout.topo.nodes_per_instance,

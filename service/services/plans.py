@@ -17,6 +17,8 @@ from ..api.schemas import PlanIn
 from ..clock import Clock, utc
 from ..db.models import Assignment, Manifest, Node, Plan, iso
 from ..domain.loading import POLICY_RULES
+from ..domain.policy_profile import Profile, default_profile
+from ..domain.posted_argv import add_notes, read_posted_argv
 from ..domain.recommend import recommend
 from ..domain.render import shell_command
 from ..domain.request import LaunchRequest
@@ -75,6 +77,8 @@ def plan_dict(plan: Plan, assignments: list[Assignment] | None = None, *, secret
         "created_at": iso(plan.created_at),
         "tuning": plan.tuning,
         "weights_check": plan.weights_check,
+        "policy": plan.policy,
+        "given": plan.given,
     }
     topo = plan.topology or None
     if topo:
@@ -216,10 +220,15 @@ def plan_in(data: dict[str, Any]) -> PlanIn:
         ) from None
 
 
-def _rejected(version: str, errors: list) -> str:
-    """The detail of a rejected launch: vLLM's refusal, or Preflight's own policy when only policy rules refused."""
-    policy = all(f.rule in POLICY_RULES for f in errors)
-    head = "Preflight's policy refuses this launch" if policy else f"vLLM {version} would refuse this launch"
+def _rejected(version: str, errors: list, profile: Profile) -> str:
+    """The detail of a rejected launch: vLLM's refusal, or Preflight's own policy (its safety gates, or the policy
+    profile's enforced rules) when only those refused."""
+    policy = all(f.rule in POLICY_RULES or "policy" in f.data for f in errors)
+    head = (
+        f"Preflight's policy (profile {profile.name!r}) refuses this launch"
+        if policy
+        else f"vLLM {version} would refuse this launch"
+    )
     return f"{head}: " + "; ".join(f"{f.rule}: {f.message}" for f in errors)
 
 
@@ -236,30 +245,41 @@ class Judgement:
     layout: Layout
     line: Any
     findings: list[dict[str, Any]]
+    policy: Profile
+    given: dict[str, Any] | None = None  # a launch posted as an argv: the argv and the engine_args it was read as
 
     def rejection(self, session: Session) -> LaunchRejected:
         """The 422 of a rejected launch: findings with remedies, the nearest launches that pass and the registered
         quantized variants of the model that would fit these nodes."""
         r = self.result
         return LaunchRejected(
-            _rejected(r.vllm_version, r.errors),
+            _rejected(r.vllm_version, r.errors, self.policy),
             findings=self.findings,
             argv=r.argv,
             budget=r.budget,
             alternatives=r.alternatives,
-            variants=variants.fitting_variants(session, self.manifest, self.nodes, self.plan)
+            variants=variants.fitting_variants(session, self.manifest, self.nodes, self.plan, policy=self.policy)
             if variants.needs_memory(self.findings)
             else [],
         )
 
 
-def judge(session: Session, manifest: Manifest, nodes: list[Node], plan: PlanIn) -> Judgement:
+def judge(
+    session: Session, manifest: Manifest, nodes: list[Node], plan: PlanIn, *, policy: Profile | None = None
+) -> Judgement:
     """Validate a plan body for a manifest on nodes, as ``create`` signs it (the measured KV pool when pinned, the
-    nodes' topology, one validation per instance shape). Reads only: ``create`` and the dry run share it, so a dry
-    run refuses what the create would (``tuning.auto_apply`` outside benchmark among them)."""
+    nodes' topology, one validation per instance shape), under the policy profile (the service's
+    ``settings.policy``; default: the shipped one). Reads only: ``create`` and the dry run share it, so a dry run
+    refuses what the create would (``tuning.auto_apply`` outside benchmark among them)."""
+    policy = policy or default_profile()
     from .tuning import initial_memo
 
     initial_memo(plan.tuning, plan.environment)  # Invalid (422, tuning.auto_apply)
+    read, given = None, None
+    if plan.argv is not None:  # judged as the engine_args the release's parser reads from it
+        read = read_posted_argv(plan.argv, resolve_version(plan.vllm_version)[1], (manifest.name, manifest.uri))
+        given = {"argv": list(plan.argv), "engine_args": read.engine_args}
+        plan = plan.model_copy(update={"engine_args": dict(read.engine_args), "argv": None})
     plan = kv_pool.apply(session, manifest, nodes, plan)  # kv_cache_pool "pinned": the measured pool
     request = launch_request(manifest, nodes, plan)
     check_node_safety(manifest, request)
@@ -276,12 +296,14 @@ def judge(session: Session, manifest: Manifest, nodes: list[Node], plan: PlanIn)
             plan.model_copy(update={"engine_args": engine_args_with(request.engine_args, layout.group_args, line)}),
             nodes_per_instance=layout.topo.nodes_per_instance,
         )
-        result = validate(judged_in, model_ref=manifest.uri, fill=False)
+        result = validate(judged_in, model_ref=manifest.uri, fill=False, policy=policy)
         if recommendations is not None:
             result.recommendations = recommendations
     else:
-        result = validate(request, model_ref=manifest.uri)
-    return Judgement(manifest, nodes, plan, request, result, layout, line, [f.as_dict() for f in result.findings])
+        result = validate(request, model_ref=manifest.uri, policy=policy)
+    add_notes(result, read)
+    findings = [f.as_dict() for f in result.findings]
+    return Judgement(manifest, nodes, plan, request, result, layout, line, findings, policy, given)
 
 
 @dataclass
@@ -463,7 +485,7 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: 
     names = node_service.distinct(plan.nodes)
     nodes = [node_service.get(session, n) for n in names]
     node_service.lock(session, sorted(names))  # per-node seq: concurrent plans for a node queue here
-    j = judge(session, manifest, nodes, plan)
+    j = judge(session, manifest, nodes, plan, policy=ctx.settings.policy)
     result, topo = j.result, j.layout.topo
     metrics.observe_result("plans", result.verdict, j.findings)
     if result.verdict == "reject":
@@ -487,6 +509,8 @@ def create(session: Session, ctx: Context, *, actor: str, plan: PlanIn, tuning: 
         created_by=actor,
         tuning=tuning,
         weights_check=weights_check_record(j.plan, actor),
+        policy=result.policy,
+        given=j.given,
         created_at=ctx.now(),
         topology={
             "form": topo.form,

@@ -17,6 +17,7 @@ from ..db.models import Assignment, MetricWindow, Plan, iso, table_of
 from ..domain import tuning as dt_
 from ..domain.engine_args import parse_engine_args
 from ..domain.errors import DomainError
+from ..domain.policy_profile import Profile
 from ..domain.versions import resolve_version
 from ..errors import ApiError, Conflict, Invalid, NotFound
 from . import manifests as manifest_service
@@ -219,7 +220,13 @@ def _body(plan: Plan, assignments: list[Assignment], engine_args: dict[str, Any]
 
 
 def _validated(
-    session: Session, plan: Plan, assignments, level: dt_.Level, proposed: dt_.Point, reasons: list[str]
+    session: Session,
+    plan: Plan,
+    assignments,
+    level: dt_.Level,
+    proposed: dt_.Point,
+    reasons: list[str],
+    policy: Profile | None,
 ) -> dt_.Point | None:
     """The proposal, or a smaller one (``domain.tuning.step_back``) when vLLM would refuse it; None when none of
     ``VALIDATION_TRIES`` passes. Each refusal is added to ``reasons``."""
@@ -230,7 +237,8 @@ def _validated(
         if point is None:
             break
         try:
-            j = plan_service.judge(session, manifest, nodes, _body(plan, assignments, _engine_args(plan, point)))
+            body = _body(plan, assignments, _engine_args(plan, point))
+            j = plan_service.judge(session, manifest, nodes, body, policy=policy)
             errors = [f for f in j.findings if f.get("severity") == "error"]
             verdict = j.result.verdict
         except DomainError as exc:
@@ -249,16 +257,19 @@ def _validated(
     return None
 
 
-def status(session: Session, node: str, settings: dt_.TuningSettings = dt_.DEFAULTS) -> dict[str, Any]:
+def status(
+    session: Session, node: str, settings: dt_.TuningSettings = dt_.DEFAULTS, *, policy: Profile | None = None
+) -> dict[str, Any]:
     """``GET /v1/nodes/{name}/tuning``: the loop's state for the node's current plan, the current and the next
-    engine args (next null: keep the current plan), the reasons and the windows they come from."""
+    engine args (next null: keep the current plan; each proposal judged under the policy profile), the reasons and
+    the windows they come from."""
     plan, assignments = current_plan(session, node)
-    out, _ = _status(session, node, plan, assignments, settings)
+    out, _ = _status(session, node, plan, assignments, settings, policy)
     return out
 
 
 def _status(
-    session: Session, node: str, plan: Plan, assignments, settings: dt_.TuningSettings
+    session: Session, node: str, plan: Plan, assignments, settings: dt_.TuningSettings, policy: Profile | None
 ) -> tuple[dict[str, Any], dt_.Decision | None]:
     level, why_not = _level(plan)
     rows = windows_of(session, node, plan.id)
@@ -297,7 +308,7 @@ def _status(
     reasons = list(d.reasons)
     nxt = d.next
     if nxt is not None:
-        nxt = _validated(session, plan, assignments, level, nxt, reasons)
+        nxt = _validated(session, plan, assignments, level, nxt, reasons, policy)
         if nxt is None:
             reasons.append("no proposal passes validation: keep the current plan")
         elif nxt != d.next:
@@ -359,7 +370,7 @@ def apply(session: Session, ctx: Context, *, actor: str, node: str) -> Applied:
             f"node {node!r} got a new plan while this one was being applied: read GET /v1/nodes/{node}/tuning again",
             field="name",
         )
-    out, d = _status(session, node, plan, assignments, ctx.settings.tuning_settings)
+    out, d = _status(session, node, plan, assignments, ctx.settings.tuning_settings, ctx.settings.policy)
     if d is None or d.next is None:
         raise Conflict("the tuning loop proposes no new plan now: " + "; ".join(out["reasons"])[:1500], field="name")
     created = plan_service.create(
@@ -405,7 +416,7 @@ def auto_apply(session: Session, ctx: Context, *, node: str, plan_id: str) -> di
     plan, assignments = plan_service.get(session, plan_id)
     if (plan.request or {}).get("environment") != "benchmark":
         return None  # never outside benchmark, whatever the memo says
-    _, d = _status(session, node, plan, assignments, ctx.settings.tuning_settings)
+    _, d = _status(session, node, plan, assignments, ctx.settings.tuning_settings, ctx.settings.policy)
     if d is None:
         return None
     try:  # what create refuses, it refuses before writing anything: the window stays stored either way

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from ..db.models import Assignment, Manifest, Plan
 from ..domain.errors import DomainError
+from ..domain.policy_profile import Profile
 from ..domain.request import LaunchRequest
 from ..domain.validate import validate
 from ..domain.versions import resolve_version
@@ -19,8 +20,9 @@ from ..domain.versions import resolve_version
 MAX_PLANS = 2000  # bounded work per request: the newest plans first
 
 
-def upgrade_impact(session: Session, vllm_version: str) -> dict[str, Any]:
-    """Raises DomainError (field ``vllm_version``) for a version outside every supported line."""
+def upgrade_impact(session: Session, vllm_version: str, *, policy: Profile | None = None) -> dict[str, Any]:
+    """Raises DomainError (field ``vllm_version``) for a version outside every supported line. Each plan is judged
+    under ``policy`` (the service's profile)."""
     version, line = resolve_version(vllm_version)
     active_ids = select(Assignment.plan_id).where(Assignment.status == "active").distinct()
     newest_per_manifest = select(func.max(Plan.created_at)).group_by(Plan.manifest_id)
@@ -41,7 +43,7 @@ def upgrade_impact(session: Session, vllm_version: str) -> dict[str, Any]:
             nodes.setdefault(plan_id, []).append(node)
     items = []
     for plan, mname, mversion in plans:
-        items.append(_judge(plan, f"{mname}@{mversion}", sorted(nodes.get(plan.id, [])), version))
+        items.append(_judge(plan, f"{mname}@{mversion}", sorted(nodes.get(plan.id, [])), version, policy))
     breaking = [i for i in items if i["breaks"]]
     return {
         "vllm_version": version,
@@ -53,7 +55,7 @@ def upgrade_impact(session: Session, vllm_version: str) -> dict[str, Any]:
     }
 
 
-def _judge(plan: Plan, manifest: str, nodes: list[str], version: str) -> dict[str, Any]:
+def _judge(plan: Plan, manifest: str, nodes: list[str], version: str, policy: Profile | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "plan": plan.id,
         "status": plan.status,
@@ -64,7 +66,7 @@ def _judge(plan: Plan, manifest: str, nodes: list[str], version: str) -> dict[st
     }
     try:
         request = LaunchRequest.model_validate({**plan.request, "vllm_version": version})
-        result = validate(request, fill=False, alternatives=False)
+        result = validate(request, fill=False, alternatives=False, policy=policy)
     except DomainError as e:
         return {
             **out,

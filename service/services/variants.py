@@ -12,6 +12,7 @@ from ..api.schemas import LaunchTarget
 from ..db.models import Manifest, Node
 from ..domain.engine_args import dest_of
 from ..domain.errors import DomainError
+from ..domain.policy_profile import Profile
 from ..domain.validate import validate
 from ..domain.versions import resolve_version
 from ..errors import ApiError
@@ -57,7 +58,13 @@ def needs_memory(findings: list[dict[str, Any]]) -> bool:
 
 
 def fitting_variants(
-    session: Session, manifest: Manifest, nodes: list[Node], target: LaunchTarget, limit: int = 5
+    session: Session,
+    manifest: Manifest,
+    nodes: list[Node],
+    target: LaunchTarget,
+    limit: int = 5,
+    *,
+    policy: Profile | None = None,
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` quantized manifests of ``manifest``'s model (newest version per name) that these nodes would
     run with the target's engine args (quantization and dtype left to the variant): ``{"manifest", "quantization",
@@ -82,6 +89,7 @@ def fitting_variants(
                 launch_request(m, nodes, target.model_copy(update={"engine_args": args})),
                 model_ref=m.uri,
                 alternatives=False,
+                policy=policy,
             )
         except (DomainError, ApiError):
             continue

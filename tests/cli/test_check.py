@@ -243,3 +243,35 @@ def test_a_reader_that_goes_away_ends_check_quietly_with_status_1(tmp_path):
             p.stdout.close()
             assert p.wait(120) == 1, args
             assert b"Traceback" not in p.stderr.read()
+
+
+def _llama(util: float, environment: str = "production") -> dict:
+    return {
+        "model": {"config": model_config("meta-llama__Llama-3.1-8B-Instruct")},
+        "hardware": {"gpu": "h100-sxm-80gb", "count": 1},
+        "environment": environment,
+        "engine_args": {"gpu_memory_utilization": util, "max_model_len": 8192, "max_num_seqs": 32},
+    }
+
+
+def test_check_policy_and_strict(tmp_path):
+    warned = str(write(tmp_path, "warned.json", _llama(0.93)))
+    refused = str(write(tmp_path, "refused.json", _llama(0.97)))
+    r = runner.invoke(app, ["check", "--json", warned])
+    assert r.exit_code == 0 and json.loads(r.stdout)["verdict"] == "warn"
+    assert json.loads(r.stdout)["policy"]["name"] == "default"
+    assert runner.invoke(app, ["check", "--strict", warned]).exit_code == 1
+    assert runner.invoke(app, ["check", refused]).exit_code == 1
+    lenient = tmp_path / "lenient.toml"
+    lenient.write_text('name = "lenient"\n[production]\nutil_too_high = "off"\n')
+    r = runner.invoke(app, ["check", "--json", "--strict", "--policy", str(lenient), refused])
+    assert r.exit_code == 0, r.stdout
+    assert json.loads(r.stdout)["verdict"] == "accept" and json.loads(r.stdout)["policy"]["name"] == "lenient"
+
+
+def test_check_bad_policy_exit_2_naming_file_and_key(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[production]\ntp_heads_divisible = "off"\n')
+    r = runner.invoke(app, ["check", "--policy", str(bad), str(write(tmp_path, "ok.json", _llama(0.9)))])
+    assert r.exit_code == 2
+    assert f"policy file {bad}: production.tp_heads_divisible: is one of vLLM's own start-up checks" in r.stdout

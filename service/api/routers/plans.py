@@ -8,35 +8,49 @@ from fastapi.responses import JSONResponse
 from ... import metrics
 from ...db.session import after_commit
 from ...domain.errors import DomainError
-from ...domain.request import LaunchRequest
+from ...domain.posted_argv import add_notes, request_with_argv
 from ...domain.validate import validate
 from ...services import fleet, idempotency
 from ...services import plans as plan_service
 from ...services import rollouts as rollout_service
 from ...services import upgrade as upgrade_service
 from ..deps import ContextDep, Deployer, Reader, Route, SessionDep, TimeQuery, parse_time, replayable
-from ..schemas import DryRunOut, JudgementOut, PlanCreatedOut, PlanIn, PlanListOut, PlanOut, UpgradeImpactOut
+from ..schemas import (
+    DryRunOut,
+    JudgementOut,
+    PlanCreatedOut,
+    PlanIn,
+    PlanListOut,
+    PlanOut,
+    UpgradeImpactOut,
+    ValidateIn,
+)
 
 router = APIRouter(route_class=Route)
 
 
 @router.post("/v1/validate", operation_id="validateLaunch", tags=["plans"], response_model=JudgementOut)
-def validate_launch(body: LaunchRequest, p: Reader):
-    """Judge a launch given inline (config.json object, hardware, engine args, workload): the verdict, findings
-    with remedies, the budget, recommendations and the argv. Stores nothing (see createPlan ``dry_run`` to judge
-    by manifest and node names)."""
+def validate_launch(request: Request, body: ValidateIn, p: Reader):
+    """Judge a launch given inline (config.json object, hardware, engine args or an argv, workload): the verdict,
+    findings with remedies, the budget, recommendations and the argv. Stores nothing (see createPlan ``dry_run`` to
+    judge by manifest and node names). Judged under the service's policy profile (``policy`` names it)."""
     if body.model.path is not None:
         raise DomainError("model.path", "model.path is for the CLI; send config (the config.json object)")
-    out = validate(body).as_dict()
+    launch, read = request_with_argv(body, body.argv) if body.argv is not None else (body, None)
+    result = validate(launch, policy=request.app.state.settings.policy)
+    add_notes(result, read)
+    out = result.as_dict()
     metrics.observe_result("validate", out["verdict"], out["findings"])
     return out
 
 
 @router.get("/v1/upgrade-impact", operation_id="upgradeImpact", tags=["plans"], response_model=UpgradeImpactOut)
-def upgrade_impact(session: SessionDep, p: Reader, vllm_version: Annotated[str, Query(min_length=1, max_length=32)]):
+def upgrade_impact(
+    request: Request, session: SessionDep, p: Reader, vllm_version: Annotated[str, Query(min_length=1, max_length=32)]
+):
     """Every active plan and every manifest's newest plan re-validated against ``vllm_version``: what would
     break on upgrade (or downgrade), with findings and remedies. Breaking plans first."""
-    return upgrade_service.upgrade_impact(session, vllm_version)
+    return upgrade_service.upgrade_impact(session, vllm_version, policy=request.app.state.settings.policy)
 
 
 @router.post(
@@ -66,7 +80,7 @@ def create_plan(
     state = request.app.state
     if dry_run:  # the 200 (not the route's 201 model): validated against its own model here
         with state.db.read() as session:
-            dry = DryRunOut.model_validate(fleet.dry_run(session, body))
+            dry = DryRunOut.model_validate(fleet.dry_run(session, body, policy=state.settings.policy))
         return JSONResponse(dry.model_dump(mode="json", by_alias=True, exclude_unset=True))
     status, out, replayed = idempotency.run(
         state.db,

@@ -40,7 +40,8 @@ def get_node_tuning(request: Request, name: NodeName, session: SessionDep, p: Re
     settled, backing_off, stuck — a level that still preempts at the floor, or no steps left: needs a person),
     ``action``, ``current`` and ``next`` engine args (``next`` null: keep the current plan),
     ``reasons`` and ``evidence`` (the windows the decision was made from). Nothing is written."""
-    return tuning_service.status(session, name, request.app.state.settings.tuning_settings)
+    settings = request.app.state.settings
+    return tuning_service.status(session, name, settings.tuning_settings, policy=settings.policy)
 
 
 @router.post(

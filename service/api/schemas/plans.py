@@ -13,14 +13,37 @@ class FindingOut(Out):
     """What one rule says about the launch."""
 
     rule: str = Field(description="The rule's code (docs/rules.md).")
-    severity: Literal["error", "warning", "info"] = Field(description="error (vLLM would refuse), warning or info.")
+    severity: Literal["error", "warning", "info"] = Field(
+        description="error (vLLM would refuse, or the policy profile refuses), warning or info."
+    )
     message: str = Field(description="What the rule found, with the numbers.")
     remedy: dict[str, Any] | None = Field(
         description="Machine-readable fix (e.g. the tensor_parallel_size values that would pass), when there is one."
     )
     source: str = Field(description="The vLLM source or guide section the rule mirrors.")
     field: str | None = Field(default=None, description="The request field it is about, when there is one.")
-    data: dict[str, Any] | None = Field(default=None, description="The figures behind it, when the rule gives them.")
+    data: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "The figures behind it, when the rule gives them; for an operator rule, ``policy``: the profile and the "
+            "action it took (enforce or warn)."
+        ),
+    )
+
+
+class PolicyOut(Out):
+    """The policy profile a launch was judged under (docs/configuration.md#policy-profiles)."""
+
+    name: str = Field(description="The profile's name (default: the shipped one).")
+    digest: str = Field(description="sha256: over the complete profile as canonical JSON.")
+
+
+class GivenOut(Out):
+    """A launch posted as an argv: the argv as posted, and the engine arguments the release's parser reads from it
+    (what was judged, before any recommended value was filled in)."""
+
+    argv: list[str] = Field(description="The argv as posted.")
+    engine_args: JSON = Field(description="The engine arguments it was read as, by dest name.")
 
 
 class JudgementOut(Out):
@@ -35,6 +58,7 @@ class JudgementOut(Out):
     budget: JSON | None = Field(description="The memory budget per GPU (weights, activations, KV cache, tokens).")
     recommendations: list[JSON] = Field(description="Values filled in for a workload, each with why.")
     alternatives: list[JSON] = Field(description="The nearest launches that pass (for a rejection).")
+    policy: PolicyOut = Field(description="The policy profile it was judged under.")
 
 
 class UpgradeFindingOut(Out):
@@ -116,6 +140,12 @@ class PlanOut(Out):
     created_by: str = Field(description="Who created it.")
     created_at: str | None = Field(description="When (ISO 8601).")
     tuning: JSON | None = Field(description="The tuning loop's memo (its SLO, auto_apply, the levels that held).")
+    policy: PolicyOut | None = Field(
+        default=None, description="The policy profile that judged it; null for plans older than policy profiles."
+    )
+    given: GivenOut | None = Field(
+        default=None, description="What was posted, for a launch posted as an argv (null for engine_args)."
+    )
     weights_check: JSON | None = Field(
         default=None,
         description=(
@@ -173,6 +203,8 @@ class DryRunOut(Out):
     vllm_version: str = Field(description="The vLLM release it was judged against.")
     recommendations: list[JSON] = Field(description="Values filled in for a workload, each with why.")
     alternatives: list[JSON] = Field(description="The nearest launches that pass.")
+    policy: PolicyOut = Field(description="The policy profile it was judged under.")
+    given: GivenOut | None = Field(default=None, description="What was posted, for a launch posted as an argv.")
     manifest: str = Field(description="``name@version``.")
     nodes: list[str] = Field(description="The nodes, in the order given.")
     nodes_per_instance: int = Field(description="Nodes one instance spans.")

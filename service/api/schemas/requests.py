@@ -8,7 +8,17 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from ...domain import weights_expect
 from ...domain.jsoncheck import JsonValueError, check_json
-from ...domain.request import ENV_NAME, Checkpoint, CustomGpu, DisplayStr, TensorLinear, TensorRanks, Workload
+from ...domain.posted_argv import MAX_ELEMENT_CHARS, MAX_ELEMENTS, MAX_TOTAL_CHARS
+from ...domain.request import (
+    ENV_NAME,
+    Checkpoint,
+    CustomGpu,
+    DisplayStr,
+    LaunchRequest,
+    TensorLinear,
+    TensorRanks,
+    Workload,
+)
 from ...domain.text import display_text, display_text_problem
 from ...domain.topology import MAX_ADDRESS, address_problem
 
@@ -61,6 +71,28 @@ def _env_names(env: dict[str, str]) -> dict[str, str]:
             f"signed into every node's plan)"
         )
     return env
+
+
+ARGV_DOC = (
+    'The launch as a command line instead of engine_args: ["vllm", "serve", MODEL, "--option", "value", …] (or '
+    '["python", "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, …]), read exactly as the release\'s '
+    "parser reads it (abbreviations, --x_y spellings, dotted keys, repeated options: the last wins). MODEL must be the "
+    "model the request names. --config is refused (the file is not on the service). A 422 names the element "
+    f"(argv[i]) the parser would refuse. At most {MAX_ELEMENTS} elements of {MAX_ELEMENT_CHARS} characters, "
+    f"{MAX_TOTAL_CHARS} in all."
+)
+ArgvList = list[Annotated[str, Field(max_length=MAX_ELEMENT_CHARS)]]
+
+
+def argv_alone(argv: list[str] | None, fields_set: set[str]) -> None:
+    """A launch is given as ``argv`` or as ``engine_args``, never both (which one would it mean?); ``argv`` bounded."""
+    if argv is None:
+        return
+    if "engine_args" in fields_set:
+        raise JsonValueError("argv", "give the launch as argv or as engine_args, not both")
+    total = sum(len(w) for w in argv)
+    if total > MAX_TOTAL_CHARS:
+        raise JsonValueError("argv", f"{total} characters in all, more than {MAX_TOTAL_CHARS}")
 
 
 class Strict(BaseModel):
@@ -377,7 +409,8 @@ class LaunchTarget(Strict):
     )
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for vLLM (A-Z, 0-9, _).")
     environment: Literal["production", "benchmark"] = Field(
-        default="production", description="production (the operators' policy applies) or benchmark."
+        default="production",
+        description="production or benchmark: the policy profile decides which operators' rules refuse or warn.",
     )
     workload: Workload | None = Field(
         default=None,
@@ -415,6 +448,11 @@ class PlanIn(LaunchTarget):
         min_length=1,
         max_length=256,
         description="The registered nodes the plan runs on (a multi-node instance: its nodes in rank order).",
+    )
+    argv: ArgvList | None = Field(
+        default=None,
+        max_length=MAX_ELEMENTS,
+        description=ARGV_DOC + " MODEL is the manifest's name or uri; the plan records the argv as posted.",
     )
     group_env: list[dict[str, str]] | None = Field(
         default=None,
@@ -464,6 +502,11 @@ class PlanIn(LaunchTarget):
         if problem:
             raise JsonValueError("weights_signer", problem)
         return signer
+
+    @model_validator(mode="after")
+    def _argv_alone(self) -> PlanIn:
+        argv_alone(self.argv, self.model_fields_set)
+        return self
 
     @model_validator(mode="after")
     def _skip_has_a_reason(self) -> PlanIn:
@@ -757,3 +800,19 @@ class RolloutCommandIn(Strict):
     @classmethod
     def _printable(cls, v: str | None) -> str | None:
         return None if v is None else display_text(v)
+
+
+class ValidateIn(LaunchRequest):
+    """``POST /v1/validate``: a launch given inline (the format of ``preflight check``), its engine arguments as
+    ``engine_args`` or as ``argv``."""
+
+    argv: ArgvList | None = Field(
+        default=None,
+        max_length=MAX_ELEMENTS,
+        description=ARGV_DOC + " MODEL is model.uri or model.name when given (else it becomes model.uri).",
+    )
+
+    @model_validator(mode="after")
+    def _argv_alone(self) -> ValidateIn:
+        argv_alone(self.argv, self.model_fields_set)
+        return self

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...db.session import Database
 from ...domain.errors import DomainError
+from ...domain.policy_profile import Profile
 from ...errors import ApiError, LaunchRejected
 from ...services import fleet
 from ...services import manifests as manifest_service
@@ -97,8 +98,11 @@ def form_body(form) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, str]
     return shown, body, errors
 
 
-def judge(db: Database, body: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, str]]]:
-    """The dry run's result (a verdict, a rejection included), or the errors naming the field."""
+def judge(
+    db: Database, body: dict[str, Any], policy: Profile | None = None
+) -> tuple[dict[str, Any] | None, list[dict[str, str]]]:
+    """The dry run's result under the service's policy profile (a verdict, a rejection included), or the errors
+    naming the field."""
     try:
         data = PlanIn.model_validate(body)
     except ValidationError as exc:
@@ -107,7 +111,7 @@ def judge(db: Database, body: dict[str, Any]) -> tuple[dict[str, Any] | None, li
         ]
     try:
         with db.read() as s:
-            return fleet.dry_run(s, data), []
+            return fleet.dry_run(s, data, policy=policy), []
     except LaunchRejected as exc:
         return {"verdict": "reject", "detail": exc.detail, **exc.extra}, []
     except ApiError as exc:
@@ -128,7 +132,7 @@ async def try_run(request: Request, viewer: DeployerForm, state: UiState):
     shown, body, errors = form_body(await request.form())
     result = None
     if not errors:
-        result, errors = await run_in_threadpool(judge, state.db, body)
+        result, errors = await run_in_threadpool(judge, state.db, body, state.settings.policy)
     choices = await run_in_threadpool(try_choices, state.db)
     status = 200 if result is not None else 422
     return page(

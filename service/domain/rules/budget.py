@@ -297,15 +297,14 @@ def max_num_seqs_above_bound(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 
 @rule("max_num_seqs_above_bound_at_max_len", severity="warning", source=SRC_BOUND, phase="budget")
 def max_num_seqs_above_bound_at_max_len(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """Production without ``workload.avg_seq_len``: ``max_num_seqs`` (set, or vLLM's default for the GPU) above what
+    """Without ``workload.avg_seq_len``: ``max_num_seqs`` (set, or vLLM's default for the GPU) above what
     the KV pool holds at the effective ``max_model_len`` — the only length known, so the worst case vLLM itself prints
     as "Maximum concurrency for N tokens per request". The command would carry a number of sequences the pool cannot
     keep resident once requests grow long. Remedy: the bound, or a workload to judge against."""
     b = _budget(ctx)
     wl = ctx.request.workload
     if (
-        ctx.environment != "production"
-        or (wl and wl.avg_seq_len)
+        (wl and wl.avg_seq_len)
         or b is None
         or b.num_gpu_blocks == 0
         or b.max_num_seqs_bound is None

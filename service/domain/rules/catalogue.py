@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from ..policy_profile import OPERATING_SOURCE
 from . import RULES
 
 
@@ -21,14 +22,17 @@ def render_markdown() -> str:
         "",
         "Generated from the rule registry (`service/domain/rules/`) by `python -m service.domain.rules.catalogue`;",
         "do not edit by hand. Codes are those of tests/cases/README.md. Phase `config` rules judge the launch",
-        "before the memory budget; phase `budget` rules read it.",
+        "before the memory budget; phase `budget` rules read it. A severity marked (profile) is an operator rule's:",
+        "the policy profile makes it an error, a warning or nothing per environment",
+        "([configuration](configuration.md#policy-profiles)).",
         "",
         "| code(s) | severity | phase | what | source |",
         "|---|---|---|---|---|",
     ]
     for info in sorted(RULES, key=lambda r: (r.codes[0], r.name)):
         codes = ", ".join(f"`{c}`" for c in info.codes)
-        lines.append(f"| {codes} | {info.severity} | {info.phase} | {_cell(info.what)} | {_cell(info.source)} |")
+        severity = info.severity + (" (profile)" if info.source.startswith(OPERATING_SOURCE) else "")
+        lines.append(f"| {codes} | {severity} | {info.phase} | {_cell(info.what)} | {_cell(info.source)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -552,6 +552,25 @@ def _draft_model_reached(ctx: LaunchContext, fallback: bool) -> bool:
     return not any(_in_lines(ctx, g) and g.probe(ctx) for g in ORACLE)
 
 
+POOLING_TASKS = frozenset({"embed", "embedding", "classify", "score", "reward"})
+
+
+def v1_forces_chunked_prefill(ctx: LaunchContext) -> bool:
+    """0.8-0.10: the V1 engine turns chunked prefill on whatever ``--enable-chunked-prefill`` says — every launch in
+    0.8 (vllm 0.8.5 vllm/engine/arg_utils.py:1568-1569), every launch but a pooling one in 0.9 and 0.10 (0.9.2
+    :1575-1579, 0.10.2 :1620-1623). V1 unless VLLM_USE_V1=0 or an oracle row sends the launch to V0 (ORACLE above);
+    a launch whose engine is not told apart is taken as V1, the default."""
+    if not at_least(ctx, (0, 8)) or ctx.line.release[:2] > (0, 10) or _use_v1(ctx) is False:
+        return False
+    if _use_v1(ctx) is None and any(_in_lines(ctx, g) and g.probe(ctx) for g in ORACLE):
+        return False  # the oracle falls back to V0, which honours the flag
+    if ctx.line.release[:2] == (0, 8):
+        return True
+    arch = registry_arch(ctx)
+    pooling = effective(ctx, "runner") == "pooling" or effective(ctx, "task") in POOLING_TASKS
+    return not (pooling or (arch is not None and arch.pooling_only))
+
+
 def _unsupported(ctx: LaunchContext) -> list[tuple[str, tuple[str, ...]]]:
     """(vLLM's message, the options to drop) for each feature the target release refuses."""
     if at_least(ctx, (0, 11)):

@@ -1,12 +1,15 @@
-"""The operators' policy (docs/operating.md) and gpu_memory_utilization's range. Policy rules are warnings and
-apply to ``environment: production``; a ``benchmark`` launch (load test) is exempt, as docs/operating.md §3 allows 0.95+ in
-load tests. ``util_range`` and ``chunked_prefill_disabled`` mirror vLLM itself and apply everywhere."""
+"""The operators' policy (docs/operating.md) and gpu_memory_utilization's range. The operators' rules (those whose
+source is an operating.md section) emit warnings in every environment; the policy profile the launch is judged under
+(service/domain/policy_profile.py) decides per environment whether each refuses, warns or is off, and gives
+``util_too_high`` its thresholds. ``util_range`` and ``chunked_prefill_disabled`` mirror vLLM itself: no profile
+changes them."""
 
 from __future__ import annotations
 
 from ..context import LaunchContext
 from ..findings import Finding
 from ..model_facts import round_up
+from ..policy_profile import RulePolicy, default_profile
 from . import Emit, rule
 from .gating import at_least, registry_arch
 from .parallel import valid_tp_sizes
@@ -34,10 +37,6 @@ NON_GENERATIVE_SUFFIXES = (
 )
 
 
-def production(ctx: LaunchContext) -> bool:
-    return ctx.environment == "production"
-
-
 @rule("util_range", severity="error", source=SRC_RANGE)
 def util_range(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``gpu_memory_utilization`` must lie in (0, 1]; vLLM's CacheConfig refuses anything else (pydantic)."""
@@ -56,34 +55,51 @@ def util_range(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ]
 
 
+def rule_policy(ctx: LaunchContext, code: str) -> RulePolicy:
+    """The policy the launch is judged under for ``code`` (the validator sets ``ctx.policy``; the shipped profile
+    when a context was built without one)."""
+    return ctx.policy.get(code) or default_profile().rules_for(ctx.environment)[code]
+
+
 @rule("util_too_high", severity="warning", source=SRC_UTIL)
 def util_too_high(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """Production: gpu_memory_utilization above 0.90 (vLLM 0.33's default 0.92 included) leaves too little for bursts
-    of long requests and fragmentation; 0.95+ belongs to load tests only. Not applied to benchmark launches."""
+    """gpu_memory_utilization (vLLM 0.33's default 0.92 included) above the profile's ``warn_above`` leaves too little
+    for bursts of long requests and fragmentation: 0.85-0.90 on real traffic, 0.95 and above in load tests only. The
+    shipped profile refuses production launches above 0.95 and warns above 0.90; benchmark launches warn above 0.95."""
     u = ctx.gpu_memory_utilization
-    if not production(ctx) or not PRODUCTION_UTIL_CAP < u <= 1:
+    policy = rule_policy(ctx, "util_too_high")
+    cap = policy.warn_above if policy.warn_above is not None else PRODUCTION_UTIL_CAP
+    if policy.action == "off" or not cap < u <= 1:
         return []
     origin = "set" if "gpu_memory_utilization" in ctx.args.given else "vLLM 0.33's default, not set"
+    refused = policy.action == "enforce" and policy.refuse_above is not None and u > policy.refuse_above
+    limit = (
+        f"above {policy.refuse_above:.2f}, which the {ctx.environment} policy refuses"
+        if refused and policy.refuse_above is not None
+        else f"above the {ctx.environment} cap {cap:.2f}"
+    )
     return [
         emit.warning(
             "util_too_high",
-            f"gpu_memory_utilization {u:g} ({origin}) is above the production cap {PRODUCTION_UTIL_CAP:.2f}: steady state "
-            f"is 0.85-0.90, and higher values trade headroom for preemption churn.",
-            remedy={"gpu_memory_utilization": PRODUCTION_UTIL_CAP},
+            f"gpu_memory_utilization {u:g} ({origin}) is {limit}: steady state is 0.85-0.90, 0.95 and above belongs "
+            f"to load tests, and higher values trade headroom for preemption churn.",
+            remedy={"gpu_memory_utilization": min(cap, PRODUCTION_UTIL_CAP)},
             field="engine_args.gpu_memory_utilization",
+            value=u,
         )
     ]
 
 
 @rule("enforce_eager_production", severity="warning", source=SRC_EAGER, when=("enforce_eager",))
 def enforce_eager_production(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """Production: ``--enforce-eager`` disables CUDA graphs and costs 10-20 % throughput; it is for debugging."""
-    if not production(ctx) or not ctx.args.enforce_eager:
+    """``--enforce-eager`` disables CUDA graphs and costs 10-20 % throughput; it is for debugging (the shipped
+    profile refuses it in production and warns in benchmark)."""
+    if not ctx.args.enforce_eager:
         return []
     return [
         emit.warning(
             "enforce_eager_production",
-            "enforce_eager in production: CUDA graphs off costs 10-20 % throughput (1200 vs 1450 tok/s measured); use it "
+            f"enforce_eager in {ctx.environment}: CUDA graphs off costs 10-20 % throughput (1200 vs 1450 tok/s measured); use it "
             "only to debug a graph-replay failure.",
             remedy={"enforce_eager": False},
             field="engine_args.enforce_eager",
@@ -100,9 +116,9 @@ def pcie_only(ctx: LaunchContext) -> bool:
 
 @rule("pcie_tp", severity="warning", source=SRC_PCIE)
 def pcie_tp(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """Production: tensor parallel over PCIe without NVLink pays an all-reduce per layer over the slow link; a
+    """Tensor parallel over PCIe without NVLink pays an all-reduce per layer over the slow link; a
     smaller TP (with data-parallel replicas) often serves more. Confirm NVLink before sharding across the node."""
-    if not production(ctx) or ctx.tp <= 1 or not pcie_only(ctx):
+    if ctx.tp <= 1 or not pcie_only(ctx):
         return []
     smaller = valid_tp_sizes(ctx, ctx.tp - 1)
     return [
@@ -203,11 +219,11 @@ def recommended_max_model_len(p99_seq_len: int, derived_max_model_len: int) -> i
 
 @rule("max_model_len_oversized", "max_model_len_below_workload", severity="warning", source=SRC_LEN)
 def max_model_len_oversized(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """Production with a workload: max_model_len should be min(P99 × 1.2 rounded up to a multiple of 1024, model
+    """With a workload: max_model_len should be min(P99 × 1.2 rounded up to a multiple of 1024, model
     maximum), the value the recommender fills — larger multiplies the KV cost per request and cuts concurrency
     (``max_model_len_oversized``); below the P99 it truncates long requests (``max_model_len_below_workload``)."""
     wl = ctx.request.workload
-    if not production(ctx) or wl is None or not wl.p99_seq_len:
+    if wl is None or not wl.p99_seq_len:
         return []
     p99 = wl.p99_seq_len
     rec = recommended_max_model_len(p99, ctx.facts.derived_max_model_len)

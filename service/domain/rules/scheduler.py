@@ -8,9 +8,13 @@ from typing import Any
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
+from .features import v1_forces_chunked_prefill
 from .gating import at_least, for_line, whole
 
-SRC = "vllm 0.33.0 vllm/config/scheduler.py:317-360; vllm/engine/arg_utils.py:2940-3039, 3151-3240"
+SRC = (
+    "vllm 0.33.0 vllm/config/scheduler.py:317-360; vllm/engine/arg_utils.py:2940-3039, 3151-3240; "
+    "0.8-0.10 V1 forces chunked prefill: 0.10.2 vllm/engine/arg_utils.py:1620-1623"
+)
 
 
 def _origin(ctx: LaunchContext, name: str) -> str:
@@ -23,8 +27,10 @@ def _origin(ctx: LaunchContext, name: str) -> str:
 @rule("batched_tokens_vs_max_len", severity="error", source=SRC)
 def batched_tokens_vs_max_len(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """With chunked prefill disabled, max_num_batched_tokens must be at least max_model_len (a prompt is prefilled
-    in one step)."""
+    in one step). Not in 0.8-0.10 on the V1 engine, which turns chunked prefill back on."""
     if ctx.enable_chunked_prefill or ctx.max_num_batched_tokens >= ctx.max_model_len:
+        return []
+    if v1_forces_chunked_prefill(ctx):
         return []
     mnbt, mml = ctx.max_num_batched_tokens, ctx.max_model_len
     return [

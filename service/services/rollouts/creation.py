@@ -17,6 +17,7 @@ from ...api.schemas import PlanIn, RolloutIn
 from ...db.models import Manifest, Node, Rollout, RolloutNode, RolloutWave
 from ...domain import rollout as domain
 from ...domain.gpus import resolve
+from ...domain.policy_profile import Profile
 from ...errors import Conflict, Invalid
 from .. import manifests as manifest_service
 from .. import nodes as node_service
@@ -140,8 +141,11 @@ class _Judged:
     heads: set[str] = field(default_factory=set)
 
 
-def _judge_shapes(session: Session, manifest: Manifest, nodes: list[Node], rollout: RolloutIn) -> _Judged:
-    """The target judged once per hardware shape, over all the rollout's nodes of that shape (its topology too).
+def _judge_shapes(
+    session: Session, manifest: Manifest, nodes: list[Node], rollout: RolloutIn, policy: Profile
+) -> _Judged:
+    """The target judged once per hardware shape, over all the rollout's nodes of that shape (its topology too),
+    under the service's policy profile.
     Raises the plan's LaunchRejected when vLLM would refuse it on any shape."""
     shapes: dict[tuple, list[Node]] = {}
     for n in nodes:
@@ -157,7 +161,7 @@ def _judge_shapes(session: Session, manifest: Manifest, nodes: list[Node], rollo
                 "nodes": [n.name for n in shape_nodes],
             }
         )
-        j = plan_service.judge(session, manifest, shape_nodes, plan)
+        j = plan_service.judge(session, manifest, shape_nodes, plan, policy=policy)
         if j.result.verdict == "reject":
             raise j.rejection(session)
         topo = j.layout.topo
@@ -198,7 +202,7 @@ def create(session: Session, ctx: Context, *, actor: str, rollout: RolloutIn) ->
     dumped = rollout.model_dump(mode="json")
     target = {k: dumped[k] for k in TARGET_FIELDS if dumped[k] is not None}
     target["manifest"] = manifest.id  # pinned: "name" (the newest version) must not change between waves
-    shaped = _judge_shapes(session, manifest, nodes, rollout)
+    shaped = _judge_shapes(session, manifest, nodes, rollout, ctx.settings.policy)
     unit_list = domain.units(names, [list(g) for g in previous] + shaped.together)
     per_wave = domain.wave_units(unit_list, waves)
     warnings = []
@@ -308,6 +312,7 @@ def _pin(session: Session, manifest: Manifest, shape_nodes: list[Node], j: plan_
             manifest,
             shape_nodes[:1],
             j.plan.model_copy(update={"kv_cache_pool": "utilization", "nodes": [shape_nodes[0].name]}),
+            policy=j.policy,
         )
         if one.result.verdict == "reject":
             raise one.rejection(session)
