@@ -5,8 +5,8 @@ validated offline and every finding placed at the file, line and column of the w
 Command line (parsed here, without Typer, so one file costs what the plain check costs)::
 
     preflight check [--gpu ID] [--gpus N] [--nodes M] [--vllm-version V] [--models NAME=DIR]...
-                    [--environment production|benchmark] [--format human|json|sarif|github] [--json] [--strict]
-                    FILE... [-- vllm serve MODEL ...]
+                    [--environment production|benchmark] [--policy PROFILE.toml]
+                    [--format human|json|sarif|github] [--json] [--strict] FILE... [-- vllm serve MODEL ...]
 
 Exit status: 0 nothing refused; 1 a launch refused (or warned, with --strict); 2 bad usage or input that cannot be
 checked (a file that cannot be read, a launch whose model or GPU cannot be resolved, an argv vLLM would refuse)."""
@@ -25,7 +25,8 @@ from ..sources.found import FoundLaunch, Span
 FORMATS = ("human", "json", "sarif", "github")
 USAGE = (
     "usage: preflight check [--gpu ID] [--gpus N] [--nodes M] [--vllm-version V] [--models NAME=DIR] "
-    "[--environment production|benchmark] [--format human|json|sarif|github] [--strict] FILE... [-- vllm serve …]"
+    "[--environment production|benchmark] [--policy PROFILE.toml] [--format human|json|sarif|github] [--strict] "
+    "FILE... [-- vllm serve …]"
 )
 
 
@@ -43,11 +44,12 @@ class Options:
     vllm_version: str | None = None
     models: dict[str, str] = field(default_factory=dict)
     environment: str = "production"
+    policy: pathlib.Path | None = None
     format: str = "human"
     strict: bool = False
 
 
-_VALUED = {"--gpu", "--gpus", "--nodes", "--vllm-version", "--models", "--environment", "--format"}
+_VALUED = {"--gpu", "--gpus", "--nodes", "--vllm-version", "--models", "--environment", "--policy", "--format"}
 
 
 def parse_options(args: list[str]) -> Options:
@@ -57,9 +59,13 @@ def parse_options(args: list[str]) -> Options:
     while i < len(args):
         a = args[i]
         if a == "--":
-            opts.command = args[i + 1 :]
-            if not opts.command:
+            rest = args[i + 1 :]
+            if not rest:
                 raise UsageError("nothing follows '--': give the command, e.g. -- vllm serve MODEL …")
+            if is_command(rest):
+                opts.command = rest
+            else:  # the POSIX end of options: files follow, whatever their names
+                opts.files += map(pathlib.Path, rest)
             break
         if a in ("--json", "--strict"):
             opts.format = "json" if a == "--json" else opts.format
@@ -85,6 +91,15 @@ def parse_options(args: list[str]) -> Options:
     return opts
 
 
+def is_command(words: list[str]) -> bool:
+    """Whether the words after ``--`` are a command (``vllm …``, ``python …``, behind ``env`` / ``exec``) rather
+    than files."""
+    from ..sources.entrypoints import is_vllm_program, program_index
+
+    i, _ = program_index(words)
+    return i < len(words) and is_vllm_program(words[i])
+
+
 def _set(opts: Options, name: str, value: str) -> None:
     if name in ("--gpus", "--nodes"):
         if not value.isdigit() or not 1 <= int(value) <= 4096:
@@ -105,6 +120,8 @@ def _set(opts: Options, name: str, value: str) -> None:
         opts.format = value
     elif name == "--gpu":
         opts.gpu = value
+    elif name == "--policy":
+        opts.policy = pathlib.Path(value)
     else:
         opts.vllm_version = value
 
@@ -159,6 +176,7 @@ class Report:
             out["argv"] = self.result.get("argv")
             out["command"] = self.result.get("command")
             out["vllm_version"] = self.result.get("vllm_version")
+            out["policy"] = self.result.get("policy")
         return out
 
 
@@ -169,9 +187,10 @@ def _invalid(at: Span, kind: str, rule: str, message: str, name: str | None = No
 class _Launch:
     """One FoundLaunch through the parse, the resolvers and the validator."""
 
-    def __init__(self, found: FoundLaunch, opts: Options) -> None:
+    def __init__(self, found: FoundLaunch, opts: Options, profile: Any = None) -> None:
         self.found = found
         self.opts = opts
+        self.profile = profile
         self.findings: list[Located] = []
         self.config_spans: dict[str, Span] = {}
         self.read: Any = None
@@ -274,7 +293,7 @@ class _Launch:
             "vllm_version": version,
         }
         try:
-            result = validate(LaunchRequest.model_validate(body))
+            result = validate(LaunchRequest.model_validate(body), policy=self.profile)
         except DomainError as e:
             self.findings.append(Located(self.field_at(e.field), "error", e.rule or "invalid", e.message))
             return Report(fl.at, fl.kind, "invalid", self.findings, fl.name)
@@ -290,8 +309,9 @@ class _Launch:
         return Report(fl.at, fl.kind, r["verdict"], self.findings, fl.name, r)
 
 
-def check_sources(opts: Options) -> list[Report]:
-    """Every launch of every input, checked (JSON request files are check_files' and not here)."""
+def check_sources(opts: Options, profile: Any = None) -> list[Report]:
+    """Every launch of every input, checked under the policy ``profile`` (None: the shipped one; JSON request files
+    are check_files' and not here)."""
     from ..sources.command import read_command
     from ..sources.read import SourceError, read_launches
 
@@ -305,9 +325,9 @@ def check_sources(opts: Options) -> list[Report]:
         if not found:
             at = Span(str(path), 1, 1)
             reports.append(_invalid(at, "file", "no_launch", f"{path} starts no vLLM server (no vllm serve found)"))
-        reports += [_Launch(fl, opts).run() for fl in found]
+        reports += [_Launch(fl, opts, profile).run() for fl in found]
     if opts.command is not None:
-        reports.append(_Launch(read_command(opts.command), opts).run())
+        reports.append(_Launch(read_command(opts.command), opts, profile).run())
     return reports
 
 

@@ -34,16 +34,40 @@ def is_vllm_image(image: str | None) -> bool:
     return bool(image and VLLM_IMAGE.fullmatch(image.strip()))
 
 
+def is_vllm_program(word: str | None) -> bool:
+    """``vllm`` or a Python interpreter (any path): the programs a launch of vLLM's server starts with."""
+    prog = posixpath.basename(word or "")
+    return prog == "vllm" or PYTHON_PROGRAM.fullmatch(prog) is not None
+
+
+def program_index(words: Sequence[str]) -> tuple[int, dict[str, str]]:
+    """Where the program of an exec-form argv is, behind ``exec`` / ``nohup`` / ``env VAR=x``, and the variables
+    ``env`` sets."""
+    env: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        if words[i] in WRAPPERS:
+            i += 1
+        elif words[i] == "env":
+            i += 1
+            while i < len(words) and _ASSIGNMENT.fullmatch(words[i]):
+                name, _, value = words[i].partition("=")
+                env[name] = value
+                i += 1
+        else:
+            break
+    return i, env
+
+
 def server_words(words: Sequence[str | None]) -> list[int] | None:
     """For a command whose program is ``words[0]`` (None: a word not known here): the indexes of the words the
     launch keeps when it starts vLLM's server, else None."""
     if not words or words[0] is None:
         return None
-    prog = posixpath.basename(words[0])
-    if prog == "vllm":
-        return list(range(len(words))) if words[1:2] == ["serve"] else None
-    if not PYTHON_PROGRAM.fullmatch(prog):
+    if not is_vllm_program(words[0]):
         return None
+    if posixpath.basename(words[0]) == "vllm":
+        return list(range(len(words))) if words[1:2] == ["serve"] else None
     j = 1
     while j < len(words) and (words[j] or "").startswith("-") and words[j] != "-m":
         j += 2 if words[j] in _PY_OPTS_WITH_VALUE else 1
@@ -71,18 +95,6 @@ def shell_script_index(words: Sequence[str | None]) -> int | None:
 def launch_start(words: Sequence[str]) -> tuple[list[int], dict[str, str]] | None:
     """For an exec-form argv (no shell: a Dockerfile's or a container's): the indexes of the launch's words when it
     starts vLLM's server behind ``exec`` / ``nohup`` / ``env VAR=x``, and the variables ``env`` sets; else None."""
-    env: dict[str, str] = {}
-    i = 0
-    while i < len(words):
-        if words[i] in WRAPPERS:
-            i += 1
-        elif words[i] == "env":
-            i += 1
-            while i < len(words) and _ASSIGNMENT.fullmatch(words[i]):
-                name, _, value = words[i].partition("=")
-                env[name] = value
-                i += 1
-        else:
-            break
+    i, env = program_index(words)
     keep = server_words(words[i:])
     return ([i + k for k in keep], env) if keep is not None else None

@@ -289,7 +289,7 @@ def test_expected_verdicts(name):
         # vLLM's parser refuses an unknown option before any rule runs: the argv cannot be checked (exit 2)
         "k8s-pod-unknown-flag.yaml": ("invalid", "argv_unreadable", 16),
         "compose-unknown-flag.yaml": ("invalid", "argv_unreadable", 14),
-        "helm-util-097.yaml": ("warn", "util_too_high", 19),
+        "helm-util-097.yaml": ("reject", "util_too_high", 19),
         "lws-vllm-serve-ray.yaml": ("reject", "world_size_exceeds_gpus", 24),
         "k8s-job-valuefrom-in-args.yaml": ("invalid", "source_unreadable", 19),
         "compose-interpolation.yaml": ("invalid", "source_unreadable", 9),
