@@ -215,3 +215,12 @@ def test_the_model_is_looked_for_with_the_checkers_environment_never_the_files(t
         assert theirs.requested == []
         assert "/org/tiny/resolve/main/config.json" in own.requested
         assert code in (0, 1) and reports[0]["verdict"] in ("accept", "warn", "reject"), reports
+
+
+def test_a_yaml_file_without_a_launch_is_skipped_not_failed(tmp_path):
+    """The pre-commit hook hands over every YAML file: a CI workflow holds no launch and does not fail the check."""
+    workflow = tmp_path / "ci.yml"
+    workflow.write_text("name: ci\non: [push]\njobs:\n  test:\n    runs-on: ubuntu-latest\n    steps: []\n")
+    code, reports = json_reports(str(workflow), str(DEPLOY / "sh-serve-llama.sh"))
+    assert [r["verdict"] for r in reports][0] == "skipped" and reports[0]["findings"][0]["severity"] == "info"
+    assert code == 0 and reports[1]["verdict"] in ("accept", "warn")
