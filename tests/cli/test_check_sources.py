@@ -1,6 +1,6 @@
 """``preflight check`` over launches where they live (service/cli/check_sources.py, service/sources/): one launch
-given as a request, a command line, a shell script, a Dockerfile and a vLLM config gives one verdict and one
-command; findings are placed at the word they concern; hostile files are refused naming the file."""
+given as a request, a command line, a shell script, a Dockerfile, a vLLM config, a compose service and a Kubernetes
+Deployment gives one verdict and one command; findings are placed at the word they concern; hostile files are refused naming the file."""
 
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ def test_one_launch_in_every_form_gives_one_verdict_and_one_command(tmp_path):
         [str(DEPLOY / "sh-serve-llama.sh")],
         [str(DEPLOY / "docker-vllm-openai.Dockerfile")],
         [str(DEPLOY / "vllm-config-llama.yaml")],
+        [str(DEPLOY / "compose-llama-same-launch.yaml")],
+        [str(DEPLOY / "k8s-deployment-llama-same-launch.yaml")],
     ):
         got_code, reports = json_reports(*source)
         assert len(reports) == 1, source

@@ -50,6 +50,7 @@ ASSUMED = {
     "kserve-servingruntime-alone.yaml": {"gpu": "h100-sxm-80gb", "count": 1},
     # the files of the one launch in every form (tests/cli/test_check_sources.py): on 2 x H100 SXM
     "cmd-llama.txt": {"gpu": "h100-sxm-80gb", "count": 2},
+    "compose-llama-same-launch.yaml": {"gpu": "h100-sxm-80gb"},
     "docker-vllm-openai.Dockerfile": {"gpu": "h100-sxm-80gb", "count": 2},
     "sh-bad-tp.sh": {"gpu": "h100-sxm-80gb", "count": 2},
     "sh-serve-llama.sh": {"gpu": "h100-sxm-80gb", "count": 2},
