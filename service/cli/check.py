@@ -5,7 +5,7 @@ check_files.py's and check_sources.py's; the options are parsed there, the same 
 import typer
 
 from .check_files import run_check
-from .check_sources import USAGE, UsageError, parse_options
+from .check_sources import USAGE, UsageError, is_command, parse_options
 
 
 def check(ctx: typer.Context) -> None:
@@ -13,7 +13,8 @@ def check(ctx: typer.Context) -> None:
     compose / Kubernetes / Helm YAML, or a command after --.
 
     Options: --gpu ID|"nvidia-smi name", --gpus N, --nodes M, --vllm-version V, --models NAME=DIR (repeatable),
-    --environment production|benchmark, --format human|json|sarif|github (--json: json), --strict (warnings fail).
+    --environment production|benchmark, --policy PROFILE.toml, --format human|json|sarif|github (--json: json),
+    --strict (warnings fail).
 
     Exit 0: nothing refused; 1: a launch is refused (or warned, with --strict); 2: bad usage or input."""
     try:
@@ -28,13 +29,10 @@ def _with_separator(args: list[str]) -> list[str]:
     """Click keeps the words after ``--`` but drops the ``--`` itself: put it back before the command's first word
     (``vllm`` / ``python…`` that is no file here). ``preflight check`` itself parses without Click (check_files)."""
     import os
-    import re
 
     if "--" in args:
         return args
     for k, a in enumerate(args):
-        if (os.path.basename(a) == "vllm" or re.fullmatch(r"python(\d(\.\d+)?)?", os.path.basename(a))) and not (
-            os.path.exists(a)
-        ):
+        if is_command(args[k:]) and not os.path.exists(a):
             return [*args[:k], "--", *args[k:]]
     return args

@@ -108,24 +108,18 @@ def check_files(
     as_json: bool,
     echo: Callable[[str], None] = print,
     *,
-    policy_file: pathlib.Path | None = None,
+    profile=None,
     strict: bool = False,
 ) -> int:
-    """Validate each file under the policy profile (``policy_file``, else the shipped one), print its report (or one
-    JSON object per line); the exit status: 0 nothing rejected, 1 a launch is rejected (``strict``: or warned), 2 bad
-    input (a profile that cannot be used: before any file)."""
+    """Validate each file under the policy profile (``profile``: loaded by ``load_policy``; None: the shipped one),
+    print its report (or one JSON object per line); the exit status: 0 nothing rejected, 1 a launch is rejected
+    (``strict``: or warned), 2 bad input."""
     from pydantic import ValidationError
 
     from ..domain.errors import DomainError
-    from ..domain.policy_profile import ProfileError, default_profile, load_profile
     from ..domain.request import LaunchRequest
     from ..domain.validate import validate
 
-    try:
-        profile = load_profile(policy_file) if policy_file is not None else default_profile()
-    except ProfileError as exc:
-        echo(f"preflight check: {exc}")
-        return 2
     failing = ("reject", "warn") if strict else ("reject",)
     rejected = bad = False
     for path in files:
@@ -146,7 +140,14 @@ def check_files(
     return 2 if bad else 1 if rejected else 0
 
 
-def _request_report(path: pathlib.Path, strict: bool):
+def load_policy(path: pathlib.Path | None):
+    """The policy profile ``--policy`` names, else the shipped one; ProfileError (naming the file and key)."""
+    from ..domain.policy_profile import default_profile, load_profile
+
+    return load_profile(path) if path is not None else default_profile()
+
+
+def _request_report(path: pathlib.Path, profile):
     """A launch-request file as a located report (SARIF / GitHub formats): its findings at the file's start."""
     from pydantic import ValidationError
 
@@ -158,7 +159,7 @@ def _request_report(path: pathlib.Path, strict: bool):
 
     at = Span(str(path), 1, 1)
     try:
-        result = validate(LaunchRequest.model_validate(load_request_file(path)))
+        result = validate(LaunchRequest.model_validate(load_request_file(path)), policy=profile)
     except (OSError, ValueError, ValidationError, DomainError, RecursionError) as exc:
         if isinstance(exc, RecursionError):
             exc = ValueError("the file's JSON is nested too deeply")
@@ -173,30 +174,34 @@ def _request_report(path: pathlib.Path, strict: bool):
 
 def run_check(opts, echo: Callable[[str], None] = print) -> int:
     """``preflight check`` with its options (check_sources.Options): launch-request JSON files as before, deploy
-    files and a ``--`` command through the source readers; the exit status of the worst."""
+    files and a ``--`` command through the source readers, all under one policy profile; the exit status of the
+    worst (2 before any file for a ``--policy`` profile that cannot be used)."""
+    from ..domain.policy_profile import ProfileError
     from .check_sources import Options, check_sources, emit, exit_status
 
+    try:
+        profile = load_policy(opts.policy)
+    except ProfileError as exc:
+        echo(f"preflight check: {exc}")
+        return 2
     legacy = opts.format in ("human", "json")
     codes: list[int] = []
     reports = []
     for path in opts.files:
         if path.suffix == ".json":
             if legacy:
-                code = check_files([path], opts.format == "json", echo)
-                if code == 0 and opts.strict and _warned(path):
-                    code = 1
-                codes.append(code)
+                codes.append(check_files([path], opts.format == "json", echo, profile=profile, strict=opts.strict))
             else:
-                reports.append(_request_report(path, opts.strict))
+                reports.append(_request_report(path, profile))
             continue
-        found = check_sources(Options(files=[path], **_resolving(opts)))
+        found = check_sources(Options(files=[path], **_resolving(opts)), profile)
         if legacy:
             emit(found, opts.format, echo)
             codes.append(exit_status(found, opts.strict))
         else:
             reports += found
     if opts.command is not None:
-        found = check_sources(Options(command=opts.command, **_resolving(opts)))
+        found = check_sources(Options(command=opts.command, **_resolving(opts)), profile)
         if legacy:
             emit(found, opts.format, echo)
             codes.append(exit_status(found, opts.strict))
@@ -210,11 +215,6 @@ def run_check(opts, echo: Callable[[str], None] = print) -> int:
 
 def _resolving(opts) -> dict:
     return {k: getattr(opts, k) for k in ("gpu", "gpus", "nodes", "vllm_version", "models", "environment", "strict")}
-
-
-def _warned(path: pathlib.Path) -> bool:
-    """--strict over a request file: whether it warned (checked again: the report is already printed)."""
-    return _request_report(path, True).verdict == "warn"
 
 
 def plain_arguments(args: list[str]):

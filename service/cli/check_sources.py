@@ -5,8 +5,8 @@ validated offline and every finding placed at the file, line and column of the w
 Command line (parsed here, without Typer, so one file costs what the plain check costs)::
 
     preflight check [--gpu ID] [--gpus N] [--nodes M] [--vllm-version V] [--models NAME=DIR]...
-                    [--environment production|benchmark] [--format human|json|sarif|github] [--json] [--strict]
-                    FILE... [-- vllm serve MODEL ...]
+                    [--environment production|benchmark] [--policy PROFILE.toml]
+                    [--format human|json|sarif|github] [--json] [--strict] FILE... [-- vllm serve MODEL ...]
 
 Exit status: 0 nothing refused; 1 a launch refused (or warned, with --strict); 2 bad usage or input that cannot be
 checked (a file that cannot be read, a launch whose model or GPU cannot be resolved, an argv vLLM would refuse)."""
@@ -14,6 +14,7 @@ checked (a file that cannot be read, a launch whose model or GPU cannot be resol
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from ..sources.found import FoundLaunch, Span
 FORMATS = ("human", "json", "sarif", "github")
 USAGE = (
     "usage: preflight check [--gpu ID] [--gpus N] [--nodes M] [--vllm-version V] [--models NAME=DIR] "
-    "[--environment production|benchmark] [--format human|json|sarif|github] [--strict] FILE... [-- vllm serve …]"
+    "[--environment production|benchmark] [--policy PROFILE.toml] [--format human|json|sarif|github] [--strict] "
+    "FILE... [-- vllm serve …]"
 )
 
 
@@ -42,11 +44,12 @@ class Options:
     vllm_version: str | None = None
     models: dict[str, str] = field(default_factory=dict)
     environment: str = "production"
+    policy: pathlib.Path | None = None
     format: str = "human"
     strict: bool = False
 
 
-_VALUED = {"--gpu", "--gpus", "--nodes", "--vllm-version", "--models", "--environment", "--format"}
+_VALUED = {"--gpu", "--gpus", "--nodes", "--vllm-version", "--models", "--environment", "--policy", "--format"}
 
 
 def parse_options(args: list[str]) -> Options:
@@ -56,9 +59,13 @@ def parse_options(args: list[str]) -> Options:
     while i < len(args):
         a = args[i]
         if a == "--":
-            opts.command = args[i + 1 :]
-            if not opts.command:
+            rest = args[i + 1 :]
+            if not rest:
                 raise UsageError("nothing follows '--': give the command, e.g. -- vllm serve MODEL …")
+            if is_command(rest):
+                opts.command = rest
+            else:  # the POSIX end of options: files follow, whatever their names
+                opts.files += map(pathlib.Path, rest)
             break
         if a in ("--json", "--strict"):
             opts.format = "json" if a == "--json" else opts.format
@@ -84,6 +91,15 @@ def parse_options(args: list[str]) -> Options:
     return opts
 
 
+def is_command(words: list[str]) -> bool:
+    """Whether the words after ``--`` are a command (``vllm …``, ``python …``, behind ``env`` / ``exec``) rather
+    than files."""
+    from ..sources.entrypoints import is_vllm_program, program_index
+
+    i, _ = program_index(words)
+    return i < len(words) and is_vllm_program(words[i])
+
+
 def _set(opts: Options, name: str, value: str) -> None:
     if name in ("--gpus", "--nodes"):
         if not value.isdigit() or not 1 <= int(value) <= 4096:
@@ -104,6 +120,8 @@ def _set(opts: Options, name: str, value: str) -> None:
         opts.format = value
     elif name == "--gpu":
         opts.gpu = value
+    elif name == "--policy":
+        opts.policy = pathlib.Path(value)
     else:
         opts.vllm_version = value
 
@@ -124,7 +142,8 @@ class Located:
 
 @dataclass
 class Report:
-    """One launch checked (or one input that could not be): ``verdict`` accept / warn / reject / invalid."""
+    """One launch checked (or one input that could not be): ``verdict`` accept / warn / reject / invalid, or
+    skipped for a file that holds no launch."""
 
     at: Span
     kind: str
@@ -158,6 +177,7 @@ class Report:
             out["argv"] = self.result.get("argv")
             out["command"] = self.result.get("command")
             out["vllm_version"] = self.result.get("vllm_version")
+            out["policy"] = self.result.get("policy")
         return out
 
 
@@ -168,9 +188,10 @@ def _invalid(at: Span, kind: str, rule: str, message: str, name: str | None = No
 class _Launch:
     """One FoundLaunch through the parse, the resolvers and the validator."""
 
-    def __init__(self, found: FoundLaunch, opts: Options) -> None:
+    def __init__(self, found: FoundLaunch, opts: Options, profile: Any = None) -> None:
         self.found = found
         self.opts = opts
+        self.profile = profile
         self.findings: list[Located] = []
         self.config_spans: dict[str, Span] = {}
         self.read: Any = None
@@ -246,8 +267,16 @@ class _Launch:
             return Report(fl.at, fl.kind, "invalid", self.findings, fl.name)
         for index, message in self.read.notes:
             self.findings.append(Located(self.word_at(index), "warning", "argv_note", message))
+        revision = self.read.engine_args.get("revision")
         try:
-            model = resolve_model(self.read.model, models=self.opts.models, env=fl.env)
+            # the checker's own environment, never the file's: a deploy file that sets HF_ENDPOINT must not receive
+            # the HF_TOKEN of whoever runs the check (the file's HF_* describe the node, not this machine)
+            model = resolve_model(
+                self.read.model,
+                revision=revision if isinstance(revision, str) else None,
+                models={k: pathlib.Path(v) for k, v in self.opts.models.items()},
+                env=os.environ,
+            )
         except ResolveError as e:
             self.findings.append(Located(self.model_at(), "error", "model_unresolved", str(e)))
             return Report(fl.at, fl.kind, "invalid", self.findings, fl.name)
@@ -265,7 +294,7 @@ class _Launch:
             "vllm_version": version,
         }
         try:
-            result = validate(LaunchRequest.model_validate(body))
+            result = validate(LaunchRequest.model_validate(body), policy=self.profile)
         except DomainError as e:
             self.findings.append(Located(self.field_at(e.field), "error", e.rule or "invalid", e.message))
             return Report(fl.at, fl.kind, "invalid", self.findings, fl.name)
@@ -281,8 +310,9 @@ class _Launch:
         return Report(fl.at, fl.kind, r["verdict"], self.findings, fl.name, r)
 
 
-def check_sources(opts: Options) -> list[Report]:
-    """Every launch of every input, checked (JSON request files are check_files' and not here)."""
+def check_sources(opts: Options, profile: Any = None) -> list[Report]:
+    """Every launch of every input, checked under the policy ``profile`` (None: the shipped one; JSON request files
+    are check_files' and not here)."""
     from ..sources.command import read_command
     from ..sources.read import SourceError, read_launches
 
@@ -293,12 +323,13 @@ def check_sources(opts: Options) -> list[Report]:
         except SourceError as e:
             reports.append(_invalid(e.at, "file", "source_unreadable", f"{path} {e.reason}"))
             continue
-        if not found:
+        if not found:  # nothing to check (a pre-commit hook hands over every YAML file): said, and not a failure
             at = Span(str(path), 1, 1)
-            reports.append(_invalid(at, "file", "no_launch", f"{path} starts no vLLM server (no vllm serve found)"))
-        reports += [_Launch(fl, opts).run() for fl in found]
+            note = Located(at, "info", "no_launch", f"{path} starts no vLLM server: nothing to check")
+            reports.append(Report(at, "file", "skipped", [note]))
+        reports += [_Launch(fl, opts, profile).run() for fl in found]
     if opts.command is not None:
-        reports.append(_Launch(read_command(opts.command), opts).run())
+        reports.append(_Launch(read_command(opts.command), opts, profile).run())
     return reports
 
 

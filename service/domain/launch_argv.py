@@ -45,7 +45,7 @@ MAX_WORDS = 4096  # a real launch has well under 200; bounded work whatever a fi
 MAX_WORD_CHARS = 65536
 MAX_CONFIG_CHARS = 1 << 20
 
-_PYTHON = re.compile(r"python(\d(\.\d{1,2})?)?")
+PYTHON_PROGRAM = re.compile(r"python(\d(\.\d{1,2})?)?")  # python, python3, python3.12
 _MODEL_WORD = re.compile(r"^--model(=.+|$)")  # vllm/utils/argparse_utils.py:326
 _SERVED_NAME = re.compile(r"^--served[-_]model[-_]name(=.+|$)")  # :366
 _CONFIG_WORD = re.compile(r"^--config(=.+|$)")  # :364
@@ -149,7 +149,7 @@ def _entry(argv: Sequence[str]) -> tuple[int, str]:
     prog = os.path.basename(words[0])
     if prog == "vllm" and words[1:2] == ["serve"]:
         return 2, "vllm serve"
-    if _PYTHON.fullmatch(prog) and len(words) > 2 and words[1] == "-m":
+    if PYTHON_PROGRAM.fullmatch(prog) and len(words) > 2 and words[1] == "-m":
         if words[2] == API_SERVER_MODULE:
             return 3, API_SERVER_MODULE
         if words[2] == CLI_MODULE and words[3:4] == ["serve"]:

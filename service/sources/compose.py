@@ -1,9 +1,9 @@
 """Docker Compose files: each service whose process is vLLM's server.
 
 The process is ``entrypoint`` + ``command`` (compose-spec services.md: ``command`` overrides the image's CMD and
-follows the ENTRYPOINT; ``entrypoint`` replaces the image's and clears its CMD); a string is split as shell words
-without a shell running (Compose splits with go-shellwords); without ``entrypoint`` the vllm/vllm-openai image's
-ENTRYPOINT comes first (containers.py says which). Values are interpolated as Compose does (``${VAR:-default}``).
+follows the ENTRYPOINT; ``entrypoint`` replaces the image's and clears its CMD); a string is split into words as the
+shell would, without expanding them (Compose splits with go-shellwords, which leaves ``$X`` as written); without
+``entrypoint`` the vllm/vllm-openai image's ENTRYPOINT comes first (entrypoints.py says which). Values are interpolated as Compose does (``${VAR:-default}``).
 
 GPUs: ``deploy.resources.reservations.devices`` entries with the ``gpu`` capability (``count``, or the number of
 ``device_ids``; ``count: all`` says nothing about how many), the service-level ``gpus:`` of the same shape, and
@@ -11,30 +11,25 @@ GPUs: ``deploy.resources.reservations.devices`` entries with the ``gpu`` capabil
 
 from __future__ import annotations
 
+import pathlib
 import re
 
-from .containers import (
-    Located,
-    LStr,
-    compose_interpolate,
-    is_vllm_image,
-    process_words,
-    report_unexpanded,
-    shell_words,
-)
-from .found import FoundLaunch, Word
+from .containers import Hit, Located, LStr, compose_interpolate, process_words, report_unexpanded, server_env
+from .entrypoints import is_vllm_image
+from .found import FoundLaunch, SourceError, Word
 from .kube import dedupe, scalar
+from .shellwords import ShellSyntaxError, read_commands
 from .yaml_load import Node, Source, as_int, load_all, pairs
 
 
-def looks_like_compose(text: str) -> bool:
+def claims(_path: pathlib.Path | str, text: str) -> bool:
     """A compose file: a top-level ``services:`` mapping (checked on the text, without parsing)."""
     return bool(re.search(r"(?m)^services:[ \t]*(?:#.*)?$", text))
 
 
-def read_compose(path: str, text: str) -> list[FoundLaunch]:
+def read(path: pathlib.Path | str, text: str) -> list[FoundLaunch]:
     """Every service of a compose file that runs vLLM's server. Raises YamlError for a file it cannot read."""
-    src, docs = load_all(path, text)
+    src, docs = load_all(str(path), text)
     out: list[FoundLaunch] = []
     for doc in docs[:1]:
         services = doc.get("services")
@@ -57,30 +52,26 @@ def service_launches(src: Source, name: str, svc: Node) -> list[FoundLaunch]:
                 return []
             hits = process_words(cmd, values, loc, "compose")
         else:
-            words = [
-                Word("vllm"),
-                Word("serve"),
-                *(Word(a.text, loc.span(a.offs[0] if a.offs else a.start)) for a in cmd or []),
-            ]
+            words = [Word("vllm"), Word("serve"), *(Word(a.text, loc.span(a.off(0))) for a in cmd or [])]
             report_unexpanded(words, loc, values, "compose")
-            hits = [(words, {})]
+            hits = [Hit(words, {})]
     else:
         hits = process_words(entry + (cmd or []), values, loc, "compose")
-    out = []
-    for words, prefix_env in hits:
-        out.append(
-            FoundLaunch(
-                kind="compose",
-                at=loc.node_span(svc),
-                words=words,
-                env={k: v.text for k, v in env.items() if v is not None and k.startswith(("VLLM_", "HF_"))}
-                | {k: v for k, v in prefix_env.items() if k.startswith(("VLLM_", "HF_"))},
-                gpu_count=gpu_count(svc, env, loc),
-                name=name,
-                problems=dedupe(loc.problems),
-            )
+    gpus = gpu_count(svc, env, loc)
+    plain = server_env({k: v.text if v is not None else None for k, v in env.items()})
+    return [
+        FoundLaunch(
+            kind="compose",
+            at=loc.node_span(svc),
+            words=hit.words,
+            env=plain | server_env(hit.env),
+            gpu_count=gpus,
+            name=name,
+            problems=dedupe([*loc.problems, *hit.problems]),
+            notes=hit.notes,
         )
-    return out
+        for hit in hits
+    ]
 
 
 def argv_of(src: Source, node: Node | None, loc: Located) -> list[LStr] | None:
@@ -92,7 +83,11 @@ def argv_of(src: Source, node: Node | None, loc: Located) -> list[LStr] | None:
     if node.kind != "scalar":
         return None
     s = compose_interpolate(LStr.of(src, node))
-    return [LStr(t.text, [t.off] * len(t.text), t.off) for t in shell_words(s, {}, loc) if not t.op]
+    try:
+        commands = read_commands(s.text)
+    except ShellSyntaxError as e:
+        raise SourceError(f"cannot be split into words: {e}", loc.span(s.off(e.offset))) from None
+    return [LStr.made(w.written, s.off(w.offset)) for c in commands for w in c.words]
 
 
 def read_environment(src: Source, node: Node | None) -> dict[str, LStr | None]:

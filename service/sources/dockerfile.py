@@ -2,10 +2,8 @@
 CMD words appended to the ENTRYPOINT words; a shell-form ENTRYPOINT ignores CMD; shell form runs ``/bin/sh -c``),
 with the ENV the image sets.
 
-The ``vllm/vllm-openai`` image's own ENTRYPOINT is inherited when the file sets none: ``vllm serve`` in current
-releases (vLLM docker/Dockerfile, the ``vllm-openai`` stage), ``python3 -m vllm.entrypoints.openai.api_server`` in
-older ones (vllm-project/vllm 0000977e docker/Dockerfile, last line); both read ``CMD ["--model", "X"]`` alike, so a
-file that only sets CMD on that image is a launch."""
+The ``vllm/vllm-openai`` image's own ENTRYPOINT is inherited when the file sets none (entrypoints.py), so a file that
+only sets ``CMD ["--model", "X"]`` on that image is a launch."""
 
 from __future__ import annotations
 
@@ -13,14 +11,11 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .found import FoundLaunch, Span, Word
-from .shell import _Scope, _Script, launch_start
+from .entrypoints import IMAGE_ENTRYPOINT, is_vllm_image, launch_start, shell_script_index
+from .found import FoundLaunch, SourceError, Span, Word
+from .shell import _Scope, _Script
 from .shellwords import Positions, ShellSyntaxError, read_commands
 
-VLLM_IMAGES = re.compile(
-    r"(?:(?:docker\.io|registry\.hub\.docker\.com)/)?vllm/vllm-openai(?:-[a-z0-9]+)?(?::[^@\s]+)?(?:@\S+)?"
-)
-IMAGE_ENTRYPOINT = ("vllm", "serve")  # the vllm-openai stage of vLLM's docker/Dockerfile
 _INSTRUCTION = re.compile(r"[ \t]*([A-Za-z]+)[ \t]*")
 _JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 
@@ -36,13 +31,6 @@ class _Stage:
     cmd_at: Span | None = None
     env: dict[str, str] = field(default_factory=dict)
     vllm_image: bool = False
-
-
-class DockerfileError(ValueError):
-    def __init__(self, message: str, at: Span) -> None:
-        super().__init__(f"{at}: {message}")
-        self.at = at
-        self.reason = message
 
 
 def _instructions(text: str) -> list[tuple[str, int, int, int]]:
@@ -136,7 +124,7 @@ def read_dockerfile(text: str, file: str) -> list[FoundLaunch]:
                 stage.entrypoint, stage.entry_shell, stage.entry_at = base.entrypoint, base.entry_shell, base.entry_at
                 stage.cmd, stage.cmd_shell, stage.cmd_at = base.cmd, base.cmd_shell, base.cmd_at
                 stage.env, stage.vllm_image = dict(base.env), base.vllm_image
-            elif VLLM_IMAGES.fullmatch(image):
+            elif is_vllm_image(image):
                 stage.vllm_image = True
             if alias:
                 stages[alias] = stage
@@ -203,14 +191,17 @@ def _launches(text: str, file: str, stage: _Stage, span_of) -> list[FoundLaunch]
             return [fl] if launch_start([w.text for w in entry]) else []
         return _shell(text, file, stage, stage.cmd_shell, span_of)
     words = [*(entry or []), *(stage.cmd or [])]
-    if len(words) >= 3 and words[0].text.rsplit("/", 1)[-1] in ("sh", "bash") and words[1].text == "-c":
-        return _sh_c(words[2], file, stage)
+    script = shell_script_index([w.text for w in words])
+    if script is not None:
+        return _sh_c(words[script], file, stage)
     found = launch_start([w.text for w in words])
     if found is None:
         return []
-    _, keep = found
+    keep, env = found
     at = stage.entry_at if stage.entrypoint is not None else stage.cmd_at
-    return [FoundLaunch(kind="dockerfile", at=at or span_of(0), words=[words[k] for k in keep], env=dict(stage.env))]
+    return [
+        FoundLaunch(kind="dockerfile", at=at or span_of(0), words=[words[k] for k in keep], env={**stage.env, **env})
+    ]
 
 
 def _shell(text: str, file: str, stage: _Stage, where: tuple[int, int], span_of) -> list[FoundLaunch]:  # noqa: ANN001
@@ -218,7 +209,7 @@ def _shell(text: str, file: str, stage: _Stage, where: tuple[int, int], span_of)
     try:
         script.run(read_commands(text, *where), _Scope(dict(stage.env), set(stage.env)))
     except ShellSyntaxError as e:
-        raise DockerfileError(str(e), span_of(e.offset)) from None
+        raise SourceError(str(e), span_of(e.offset)) from None
     for fl in script.found:
         fl.env = {**stage.env, **fl.env}
     return script.found
@@ -231,5 +222,5 @@ def _sh_c(word: Word, file: str, stage: _Stage) -> list[FoundLaunch]:
     try:
         script.run(read_commands(word.text), _Scope(dict(stage.env), set(stage.env)))
     except ShellSyntaxError as e:
-        raise DockerfileError(str(e), at) from None
+        raise SourceError(str(e), at) from None
     return script.found

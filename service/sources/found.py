@@ -17,6 +17,16 @@ class Span:
         return f"{self.file}:{self.line}:{self.col}"
 
 
+class SourceError(ValueError):
+    """A file that cannot be read as a launch (not YAML, a quote never closed, too large, binary …), located: every
+    reader raises it, and ``preflight check`` reports it at ``at`` with exit status 2."""
+
+    def __init__(self, reason: str, at: Span) -> None:
+        super().__init__(f"{at}: {reason}")
+        self.reason = reason
+        self.at = at
+
+
 @dataclass(frozen=True, slots=True)
 class Word:
     """One element of the argv as the process receives it (quotes removed, variables expanded) and where it was

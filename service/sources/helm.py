@@ -16,25 +16,26 @@ false (line 1; values.yaml's default is true)."""
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 from decimal import Decimal
 
-from .containers import Located
+from .containers import Located, server_env
 from .found import FoundLaunch, Span, Word
-from .kube import affinity_product, catalogue_gpu, dedupe, gpu_count, read_env, scalar
+from .kube import affinity_product, dedupe, gpu_count, read_env, scalar
 from .yaml_load import Node, Source, as_int, load_all, scalar_type
 
 DEFAULT_PORT = "8000"  # helm/templates/_helpers.tpl:4-6, chart.container-port
 
 
-def looks_like_helm_values(text: str) -> bool:
+def claims(_path: pathlib.Path | str, text: str) -> bool:
     """production-stack values: a top-level ``servingEngineSpec:`` (checked on the text, without parsing)."""
     return bool(re.search(r"(?m)^servingEngineSpec:[ \t]*(?:#.*)?$", text))
 
 
-def read_helm_values(path: str, text: str) -> list[FoundLaunch]:
+def read(path: pathlib.Path | str, text: str) -> list[FoundLaunch]:
     """The ``vllm serve`` launch of each enabled modelSpec entry. Raises YamlError for a file it cannot read."""
-    src, docs = load_all(path, text)
+    src, docs = load_all(str(path), text)
     if not docs:
         return []
     ses = docs[0].get("servingEngineSpec")
@@ -94,7 +95,7 @@ def model_launch(src: Source, values: Node, ses: Node, ms: Node) -> FoundLaunch:
         words=words,
         env=_env(src, loc, values, ses, ms, vc),
         gpu_count=_gpus(ms, loc),
-        gpu_product=_product(ms, loc),
+        gpu_product=_product(ms),
         name=scalar(ms.get("name")),
         problems=dedupe(loc.problems),
     )
@@ -159,7 +160,7 @@ def _env(src: Source, loc: Located, values: Node, ses: Node, ms: Node, vc: Node 
     lmc = ms.get("lmcacheConfig")
     if _truthy(lmc) and lmc is not None and _truthy(lmc.get("enabled")):
         env["VLLM_RPC_TIMEOUT"] = "1000000"
-    return {k: v for k, v in env.items() if k.startswith(("VLLM_", "HF_"))}
+    return server_env(env)
 
 
 def _gpus(ms: Node, loc: Located) -> int | None:
@@ -177,7 +178,7 @@ def _gpus(ms: Node, loc: Located) -> int | None:
     return n if n else None
 
 
-def _product(ms: Node, loc: Located) -> str | None:
+def _product(ms: Node) -> str | None:
     """Lines 529-540: ``affinity`` as given, else ``nodeSelectorTerms`` as a required node affinity (not with
     ``nodeName``); a ``nvidia.com/gpu.product`` term with one value names the GPU."""
     aff = ms.get("affinity")
@@ -188,7 +189,7 @@ def _product(ms: Node, loc: Located) -> str | None:
     else:
         return None
     node = affinity_product(terms)
-    return catalogue_gpu(node, loc) if node is not None else None
+    return node.text.strip() if node is not None and node.kind == "scalar" else None
 
 
 class _Writer:

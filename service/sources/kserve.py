@@ -107,7 +107,7 @@ def runtime_launches(
     if ctns is None or ctns.kind != "seq":
         return []
     loc = Located(src)
-    product = gpu_product(predictor, loc) if predictor is not None else None
+    product = gpu_product(predictor) if predictor is not None else None
     extra_args = (model.get("args") if model is not None else None) or None
     out: list[FoundLaunch] = []
     for ctn in ctns.items:
@@ -118,7 +118,7 @@ def runtime_launches(
             ctn,
             kind="kserve",
             name=name,
-            product=product or (gpu_product(spec, loc) if predictor is None else None),
+            product=product or (gpu_product(spec) if predictor is None else None),
             pod_problems=loc.problems,
             args_after=extra_args.items if extra_args is not None and extra_args.kind == "seq" else None,
             rename={"{{.Name}}": isvc} if isvc else None,
@@ -177,7 +177,7 @@ def huggingface_launch(src: Source, predictor: Node, model: Node, label: str) ->
             words=words,
             env=env.plain(),
             gpu_count=gpu_count(model, loc),
-            gpu_product=gpu_product(predictor, loc),
+            gpu_product=gpu_product(predictor),
             name=f"{label}/kserve-container",
             problems=dedupe(loc.problems),
         )

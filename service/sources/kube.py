@@ -8,18 +8,21 @@ directly or in a ``sh -c`` script, or when it runs the vllm/vllm-openai image wi
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 from .containers import (
     Env,
+    Hit,
     Located,
     LStr,
-    is_vllm_image,
     k8s_expand,
     process_words,
     report_unexpanded,
+    server_env,
     unescape,
 )
+from .entrypoints import is_vllm_image
 from .found import FoundLaunch, Span, Word
 from .yaml_load import Node, Source, as_int, load_all
 
@@ -28,14 +31,14 @@ GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # NVIDIA GPU feature discovery's label, e.g. NVIDIA-H100-80GB-HBM3
 
 
-def looks_like_kubernetes(text: str) -> bool:
+def claims(_path: pathlib.Path | str, text: str) -> bool:
     """A Kubernetes manifest: a top-level ``apiVersion:`` and ``kind:`` (checked on the text, without parsing)."""
     return bool(re.search(r"(?m)^apiVersion:[ \t]*\S", text) and re.search(r"(?m)^kind:[ \t]*\S", text))
 
 
-def read_kubernetes(path: str, text: str) -> list[FoundLaunch]:
+def read(path: pathlib.Path | str, text: str) -> list[FoundLaunch]:
     """Every vLLM launch of a (multi-document) Kubernetes manifest. Raises YamlError for a file it cannot read."""
-    src, docs = load_all(path, text)
+    src, docs = load_all(str(path), text)
     out: list[FoundLaunch] = []
     for doc in docs:
         out.extend(read_object(src, doc, docs))
@@ -110,7 +113,7 @@ def pod_launches(
     if ctns is None or ctns.kind != "seq":
         return []
     loc = Located(src)
-    product = gpu_product(pod, loc)
+    product = gpu_product(pod)
     out: list[FoundLaunch] = []
     for ctn in ctns.items:
         if ctn.kind == "map":
@@ -146,30 +149,28 @@ def container_launches(
     if command is None:
         if not is_vllm_image(image):
             return []
-        words = [Word("vllm"), Word("serve"), *(Word(a.text, loc.span(a.offs[0] if a.offs else a.start)) for a in argv)]
+        words = [Word("vllm"), Word("serve"), *(Word(a.text, loc.span(a.off(0))) for a in argv)]
         report_unexpanded(words, loc, env.values, "kubernetes")
-        hits: list[tuple[list[Word], dict[str, str]]] = [(unescape(words), {})]
+        hits = [Hit(unescape(words), {})]
     else:
         hits = process_words(argv, env.values, loc)
     ctn_name = scalar(ctn.get("name")) or "?"
     gpus = gpu_count(ctn, loc)
-    out = []
-    for words, prefix_env in hits:
-        problems = dedupe([*(pod_problems or []), *loc.problems])
-        out.append(
-            FoundLaunch(
-                kind=kind,
-                at=loc.node_span(ctn),
-                words=words,
-                env={**env.plain(), **{k: v for k, v in prefix_env.items() if k.startswith(("VLLM_", "HF_"))}},
-                gpu_count=gpus,
-                gpu_product=product,
-                nodes=nodes,
-                name=f"{name}/{ctn_name}",
-                problems=problems,
-            )
+    return [
+        FoundLaunch(
+            kind=kind,
+            at=loc.node_span(ctn),
+            words=hit.words,
+            env={**env.plain(), **server_env(hit.env)},
+            gpu_count=gpus,
+            gpu_product=product,
+            nodes=nodes,
+            name=f"{name}/{ctn_name}",
+            problems=dedupe([*(pod_problems or []), *loc.problems, *hit.problems]),
+            notes=hit.notes,
         )
-    return out
+        for hit in hits
+    ]
 
 
 def _rename(s: LStr, rename: dict[str, str] | None) -> LStr:
@@ -235,20 +236,18 @@ def gpu_count(ctn: Node, loc: Located) -> int | None:
     return None
 
 
-def gpu_product(pod: Node, loc: Located) -> str | None:
-    """The GPU a pod is pinned to by NVIDIA GPU feature discovery's ``nvidia.com/gpu.product`` label, in a
-    ``nodeSelector`` or a required node affinity with one value: the catalogue id (GFD writes nvidia-smi's name with
-    dashes for spaces, and ``-SHARED`` when the GPU is time-sliced), or the label itself when the catalogue lacks it
-    (a located problem)."""
+def gpu_product(pod: Node) -> str | None:
+    """The ``nvidia.com/gpu.product`` label (NVIDIA GPU feature discovery's, e.g. NVIDIA-H100-80GB-HBM3) a pod is
+    pinned to by a ``nodeSelector`` or a required node affinity with one value, as written: resolve.py's
+    ``resolve_hardware`` reads it (the catalogue GPU it names; a MIG slice or a shared GPU refused), unless --gpu is
+    given."""
     node = pod.path("nodeSelector", GPU_PRODUCT_LABEL)
     if node is None:
         terms = pod.path(
             "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"
         )
         node = affinity_product(terms)
-    if node is None or node.kind != "scalar":
-        return None
-    return catalogue_gpu(node, loc)
+    return node.text.strip() if node is not None and node.kind == "scalar" else None
 
 
 def affinity_product(terms: Node | None) -> Node | None:
@@ -260,17 +259,6 @@ def affinity_product(terms: Node | None) -> Node | None:
                 vals = ex.get("values")
                 values += [v for v in (vals.items if vals is not None and vals.kind == "seq" else [])]
     return values[0] if len({v.text for v in values}) == 1 else None
-
-
-def catalogue_gpu(node: Node, loc: Located) -> str:
-    from ..domain.gpus import lookup
-
-    label = node.text.strip()
-    gpu = lookup(label.removesuffix("-SHARED"))
-    if gpu is None:
-        loc.problems.append((loc.node_span(node), f"GPU {label!r} is not in Preflight's GPU catalogue"))
-        return label
-    return gpu.id
 
 
 def scalar(node: Node | None) -> str | None:

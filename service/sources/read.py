@@ -1,10 +1,11 @@
 """``read_launches(path)``: a deploy file's launches, by the file's kind.
 
 Dispatch: ``READERS`` is a list of (claims(path, text), read(path, text)) pairs tried in order; the first that
-claims the file reads it. The YAML kinds live in their own modules, imported only for a YAML file: each of
-``PLUGINS`` (service/sources/kube.py, compose.py, helm.py, kserve.py) defines ``claims(path, text) -> bool`` and
-``read(path, text) -> list[FoundLaunch]``; a module that is absent is skipped. vLLM's own config YAML is the last
-YAML kind tried."""
+claims the file reads it. The YAML kinds live in their own modules, imported only for a YAML file (the JSON path
+never loads ruamel.yaml): each of ``YAML_KINDS`` — kube.py (Kubernetes workloads, LeaderWorkerSet, and KServe
+through kserve.py), compose.py, helm.py (production-stack values) — defines ``claims(path, text) -> bool`` (the
+file's top-level keys, read on the text) and ``read(path, text) -> list[FoundLaunch]``. vLLM's own config YAML is
+the last YAML kind tried. Every reader raises ``SourceError`` (found.py), located, for a file it cannot read."""
 
 from __future__ import annotations
 
@@ -12,28 +13,22 @@ import importlib
 import pathlib
 from collections.abc import Callable
 
-from .found import FoundLaunch, Span
+from .found import FoundLaunch, SourceError, Span
 
 MAX_SOURCE_BYTES = 1 << 20  # a deploy file larger than 1 MiB is not one; bounded work whatever the path holds
 YAML_SUFFIXES = (".yaml", ".yml")
 SHELL_SUFFIXES = (".sh", ".bash")
-PLUGINS = ("service.sources.kube", "service.sources.compose", "service.sources.helm", "service.sources.kserve")
+YAML_KINDS = ("kube", "compose", "helm")  # modules of this package, tried in this order
 
 Claims = Callable[[pathlib.Path, str], bool]
 Reader = Callable[[pathlib.Path, str], list[FoundLaunch]]
 
-
-class SourceError(ValueError):
-    """A file that cannot be read as a launch, located (the whole file: line 1, column 1)."""
-
-    def __init__(self, reason: str, at: Span) -> None:
-        super().__init__(f"{at}: {reason}")
-        self.reason = reason
-        self.at = at
+__all__ = ["SourceError", "read_launches", "read_source_text"]
 
 
 def read_source_text(path: pathlib.Path, limit: int = MAX_SOURCE_BYTES) -> str:
-    """A deploy file's text: at most ``limit`` bytes, UTF-8, no NUL (a binary file is refused, naming the file)."""
+    """A deploy file's text: at most ``limit`` bytes, UTF-8 (a BOM dropped), no NUL (a binary file is refused,
+    naming the file and the line of the first bad byte)."""
     at = Span(str(path), 1, 1)
     try:
         with path.open("rb") as f:
@@ -43,11 +38,13 @@ def read_source_text(path: pathlib.Path, limit: int = MAX_SOURCE_BYTES) -> str:
     if len(raw) > limit:
         raise SourceError(f"is larger than {limit} bytes: not a deploy file", at)
     if b"\x00" in raw:
-        raise SourceError("is a binary file (it holds NUL bytes)", at)
+        line = raw[: raw.index(b"\x00")].count(b"\n") + 1
+        raise SourceError("is a binary file (it holds NUL bytes)", Span(str(path), line, 1))
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise SourceError(f"is not UTF-8 text (byte {e.start})", at) from None
+        line = raw[: e.start].count(b"\n") + 1
+        raise SourceError(f"is not UTF-8 text (byte {e.start})", Span(str(path), line, 1)) from None
 
 
 def is_dockerfile(path: pathlib.Path, _text: str = "") -> bool:
@@ -71,31 +68,22 @@ def is_yaml(path: pathlib.Path, _text: str = "") -> bool:
 
 
 def _read_dockerfile(path: pathlib.Path, text: str) -> list[FoundLaunch]:
-    from .dockerfile import DockerfileError, read_dockerfile
+    from .dockerfile import read_dockerfile
 
-    try:
-        return read_dockerfile(text, str(path))
-    except DockerfileError as e:
-        raise SourceError(e.reason, e.at) from None
+    return read_dockerfile(text, str(path))
 
 
 def _read_shell(path: pathlib.Path, text: str) -> list[FoundLaunch]:
-    from .shell import ShellReadError, read_script
+    from .shell import read_script
 
-    try:
-        return read_script(text, str(path))
-    except ShellReadError as e:
-        raise SourceError(e.reason, e.at) from None
+    return read_script(text, str(path))
 
 
 def _read_yaml(path: pathlib.Path, text: str) -> list[FoundLaunch]:
-    for name in PLUGINS:
-        try:
-            plugin = importlib.import_module(name)
-        except ImportError:
-            continue
-        if plugin.claims(path, text):
-            found: list[FoundLaunch] = plugin.read(path, text)
+    for name in YAML_KINDS:
+        kind = importlib.import_module(f"{__package__}.{name}")
+        if kind.claims(path, text):
+            found: list[FoundLaunch] = kind.read(path, text)
             return found
     return _read_vllm_config(path, text)
 

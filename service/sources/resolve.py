@@ -131,7 +131,9 @@ def _read_dir_or_fail(d: pathlib.Path, where: str, ref: str, tried: list[tuple[s
         raise ResolveError(f"cannot read the model {_show(ref)}", tried) from None
 
 
-def _from_models(ref: str, models: Mapping[str, str | pathlib.Path] | None, tried: list[tuple[str, str]]) -> dict | None:
+def _from_models(
+    ref: str, models: Mapping[str, str | pathlib.Path] | None, tried: list[tuple[str, str]]
+) -> dict | None:
     if not models:
         tried.append(("--models", "not given"))
         return None

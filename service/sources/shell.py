@@ -1,5 +1,5 @@
-"""Launches in shell scripts: each simple command that runs ``vllm serve`` or ``python -m
-vllm.entrypoints.openai.api_server`` (behind ``exec``, ``nohup``, ``env``, ``VAR=x`` prefixes, ``sh -c '…'``),
+"""Launches in shell scripts: each simple command that runs vLLM's server (entrypoints.py says which: ``vllm serve``,
+``python -m vllm.entrypoints.openai.api_server``) behind ``exec``, ``nohup``, ``env``, ``VAR=x`` prefixes, ``sh -c '…'``,
 its words expanded as the shell would from the assignments and ``export``s earlier in the script
 (``$X``, ``${X}``, ``${X:-default}``, ``${X-default}``, ``${X:=default}``, ``${X:+alt}``, unquoted values split into
 words). What the script cannot say here — a variable it never sets, ``$1``, ``$(command)`` — is a located problem;
@@ -7,21 +7,16 @@ words). What the script cannot say here — a variable it never sets, ``$1``, ``
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .found import FoundLaunch, Span, Word
-from .shellwords import Command, Piece, Positions, ShellSyntaxError, ShellWord, read_commands
+from .entrypoints import WRAPPERS, server_words, shell_script_index
+from .found import FoundLaunch, SourceError, Span, Word
+from .shellwords import Command, Piece, Positions, ShellSyntaxError, ShellWord, as_written, read_commands
 
 _KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "fi", "done", "}"}
 _SKIP_COMMANDS = {"for", "case", "select", "function", "esac", "in"}
-_WRAPPERS = {"exec", "nohup", "command", "setsid", "time", "builtin"}
-_PYTHON = re.compile(r"python(\d(\.\d{1,2})?)?")
-_PY_OPTS_WITH_VALUE = {"-X", "-W"}
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
-VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
 MAX_SH_C_DEPTH = 2
 
 
@@ -33,10 +28,12 @@ class Unknown(Exception):
 
 @dataclass
 class _Scope:
-    """What the script has set so far: name → value (None: set to something not known here, e.g. $(…))."""
+    """What the script has set so far: name → value (None: set to something not known here, e.g. $(…); ``why``
+    says what, for a variable set before the script ran)."""
 
     vars: dict[str, str | None] = field(default_factory=dict)
     exported: set[str] = field(default_factory=set)
+    why: dict[str, str] = field(default_factory=dict)
 
 
 class _Script:
@@ -81,7 +78,8 @@ class _Script:
         if not has:
             raise Unknown(p.offset, f"${name} is not set in the script (it comes from the environment at run time)")
         if val is None:
-            raise Unknown(p.offset, f"${name} is set from something not known here (a command's output)")
+            why = scope.why.get(name, "is set from something not known here (a command's output)")
+            raise Unknown(p.offset, f"${name} {why}")
         return val
 
     def words(self, word: ShellWord, scope: _Scope, fl: FoundLaunch) -> list[Word]:
@@ -139,9 +137,7 @@ class _Script:
         return fields
 
     def source(self, p: Piece) -> str:
-        if p.kind == "var":
-            return "${" + p.text + p.op + "…}" if p.op else "$" + p.text
-        return p.text
+        return as_written(p)
 
     # ---------------------------------------------------------------------------------------------- commands
     def run(self, commands: list[Command], scope: _Scope, depth: int = 0) -> None:
@@ -201,7 +197,7 @@ class _Script:
         i = 0
         while i < len(words):
             head = words[i].literal
-            if head in _WRAPPERS:
+            if head in WRAPPERS:
                 i += 1
                 while i < len(words) and (words[i].literal or "").startswith("-"):
                     i += 2 if words[i].literal == "-a" else 1
@@ -228,23 +224,16 @@ class _Script:
     def launch(
         self, cmd: Command, words: list[ShellWord], i: int, scope: _Scope, env: dict[str, str], depth: int
     ) -> None:
-        prog = os.path.basename(words[i].literal or "")
-        nxt = words[i + 1].literal if i + 1 < len(words) else None
-        if prog in ("sh", "bash", "dash", "zsh") and nxt == "-c" and i + 2 < len(words) and depth < MAX_SH_C_DEPTH:
-            self.sh_c(words[i + 2], scope, depth)
+        literals = [w.literal for w in words[i:]]
+        script = shell_script_index(literals)
+        if script is not None:
+            if depth < MAX_SH_C_DEPTH:
+                self.sh_c(words[i + script], scope, depth)
             return
-        keep: list[int]
-        if prog == "vllm" and nxt == "serve":
-            keep = list(range(i, len(words)))
-        elif _PYTHON.fullmatch(prog):
-            j = i + 1
-            while j < len(words) and (words[j].literal or "").startswith("-") and words[j].literal != "-m":
-                j += 2 if words[j].literal in _PY_OPTS_WITH_VALUE else 1
-            if j + 1 >= len(words) or words[j].literal != "-m" or words[j + 1].literal not in VLLM_MODULES:
-                return
-            keep = [i, *range(j, len(words))]  # python's own options (-u) are not the server's
-        else:
+        found = server_words(literals)
+        if found is None:
             return
+        keep = [i + k for k in found]
         fl = FoundLaunch(kind=self.kind, at=self.span_of(cmd.words[0].offset), words=[], env=dict(env))
         for k in keep:
             fl.words += self.words(words[k], scope, fl)
@@ -268,36 +257,9 @@ class _Script:
         self.found += sub.found
 
 
-def launch_start(words: list[str]) -> tuple[int, list[int]] | None:
-    """For an exec-form argv (no shell): (index of the program, the indexes to keep) when it runs vLLM's server
-    behind exec / nohup / env VAR=x, else None."""
-    i = 0
-    while i < len(words):
-        if words[i] in _WRAPPERS:
-            i += 1
-        elif words[i] == "env":
-            i += 1
-            while i < len(words) and _ASSIGNMENT.fullmatch(words[i]):
-                i += 1
-        else:
-            break
-    if i >= len(words):
-        return None
-    prog = os.path.basename(words[i])
-    if prog == "vllm" and words[i + 1 : i + 2] == ["serve"]:
-        return i, list(range(i, len(words)))
-    if _PYTHON.fullmatch(prog):
-        j = i + 1
-        while j < len(words) and words[j].startswith("-") and words[j] != "-m":
-            j += 2 if words[j] in _PY_OPTS_WITH_VALUE else 1
-        if j + 1 < len(words) and words[j] == "-m" and words[j + 1] in VLLM_MODULES:
-            return i, [i, *range(j, len(words))]
-    return None
-
-
 def _child(scope: _Scope) -> _Scope:
     """``sh -c`` runs a new shell: it sees only the exported variables."""
-    return _Scope({k: v for k, v in scope.vars.items() if k in scope.exported}, set(scope.exported))
+    return _Scope({k: v for k, v in scope.vars.items() if k in scope.exported}, set(scope.exported), scope.why)
 
 
 def _short(text: str) -> str:
@@ -309,13 +271,15 @@ def find_launches(
     file: str,
     *,
     kind: str = "shell",
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
+    why: Mapping[str, str] | None = None,
     start: int = 0,
     end: int | None = None,
     span_of: Callable[[int], Span] | None = None,
 ) -> list[FoundLaunch]:
     """The launches in a shell script (or in ``text[start:end]``). ``env``: variables set before the script runs
-    (a Dockerfile's ENV), exported. ``span_of``: file offset → Span (default: the text's own lines and columns).
+    (a Dockerfile's ENV, a container's env), exported; None for one whose value is not in the file, ``why[name]``
+    saying so. ``span_of``: file offset → Span (default: the text's own lines and columns).
     Raises ShellSyntaxError (with the offset) for a script the reader cannot follow."""
     if span_of is None:
         pos = Positions(text)
@@ -325,22 +289,15 @@ def find_launches(
             return Span(file, line, col)
 
     script = _Script(text, file, span_of, kind)
-    scope = _Scope(dict(env or {}), set(env or {}))
+    scope = _Scope(dict(env or {}), set(env or {}), dict(why or {}))
     script.run(read_commands(text, start, end), scope)
     return script.found
 
 
-class ShellReadError(ValueError):
-    def __init__(self, message: str, at: Span) -> None:
-        super().__init__(f"{at}: {message}")
-        self.at = at
-        self.reason = message
-
-
 def read_script(text: str, file: str, *, kind: str = "shell", env: dict[str, str] | None = None) -> list[FoundLaunch]:
-    """``find_launches`` with a syntax error reported at its place (ShellReadError)."""
+    """``find_launches`` with a syntax error reported at its place (SourceError)."""
     try:
         return find_launches(text, file, kind=kind, env=env)
     except ShellSyntaxError as e:
         line, col = Positions(text).at(e.offset)
-        raise ShellReadError(str(e), Span(file, line, col)) from None
+        raise SourceError(str(e), Span(file, line, col)) from None

@@ -39,6 +39,17 @@ class Piece:
     offset: int
     op: str = ""
     default: tuple[Piece, ...] = ()
+    braced: bool = False  # ``${X}`` rather than ``$X``
+
+
+def as_written(p: Piece) -> str:
+    """A piece as the script spells it (quotes aside): a literal's text, ``$X`` / ``${X:-default}``, a command
+    substitution's source."""
+    if p.kind != "var":
+        return p.text
+    if not p.op:
+        return "${" + p.text + "}" if p.braced else "$" + p.text
+    return "${" + p.text + p.op + "".join(as_written(d) for d in p.default) + "}"
 
 
 @dataclass(slots=True)
@@ -52,6 +63,12 @@ class ShellWord:
         if all(p.kind == "lit" for p in self.pieces):
             return "".join(p.text for p in self.pieces)
         return None
+
+    @property
+    def written(self) -> str:
+        """The word with its quotes removed and its expansions as written (a command line that no shell runs,
+        e.g. a compose ``command:`` string, which Compose splits into words without expanding them)."""
+        return "".join(as_written(p) for p in self.pieces)
 
     @property
     def assignment(self) -> tuple[str, list[Piece]] | None:
@@ -343,8 +360,10 @@ class _Reader:
             word = inner._word() if rest else ShellWord([], start)
             if inner.i < inner.n:  # spaces in a default: kept as written
                 word = ShellWord([Piece("lit", rest, quoted, start)], start)
-            default = tuple(Piece(p.kind, p.text, p.quoted or quoted, p.offset, p.op, p.default) for p in word.pieces)
-        return Piece("var", name, quoted, at, op, default)
+            default = tuple(
+                Piece(p.kind, p.text, p.quoted or quoted, p.offset, p.op, p.default, p.braced) for p in word.pieces
+            )
+        return Piece("var", name, quoted, at, op, default, braced=True)
 
 
 def read_commands(text: str, start: int = 0, end: int | None = None) -> list[Command]:

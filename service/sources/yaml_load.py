@@ -9,7 +9,7 @@ input; the tree is built here from its events rather than by ruamel's composer a
 - nesting is bounded (``MAX_DEPTH``, aliases included) without recursion in the parser;
 - every node keeps its source offsets, so a word split out of a scalar can be located inside it.
 
-Limits refuse with ``YamlError`` (a ValueError) naming the file and, where known, the line."""
+Limits refuse with ``YamlError`` (a located SourceError) naming the file and, where known, the line."""
 
 from __future__ import annotations
 
@@ -18,18 +18,21 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .found import SourceError, Span
+
 MAX_BYTES = 2 * 2**20  # a deploy file is a few KB; the largest real production-stack values file is ~40 KB
 MAX_NODES = 100_000  # nodes with every alias expanded
 MAX_DEPTH = 64  # nesting, aliases included (a Kubernetes pod template is ~12 deep)
 MAX_DOCUMENTS = 1_000
 
 
-class YamlError(ValueError):
-    """A file the readers refuse: not YAML, too large, too deep, too many nodes, binary or not UTF-8."""
+class YamlError(SourceError):
+    """A file the readers refuse: not YAML, too large, too deep, too many nodes or binary; located at the line (and
+    column) where known, else the file's start."""
 
-    def __init__(self, file: str, message: str, line: int | None = None) -> None:
+    def __init__(self, file: str, message: str, line: int | None = None, col: int | None = None) -> None:
+        super().__init__(message, Span(file, line or 1, col or 1))
         self.file, self.line, self.message = file, line, message
-        super().__init__(f"{file}:{line}: {message}" if line else f"{file}: {message}")
 
 
 @dataclass(eq=False, slots=True)
@@ -139,18 +142,6 @@ def as_int(node: Node | None) -> int | None:
     return int(t) if re.fullmatch(r"[+]?[0-9]{1,9}", t) else None
 
 
-def decode(file: str, raw: bytes) -> str:
-    """A deploy file's bytes as text: at most MAX_BYTES, no NUL (binary), UTF-8 (a BOM is dropped)."""
-    if len(raw) > MAX_BYTES:
-        raise YamlError(file, f"the file is larger than {MAX_BYTES} bytes")
-    if b"\x00" in raw:
-        raise YamlError(file, "the file is binary (it holds NUL bytes)", raw[: raw.index(b"\x00")].count(b"\n") + 1)
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise YamlError(file, f"the file is not UTF-8 (byte {exc.start})", raw[: exc.start].count(b"\n") + 1) from None
-
-
 class Source:
     """The document text and its line starts: offsets to 1-based (line, col)."""
 
@@ -179,7 +170,8 @@ def load_all(file: str, text: str) -> tuple[Source, list[Node]]:
         docs = _build(src, YAML(typ="safe", pure=True).parse(text))
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise YamlError(file, f"not YAML: {exc.problem or exc.context}", mark.line + 1 if mark else None) from None
+        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        raise YamlError(file, f"not YAML: {exc.problem or exc.context}", line, col) from None
     except YAMLError as exc:
         raise YamlError(file, f"not YAML: {exc}") from None
     except RecursionError:

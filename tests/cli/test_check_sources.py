@@ -1,6 +1,6 @@
 """``preflight check`` over launches where they live (service/cli/check_sources.py, service/sources/): one launch
-given as a request, a command line, a shell script, a Dockerfile and a vLLM config gives one verdict and one
-command; findings are placed at the word they concern; hostile files are refused naming the file."""
+given as a request, a command line, a shell script, a Dockerfile, a vLLM config, a compose service and a Kubernetes
+Deployment gives one verdict and one command; findings are placed at the word they concern; hostile files are refused naming the file."""
 
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ def test_one_launch_in_every_form_gives_one_verdict_and_one_command(tmp_path):
         [str(DEPLOY / "sh-serve-llama.sh")],
         [str(DEPLOY / "docker-vllm-openai.Dockerfile")],
         [str(DEPLOY / "vllm-config-llama.yaml")],
+        [str(DEPLOY / "compose-llama-same-launch.yaml")],
+        [str(DEPLOY / "k8s-deployment-llama-same-launch.yaml")],
     ):
         got_code, reports = json_reports(*source)
         assert len(reports) == 1, source
@@ -177,3 +179,50 @@ def test_plain_command_line_runs_the_same(tmp_path):
     )
     code, out = check("--format", "json", str(DEPLOY / "sh-bad-tp.sh"))
     assert (plain.returncode, plain.stdout.splitlines()) == (code, out)
+
+
+@pytest.mark.parametrize(
+    ("name", "template"),
+    [
+        (
+            "compose.yaml",
+            "services:\n  vllm:\n    image: vllm/vllm-openai:latest\n"
+            "    environment: {{HF_ENDPOINT: '{endpoint}', HF_TOKEN: file-token}}\n"
+            "    command: [org/tiny, --max-model-len, '8192']\n",
+        ),
+        (
+            "pod.yaml",
+            "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n    - name: vllm\n"
+            "      image: vllm/vllm-openai:latest\n"
+            "      env: [{{name: HF_ENDPOINT, value: '{endpoint}'}}]\n"
+            "      args: [org/tiny, --max-model-len, '8192']\n",
+        ),
+        ("run.sh", "#!/bin/sh\nexport HF_ENDPOINT={endpoint}\nvllm serve org/tiny --max-model-len 8192\n"),
+    ],
+)
+def test_the_model_is_looked_for_with_the_checkers_environment_never_the_files(tmp_path, monkeypatch, name, template):
+    """A deploy file that sets HF_ENDPOINT must not receive the HF_TOKEN of whoever runs the check: the Hub asked is
+    the checker's own (its HF_ENDPOINT, its token), whatever the file's HF_* say (they describe the node)."""
+    from tests.support.hub import serve
+
+    config = (MODELS / "meta-llama__Llama-3.1-8B-Instruct" / "config.json").read_bytes()
+    with serve({"config.json": config}) as (own, own_url), serve({"config.json": config}) as (theirs, their_url):
+        monkeypatch.setenv("HF_ENDPOINT", own_url)
+        monkeypatch.setenv("HF_TOKEN", "the-checkers-token")
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        path = tmp_path / name
+        path.write_text(template.format(endpoint=their_url))
+        code, reports = json_reports(str(path))
+        assert theirs.requested == []
+        assert "/org/tiny/resolve/main/config.json" in own.requested
+        assert code in (0, 1) and reports[0]["verdict"] in ("accept", "warn", "reject"), reports
+
+
+def test_a_yaml_file_without_a_launch_is_skipped_not_failed(tmp_path):
+    """The pre-commit hook hands over every YAML file: a CI workflow holds no launch and does not fail the check."""
+    workflow = tmp_path / "ci.yml"
+    workflow.write_text("name: ci\non: [push]\njobs:\n  test:\n    runs-on: ubuntu-latest\n    steps: []\n")
+    code, reports = json_reports(str(workflow), str(DEPLOY / "sh-serve-llama.sh"))
+    assert [r["verdict"] for r in reports][0] == "skipped" and reports[0]["findings"][0]["severity"] == "info"
+    assert code == 0 and reports[1]["verdict"] in ("accept", "warn")

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from service.sources.compose import read_compose
-from service.sources.containers import Located, LStr, compose_interpolate, k8s_expand, shell_words
-from service.sources.helm import go_float, read_helm_values
-from service.sources.kube import read_kubernetes
-from service.sources.yaml_load import MAX_BYTES, MAX_DEPTH, MAX_NODES, YamlError, char_offsets, decode, load_all
+from service.sources.compose import read as read_compose
+from service.sources.containers import Located, LStr, compose_interpolate, k8s_expand
+from service.sources.found import SourceError
+from service.sources.helm import go_float
+from service.sources.helm import read as read_helm_values
+from service.sources.kube import read as read_kubernetes
+from service.sources.read import read_source_text
+from service.sources.yaml_load import MAX_BYTES, MAX_DEPTH, MAX_NODES, YamlError, char_offsets, load_all
 
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
@@ -41,21 +44,24 @@ def test_nesting_through_aliases_is_refused():
 def test_a_file_over_the_size_bound_is_refused():
     with pytest.raises(YamlError, match=f"larger than {MAX_BYTES}"):
         read_compose("big.yaml", "services: {}\n#" + "x" * MAX_BYTES)
-    with pytest.raises(YamlError, match=f"larger than {MAX_BYTES}"):
-        decode("big.yaml", b"x" * (MAX_BYTES + 1))
 
 
 @pytest.mark.timeout(10)
-def test_binary_and_non_utf8_are_refused_with_their_line():
-    with pytest.raises(YamlError) as e:
-        decode("bin.yaml", b"services:\n  a: 1\n\x00\x01")
-    assert (e.value.file, e.value.line) == ("bin.yaml", 3) and "binary" in e.value.message
-    with pytest.raises(YamlError) as e:
-        decode("latin1.yaml", "services:\n  a: caf\xe9\n".encode("latin-1"))
-    assert e.value.line == 2 and "not UTF-8" in e.value.message
+def test_binary_and_non_utf8_are_refused_with_their_line(tmp_path):
+    """read.read_source_text is the one decoder of a deploy file, whatever its kind."""
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"services:\n  a: 1\n\x00\x01")
+    with pytest.raises(SourceError) as e:
+        read_source_text(path)
+    assert (e.value.at.file, e.value.at.line) == (str(path), 3) and "binary" in e.value.reason
+    path.write_bytes("services:\n  a: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(SourceError) as e:
+        read_source_text(path)
+    assert e.value.at.line == 2 and "not UTF-8" in e.value.reason
     with pytest.raises(YamlError, match="binary"):
         read_helm_values("nul.yaml", "servingEngineSpec:\x00")
-    assert decode("bom.yaml", b"\xef\xbb\xbfservices: {}\n") == "services: {}\n"
+    path.write_bytes(b"\xef\xbb\xbfservices: {}\n")
+    assert read_source_text(path) == "services: {}\n"
 
 
 @pytest.mark.timeout(10)
@@ -72,7 +78,7 @@ def test_broken_yaml_is_a_located_error(text, line, what):
     with pytest.raises(YamlError) as e:
         read_compose("broken.yaml", text)
     assert e.value.file == "broken.yaml" and e.value.line == line and what in e.value.message
-    assert str(e.value).startswith(f"broken.yaml:{line}: ")
+    assert str(e.value).startswith(f"broken.yaml:{line}:")
 
 
 def test_merge_keys_are_applied():
@@ -103,16 +109,16 @@ def test_compose_interpolation_rules():
     assert compose_interpolate(s).text == "org/m x $HOME ${TP} $TP"
 
 
-def test_shell_words_split_as_posix_sh_and_carry_their_offsets():
+def test_a_compose_command_string_is_split_as_shell_words_and_keeps_their_places():
     import shlex
 
-    text = "v: 'exec vllm serve ''a b'' \"c \\\"d\\\"\" e\\ f --x=$HOME; echo done'\n"
-    loc, s = located(text)
-    toks = shell_words(s, {}, loc)
-    words = [t.text for t in toks if not t.op]
-    assert words == ["exec", "vllm", "serve", "a b", 'c "d"', "e f", "--x=$HOME", "echo", "done"]
-    assert words[:7] == shlex.split(s.text.split(";")[0])
-    assert [str(loc.span(t.off)) for t in toks[2:4]] == ["t.yaml:1:15", "t.yaml:1:21"]  # ``serve``, the quote
+    command = "vllm serve ''a b'' \"c \\\"d\\\"\" e\\ f --x=$HOME --y=${Y}"
+    text = f"services:\n  s:\n    image: x\n    command: '{command}'\n"
+    (f,) = read_compose("c.yaml", text)
+    assert f.argv == ["vllm", "serve", "a b", 'c "d"', "e f", "--x=$HOME", "--y=${Y}"]
+    assert f.argv[:5] == shlex.split(command.replace("''", "'"))[:5]
+    assert [str(w.at) for w in f.words[1:3]] == ["c.yaml:4:20", "c.yaml:4:26"]  # ``serve``, the quote
+    assert [m.split(":")[0] for _, m in f.problems] == ["$HOME", "${Y}"]  # the host's, at `docker compose up`
 
 
 def test_block_and_quoted_scalars_are_located_per_character():
