@@ -261,7 +261,9 @@ class _Launch:
         except LaunchArgvError as e:
             at = self.word_at(e.index)
             self.findings.append(Located(at, "error", "argv_unreadable", str(e)))
-            return Report(fl.at, fl.kind, "invalid", self.findings, fl.name)
+            # a word vLLM's parser would refuse: the launch is wrong (exit 1); without a word, Preflight's own bound
+            verdict = "reject" if e.index is not None else "invalid"
+            return Report(fl.at, fl.kind, verdict, self.findings, fl.name)
         except SourceError as e:
             self.findings.append(Located(e.at, "error", "source_unreadable", e.reason))
             return Report(fl.at, fl.kind, "invalid", self.findings, fl.name)
@@ -297,7 +299,7 @@ class _Launch:
             result = validate(LaunchRequest.model_validate(body), policy=self.profile)
         except DomainError as e:
             self.findings.append(Located(self.field_at(e.field), "error", e.rule or "invalid", e.message))
-            return Report(fl.at, fl.kind, "invalid", self.findings, fl.name)
+            return Report(fl.at, fl.kind, "reject", self.findings, fl.name)  # a value vLLM refuses: a wrong launch
         except ValidationError as e:
             for err in e.errors():
                 fld = ".".join(map(str, err["loc"]))

@@ -114,7 +114,8 @@ def test_an_unset_variable_is_a_located_problem_not_a_guess(tmp_path):
 def test_an_argv_vllm_refuses_is_placed_at_the_word():
     code, reports = json_reports("--", "vllm", "serve", LLAMA, "--max-modle-len", "8192")
     (f,) = reports[0]["findings"]
-    assert code == 2 and (f["file"], f["line"], f["col"]) == ("<command-line>", 1, len(f"vllm serve {LLAMA} ") + 1)
+    assert code == 1 and reports[0]["verdict"] == "reject"
+    assert (f["file"], f["line"], f["col"]) == ("<command-line>", 1, len(f"vllm serve {LLAMA} ") + 1)
     assert "did you mean --max-model-len" in f["message"]
 
 

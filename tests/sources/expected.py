@@ -230,7 +230,7 @@ def refused_argv(f: FoundLaunch) -> dict | None:
         read_launch_argv(f.argv, newest_line(), lambda path: (ROOT / path).read_text())
     except LaunchArgvError as exc:
         word = f.words[exc.index].at if exc.index is not None else None
-        return placed("invalid", "argv_unreadable", word or f.at)
+        return placed("reject", "argv_unreadable", word or f.at)
     return None
 
 
@@ -249,7 +249,7 @@ def verdict(f: FoundLaunch, fixture: str | None, gpu: str | None, count: int | N
     try:
         result = validate(LaunchRequest.model_validate(req))
     except DomainError as exc:
-        return placed("invalid", exc.rule, at.of(exc.field))
+        return placed("reject", exc.rule, at.of(exc.field))
     errors = [x for x in result.findings if x.severity.value == "error"]
     warnings = [x for x in result.findings if x.severity.value == "warning"]
     first = errors[0] if errors else warnings[0] if warnings else None

@@ -287,8 +287,8 @@ def test_expected_verdicts(name):
         "k8s-deployment-tp-not-dividing-heads.yaml": ("reject", "tp_heads_divisible", 26),
         "k8s-deployment-tp-over-gpu-limit.yaml": ("reject", "world_size_exceeds_gpus", 21),
         # vLLM's parser refuses an unknown option before any rule runs: the argv cannot be checked (exit 2)
-        "k8s-pod-unknown-flag.yaml": ("invalid", "argv_unreadable", 16),
-        "compose-unknown-flag.yaml": ("invalid", "argv_unreadable", 14),
+        "k8s-pod-unknown-flag.yaml": ("reject", "argv_unreadable", 16),
+        "compose-unknown-flag.yaml": ("reject", "argv_unreadable", 14),
         "helm-util-097.yaml": ("reject", "util_too_high", 19),
         "lws-vllm-serve-ray.yaml": ("reject", "world_size_exceeds_gpus", 24),
         "k8s-job-valuefrom-in-args.yaml": ("invalid", "source_unreadable", 19),
