@@ -16,6 +16,7 @@ a profile naming either is refused when it is read.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import pathlib
@@ -82,8 +83,8 @@ class Profile:
             },
         }
 
-    @property
-    def digest(self) -> str:
+    @functools.cached_property
+    def digest(self) -> str:  # once per profile: every judged launch records it (frozen: the content never changes)
         text = json.dumps(self.content(), sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
