@@ -328,7 +328,10 @@ def _merge_dotted(els: list[_El], out: ReadArgv) -> list[_El]:
         key, *keys = arg.split(".")
         if not key or not all(keys):
             raise LaunchArgvError(f"{e.text!r} is not a dotted key vLLM can read", e.index)
-        nested: Any = _dotted_value(value_text)
+        try:
+            nested: Any = _dotted_value(value_text)
+        except RecursionError:  # vLLM's json.loads fails the same way
+            raise LaunchArgvError(f"{e.text!r}: its value is JSON nested too deeply", e.index) from None
         for part in reversed(keys):
             nested = {part: nested}
         dups = _update(merged.setdefault(key, {}), nested)
@@ -520,6 +523,8 @@ def _typed(spelled: str, opt: Option, texts: list[_El]) -> Any:
         raise LaunchArgvError(f"argument {spelled}: {err.message}", at.index, field=dest) from None
     except ValueError as err:  # JSON text that is no JSON
         raise LaunchArgvError(f"argument {spelled}: {err}", at.index, field=dest) from None
+    except RecursionError:  # JSON nested deeper than the parser goes (vLLM's json.loads fails the same way)
+        raise LaunchArgvError(f"argument {spelled}: JSON nested too deeply", at.index, field=dest) from None
 
 
 def _one(opt: Option, el: _El) -> Any:

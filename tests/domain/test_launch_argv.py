@@ -263,3 +263,13 @@ def test_rendered_argv_reads_back_identically(req):
     assert r.model == argv[2]
     assert r.engine_args == validated_arguments(result.context)
     assert r.warnings == []
+
+
+DEEP = "[" * 1100 + "]" * 1100  # deeper than json.loads goes: vLLM fails at start-up
+
+
+@pytest.mark.parametrize(("words", "index"), [(["--compilation-config", DEEP], 4), (["-cc.x", DEEP], 3)])
+def test_json_nested_deeper_than_the_parser_goes_names_the_element(words, index):
+    with pytest.raises(LaunchArgvError) as exc:
+        read_launch_argv(["vllm", "serve", "m", *words], LINE)
+    assert exc.value.index == index and "nested too deeply" in str(exc.value)
