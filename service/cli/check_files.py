@@ -172,6 +172,25 @@ def _request_report(path: pathlib.Path, profile):
     return Report(at, "request", r["verdict"], found, None, r)
 
 
+def _is_request_file(path: pathlib.Path) -> bool:
+    """A .json file is a launch request unless it is a JSON object with neither ``model`` nor ``hardware`` (a
+    dashboard, a JSON manifest): those are skipped as YAML files without a launch are. Unreadable JSON is judged
+    (and reported) as a request."""
+    try:
+        data = read_json(path)
+    except (OSError, ValueError, RecursionError):
+        return True
+    return not isinstance(data, dict) or bool({"model", "hardware"} & data.keys())
+
+
+def _skipped(path: pathlib.Path):
+    from ..sources.found import Span
+    from .check_sources import Located, Report
+
+    at = Span(str(path), 1, 1)
+    return Report(at, "file", "skipped", [Located(at, "info", "no_launch", f"{path} is no launch request: skipped")])
+
+
 def run_check(opts, echo: Callable[[str], None] = print) -> int:
     """``preflight check`` with its options (check_sources.Options): launch-request JSON files as before, deploy
     files and a ``--`` command through the source readers, all under one policy profile; the exit status of the
@@ -188,6 +207,12 @@ def run_check(opts, echo: Callable[[str], None] = print) -> int:
     codes: list[int] = []
     reports = []
     for path in opts.files:
+        if path.suffix == ".json" and not _is_request_file(path):
+            if legacy:
+                emit([_skipped(path)], opts.format, echo)
+            else:
+                reports.append(_skipped(path))
+            continue
         if path.suffix == ".json":
             if legacy:
                 codes.append(check_files([path], opts.format == "json", echo, profile=profile, strict=opts.strict))

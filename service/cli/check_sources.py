@@ -299,7 +299,9 @@ class _Launch:
             result = validate(LaunchRequest.model_validate(body), policy=self.profile)
         except DomainError as e:
             self.findings.append(Located(self.field_at(e.field), "error", e.rule or "invalid", e.message))
-            return Report(fl.at, fl.kind, "reject", self.findings, fl.name)  # a value vLLM refuses: a wrong launch
+            # a value vLLM refuses is a wrong launch; a GPU nobody knows is hardware this check cannot judge
+            verdict = "invalid" if (e.field or "").startswith("hardware") else "reject"
+            return Report(fl.at, fl.kind, verdict, self.findings, fl.name)
         except ValidationError as e:
             for err in e.errors():
                 fld = ".".join(map(str, err["loc"]))

@@ -19,7 +19,9 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import pathlib
+import stat
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -225,6 +227,8 @@ def read_profile(text: str | bytes, *, source: str, base: Profile | None = None)
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"policy file {source}: not TOML: {exc}") from None
+    except RecursionError:
+        raise ProfileError(f"policy file {source}: not TOML: nested too deeply") from None
     return parse_profile(data, source=source, base=base)
 
 
@@ -237,7 +241,11 @@ def default_profile() -> Profile:
 def load_profile(path: pathlib.Path) -> Profile:
     """An operator's profile file read over the shipped one; ProfileError naming the file (and key)."""
     try:
-        with path.open("rb") as fh:
+        # O_NONBLOCK: a FIFO named as the profile must not hang the service's start; only a regular file is read
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ProfileError(f"policy file {path}: not a regular file")
             raw = fh.read(MAX_PROFILE_BYTES + 1)
     except OSError as exc:
         raise ProfileError(f"policy file {path}: cannot be read: {exc.strerror or exc}") from None

@@ -10,7 +10,10 @@ the last YAML kind tried. Every reader raises ``SourceError`` (found.py), locate
 from __future__ import annotations
 
 import importlib
+import os
 import pathlib
+import re
+import stat
 from collections.abc import Callable
 
 from .found import FoundLaunch, SourceError, Span
@@ -31,7 +34,11 @@ def read_source_text(path: pathlib.Path, limit: int = MAX_SOURCE_BYTES) -> str:
     naming the file and the line of the first bad byte)."""
     at = Span(str(path), 1, 1)
     try:
-        with path.open("rb") as f:
+        # O_NONBLOCK and a regular file only: a FIFO or a device handed over as a deploy file must not hang the check
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise SourceError("is not a regular file", at)
             raw = f.read(limit + 1)
     except OSError as e:
         raise SourceError(f"cannot be read: {e.strerror or e}", at) from None
@@ -112,13 +119,34 @@ READERS: list[tuple[Claims, Reader]] = [
 ]
 
 
+# what every launch a YAML reader finds carries somewhere in the file: vLLM's name (the command, the entry point
+# module, the image), the production-stack chart's key, a KServe kind (its Hugging Face server runs vLLM), or the
+# ``model:`` key of vLLM's own config YAML
+LAUNCH_MARK = re.compile(r"vllm|servingEngineSpec|InferenceService|ServingRuntime|^model\s*:", re.IGNORECASE | re.M)
+
+
+# a file that says this and yields no launch is not passed as empty: the check fails closed
+SERVER_MARK = re.compile(r"vllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
+
+
 def read_launches(path: pathlib.Path) -> list[FoundLaunch]:
     """The launches ``path`` holds (none: a file of a known kind that starts no vLLM server). Raises SourceError for
     a file it cannot read, or of no kind it knows."""
     text = read_source_text(path)
+    if path.suffix.lower() in (".yaml", ".yml") and not LAUNCH_MARK.search(text):
+        return []  # no vLLM word, image, chart key or KServe kind: no launch can be in it (CI workflows, mkdocs.yml)
     for claims, read in READERS:
         if claims(path, text):
-            return read(path, text)
+            found = read(path, text)
+            named = None if found else SERVER_MARK.search(text)
+            if named is not None:
+                raise SourceError(
+                    "names vLLM's server (vllm serve / vllm.entrypoints) but no launch could be read from it (behind "
+                    "a wrapper command, eval or a nested sh -c?): check the command itself with preflight check -- "
+                    "vllm serve …",
+                    Span(str(path), text[: named.start()].count("\n") + 1, 1),
+                )
+            return found
     raise SourceError(
         "is of no kind preflight check reads (a launch-request .json, a shell script, a Dockerfile, vLLM config "
         "YAML, compose / Kubernetes / Helm YAML)",

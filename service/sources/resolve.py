@@ -304,17 +304,19 @@ def _from_hub(repo_id: str, revision: str | None, env: Mapping[str, str], tried:
 
 
 def resolve_hardware(gpu: str | None, gpus: int | None, nodes: int | None, found: FoundLaunch | None) -> dict:
-    """The launch request's ``hardware`` (``{"gpu", "count", "nodes"}``): each of the explicit options (``--gpu``,
-    ``--gpus``, ``--nodes``) wins; else what the file says (``found``: a ``nvidia.com/gpu.product`` label, the
-    GPUs a container asks for, the nodes a LeaderWorkerSet spans); else this machine's ``nvidia-smi``. Nothing is
-    assumed: a GPU or a GPU count nobody states is a ResolveError saying which option gives it."""
+    """The launch request's ``hardware`` (``{"gpu", "count", "nodes"}``): what the file says wins (``found``: a
+    ``nvidia.com/gpu.product`` label, the GPUs a container asks for, the nodes a LeaderWorkerSet spans) — a check of
+    a whole repository gives ``--gpu`` / ``--gpus`` / ``--nodes`` as defaults, and a file's own GPU limit is the
+    one its launch gets; the options fill in what the file does not say (and stand in for a label the catalogue
+    does not know); else this machine's ``nvidia-smi``. Nothing is assumed: a GPU or a GPU count nobody states is a
+    ResolveError saying which option gives it."""
     tried: list[tuple[str, str]] = []
-    count = gpus if gpus is not None else found.gpu_count if found is not None else None
-    node_count = nodes if nodes is not None else found.nodes if found is not None else None
-    chosen: str | dict | None = gpu
+    count = found.gpu_count if found is not None and found.gpu_count is not None else gpus
+    node_count = found.nodes if found is not None and found.nodes is not None else nodes
+    chosen: str | dict | None = _from_label(found, tried, fallback=gpu)
     if chosen is None:
-        tried.append(("--gpu", "not given"))
-        chosen = _from_label(found, tried)
+        chosen = gpu
+        tried.append(("--gpu", "not given" if gpu is None else f"{gpu!r}"))
     if chosen is None:
         smi = _from_nvidia_smi(tried)
         if smi is not None:
@@ -325,13 +327,13 @@ def resolve_hardware(gpu: str | None, gpus: int | None, nodes: int | None, found
     if count is None:
         raise ResolveError(
             f"no GPU count: give --gpus N (the GPUs of {chosen if isinstance(chosen, str) else chosen['name']} "
-            "the launch has per node; the file does not say, e.g. no resources.limits[nvidia.com/gpu])"
+            "the launch has per node; nothing here says how many, e.g. no resources.limits[nvidia.com/gpu])"
         )
     # a launch spans one node unless it is given more (vllm 0.33.0 config/parallel.py:326 ParallelConfig.nnodes = 1)
     return {"gpu": chosen, "count": count, "nodes": 1 if node_count is None else node_count}
 
 
-def _from_label(found: FoundLaunch | None, tried: list[tuple[str, str]]) -> str | None:
+def _from_label(found: FoundLaunch | None, tried: list[tuple[str, str]], fallback: str | None = None) -> str | None:
     """The catalogue id of a GPU-feature-discovery ``nvidia.com/gpu.product`` label. GFD writes the nvidia-smi
     name with its blanks as '-', then ``-MIG-<profile>`` for a MIG slice and ``-SHARED`` for a GPU shared by
     time-slicing or MPS (NVIDIA/k8s-device-plugin internal/lm/resource.go ``getProductName``, ``sanitise``); a slice
@@ -343,6 +345,10 @@ def _from_label(found: FoundLaunch | None, tried: list[tuple[str, str]]) -> str 
         tried.append(("the file", "names no GPU (no nvidia.com/gpu.product node selector or affinity)"))
         return None
     where = f"the file's nvidia.com/gpu.product {label[:120]!r}"
+    problem = _label_problem(label, where)
+    if problem is not None and fallback is not None:
+        tried.append(("the file", f"{problem}: --gpu {fallback!r} stands in"))
+        return None
     if re.search(r"-MIG-", label):
         raise ResolveError(
             f"{where} is a MIG slice, whose memory is a part of the GPU's: give --gpu with the slice's "
@@ -357,6 +363,16 @@ def _from_label(found: FoundLaunch | None, tried: list[tuple[str, str]]) -> str 
     if gpu is None:
         raise ResolveError(f"{where} is not a GPU of the catalogue: give --gpu (a catalogue id or nvidia-smi name)")
     return gpu.id
+
+
+def _label_problem(label: str, where: str) -> str | None:
+    from ..domain.gpus import lookup
+
+    if re.search(r"-MIG-", label):
+        return f"{where} is a MIG slice"
+    if label.endswith("-SHARED"):
+        return f"{where} is a shared GPU"
+    return None if lookup(label) is not None else f"{where} is not a GPU of the catalogue"
 
 
 def _from_nvidia_smi(tried: list[tuple[str, str]]) -> tuple[str | dict, int] | None:

@@ -227,3 +227,37 @@ def test_a_yaml_file_without_a_launch_is_skipped_not_failed(tmp_path):
     code, reports = json_reports(str(workflow), str(DEPLOY / "sh-serve-llama.sh"))
     assert [r["verdict"] for r in reports][0] == "skipped" and reports[0]["findings"][0]["severity"] == "info"
     assert code == 0 and reports[1]["verdict"] in ("accept", "warn")
+
+
+def test_files_that_cannot_hold_a_launch_are_skipped(tmp_path):
+    """A pre-commit hook or a ``deploy/*`` glob hands over every YAML and JSON file: one that names no vLLM (a CI
+    workflow, mkdocs.yml with a Python tag) or a JSON object that is no launch request is skipped, not an error."""
+    mkdocs = tmp_path / "mkdocs.yml"
+    mkdocs.write_text("site_name: x\nextra: !!python/name:material.extensions.emoji.twemoji\n")
+    dashboard = tmp_path / "dashboard.json"
+    dashboard.write_text('{"panels": []}')
+    code, reports = json_reports(str(mkdocs), str(dashboard))
+    assert code == 0 and [r["verdict"] for r in reports] == ["skipped", "skipped"]
+
+
+def test_an_unknown_gpu_cannot_be_checked():
+    code, reports = json_reports("--gpu", "no-such-gpu", "--gpus", "4", "--", "vllm", "serve", LLAMA)
+    assert code == 2 and reports[0]["verdict"] == "invalid" and reports[0]["findings"][0]["rule"] == "gpu_unknown"
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    import os
+
+    fifo = tmp_path / "serve.sh"
+    os.mkfifo(fifo)
+    code, reports = json_reports(*HW, str(fifo))
+    assert code == 2 and "is not a regular file" in reports[0]["findings"][0]["message"]
+
+
+def test_a_server_behind_a_wrapper_fails_closed(tmp_path):
+    """A script that names vLLM's server but yields no launch the reader can follow is an error, never skipped."""
+    script = tmp_path / "serve.sh"
+    script.write_text(f"#!/bin/bash\nset -e\neval \"vllm serve {LLAMA} -tp 3\"\n")
+    code, reports = json_reports(*HW, str(script))
+    (f,) = reports[0]["findings"]
+    assert code == 2 and reports[0]["verdict"] == "invalid" and (f["rule"], f["line"]) == ("source_unreadable", 3)

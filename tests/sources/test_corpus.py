@@ -49,7 +49,7 @@ def test_dispatch_picks_one_reader(name):
 @pytest.mark.parametrize(
     ("text", "line", "col"),
     [
-        ("apiVersion: v1\nkind: Pod\nspec: [1, 2\n", 4, 1),
+        ("apiVersion: v1\nkind: Pod\nspec: [vllm, 2\n", 4, 1),
         ("services:\n  vllm:\n    image: a\n    image: b\n", 4, 1),
         ("servingEngineSpec:\n  modelSpec: *nowhere\n", 2, 1),
     ],

@@ -277,11 +277,13 @@ def _nvidia_smi(tmp_path, monkeypatch, script: str) -> None:
 H100_LINE = "NVIDIA H100 80GB HBM3, 81559 MiB, 9.0"  # what nvidia-smi prints (the catalogue's memory.total)
 
 
-def test_hardware_from_options_wins(tmp_path, monkeypatch):
+def test_what_the_file_says_wins_and_options_fill_in(tmp_path, monkeypatch):
     _nvidia_smi(tmp_path, monkeypatch, f"echo '{H100_LINE}'\n")
     label = _found(gpu_product="NVIDIA-A100-SXM4-40GB", gpu_count=4, nodes=2)
-    assert resolve_hardware("l40s-48gb", 2, 1, label) == {"gpu": "l40s-48gb", "count": 2, "nodes": 1}
-    assert resolve_hardware("l40s-48gb", None, None, label) == {"gpu": "l40s-48gb", "count": 4, "nodes": 2}
+    assert resolve_hardware("l40s-48gb", 2, 1, label) == {"gpu": "a100-sxm4-40gb", "count": 4, "nodes": 2}
+    assert resolve_hardware("l40s-48gb", 2, 1, _found()) == {"gpu": "l40s-48gb", "count": 2, "nodes": 1}
+    unknown = _found(gpu_product="NVIDIA-Not-A-GPU", gpu_count=4)
+    assert resolve_hardware("l40s-48gb", None, None, unknown) == {"gpu": "l40s-48gb", "count": 4, "nodes": 1}
 
 
 def test_hardware_from_a_gpu_feature_discovery_label(tmp_path, monkeypatch):
@@ -344,5 +346,5 @@ def test_hardware_nothing_found(tmp_path, monkeypatch):
     with pytest.raises(ResolveError) as e:
         resolve_hardware(None, None, None, _found(gpu_count=8))
     assert str(e.value).startswith("no GPU: give --gpu NAME")
-    assert [where for where, _ in e.value.tried] == ["--gpu", "the file", "nvidia-smi"]
+    assert [where for where, _ in e.value.tried] == ["the file", "--gpu", "nvidia-smi"]
     assert "(3) nvidia-smi: not on PATH" in str(e.value)
