@@ -584,20 +584,14 @@ def _runs_v0(ctx: LaunchContext) -> bool:
 
 def chunked_prefill_enabled(ctx: LaunchContext) -> bool:
     """Whether the release runs the launch with chunked prefill. From 0.11: the flag (default on). 0.8-0.10 on V1:
-    on (``v1_forces_chunked_prefill``). On V0 the flag, else on only for a context above 32K on CUDA without a
-    sliding window, speculative decoding or LoRA, never for a multimodal or MLA model (vllm 0.10.2
-    vllm/engine/arg_utils.py:1566-1596 ``_set_default_args_v0``; 0.9.2 and 0.8.5 the same)."""
+    on (``v1_forces_chunked_prefill``). On V0: the flag when given. Left out on V0, vLLM decides by context length
+    (vllm 0.10.2 vllm/engine/arg_utils.py:1566-1596 ``_set_default_args_v0``: off up to 32K), yet a real 0.7.3 start
+    with max_num_batched_tokens 2048 below max_model_len 4096 (tests/cases/kv granite-30-3b-a800m-l40s-v073) shows
+    that path is not the whole story: taken as on, so no launch that starts is refused."""
     given = ctx.args.get("enable_chunked_prefill")
     if not _runs_v0(ctx):
         return v1_forces_chunked_prefill(ctx) or bool(True if given is None else given)
-    if given is not None:
-        return bool(given)
-    arch = registry_arch(ctx)
-    if (arch is not None and arch.multimodal) or ctx.facts.is_mla or ctx.max_model_len <= 32768:
-        return False
-    if ctx.facts.sliding_window is not None or ctx.args.get("speculative_config") or ctx.args.get("enable_lora"):
-        return False
-    return ctx.gpu.vendor.upper() == "NVIDIA"
+    return True if given is None else bool(given)
 
 
 def _unsupported(ctx: LaunchContext) -> list[tuple[str, tuple[str, ...]]]:
