@@ -257,7 +257,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
 def test_a_server_behind_a_wrapper_fails_closed(tmp_path):
     """A script that names vLLM's server but yields no launch the reader can follow is an error, never skipped."""
     script = tmp_path / "serve.sh"
-    script.write_text(f"#!/bin/bash\nset -e\neval \"vllm serve {LLAMA} -tp 3\"\n")
+    script.write_text(f'#!/bin/bash\nset -e\neval "vllm serve {LLAMA} -tp 3"\n')
     code, reports = json_reports(*HW, str(script))
     (f,) = reports[0]["findings"]
     assert code == 2 and reports[0]["verdict"] == "invalid" and (f["rule"], f["line"]) == ("source_unreadable", 3)
