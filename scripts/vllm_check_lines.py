@@ -1,7 +1,7 @@
 """Which vLLM release lines make each start-up check Preflight mirrors, read from each release's own source.
 
     python scripts/vllm_check_lines.py            # every supported line (service/data/vllm/<version>.json)
-    python scripts/vllm_check_lines.py --check    # compare with the checked-in service/data/vllm/check_lines.json
+    python scripts/vllm_check_lines.py --check    # compare with the checked-in service/data/vllm/checks/check_lines.json
 
 For each supported line: the wheel its catalogue was generated from (``pip download vllm==X --no-deps``, checked by
 the SHA-256 the catalogue records), unpacked to its ``vllm/**.py`` only. Every string literal of every module is
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from gen_vllm_catalogue import DATA, release_source, sha256, wheel_for
 
-OUT = DATA / "check_lines.json"
+OUT = DATA / "checks" / "check_lines.json"
 GENERATOR = "scripts/vllm_check_lines.py"
 
 

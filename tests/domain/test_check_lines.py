@@ -1,4 +1,4 @@
-"""service/data/vllm/check_lines.json (scripts/vllm_check_lines.py): which release lines make each vLLM start-up
+"""service/data/vllm/checks/check_lines.json (scripts/vllm_check_lines.py): which release lines make each vLLM start-up
 check. The data must name real rules and supported lines, and the rules gated on it must refuse on 0.10.2 what
 vLLM 0.10.2 refuses (each case's file:line is where the 0.10.2 wheel raises it)."""
 
@@ -107,7 +107,9 @@ def test_spec_tokens_without_model_refused_on_0_10_2() -> None:
 
 def test_guided_decoding_options_refused_on_0_10_2() -> None:
     space = errors(_on("0.10.2", guided_decoding_disable_any_whitespace=True), "structured_output_options")
-    assert [f.message for f in space] == ["disable_any_whitespace is only supported for xgrammar and guidance backends."]
+    assert [f.message for f in space] == [
+        "disable_any_whitespace is only supported for xgrammar and guidance backends."
+    ]
     extra = _on("0.10.2", guided_decoding_backend="xgrammar", guided_decoding_disable_additional_properties=True)
     assert [f.message for f in errors(extra, "structured_output_options")] == [
         "disable_additional_properties is only supported for the guidance backend."

@@ -16,7 +16,7 @@ SRC_DP = (
     "vllm 0.33.0 vllm/engine/arg_utils.py:2383-2389, 2447-2482, 2518-2525; vllm/config/parallel.py:546-555, 1012-1022 "
     "(local size, rank range and DP > 1 for an external rank since 0.9.2 config.py:1959-1983; hybrid LB needs a "
     "local size since 0.10.2 arg_utils.py:1250-1253; load-balancing modes since 0.11.2 arg_utils.py:1457-1545; the "
-    "0.33 messages since 0.28.0; the lines per check: service/data/vllm/check_lines.json)"
+    "0.33 messages since 0.28.0; the lines per check: service/data/vllm/checks/check_lines.json)"
 )
 
 MODES = {

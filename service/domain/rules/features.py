@@ -18,7 +18,7 @@ from .gating import Line, at_least, effective, for_line, lax_true, registry_arch
 SRC_ROUTED = "vllm 0.33.0 vllm/config/vllm.py:1187-1232 (same in 0.32.0 config/vllm.py:1135-1180)"
 SRC_MAMBA = (
     "vllm 0.33.0 vllm/config/vllm.py:1595-1605, 3440-3478 (mamba_block_size since 0.11.2 config/vllm.py:1055-1067; "
-    "stochastic rounding since 0.21.0 config/vllm.py:780-787; use_replayssm since 0.30.0 config/vllm.py:3210-3221; service/data/vllm/check_lines.json)"
+    "stochastic rounding since 0.21.0 config/vllm.py:780-787; use_replayssm since 0.30.0 config/vllm.py:3210-3221; service/data/vllm/checks/check_lines.json)"
 )
 SRC_ROCM = (
     "vllm 0.33.0 vllm/platforms/cuda.py:429-446; v1/attention/backend.py:328-368; "
@@ -145,7 +145,7 @@ def attention_backend_platform(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 
 SRC_SHARDED = (
     "vllm 0.33.0 vllm/config/vllm.py:3182-3221 (since 0.30.0 config/vllm.py:2944-2998, with the option; adaptive "
-    "verification a blocker up to 0.32.0 config/vllm.py:3057-3071; service/data/vllm/check_lines.json)"
+    "verification a blocker up to 0.32.0 config/vllm.py:3057-3071; service/data/vllm/checks/check_lines.json)"
 )
 
 
@@ -308,11 +308,11 @@ def model_specific_option(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 
 SRC_SSU = (
     "vllm 0.33.0 vllm/config/mamba.py:66-82 (validate_ssu_algorithm, called by engine/arg_utils.py:2770-2786 with the "
-    "backend --mamba-backend sets; since 0.28.0 config/mamba.py:66-82, engine/arg_utils.py:2400-2415; service/data/vllm/check_lines.json)"
+    "backend --mamba-backend sets; since 0.28.0 config/mamba.py:66-82, engine/arg_utils.py:2400-2415; service/data/vllm/checks/check_lines.json)"
 )
 SRC_REPLAY = (
     "vllm 0.33.0 vllm/config/vllm.py:1304-1334 (_verify_sampling_replay_config, from VllmConfig.__post_init__ :1569; "
-    "since 0.28.0 config/vllm.py:1027-1050; service/data/vllm/check_lines.json)"
+    "since 0.28.0 config/vllm.py:1027-1050; service/data/vllm/checks/check_lines.json)"
 )
 
 

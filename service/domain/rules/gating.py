@@ -30,9 +30,9 @@ def for_line(ctx: LaunchContext, texts: dict[Line, T]) -> T:
 
 @cache
 def check_lines() -> dict[str, Any]:
-    """``service/data/vllm/check_lines.json``: per check vLLM makes, the release lines whose source makes it, where,
+    """``service/data/vllm/checks/check_lines.json``: per check vLLM makes, the release lines whose source makes it, where,
     and with which message (scripts/vllm_check_lines.py, read from each line's wheel)."""
-    data: dict[str, Any] = json.loads((DATA_DIR / "check_lines.json").read_text())
+    data: dict[str, Any] = json.loads((DATA_DIR / "checks" / "check_lines.json").read_text())
     return data
 
 

@@ -25,7 +25,7 @@ SRC_EP = "vllm 0.33.0 vllm/config/model.py:1498-1503, 1566-1567; vllm/config/par
 SRC_EPLB = (
     "vllm 0.33.0 vllm/config/parallel.py:566-592, 975-981 (elastic EP since 0.18.1 parallel.py:394-401; EPLB's "
     "parallelism and num_redundant_experts without EPLB since 0.10.2 config/parallel.py:362-373; the lines per check: "
-    "service/data/vllm/check_lines.json)"
+    "service/data/vllm/checks/check_lines.json)"
 )
 SRC_DCP = (
     "vllm 0.33.0 vllm/config/parallel.py:594-607 (since 0.10.2 vllm/engine/arg_utils.py:1177-1181; PCP spans since "
@@ -34,7 +34,7 @@ SRC_DCP = (
 SRC_NSIGHT = (
     "vllm 0.33.0 vllm/config/parallel.py:1137-1141, 1173-1176 (every line: 0.10.2 config/parallel.py:442-444, 0.6.6 "
     "config.py:1341-1343; up to 0.10.2 a world size beyond the node's GPUs defaults to Ray, 0.10.2 parallel.py:384-392; "
-    "service/data/vllm/check_lines.json)"
+    "service/data/vllm/checks/check_lines.json)"
 )
 SRC_NNODES = "vllm 0.33.0 vllm/config/parallel.py:1106-1114; vllm/engine/arg_utils.py:2390-2420"
 

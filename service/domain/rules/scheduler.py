@@ -12,7 +12,7 @@ from .gating import at_least, for_line, lax_true, vllm_checks, whole
 
 SRC = (
     "vllm 0.33.0 vllm/config/scheduler.py:317-360; vllm/engine/arg_utils.py:2940-3039, 3151-3240 (the lines per check: "
-    "service/data/vllm/check_lines.json)"
+    "service/data/vllm/checks/check_lines.json)"
 )
 
 
@@ -169,7 +169,7 @@ def async_scheduling_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding
 
 SRC_PARTIAL = (
     "vllm 0.26.0 vllm/config/scheduler.py:315-319 (since 0.11.2 scheduler.py:292-296; 0.7.3-0.10.2 with a lower bound "
-    "of 1 too, 0.10.2 config/scheduler.py:296-302; gone in 0.28; service/data/vllm/check_lines.json)"
+    "of 1 too, 0.10.2 config/scheduler.py:296-302; gone in 0.28; service/data/vllm/checks/check_lines.json)"
 )
 
 
@@ -211,7 +211,7 @@ def partial_prefill_bounds(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 SRC_STRUCTURED = (
     "vllm 0.33.0 vllm/config/structured_outputs.py:64-75 (since 0.9.2 config.py:3627-3633, the --guided-decoding-* "
     "options up to 0.10.2 config/__init__.py:3016-3022; 0.11.2 forwards those options after the check, "
-    "arg_utils.py:1720-1732; service/data/vllm/check_lines.json)"
+    "arg_utils.py:1720-1732; service/data/vllm/checks/check_lines.json)"
 )
 
 
@@ -257,11 +257,11 @@ def structured_output_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
         texts.append("disable_any_whitespace is only supported for xgrammar and guidance backends.")
     elif no_extra and backend != "guidance" and vllm_checks(ctx, "structured_output_additional_properties"):
         texts.append("disable_additional_properties is only supported for the guidance backend.")
+    name: str = "guided_decoding_backend"
+    remedy: Any = "guidance"
     if ctx.line.option("structured_outputs_config") is not None:
         raw = ctx.args.get("structured_outputs_config")
         name, remedy = "structured_outputs_config", {**(raw if isinstance(raw, dict) else {}), "backend": "guidance"}
-    else:
-        name, remedy = "guided_decoding_backend", "guidance"
     return [
         emit.error("structured_output_options", t, remedy={name: remedy}, field=f"engine_args.{name}") for t in texts
     ]

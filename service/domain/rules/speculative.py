@@ -16,7 +16,7 @@ SRC_FLAGS = "vllm 0.33.0 vllm/engine/arg_utils.py:2108-2121 (same in 0.24.0 arg_
 SRC_TOKENS = (
     "vllm 0.33.0 vllm/config/speculative.py:1226-1295, 1939-1973 (no model: since 0.11.2 speculative.py:267; "
     "0.8.5-0.10.2 by the target's model type, 0.10.2 config/__init__.py:2047-2065; tokens missing or <= 0: since "
-    "0.8.5 config.py:2546; the lines per check: service/data/vllm/check_lines.json)"
+    "0.8.5 config.py:2546; the lines per check: service/data/vllm/checks/check_lines.json)"
 )
 SRC_NGRAM = "vllm 0.33.0 vllm/config/speculative.py:1297-1327 (since 0.8.5 vllm/config.py:2320-2338)"
 SRC_DRAFT_TP = (
