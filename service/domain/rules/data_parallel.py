@@ -9,13 +9,14 @@ from typing import Any
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
-from .gating import at_least, effective, for_line, whole
+from .gating import at_least, effective, for_line, vllm_checks, whole
 
 SRC_DP_EXT = "vllm 0.33.0 vllm/engine/arg_utils.py:2456-2465 (since 0.9.2 the rank makes the launch external)"
 SRC_DP = (
     "vllm 0.33.0 vllm/engine/arg_utils.py:2383-2389, 2447-2482, 2518-2525; vllm/config/parallel.py:546-555, 1012-1022 "
-    "(local size and rank range since 0.9.2 config.py:1959-1972; load-balancing modes since 0.11.2 "
-    "arg_utils.py:1457-1545, parallel.py:287-290; the 0.33 messages since 0.28.0)"
+    "(local size, rank range and DP > 1 for an external rank since 0.9.2 config.py:1959-1983; hybrid LB needs a "
+    "local size since 0.10.2 arg_utils.py:1250-1253; load-balancing modes since 0.11.2 arg_utils.py:1457-1545; the "
+    "0.33 messages since 0.28.0; the lines per check: service/data/vllm/checks/check_lines.json)"
 )
 
 MODES = {
@@ -37,7 +38,7 @@ LOCAL_ONE = {
     "`--data-parallel-size-local 1`; got {local}. Set it to 1 or omit it.",
 }
 HYBRID_LOCAL = {
-    (0, 11): "data_parallel_size_local must be set to use data_parallel_hybrid_lb.",
+    (0, 10): "data_parallel_size_local must be set to use data_parallel_hybrid_lb.",
     (0, 28): "Invalid data-parallel launch options: `--data-parallel-hybrid-lb` requires `--data-parallel-size-local`. "
     "Set it to the number of data-parallel ranks on this node.",
 }
@@ -73,19 +74,23 @@ def _external_problems(ctx: LaunchContext) -> list[Problem]:
     one (arg_utils.py:2383-2389, 2468-2482; parallel.py:551-555)."""
     a, dp = ctx.args, ctx.args.data_parallel_size
     out: list[Problem] = []
-    if a.get("data_parallel_hybrid_lb") and a.get("data_parallel_external_lb") and at_least(ctx, (0, 11)):
+    if (
+        a.get("data_parallel_hybrid_lb")
+        and a.get("data_parallel_external_lb")
+        and vllm_checks(ctx, "dp_lb_modes_exclusive")
+    ):
         out.append(("dp_lb_mode", for_line(ctx, MODES), {"data_parallel_hybrid_lb": False}, "data_parallel_hybrid_lb"))
     inferred = int(a.get("nnodes", 1)) > 1 and dp > 1  # the rank follows from --node-rank (arg_utils.py:2424-2441)
     if a.get("data_parallel_external_lb") and a.get("data_parallel_rank") is None and not inferred:
-        if at_least(ctx, (0, 11)):
+        if vllm_checks(ctx, "dp_external_needs_rank"):
             out.append(
                 ("dp_external_rank", for_line(ctx, NEEDS_RANK), {"data_parallel_rank": 0}, "data_parallel_external_lb")
             )
     local = whole(a.get("data_parallel_size_local"))
-    if local is not None and local != 1 and at_least(ctx, (0, 9)):
+    if local is not None and local != 1 and vllm_checks(ctx, "dp_external_local_one"):
         text = for_line(ctx, LOCAL_ONE).format(local=local)
         out.append(("dp_external_rank", text, {"data_parallel_size_local": 1}, "data_parallel_size_local"))
-    if dp <= 1 and at_least(ctx, (0, 11)):
+    if dp <= 1 and vllm_checks(ctx, "dp_external_needs_dp"):
         out.append(
             (
                 "dp_external_rank",
@@ -100,7 +105,7 @@ def _external_problems(ctx: LaunchContext) -> list[Problem]:
 def _rank_problems(ctx: LaunchContext, rank: int | None, name: str) -> list[Problem]:
     """The rank vLLM passes on lies in [0, data_parallel_size) (parallel.py:1012-1022; checked when DP > 1)."""
     dp = ctx.args.data_parallel_size
-    if rank is None or dp <= 1 or 0 <= rank < dp or not at_least(ctx, (0, 9)):
+    if rank is None or dp <= 1 or 0 <= rank < dp or not vllm_checks(ctx, "dp_rank_range"):
         return []
     text = f"data_parallel_rank ({rank}) must be in the range [0, {dp})"
     return [("dp_rank_range", text, {name: min(max(rank, 0), dp - 1)}, name)]
@@ -113,7 +118,7 @@ def dp_problems(ctx: LaunchContext) -> list[Problem]:
         return _external_problems(ctx) + _rank_problems(ctx, whole(a.get("data_parallel_rank")), "data_parallel_rank")
     local = whole(a.get("data_parallel_size_local"))
     if local is None:
-        if a.get("data_parallel_hybrid_lb") and at_least(ctx, (0, 11)):
+        if a.get("data_parallel_hybrid_lb") and vllm_checks(ctx, "dp_hybrid_needs_local"):
             return [
                 (
                     "dp_lb_mode",
@@ -124,7 +129,7 @@ def dp_problems(ctx: LaunchContext) -> list[Problem]:
             ]
         return []
     out: list[Problem] = []
-    if local > dp and at_least(ctx, (0, 9)):
+    if local > dp and vllm_checks(ctx, "dp_local_at_most_dp"):
         text = f"data_parallel_size_local ({local}) must be <= data_parallel_size ({dp})"
         out.append(("dp_size_local", text, {"data_parallel_size_local": dp}, "data_parallel_size_local"))
     start = whole(a.get("data_parallel_start_rank"))

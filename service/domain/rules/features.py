@@ -13,12 +13,12 @@ from typing import Any
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
-from .gating import Line, at_least, effective, for_line, lax_true, registry_arch, whole
+from .gating import Line, at_least, effective, for_line, lax_true, registry_arch, vllm_checks, whole
 
 SRC_ROUTED = "vllm 0.33.0 vllm/config/vllm.py:1187-1232 (same in 0.32.0 config/vllm.py:1135-1180)"
 SRC_MAMBA = (
     "vllm 0.33.0 vllm/config/vllm.py:1595-1605, 3440-3478 (mamba_block_size since 0.11.2 config/vllm.py:1055-1067; "
-    "stochastic rounding since 0.21.0 config/vllm.py:780-787; use_replayssm since 0.30.0 config/vllm.py:3210-3221)"
+    "stochastic rounding since 0.21.0 config/vllm.py:780-787; use_replayssm since 0.30.0 config/vllm.py:3210-3221; service/data/vllm/checks/check_lines.json)"
 )
 SRC_ROCM = (
     "vllm 0.33.0 vllm/platforms/cuda.py:429-446; v1/attention/backend.py:328-368; "
@@ -85,10 +85,14 @@ def _mamba_problems(ctx: LaunchContext) -> list[tuple[str, dict[str, Any], str]]
     out: list[tuple[str, dict[str, Any], str]] = []
     block = whole(a.get("mamba_block_size"))
     if block is not None and block != ctx.max_model_len and a.get("enable_prefix_caching") is False:
-        if at_least(ctx, (0, 11)):
+        if vllm_checks(ctx, "mamba_block_needs_prefix_caching"):
             text = "--mamba-block-size can only be set with --enable-prefix-caching"
             out.append((text, {"drop": ["mamba_block_size"]}, "mamba_block_size"))
-    if a.get("enable_mamba_cache_stochastic_rounding") and at_least(ctx, (0, 21)) and not _ssm_dtype_float16(ctx):
+    if (
+        a.get("enable_mamba_cache_stochastic_rounding")
+        and vllm_checks(ctx, "mamba_stochastic_rounding_float16")
+        and not _ssm_dtype_float16(ctx)
+    ):
         text = (
             "Stochastic rounding for Mamba cache requires the SSM cache to be float16. Please set it explicitly, by "
             "specifying `--mamba-ssm-cache-dtype float16`, or disable stochastic rounding by not specifying "
@@ -141,7 +145,7 @@ def attention_backend_platform(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 
 SRC_SHARDED = (
     "vllm 0.33.0 vllm/config/vllm.py:3182-3221 (since 0.30.0 config/vllm.py:2944-2998, with the option; adaptive "
-    "verification a blocker up to 0.32.0 config/vllm.py:3057-3071)"
+    "verification a blocker up to 0.32.0 config/vllm.py:3057-3071; service/data/vllm/checks/check_lines.json)"
 )
 
 
@@ -180,7 +184,7 @@ def batch_sharded_sampling(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     verification."""
     if "enable_batch_sharded_sampling" not in ctx.args.given:
         return []
-    if not ctx.args.get("enable_batch_sharded_sampling") or not at_least(ctx, (0, 30)):
+    if not ctx.args.get("enable_batch_sharded_sampling") or not vllm_checks(ctx, "batch_sharded_sampling"):
         return []
     blockers = _sharding_blockers(ctx)
     if not blockers:
@@ -304,11 +308,11 @@ def model_specific_option(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 
 SRC_SSU = (
     "vllm 0.33.0 vllm/config/mamba.py:66-82 (validate_ssu_algorithm, called by engine/arg_utils.py:2770-2786 with the "
-    "backend --mamba-backend sets; since 0.28.0 config/mamba.py:66-82, engine/arg_utils.py:2400-2415)"
+    "backend --mamba-backend sets; since 0.28.0 config/mamba.py:66-82, engine/arg_utils.py:2400-2415; service/data/vllm/checks/check_lines.json)"
 )
 SRC_REPLAY = (
     "vllm 0.33.0 vllm/config/vllm.py:1304-1334 (_verify_sampling_replay_config, from VllmConfig.__post_init__ :1569; "
-    "since 0.28.0 config/vllm.py:1027-1050)"
+    "since 0.28.0 config/vllm.py:1027-1050; service/data/vllm/checks/check_lines.json)"
 )
 
 
@@ -316,7 +320,7 @@ SRC_REPLAY = (
 def mamba_ssu_algorithm(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--mamba-ssu-algorithm`` (from 0.28) needs ``--mamba-backend flashinfer``: the Mamba config refuses an
     algorithm with any other backend, on every model."""
-    if "mamba_ssu_algorithm" not in ctx.args.given or not at_least(ctx, (0, 28)):
+    if "mamba_ssu_algorithm" not in ctx.args.given or not vllm_checks(ctx, "mamba_ssu_needs_flashinfer"):
         return []
     backend = effective(ctx, "mamba_backend")
     if ctx.args.get("mamba_ssu_algorithm") is None or not isinstance(backend, str) or backend.upper() == "FLASHINFER":
@@ -336,7 +340,7 @@ def mamba_ssu_algorithm(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 def sampling_replay_logprobs(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``--return-sampling-mask`` (from 0.28) needs ``--logprobs-mode processed_logprobs`` (vLLM's checks before
     this one refuse other launches with the mask, never one that passes it)."""
-    if "return_sampling_mask" not in ctx.args.given or not at_least(ctx, (0, 28)):
+    if "return_sampling_mask" not in ctx.args.given or not vllm_checks(ctx, "sampling_replay_logprobs"):
         return []
     if not ctx.args.get("return_sampling_mask") or effective(ctx, "logprobs_mode") == "processed_logprobs":
         return []

@@ -4,11 +4,13 @@ module registers no rules."""
 
 from __future__ import annotations
 
+import json
+from functools import cache
 from typing import Any, TypeVar
 
 from ..config_values import as_bool, as_float, as_int
 from ..context import LaunchContext
-from ..versions import Architecture
+from ..versions import DATA_DIR, Architecture
 
 Line = tuple[int, int]
 T = TypeVar("T")
@@ -24,6 +26,27 @@ def for_line(ctx: LaunchContext, texts: dict[Line, T]) -> T:
     here = ctx.line.release[:2]
     fitting = [line for line in texts if line <= here]
     return texts[max(fitting) if fitting else min(texts)]
+
+
+@cache
+def check_lines() -> dict[str, Any]:
+    """``service/data/vllm/checks/check_lines.json``: per check vLLM makes, the release lines whose source makes it, where,
+    and with which message (scripts/vllm_check_lines.py, read from each line's wheel)."""
+    data: dict[str, Any] = json.loads((DATA_DIR / "checks" / "check_lines.json").read_text())
+    return data
+
+
+def vllm_checks(ctx: LaunchContext, check: str) -> bool:
+    """The target release line makes ``check`` at start-up: its source holds the check's message and the check is
+    not marked unreachable there. An unknown check id is a KeyError (a typo must not silently switch a rule off)."""
+    return ctx.line.newest in check_lines()["checks"][check]["lines"]
+
+
+def vllm_message(ctx: LaunchContext, check: str) -> str | None:
+    """The message the target line's source gives for ``check`` (f-string fields as ``{expr}``), None where the line
+    does not make it."""
+    found = check_lines()["checks"][check]["found"].get(ctx.line.newest)
+    return str(found[0]["text"]) if found else None
 
 
 def effective(ctx: LaunchContext, name: str) -> Any:

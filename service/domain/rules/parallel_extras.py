@@ -14,7 +14,7 @@ from ..findings import Finding
 from ..memory import pp_partition
 from ..model_facts import padded_vocab
 from . import Emit, rule
-from .gating import at_least, effective, for_line, lax_int, whole
+from .gating import at_least, effective, for_line, lax_int, vllm_checks, whole
 from .parallel import tp_candidates
 from .shapes import dense_mlp_present, moe_ranks, shared_expert_size
 
@@ -23,14 +23,19 @@ SRC_VOCAB = "vllm 0.33.0 vllm/model_executor/layers/vocab_parallel_embedding.py:
 SRC_PP_LAYERS = "vllm 0.33.0 vllm/distributed/utils.py:198-241"
 SRC_EP = "vllm 0.33.0 vllm/config/model.py:1498-1503, 1566-1567; vllm/config/parallel.py:570-592"
 SRC_EPLB = (
-    "vllm 0.33.0 vllm/config/parallel.py:566-592, 975-981 (elastic EP and EPLB's parallelism since 0.18.1 "
-    "parallel.py:394-401, 700-706; num_redundant_experts without EPLB since 0.15.1 parallel.py:343-349)"
+    "vllm 0.33.0 vllm/config/parallel.py:566-592, 975-981 (elastic EP since 0.18.1 parallel.py:394-401; EPLB's "
+    "parallelism and num_redundant_experts without EPLB since 0.10.2 config/parallel.py:362-373; the lines per check: "
+    "service/data/vllm/checks/check_lines.json)"
 )
 SRC_DCP = (
     "vllm 0.33.0 vllm/config/parallel.py:594-607 (since 0.10.2 vllm/engine/arg_utils.py:1177-1181; PCP spans since "
     "0.26.0 parallel.py:510-520)"
 )
-SRC_NSIGHT = "vllm 0.33.0 vllm/config/parallel.py:1137-1141, 1173-1176 (since 0.11.2 parallel.py:650-653)"
+SRC_NSIGHT = (
+    "vllm 0.33.0 vllm/config/parallel.py:1137-1141, 1173-1176 (every line: 0.10.2 config/parallel.py:442-444, 0.6.6 "
+    "config.py:1341-1343; up to 0.10.2 a world size beyond the node's GPUs defaults to Ray, 0.10.2 parallel.py:384-392; "
+    "service/data/vllm/checks/check_lines.json)"
+)
 SRC_NNODES = "vllm 0.33.0 vllm/config/parallel.py:1106-1114; vllm/engine/arg_utils.py:2390-2420"
 
 
@@ -269,12 +274,17 @@ def nnodes(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 
 
 EPLB_PARALLELISM = {
-    (0, 18): "EPLB requires tensor_parallel_size or data_parallel_size to be greater than 1, but got TP={tp},DP={dp}.",
+    (0, 10): "EPLB requires tensor_parallel_size or data_parallel_size to be greater than 1, but got TP={tp},DP={dp}.",
     (0, 26): "EPLB requires tensor, prefill-context, or data parallelism, but got TP={tp}, PCP={pcp}, DP={dp}.",
 }
 
 
 def _redundant_experts(ctx: LaunchContext) -> int:
+    """``eplb_config.num_redundant_experts``, overridden by the deprecated ``--num-redundant-experts`` (0.10-0.11
+    forward it into the EPLB config before ParallelConfig checks it: 0.10.2 arg_utils.py:1302-1304)."""
+    old = whole(ctx.args.get("num_redundant_experts"))
+    if old is not None:
+        return old
     cfg = ctx.args.get("eplb_config")
     return (lax_int(cfg.get("num_redundant_experts")) or 0) if isinstance(cfg, dict) else 0
 
@@ -282,11 +292,11 @@ def _redundant_experts(ctx: LaunchContext) -> int:
 @rule("eplb_options", severity="error", source=SRC_EPLB)
 def eplb_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """EPLB's own conditions: elastic EP needs EPLB and no pipeline parallelism (from 0.18); EPLB with expert
-    parallel needs TP, PCP or DP above 1 (from 0.18); ``eplb_config.num_redundant_experts`` needs EPLB (from 0.15)."""
+    parallel needs TP, PCP or DP above 1 (from 0.10); ``eplb_config.num_redundant_experts`` needs EPLB (from 0.10)."""
     a = ctx.args
     eplb = bool(a.get("enable_eplb"))
     out: list[tuple[str, dict[str, Any], str]] = []
-    if a.get("enable_elastic_ep") and at_least(ctx, (0, 18)):
+    if a.get("enable_elastic_ep") and vllm_checks(ctx, "elastic_ep_needs_eplb"):
         if not eplb:
             out.append(
                 ("Elastic EP is only supported with enable_eplb=True.", {"enable_eplb": True}, "enable_elastic_ep")
@@ -295,7 +305,8 @@ def eplb_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             text = f"Elastic EP is not supported with pipeline parallelism (pipeline_parallel_size={ctx.pp})."
             out.append((text, {"pipeline_parallel_size": 1}, "pipeline_parallel_size"))
     pcp = int(a.get("prefill_context_parallel_size", 1))
-    if eplb and a.enable_expert_parallel and ctx.tp * pcp * a.data_parallel_size <= 1 and at_least(ctx, (0, 18)):
+    needs_parallelism = vllm_checks(ctx, "eplb_needs_parallelism")
+    if eplb and a.enable_expert_parallel and ctx.tp * pcp * a.data_parallel_size <= 1 and needs_parallelism:
         text = for_line(ctx, EPLB_PARALLELISM).format(tp=ctx.tp, pcp=pcp, dp=a.data_parallel_size)
         out.append(
             (
@@ -305,7 +316,7 @@ def eplb_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             )
         )
     redundant = _redundant_experts(ctx)
-    if not eplb and redundant and at_least(ctx, (0, 15)):
+    if not eplb and redundant and vllm_checks(ctx, "eplb_redundant_needs_eplb"):
         text = (
             f"num_redundant_experts is set to {redundant} but EPLB is not enabled. Either enable EPLB or unset "
             "num_redundant_experts."
@@ -358,11 +369,14 @@ def dcp_tp_divisible(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 
 def uses_ray(ctx: LaunchContext) -> bool:
     """Workers run under Ray: ``--distributed-executor-backend ray``, or no backend with a Ray data-parallel
-    backend on one node and more than one GPU in all (vllm 0.33.0 vllm/config/parallel.py:1054-1085)."""
+    backend on one node and more than one GPU in all (vllm 0.33.0 vllm/config/parallel.py:1054-1085); up to 0.10 also
+    a world size beyond one node's GPUs (0.10.2 config/parallel.py:384-392)."""
     a = ctx.args
     backend = a.get("distributed_executor_backend")
     if backend is not None:
         return bool(backend == "ray")
+    if vllm_checks(ctx, "ray_default_beyond_node") and a.world_size > ctx.gpus_per_node:
+        return True
     many = a.world_size * a.data_parallel_size > 1
     return many and bool(a.get("data_parallel_backend") == "ray") and int(a.get("nnodes", 1)) <= 1
 
@@ -374,8 +388,8 @@ def uses_ray(ctx: LaunchContext) -> bool:
     when=("ray_workers_use_nsight",),
 )
 def nsight_requires_ray(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """``--ray-workers-use-nsight`` profiles Ray workers: the workers must run under Ray (from 0.11)."""
-    if not ctx.args.get("ray_workers_use_nsight") or not at_least(ctx, (0, 11)) or uses_ray(ctx):
+    """``--ray-workers-use-nsight`` profiles Ray workers: the workers must run under Ray (every line)."""
+    if not ctx.args.get("ray_workers_use_nsight") or not vllm_checks(ctx, "nsight_requires_ray") or uses_ray(ctx):
         return []
     return [
         emit.error(

@@ -9,11 +9,12 @@ from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
 from .features import chunked_prefill_enabled
-from .gating import at_least, for_line, whole
+from .gating import at_least, for_line, lax_true, vllm_checks, whole
 
 SRC = (
-    "vllm 0.33.0 vllm/config/scheduler.py:317-360; vllm/engine/arg_utils.py:2940-3039, 3151-3240; "
-    "before 0.11 the engine's chunked prefill: 0.10.2 vllm/engine/arg_utils.py:1566-1596, 1620-1623"
+    "vllm 0.33.0 vllm/config/scheduler.py:317-360; vllm/engine/arg_utils.py:2940-3039, 3151-3240 (the lines per check: "
+    "service/data/vllm/checks/check_lines.json); before 0.11 the engine's chunked prefill: 0.10.2 "
+    "vllm/engine/arg_utils.py:1566-1596, 1620-1623"
 )
 
 
@@ -52,7 +53,7 @@ def batched_tokens_lt_max_num_seqs(ctx: LaunchContext, emit: Emit) -> list[Findi
     A100, L40S, RTX…, 8192 / 1024 on H100/H200, 16384 / 1024 at ≥160 GiB; a user-set value is never raised).
     max_num_batched_tokens above max_num_seqs × max_model_len is a vLLM warning (``batched_tokens_above_capacity``)."""
     mnbt, mns, mml = ctx.max_num_batched_tokens, ctx.max_num_seqs, ctx.max_model_len
-    if mnbt < mns:
+    if mnbt < mns and vllm_checks(ctx, "batched_tokens_at_least_max_num_seqs"):
         return [
             emit.error(
                 "batched_tokens_lt_max_num_seqs",
@@ -168,4 +169,104 @@ def async_scheduling_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding
     return [
         emit.error("async_scheduling_unsupported", text, remedy=remedy, field=f"engine_args.{name}")
         for text, remedy, name in _async_problems(ctx)
+    ]
+
+
+SRC_PARTIAL = (
+    "vllm 0.26.0 vllm/config/scheduler.py:315-319 (since 0.11.2 scheduler.py:292-296; 0.7.3-0.10.2 with a lower bound "
+    "of 1 too, 0.10.2 config/scheduler.py:296-302; gone in 0.28; service/data/vllm/checks/check_lines.json)"
+)
+
+
+@rule(
+    "partial_prefill_bounds",
+    severity="error",
+    source=SRC_PARTIAL,
+    when=("max_long_partial_prefills", "max_num_partial_prefills"),
+)
+def partial_prefill_bounds(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``max_long_partial_prefills`` may not exceed ``max_num_partial_prefills`` (0.7-0.26; up to 0.10 it must also
+    be at least 1, later the field's own bound says so)."""
+    if not vllm_checks(ctx, "long_partial_prefills_bounds"):
+        return []
+    given = ctx.args.given
+    num = whole(ctx.args.get("max_num_partial_prefills")) if "max_num_partial_prefills" in given else 1
+    long = whole(ctx.args.get("max_long_partial_prefills")) if "max_long_partial_prefills" in given else 1
+    if num is None or long is None or num < 1 or 1 <= long <= num or (long < 1 and at_least(ctx, (0, 11))):
+        return []
+    if at_least(ctx, (0, 11)):
+        text = (
+            f"self.max_long_partial_prefills={long} must be less than or equal to self.max_num_partial_prefills={num}."
+        )
+    else:
+        text = (
+            f"max_long_partial_prefills ({long}) must be greater than or equal to 1 and less than or equal to "
+            f"max_num_partial_prefills ({num})."
+        )
+    return [
+        emit.error(
+            "partial_prefill_bounds",
+            text,
+            remedy={"max_long_partial_prefills": max(1, min(long, num))},
+            field="engine_args.max_long_partial_prefills",
+        )
+    ]
+
+
+SRC_STRUCTURED = (
+    "vllm 0.33.0 vllm/config/structured_outputs.py:64-75 (since 0.9.2 config.py:3627-3633, the --guided-decoding-* "
+    "options up to 0.10.2 config/__init__.py:3016-3022; 0.11.2 forwards those options after the check, "
+    "arg_utils.py:1720-1732; service/data/vllm/checks/check_lines.json)"
+)
+
+
+def _structured_outputs(ctx: LaunchContext) -> tuple[object, bool, bool] | None:
+    """(backend, disable_any_whitespace, disable_additional_properties) as the release's config checks them: the
+    keys of ``--structured-outputs-config`` where the line has it (0.11+), else the ``--guided-decoding-*`` options;
+    None when the backend carries options (``xgrammar:…``, read by the release itself) or is not a name."""
+    if ctx.line.option("structured_outputs_config") is not None:
+        raw = ctx.args.get("structured_outputs_config")
+        cfg = raw if isinstance(raw, dict) else {}
+        backend = cfg.get("backend", "auto")
+        flags = (lax_true(cfg.get("disable_any_whitespace")), lax_true(cfg.get("disable_additional_properties")))
+    else:
+        backend = ctx.args.get("guided_decoding_backend", "auto")
+        flags = (
+            ctx.args.get("guided_decoding_disable_any_whitespace") is True,
+            ctx.args.get("guided_decoding_disable_additional_properties") is True,
+        )
+    if not isinstance(backend, str) or ":" in backend:
+        return None
+    return backend, flags[0], flags[1]
+
+
+@rule(
+    "structured_output_options",
+    severity="error",
+    source=SRC_STRUCTURED,
+    when=(
+        "structured_outputs_config",
+        "guided_decoding_disable_any_whitespace",
+        "guided_decoding_disable_additional_properties",
+    ),
+)
+def structured_output_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Structured-output JSON options a backend lacks: ``disable_any_whitespace`` needs the xgrammar or guidance
+    backend, ``disable_additional_properties`` the guidance backend (the default ``auto`` is neither; from 0.9)."""
+    found = _structured_outputs(ctx)
+    if found is None:
+        return []
+    backend, no_space, no_extra = found
+    texts = []
+    if no_space and backend not in ("xgrammar", "guidance") and vllm_checks(ctx, "structured_output_whitespace"):
+        texts.append("disable_any_whitespace is only supported for xgrammar and guidance backends.")
+    elif no_extra and backend != "guidance" and vllm_checks(ctx, "structured_output_additional_properties"):
+        texts.append("disable_additional_properties is only supported for the guidance backend.")
+    name: str = "guided_decoding_backend"
+    remedy: Any = "guidance"
+    if ctx.line.option("structured_outputs_config") is not None:
+        raw = ctx.args.get("structured_outputs_config")
+        name, remedy = "structured_outputs_config", {**(raw if isinstance(raw, dict) else {}), "backend": "guidance"}
+    return [
+        emit.error("structured_output_options", t, remedy={name: remedy}, field=f"engine_args.{name}") for t in texts
     ]

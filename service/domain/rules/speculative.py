@@ -10,12 +10,13 @@ from typing import Any
 from ..context import LaunchContext
 from ..findings import Finding
 from . import Emit, rule
-from .gating import at_least, effective, lax_int, lax_number, lax_true, whole
+from .gating import at_least, effective, lax_int, lax_number, lax_true, vllm_checks, vllm_message, whole
 
 SRC_FLAGS = "vllm 0.33.0 vllm/engine/arg_utils.py:2108-2121 (same in 0.24.0 arg_utils.py:1706-1719)"
 SRC_TOKENS = (
     "vllm 0.33.0 vllm/config/speculative.py:1226-1295, 1939-1973 (no model: since 0.11.2 speculative.py:267; "
-    "tokens missing or <= 0: since 0.8.5 config.py:2546)"
+    "0.8.5-0.10.2 by the target's model type, 0.10.2 config/__init__.py:2047-2065; tokens missing or <= 0: since "
+    "0.8.5 config.py:2546; the lines per check: service/data/vllm/checks/check_lines.json)"
 )
 SRC_NGRAM = "vllm 0.33.0 vllm/config/speculative.py:1297-1327 (since 0.8.5 vllm/config.py:2320-2338)"
 SRC_DRAFT_TP = (
@@ -34,6 +35,10 @@ NGRAM_METHODS = ("ngram", "ngram_gpu")
 NO_DRAFT = ("ngram", "ngram_gpu", "suffix", "custom_class", "extract_hidden_states")
 # methods that never fill a missing model from the target (speculative.py:1251-1295): a model must be named
 NEEDS_MODEL = (None, "draft_model", "eagle", "eagle3")
+# up to 0.10 a missing draft model is the target itself for these model types (whatever the method), else refused
+# unless the method is ngram: the union over 0.8.5 config.py:2293-2300, 0.9.2 :2601-2611, 0.10.2
+# config/__init__.py:2047-2060 (a type only some of those lines fill is never refused)
+DRAFT_FROM_TARGET_TYPES = frozenset({"deepseek_v3", "mimo", "ernie4_5_moe", "qwen3_next"})
 SPEC_FLAGS = (("spec_method", "method"), ("spec_model", "model"), ("spec_tokens", "num_speculative_tokens"))
 
 
@@ -100,6 +105,21 @@ def spec_flag_conflict(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return out
 
 
+_NO_MODEL_CHECK = ("spec_tokens_without_model", "spec_tokens_without_model_by_type")
+
+
+def _refuses_no_model(ctx: LaunchContext) -> bool:
+    """The line refuses num_speculative_tokens without a draft model for a method in NEEDS_MODEL: from 0.11 always,
+    0.8-0.10 unless the target's model type lends its own weights as the draft."""
+    if vllm_checks(ctx, "spec_tokens_without_model"):
+        return True
+    if not vllm_checks(ctx, "spec_tokens_without_model_by_type"):
+        return False
+    text = (ctx.request.model.config or {}).get("text_config")
+    types = {ctx.facts.model_type, text.get("model_type") if isinstance(text, dict) else None}
+    return not types & DRAFT_FROM_TARGET_TYPES
+
+
 @rule(
     "spec_model_missing",
     "spec_tokens_invalid",
@@ -109,7 +129,8 @@ def spec_flag_conflict(ctx: LaunchContext, emit: Emit) -> list[Finding]:
 )
 def spec_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """``num_speculative_tokens`` without a draft ``model`` needs a method that brings its own proposer (ngram, mtp,
-    suffix, …): with no method, ``draft_model``, ``eagle`` or ``eagle3`` vLLM refuses (from 0.11). Without a model,
+    suffix, …): with no method, ``draft_model``, ``eagle`` or ``eagle3`` vLLM refuses (from 0.11; 0.8-0.10 unless the
+    target's model type lends itself as the draft). Without a model,
     ``num_speculative_tokens`` is required (from 0.8; suffix decoding excepted), and it must be above zero."""
     cfg = speculative_config(ctx)
     if cfg is None or not at_least(ctx, (0, 8)):
@@ -117,11 +138,11 @@ def spec_tokens(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     method, model, tokens = method_of(cfg), cfg.get("model"), cfg.get("num_speculative_tokens")
     suggest = {"method": "mtp"} if _mtp_layers(ctx) else {"method": "ngram"}
     field = "engine_args.speculative_config"
-    if model is None and tokens is not None and method in NEEDS_MODEL and at_least(ctx, (0, 11)):
+    if model is None and tokens is not None and method in NEEDS_MODEL and _refuses_no_model(ctx):
         return [
             emit.error(
                 "spec_model_missing",
-                "num_speculative_tokens was provided but without speculative model. (speculative method "
+                f"{vllm_message(ctx, _NO_MODEL_CHECK[0]) or vllm_message(ctx, _NO_MODEL_CHECK[1])} (speculative method "
                 f"{method or 'draft_model (the default)'}; give speculative_config.model, or a method with its own "
                 f"proposer such as {suggest['method']!r}.)",
                 remedy={"speculative_config": {**cfg, **suggest}},

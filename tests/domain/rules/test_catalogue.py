@@ -108,6 +108,8 @@ def _contexts() -> list[LaunchContext]:
     for version, args in (  # checks older release lines make
         ("0.13.0", {"max_num_partial_prefills": 2, "pooler_config": {"normalize": True}}),
         ("0.13.0", {"async_scheduling": True, "speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}),
+        ("0.10.2", {"max_num_partial_prefills": 2, "max_long_partial_prefills": 3}),
+        ("0.10.2", {"guided_decoding_disable_any_whitespace": True}),
     ):
         older = request(LLAMA, count=1, **args)
         older["vllm_version"] = version

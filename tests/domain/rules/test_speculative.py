@@ -129,11 +129,15 @@ def test_per_request_metrics_need_speculation():
 
 
 def test_gated_by_release():
-    # 0.10: num_speculative_tokens without a model is judged by model type there (deepseek_v3 ... take MTP): not
-    # judged; per-request spec metrics did not exist (flag_unsupported says so)
+    # 0.10: num_speculative_tokens without a model is refused unless the target's model type lends itself as the
+    # draft (deepseek_v3, mimo, ...: vllm 0.10.2 config/__init__.py:2047-2065); Llama does not
     old = _spec(num_speculative_tokens=3)
     old["vllm_version"] = "0.10.2"
-    assert not errors(old, "spec_model_missing")
+    (f,) = errors(old, "spec_model_missing")
+    assert f.message.startswith("num_speculative_tokens was provided without speculative model. (")
+    older = _spec(num_speculative_tokens=3)
+    older["vllm_version"] = "0.7.3"
+    assert not errors(older, "spec_model_missing")  # 0.6-0.7 build speculation from other options
     assert errors(_spec(num_speculative_tokens=3), "spec_model_missing")
 
 
