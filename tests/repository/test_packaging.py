@@ -37,6 +37,8 @@ def node_venv(tmp_path_factory) -> pathlib.Path:
     """A fresh venv holding the built wheel and the lock's base dependencies, nothing else."""
     work = tmp_path_factory.mktemp("node")
     uv = _uv()
+    # setuptools reuses ./build/lib: files a stale build left there would be shipped whatever package-data says
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     built = _run(uv, "build", "--wheel", "--out-dir", work / "dist", ROOT, cwd=work)
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (work / "dist").glob("preflight-*.whl")
@@ -104,3 +106,19 @@ def test_check_rejects_a_launch_from_the_base_install(node_venv, tmp_path):
     assert heads["data"] == {"num_attention_heads": 64}
     assert heads["remedy"] == {"tensor_parallel_size": [1, 2]}
     assert got["vllm_version"] == "0.33.0"
+
+
+def test_the_wheel_ships_every_data_file(node_venv):
+    """Every file under service/data is in the installed package: a catalogue side file left out (parser names,
+    Transformers classes, check lines, the policy profile) would silently change verdicts on a node."""
+    site = _run(
+        node_venv / "bin" / "python",
+        "-c",
+        "import service, pathlib; print(pathlib.Path(service.__file__).parent)",
+        cwd=node_venv,
+    )
+    installed = pathlib.Path(site.stdout.strip()) / "data"
+    tree = ROOT / "service" / "data"
+    wanted = {p.relative_to(tree) for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    shipped = {p.relative_to(installed) for p in installed.rglob("*") if p.is_file()}
+    assert wanted - shipped == set()
