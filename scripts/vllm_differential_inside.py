@@ -332,7 +332,10 @@ def judge(case: dict, top, model_dir: str) -> dict:
         if validate is not None:
             validate(ns)
         engine_args = inside.auto_import("vllm.engine.arg_utils", "EngineArgs")
-        config = engine_args.from_cli_args(ns).create_engine_config()
+        # as `vllm serve` builds it: the OpenAI server's usage context picks the scheduler defaults (vllm 0.10.2
+        # vllm/entrypoints/openai/api_server.py:192, 205; arg_utils.py:1740-1743 caps max_num_seqs by it)
+        usage = inside.auto_import("vllm.usage.usage_lib", "UsageContext").OPENAI_API_SERVER
+        config = engine_args.from_cli_args(ns).create_engine_config(usage_context=usage)
     except TimeoutError:
         raise  # the case's alarm: no verdict
     except Exception as e:  # noqa: BLE001 - vLLM would not start: its refusal, unless this environment caused it
