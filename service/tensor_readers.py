@@ -4,7 +4,9 @@ directory (``preflight manifest push DIR``, a Hugging Face cache snapshot) or a 
 Which files: the ones vLLM loads. With ``model.safetensors.index.json``, the files its ``weight_map`` names (vllm
 0.33.0 vllm/model_executor/model_loader/weight_utils.py:590-616 ``filter_duplicate_safetensors_files``; a file it
 names that is missing is an error there too, :609-613); without one, every ``*.safetensors`` in the directory
-(default_loader.py:186-193 ``allow_patterns = ["*.safetensors", …]``, :229 ``glob``).
+(default_loader.py:185-186 ``allow_patterns = ["*.safetensors", …]``, :229-230 ``glob`` of the top folder;
+weight_utils.py:596-597: the index filters only when there is one). On the Hub, that directory is the repository's
+top folder as its tree API lists it at the pinned commit (vLLM lists it too: weight_utils.py:471-476 ``fs.ls``).
 
 Only headers are read: 8 bytes and ``N`` of JSON per file, never a weight. Files are opened the way the node agent
 opens them (service/agent/weights.py ``open_regular``: plain names only, symlinks only inside the directory or to the
@@ -19,7 +21,11 @@ import os
 import pathlib
 import re
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
+from urllib.parse import quote, urlsplit
 
 from .agent import weights
 from .domain.tensors import (
@@ -36,19 +42,27 @@ from .domain.tensors import (
     read_header,
 )
 
-SUFFIX = ".safetensors"
+SUFFIX = weights.SUFFIX
+T = TypeVar("T")
 FIRST_READ = 100_000  # bytes of a shard asked for first: most headers fit (huggingface_hub does the same)
 
 
 def _shard_files(index: SafetensorsIndex | None, listing: list[str] | None, where: str) -> list[str]:
-    """The files to read: the index's, else every ``*.safetensors`` of ``listing`` (sorted), each a plain name."""
-    files = list(index.files) if index is not None else sorted(n for n in listing or [] if n.endswith(SUFFIX))
-    if len(files) > weights.MAX_SHARDS:
-        raise TensorsError(INDEX if index else where, f"names more than {weights.MAX_SHARDS} shard files")
-    for name in files:
-        problem = weights.shard_name_problem(name)
-        if problem:
-            raise TensorsError(INDEX if index else where, problem, rule="safetensors_index")
+    """The files to read: the index's, else every ``*.safetensors`` of ``listing`` (``weights.unindexed_shards``,
+    vLLM's rule), each a plain name."""
+    if index is None:
+        try:
+            files = weights.unindexed_shards(listing or [])
+        except weights.WeightsError as exc:
+            raise TensorsError(where, str(exc), rule="safetensors_index") from None
+    else:
+        files = list(index.files)
+        if len(files) > weights.MAX_SHARDS:
+            raise TensorsError(INDEX, f"names more than {weights.MAX_SHARDS} shard files")
+        for name in files:
+            problem = weights.shard_name_problem(name)
+            if problem:
+                raise TensorsError(INDEX, problem, rule="safetensors_index")
     if not files:
         raise TensorsError(
             where, f"holds no {INDEX} and no *{SUFFIX} file (not a safetensors checkpoint)", rule="safetensors_absent"
@@ -109,6 +123,30 @@ HUB_SMALL = {
 }
 
 
+# The Hub's file list (``_Hub.files``): entries of the top folder read at most (vLLM loads at most MAX_SHARDS
+# files; a top folder of ten thousand entries is no model repository), bytes of one page, pages.
+MAX_LISTED = 10_000
+MAX_LISTING_BYTES = 16 << 20
+MAX_PAGES = 100
+
+
+def _listed_file(entry: object, where: str) -> str | None:
+    """The name of a file of the top folder the tree API lists (None for a folder, or a subfolder's file); a
+    path that is not plain names joined by ``/`` is refused (``../x.safetensors`` names no file of the
+    repository)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) or entry.get("type") not in KINDS:
+        raise TensorsError(where, f"an entry that is not a file or folder: {str(entry)[:120]}")
+    path = entry["path"]
+    for part in path.split("/"):
+        problem = weights.shard_name_problem(part)
+        if problem:
+            raise TensorsError(where, f"lists {path[:120]!r}: {problem.replace('shard name', 'name')}")
+    return path if entry["type"] == "file" and "/" not in path else None
+
+
+KINDS = ("file", "directory")  # an entry's "type" (hf_api.py:4029)
+
+
 class _Hub:
     """HTTP range reads of one repository's files through huggingface_hub's session, URLs and headers
     (``HF_ENDPOINT``, the token, its offline switch): bounded, whatever the server answers — at most the bytes
@@ -131,13 +169,17 @@ class _Hub:
     def get(self, name: str, first: int, last: int, max_size: int | None = None) -> tuple[bytes, int | None] | None:
         """Bytes ``first..last`` (inclusive) of ``name`` and the file's size when the server says it; None for a
         404. Reads at most ``last - first + 1`` bytes even from a server that ignores the range; gives up after
-        ``timeout`` seconds in all (the request runs in a daemon thread: httpx's timeouts bound each read, not a
-        server that sends one byte at a time)."""
+        ``timeout`` seconds in all."""
+        return self._in_time(name, lambda: self._get(name, first, last, max_size))
+
+    def _in_time(self, name: str, read: Callable[[], T]) -> T:
+        """``read()``, given up after ``timeout`` seconds in all (it runs in a daemon thread: httpx's timeouts bound
+        each read, not a server that sends one byte at a time)."""
         result: list = []
 
         def run() -> None:
             try:
-                result.append(self._get(name, first, last, max_size))
+                result.append(read())
             except BaseException as exc:  # handed to the caller's thread
                 result.append(exc)
 
@@ -151,16 +193,19 @@ class _Hub:
         return result[0]
 
     def _get(self, name: str, first: int, last: int, max_size: int | None) -> tuple[bytes, int | None] | None:
-        from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+        from huggingface_hub.errors import EntryNotFoundError
         from huggingface_hub.utils import hf_raise_for_status
 
         headers = {**self.headers, "Range": f"bytes={first}-{last}"}
         limit = last - first + 1
         where = f"{self.repo_id}/{name}"
         try:
-            with self.session.stream(
-                "GET", self.url(name), headers=headers, timeout=self.timeout, follow_redirects=True
-            ) as r:
+            with (
+                self._named(where),
+                self.session.stream(
+                    "GET", self.url(name), headers=headers, timeout=self.timeout, follow_redirects=True
+                ) as r,
+            ):
                 self._check_chain(r, where)
                 # a missing file; a missing repository or revision is named by hf_raise_for_status below
                 if r.status_code == 404 and r.headers.get("x-error-code", "EntryNotFound") == "EntryNotFound":
@@ -183,14 +228,84 @@ class _Hub:
                 return data, size
         except EntryNotFoundError:
             return None
-        except TensorsError:
+
+    @contextmanager
+    def _named(self, where: str) -> Iterator[None]:
+        """Whatever goes wrong in an answer as a TensorsError naming ``where``: an error answer as the Hub means it,
+        httpx's transport errors and the offline switch by name, never a traceback."""
+        from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+
+        try:
+            yield
+        except (TensorsError, EntryNotFoundError):
             raise
         except HfHubHTTPError as exc:
             raise TensorsError(where, _http_problem(exc, self.endpoint)) from None
-        except Exception as exc:  # httpx's transport errors, the offline switch: named, not a traceback
+        except Exception as exc:
             if exc.__class__.__name__.endswith("Timeout"):  # httpx's per-read timeout: the same as the deadline's
                 raise TensorsError(where, self._late()) from None
             raise TensorsError(where, f"{exc.__class__.__name__}: {str(exc)[:200]}") from None
+
+    def files(self) -> list[str]:
+        """The names of the files in the repository's top folder at ``revision``, as the Hub's tree API lists them
+        (huggingface_hub 2.4.0 hf_api.py:4018-4025 ``_iter_repo_tree_pages``: GET
+        ``{endpoint}/api/models/{repo}/tree/{revision}``, not recursive; further pages linked by a ``Link: <…>;
+        rel="next"`` header, utils/_pagination.py:68-69). Bounded as a file is (``timeout`` in all, MAX_LISTING_BYTES
+        a page, MAX_LISTED entries, next pages only from the endpoint's origin); a name with ``..``, a control or
+        invisible character is refused; a subfolder's files are not listed (vLLM reads none)."""
+        return self._in_time("(file list)", self._files)
+
+    def _files(self) -> list[str]:
+        where = f"{self.repo_id} (file list at {self.revision or 'main'})"
+        url: str | None = f"{self.endpoint}/api/models/{self.repo_id}/tree/{quote(self.revision or 'main', safe='')}"
+        params: dict | None = {"recursive": "false", "expand": "false"}
+        names: dict[str, None] = {}
+        listed = 0
+        for _ in range(MAX_PAGES):
+            if url is None:
+                return list(names)
+            page, url = self._page(url, params, where)
+            params = None  # the next link carries its own
+            listed += len(page)
+            if listed > MAX_LISTED:
+                raise TensorsError(where, f"lists more than {MAX_LISTED} entries in the repository's top folder")
+            for entry in page:
+                name = _listed_file(entry, where)
+                if name is not None:
+                    names[name] = None
+        if url is not None:
+            raise TensorsError(where, f"more than {MAX_PAGES} pages: refused")
+        return list(names)
+
+    def _page(self, url: str, params: dict | None, where: str) -> tuple[list, str | None]:
+        """One page of the tree API's answer (a JSON array) and the next page's URL (None on the last page)."""
+        from huggingface_hub.utils import hf_raise_for_status
+
+        with (
+            self._named(where),
+            self.session.stream(
+                "GET", url, params=params, headers=self.headers, timeout=self.timeout, follow_redirects=True
+            ) as r,
+        ):
+            self._check_chain(r, where)
+            hf_raise_for_status(r)
+            body = bytearray()
+            for chunk in r.iter_bytes():
+                body += chunk
+                if len(body) > MAX_LISTING_BYTES:
+                    raise TensorsError(where, f"a page of the file list over {MAX_LISTING_BYTES} bytes: refused")
+            link = r.links.get("next", {}).get("url")
+            following = r.url.join(link) if link else None
+        nxt = str(following) if following is not None else None
+        if nxt is not None and urlsplit(nxt)[:2] != urlsplit(self.endpoint)[:2]:
+            raise TensorsError(where, f"the next page is at {urlsplit(nxt).netloc[:80]}, not {self.endpoint}: refused")
+        try:
+            page = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise TensorsError(where, f"not JSON ({str(exc)[:120]})") from None
+        if not isinstance(page, list):
+            raise TensorsError(where, "not a JSON array of files")
+        return page, nxt
 
     def _late(self) -> str:
         return f"no complete answer from {self.endpoint} in {self.timeout:g} s"
@@ -305,7 +420,7 @@ def _hub_tensors(hub: _Hub) -> tuple[Inventory, SafetensorsIndex | None, dict[st
     """The inventory, the index and each shard's size, read from ``hub`` at its (pinned) revision."""
     got = hub.get(INDEX, 0, MAX_INDEX_BYTES)
     index = parse_index(got[0]) if got is not None else None
-    files = _shard_files(index, [weights.SINGLE], hub.repo_id)
+    files = _shard_files(index, hub.files() if index is None else None, hub.repo_id)
     headers, sizes = [], {}
     for name in files:
         header, size = hub.header(name)

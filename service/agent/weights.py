@@ -25,7 +25,7 @@ import os
 import pathlib
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from ..domain.versions import all_quant_methods
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
+SUFFIX = ".safetensors"
 MAX_SMALL = 16 << 20  # config.json, hf_quant_config.json
 MAX_TAG = 64 << 10  # quantization.txt
 MAX_INDEX = 64 << 20
@@ -192,12 +193,31 @@ def quant_method(text: bytes) -> str | None:
         raise WeightsError(f"quantization.txt: {exc.message}") from None
 
 
+def unindexed_shards(names: Iterable[str]) -> list[str]:
+    """The weight files vLLM loads when there is no index: every ``*.safetensors`` among ``names`` (the top
+    folder's entries: vLLM globs ``hf_folder/*.safetensors``, no subfolder), sorted, each once (vllm 0.33.0
+    model_executor/model_loader/default_loader.py:185-186 ``allow_patterns``, :229-230 ``glob``; weight_utils.py
+    :596-597 filters by the index only when there is one). Raises WeightsError past MAX_SHARDS or for a name that
+    is no plain file name."""
+    files = sorted({n for n in names if n.endswith(SUFFIX)})
+    if len(files) > MAX_SHARDS:
+        raise WeightsError(f"more than {MAX_SHARDS} *{SUFFIX} files")
+    for name in files:
+        problem = shard_name_problem(name)
+        if problem:
+            raise WeightsError(problem)
+    return files
+
+
 def shard_list(directory: pathlib.Path) -> tuple[int | None, list[str]]:
-    """The safetensors index's total_size and its shard names (in order, each once); a single
-    ``model.safetensors`` without an index is one shard. Raises WeightsError for a hostile index."""
+    """The safetensors index's total_size and its shard names (in order, each once); without an index, every
+    ``*.safetensors`` of the directory (``unindexed_shards``). Raises WeightsError for a hostile index."""
     raw = _read_small(directory, INDEX, MAX_INDEX)
     if raw is None:
-        return None, [SINGLE] if open_regular(directory, SINGLE) is not None else []
+        try:
+            return None, unindexed_shards(os.listdir(directory))
+        except OSError as exc:
+            raise WeightsError(f"{directory}: {_why(exc)}") from None
     try:
         index = json.loads(raw)
     except (ValueError, RecursionError) as exc:

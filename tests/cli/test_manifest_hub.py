@@ -74,6 +74,20 @@ def test_hub_push_registers_what_a_directory_push_does(service, hub_env, tmp_pat
     assert got["layout_digest"] == local["layout_digest"] and got["tensor_format"] == "none"
 
 
+def test_hub_push_of_shards_without_an_index_registers_what_a_directory_push_does(service, hub_env, tmp_path):
+    shards = {"model-00001-of-00002.safetensors": dict(list(BF16.items())[:3])}
+    shards["model-00002-of-00002.safetensors"] = dict(list(BF16.items())[3:])
+    d = write_checkpoint(tmp_path / "tiny", shards, model_config(LLAMA), index=False)
+    hub_env({p.name: p.read_bytes() for p in d.iterdir()})
+    r = push("--hub", "org/tiny")
+    assert r.exit_code == 0, r.output
+    assert push(str(d), "--name", "local").exit_code == 0
+    got, local = service.get(f"/v1/manifests/org/tiny@{COMMIT}").json(), service.get("/v1/manifests/local@1").json()
+    for key in ("config", "files", "tensors", "layout_digest"):
+        assert got[key] == local[key], key
+    assert [s["name"] for s in got["files"]["shards"]] == list(shards)
+
+
 def test_hub_push_of_a_mislabeled_checkpoint_is_refused(service, hub_env, tmp_path):
     files, _ = _repo_files(tmp_path, awq(), {**model_config(LLAMA), **GPTQ_CONFIG}, **{"quantization.txt": "gptq\n"})
     hub_env(files)
@@ -94,7 +108,7 @@ def test_hub_push_of_a_mislabeled_checkpoint_is_refused(service, hub_env, tmp_pa
             {"config.json": b"{}", "quantization.txt": b"x" * 70000},
             "quantization.txt: 70000 bytes, more than the 65536",
         ),
-        ({"config.json": b"{}"}, f"model.safetensors: org/tiny has no such file \\(at revision {COMMIT}\\)"),
+        ({"config.json": b"{}"}, "org/tiny: holds no model.safetensors.index.json and no \\*.safetensors file"),
     ],
 )
 def test_hub_push_of_wrong_content_names_the_file(hub_env, files, message):

@@ -100,8 +100,60 @@ def test_hub_repository_read_by_range(hub, tmp_path):
 def test_hub_single_file_and_missing_repo(hub):
     hub.files = {"model.safetensors": st_bytes(SHARD_2)}
     assert set(read_hub("org/tiny").tensors) == set(SHARD_2)
-    with pytest.raises(TensorsError, match="org/other has no such file"):
+    with pytest.raises(TensorsError, match="org/other .*HTTP 404 from .*: no such repository"):
         read_hub("org/other")
+
+
+def test_hub_sharded_without_index_reads_every_top_level_safetensors_file(hub, tmp_path):
+    """No index: every *.safetensors of the top folder, as vLLM globs them; a subfolder's are not read."""
+    indexed = read_hub("org/tiny")
+    hub.files = {name: st_bytes(t) for name, t in SHARDS.items()}
+    hub.files["original/consolidated.safetensors"] = st_bytes(SHARD_2)  # vLLM reads no subfolder
+    hub.files["config.json"] = b"{}"
+    cp = read_hub_checkpoint("org/tiny")
+    local = read_directory(write_checkpoint(tmp_path / "m", SHARDS, index=False))
+    assert cp.inventory.layout_digest == indexed.layout_digest == local.layout_digest
+    assert cp.inventory.summary() == indexed.summary() == local.summary()
+    assert cp.index is None and cp.sizes == {name: len(st_bytes(t)) for name, t in SHARDS.items()}
+    assert f"/api/models/org/tiny/tree/{COMMIT}?recursive=false&expand=false" in hub.requested
+    assert not any("original" in p for p in hub.requested)
+    hub.page = 1  # paged: one entry at a time, each next page linked
+    assert read_hub("org/tiny").layout_digest == local.layout_digest
+
+
+def _file(path: str) -> dict:
+    return {"type": "file", "oid": "0" * 40, "size": 1, "path": path}
+
+
+@pytest.mark.parametrize(
+    ("listing", "page", "message"),
+    [
+        ([_file(f"f{i}.txt") for i in range(10**5)], 1000, "lists more than 10000 entries"),
+        ([_file(f"f{i}.txt") for i in range(10**5)], 10**5, "lists more than 10000 entries"),
+        ([_file(f"m{i}.safetensors") for i in range(5000)], 1000, "more than 4096 \\*.safetensors files"),
+        ([_file("../x.safetensors")], 1000, "lists '../x.safetensors': name '..' is not a plain file name"),
+        ([_file("a/../../x.safetensors")], 1000, "is not a plain file name"),
+        ([_file("x\u202e.safetensors")], 1000, "x"),
+        ([{"type": "file", "path": 7}], 1000, "an entry that is not a file or folder"),
+        ({"files": []}, 1000, "not a JSON array of files"),
+        ([_file("config.json")], 1000, "holds no model.safetensors.index.json and no \\*.safetensors file"),
+    ],
+)
+def test_hub_hostile_file_list_refused(hub, listing, page, message):
+    hub.files = {"config.json": b"{}", "model.safetensors": st_bytes(SHARD_2)}
+    hub.listing, hub.page = listing, page
+    with pytest.raises(TensorsError, match=message) as err:
+        read_hub_checkpoint("org/tiny", timeout=20)
+    assert err.value.file.startswith("org/tiny")
+    assert not any(r.endswith(".safetensors") for r in hub.requested)  # refused before any header is read
+
+
+def test_hub_file_list_next_page_elsewhere_refused(hub):
+    hub.files = {"config.json": b"{}", "model.safetensors": st_bytes(SHARD_2)}
+    hub.listing, hub.page = [_file("a.safetensors"), _file("b.safetensors")], 1
+    hub.elsewhere = "http://other.example"
+    with pytest.raises(TensorsError, match="next page is at other.example, not http://127.0.0.1"):
+        read_hub_checkpoint("org/tiny")
 
 
 def test_hub_hostile_header(hub):

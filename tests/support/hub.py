@@ -1,10 +1,13 @@
 """A Hub-compatible stand-in on 127.0.0.1 (no internet): ``/{owner}/{name}/resolve/{revision}/{file}`` with byte
 ranges and the ``X-Repo-Commit`` header, as the Hub serves files (huggingface_hub 2.4.0 file_download.py:1677 reads
-that header); and, for the hostile cases, answers a Hub would never give (``Hub.hostile``: file -> behaviour)."""
+that header); the file list of the top folder, ``/api/models/{owner}/{name}/tree/{revision}``, a JSON array of
+``{"type": "file" | "directory", "oid", "size", "path"}`` paged by a ``Link: <…?cursor=N>; rel="next"`` header
+(hf_api.py:4018-4031, utils/_pagination.py:68-69); and, for the hostile cases, answers a Hub would never give (``Hub.hostile``: file -> behaviour)."""
 
 from __future__ import annotations
 
 import http.server
+import json
 import re
 import threading
 import time
@@ -27,8 +30,17 @@ class Hub(http.server.BaseHTTPRequestHandler):
     # file -> "slow" (no answer for 30 s), "drip" (an answer of no stated length, a byte every 0.5 s), "loop" (a
     # redirect to itself), "huge" (a 200 that ignores the range: 10^12 bytes announced)
     hostile: dict[str, str] = {}
+    # the tree API (``/api/models/{repo}/tree/{revision}``, huggingface_hub 2.4.0 hf_api.py:4023): entries a page,
+    # and the entries it lists instead of ``files``' when set (a hostile listing)
+    page: int = 1000
+    listing: list | dict | None = None
+    elsewhere: str = ""  # an origin the next page's link names (empty: the stand-in's own, as a relative link)
 
     def do_GET(self):  # noqa: N802
+        if self.path.startswith("/api/"):
+            self.requested.append(self.path)
+            self._tree()
+            return
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
         name = m.group(3) if m else self.path
         self.ranges.append((self.path.rsplit("/", 1)[-1], self.headers.get("Range")))
@@ -53,6 +65,40 @@ class Hub(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(last - first + 1))
         self.end_headers()
         self.wfile.write(data[first : last + 1])
+
+    def _tree(self) -> None:
+        """The top folder's entries (``recursive=false``), ``page`` at a time, the next page in a Link header."""
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/?]+)(?:\?(.*))?", self.path)
+        if not m or m.group(1) != self.repo or m.group(1) in self.refused:
+            self._error(*self.refused.get(m.group(1) if m else "", (404, "RepoNotFound")))
+            return
+        if m.group(2) not in self.revisions:
+            self._error(404, "RevisionNotFound")
+            return
+        entries = self.listing
+        if entries is None:
+            top = sorted({name.split("/")[0]: "/" in name for name in self.files}.items())
+            entries = [
+                {
+                    "type": "directory" if folder else "file",
+                    "oid": "0" * 40,
+                    "size": len(self.files.get(n, b"")),
+                    "path": n,
+                }
+                for n, folder in top
+            ]
+        at = re.search(r"cursor=(\d+)", m.group(3) or "")
+        cursor = int(at.group(1)) if at else 0
+        body = json.dumps(entries[cursor : cursor + self.page] if isinstance(entries, list) else entries).encode()
+        self.send_response(200)
+        if isinstance(entries, list) and cursor + self.page < len(entries):
+            self.send_header(
+                "Link", f'<{self.elsewhere}{self.path.split("?")[0]}?cursor={cursor + self.page}>; rel="next"'
+            )
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _error(self, status: int, code: str) -> None:
         self.send_response(status)
@@ -104,6 +150,9 @@ def serve(files: dict[str, bytes]) -> Iterator[tuple[type[Hub], str]]:
         requested = []
         hostile = {}
         refused = {}
+        listing = None
+        page = 1000
+        elsewhere = ""
 
     Handler.files = dict(files)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
