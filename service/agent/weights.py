@@ -35,7 +35,6 @@ from ..domain.text import display_text_problem
 from ..domain.versions import all_quant_methods
 
 INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
 SUFFIX = ".safetensors"
 MAX_SMALL = 16 << 20  # config.json, hf_quant_config.json
 MAX_TAG = 64 << 10  # quantization.txt

@@ -198,6 +198,19 @@ def test_describe_records_config_digest_tag_index_and_shards(tmp_path):
     assert w.check(d, rec, verify_hashes=True) == []
 
 
+def test_describe_without_an_index_records_every_top_level_safetensors_file(tmp_path):
+    d = weights_dir(tmp_path / "m", shards=3)
+    (d / "model.safetensors.index.json").unlink()
+    (d / "original").mkdir()
+    (d / "original" / "consolidated.safetensors").write_bytes(b"x")  # vLLM reads no subfolder
+    rec = w.describe(d)
+    assert rec["total_size"] is None
+    assert [s["name"] for s in rec["shards"]] == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    (d / "x\u202e.safetensors").write_bytes(b"x")
+    with pytest.raises(w.WeightsError, match="bidirectional|invisible|control"):
+        w.describe(d)
+
+
 def test_a_wrong_tag_names_the_file_and_both_values(tmp_path):
     d = weights_dir(tmp_path / "m", tag="fp8")
     rec = w.describe(d)
