@@ -96,7 +96,7 @@ def is_command(words: list[str]) -> bool:
     than files."""
     from ..sources.entrypoints import is_vllm_program, program_index
 
-    i, _ = program_index(words)
+    i = program_index(words)
     return i < len(words) and is_vllm_program(words[i])
 
 

@@ -16,6 +16,7 @@ import re
 import stat
 from collections.abc import Callable
 
+from .entrypoints import SERVER_NAMED
 from .found import FoundLaunch, SourceError, Span
 
 MAX_SOURCE_BYTES = 1 << 20  # a deploy file larger than 1 MiB is not one; bounded work whatever the path holds
@@ -125,10 +126,6 @@ READERS: list[tuple[Claims, Reader]] = [
 LAUNCH_MARK = re.compile(r"vllm|servingEngineSpec|InferenceService|ServingRuntime|^model\s*:", re.IGNORECASE | re.M)
 
 
-# a file that says this and yields no launch is not passed as empty: the check fails closed
-SERVER_MARK = re.compile(r"vllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
-
-
 def read_launches(path: pathlib.Path) -> list[FoundLaunch]:
     """The launches ``path`` holds (none: a file of a known kind that starts no vLLM server). Raises SourceError for
     a file it cannot read, or of no kind it knows."""
@@ -138,12 +135,12 @@ def read_launches(path: pathlib.Path) -> list[FoundLaunch]:
     for claims, read in READERS:
         if claims(path, text):
             found = read(path, text)
-            named = None if found else SERVER_MARK.search(text)
+            named = None if found else SERVER_NAMED.search(text)  # said, yet no launch read: fails closed
             if named is not None:
                 raise SourceError(
-                    "names vLLM's server (vllm serve / vllm.entrypoints) but no launch could be read from it (behind "
-                    "a wrapper command, eval or a nested sh -c?): check the command itself with preflight check -- "
-                    "vllm serve …",
+                    "names vLLM's server (vllm serve / vllm.entrypoints) but no launch could be read from it (in a "
+                    "string, a function, an sh -c nested deeper than the reader follows?): check the command itself "
+                    "with preflight check -- vllm serve …",
                     Span(str(path), text[: named.start()].count("\n") + 1, 1),
                 )
             return found
