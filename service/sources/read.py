@@ -99,7 +99,6 @@ def _read_yaml(path: pathlib.Path, text: str) -> list[FoundLaunch]:
 def _read_vllm_config(path: pathlib.Path, text: str) -> list[FoundLaunch]:
     import yaml
 
-    from ..domain.versions import newest_line
     from .vllm_config import looks_like_vllm_config, read_vllm_config
 
     try:
@@ -108,7 +107,7 @@ def _read_vllm_config(path: pathlib.Path, text: str) -> list[FoundLaunch]:
         mark = getattr(e, "problem_mark", None)
         at = Span(str(path), mark.line + 1, mark.column + 1) if mark else Span(str(path), 1, 1)
         raise SourceError(f"is not YAML: {getattr(e, 'problem', None) or e}", at) from None
-    if not looks_like_vllm_config(data, set(newest_line().options)):
+    if not looks_like_vllm_config(data):
         return []
     return [read_vllm_config(text, str(path), str(path))]
 

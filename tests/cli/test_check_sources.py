@@ -261,3 +261,27 @@ def test_a_server_behind_a_wrapper_fails_closed(tmp_path):
     code, reports = json_reports(*HW, str(script))
     (f,) = reports[0]["findings"]
     assert code == 2 and reports[0]["verdict"] == "invalid" and (f["rule"], f["line"]) == ("source_unreadable", 3)
+
+
+def test_a_vllm_config_with_mistyped_keys_is_read_and_refused_at_the_key(tmp_path):
+    """A .yaml with a top-level model: key that is no other kind is vLLM's config, however many keys are mistyped:
+    never skipped."""
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"model: {LLAMA}\ntensor-paralel-size: 4\nmax-modl-len: 4096\n")
+    code, reports = json_reports(str(config))
+    (r,) = reports
+    (f,) = r["findings"]
+    assert (code, r["kind"], r["verdict"]) == (1, "vllm-config", "reject")
+    assert (f["rule"], f["line"], f["col"]) == ("argv_unreadable", 2, 1)
+    assert f["message"].startswith("--tensor-paralel-size is not an option of vLLM")
+
+
+def test_an_empty_model_and_a_control_character_are_located(tmp_path):
+    code, reports = json_reports("--", "vllm", "serve", "--model=", "-tp", "2")
+    (f,) = reports[0]["findings"]
+    assert (code, f["col"], f["message"]) == (1, 12, "the model is empty: name it as `vllm serve MODEL`")
+    code, reports = json_reports("--", "vllm", "serve", LLAMA, "--served-model-name", "llama\a")
+    (f,) = reports[0]["findings"]
+    assert f["message"] == (
+        "argument --served-model-name: served_model_name holds a control character ('\\x07'): 'llama\\x07'"
+    )

@@ -104,7 +104,6 @@ def test_wrapper_commands_are_followed_as_a_shell_runs_them():
         assert fl.argv[0] in ("vllm", "python3") and fl.problems == [] and fl.words[0].at.col == first, line
 
 
-
 def test_wrappers_change_the_environment_as_they_run():
     text = (
         "export VLLM_USE_V1=1 HF_HUB_OFFLINE=1\n"
