@@ -22,7 +22,7 @@ import subprocess
 import threading
 from collections.abc import Mapping
 
-from ..cli.check_files import read_json, read_model_dir
+from ..cli.check_files import read_json, read_model_dir, regular_file
 from .found import FoundLaunch
 
 MAX_REF = 4096  # PATH_MAX: a longer word is neither a path nor a repository id (at most 96 characters)
@@ -117,7 +117,7 @@ def _read_dir(d: pathlib.Path) -> dict:
     if not isinstance(out["config"], dict):
         raise ValueError(f"{d / 'config.json'} is not a JSON object")
     pre = d / "preprocessor_config.json"
-    if pre.is_file():
+    if regular_file(pre):
         out["preprocessor_config"] = read_json(pre)
     return out
 
