@@ -335,7 +335,29 @@ def check_sources(opts: Options, profile: Any = None) -> list[Report]:
         reports += [_Launch(fl, opts, profile).run() for fl in found]
     if opts.command is not None:
         reports.append(_Launch(read_command(opts.command), opts, profile).run())
+    for r in reports:
+        r.findings = collapse(r.findings)
     return reports
+
+
+def collapse(findings: list[Located]) -> list[Located]:
+    """Findings that say the same thing (the same severity, rule and message: 1,500 command substitutions on one line)
+    as one, placed at the first, with how many there were (``count``)."""
+    first: dict[tuple[str, str, str], Located] = {}
+    counts: dict[tuple[str, str, str], int] = {}
+    for f in findings:
+        key = (f.severity, f.rule, f.message)
+        first.setdefault(key, f)
+        counts[key] = counts.get(key, 0) + 1
+    out = []
+    for key, f in first.items():
+        n = counts[key]
+        if n > 1:
+            f = Located(
+                f.at, f.severity, f.rule, f"{f.message} ({n} times; the first is placed)", {**f.data, "count": n}
+            )
+        out.append(f)
+    return out
 
 
 def exit_status(reports: list[Report], strict: bool) -> int:

@@ -17,7 +17,7 @@ import stat
 from collections.abc import Callable
 
 from .entrypoints import SERVER_NAMED
-from .found import FoundLaunch, SourceError, Span
+from .found import MAX_LAUNCHES, FoundLaunch, SourceError, Span, too_many_launches
 
 MAX_SOURCE_BYTES = 1 << 20  # a deploy file larger than 1 MiB is not one; bounded work whatever the path holds
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -134,6 +134,8 @@ def read_launches(path: pathlib.Path) -> list[FoundLaunch]:
     for claims, read in READERS:
         if claims(path, text):
             found = read(path, text)
+            if len(found) > MAX_LAUNCHES:
+                raise too_many_launches(found[MAX_LAUNCHES].at)
             named = None if found else SERVER_NAMED.search(text)  # said, yet no launch read: fails closed
             if named is not None:
                 raise SourceError(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .entrypoints import SERVER_NAMED, apply_env, is_vllm_program, server_at, server_words, shell_script_index, unwrap
-from .found import FoundLaunch, SourceError, Span, Word
+from .found import MAX_LAUNCHES, FoundLaunch, SourceError, Span, Word, too_many_launches
 from .shellwords import Command, Piece, Positions, ShellSyntaxError, ShellWord, as_written, read_commands
 
 _KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "fi", "done", "}"}
@@ -46,6 +46,12 @@ class _Script:
         self.span_of = span_of
         self.kind = kind
         self.found: list[FoundLaunch] = []
+
+    def add(self, fl: FoundLaunch) -> None:
+        """One more launch: the script is refused at the first one over MAX_LAUNCHES (bounded work)."""
+        if len(self.found) >= MAX_LAUNCHES:
+            raise too_many_launches(fl.at)
+        self.found.append(fl)
 
     # --------------------------------------------------------------------------------------------- expansion
     def value(self, pieces: tuple[Piece, ...] | list[Piece], scope: _Scope) -> str:
@@ -213,7 +219,7 @@ class _Script:
         fl = FoundLaunch(kind=self.kind, at=self.span_of(cmd.words[0].offset), words=[], env=dict(env))
         fl.words = [Word(w.written, self.span_of(w.offset)) for w in words[at:]]
         fl.problems.append((self.span_of(words[index].offset), message))
-        self.found.append(fl)
+        self.add(fl)
 
     def launch(
         self, cmd: Command, words: list[ShellWord], i: int, scope: _Scope, env: dict[str, str], depth: int
@@ -234,7 +240,7 @@ class _Script:
         fl = FoundLaunch(kind=self.kind, at=self.span_of(cmd.words[0].offset), words=[], env=dict(env))
         for k in keep:
             fl.words += self.words(words[k], scope, fl)
-        self.found.append(fl)
+        self.add(fl)
 
     def unfollowed(self, cmd: Command, words: list[ShellWord], scope: _Scope) -> None:
         """``eval …`` or a program named by an expansion (``$V serve …``): when it may start vLLM's server (the
@@ -254,7 +260,7 @@ class _Script:
         )
         fl = FoundLaunch(kind=self.kind, at=self.span_of(cmd.words[0].offset), words=[])
         fl.problems.append((self.span_of(head.offset), f"{why}: not followed here; write the command itself"))
-        self.found.append(fl)
+        self.add(fl)
 
     def sh_c(self, word: ShellWord, scope: _Scope, depth: int) -> None:
         """``sh -c 'script'``: the script read in place when it is one quoted literal (its places are then the
@@ -271,7 +277,8 @@ class _Script:
             return  # a script that is not known here: not a launch this reader can see
         sub = _Script(inner, self.file, lambda _o: self.span_of(word.offset), self.kind)
         sub.run(read_commands(inner), _child(scope), depth + 1)
-        self.found += sub.found
+        for fl in sub.found:
+            self.add(fl)
 
 
 def _child(scope: _Scope) -> _Scope:

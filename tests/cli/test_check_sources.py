@@ -285,3 +285,32 @@ def test_an_empty_model_and_a_control_character_are_located(tmp_path):
     assert f["message"] == (
         "argument --served-model-name: served_model_name holds a control character ('\\x07'): 'llama\\x07'"
     )
+
+
+def test_launches_per_file_are_bounded_at_the_first_over(tmp_path):
+    """A script of 300 background launches or a Kubernetes List of 300 Pods is no deploy file: refused at the 257th
+    launch, before any is validated."""
+    from service.sources.found import MAX_LAUNCHES
+
+    script = tmp_path / "many.sh"
+    script.write_text("#!/bin/sh\n" + f"vllm serve {LLAMA} -tp 2 &\n" * 300)
+    pods = tmp_path / "pods.yaml"
+    pod = "- apiVersion: v1\n  kind: Pod\n  spec:\n    containers:\n    - name: vllm\n      image: vllm/vllm-openai:latest\n"
+    pods.write_text("apiVersion: v1\nkind: List\nitems:\n" + pod * 300)
+    code, reports = json_reports(str(script), str(pods))
+    assert code == 2 and len(reports) == 2
+    (s,), (k,) = reports[0]["findings"], reports[1]["findings"]
+    assert (s["line"], s["message"]) == (
+        MAX_LAUNCHES + 2,
+        f"{script} holds more than 256 launches: not a deploy file (split it)",
+    )
+    assert (k["line"], k["col"]) == (3 + 6 * MAX_LAUNCHES + 5, 7)  # the 257th container
+
+
+def test_identical_findings_collapse_to_one_with_a_count(tmp_path):
+    script = tmp_path / "ticks.sh"
+    script.write_text(f"#!/bin/sh\nvllm serve {LLAMA} " + "``" * 1500 + "\n")
+    code, reports = json_reports(str(script))
+    (f,) = reports[0]["findings"]
+    assert (code, f["line"], f["col"], f["count"]) == (2, 2, 45, 1500)
+    assert f["message"].endswith("its output is not known here (1500 times; the first is placed)")
