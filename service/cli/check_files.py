@@ -271,6 +271,10 @@ def run_check(opts, echo: Callable[[str], None] = print) -> int:
     if not legacy:
         emit(reports, opts.format, echo)
         codes.append(exit_status(reports, opts.strict))
+    if opts.format == "human":  # json carries it in every object; the reader of the human form is told once
+        source = str(opts.policy) if opts.policy is not None else "shipped"
+        digest = profile.digest.partition(":")[2][:12]
+        echo(f"policy profile: {profile.name} ({source}, digest {digest}), environment {opts.environment}")
     return 2 if 2 in codes else 1 if 1 in codes else 0
 
 

@@ -64,8 +64,13 @@ def parse_options(args: list[str]) -> Options:
                 raise UsageError("nothing follows '--': give the command, e.g. -- vllm serve MODEL …")
             if is_command(rest):
                 opts.command = rest
-            else:  # the POSIX end of options: files follow, whatever their names
-                opts.files += map(pathlib.Path, rest)
+            elif os.path.exists(rest[0]) and not os.path.isdir(rest[0]):
+                opts.files += map(pathlib.Path, rest)  # the POSIX end of options: files follow, whatever their names
+            else:
+                raise UsageError(
+                    "after --, expected a command: vllm serve MODEL … or python -m "
+                    f"vllm.entrypoints.openai.api_server … ({rest[0]!r} is neither a command nor a file)"
+                )
             break
         if a in ("--json", "--strict"):
             opts.format = "json" if a == "--json" else opts.format
@@ -92,12 +97,14 @@ def parse_options(args: list[str]) -> Options:
 
 
 def is_command(words: list[str]) -> bool:
-    """Whether the words after ``--`` are a command (``vllm …``, ``python …``, behind ``env`` / ``exec``) rather
-    than files."""
-    from ..sources.entrypoints import is_vllm_program, program_index
+    """Whether the words after ``--`` are a command (``vllm …``, ``python …``, behind the wrappers entrypoints.py
+    follows: ``env``, ``sudo``, ``numactl`` …) rather than files."""
+    from ..sources.entrypoints import is_vllm_program, server_at, unwrap
 
-    i = program_index(words)
-    return i < len(words) and is_vllm_program(words[i])
+    got = unwrap(words)
+    if got.problem is not None:  # a wrapper option not followed: still a command, refused at the option
+        return server_at(words, got.problem[0]) is not None
+    return got.index is not None and is_vllm_program(words[got.index])
 
 
 def _set(opts: Options, name: str, value: str) -> None:
