@@ -155,7 +155,11 @@ class _Script:
 
     def command(self, cmd: Command, scope: _Scope, depth: int) -> None:
         words = list(cmd.words)
-        while words and words[0].literal in _KEYWORDS:
+        # keywords in front of a command; `time` is a wrapper (`time -p cmd`) unless a keyword follows (`time { …; }`)
+        while words and (
+            words[0].literal in _KEYWORDS
+            or (words[0].literal == "time" and words[1:2] and words[1].literal in _KEYWORDS)
+        ):
             words = words[1:]
         if not words or words[0].literal in _SKIP_COMMANDS:
             return

@@ -95,6 +95,7 @@ def test_wrapper_commands_are_followed_as_a_shell_runs_them():
         "chrt -f 50 vllm serve org/m -tp 2",
         "setsid -f nohup vllm serve org/m -tp 2 > serve.log 2>&1 &",
         "time -p env -u HF_TOKEN vllm serve org/m -tp 2",
+        "time { vllm serve org/m -tp 2; }",
         "exec -a vllm-server uv run -- python3 -m vllm.entrypoints.openai.api_server --model org/m -tp 2",
     ]
     for line in lines:
