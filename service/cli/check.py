@@ -7,9 +7,8 @@ included, to check_sources.parse_options untouched, so the Typer path and the pl
 which never builds the command line) read one command line alike."""
 
 import pathlib
-from typing import Annotated
+from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperCommand
 
@@ -20,7 +19,7 @@ from .check_sources import FORMATS, USAGE, UsageError, parse_options
 class CheckCommand(TyperCommand):
     """Click parses nothing but a ``--help`` before ``--``: the arguments go to the callback as given."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # Any: the click Typer builds on
         head = args[: args.index("--")] if "--" in args else args
         if "--help" in head:
             return super().parse_args(ctx, ["--help"])

@@ -266,9 +266,8 @@ class _Launch:
         try:
             self.read = read_launch_argv(fl.argv, line, self.load_config)
         except LaunchArgvError as e:
-            at = self.config_spans.get(e.key) if e.key is not None else None
-            at = at or self.word_at(e.index)
-            self.findings.append(Located(at, "error", "argv_unreadable", str(e)))
+            key_at = self.config_spans.get(e.key) if e.key is not None else None
+            self.findings.append(Located(key_at or self.word_at(e.index), "error", "argv_unreadable", str(e)))
             # a word vLLM's parser would refuse: the launch is wrong (exit 1); without a word, Preflight's own bound
             verdict = "reject" if e.index is not None else "invalid"
             return Report(fl.at, fl.kind, verdict, self.findings, fl.name)

@@ -428,15 +428,15 @@ def _options(
         k = 1
         while k < len(w):
             c = w[k]
-            has = shorts.get(c)
-            if has is None:
+            takes = shorts.get(c)
+            if takes is None:
                 return j, seen, (j, f"-{c} is not an option of {prog} known here ({spec.source})")
-            if has == 0:
+            if takes == 0:
                 seen.append((c, None, j))
                 k += 1
                 continue
             rest = w[k + 1 :]
-            if rest or has == 2:
+            if rest or takes == 2:
                 seen.append((c, rest or None, j))
             elif j + 1 >= len(words):
                 return j, seen, (j, f"{prog} -{c} needs a value")
