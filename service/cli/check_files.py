@@ -5,7 +5,9 @@ FILE...``) without building the command line (CI checks files one process at a t
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import stat
 from collections.abc import Callable
 
 # A request file, config.json or safetensors index larger than this is not one (the largest real index is a few MB);
@@ -13,9 +15,43 @@ from collections.abc import Callable
 MAX_FILE_BYTES = 64 * 2**20
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(path: pathlib.Path, mode: int) -> ValueError:
+    what = next((name for test, name in _KINDS if test(mode)), "not a file")
+    return ValueError(f"cannot read {path}: not a regular file ({what})")
+
+
+def regular_file(path: pathlib.Path) -> bool:
+    """Whether a file a model directory may hold is there: False when nothing is at ``path``, True for a regular
+    file; anything else (a FIFO, a device, a directory, a symlink to one) is a ValueError naming it — never read
+    as absent, which would judge an AWQ checkpoint whose quantization.txt is a FIFO as unquantized."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc.__class__.__name__}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path, st.st_mode)
+    return True
+
+
 def read_text(path: pathlib.Path) -> str:
-    """A file's text, reading at most MAX_FILE_BYTES of it."""
-    with path.open("rb") as f:
+    """A regular file's text, reading at most MAX_FILE_BYTES of it (opened without blocking, so a FIFO that took
+    the file's place since it was looked at is refused, not waited on)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
         raw = f.read(MAX_FILE_BYTES + 1)
     if len(raw) > MAX_FILE_BYTES:
         raise ValueError(f"the file is larger than {MAX_FILE_BYTES} bytes")
@@ -37,7 +73,7 @@ def load_request_file(path: pathlib.Path) -> dict:
             d = path.parent / d  # relative to the request file when not relative to the working directory
         model = {"name": str(model["path"]), **model, **read_model_dir(d)}
         pre = d / "preprocessor_config.json"  # image limits of a multimodal model (the encoder's memory profile)
-        if model.get("preprocessor_config") is None and pre.is_file():
+        if model.get("preprocessor_config") is None and regular_file(pre):
             model["preprocessor_config"] = read_json(pre)
         model.pop("path", None)
         data = {**data, "model": model}
@@ -46,15 +82,15 @@ def load_request_file(path: pathlib.Path) -> dict:
 
 def read_model_dir(d: pathlib.Path) -> dict:
     """config.json (required), quantization.txt, hf_quant_config.json and the safetensors index's total_size."""
-    if not (d / "config.json").is_file():
+    if not regular_file(d / "config.json"):
         raise ValueError(f"{d} has no config.json")
     out: dict = {"config": read_json(d / "config.json")}
-    if (d / "quantization.txt").is_file():
+    if regular_file(d / "quantization.txt"):
         out["quantization_txt"] = read_text(d / "quantization.txt")
-    if (d / "hf_quant_config.json").is_file():
+    if regular_file(d / "hf_quant_config.json"):
         out["hf_quant_config"] = read_json(d / "hf_quant_config.json")
     idx = d / "model.safetensors.index.json"
-    if idx.is_file():
+    if regular_file(idx):
         total = (read_json(idx).get("metadata") or {}).get("total_size")
         if isinstance(total, int):
             out["weights_bytes"] = total
@@ -235,6 +271,10 @@ def run_check(opts, echo: Callable[[str], None] = print) -> int:
     if not legacy:
         emit(reports, opts.format, echo)
         codes.append(exit_status(reports, opts.strict))
+    if opts.format == "human":  # json carries it in every object; the reader of the human form is told once
+        source = str(opts.policy) if opts.policy is not None else "shipped"
+        digest = profile.digest.partition(":")[2][:12]
+        echo(f"policy profile: {profile.name} ({source}, digest {digest}), environment {opts.environment}")
     return 2 if 2 in codes else 1 if 1 in codes else 0
 
 

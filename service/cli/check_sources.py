@@ -64,8 +64,13 @@ def parse_options(args: list[str]) -> Options:
                 raise UsageError("nothing follows '--': give the command, e.g. -- vllm serve MODEL …")
             if is_command(rest):
                 opts.command = rest
-            else:  # the POSIX end of options: files follow, whatever their names
-                opts.files += map(pathlib.Path, rest)
+            elif os.path.exists(rest[0]) and not os.path.isdir(rest[0]):
+                opts.files += map(pathlib.Path, rest)  # the POSIX end of options: files follow, whatever their names
+            else:
+                raise UsageError(
+                    "after --, expected a command: vllm serve MODEL … or python -m "
+                    f"vllm.entrypoints.openai.api_server … ({rest[0]!r} is neither a command nor a file)"
+                )
             break
         if a in ("--json", "--strict"):
             opts.format = "json" if a == "--json" else opts.format
@@ -92,12 +97,14 @@ def parse_options(args: list[str]) -> Options:
 
 
 def is_command(words: list[str]) -> bool:
-    """Whether the words after ``--`` are a command (``vllm …``, ``python …``, behind ``env`` / ``exec``) rather
-    than files."""
-    from ..sources.entrypoints import is_vllm_program, program_index
+    """Whether the words after ``--`` are a command (``vllm …``, ``python …``, behind the wrappers entrypoints.py
+    follows: ``env``, ``sudo``, ``numactl`` …) rather than files."""
+    from ..sources.entrypoints import is_vllm_program, server_at, unwrap
 
-    i, _ = program_index(words)
-    return i < len(words) and is_vllm_program(words[i])
+    got = unwrap(words)
+    if got.problem is not None:  # a wrapper option not followed: still a command, refused at the option
+        return server_at(words, got.problem[0]) is not None
+    return got.index is not None and is_vllm_program(words[got.index])
 
 
 def _set(opts: Options, name: str, value: str) -> None:
@@ -259,8 +266,8 @@ class _Launch:
         try:
             self.read = read_launch_argv(fl.argv, line, self.load_config)
         except LaunchArgvError as e:
-            at = self.word_at(e.index)
-            self.findings.append(Located(at, "error", "argv_unreadable", str(e)))
+            key_at = self.config_spans.get(e.key) if e.key is not None else None
+            self.findings.append(Located(key_at or self.word_at(e.index), "error", "argv_unreadable", str(e)))
             # a word vLLM's parser would refuse: the launch is wrong (exit 1); without a word, Preflight's own bound
             verdict = "reject" if e.index is not None else "invalid"
             return Report(fl.at, fl.kind, verdict, self.findings, fl.name)
@@ -334,7 +341,29 @@ def check_sources(opts: Options, profile: Any = None) -> list[Report]:
         reports += [_Launch(fl, opts, profile).run() for fl in found]
     if opts.command is not None:
         reports.append(_Launch(read_command(opts.command), opts, profile).run())
+    for r in reports:
+        r.findings = collapse(r.findings)
     return reports
+
+
+def collapse(findings: list[Located]) -> list[Located]:
+    """Findings that say the same thing (the same severity, rule and message: 1,500 command substitutions on one line)
+    as one, placed at the first, with how many there were (``count``)."""
+    first: dict[tuple[str, str, str], Located] = {}
+    counts: dict[tuple[str, str, str], int] = {}
+    for f in findings:
+        key = (f.severity, f.rule, f.message)
+        first.setdefault(key, f)
+        counts[key] = counts.get(key, 0) + 1
+    out = []
+    for key, f in first.items():
+        n = counts[key]
+        if n > 1:
+            f = Located(
+                f.at, f.severity, f.rule, f"{f.message} ({n} times; the first is placed)", {**f.data, "count": n}
+            )
+        out.append(f)
+    return out
 
 
 def exit_status(reports: list[Report], strict: bool) -> int:

@@ -11,7 +11,9 @@ app = typer.Typer(
 )
 app.command()(server.migrate)
 app.command()(server.serve)
-app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(check.check)
+app.command(cls=check.CheckCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+    check.check
+)
 app.command("upgrade-check")(upgrade.upgrade_check)
 app.add_typer(manifest.manifest_app, name="manifest")
 app.add_typer(agent.agent_app, name="agent")

@@ -167,15 +167,20 @@ class EngineArgs:
         return bool(self.get("trust_remote_code", False))
 
 
+def _clip(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _text(name: str, value: Any, what: str = "a string") -> str:
     fld = f"engine_args.{name}"
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise DomainError(fld, f"{name} must be {what}, got {value!r}", rule="type")
     text = value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
-    if len(text) > MAX_TEXT or "\x00" in text or any(ord(c) < 32 and c not in "\t" for c in text):
-        raise DomainError(
-            fld, f"{name} is too long ({len(text)} > {MAX_TEXT}) or contains control characters", rule="range"
-        )
+    if len(text) > MAX_TEXT:
+        raise DomainError(fld, f"{name} is too long ({len(text)} characters, more than {MAX_TEXT})", rule="range")
+    bad = next((c for c in text if ord(c) < 32 and c != "\t"), None)
+    if bad is not None:
+        raise DomainError(fld, f"{name} holds a control character ({bad!r}): {_clip(text)!r}", rule="range")
     if text.startswith("-") and not _NEG_INT_TEXT.fullmatch(text):
         # vLLM's parser reads an element that begins with '-' as an option, and one that also holds a '.' as a dotted
         # key taking the next element as its value (vllm/utils/argparse_utils.py:460-486): only a negative integer

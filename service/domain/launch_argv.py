@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine_args import abbreviations, coerce, parse_size
+from .engine_args import MAX_LIST, abbreviations, coerce, parse_size
 from .errors import DomainError
 from .render import ArgvError, read_value
 from .versions import K_BOOL, K_BOOL_VALUE, K_FLAG, Option, VersionLine
@@ -44,6 +44,7 @@ CLI_MODULE = "vllm.entrypoints.cli.main"  # what the ``vllm`` console script run
 MAX_WORDS = 4096  # a real launch has well under 200; bounded work whatever a file holds
 MAX_WORD_CHARS = 65536
 MAX_CONFIG_CHARS = 1 << 20
+MAX_SHOWN = 10  # option strings quoted from an ambiguous prefix (``--`` matches every one)
 
 PYTHON_PROGRAM = re.compile(r"python(\d(\.\d{1,2})?)?")  # python, python3, python3.12
 _MODEL_WORD = re.compile(r"^--model(=.+|$)")  # vllm/utils/argparse_utils.py:326
@@ -57,12 +58,14 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 class LaunchArgvError(ArgvError):
     """The release's parser would refuse the argv (or it cannot be read here). ``index``: the argv element at fault
-    (None: the argv as a whole); ``field``: the engine argument concerned, when one is."""
+    (None: the argv as a whole); ``field``: the engine argument concerned, when one is; ``key``: the ``--config``
+    file's key that gave the element, when the file did."""
 
-    def __init__(self, message: str, index: int | None, field: str | None = None) -> None:
+    def __init__(self, message: str, index: int | None, field: str | None = None, key: str | None = None) -> None:
         super().__init__(message)
         self.index = index
         self.field = field
+        self.key = key
 
 
 @dataclass
@@ -131,13 +134,17 @@ def read_launch_argv(
     if model_tag is not None:
         out.model, out.model_index = model_tag.text, model_tag.index
     elif given is not None:
-        out.model, out.model_index = str(given), model_at if "model" not in out.config_keys else None
-        out.config_keys.pop("model", None)
+        key = out.config_keys.pop("model", None)
+        out.model, out.model_index = str(given), model_at if key is None else None
+        if not out.model.strip():
+            raise LaunchArgvError("the model is empty: name it as `vllm serve MODEL`", model_at, "model", key)
     else:
         default = line.options["model"].default if "model" in line.options else None
         raise LaunchArgvError(
             f"no model is given: vLLM would serve its default ({default!r}); name it as `vllm serve MODEL`", None
         )
+    if not out.model.strip():  # vLLM would look for a model named '' and fail at start-up
+        raise LaunchArgvError("the model is empty: name it as `vllm serve MODEL`", out.model_index, "model")
     return out
 
 
@@ -392,7 +399,10 @@ def _option_of(arg: str, line: VersionLine) -> tuple[str, str | None, bool] | No
     key, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
     matches = abbreviations(key, line)
     if len(matches) > 1:
-        raise LaunchArgvError(f"ambiguous option: {key} could match {', '.join(matches)}", None)
+        shown = ", ".join(matches[:MAX_SHOWN]) + (
+            f" and {len(matches) - MAX_SHOWN} more" if len(matches) > MAX_SHOWN else ""
+        )
+        raise LaunchArgvError(f"ambiguous option: {key} could match {shown}", None)
     if len(matches) == 1:
         return matches[0], (value if eq else None), True
     if _NEGATIVE_NUMBER.match(arg) or " " in arg:
@@ -406,57 +416,78 @@ def _argparse(els: list[_El], line: VersionLine, out: ReadArgv) -> _El | None:
     seen: dict[str, _El] = {}
     k = 0
     while k < len(els):
-        e = els[k]
-        if e.text == "--":
-            raise LaunchArgvError("'--' ends the options: vLLM would read what follows as stray arguments", e.index)
         try:
-            parsed = _option_of(e.text, line)
+            k, model_tag = _argparse_one(els, k, line, out, seen, model_tag)
         except LaunchArgvError as err:
-            raise LaunchArgvError(str(err), e.index) from None
-        if parsed is None:
-            if model_tag is not None:
-                raise LaunchArgvError(
-                    f"{e.text!r} is a value that no option takes (vllm: error: unrecognized arguments)", e.index
-                )
-            model_tag = e
-            k += 1
-            continue
-        spelled, explicit, abbreviated = parsed
-        if spelled in line.help_strings:
-            raise LaunchArgvError(f"{e.text!r} prints vLLM's help instead of serving", e.index)
-        dest = line.spellings.get(spelled)
-        if dest is None:
-            k = _unknown(els, k, spelled, explicit, line, out)
-            continue
-        if abbreviated:
-            out.notes.append((e.index, f"{e.text.split('=', 1)[0]!r} is read as {spelled} (an abbreviation)"))
-        opt = line.options[dest]
-        k, value = _consume(els, k + 1, e, spelled, explicit, opt, line)
-        if dest == "config":
-            out.notes.append(
-                (
-                    e.index,
-                    f"{e.text!r}: vLLM reads a config file only from the two words `--config FILE`; this one is "
-                    "accepted and ignored (vllm/utils/argparse_utils.py:371)",
-                )
-            )
-            continue
-        if opt.appends and dest in out.engine_args:
-            out.engine_args[dest] = out.engine_args[dest] + value
-            continue
-        before = seen.get(dest)
-        if before is not None and before.key is None and e.key is None:
-            out.notes.append(
-                (e.index, f"{spelled} is given twice (also word {before.index}): the last value, {_shown(value)}, wins")
-            )
-        seen[dest] = e
-        out.engine_args[dest] = value
-        out.origin[dest] = e.index
-        if e.key is not None:
-            out.config_keys[dest] = e.key
-        else:
-            out.config_keys.pop(dest, None)
+            if err.key is None:
+                err.key = els[k].key  # an element of the --config file: refused at its key
+            raise
     return model_tag
+
+
+def _argparse_one(
+    els: list[_El], k: int, line: VersionLine, out: ReadArgv, seen: dict[str, _El], model_tag: _El | None
+) -> tuple[int, _El | None]:
+    """One option (with its values) or the positional at ``els[k]``: the next index, and the model_tag."""
+    e = els[k]
+    if e.text == "--":
+        raise LaunchArgvError("'--' ends the options: vLLM would read what follows as stray arguments", e.index)
+    try:
+        parsed = _option_of(e.text, line)
+    except LaunchArgvError as err:
+        raise LaunchArgvError(str(err), e.index) from None
+    if parsed is None:
+        if model_tag is not None:
+            raise LaunchArgvError(
+                f"{e.text!r} is a value that no option takes (vllm: error: unrecognized arguments)", e.index
+            )
+        return k + 1, e
+    spelled, explicit, abbreviated = parsed
+    if spelled in line.help_strings:
+        raise LaunchArgvError(f"{e.text!r} prints vLLM's help instead of serving", e.index)
+    dest = line.spellings.get(spelled)
+    if dest is None:
+        return _unknown(els, k, spelled, explicit, line, out), model_tag
+    if abbreviated:
+        out.notes.append((e.index, f"{e.text.split('=', 1)[0]!r} is read as {spelled} (an abbreviation)"))
+    opt = line.options[dest]
+    k, value = _consume(els, k + 1, e, spelled, explicit, opt, line)
+    if dest == "config":
+        out.notes.append(
+            (
+                e.index,
+                f"{e.text!r}: vLLM reads a config file only from the two words `--config FILE`; this one is "
+                "accepted and ignored (vllm/utils/argparse_utils.py:371)",
+            )
+        )
+        return k, model_tag
+    if opt.appends and dest in out.engine_args:
+        out.engine_args[dest] = out.engine_args[dest] + value
+        _check_count(spelled, opt, out.engine_args[dest], e)
+        return k, model_tag
+    before = seen.get(dest)
+    if before is not None and before.key is None and e.key is None:
+        out.notes.append(
+            (e.index, f"{spelled} is given twice (also word {before.index}): the last value, {_shown(value)}, wins")
+        )
+    seen[dest] = e
+    out.engine_args[dest] = value
+    out.origin[dest] = e.index
+    if e.key is not None:
+        out.config_keys[dest] = e.key
+    else:
+        out.config_keys.pop(dest, None)
+    return k, model_tag
+
+
+def _check_count(spelled: str, opt: Option, value: Any, e: _El) -> None:
+    """A list option holds at most MAX_LIST values (parse_engine_args' bound), refused at the option's word."""
+    if isinstance(value, list) and len(value) > MAX_LIST:
+        raise LaunchArgvError(
+            f"argument {spelled}: {len(value)} values, more than the {MAX_LIST} Preflight reads",
+            e.index,
+            field=opt.dest,
+        )
 
 
 def _shown(value: Any) -> str:
@@ -503,6 +534,7 @@ def _consume(
     if not texts and opt.nargs != "*":
         what = "at least one argument" if opt.nargs == "+" else "one argument"
         raise LaunchArgvError(f"argument {spelled}: expected {what}", e.index, field=dest)
+    _check_count(spelled, opt, texts, e)
     if opt.kind is K_BOOL_VALUE:
         if texts[0].text.lower() not in ("true", "false"):
             raise LaunchArgvError(f"argument {spelled}: expects true or false", texts[0].index, field=dest)

@@ -64,7 +64,7 @@ def service_launches(src: Source, name: str, svc: Node) -> list[FoundLaunch]:
             kind="compose",
             at=loc.node_span(svc),
             words=hit.words,
-            env=plain | server_env(hit.env),
+            env=server_env(hit.env) if hit.complete else plain | server_env(hit.env),
             gpu_count=gpus,
             name=name,
             problems=dedupe([*loc.problems, *hit.problems]),

@@ -156,6 +156,7 @@ class Hit:
     env: dict[str, str]
     problems: list[tuple[Span, str]] = field(default_factory=list)
     notes: list[tuple[Span, str]] = field(default_factory=list)
+    complete: bool = False  # a wrapper cleared the environment (env -i, sudo): ``env`` is all the process gets
 
 
 def process_words(
@@ -169,13 +170,18 @@ def process_words(
     script = shell_script_index(texts)
     if script is not None:
         return _script_launches(argv[script], env, loc, flavor)
-    found = launch_start(texts)
+    found = launch_start(texts)  # its env: the variables the wrappers set
     if found is None:
         return []
-    keep, prefix_env = found
-    words = [Word(argv[k].text, loc.span(argv[k].off(0))) for k in keep]
+    words = [Word(argv[k].text, loc.span(argv[k].off(0))) for k in found.keep]
     report_unexpanded(words, loc, env, flavor)
-    return [Hit(unescape(words), prefix_env)]
+    hit = Hit(unescape(words), found.env, complete=found.cleared)
+    if found.cleared:
+        hit.env = found.env_from({k: v.text for k, v in env.items() if v is not None}, texts)
+    if found.problem is not None:
+        k, message = found.problem
+        hit.problems.append((loc.span(argv[k].off(0)), message))
+    return [hit]
 
 
 def _script_launches(script: LStr, env: Mapping[str, LStr | None], loc: Located, flavor: str) -> list[Hit]:

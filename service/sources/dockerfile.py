@@ -194,14 +194,16 @@ def _launches(text: str, file: str, stage: _Stage, span_of) -> list[FoundLaunch]
     script = shell_script_index([w.text for w in words])
     if script is not None:
         return _sh_c(words[script], file, stage)
-    found = launch_start([w.text for w in words])
+    texts = [w.text for w in words]
+    found = launch_start(texts, stage.env)
     if found is None:
         return []
-    keep, env = found
     at = stage.entry_at if stage.entrypoint is not None else stage.cmd_at
-    return [
-        FoundLaunch(kind="dockerfile", at=at or span_of(0), words=[words[k] for k in keep], env={**stage.env, **env})
-    ]
+    fl = FoundLaunch(kind="dockerfile", at=at or span_of(0), words=[words[k] for k in found.keep], env=found.env)
+    if found.problem is not None:
+        k, message = found.problem
+        fl.problems.append((words[k].at or fl.at, message))
+    return [fl]
 
 
 def _shell(text: str, file: str, stage: _Stage, where: tuple[int, int], span_of) -> list[FoundLaunch]:  # noqa: ANN001
@@ -210,9 +212,7 @@ def _shell(text: str, file: str, stage: _Stage, where: tuple[int, int], span_of)
         script.run(read_commands(text, *where), _Scope(dict(stage.env), set(stage.env)))
     except ShellSyntaxError as e:
         raise SourceError(str(e), span_of(e.offset)) from None
-    for fl in script.found:
-        fl.env = {**stage.env, **fl.env}
-    return script.found
+    return script.found  # each launch's env: the stage's ENV (exported to the script) as the script leaves it
 
 
 def _sh_c(word: Word, file: str, stage: _Stage) -> list[FoundLaunch]:

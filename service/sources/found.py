@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# a deploy file launches a handful of servers (a List of a few dozen pods at most): more than this is no deploy file,
+# and each launch costs a validation, so the file is refused at the first launch over the bound
+MAX_LAUNCHES = 256
+
+
+def too_many_launches(at: Span) -> SourceError:
+    return SourceError(f"holds more than {MAX_LAUNCHES} launches: not a deploy file (split it)", at)
+
 
 @dataclass(frozen=True, slots=True)
 class Span:

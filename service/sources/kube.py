@@ -161,7 +161,7 @@ def container_launches(
             kind=kind,
             at=loc.node_span(ctn),
             words=hit.words,
-            env={**env.plain(), **server_env(hit.env)},
+            env=server_env(hit.env) if hit.complete else {**env.plain(), **server_env(hit.env)},
             gpu_count=gpus,
             gpu_product=product,
             nodes=nodes,

@@ -16,7 +16,8 @@ import re
 import stat
 from collections.abc import Callable
 
-from .found import FoundLaunch, SourceError, Span
+from .entrypoints import SERVER_NAMED
+from .found import MAX_LAUNCHES, FoundLaunch, SourceError, Span, too_many_launches
 
 MAX_SOURCE_BYTES = 1 << 20  # a deploy file larger than 1 MiB is not one; bounded work whatever the path holds
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -98,7 +99,6 @@ def _read_yaml(path: pathlib.Path, text: str) -> list[FoundLaunch]:
 def _read_vllm_config(path: pathlib.Path, text: str) -> list[FoundLaunch]:
     import yaml
 
-    from ..domain.versions import newest_line
     from .vllm_config import looks_like_vllm_config, read_vllm_config
 
     try:
@@ -107,7 +107,7 @@ def _read_vllm_config(path: pathlib.Path, text: str) -> list[FoundLaunch]:
         mark = getattr(e, "problem_mark", None)
         at = Span(str(path), mark.line + 1, mark.column + 1) if mark else Span(str(path), 1, 1)
         raise SourceError(f"is not YAML: {getattr(e, 'problem', None) or e}", at) from None
-    if not looks_like_vllm_config(data, set(newest_line().options)):
+    if not looks_like_vllm_config(data):
         return []
     return [read_vllm_config(text, str(path), str(path))]
 
@@ -125,10 +125,6 @@ READERS: list[tuple[Claims, Reader]] = [
 LAUNCH_MARK = re.compile(r"vllm|servingEngineSpec|InferenceService|ServingRuntime|^model\s*:", re.IGNORECASE | re.M)
 
 
-# a file that says this and yields no launch is not passed as empty: the check fails closed
-SERVER_MARK = re.compile(r"vllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
-
-
 def read_launches(path: pathlib.Path) -> list[FoundLaunch]:
     """The launches ``path`` holds (none: a file of a known kind that starts no vLLM server). Raises SourceError for
     a file it cannot read, or of no kind it knows."""
@@ -138,12 +134,14 @@ def read_launches(path: pathlib.Path) -> list[FoundLaunch]:
     for claims, read in READERS:
         if claims(path, text):
             found = read(path, text)
-            named = None if found else SERVER_MARK.search(text)
+            if len(found) > MAX_LAUNCHES:
+                raise too_many_launches(found[MAX_LAUNCHES].at)
+            named = None if found else SERVER_NAMED.search(text)  # said, yet no launch read: fails closed
             if named is not None:
                 raise SourceError(
-                    "names vLLM's server (vllm serve / vllm.entrypoints) but no launch could be read from it (behind "
-                    "a wrapper command, eval or a nested sh -c?): check the command itself with preflight check -- "
-                    "vllm serve …",
+                    "names vLLM's server (vllm serve / vllm.entrypoints) but no launch could be read from it (in a "
+                    "string, a function, an sh -c nested deeper than the reader follows?): check the command itself "
+                    "with preflight check -- vllm serve …",
                     Span(str(path), text[: named.start()].count("\n") + 1, 1),
                 )
             return found

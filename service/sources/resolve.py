@@ -22,7 +22,7 @@ import subprocess
 import threading
 from collections.abc import Mapping
 
-from ..cli.check_files import read_json, read_model_dir
+from ..cli.check_files import read_json, read_model_dir, regular_file
 from .found import FoundLaunch
 
 MAX_REF = 4096  # PATH_MAX: a longer word is neither a path nor a repository id (at most 96 characters)
@@ -117,7 +117,7 @@ def _read_dir(d: pathlib.Path) -> dict:
     if not isinstance(out["config"], dict):
         raise ValueError(f"{d / 'config.json'} is not a JSON object")
     pre = d / "preprocessor_config.json"
-    if pre.is_file():
+    if regular_file(pre):
         out["preprocessor_config"] = read_json(pre)
     return out
 
@@ -302,6 +302,33 @@ def _from_hub(repo_id: str, revision: str | None, env: Mapping[str, str], tried:
 
 # -- the hardware ------------------------------------------------------------------------------------------------
 
+# what a launch of each kind would say of its GPUs, when it says nothing: the messages name what applies to it
+_POD_COUNT = "nothing in the file says how many: no resources.limits[nvidia.com/gpu]"
+UNSAID_COUNT = {
+    "command": "a command line does not say how many GPUs it has",
+    "shell": "a shell script does not say how many GPUs its launch has",
+    "dockerfile": "a Dockerfile does not say how many GPUs its container gets (docker run --gpus does)",
+    "vllm-config": "vLLM's config file does not say how many GPUs the launch has",
+    "compose": "nothing in the file says how many: no deploy.resources.reservations.devices count or device_ids, "
+    "no gpus:",
+    "helm": "nothing in the values says how many: no requestGPU",
+    "kubernetes": _POD_COUNT,
+    "leaderworkerset": _POD_COUNT,
+    "kserve": _POD_COUNT,
+}
+_POD_GPU = ("the file", "names no GPU (no nvidia.com/gpu.product node selector or affinity)")
+UNSAID_GPU = {
+    "command": ("the command line", "names no GPU"),
+    "shell": ("the script", "names no GPU"),
+    "dockerfile": ("the Dockerfile", "names no GPU"),
+    "vllm-config": ("the config file", "names no GPU"),
+    "compose": ("the file", "names no GPU (compose has no GPU model selector)"),
+    "helm": _POD_GPU,
+    "kubernetes": _POD_GPU,
+    "leaderworkerset": _POD_GPU,
+    "kserve": _POD_GPU,
+}
+
 
 def resolve_hardware(gpu: str | None, gpus: int | None, nodes: int | None, found: FoundLaunch | None) -> dict:
     """The launch request's ``hardware`` (``{"gpu", "count", "nodes"}``): what the file says wins (``found``: a
@@ -325,9 +352,10 @@ def resolve_hardware(gpu: str | None, gpus: int | None, nodes: int | None, found
     if chosen is None:
         raise ResolveError("no GPU: give --gpu NAME (a catalogue id or the name nvidia-smi prints)", tried)
     if count is None:
+        kind = found.kind if found is not None else "command"
         raise ResolveError(
             f"no GPU count: give --gpus N (the GPUs of {chosen if isinstance(chosen, str) else chosen['name']} "
-            "the launch has per node; nothing here says how many, e.g. no resources.limits[nvidia.com/gpu])"
+            f"the launch has per node; {UNSAID_COUNT.get(kind, UNSAID_COUNT['command'])})"
         )
     # a launch spans one node unless it is given more (vllm 0.33.0 config/parallel.py:326 ParallelConfig.nnodes = 1)
     return {"gpu": chosen, "count": count, "nodes": 1 if node_count is None else node_count}
@@ -342,7 +370,8 @@ def _from_label(found: FoundLaunch | None, tried: list[tuple[str, str]], fallbac
 
     label = found.gpu_product if found is not None else None
     if not label:
-        tried.append(("the file", "names no GPU (no nvidia.com/gpu.product node selector or affinity)"))
+        kind = found.kind if found is not None else "command"
+        tried.append(UNSAID_GPU.get(kind, ("the file", "a file of this kind names no GPU")))
         return None
     where = f"the file's nvidia.com/gpu.product {label[:120]!r}"
     problem = _label_problem(label, where)

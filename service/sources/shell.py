@@ -1,5 +1,7 @@
 """Launches in shell scripts: each simple command that runs vLLM's server (entrypoints.py says which: ``vllm serve``,
-``python -m vllm.entrypoints.openai.api_server``) behind ``exec``, ``nohup``, ``env``, ``VAR=x`` prefixes, ``sh -c '…'``,
+``python -m vllm.entrypoints.openai.api_server``) behind ``VAR=x`` prefixes, ``sh -c '…'`` and the wrapper programs
+entrypoints.py follows (``exec``, ``nohup``, ``env``, ``sudo``, ``timeout``, ``numactl``, ``taskset``, ``nice``,
+``stdbuf``, ``chrt``, ``setsid``, ``uv run`` …, each with its own options),
 its words expanded as the shell would from the assignments and ``export``s earlier in the script
 (``$X``, ``${X}``, ``${X:-default}``, ``${X-default}``, ``${X:=default}``, ``${X:+alt}``, unquoted values split into
 words). What the script cannot say here — a variable it never sets, ``$1``, ``$(command)`` — is a located problem;
@@ -7,15 +9,16 @@ words). What the script cannot say here — a variable it never sets, ``$1``, ``
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .entrypoints import WRAPPERS, server_words, shell_script_index
-from .found import FoundLaunch, SourceError, Span, Word
+from .entrypoints import SERVER_NAMED, apply_env, is_vllm_program, server_at, server_words, shell_script_index, unwrap
+from .found import MAX_LAUNCHES, FoundLaunch, SourceError, Span, Word, too_many_launches
 from .shellwords import Command, Piece, Positions, ShellSyntaxError, ShellWord, as_written, read_commands
 
-_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "fi", "done", "}"}
+_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "fi", "done", "}"}
 _SKIP_COMMANDS = {"for", "case", "select", "function", "esac", "in"}
 MAX_SH_C_DEPTH = 2
 
@@ -43,6 +46,12 @@ class _Script:
         self.span_of = span_of
         self.kind = kind
         self.found: list[FoundLaunch] = []
+
+    def add(self, fl: FoundLaunch) -> None:
+        """One more launch: the script is refused at the first one over MAX_LAUNCHES (bounded work)."""
+        if len(self.found) >= MAX_LAUNCHES:
+            raise too_many_launches(fl.at)
+        self.found.append(fl)
 
     # --------------------------------------------------------------------------------------------- expansion
     def value(self, pieces: tuple[Piece, ...] | list[Piece], scope: _Scope) -> str:
@@ -146,7 +155,11 @@ class _Script:
 
     def command(self, cmd: Command, scope: _Scope, depth: int) -> None:
         words = list(cmd.words)
-        while words and words[0].literal in _KEYWORDS:
+        # keywords in front of a command; `time` is a wrapper (`time -p cmd`) unless a keyword follows (`time { …; }`)
+        while words and (
+            words[0].literal in _KEYWORDS
+            or (words[0].literal == "time" and words[1:2] and words[1].literal in _KEYWORDS)
+        ):
             words = words[1:]
         if not words or words[0].literal in _SKIP_COMMANDS:
             return
@@ -181,10 +194,12 @@ class _Script:
             v = self._known(value, scope)
             if v is not None:
                 env[name] = v
-        i = self._unwrap(words, env)
-        if i is None:
-            return
-        self.launch(cmd, words, i, scope, env, depth)
+        got = unwrap([w.literal for w in words], [a[0] if (a := w.assignment) else None for w in words])
+        env = apply_env(got.env, env, lambda k: self._assigned_value(words[k], scope))
+        if got.problem is not None:
+            self.wrapper_problem(cmd, words, got.problem, env)
+        elif got.index is not None:
+            self.launch(cmd, words, got.index, scope, env, depth)
 
     def _known(self, pieces: tuple[Piece, ...], scope: _Scope) -> str | None:
         try:
@@ -192,39 +207,31 @@ class _Script:
         except Unknown:
             return None
 
-    def _unwrap(self, words: list[ShellWord], env: dict[str, str]) -> int | None:
-        """The index of the command behind exec / nohup / env … (None when it is none of ours)."""
-        i = 0
-        while i < len(words):
-            head = words[i].literal
-            if head in WRAPPERS:
-                i += 1
-                while i < len(words) and (words[i].literal or "").startswith("-"):
-                    i += 2 if words[i].literal == "-a" else 1
-            elif head == "env":
-                i += 1
-                while i < len(words):
-                    w = words[i]
-                    a = w.assignment
-                    if a and all(p.kind == "lit" for p in a[1]):
-                        env[a[0]] = "".join(p.text for p in a[1])
-                        i += 1
-                    elif w.literal in ("-i", "--ignore-environment"):
-                        env.clear()
-                        i += 1
-                    elif w.literal in ("-u", "--unset") and i + 1 < len(words):
-                        env.pop(words[i + 1].literal or "", None)
-                        i += 2
-                    else:
-                        break
-            else:
-                return i
-        return None
+    def _assigned_value(self, word: ShellWord, scope: _Scope) -> str | None:
+        a = word.assignment
+        return self._known(tuple(a[1]), scope) if a is not None else None
+
+    def wrapper_problem(
+        self, cmd: Command, words: list[ShellWord], problem: tuple[int, str], env: dict[str, str]
+    ) -> None:
+        """A wrapper's argument this reader cannot follow, in front of vLLM's server: the launch, failed closed at
+        the argument (a command that starts no server is none of ours)."""
+        index, message = problem
+        at = server_at([w.literal for w in words], index)
+        if at is None:
+            return
+        fl = FoundLaunch(kind=self.kind, at=self.span_of(cmd.words[0].offset), words=[], env=dict(env))
+        fl.words = [Word(w.written, self.span_of(w.offset)) for w in words[at:]]
+        fl.problems.append((self.span_of(words[index].offset), message))
+        self.add(fl)
 
     def launch(
         self, cmd: Command, words: list[ShellWord], i: int, scope: _Scope, env: dict[str, str], depth: int
     ) -> None:
         literals = [w.literal for w in words[i:]]
+        if literals[0] == "eval" or literals[0] is None:
+            self.unfollowed(cmd, words[i:], scope)
+            return
         script = shell_script_index(literals)
         if script is not None:
             if depth < MAX_SH_C_DEPTH:
@@ -237,7 +244,27 @@ class _Script:
         fl = FoundLaunch(kind=self.kind, at=self.span_of(cmd.words[0].offset), words=[], env=dict(env))
         for k in keep:
             fl.words += self.words(words[k], scope, fl)
-        self.found.append(fl)
+        self.add(fl)
+
+    def unfollowed(self, cmd: Command, words: list[ShellWord], scope: _Scope) -> None:
+        """``eval …`` or a program named by an expansion (``$V serve …``): when it may start vLLM's server (the
+        words name it, or the program's value is vLLM), a launch that fails closed at the command's first word."""
+        head = words[0]
+        try:
+            program = posixpath.basename(self.value(tuple(head.pieces), scope).split(" ")[0])
+        except Unknown:
+            program = ""
+        text = " ".join(w.written for w in words)
+        if not (is_vllm_program(program) or SERVER_NAMED.search(text) or (words[1:2] and words[1].literal == "serve")):
+            return
+        why = (
+            "eval runs its arguments as a new command line"
+            if head.literal == "eval"
+            else f"the program is {_short(head.written)}, a command named by a variable"
+        )
+        fl = FoundLaunch(kind=self.kind, at=self.span_of(cmd.words[0].offset), words=[])
+        fl.problems.append((self.span_of(head.offset), f"{why}: not followed here; write the command itself"))
+        self.add(fl)
 
     def sh_c(self, word: ShellWord, scope: _Scope, depth: int) -> None:
         """``sh -c 'script'``: the script read in place when it is one quoted literal (its places are then the
@@ -254,7 +281,8 @@ class _Script:
             return  # a script that is not known here: not a launch this reader can see
         sub = _Script(inner, self.file, lambda _o: self.span_of(word.offset), self.kind)
         sub.run(read_commands(inner), _child(scope), depth + 1)
-        self.found += sub.found
+        for fl in sub.found:
+            self.add(fl)
 
 
 def _child(scope: _Scope) -> _Scope:

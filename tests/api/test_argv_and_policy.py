@@ -232,3 +232,30 @@ def test_validate_takes_an_argv(client):
     assert {f for f, _ in fields} == {"argv"}
     r = client.post("/v1/validate", json={**inline, "argv": [*ARGV, "0.97"]}).json()
     assert r["verdict"] == "reject" and r["policy"]["name"] == "default"
+
+
+def test_validate_refuses_an_empty_model_at_its_element(client):
+    """An empty MODEL would be signed as a placeholder command: a 422 at the element that gives it."""
+    inline = {
+        "model": {"config": model_config("meta-llama__Meta-Llama-3.1-70B")},
+        "hardware": {"gpu": "h100-sxm-80gb", "count": 8},
+    }
+    for argv, field in (
+        (["vllm", "serve", ""], "argv[2]"),
+        (["vllm", "serve", "--model=", "-tp", "8"], "argv[2]"),
+        (["vllm", "serve", "-tp", "8", "--model", " "], "argv[4]"),
+    ):
+        fields, detail = problem(client.post("/v1/validate", json={**inline, "argv": argv}))
+        assert fields == {(field, "argv")} and "the model is empty" in detail, argv
+
+
+def test_validate_bounds_a_list_option_at_its_element(client):
+    inline = {
+        "model": {"config": model_config("meta-llama__Meta-Llama-3.1-70B")},
+        "hardware": {"gpu": "h100-sxm-80gb", "count": 8},
+    }
+    names = [f"llama-{i}" for i in range(400)]
+    fields, detail = problem(
+        client.post("/v1/validate", json={**inline, "argv": [*ARGV, "0.9", "--served-model-name", *names]})
+    )
+    assert fields == {("argv[9]", "argv")} and "400 values, more than the 64" in detail

@@ -261,3 +261,115 @@ def test_a_server_behind_a_wrapper_fails_closed(tmp_path):
     code, reports = json_reports(*HW, str(script))
     (f,) = reports[0]["findings"]
     assert code == 2 and reports[0]["verdict"] == "invalid" and (f["rule"], f["line"]) == ("source_unreadable", 3)
+
+
+def test_a_vllm_config_with_mistyped_keys_is_read_and_refused_at_the_key(tmp_path):
+    """A .yaml with a top-level model: key that is no other kind is vLLM's config, however many keys are mistyped:
+    never skipped."""
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"model: {LLAMA}\ntensor-paralel-size: 4\nmax-modl-len: 4096\n")
+    code, reports = json_reports(str(config))
+    (r,) = reports
+    (f,) = r["findings"]
+    assert (code, r["kind"], r["verdict"]) == (1, "vllm-config", "reject")
+    assert (f["rule"], f["line"], f["col"]) == ("argv_unreadable", 2, 1)
+    assert f["message"].startswith("--tensor-paralel-size is not an option of vLLM")
+
+
+def test_an_empty_model_and_a_control_character_are_located(tmp_path):
+    code, reports = json_reports("--", "vllm", "serve", "--model=", "-tp", "2")
+    (f,) = reports[0]["findings"]
+    assert (code, f["col"], f["message"]) == (1, 12, "the model is empty: name it as `vllm serve MODEL`")
+    code, reports = json_reports("--", "vllm", "serve", LLAMA, "--served-model-name", "llama\a")
+    (f,) = reports[0]["findings"]
+    assert f["message"] == (
+        "argument --served-model-name: served_model_name holds a control character ('\\x07'): 'llama\\x07'"
+    )
+
+
+def test_launches_per_file_are_bounded_at_the_first_over(tmp_path):
+    """A script of 300 background launches or a Kubernetes List of 300 Pods is no deploy file: refused at the 257th
+    launch, before any is validated."""
+    from service.sources.found import MAX_LAUNCHES
+
+    script = tmp_path / "many.sh"
+    script.write_text("#!/bin/sh\n" + f"vllm serve {LLAMA} -tp 2 &\n" * 300)
+    pods = tmp_path / "pods.yaml"
+    pod = "- apiVersion: v1\n  kind: Pod\n  spec:\n    containers:\n    - name: vllm\n      image: vllm/vllm-openai:latest\n"
+    pods.write_text("apiVersion: v1\nkind: List\nitems:\n" + pod * 300)
+    code, reports = json_reports(str(script), str(pods))
+    assert code == 2 and len(reports) == 2
+    (s,), (k,) = reports[0]["findings"], reports[1]["findings"]
+    assert (s["line"], s["message"]) == (
+        MAX_LAUNCHES + 2,
+        f"{script} holds more than 256 launches: not a deploy file (split it)",
+    )
+    assert (k["line"], k["col"]) == (3 + 6 * MAX_LAUNCHES + 5, 7)  # the 257th container
+
+
+def test_identical_findings_collapse_to_one_with_a_count(tmp_path):
+    script = tmp_path / "ticks.sh"
+    script.write_text(f"#!/bin/sh\nvllm serve {LLAMA} " + "``" * 1500 + "\n")
+    code, reports = json_reports(str(script))
+    (f,) = reports[0]["findings"]
+    assert (code, f["line"], f["col"], f["count"]) == (2, 2, 45, 1500)
+    assert f["message"].endswith("its output is not known here (1500 times; the first is placed)")
+
+
+def test_the_human_output_names_the_policy_profile_once():
+    from service.domain.policy_profile import default_profile
+
+    code, out = check(str(DEPLOY / "sh-bad-tp.sh"), str(DEPLOY / "vllm-config-llama.yaml"))
+    digest = default_profile().digest.partition(":")[2][:12]
+    assert out[-1] == f"policy profile: default (shipped, digest {digest}), environment production"
+    assert sum(line.startswith("policy profile:") for line in out) == 1
+    _, lines = json_reports(str(DEPLOY / "sh-bad-tp.sh"))
+    assert lines[0]["policy"]["name"] == "default"  # json carries it per launch, no extra line
+
+
+def test_a_missing_gpu_count_says_what_applies_to_the_kind(tmp_path):
+    script = tmp_path / "serve.sh"
+    script.write_text(f"#!/bin/sh\nexec vllm serve {LLAMA} -tp 2\n")
+    hw = ["--gpu", "h100-sxm-80gb", *MODELS_OPT]
+    messages = {}
+    for source in (["--", "vllm", "serve", LLAMA, "-tp", "2"], [str(script)]):
+        code, out = run_check_plain([*hw, "--format", "json", *source])
+        (f,) = json.loads(out[0])["findings"]
+        assert (code, f["rule"]) == (2, "hardware_unresolved")
+        messages[source[0]] = f["message"]
+    assert messages["--"].endswith("per node; a command line does not say how many GPUs it has)")
+    assert messages[str(script)].endswith("per node; a shell script does not say how many GPUs its launch has)")
+    assert not any("resources.limits" in m for m in messages.values())
+
+
+def test_words_after_the_separator_that_are_no_command_are_one_usage_error():
+    from service.cli.check_sources import UsageError
+
+    with pytest.raises(UsageError) as err:
+        parse_options(["--", LLAMA, "--tensor-parallel-size", "2"])
+    assert str(err.value) == (
+        "after --, expected a command: vllm serve MODEL … or python -m vllm.entrypoints.openai.api_server … "
+        f"('{LLAMA}' is neither a command nor a file)"
+    )
+    # files after -- stay files (the POSIX end of options), and a wrapped command is a command
+    assert parse_options(["--", str(DEPLOY / "sh-bad-tp.sh")]).files == [DEPLOY / "sh-bad-tp.sh"]
+    assert parse_options(["--", "sudo", "-E", "vllm", "serve", LLAMA]).command == ["sudo", "-E", "vllm", "serve", LLAMA]
+
+
+def test_the_command_line_lists_the_options_and_parses_as_the_plain_path():
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["check", "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0
+    for option in ("--gpu", "--gpus", "--nodes", "--vllm-version", "--models", "--environment", "--policy"):
+        assert f"{option} " in shown.output, option
+    assert "human|json|sarif|github" in shown.output and "--strict" in shown.output
+    args = [*HW, *MODELS_OPT, "--format", "json", "--", "env", "VLLM_LOGGING_LEVEL=INFO", "vllm", "serve", LLAMA]
+    typed = runner.invoke(app, ["check", *args])
+    code, out = run_check_plain(args)
+    assert (typed.exit_code, typed.output.splitlines()) == (code, out)
+    usage = runner.invoke(app, ["check", "--", LLAMA, "--tensor-parallel-size", "2"])
+    assert usage.exit_code == 2 and "after --, expected a command" in usage.output

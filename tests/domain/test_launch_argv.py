@@ -273,3 +273,27 @@ def test_json_nested_deeper_than_the_parser_goes_names_the_element(words, index)
     with pytest.raises(LaunchArgvError) as exc:
         read_launch_argv(["vllm", "serve", "m", *words], LINE)
     assert exc.value.index == index and "nested too deeply" in str(exc.value)
+
+
+def test_an_empty_model_is_refused_at_the_word_that_gives_it():
+    assert (error("vllm serve ''").index, error("vllm serve -tp 2 --model=").index) == (2, 4)
+    e = error("vllm serve --config serve.yaml", "model: ''\ntensor-parallel-size: 2\n")
+    assert (e.index, e.key, str(e)) == (2, "model", "the model is empty: name it as `vllm serve MODEL`")
+
+
+def test_bounded_messages():
+    """A prefix of every option lists ten and a count; 400 values are refused at the option word."""
+    e = error("vllm serve org/m --=x")
+    assert e.index == 3 and str(e).startswith("ambiguous option: -- could match --")
+    assert str(e).count(", ") == 9 and str(e).endswith(" more")
+    e = error("vllm serve org/m --served-model-name " + " ".join(f"n{i}" for i in range(400)))
+    assert (e.index, e.field, str(e)) == (
+        3,
+        "served_model_name",
+        "argument --served-model-name: 400 values, more than the 64 Preflight reads",
+    )
+
+
+def test_a_config_files_unknown_key_is_refused_with_its_key():
+    e = error("vllm serve --config serve.yaml", "model: org/m\ntensor-paralel-size: 4\nmax-modl-len: 4096\n")
+    assert (e.index, e.key) == (2, "tensor-paralel-size") and "did you mean --tensor-parallel-size" in str(e)

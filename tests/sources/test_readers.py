@@ -80,3 +80,77 @@ def test_dockerfile_entrypoint_and_cmd_combined_and_shell_form():
 
 def test_a_dockerfile_without_a_launch():
     assert read_dockerfile('FROM ubuntu\nCMD ["bash"]\n', "Dockerfile") == []
+
+
+def test_wrapper_commands_are_followed_as_a_shell_runs_them():
+    """One-line launch scripts behind the common wrappers: each wrapper's own options are skipped as it reads them,
+    and the argv is vLLM's words only, placed where they are written."""
+    lines = [
+        "uv run --with vllm==0.33.0 --python 3.12 vllm serve org/m -tp 2",
+        "sudo -E -u vllm vllm serve org/m -tp 2",
+        "timeout --signal=KILL -k 30s 1h vllm serve org/m -tp 2",
+        "numactl --cpunodebind=0 --membind 0 vllm serve org/m -tp 2",
+        "taskset -c 0-15 vllm serve org/m -tp 2",
+        "nice -n 5 stdbuf -oL -eL vllm serve org/m -tp 2",
+        "chrt -f 50 vllm serve org/m -tp 2",
+        "setsid -f nohup vllm serve org/m -tp 2 > serve.log 2>&1 &",
+        "time -p env -u HF_TOKEN vllm serve org/m -tp 2",
+        "time { vllm serve org/m -tp 2; }",
+        "exec -a vllm-server uv run -- python3 -m vllm.entrypoints.openai.api_server --model org/m -tp 2",
+    ]
+    for line in lines:
+        (fl,) = read_script(f"#!/bin/bash\n{line}\n", "serve.sh")
+        assert fl.argv[fl.argv.index("org/m") :] == ["org/m", "-tp", "2"], line
+        first = line.index(" vllm serve " if fl.argv[0] == "vllm" else " python3 -m ") + 2
+        assert fl.argv[0] in ("vllm", "python3") and fl.problems == [] and fl.words[0].at.col == first, line
+
+
+def test_wrappers_change_the_environment_as_they_run():
+    text = (
+        "export VLLM_USE_V1=1 HF_HUB_OFFLINE=1\n"
+        "sudo VLLM_LOGGING_LEVEL=DEBUG vllm serve org/a\n"
+        "sudo -E vllm serve org/b\n"
+        "sudo --preserve-env=HF_HUB_OFFLINE vllm serve org/c\n"
+        "env -i VLLM_PORT=9000 vllm serve org/d\n"
+        "env -u VLLM_USE_V1 vllm serve org/e\n"
+    )
+    a, b, c, d, e = read_script(text, "serve.sh")
+    assert a.env == {"VLLM_LOGGING_LEVEL": "DEBUG"}  # sudo resets the environment unless -E
+    assert b.env == {"VLLM_USE_V1": "1", "HF_HUB_OFFLINE": "1"}
+    assert c.env == {"HF_HUB_OFFLINE": "1"}
+    assert d.env == {"VLLM_PORT": "9000"} and e.env == {"HF_HUB_OFFLINE": "1"}
+
+
+def test_wrapper_arguments_not_followed_fail_closed_at_the_word():
+    text = (
+        "sudo --bogus vllm serve org/a\n"
+        "sudo $SUDO_FLAGS vllm serve org/b\n"
+        'env -S "vllm serve org/c"\n'
+        "uv run -m vllm.entrypoints.openai.api_server --model org/d\n"
+        'eval "vllm serve org/e"\n'
+        "V=vllm\n"
+        "$V serve org/f\n"
+        "sudo ls -l\n"
+    )
+    found = read_script(text, "serve.sh")
+    placed_problems = [(p[0].line, p[0].col, p[1].split(":")[0]) for fl in found for p in fl.problems]
+    assert placed_problems == [
+        (1, 6, "--bogus is not an option of sudo known here (sudo src/parse_args.c"),
+        (2, 6, "a word not known here stands where sudo's options or command are"),
+        (5, 1, "eval runs its arguments as a new command line"),
+        (7, 1, "the program is $V, a command named by a variable"),
+    ]
+
+
+def test_wrapped_server_that_cannot_be_followed_is_a_file_error(tmp_path):
+    """``env -S`` and ``uv run -m`` name the server where no launch can be read: the file fails closed, placed."""
+    import pytest
+
+    from service.sources.read import SourceError
+
+    for line in ('env -S "vllm serve org/c -tp 2"', "uv run -m vllm.entrypoints.openai.api_server --model org/d"):
+        script = tmp_path / "serve.sh"
+        script.write_text(f"#!/bin/sh\nset -e\n{line}\n")
+        with pytest.raises(SourceError) as err:
+            read_launches(script)
+        assert err.value.at.line == 3, line
