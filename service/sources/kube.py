@@ -31,9 +31,14 @@ GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # NVIDIA GPU feature discovery's label, e.g. NVIDIA-H100-80GB-HBM3
 
 
+KEY = r"""(?m)(^|[{{,]\s*)["']?{}["']?[ \t]*:[ \t]*\S"""
+
+
 def claims(_path: pathlib.Path | str, text: str) -> bool:
-    """A Kubernetes manifest: a top-level ``apiVersion:`` and ``kind:`` (checked on the text, without parsing)."""
-    return bool(re.search(r"(?m)^apiVersion:[ \t]*\S", text) and re.search(r"(?m)^kind:[ \t]*\S", text))
+    """A Kubernetes manifest: ``apiVersion`` and ``kind`` keys at the start of a line (block style) or, quoted or
+    not, after ``{`` / ``,`` (flow style, as ``kubectl get -o json`` writes it): checked on the text, without
+    parsing."""
+    return all(re.search(KEY.format(key), text) for key in ("apiVersion", "kind"))
 
 
 def read(path: pathlib.Path | str, text: str) -> list[FoundLaunch]:

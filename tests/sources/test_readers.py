@@ -154,3 +154,17 @@ def test_wrapped_server_that_cannot_be_followed_is_a_file_error(tmp_path):
         with pytest.raises(SourceError) as err:
             read_launches(script)
         assert err.value.at.line == 3, line
+
+
+def test_a_kubernetes_manifest_in_flow_style_is_read(tmp_path):
+    """``kubectl get -o json`` output saved as .yaml is YAML too: it must be read, not skipped."""
+    from service.sources.read import read_launches
+
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": [{"name": "v", '
+        '"image": "vllm/vllm-openai:latest", "args": ["--model", "org/m", "--tensor-parallel-size", "3"], '
+        '"resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}\n'
+    )
+    (found,) = read_launches(pod)
+    assert found.kind == "kubernetes" and found.gpu_count == 4 and "--tensor-parallel-size" in found.argv
