@@ -120,7 +120,10 @@ SAME_REASON_WHEN_REFUSED = {
     "input:range:scheduler",
     "lora_unsupported_model",
 }  # 0.33's ParallelConfig bounds (ge=1) refuse what this refuses
-WORKER_SIZES = {f"engine_args.{n}" for n in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")}
+WORKER_SIZES = {
+    f"engine_args.{n}"
+    for n in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "decode_context_parallel_size")
+}
 SCHEDULER_SIZES = {f"engine_args.{n}" for n in ("max_num_seqs", "max_num_batched_tokens")}
 # Options not drawn: what names other files, hosts or code (the harness has no network and no files but the
 # config.json), and what Preflight refuses by policy rather than by vLLM's rules.

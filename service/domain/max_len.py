@@ -72,6 +72,7 @@ class LengthRules:
     gemma3_unscaled: bool
     reads_rope_parameters: bool
     transformers_v5: bool
+    transformers_v4_only: bool  # every Transformers the release allows is a 4.x (none fills a missing rope_type)
     overrides_before_loader: bool
     never_scaling: tuple[str, ...]
     longrope_default_original: bool
@@ -86,6 +87,16 @@ class LengthRules:
         return f"vllm {self.version} {SITES.get(self.version, 'vllm/config/model.py _get_and_verify_max_len')}"
 
 
+def _transformers_v4_only(version: str) -> bool:
+    """Whether every Transformers the release's requirement allows is a 4.x (service/data/vllm/transformers/
+    releases.json: its oldest and newest). A release that admits 5.x may run under it, whose config loading fills in
+    a rope dict's missing rope_type (a launch that starts there is not refused); no data: 4.x as before."""
+    from .transformers_models import release_transformers
+
+    found = release_transformers(version)
+    return found is None or all(v.split(".")[0] < "5" for v in found.versions)
+
+
 @lru_cache(maxsize=64)
 def length_rules(version: str = DEFAULT_VERSION) -> LengthRules:
     """The rules of the release ``version`` (a generated line's release: its facts are that line's)."""
@@ -96,6 +107,7 @@ def length_rules(version: str = DEFAULT_VERSION) -> LengthRules:
         gemma3_unscaled=r >= (0, 8, 0),
         reads_rope_parameters=r >= (0, 13, 0),
         transformers_v5=r >= (0, 21, 0),
+        transformers_v4_only=_transformers_v4_only(version),
         overrides_before_loader=(0, 10, 0) <= r < (0, 11, 0),
         never_scaling=NEVER_SCALING_SINCE_030 if r >= (0, 30, 0) else NEVER_SCALING,
         longrope_default_original=r >= (0, 11, 0),
@@ -192,7 +204,7 @@ def _normalised(
             raise DomainError(f"{field}.{name}", f"{field}.{name} must be a string", rule="config_invalid")
     out = dict(d)
     if rtype is None:
-        if as_given or (legacy is None and not rules.transformers_v5):
+        if as_given or (legacy is None and not rules.transformers_v5 and rules.transformers_v4_only):
             what = f"The override of {field.rsplit('.', 1)[-1]}" if as_given else field
             problems.append(
                 f"{what} has no 'rope_type'"
