@@ -65,4 +65,4 @@ clean:
 # Preflight's verdicts beside vLLM's own (parser + create_engine_config, no GPU) on seeded drawn launches; writes
 # docs/differential.md. Builds its throw-away environment on first use (~6 GB, plus ~5 GB of wheels and releases).
 differential: $(VENV)/.installed
-	$(PY) scripts/vllm_differential.py --vllm 0.33.0:2000 --vllm 0.13.0:500 --vllm 0.10.2:500 --docs
+	$(PY) scripts/vllm_differential.py --vllm 0.33.0:2000 --vllm 0.24.0:500 --vllm 0.13.0:500 --vllm 0.10.2:500 --docs

@@ -1,7 +1,7 @@
 """Differential harness: Preflight's verdicts beside vLLM's own, on thousands of drawn launches.
 
     .venv/bin/python scripts/vllm_differential.py --vllm 0.33.0:300 --seed 5        # one release, 300 launches
-    make differential        # 0.33.0:2000, 0.13.0:500, 0.10.2:500 and docs/differential.md
+    make differential        # 0.33.0:2000, 0.24.0:500, 0.13.0:500, 0.10.2:500 and docs/differential.md
 
 A seeded generator draws launches over the fixture models (tests/fixtures/models) × catalogue GPUs × parallel
 sizes × dtype × quantization × KV-cache dtype × lengths × 0–4 further options from the release's whole option
