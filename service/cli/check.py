@@ -32,7 +32,7 @@ def check(
     files: Annotated[
         list[pathlib.Path] | None,
         typer.Argument(
-            metavar="FILE",
+            metavar="FILE|DIRECTORY",
             help="Launch-request .json files, shell scripts, Dockerfiles, vLLM config YAML, compose / Kubernetes / "
             "Helm YAML; after --, a command: vllm serve MODEL … or python -m vllm.entrypoints.openai.api_server …",
             show_default=False,

@@ -208,6 +208,28 @@ def _request_report(path: pathlib.Path, profile):
     return Report(at, "request", r["verdict"], found, None, r)
 
 
+def _expanded(files, reports, codes, fmt, echo):
+    """The files to check: a directory stands for the deploy files under it (sources.read.deploy_files); one that
+    cannot be walked is reported like an unreadable file."""
+    from ..sources.found import SourceError
+    from ..sources.read import deploy_files
+    from .check_sources import _invalid, emit
+
+    for path in files:
+        if not path.is_dir():
+            yield path
+            continue
+        try:
+            yield from deploy_files(path)
+        except SourceError as e:
+            report = _invalid(e.at, "file", "source_unreadable", f"{path} {e.reason}")
+            if reports is None:
+                emit([report], fmt, echo)
+                codes.append(2)
+            else:
+                reports.append(report)
+
+
 def _is_request_file(path: pathlib.Path) -> bool:
     """A .json file is a launch request unless it is a JSON object with neither ``model`` nor ``hardware`` (a
     dashboard, a JSON manifest): those are skipped as YAML files without a launch are. Unreadable JSON is judged
@@ -241,8 +263,8 @@ def run_check(opts, echo: Callable[[str], None] = print) -> int:
         return 2
     legacy = opts.format in ("human", "json")
     codes: list[int] = []
-    reports = []
-    for path in opts.files:
+    reports: list = []
+    for path in _expanded(opts.files, reports if not legacy else None, codes, opts.format, echo):
         if path.suffix == ".json" and not _is_request_file(path):
             if legacy:
                 emit([_skipped(path)], opts.format, echo)

@@ -6,7 +6,7 @@ Command line (parsed here, without Typer, so one file costs what the plain check
 
     preflight check [--gpu ID] [--gpus N] [--nodes M] [--vllm-version V] [--models NAME=DIR]...
                     [--environment production|benchmark] [--policy PROFILE.toml]
-                    [--format human|json|sarif|github] [--json] [--strict] FILE... [-- vllm serve MODEL ...]
+                    [--format human|json|sarif|github] [--json] [--strict] FILE|DIRECTORY... [-- vllm serve MODEL ...]
 
 Exit status: 0 nothing refused; 1 a launch refused (or warned, with --strict); 2 bad usage or input that cannot be
 checked (a file that cannot be read, a launch whose model or GPU cannot be resolved, an argv vLLM would refuse)."""
@@ -26,7 +26,7 @@ FORMATS = ("human", "json", "sarif", "github")
 USAGE = (
     "usage: preflight check [--gpu ID] [--gpus N] [--nodes M] [--vllm-version V] [--models NAME=DIR] "
     "[--environment production|benchmark] [--policy PROFILE.toml] [--format human|json|sarif|github] [--strict] "
-    "FILE... [-- vllm serve …]"
+    "FILE|DIRECTORY... [-- vllm serve …]"
 )
 
 

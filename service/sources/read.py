@@ -55,6 +55,41 @@ def read_source_text(path: pathlib.Path, limit: int = MAX_SOURCE_BYTES) -> str:
         raise SourceError(f"is not UTF-8 text (byte {e.start})", Span(str(path), line, 1)) from None
 
 
+MAX_WALKED_FILES = 10_000  # a deploy repository holds hundreds; a walk that finds more is bounded, not endless
+SKIPPED_DIRS = frozenset({"node_modules", "venv", "__pycache__"})
+
+
+def deploy_files(directory: pathlib.Path) -> list[pathlib.Path]:
+    """The files under ``directory`` that ``preflight check`` reads, in name order: launch-request ``.json``, YAML,
+    Dockerfiles, shell scripts by suffix or ``#!`` line. Hidden directories (``.git``), ``node_modules`` and
+    virtual environments are not entered, symbolic links not followed; more than MAX_WALKED_FILES candidates is a
+    SourceError."""
+    found: list[pathlib.Path] = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS and not d.endswith("venv"))
+        for name in sorted(files):
+            path = pathlib.Path(root) / name
+            if path.is_symlink() or not _checkable(path):
+                continue
+            found.append(path)
+            if len(found) > MAX_WALKED_FILES:
+                raise SourceError(f"holds more than {MAX_WALKED_FILES} files to check", Span(str(directory), 1, 1))
+    return found
+
+
+def _checkable(path: pathlib.Path) -> bool:
+    if path.suffix == ".json" or is_yaml(path) or is_dockerfile(path) or path.suffix in SHELL_SUFFIXES:
+        return True
+    if path.suffix:
+        return False
+    try:  # an extensionless script: its #! line (a regular file only, read without blocking)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            return stat.S_ISREG(os.fstat(f.fileno()).st_mode) and f.read(2) == b"#!"
+    except OSError:
+        return False
+
+
 def is_dockerfile(path: pathlib.Path, _text: str = "") -> bool:
     name = path.name
     return (

@@ -373,3 +373,19 @@ def test_the_command_line_lists_the_options_and_parses_as_the_plain_path():
     assert (typed.exit_code, typed.output.splitlines()) == (code, out)
     usage = runner.invoke(app, ["check", "--", LLAMA, "--tensor-parallel-size", "2"])
     assert usage.exit_code == 2 and "after --, expected a command" in usage.output
+
+
+def test_a_directory_is_walked_for_deploy_files(tmp_path):
+    """``preflight check deploy/``: the deploy files under it (subdirectories too), not READMEs, not .git."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("# deploy\n")
+    (tmp_path / ".git" / "hook.sh").write_text(f"vllm serve {LLAMA} -tp 3\n")
+    (tmp_path / "sub" / "serve").write_text(f"#!/bin/sh\nvllm serve {LLAMA} -tp 3\n")
+    (tmp_path / "ok.sh").write_text(f"vllm serve {LLAMA} -tp 2\n")
+    code, reports = json_reports(*HW, *MODELS_OPT, str(tmp_path))
+    assert code == 1
+    assert [(pathlib.Path(r["file"]).relative_to(tmp_path).as_posix(), r["verdict"]) for r in reports] == [
+        ("ok.sh", "warn"),
+        ("sub/serve", "reject"),
+    ]
