@@ -31,7 +31,12 @@ VLLM_IMAGE = re.compile(
 )
 IMAGE_ENTRYPOINT = ("vllm", "serve")
 # text that names vLLM's server: a file or command saying it and yielding no launch fails closed
-SERVER_NAMED = re.compile(r"vllm\s+serve\b|vllm\.entrypoints\.openai\.api_server|vllm\.entrypoints\.cli\.main")
+# vLLM's server named in a file: as shell words (vllm serve), as exec-form list items ("vllm", "serve" in JSON or
+# YAML, quoted either way), or by its entry-point modules
+SERVER_NAMED = re.compile(
+    r"""vllm["']?(\s|,)*["']?serve\b|vllm\.entrypoints\.openai\.api_server|vllm\.entrypoints\.cli\.main"""
+)
+COMMENT_LINE = re.compile(r"(?m)^[ \t]*#.*$")
 SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh"}
 _PY_OPTS_WITH_VALUE = {"-X", "-W"}
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)

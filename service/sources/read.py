@@ -16,7 +16,7 @@ import re
 import stat
 from collections.abc import Callable
 
-from .entrypoints import SERVER_NAMED
+from .entrypoints import COMMENT_LINE, SERVER_NAMED
 from .found import MAX_LAUNCHES, FoundLaunch, SourceError, Span, too_many_launches
 
 MAX_SOURCE_BYTES = 1 << 20  # a deploy file larger than 1 MiB is not one; bounded work whatever the path holds
@@ -171,13 +171,15 @@ def read_launches(path: pathlib.Path) -> list[FoundLaunch]:
             found = read(path, text)
             if len(found) > MAX_LAUNCHES:
                 raise too_many_launches(found[MAX_LAUNCHES].at)
-            named = None if found else SERVER_NAMED.search(text)  # said, yet no launch read: fails closed
+            # said (outside comment lines), yet no launch read: fails closed
+            said = COMMENT_LINE.sub("", text)  # comment lines emptied: the line numbers stay
+            named = None if found else SERVER_NAMED.search(said)
             if named is not None:
                 raise SourceError(
                     "names vLLM's server (vllm serve / vllm.entrypoints) but no launch could be read from it (in a "
                     "string, a function, an sh -c nested deeper than the reader follows?): check the command itself "
                     "with preflight check -- vllm serve …",
-                    Span(str(path), text[: named.start()].count("\n") + 1, 1),
+                    Span(str(path), said[: named.start()].count("\n") + 1, 1),
                 )
             return found
     raise SourceError(

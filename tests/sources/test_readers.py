@@ -168,3 +168,21 @@ def test_a_kubernetes_manifest_in_flow_style_is_read(tmp_path):
     )
     (found,) = read_launches(pod)
     assert found.kind == "kubernetes" and found.gpu_count == 4 and "--tensor-parallel-size" in found.argv
+
+
+def test_an_exec_form_launch_behind_an_unknown_wrapper_fails_closed(tmp_path):
+    """``["uv", "-q", "run", "vllm", "serve", …]``: the server is named as list items; if the readers cannot follow
+    the wrapper the file is an error, never skipped. A comment line naming it is not a launch."""
+    import pytest
+
+    from service.sources.found import SourceError
+    from service.sources.read import read_launches
+
+    pod = tmp_path / "pod.yaml"
+    head = "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: v\n"
+    pod.write_text(head + '    command: ["uv", "-q", "run", "vllm", "serve", "org/m"]\n')
+    with pytest.raises(SourceError) as e:
+        read_launches(pod)
+    assert e.value.at.line == 7
+    pod.write_text(head + "    # vllm serve org/m\n    command: [sleep, '1']\n")
+    assert read_launches(pod) == []
