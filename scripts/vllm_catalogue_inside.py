@@ -19,8 +19,10 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
+import os
 import pathlib
 import sys
+import typing
 from contextlib import nullcontext
 from unittest.mock import MagicMock, patch
 
@@ -347,12 +349,12 @@ def class_values(cls) -> dict | None:
     try:
         from pydantic import TypeAdapter
 
-        return _class_values(dict(TypeAdapter(cls).core_schema))
+        return _class_values(dict(TypeAdapter(cls).core_schema), cls)
     except Exception:
         return None
 
 
-def _class_values(schema: dict) -> dict | None:
+def _class_values(schema: dict, cls=None) -> dict | None:
     defs: dict = {}
     _collect_refs(schema, defs)
     for _ in range(12):  # down to the dataclass, through definitions and after-validators only
@@ -371,12 +373,247 @@ def _class_values(schema: dict) -> dict | None:
         # an InitVar (``init_only``) is validated like a field (ModelConfig.media_io_kwargs) and then handed on
         if f.get("init") is False or f.get("validation_alias") is not None:
             continue
-        facts = value_facts(f.get("schema"), defs) or {}
+        facts = value_facts(f.get("schema"), defs) or (validated_facts(cls, f["name"], f.get("schema")) or {})
         if (f.get("schema") or {}).get("type") != "default":
             facts["required"] = True
         if facts:
             out[f["name"]] = facts
     return out
+
+
+# ------------------------------------------------------------------------------------------------ probed validators
+# A field behind a ``before`` or ``wrap`` validator (a function vLLM wrote: ``value.lower().replace("-", "_")``,
+# ``Enum[value.upper()]``, "None skips validation") is judged only where probing the class itself shows what the
+# function does: the whole class validated as vLLM validates it (``TypeAdapter(cls).validate_json``) on probe
+# values, beside the field's bare annotation. Two shapes are recorded, each only when every probe agrees with it:
+#  - the field behaves as its annotation, except that None may pass where the annotation refuses it: the
+#    annotation's facts (``null`` where None passes);
+#  - a Literal/Enum field: a string passes exactly when its ``fold`` (``lower_underscore``, ``lower`` or ``same``)
+#    is one of ``folded`` (the folded probes that pass); any other value as the annotation says (``other``) where
+#    the probes agree with it, else it is not judged.
+# Probes: the annotation's Literal values and Enum names and values in several spellings, every string literal of
+# the validators' source and of the dicts, sets, sequences and Enums they name, and values no spelling reaches. A
+# validator that calls a function or module of its own module (which may map aliases no probe reaches) is not
+# judged.
+
+FOLDS = {
+    "lower_underscore": lambda s: s.lower().replace("-", "_"),
+    "lower": lambda s: s.lower(),
+    "same": lambda s: s,
+}
+NON_STRINGS = (None, True, False, 0, 1, -1, 4, 2.5, [], {}, ["a"], {"a": 1})
+BASE_STRINGS = ("", "true", "false", "yes", "1", "0", "1.5", "none", "None", "auto", "zz-probe", "ZZ_PROBE", "a,b")
+
+
+def _functions(schema, depth: int = 0) -> list:
+    """Every validator function in a field's schema."""
+    out: list = []
+    if depth > 20:
+        return out
+    if isinstance(schema, dict):
+        fn = schema.get("function")
+        if isinstance(fn, dict) and fn.get("function") is not None:
+            out.append(fn["function"])
+        for v in schema.values():
+            if isinstance(v, (dict, list)):
+                out += _functions(v, depth + 1)
+    elif isinstance(schema, list):
+        for v in schema:
+            out += _functions(v, depth + 1)
+    return out
+
+
+def _literals(obj) -> set[str]:
+    if isinstance(obj, type) and issubclass(obj, enum.Enum):
+        return {m.name for m in obj} | {m.value for m in obj if isinstance(m.value, str)}
+    if isinstance(obj, dict):
+        return {k for k in obj if isinstance(k, str)}
+    if isinstance(obj, (set, frozenset, list, tuple)):
+        return {x for x in obj if isinstance(x, str)}
+    return set()
+
+
+def _validator_strings(fn) -> set[str] | None:
+    """The strings a validator function can compare with: its literals and those of the data it names; None when it
+    calls a function or module of its own module (an alias table no probe reaches)."""
+    import inspect
+    import textwrap
+    import types
+
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    out = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    names = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        if name not in names:  # an attribute or a builtin
+            continue
+        obj = names[name]
+        if isinstance(obj, types.ModuleType) or (callable(obj) and not isinstance(obj, type)):
+            return None
+        out |= _literals(obj)
+    return out
+
+
+def _annotation_strings(schema, depth: int = 0) -> set[str]:
+    """The Literal values and Enum member names and values an annotation's schema lists."""
+    out: set[str] = set()
+    if depth > 20:
+        return out
+    if isinstance(schema, dict):
+        if schema.get("type") == "literal":
+            out |= {v for v in schema.get("expected") or [] if isinstance(v, str)}
+        if schema.get("type") == "enum":
+            members = schema.get("members") or []
+            out |= {m.name for m in members} | {m.value for m in members if isinstance(m.value, str)}
+        for v in schema.values():
+            if isinstance(v, (dict, list)):
+                out |= _annotation_strings(v, depth + 1)
+    elif isinstance(schema, list):
+        for v in schema:
+            out |= _annotation_strings(v, depth + 1)
+    return out
+
+
+def _spellings(words: set[str]) -> list[str]:
+    out = set(BASE_STRINGS)
+    for w in words:
+        for v in (w, w.upper(), w.lower(), w.title(), w + "x"):
+            out |= {v, v.replace("_", "-"), v.replace("-", "_")}
+    return sorted(out)
+
+
+def _choice_schema(schema, depth: int = 0) -> bool:
+    """The annotation is a Literal or an Enum (or one of those or None)."""
+    if not isinstance(schema, dict) or depth > 12:
+        return False
+    t = schema.get("type")
+    if t in ("literal", "enum"):
+        return True
+    if t in ("nullable", "default", "definitions"):
+        return _choice_schema(schema.get("schema"), depth + 1)
+    if t == "union":
+        subs = [c[0] if isinstance(c, (tuple, list)) else c for c in schema.get("choices") or []]
+        real = [c for c in subs if not (isinstance(c, dict) and c.get("type") == "none")]
+        return bool(real) and all(_choice_schema(c, depth + 1) for c in real)
+    return False
+
+
+class _Slow(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Slow
+
+
+_ADAPTERS: dict = {}
+
+
+def _probe_adapter(cls):
+    """TypeAdapter(cls) where the class builds from its defaults alone, quickly and without the network (ModelConfig
+    fetches its default model): else None, and the class's validated fields stay unjudged."""
+    import signal
+
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = None
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, 2.0)
+        try:
+            from pydantic import TypeAdapter
+
+            adapter = TypeAdapter(cls)
+            adapter.validate_json("{}")
+            _ADAPTERS[cls] = adapter
+        except Exception:  # _Slow, a ValidationError, what a __post_init__ raises
+            pass
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    return _ADAPTERS[cls]
+
+
+def validated_facts(cls, name: str, schema) -> dict | None:
+    """The value facts of a field behind a before/wrap validator, as probing shows them (None: not judged; also when
+    probing takes more than 10 s)."""
+    import signal
+
+    if cls is None or not _functions(schema) or _probe_adapter(cls) is None:
+        return None
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 10.0)
+    try:
+        return _validated_facts(cls, name, schema)
+    except _Slow:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _top_level(facts: dict | None) -> dict | None:
+    """What the probes can confirm of the annotation's facts: the value's own type, choices and bounds. The probes
+    do not reach inside a list or a dict (a validator may rewrite its items: AttentionConfig.backend_per_kind maps
+    names to Enum members), so facts about items and values are dropped, and a union is not judged."""
+    if facts is None or "any_of" in facts:
+        return None
+    return {k: v for k, v in facts.items() if k not in ("items", "values")}
+
+
+def _validated_facts(cls, name: str, schema) -> dict | None:
+    whole = _probe_adapter(cls)
+    try:
+        from pydantic import TypeAdapter
+
+        bare = TypeAdapter(typing.get_type_hints(cls)[name])
+        bare_schema = dict(bare.core_schema)
+    except Exception:
+        return None
+    words = _annotation_strings(bare_schema)
+    for fn in _functions(schema):
+        found = _validator_strings(fn)
+        if found is None:
+            return None
+        words |= found
+
+    def passes(adapter, text: str) -> bool:
+        try:
+            adapter.validate_json(text)
+            return True
+        except _Slow:
+            raise
+        except Exception:  # a ValidationError, or what a validator raises (Enum[name]: KeyError)
+            return False
+
+    def field_ok(v) -> bool:
+        return passes(whole, json.dumps({name: v}))
+
+    def bare_ok(v) -> bool:
+        return passes(bare, json.dumps(v))
+
+    strings = _spellings(words)
+    bare_defs: dict = {}
+    _collect_refs(bare_schema, bare_defs)
+    inner = _top_level(value_facts(bare_schema, bare_defs))
+    null = field_ok(None)
+    agree = [field_ok(v) == bare_ok(v) for v in NON_STRINGS if v is not None]
+    if inner is not None and all(agree) and all(field_ok(s) == bare_ok(s) for s in strings):
+        return {**inner, "null": True} if null and not inner.get("null") else inner
+    if not _choice_schema(bare_schema):
+        return None
+    for fold, f in FOLDS.items():
+        folded = {f(s) for s in strings if field_ok(s)}
+        if folded and all(field_ok(s) == (f(s) in folded) for s in strings):
+            out: dict = {"fold": fold, "folded": sorted(folded)}
+            if inner is not None and all(agree):
+                out["other"] = {k: v for k, v in inner.items() if k != "null"}
+            return {**out, "null": True} if null else out
+    return None
 
 
 class EngineArgsSource:
@@ -574,7 +811,7 @@ def says_more(facts: dict, parsed: str | None, item: str | None = None) -> bool:
     """Whether value facts can refuse a value the parser let through: ``parsed`` is the type the parser made of it
     (``list`` for a list option, whose elements are ``item``; None for JSON, which the parser does not check): a
     union with a member that takes any such value says nothing more, nor a type the parser already made."""
-    if any(k in facts for k in ("choices", "ge", "gt", "le", "lt", "values")):
+    if any(k in facts for k in ("choices", "ge", "gt", "le", "lt", "values", "fold")):
         return True
     if "any_of" in facts:
         return not any(m == {"type": parsed} for m in facts["any_of"])
@@ -756,6 +993,8 @@ def registry(root: pathlib.Path) -> dict:
                     "hybrid": "IsHybrid" in ifaces,
                     "attention_free": "IsAttentionFree" in ifaces,
                     "supports_lora": "SupportsLoRA" in ifaces,
+                    # Mamba state cached per block under prefix caching ("all" mode; else vLLM picks "align")
+                    "supports_mamba_prefix_caching": ("SupportsMambaPrefixCaching" in ifaces) if resolved else None,
                 }
             entry["tables"].append(table.strip("_").lower())
             if table == "_MULTIMODAL_MODELS":
@@ -1145,6 +1384,11 @@ def parser_facts(parser: argparse.ArgumentParser, root: pathlib.Path) -> dict:
 
 
 def main() -> None:
+    # no network: a config class that would fetch a model while probed stays unjudged, the same on every run
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    # the catalogue alone on stdout: what vLLM logs while its classes are built and probed goes to stderr
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     root = pathlib.Path(importlib.util.find_spec("vllm").origin).parent
     version = importlib.metadata.version("vllm")
     parser = build_serve_parser()
@@ -1162,10 +1406,11 @@ def main() -> None:
             "defaults": {**defaults(root), "scheduler_by_gpu": batch_defaults()},
             "mocked_modules": sorted(set(MOCKED)),
         },
-        sys.stdout,
+        out,
         indent=1,
         sort_keys=True,
     )
+    out.flush()
 
 
 if __name__ == "__main__":

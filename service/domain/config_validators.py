@@ -1,13 +1,15 @@
 """What vLLM's config classes refuse in their own validators (pydantic ``field_validator`` / ``model_validator`` and
 ``__post_init__``), beyond the type, Enum and bound facts generated from each release's pydantic core schema
-(config_values.py): the generator reads a field's schema, not the code of a validator, and leaves a field behind a
-``before``/``wrap`` validator (or a class behind a ``before`` model validator) unjudged.
+(config_values.py): the generator reads a field's schema and probes a field behind a ``before``/``wrap`` validator
+only where the probes explain it (a name folded to an Enum member, None skipping validation); what it leaves, and
+the wording vLLM's own validators give, are here.
 
 Each check is vLLM's own condition, applied from the oldest release line whose source was read and found to make it
 (``since``), with vLLM's message; it sees a value as pydantic's lax mode reads it (``"0"`` is 0 for a float field).
 A condition that depends on something Preflight cannot see (the platform, a plugin, files) is left out: a false
-reject is worse than a miss. ``option_problems`` is called by the flag rule (rules/flags.py ``bad_value_findings``)
-for an option whose type facts found nothing; every input is hostile, so a check never raises, it only reports.
+reject is worse than a miss. ``option_problems`` is called by the flag rule (rules/flags.py ``validator_findings``)
+before the generated facts, which judge what it leaves; every input is hostile, so a check never raises, it only
+reports.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ conversion table; checked against pydantic 2.14). Where the conversion is unclea
 only refused when pydantic surely refuses it. Fields the generator could not read exactly carry no facts and are
 not judged.
 
+A field behind a validator function of vLLM's is judged by what probing the class showed (the generator's
+``validated_facts``): a string by its ``fold`` (``lower_underscore``, ``lower`` or ``same``) against ``folded``,
+any other value by ``other``, or, where the function only passes values on, by the annotation's facts.
+
 Messages use pydantic's words ("Input should be 'auto', 'xgrammar' or 'guidance'", "Field required").
 """
 
@@ -150,9 +154,32 @@ def _choice_problem(v: Any, facts: dict[str, Any]) -> str | None:
     return None if any(v == c and isinstance(v, str) == isinstance(c, str) for c in choices) else words
 
 
+FOLDS = {
+    "lower_underscore": lambda s: s.lower().replace("-", "_"),
+    "lower": lambda s: s.lower(),
+    "same": lambda s: s,
+}
+
+
+def _folded_problem(v: Any, facts: dict[str, Any], depth: int) -> tuple[str, Any] | None:
+    """A field whose validator folds a string before its Literal/Enum: a string by its fold, anything else by the
+    annotation's facts where the probes showed them (``other``)."""
+    if v is None:
+        return None if facts.get("null") else ("Input should not be None", None)
+    fold, folded = FOLDS.get(str(facts["fold"])), facts.get("folded")
+    if not isinstance(v, str):
+        other = facts.get("other")
+        return judge(v, other, depth + 1) if isinstance(other, dict) else None
+    if fold is None or not isinstance(folded, list):
+        return None
+    return None if fold(v) in folded else (f"Input should be {_or(folded)}", None)
+
+
 def judge(v: Any, facts: dict[str, Any], depth: int = 0) -> tuple[str, Any] | None:
     """(pydantic's message, the nearest allowed value or None) when pydantic refuses ``v`` itself (not its items or
     values: ``problems`` looks inside); None when it passes or the facts do not say."""
+    if "fold" in facts:
+        return _folded_problem(v, facts, depth) if depth <= MAX_DEPTH else None
     if v is None:
         if facts.get("null") or not (facts.get("type") or facts.get("choices") or facts.get("any_of")):
             return None
@@ -191,7 +218,8 @@ def problems(v: Any, facts: dict[str, Any], path: str = "", depth: int = 0) -> l
     found = judge(v, facts, depth)
     if found:
         problem, nearest = found
-        allowed = tuple(facts.get("choices") or ()) or ((nearest,) if nearest is not None else ())
+        listed = facts.get("choices") or facts.get("folded") or ()
+        allowed = tuple(listed) or ((nearest,) if nearest is not None else ())
         return [BadValue(path, v, problem, allowed)]
     out: list[BadValue] = []
     inner = facts.get("items") if isinstance(v, list) else facts.get("values") if isinstance(v, dict) else None

@@ -132,6 +132,8 @@ class Architecture:
     # the class implements SupportsLoRA (None: not read); a draft-only class is never asked (vLLM skips drafters)
     supports_lora: bool | None = None
     draft_only: bool = False
+    # the class implements SupportsMambaPrefixCaching (None: not read, or a catalogue generated before it was read)
+    supports_mamba_prefix_caching: bool | None = None
 
 
 # an engine_args key naming a dest (engine_args.resolve_name)
@@ -330,6 +332,7 @@ def _load(path: pathlib.Path) -> VersionLine:
             bool(a.get("generate")),
             a.get("supports_lora") if a.get("resolved", True) else None,
             bool(a.get("draft_only")),
+            a.get("supports_mamba_prefix_caching") if a.get("resolved", True) else None,
         )
         for name, a in reg["architectures"].items()
     }

@@ -108,10 +108,31 @@ def test_a_missing_required_key_is_field_required():
     assert [(b.path, b.value, b.problem) for b in bad] == [("key", ABSENT, "Field required")]
 
 
-def test_fields_without_facts_are_not_judged():
-    # CompilationConfig.mode has a before-validator (it also takes names): the generator recorded no facts for it
-    assert "mode" not in LINE.options["compilation_config"].json_keys["values"]
-    assert bad_values({"mode": "VLLM_COMPILE"}, LINE.options["compilation_config"].json_keys) == []
+def test_a_field_behind_a_validator_is_judged_as_probing_the_class_showed():
+    """The generator validates the class itself on probe values (scripts/vllm_catalogue_inside.py
+    ``validated_facts``): vllm 0.33.0 vllm/config/kernel.py:406-411 lower-cases linear_backend and maps "-" to "_"
+    before its Literal; compilation.py:853-871 reads a mode name upper-cased, and 899-913 lets None skip
+    validation."""
+    linear = facts("kernel_config", "linear_backend")
+    assert linear["fold"] == "lower_underscore" and "flashinfer_cutlass" in linear["folded"]
+    assert judge("FlashInfer-Cutlass", linear) is None
+    assert judge("cublas", linear)[0].startswith("Input should be 'aiter'")
+    assert judge(4, linear) is not None  # a non-string reaches the Literal unchanged
+    mode = facts("compilation_config", "mode")
+    assert mode["fold"] == "lower" and mode["other"] == {"choices": [0, 1, 2, 3], "type": "int"}
+    assert [judge(v, mode) for v in ("VLLM_COMPILE", "vllm_compile", 3, 2.0, None)] == [None] * 5
+    assert judge("vllm-compile", mode) and judge(7, mode) and judge("2", mode)  # a digit string is no member name
+    assert facts("compilation_config", "use_inductor_graph_partition") == {"null": True, "type": "bool"}
+
+
+def test_a_validator_that_rewrites_items_keeps_only_the_values_type():
+    # AttentionConfig.backend_per_kind maps backend names to Enum members inside the dict (attention.py:240-264):
+    # probing confirms only that the value is a dict; the names are left to config_validators.py
+    assert facts("attention_config", "backend_per_kind") == {"type": "dict"}
+    assert (
+        bad_values({"backend_per_kind": {"full_attention": "FLASH_ATTN"}}, LINE.options["attention_config"].json_keys)
+        == []
+    )
 
 
 # ------------------------------------------------------------------------------------------- through the rule

@@ -100,9 +100,10 @@ def flag_unsupported(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 field=f"engine_args.{name}",
             )
         )
-    out += bad_value_findings(ctx, emit)
-    judged = {f.field.split(".")[1] for f in out if f.field and f.field.startswith("engine_args.")}
-    out += validator_findings(ctx, emit, judged)
+    # vLLM's own validators first, in vLLM's words; the generated value facts judge what they leave
+    by_hand = validator_findings(ctx, emit)
+    judged = {f.field.split(".")[1] for f in by_hand if f.field and f.field.startswith("engine_args.")}
+    out += by_hand + bad_value_findings(ctx, emit, judged)
     for name, value in ctx.args.bool_with_value.items():
         opt = ctx.line.options[name]
         neg = opt.negative_flag
@@ -184,14 +185,15 @@ def _patched(value: dict[str, Any], path: str, allowed: tuple[Any, ...]) -> list
     return out
 
 
-def bad_value_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+def bad_value_findings(ctx: LaunchContext, emit: Emit, judged: set[str]) -> list[Finding]:
     """Values vLLM's config classes refuse (service/domain/config_values.py): inside a JSON option, per dotted
     path; an option with value facts (the parser hands the value on to a pydantic config class field, which
-    refuses it: a bound, an Enum, a dict's or list's contents), named ``engine_args.<dest>``."""
+    refuses it: a bound, an Enum, a dict's or list's contents), named ``engine_args.<dest>``. ``judged``: options
+    a validator check already refused."""
     out = []
     for name, value in ctx.args.values.items():
         opt = ctx.line.options.get(name)
-        if opt is None or value is None:
+        if opt is None or value is None or name in judged:
             continue
         if opt.json_keys and isinstance(value, dict):
             bad = bad_values(value, opt.json_keys)
@@ -232,10 +234,10 @@ def bad_value_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return out
 
 
-def validator_findings(ctx: LaunchContext, emit: Emit, judged: set[str]) -> list[Finding]:
-    """Values the validators of vLLM's config classes refuse (service/domain/config_validators.py), for an option
-    whose type facts found nothing (``judged``: those that did; pydantic runs a class's validators on typed fields)."""
-    checked = [n for n in ctx.args.values if n in CHECKS and n not in judged and n in ctx.line.options]
+def validator_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """Values the validators of vLLM's config classes refuse (service/domain/config_validators.py), in vLLM's own
+    words; the generated value facts judge the options these leave unrefused."""
+    checked = [n for n in ctx.args.values if n in CHECKS and n in ctx.line.options]
     if not checked:  # most launches give none of the options a validator judges
         return []
     asked = parse_version(ctx.version)
