@@ -128,6 +128,10 @@ CHECKS: dict[str, Check] = {
     "batch_sharded_sampling": Check(
         "batch_sharded_sampling", ("Batch-sharded sampling was explicitly enabled via the",)
     ),
+    "mamba_align_needs_chunked_prefill": Check(
+        "mamba_prefix_caching_chunked_prefill", ("Chunked prefill is required for mamba cache mode",)
+    ),
+    "dcp_a2a_needs_dcp": Check("dcp_comm_backend", ("requires decode_context_parallel_size > 1",)),
 }
 
 

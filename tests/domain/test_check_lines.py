@@ -142,3 +142,38 @@ def test_batched_tokens_below_max_num_seqs_on_0_10_2() -> None:
         "max_num_batched_tokens (2) must be greater than or equal to max_num_seqs (128)"
     ]
     assert not errors(_on("0.10.2", big, count=1, max_num_batched_tokens=2), "batched_tokens_lt_max_num_seqs")
+
+
+def test_dcp_a2a_without_dcp_refused_where_the_release_checks() -> None:
+    """vLLM 0.24.0 config/parallel.py:509-512: ``--dcp-comm-backend a2a`` with DCP 1 is refused; with DCP 2 (TP 2)
+    it passes; a line without the check is not judged."""
+    lines = CHECKS["dcp_a2a_needs_dcp"]["lines"]
+    assert "0.24.0" in lines
+    found = errors(_on("0.24.0", dcp_comm_backend="a2a"), "dcp_comm_backend")
+    assert [f.message.split(" (")[0] for f in found] == [
+        "dcp_comm_backend='a2a' requires decode_context_parallel_size > 1."
+    ]
+    ok = _on("0.24.0", "Qwen__Qwen3-8B", tensor_parallel_size=2, decode_context_parallel_size=2, dcp_comm_backend="a2a")
+    assert not errors(ok, "dcp_comm_backend")
+    assert not errors(_on("0.24.0", dcp_comm_backend="ag_rs"), "dcp_comm_backend")
+
+
+NANO = "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+
+
+def test_mamba_align_needs_chunked_prefill_on_0_24() -> None:
+    """vLLM 0.24.0 model_executor/models/config.py:438-441 asserts chunked prefill in the 'align' Mamba cache mode,
+    reached only with prefix caching on (off by default for a hybrid model there, config/model.py:1832-1836)."""
+    assert "0.24.0" in CHECKS["mamba_align_needs_chunked_prefill"]["lines"]
+    off = {"enable_chunked_prefill": False, "enable_prefix_caching": True}
+    found = errors(_on("0.24.0", NANO, mamba_cache_mode="align", **off), "mamba_prefix_caching_chunked_prefill")
+    assert [f.message.split(" (")[0] for f in found] == [
+        "AssertionError: Chunked prefill is required for mamba cache mode 'align'."
+    ]
+    # prefix caching left to 0.24's default (off for hybrids), or 'all' left to the model's support: not refused
+    assert not errors(
+        _on("0.24.0", NANO, mamba_cache_mode="align", enable_chunked_prefill=False),
+        "mamba_prefix_caching_chunked_prefill",
+    )
+    assert not errors(_on("0.24.0", NANO, **off), "mamba_prefix_caching_chunked_prefill")
+    assert not errors(_on("0.24.0", mamba_cache_mode="align", **off), "mamba_prefix_caching_chunked_prefill")

@@ -35,9 +35,10 @@ from .kv_dsv4 import dsv4_layout
 
 DSV4_MIXERS = ("dsv4", "dsv4_c4", "dsv4_c128")
 ATTENTION_MIXERS = ("attention", "mla", *DSV4_MIXERS)
-# models whose Mamba layers checkpoint every block under prefix caching ("all" mode, vllm 0.15-0.26): the
-# SupportsMambaPrefixCaching models (vllm 0.24.0 model_executor/models/{nemotron_h,jamba,mamba,mamba2,zamba2,
-# granitemoehybrid,falcon_h1}.py) — Mamba and Mamba2 mixers; GDN and short convolution fall back to "align"
+# models whose Mamba layers checkpoint every block under prefix caching ("all" mode, vllm 0.15-0.26) are the
+# SupportsMambaPrefixCaching classes, which the generated registry names; for a class it could not read, the
+# mixers: Mamba and Mamba2 (vllm 0.24.0 model_executor/models/{nemotron_h,jamba,mamba,mamba2,zamba2,
+# granitemoehybrid,falcon_h1}.py); GDN and short convolution fall back to "align"
 ALL_MODE_MIXERS = {"mamba", "mamba2"}
 MIN_KERNEL_BLOCK = 16  # FlashAttention / FlashInfer / Triton: MultipleOf(16) (v1/attention/backends/triton_attn.py:339)
 GDN_FLASHINFER_CHECKPOINT = 64  # vllm 0.33.0 v1/attention/backends/gdn_attn.py:34
@@ -149,7 +150,19 @@ def mamba_mode(ctx: LaunchContext, acct: Accounting, mixers: set[str], hybrid: b
         return "all"
     if acct.version >= (0, 28, 0) or (acct.version >= (0, 21, 0) and speculative_tokens(ctx)):
         return "align"
-    return "all" if mixers <= ALL_MODE_MIXERS else "align"
+    supported = _mamba_prefix_caching_class(ctx)
+    if supported is None:  # the registry could not read the class (or predates the fact): its mixers tell
+        supported = mixers <= ALL_MODE_MIXERS
+    return "all" if supported else "align"
+
+
+def _mamba_prefix_caching_class(ctx: LaunchContext) -> bool | None:
+    """Whether the release's model class implements SupportsMambaPrefixCaching (the generated registry)."""
+    for name in ctx.facts.architectures:
+        arch = ctx.line.architectures.get(name)
+        if arch is not None:
+            return arch.supports_mamba_prefix_caching
+    return None
 
 
 def gdn_checkpoints(ctx: LaunchContext, acct: Accounting) -> bool:

@@ -367,6 +367,32 @@ def dcp_tp_divisible(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ]
 
 
+SRC_DCP_COMM = (
+    "vllm 0.24.0 vllm/config/parallel.py:509-512 (ParallelConfig._validate_parallel_config); "
+    "service/data/vllm/checks/check_lines.json"
+)
+
+
+@rule("dcp_comm_backend", severity="error", source=SRC_DCP_COMM, when=("dcp_comm_backend",))
+def dcp_comm_backend(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--dcp-comm-backend a2a`` exchanges the decode context parallel shards all-to-all: without decode context
+    parallelism (DCP 1) the release refuses it."""
+    if ctx.args.get("dcp_comm_backend") != "a2a" or ctx.args.decode_context_parallel_size > 1:
+        return []
+    if not vllm_checks(ctx, "dcp_a2a_needs_dcp"):
+        return []
+    dcp = [d for d in range(2, ctx.tp + 1) if ctx.tp % d == 0]
+    return [
+        emit.error(
+            "dcp_comm_backend",
+            "dcp_comm_backend='a2a' requires decode_context_parallel_size > 1. "
+            f"(decode_context_parallel_size is {ctx.args.decode_context_parallel_size}.)",
+            remedy={"drop": ["dcp_comm_backend"], **({"decode_context_parallel_size": dcp} if dcp else {})},
+            field="engine_args.dcp_comm_backend",
+        )
+    ]
+
+
 def uses_ray(ctx: LaunchContext) -> bool:
     """Workers run under Ray: ``--distributed-executor-backend ray``, or no backend with a Ray data-parallel
     backend on one node and more than one GPU in all (vllm 0.33.0 vllm/config/parallel.py:1054-1085); up to 0.10 also

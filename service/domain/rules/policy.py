@@ -11,7 +11,7 @@ from ..findings import Finding
 from ..model_facts import round_up
 from ..policy_profile import RulePolicy, default_profile
 from . import Emit, rule
-from .gating import at_least, registry_arch
+from .gating import at_least, registry_arch, vllm_checks
 from .parallel import valid_tp_sizes
 
 PRODUCTION_UTIL_CAP = 0.90  # docs/operating.md §3
@@ -155,6 +155,27 @@ def mamba_prefix_caching(ctx: LaunchContext) -> bool:
     return arch.hybrid and not attention_only and (explicit is True or generative(ctx))
 
 
+def mamba_align_mode(ctx: LaunchContext) -> bool:
+    """Prefix caching over Mamba state in the ``align`` cache mode, on a release whose assert names that mode
+    (vllm 0.24.0 model_executor/models/config.py:417-441; 0.28.0 :602-624): prefix caching on — set, or from 0.26
+    by default for a hybrid model (0.24 config/model.py:1831-1836 leaves it off, "still experimental") — and the
+    mode ``align``: set so; or left unset (``none``) and, up to 0.26, picked because the model class does not
+    implement SupportsMambaPrefixCaching (from 0.28 always); or ``all`` on a class without that support; 0.32
+    asserts in every mode. Where the registry could not read the class, only an explicit ``align`` is judged."""
+    if not vllm_checks(ctx, "mamba_align_needs_chunked_prefill") or not mamba_prefix_caching(ctx):
+        return False
+    if ctx.args.get("enable_prefix_caching") is not True and not at_least(ctx, (0, 26)):
+        return False
+    if at_least(ctx, (0, 32)):  # 0.32 asserts whatever the mode (0.32.0 model_executor/models/config.py:685-696)
+        return True
+    mode = ctx.args.get("mamba_cache_mode") or "none"
+    arch = registry_arch(ctx)
+    unsupported = arch is not None and arch.supports_mamba_prefix_caching is False
+    if mode == "none":
+        return at_least(ctx, (0, 28)) or unsupported
+    return mode == "align" or (mode == "all" and unsupported)
+
+
 @rule(
     "chunked_prefill_disabled",
     "mamba_prefix_caching_chunked_prefill",
@@ -176,6 +197,17 @@ def chunked_prefill_disabled(ctx: LaunchContext, emit: Emit) -> list[Finding]:
                 "mamba_prefix_caching_chunked_prefill",
                 f"AssertionError: Chunked prefill is required for Mamba prefix caching. (prefix caching is {on}; "
                 f"enable chunked prefill, or disable prefix caching with --no-enable-prefix-caching.)",
+                remedy={"enable_chunked_prefill": True, "enable_prefix_caching": False},
+                field="engine_args.enable_chunked_prefill",
+            )
+        ]
+    if mamba_align_mode(ctx):
+        return [
+            emit.error(
+                "mamba_prefix_caching_chunked_prefill",
+                "AssertionError: Chunked prefill is required for mamba cache mode 'align'. (prefix caching is on "
+                f"for this {'hybrid' if registry_arch(ctx) and registry_arch(ctx).hybrid else 'Mamba'} model; enable "
+                "chunked prefill, or disable prefix caching with --no-enable-prefix-caching.)",
                 remedy={"enable_chunked_prefill": True, "enable_prefix_caching": False},
                 field="engine_args.enable_chunked_prefill",
             )

@@ -110,6 +110,7 @@ def _contexts() -> list[LaunchContext]:
         ("0.13.0", {"async_scheduling": True, "speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}),
         ("0.10.2", {"max_num_partial_prefills": 2, "max_long_partial_prefills": 3}),
         ("0.10.2", {"guided_decoding_disable_any_whitespace": True}),
+        ("0.24.0", {"dcp_comm_backend": "a2a"}),
     ):
         older = request(LLAMA, count=1, **args)
         older["vllm_version"] = version

@@ -127,11 +127,16 @@ def test_hybrid_prefix_caching_needs_chunked_prefill():
     assert not errors(_hybrid(), "mamba_prefix_caching_chunked_prefill")
 
 
-def test_hybrid_prefix_caching_before_0_33_warns():
-    # 0.32 asserts only in the 'align' Mamba cache mode, which depends on the model class: the warning stays
-    req = _hybrid("0.32.0", enable_chunked_prefill=False)
-    assert not errors(req, "mamba_prefix_caching_chunked_prefill")
-    assert found(req, "chunked_prefill_disabled")
+def test_hybrid_prefix_caching_before_0_33_names_the_align_mode():
+    """0.32 turns prefix caching on for a generative hybrid (config/model.py:2258-2260) and asserts chunked prefill
+    under it in any Mamba cache mode (model_executor/models/config.py:685-696). 0.26 asserts only in 'align', which
+    it picks for a class without SupportsMambaPrefixCaching: NemotronH has it (nemotron_h.py), so 'all' is picked."""
+    (f,) = errors(_hybrid("0.32.0", enable_chunked_prefill=False), "mamba_prefix_caching_chunked_prefill")
+    assert f.message.startswith("AssertionError: Chunked prefill is required for mamba cache mode 'align'.")
+    assert not errors(_hybrid("0.26.0", enable_chunked_prefill=False), "mamba_prefix_caching_chunked_prefill")
+    assert errors(
+        _hybrid("0.26.0", enable_chunked_prefill=False, mamba_cache_mode="align"), "mamba_prefix_caching_chunked_prefill"
+    )
 
 
 def test_transformer_without_chunked_prefill_still_warns():
