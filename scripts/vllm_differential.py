@@ -115,11 +115,15 @@ POLICY = {
     "secret_in_engine_args",
     "flag_unjudged",
 }
-SAME_REASON_WHEN_REFUSED = {
-    "input:range:workers",
-    "input:range:scheduler",
-    "lora_unsupported_model",
-}  # 0.33's ParallelConfig bounds (ge=1) refuse what this refuses
+# A Preflight error beyond the config code that is vLLM's own reason where vLLM refuses: any refusal (0.33's
+# ParallelConfig bounds, ge=1, refuse what the size errors refuse), or one whose message matches (the
+# config code of later lines looks the reasoning parser up: vllm 0.24.0 vllm/config/reasoning.py:77)
+SAME_REASON_WHEN_REFUSED: dict[str, re.Pattern[str] | None] = {
+    "input:range:workers": None,
+    "input:range:scheduler": None,
+    "lora_unsupported_model": None,
+    "parser_unknown": re.compile(r"parser '.*' (not found|is not registered)|[Pp]arser .* not found"),
+}
 WORKER_SIZES = {
     f"engine_args.{n}"
     for n in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "decode_context_parallel_size")
@@ -441,12 +445,19 @@ def _beyond_config(vllm: dict[str, Any]) -> set[str]:
     return BEYOND_CONFIG
 
 
+def _same_reason(error: str, vllm: dict[str, Any]) -> bool:
+    if error not in SAME_REASON_WHEN_REFUSED:
+        return False
+    said = SAME_REASON_WHEN_REFUSED[error]
+    return said is None or bool(said.search(str(vllm.get("message", ""))))
+
+
 def classify(vllm: dict[str, Any], pf: dict[str, Any]) -> str:
     if vllm["verdict"] == "harness":
         return "harness"
     config_errors = [e for e in pf["errors"] if e not in _beyond_config(vllm)]
     if vllm["verdict"] != "accept":  # a parallel size out of range is the same reason where vLLM refuses it too
-        config_errors += [e for e in pf["errors"] if e in SAME_REASON_WHEN_REFUSED]
+        config_errors += [e for e in pf["errors"] if _same_reason(e, vllm)]
     if vllm["verdict"] == "accept":
         if not pf["errors"]:
             return "agree_accept"

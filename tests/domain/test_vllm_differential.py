@@ -129,3 +129,14 @@ def test_a_parallel_size_both_refuse_is_agreement_and_vllms_verdicts_are_kept(tm
     assert calls == [5] and first["counts"] == again["counts"] == {"agree_accept": 5}
     diff.run("0.33.0", 6, 3, tmp_path, tmp_path, "torch", jobs=1)  # other launches: vLLM judges them
     assert calls == [5, 6]
+
+
+def test_an_unknown_parser_is_the_same_reason_only_where_vllm_names_the_parser():
+    """From 0.24 the config code looks the reasoning parser up (vllm/config/reasoning.py:77) and refuses an unknown
+    one itself: Preflight's parser_unknown beside it is agreement; beside another refusal it is not vLLM's reason."""
+    named = {"verdict": "reject", "message": "\"Reasoning parser '1' not found. Available parsers: qwen3\""}
+    other = {"verdict": "reject", "message": "Value error, Chunked prefill must be enabled"}
+    pf = {"errors": ["parser_unknown", "kv_pool_empty"]}
+    assert diff.classify(named, pf) == "agree_reject"
+    assert diff.classify(other, pf) == "memory_only"
+    assert diff.classify({"verdict": "accept"}, pf) == "beyond_config"
