@@ -172,7 +172,11 @@ def _folded_problem(v: Any, facts: dict[str, Any], depth: int) -> tuple[str, Any
         return judge(v, other, depth + 1) if isinstance(other, dict) else None
     if fold is None or not isinstance(folded, list):
         return None
-    return None if fold(v) in folded else (f"Input should be {_or(folded)}", None)
+    # the probes were ASCII, where lower and upper case are inverse; vLLM may upper-case first ("ı".upper() is "I"),
+    # so either reading that reaches a name passes
+    if fold(v) in folded or fold(v.upper()) in folded:
+        return None
+    return f"Input should be {_or(folded)}", None
 
 
 def judge(v: Any, facts: dict[str, Any], depth: int = 0) -> tuple[str, Any] | None:

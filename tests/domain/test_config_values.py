@@ -122,6 +122,7 @@ def test_a_field_behind_a_validator_is_judged_as_probing_the_class_showed():
     assert mode["fold"] == "lower" and mode["other"] == {"choices": [0, 1, 2, 3], "type": "int"}
     assert [judge(v, mode) for v in ("VLLM_COMPILE", "vllm_compile", 3, 2.0, None)] == [None] * 5
     assert judge("vllm-compile", mode) and judge(7, mode) and judge("2", mode)  # a digit string is no member name
+    assert judge("vllm_compıle", mode) is None  # vLLM upper-cases the name: a dotless i reads as I
     assert facts("compilation_config", "use_inductor_graph_partition") == {"null": True, "type": "bool"}
 
 
