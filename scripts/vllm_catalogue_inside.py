@@ -398,9 +398,12 @@ def _class_values(schema: dict, cls=None) -> dict | None:
 
 FOLDS = {
     "lower_underscore": lambda s: s.lower().replace("-", "_"),
+    "upper": lambda s: s.upper(),
     "lower": lambda s: s.lower(),
     "same": lambda s: s,
 }
+# letters whose upper and lower case are not inverse: probes that tell a validator's upper() from its lower()
+NOT_INVERSE = {"i": "\u0131", "k": "\u212a", "s": "\u017f"}
 NON_STRINGS = (None, True, False, 0, 1, -1, 4, 2.5, [], {}, ["a"], {"a": 1})
 BASE_STRINGS = ("", "true", "false", "yes", "1", "0", "1.5", "none", "None", "auto", "zz-probe", "ZZ_PROBE", "a,b")
 
@@ -485,6 +488,10 @@ def _spellings(words: set[str]) -> list[str]:
     for w in words:
         for v in (w, w.upper(), w.lower(), w.title(), w + "x"):
             out |= {v, v.replace("_", "-"), v.replace("-", "_")}
+        for plain, odd in NOT_INVERSE.items():
+            low = w.lower()
+            if plain in low:
+                out.add(low.replace(plain, odd, 1))
     return sorted(out)
 
 
@@ -807,6 +814,14 @@ def option_values(action, kind: str, passed: dict) -> dict | None:
     return {"class": cls.__name__, "field": field_name, **field_source(cls, field_name), **facts}
 
 
+def expands_numbers(fn) -> bool:
+    """The option's type function expands bare ``1k``/``2M`` tokens in its JSON before validating it
+    (``parse_dataclass`` calling ``_expand_json_human_readable_numbers``, vllm 0.33.0 engine/arg_utils.py:302-321,
+    371)."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code is not None and "_expand_json_human_readable_numbers" in code.co_names
+
+
 def says_more(facts: dict, parsed: str | None, item: str | None = None) -> bool:
     """Whether value facts can refuse a value the parser let through: ``parsed`` is the type the parser made of it
     (``list`` for a list option, whose elements are ``item``; None for JSON, which the parser does not check): a
@@ -911,6 +926,7 @@ def options(parser: argparse.ArgumentParser, source: EngineArgsSource | None = N
                 "help": " ".join(help_text.split())[:400],
                 **({"json_keys": schema} if schema is not None else {}),
                 **({"value_facts": values} if values is not None else {}),
+                **({"json_numbers": True} if kind == "json" and expands_numbers(action.type) else {}),
             }
         )
     out.sort(key=lambda o: o["dest"])
@@ -995,6 +1011,8 @@ def registry(root: pathlib.Path) -> dict:
                     "supports_lora": "SupportsLoRA" in ifaces,
                     # Mamba state cached per block under prefix caching ("all" mode; else vLLM picks "align")
                     "supports_mamba_prefix_caching": ("SupportsMambaPrefixCaching" in ifaces) if resolved else None,
+                    # sequence parallelism over the hidden states of TP ranks (--enable-hc-sp, from 0.33)
+                    "supports_hc_sp": ("SupportsHCSP" in ifaces) if resolved else None,
                 }
             entry["tables"].append(table.strip("_").lower())
             if table == "_MULTIMODAL_MODELS":

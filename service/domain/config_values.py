@@ -12,7 +12,8 @@ only refused when pydantic surely refuses it. Fields the generator could not rea
 not judged.
 
 A field behind a validator function of vLLM's is judged by what probing the class showed (the generator's
-``validated_facts``): a string by its ``fold`` (``lower_underscore``, ``lower`` or ``same``) against ``folded``,
+``validated_facts``): a string by its ``fold`` (``lower_underscore``, ``upper``, ``lower`` or ``same``: the probes
+tell upper from lower case with letters whose two cases are not inverse) against ``folded``,
 any other value by ``other``, or, where the function only passes values on, by the annotation's facts.
 
 Messages use pydantic's words ("Input should be 'auto', 'xgrammar' or 'guidance'", "Field required").
@@ -29,7 +30,7 @@ MAX_DEPTH = 8
 MAX_PROBLEMS = 8
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
-_DIGITS = re.compile(r"[+-]?[\d_]+")
+_DIGITS = re.compile(r"[+-]?[0-9_]+")  # pydantic reads ASCII digits only ("３" is no integer to it)
 ABSENT = object()  # the value of a required key that is missing
 
 
@@ -61,6 +62,8 @@ def as_int(v: Any) -> tuple[int | None, str | None]:
         return int(v), None
     if isinstance(v, str):
         text = v.strip()
+        if not text.isascii():
+            return None, "Input should be a valid integer, unable to parse string as an integer"
         if _DIGITS.fullmatch(text):
             try:
                 return int(text), None
@@ -83,6 +86,8 @@ def as_float(v: Any) -> tuple[float | None, str | None]:
         except OverflowError:
             return None, None
     if isinstance(v, str):
+        if not v.isascii():
+            return None, "Input should be a valid number, unable to parse string as a number"
         try:
             return float(v), None
         except ValueError:
@@ -156,6 +161,7 @@ def _choice_problem(v: Any, facts: dict[str, Any]) -> str | None:
 
 FOLDS = {
     "lower_underscore": lambda s: s.lower().replace("-", "_"),
+    "upper": lambda s: s.upper(),
     "lower": lambda s: s.lower(),
     "same": lambda s: s,
 }
@@ -172,18 +178,15 @@ def _folded_problem(v: Any, facts: dict[str, Any], depth: int) -> tuple[str, Any
         return judge(v, other, depth + 1) if isinstance(other, dict) else None
     if fold is None or not isinstance(folded, list):
         return None
-    # the probes were ASCII, where lower and upper case are inverse; vLLM may upper-case first ("ı".upper() is "I"),
-    # so either reading that reaches a name passes
-    if fold(v) in folded or fold(v.upper()) in folded:
-        return None
-    return f"Input should be {_or(folded)}", None
+    return None if fold(v) in folded else (f"Input should be {_or(folded)}", None)
 
 
-def judge(v: Any, facts: dict[str, Any], depth: int = 0) -> tuple[str, Any] | None:
+def judge(v: Any, facts: dict[str, Any], depth: int = 0, folds: bool = True) -> tuple[str, Any] | None:
     """(pydantic's message, the nearest allowed value or None) when pydantic refuses ``v`` itself (not its items or
-    values: ``problems`` looks inside); None when it passes or the facts do not say."""
+    values: ``problems`` looks inside); None when it passes or the facts do not say. ``folds``: judge names read
+    through a validator (off for a request of another release than the catalogue's: a later one may add names)."""
     if "fold" in facts:
-        return _folded_problem(v, facts, depth) if depth <= MAX_DEPTH else None
+        return _folded_problem(v, facts, depth) if folds and depth <= MAX_DEPTH else None
     if v is None:
         if facts.get("null") or not (facts.get("type") or facts.get("choices") or facts.get("any_of")):
             return None
@@ -213,13 +216,13 @@ def judge(v: Any, facts: dict[str, Any], depth: int = 0) -> tuple[str, Any] | No
     return None
 
 
-def problems(v: Any, facts: dict[str, Any], path: str = "", depth: int = 0) -> list[BadValue]:
+def problems(v: Any, facts: dict[str, Any], path: str = "", depth: int = 0, folds: bool = True) -> list[BadValue]:
     """What pydantic refuses in ``v`` (up to MAX_PROBLEMS): the value itself, else a list's items (``path[2]``)
     and a dict's values (``path.key``), as deep as the facts go (``items``/``values``; vLLM's
     ``dict[str, dict[str, Any]]`` or ``str | dict[str, str]``)."""
     if depth > MAX_DEPTH or not isinstance(facts, dict):
         return []
-    found = judge(v, facts, depth)
+    found = judge(v, facts, depth, folds)
     if found:
         problem, nearest = found
         listed = facts.get("choices") or facts.get("folded") or ()
@@ -231,14 +234,19 @@ def problems(v: Any, facts: dict[str, Any], path: str = "", depth: int = 0) -> l
         pairs = enumerate(v) if isinstance(v, list) else v.items()
         for key, item in pairs:
             where = f"{path}[{key}]" if isinstance(v, list) else f"{path}.{key}" if path else str(key)
-            out += problems(item, inner, where, depth + 1)
+            out += problems(item, inner, where, depth + 1, folds)
             if len(out) >= MAX_PROBLEMS:
                 break
     return out[:MAX_PROBLEMS]
 
 
 def bad_values(
-    value: dict[str, Any], schema: dict[str, Any], prefix: str = "", depth: int = 0, out: list[BadValue] | None = None
+    value: dict[str, Any],
+    schema: dict[str, Any],
+    prefix: str = "",
+    depth: int = 0,
+    out: list[BadValue] | None = None,
+    folds: bool = True,
 ) -> list[BadValue]:
     """Every value of a JSON option (up to MAX_PROBLEMS) that the option's config class refuses, with its dotted
     path; ``schema`` is the option's ``json_keys`` (``values``: the facts per key, ``keys``: nested classes)."""
@@ -253,9 +261,9 @@ def bad_values(
     for key, v in value.items():
         if len(out) >= MAX_PROBLEMS:
             break
-        found = problems(v, facts.get(key) or {}, prefix + key, depth)
+        found = problems(v, facts.get(key) or {}, prefix + key, depth, folds)
         if found:
             out += found
         elif isinstance(v, dict) and isinstance(subs.get(key), dict):
-            bad_values(v, subs[key], f"{prefix}{key}.", depth + 1, out)
+            bad_values(v, subs[key], f"{prefix}{key}.", depth + 1, out, folds)
     return out[:MAX_PROBLEMS]

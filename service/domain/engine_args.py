@@ -228,8 +228,24 @@ def _number(name: str, value: Any, integer: bool) -> int | float:
 DICT_ONLY = {"speculative_config"}  # a JSON option with no config class whose value vLLM reads as a dict
 
 
+_QUOTED = re.compile(r'("(?:[^"\\]|\\.)*")')
+_BARE_NUMBER = re.compile(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b")
+
+
+def expand_json_numbers(text: str, name: str) -> str:
+    """Bare ``1k`` / ``2M`` tokens outside JSON strings replaced by their integers, as the parser of a config-class
+    JSON option does before reading it (vllm 0.33.0 engine/arg_utils.py:302-321 ``_expand_json_human_readable_numbers``
+    with ``human_readable_int``, utils/argparse_utils.py:30-74: ``k`` = 1000, ``K`` = 1024, no decimals with ``K``)."""
+    parts = _QUOTED.split(text)
+    for i in range(0, len(parts), 2):  # even indices: outside strings
+        parts[i] = _BARE_NUMBER.sub(lambda m: str(parse_size(m.group(), name)), parts[i])
+    return "".join(parts)
+
+
 def _json(name: str, value: Any, opt: Option | None = None) -> Any:
     fld = f"engine_args.{name}"
+    if isinstance(value, str) and opt is not None and opt.json_numbers:
+        value = expand_json_numbers(value, name)
     if isinstance(value, str):
         try:  # NaN / Infinity / a 5,000-digit integer inside the text: the same bounds as the request body's JSON
             value = json.loads(value)

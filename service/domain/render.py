@@ -28,7 +28,7 @@ import unicodedata
 from typing import Any
 
 from .context import LaunchContext
-from .engine_args import coerce, scalar
+from .engine_args import coerce, expand_json_numbers, scalar
 from .findings import Finding
 from .rules import Emit
 from .rules.quantization import effective_quantization
@@ -290,7 +290,7 @@ def read_value(dest: str, opt: Option, text: str) -> Any:
     """One argv element as the option's ``type`` callable reads it (a JSON option's text as JSON)."""
     kind = opt.kind
     if kind is K_JSON or (kind is K_JSON_OR_STR and text.lstrip().startswith("{")):
-        return json.loads(text)
+        return json.loads(expand_json_numbers(text, dest) if opt.json_numbers else text)
     return scalar(dest, opt, text)
 
 

@@ -69,6 +69,7 @@ class Option:
     deprecated: bool
     help: str
     json_keys: dict[str, Any] | None = None  # for a config-dataclass JSON option: {"keys": {field: sub-schema or None}}
+    json_numbers: bool = False  # the parser expands bare 1k / 2M tokens in the option's JSON before reading it
     # and, where the generator read them, "class" and "values": {field: value facts} (service/domain/config_values.py)
     value_facts: dict[str, Any] | None = None  # the facts of the config field EngineArgs hands the value to unchanged
     # the parser's choices hold None itself (not the text 'None'): what '' / 'None' convert to is a valid choice
@@ -134,6 +135,7 @@ class Architecture:
     draft_only: bool = False
     # the class implements SupportsMambaPrefixCaching (None: not read, or a catalogue generated before it was read)
     supports_mamba_prefix_caching: bool | None = None
+    supports_hc_sp: bool | None = None  # implements SupportsHCSP (None: not read)
 
 
 # an engine_args key naming a dest (engine_args.resolve_name)
@@ -311,6 +313,7 @@ def _option(raw: dict[str, Any]) -> Option:
         deprecated=bool(raw.get("deprecated")),
         help=raw.get("help", ""),
         json_keys=raw.get("json_keys"),
+        json_numbers=bool(raw.get("json_numbers")),
         value_facts=raw.get("value_facts"),
         none_is_a_choice=isinstance(choices, list) and None in choices,
     )
@@ -333,6 +336,7 @@ def _load(path: pathlib.Path) -> VersionLine:
             a.get("supports_lora") if a.get("resolved", True) else None,
             bool(a.get("draft_only")),
             a.get("supports_mamba_prefix_caching") if a.get("resolved", True) else None,
+            a.get("supports_hc_sp") if a.get("resolved", True) else None,
         )
         for name, a in reg["architectures"].items()
     }

@@ -119,10 +119,15 @@ def test_a_field_behind_a_validator_is_judged_as_probing_the_class_showed():
     assert judge("cublas", linear)[0].startswith("Input should be 'aiter'")
     assert judge(4, linear) is not None  # a non-string reaches the Literal unchanged
     mode = facts("compilation_config", "mode")
-    assert mode["fold"] == "lower" and mode["other"] == {"choices": [0, 1, 2, 3], "type": "int"}
+    assert mode["fold"] == "upper" and mode["other"] == {"choices": [0, 1, 2, 3], "type": "int"}
     assert [judge(v, mode) for v in ("VLLM_COMPILE", "vllm_compile", 3, 2.0, None)] == [None] * 5
     assert judge("vllm-compile", mode) and judge(7, mode) and judge("2", mode)  # a digit string is no member name
     assert judge("vllm_compıle", mode) is None  # vLLM upper-cases the name: a dotless i reads as I
+    # probes with letters whose two cases are not inverse tell vLLM's upper() from its lower()
+    assert judge("trıton", facts("kernel_config", "moe_backend"))  # lower-cased there: ı stays ı
+    backend = facts("attention_config", "backend")
+    assert backend["fold"] == "upper" and judge("flashınfer", backend) is None
+    assert judge("to\u212aenspeed_mla", backend)  # the Kelvin sign upper-cases to itself: no member
     assert facts("compilation_config", "use_inductor_graph_partition") == {"null": True, "type": "bool"}
 
 

@@ -297,3 +297,17 @@ def test_bounded_messages():
 def test_a_config_files_unknown_key_is_refused_with_its_key():
     e = error("vllm serve --config serve.yaml", "model: org/m\ntensor-paralel-size: 4\nmax-modl-len: 4096\n")
     assert (e.index, e.key) == (2, "tensor-paralel-size") and "did you mean --tensor-parallel-size" in str(e)
+
+
+def test_bare_human_readable_numbers_in_a_config_class_json_option():
+    """vllm 0.33.0 engine/arg_utils.py:302-321, 371: parse_dataclass expands bare 1k / 2K tokens (not inside JSON
+    strings) before validating; the catalogue records which options' parsers do (``json_numbers``)."""
+    assert LINE.options["compilation_config"].json_numbers and not LINE.options["speculative_config"].json_numbers
+    read = read_launch_argv(
+        ["vllm", "serve", "m", "--compilation-config", '{"max_cudagraph_capture_size": 1k, "cache_dir": "1k"}'], LINE
+    )
+    assert read.engine_args["compilation_config"] == {"max_cudagraph_capture_size": 1000, "cache_dir": "1k"}
+    read = read_launch_argv(
+        ["vllm", "serve", "m", "--compilation-config", '{"cudagraph_capture_sizes": [1k, 2K]}'], LINE
+    )
+    assert read.engine_args["compilation_config"] == {"cudagraph_capture_sizes": [1000, 2048]}

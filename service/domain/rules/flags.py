@@ -191,12 +191,14 @@ def bad_value_findings(ctx: LaunchContext, emit: Emit, judged: set[str]) -> list
     refuses it: a bound, an Enum, a dict's or list's contents), named ``engine_args.<dest>``. ``judged``: options
     a validator check already refused."""
     out = []
+    asked = parse_version(ctx.version)
+    folds = asked is not None and asked[:2] == ctx.line.release[:2]  # names: only on the catalogue's own line
     for name, value in ctx.args.values.items():
         opt = ctx.line.options.get(name)
         if opt is None or value is None or name in judged:
             continue
         if opt.json_keys and isinstance(value, dict):
-            bad = bad_values(value, opt.json_keys)
+            bad = bad_values(value, opt.json_keys, folds=folds)
             if not bad:
                 continue
             cls = opt.json_keys.get("class", "config")
@@ -209,7 +211,7 @@ def bad_value_findings(ctx: LaunchContext, emit: Emit, judged: set[str]) -> list
                 ]
             }
         elif opt.value_facts and name not in RULE_RANGES:  # those have a rule with vLLM's own message
-            bad = problems(value, opt.value_facts, name)
+            bad = problems(value, opt.value_facts, name, folds=folds)
             if not bad:
                 continue
             facts = opt.value_facts
