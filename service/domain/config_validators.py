@@ -89,6 +89,10 @@ def _attention(value: Any, line: Line, names: Names) -> list[BadValue]:
                 f"{', '.join(sorted(KV_CACHE_SPEC_KINDS))}."
             )
             return [BadValue(where, backend, said, KV_CACHE_SPEC_KINDS)]
+        if (
+            backend is None
+        ):  # AttentionBackendEnum.CUSTOM (v1/attention/backends/registry.py:169): a plugin registers it
+            continue
         if not isinstance(backend, str):
             return [BadValue(where, backend, "Input should be an AttentionBackendEnum member (by name)")]
         if backends is not None and backend.upper() not in backends:

@@ -243,6 +243,47 @@ def _pull_config(
     return pulled + rest
 
 
+MAX_CONFIG_NODES = 100_000  # YAML nodes with every alias expanded (a "billion laughs" file is refused unexpanded)
+
+
+def expanded_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
+    """How many nodes the YAML holds with every alias expanded, counted from PyYAML's event stream before anything
+    is built; a ``ValueError`` past ``limit``."""
+    import yaml
+
+    anchors: dict[str, int] = {}
+    stack: list[list] = [[0, None]]  # per open collection: [nodes so far, its anchor]
+    total = 0  # nodes counted so far (in open collections and in closed ones)
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            stack.append([1, event.anchor])
+            total += 1
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            size, anchor = stack.pop()
+            if anchor:
+                anchors[anchor] = size
+            stack[-1][0] += size  # moved to the parent: the total stays
+        elif isinstance(event, (yaml.AliasEvent, yaml.ScalarEvent)):
+            alias = isinstance(event, yaml.AliasEvent)
+            size = anchors.get(event.anchor, 1) if alias else 1
+            if event.anchor and not alias:
+                anchors[event.anchor] = 1
+            stack[-1][0] += size
+            total += size
+        if total > limit:
+            raise ValueError(f"more than {limit} YAML nodes with aliases expanded")
+    return total
+
+
+def load_config_yaml(text: str):
+    """A vLLM config YAML as PyYAML's safe_load reads it (vLLM's reader), refused first when its aliases expand
+    beyond MAX_CONFIG_NODES."""
+    import yaml
+
+    expanded_nodes(text)
+    return yaml.safe_load(text)
+
+
 def config_arguments(text: str, line: VersionLine) -> list[tuple[str, str]]:
     """A vLLM config YAML's arguments as vllm/utils/argparse_utils.py:606-673 (load_config_file) lists them, each
     with the key that gave it: ``true`` → ``--key``, ``false`` → ``--no-key`` when the parser has it (else nothing),
@@ -253,8 +294,8 @@ def config_arguments(text: str, line: VersionLine) -> list[tuple[str, str]]:
     if len(text) > MAX_CONFIG_CHARS:
         raise LaunchArgvError(f"the config file is larger than {MAX_CONFIG_CHARS} characters", None, field="config")
     try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as e:
+        data = load_config_yaml(text)
+    except (yaml.YAMLError, RecursionError, ValueError) as e:
         raise LaunchArgvError(f"the config file is not YAML vLLM can read: {e}", None, field="config") from None
     if not isinstance(data, dict):  # vLLM calls config.items(): anything else fails at start-up
         raise LaunchArgvError("the config file must hold a mapping of option names to values", None, field="config")

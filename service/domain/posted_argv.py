@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from .errors import DomainError
 from .findings import Finding, Severity, verdict_of
 from .launch_argv import LaunchArgvError, ReadArgv, read_launch_argv
@@ -86,4 +88,9 @@ def request_with_argv(request: LaunchRequest, argv: Sequence[str]) -> tuple[Laun
     data["engine_args"] = read.engine_args
     if not models:
         data["model"]["uri"] = read.model
-    return LaunchRequest.model_validate(data), read
+    try:
+        return LaunchRequest.model_validate(data), read
+    except ValidationError as e:  # a value the argv carries that the request model refuses (NaN, 1e400, depth)
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise DomainError("argv", f"argv: {where}: {first.get('msg', 'invalid')}", rule="type") from None

@@ -134,11 +134,12 @@ def _read_yaml(path: pathlib.Path, text: str) -> list[FoundLaunch]:
 def _read_vllm_config(path: pathlib.Path, text: str) -> list[FoundLaunch]:
     import yaml
 
+    from ..domain.launch_argv import load_config_yaml
     from .vllm_config import looks_like_vllm_config, read_vllm_config
 
     try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as e:
+        data = load_config_yaml(text)
+    except (yaml.YAMLError, RecursionError, ValueError) as e:
         mark = getattr(e, "problem_mark", None)
         at = Span(str(path), mark.line + 1, mark.column + 1) if mark else Span(str(path), 1, 1)
         raise SourceError(f"is not YAML: {getattr(e, 'problem', None) or e}", at) from None

@@ -259,3 +259,23 @@ def test_validate_bounds_a_list_option_at_its_element(client):
         client.post("/v1/validate", json={**inline, "argv": [*ARGV, "0.9", "--served-model-name", *names]})
     )
     assert fields == {("argv[9]", "argv")} and "400 values, more than the 64" in detail
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["vllm", "serve", MODEL, "--compilation-config", '{"mode": NaN}'],
+        ["vllm", "serve", MODEL, "--kernel-config", '{"moe_backend": Infinity}'],
+        ["vllm", "serve", MODEL, "--compilation-config", '{"cudagraph_capture_sizes": [1e999]}'],
+        ["vllm", "serve", MODEL, "--compilation-config.mode", "1e400"],
+        ["vllm", "serve", MODEL, "--compilation-config" + ".a" * 900, "1"],
+    ],
+)
+def test_validate_answers_a_hostile_argv_with_a_422(client, argv):
+    inline = {
+        "model": {"config": model_config("meta-llama__Meta-Llama-3.1-70B")},
+        "hardware": {"gpu": "h100-sxm-80gb", "count": 8},
+    }
+    r = client.post("/v1/validate", json={**inline, "argv": argv})
+    assert r.status_code == 422, r.text
+    assert any(f.startswith("argv") for f, _ in problem(r)[0])

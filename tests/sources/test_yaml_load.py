@@ -136,3 +136,27 @@ def test_block_and_quoted_scalars_are_located_per_character():
 )
 def test_go_prints_float64_as_helm_quotes_it(value, text):
     assert go_float(value) == text
+
+
+def test_a_vllm_config_yaml_alias_bomb_is_refused_before_it_is_built(tmp_path):
+    """vLLM's own config files are read with PyYAML's safe_load (as vLLM reads them): the expanded size is counted
+    from the event stream first, so eight levels of nine aliases (43 million nodes) are refused, not built."""
+    from service.domain.launch_argv import MAX_CONFIG_NODES, expanded_nodes
+    from service.sources.found import SourceError
+    from service.sources.read import read_launches
+
+    levels = ['  l0: &l0 ["x","x","x","x","x","x","x","x","x"]']
+    levels += [f"  l{i}: &l{i} [{','.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 8)]
+    text = (
+        "model: meta-llama/Llama-3.1-8B\nx-anchors:\n"
+        + "\n".join(levels)
+        + "\nkernel-config: {ir_op_priority: {rms_norm: *l7}}\n"
+    )
+    path = tmp_path / "vllm.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError):
+        expanded_nodes(text)
+    with pytest.raises(SourceError) as e:
+        read_launches(path)
+    assert str(MAX_CONFIG_NODES) in str(e.value)
+    assert expanded_nodes("a: &a [1, 2]\nb: *a\n") == 9  # the mapping, key a, the list of 3, key b, its alias (3)
