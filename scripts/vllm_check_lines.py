@@ -132,6 +132,22 @@ CHECKS: dict[str, Check] = {
         "mamba_prefix_caching_chunked_prefill", ("Chunked prefill is required for mamba cache mode",)
     ),
     "dcp_a2a_needs_dcp": Check("dcp_comm_backend", ("requires decode_context_parallel_size > 1",)),
+    "cudagraph_max_size_positive": Check(
+        "cudagraph_capture_size", ("Maximum cudagraph size should be greater than or equal to 1",)
+    ),
+    # not a refusal: where the source holds this, "auto" selects the backend; elsewhere it is an unknown name
+    "attention_backend_auto_selects": Check("backend_unknown", ('The special value "auto" is treated as None',)),
+    "kv_offloading_needs_size": Check(
+        "kv_offloading_options", ("You must set kv_offloading_size when kv_offloading_backend is set",)
+    ),
+    "grpc_port_needs_rust_frontend": Check(
+        "serve_option_pair", ("--grpc-port requires VLLM_USE_RUST_FRONTEND=1 vllm serve",)
+    ),
+    "hc_sp_model_support": Check("hc_sp_options", ("--enable-hc-sp is not supported for this model",)),
+    "kda_fused_rocm_only": Check("kda_prefill_backend", ("--kda-prefill-backend=fused is only available on ROCm",)),
+    "mm_shm_object_size_needs_shm": Check(
+        "mm_cache_options", ("'mm_shm_cache_max_object_size_mb' should only be set when",)
+    ),
 }
 
 

@@ -177,3 +177,77 @@ def test_mamba_align_needs_chunked_prefill_on_0_24() -> None:
     )
     assert not errors(_on("0.24.0", NANO, **off), "mamba_prefix_caching_chunked_prefill")
     assert not errors(_on("0.24.0", mamba_cache_mode="align", **off), "mamba_prefix_caching_chunked_prefill")
+
+
+def test_cudagraph_capture_size_below_one_refused_with_cuda_graphs_on() -> None:
+    """vllm 0.24.0 config/vllm.py:1677-1699: with CUDA graphs on, min(max_cudagraph_capture_size,
+    max_num_batched_tokens) must be at least 1; eager mode (or settings that may turn graphs off) is not judged."""
+    assert {"0.13.0", "0.24.0", "0.33.0"} <= set(CHECKS["cudagraph_max_size_positive"]["lines"])
+    for size in (0, -1):
+        found = errors(_on("0.24.0", max_cudagraph_capture_size=size), "cudagraph_capture_size")
+        assert [f.message.split(" (")[0] for f in found] == [
+            "AssertionError: Maximum cudagraph size should be greater than or equal to 1 when using cuda graph."
+        ]
+    assert not errors(_on("0.24.0", max_cudagraph_capture_size=0, enforce_eager=True), "cudagraph_capture_size")
+    assert not errors(_on("0.24.0", max_cudagraph_capture_size=0, optimization_level=0), "cudagraph_capture_size")
+    assert not errors(_on("0.24.0", max_cudagraph_capture_size=8), "cudagraph_capture_size")
+
+
+def test_shm_object_size_needs_the_shm_processor_cache_on_a_multimodal_model() -> None:
+    """vllm 0.24.0 config/multimodal.py:245-256, built only for a multimodal model (Llama 4 Scout here)."""
+    scout = "meta-llama__Llama-4-Scout-17B-16E-Instruct"
+    found = errors(_on("0.24.0", scout, mm_shm_cache_max_object_size_mb=4), "mm_cache_options")
+    assert [f.message.split(" (")[0] for f in found] == [
+        "'mm_shm_cache_max_object_size_mb' should only be set when 'mm_processor_cache_type' is 'shm'."
+    ]
+    shm = _on("0.24.0", scout, mm_shm_cache_max_object_size_mb=4, mm_processor_cache_type="shm")
+    assert not errors(shm, "mm_cache_options")
+    assert not errors(_on("0.24.0", scout, mm_shm_cache_max_object_size_mb=128), "mm_cache_options")  # the default
+    assert not errors(_on("0.24.0", mm_shm_cache_max_object_size_mb=4), "mm_cache_options")  # a text-only model
+
+
+def test_attention_backend_auto_selects_only_where_the_release_maps_it() -> None:
+    """From 0.18 config/attention.py reads "auto" as None (automatic selection); vLLM 0.13.0 looks AUTO up in
+    AttentionBackendEnum (attention/backends/registry.py:24-31) and refuses it."""
+    assert "0.18.1" in CHECKS["attention_backend_auto_selects"]["lines"]
+    assert "0.13.0" not in CHECKS["attention_backend_auto_selects"]["found"]
+    (f,) = errors(_on("0.13.0", attention_backend="auto"), "backend_unknown")
+    assert f.message.startswith("Unknown attention backend: 'AUTO'. Valid options are: FLASH_ATTN,")
+    assert not errors(_on("0.24.0", attention_backend="auto"), "backend_unknown")
+    assert not errors(_on("0.13.0", attention_backend="flash_attn"), "backend_unknown")
+
+
+def test_kv_offloading_backend_needs_a_size_on_0_13() -> None:
+    """vllm 0.13.0 config/vllm.py:484-487."""
+    assert CHECKS["kv_offloading_needs_size"]["lines"] == ["0.11.2", "0.13.0"]
+    (f,) = errors(_on("0.13.0", kv_offloading_backend="lmcache"), "kv_offloading_options")
+    assert f.message == "You must set kv_offloading_size when kv_offloading_backend is set."
+    assert not errors(_on("0.13.0", kv_offloading_backend="native", kv_offloading_size=4), "kv_offloading_options")
+
+
+def test_hc_sp_needs_a_model_class_that_supports_it() -> None:
+    """vllm 0.33.0 config/model.py:1546-1556: with TP > 1, --enable-hc-sp asks the registry's supports_hc_sp (the
+    SupportsHCSP interface, which no 0.33 model class implements); TP 1 is not checked."""
+    assert "0.33.0" in CHECKS["hc_sp_model_support"]["lines"]
+    qwen = "Qwen__Qwen2.5-72B-Instruct"
+    found = errors(_on("0.33.0", qwen, tensor_parallel_size=8, enable_hc_sp=True), "hc_sp_options")
+    assert [f.message.split(" (")[0] for f in found] == ["--enable-hc-sp is not supported for this model"]
+    assert not errors(_on("0.33.0", enable_hc_sp=True), "hc_sp_options")
+
+
+def test_kda_fused_prefill_is_rocm_only() -> None:
+    """vllm 0.33.0 engine/arg_utils.py:2868-2880."""
+    (f,) = errors(_on("0.33.0", kda_prefill_backend="fused"), "kda_prefill_backend")
+    assert f.message.startswith("--kda-prefill-backend=fused is only available on ROCm.")
+    assert not errors(_on("0.33.0", kda_prefill_backend="flashkda"), "kda_prefill_backend")
+
+
+def test_routed_experts_asked_through_the_aux_output_config() -> None:
+    """vllm 0.33.0 config/vllm.py:1187-1206: AuxOutputConfig.enabled is enable_return_routed_experts, from the flag
+    or the JSON option alike; a dense model is refused either way."""
+    env = {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+    req = _on("0.33.0", "Qwen__Qwen3-8B", aux_output_config={"enable_return_routed_experts": 1})
+    req["env"] = env
+    assert "AuxOutput Connector only supports MoE models." in [
+        f.message.split(" (")[0] for f in errors(req, "routed_experts")
+    ]

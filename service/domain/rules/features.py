@@ -57,16 +57,24 @@ def _routed_problems(ctx: LaunchContext) -> list[tuple[str, dict[str, Any], str]
     return out
 
 
+def _returns_routed_experts(ctx: LaunchContext) -> bool:
+    """Routed experts returned: the flag, or ``--aux-output-config`` asking for them (0.33 config/aux_output.py:22-24
+    ``enabled``)."""
+    aux = ctx.args.get("aux_output_config")
+    asked = isinstance(aux, dict) and lax_true(aux.get("enable_return_routed_experts"))
+    return bool(ctx.args.get("enable_return_routed_experts")) or asked
+
+
 @rule(
     "routed_experts",
     severity="error",
     source=SRC_ROUTED,
-    when=("enable_return_routed_experts",),
+    when=("enable_return_routed_experts", "aux_output_config"),
 )
 def routed_experts(ctx: LaunchContext, emit: Emit) -> list[Finding]:
-    """``--enable-return-routed-experts`` (from 0.32) needs a MoE model, Model Runner V2, prefix caching, no
-    pipeline parallelism and no context parallelism."""
-    if not ctx.args.get("enable_return_routed_experts") or not at_least(ctx, (0, 32)):
+    """``--enable-return-routed-experts`` (from 0.32; or ``--aux-output-config`` asking for routed experts) needs a
+    MoE model, Model Runner V2, prefix caching, no pipeline parallelism and no context parallelism."""
+    if not _returns_routed_experts(ctx) or not at_least(ctx, (0, 32)):
         return []
     return [emit.error("routed_experts", t, remedy=r, field=f) for t, r, f in _routed_problems(ctx)]
 
@@ -687,5 +695,50 @@ def pooler_config_generate(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             "in for pooling models only; this model runs on the generate runner).",
             remedy={"drop": ["pooler_config"]},
             field="engine_args.pooler_config",
+        )
+    ]
+
+
+SRC_KV_OFFLOAD = (
+    "vllm 0.13.0 vllm/config/vllm.py:470-487 (VllmConfig._post_init_kv_transfer_config; also 0.11.2 "
+    "config/vllm.py:299-316); service/data/vllm/checks/check_lines.json"
+)
+
+
+@rule("kv_offloading_options", severity="error", source=SRC_KV_OFFLOAD, when=("kv_offloading_backend",))
+def kv_offloading_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--kv-offloading-backend`` without ``--kv-offloading-size``: the releases that build the offloading
+    connector from the two refuse the backend alone."""
+    a = ctx.args
+    if a.get("kv_offloading_backend") is None or a.get("kv_offloading_size") is not None:
+        return []
+    if not vllm_checks(ctx, "kv_offloading_needs_size"):
+        return []
+    return [
+        emit.error(
+            "kv_offloading_options",
+            "You must set kv_offloading_size when kv_offloading_backend is set.",
+            remedy={"drop": ["kv_offloading_backend"]},
+            field="engine_args.kv_offloading_size",
+        )
+    ]
+
+
+SRC_KDA = "vllm 0.33.0 vllm/engine/arg_utils.py:2868-2880; service/data/vllm/checks/check_lines.json"
+
+
+@rule("kda_prefill_backend", severity="error", source=SRC_KDA, when=("kda_prefill_backend",))
+def kda_prefill_backend(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--kda-prefill-backend fused`` runs on ROCm only: refused on an NVIDIA GPU."""
+    if ctx.args.get("kda_prefill_backend") != "fused" or str(ctx.gpu.vendor).lower() != "nvidia":
+        return []
+    if not vllm_checks(ctx, "kda_fused_rocm_only"):
+        return []
+    return [
+        emit.error(
+            "kda_prefill_backend",
+            f"--kda-prefill-backend=fused is only available on ROCm. ({ctx.gpu.name} is an NVIDIA GPU.)",
+            remedy={"drop": ["kda_prefill_backend"]},
+            field="engine_args.kda_prefill_backend",
         )
     ]

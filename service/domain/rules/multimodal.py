@@ -8,7 +8,7 @@ from ..context import LaunchContext
 from ..findings import Finding
 from ..multimodal import V1_DEFAULT_LIMIT, _limits, limit_problems, max_items, size_problems, vision_tower
 from . import Emit, rule
-from .gating import at_least, registry_arch
+from .gating import at_least, effective, registry_arch, vllm_checks
 
 SRC_LIMITS = (
     "vllm 0.33.0 vllm/config/multimodal.py:211-236, 471-495 (limit_per_prompt and its dummy options), 430 "
@@ -107,5 +107,33 @@ def mm_item_exceeds_batched_tokens(ctx: LaunchContext, emit: Emit) -> list[Findi
             remedy={"max_num_batched_tokens": t, "disable_chunked_mm_input": False},
             field="engine_args.max_num_batched_tokens",
             max_tokens_per_mm_item=t,
+        )
+    ]
+
+
+SRC_MM_CACHE = (
+    "vllm 0.24.0 vllm/config/multimodal.py:245-256 (MultiModalConfig._validate_multimodal_config; built only for a "
+    "multimodal model); service/data/vllm/checks/check_lines.json"
+)
+
+
+@rule("mm_cache_options", severity="error", source=SRC_MM_CACHE, when=("mm_shm_cache_max_object_size_mb",))
+def mm_cache_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--mm-shm-cache-max-object-size-mb`` set away from its default on a multimodal model is refused unless the
+    processor cache is the shared-memory one (``--mm-processor-cache-type shm``)."""
+    given = ctx.args.get("mm_shm_cache_max_object_size_mb")
+    opt = ctx.line.options.get("mm_shm_cache_max_object_size_mb")
+    if given is None or opt is None or given == opt.default or not vllm_checks(ctx, "mm_shm_object_size_needs_shm"):
+        return []
+    arch = registry_arch(ctx)
+    if arch is None or not arch.multimodal or effective(ctx, "mm_processor_cache_type") == "shm":
+        return []
+    return [
+        emit.error(
+            "mm_cache_options",
+            "'mm_shm_cache_max_object_size_mb' should only be set when 'mm_processor_cache_type' is 'shm'. "
+            f"(--mm-processor-cache-type is {effective(ctx, 'mm_processor_cache_type')!r}.)",
+            remedy={"mm_processor_cache_type": "shm", "drop": ["mm_shm_cache_max_object_size_mb"]},
+            field="engine_args.mm_shm_cache_max_object_size_mb",
         )
     ]

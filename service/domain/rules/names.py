@@ -10,7 +10,7 @@ from ..context import LaunchContext
 from ..findings import Finding
 from ..versions import parse_version
 from . import Emit, rule
-from .gating import effective
+from .gating import effective, vllm_checks
 
 SRC_PARSERS = (
     "vllm 0.33.0 vllm/reasoning/abs_reasoning_parsers.py:237-264 (get_reasoning_parser, from "
@@ -83,8 +83,10 @@ def _backend(ctx: LaunchContext, option: str, kind: str, text: str) -> str | Non
     known = ctx.line.names.get(kind)
     if not isinstance(value, str) or known is None or option not in ctx.line.options:
         return None
-    if value.upper() in known or (option == "attention_backend" and value.lower() == "auto"):
-        return None  # "auto" is automatic selection from 0.18 (config/attention.py); never refused here
+    if value.upper() in known:
+        return None
+    if option == "attention_backend" and value.lower() == "auto" and vllm_checks(ctx, "attention_backend_auto_selects"):
+        return None  # automatic selection where config/attention.py maps "auto" to None (from 0.18)
     return text.format(value=value.upper(), valid=in_definition_order(known))
 
 

@@ -14,7 +14,7 @@ from ..findings import Finding
 from ..memory import pp_partition
 from ..model_facts import padded_vocab
 from . import Emit, rule
-from .gating import at_least, effective, for_line, lax_int, vllm_checks, whole
+from .gating import at_least, effective, for_line, lax_int, lax_true, registry_arch, vllm_checks, whole
 from .parallel import tp_candidates
 from .shapes import dense_mlp_present, moe_ranks, shared_expert_size
 
@@ -391,6 +391,34 @@ def dcp_comm_backend(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             field="engine_args.dcp_comm_backend",
         )
     ]
+
+
+SRC_HC_SP = (
+    "vllm 0.33.0 vllm/config/model.py:1546-1556 (verify_with_parallel_config); the model class implements "
+    "SupportsHCSP (model_executor/models/interfaces.py:918-933; the generated registry); "
+    "service/data/vllm/checks/check_lines.json"
+)
+
+
+@rule("hc_sp_options", severity="error", source=SRC_HC_SP, when=("enable_hc_sp",))
+def hc_sp_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """``--enable-hc-sp`` with TP > 1 needs a model class that supports it and no pipeline parallelism."""
+    if not lax_true(ctx.args.get("enable_hc_sp")) or ctx.tp <= 1 or not vllm_checks(ctx, "hc_sp_model_support"):
+        return []
+    arch = registry_arch(ctx)
+    if arch is not None and arch.supports_hc_sp is False:
+        text = f"--enable-hc-sp is not supported for this model ({arch.name} does not implement SupportsHCSP)."
+        return [emit.error("hc_sp_options", text, remedy={"enable_hc_sp": False}, field="engine_args.enable_hc_sp")]
+    if arch is not None and arch.supports_hc_sp and ctx.pp != 1:
+        return [
+            emit.error(
+                "hc_sp_options",
+                "--enable-hc-sp requires PP=1",
+                remedy={"pipeline_parallel_size": 1, "enable_hc_sp": False},
+                field="engine_args.pipeline_parallel_size",
+            )
+        ]
+    return []
 
 
 def uses_ray(ctx: LaunchContext) -> bool:

@@ -270,3 +270,41 @@ def structured_output_options(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     return [
         emit.error("structured_output_options", t, remedy={name: remedy}, field=f"engine_args.{name}") for t in texts
     ]
+
+
+SRC_CUDAGRAPH = (
+    "vllm 0.24.0 vllm/config/vllm.py:1677-1699 (_set_cudagraph_sizes; enforce_eager or another cudagraph mode: "
+    ":1060-1067, 1289-1299; bitsandbytes forces eager: config/model.py:1087-1110; deepep_high_throughput: "
+    "config/compilation.py:1190-1202); service/data/vllm/checks/check_lines.json"
+)
+
+
+def _cudagraph_mode_left_to_vllm(ctx: LaunchContext) -> bool:
+    """CUDA graphs stay on as vLLM decides by default: no eager mode, no compilation or optimization settings, no
+    quantization or all2all backend that turns them off (each of those may set the mode to NONE: not judged)."""
+    a = ctx.args
+    if lax_true(a.get("enforce_eager")) or str(ctx.gpu.vendor).lower() != "nvidia":
+        return False
+    if any(a.get(n) is not None for n in ("compilation_config", "optimization_level", "all2all_backend")):
+        return False
+    return a.get("quantization") != "bitsandbytes"
+
+
+@rule("cudagraph_capture_size", severity="error", source=SRC_CUDAGRAPH, when=("max_cudagraph_capture_size",))
+def cudagraph_capture_size(ctx: LaunchContext, emit: Emit) -> list[Finding]:
+    """With CUDA graphs on, the largest capture size is min(``--max-cudagraph-capture-size``,
+    max_num_batched_tokens) and must be at least 1."""
+    size = whole(ctx.args.get("max_cudagraph_capture_size"))
+    if size is None or size >= 1 or not vllm_checks(ctx, "cudagraph_max_size_positive"):
+        return []
+    if not _cudagraph_mode_left_to_vllm(ctx):
+        return []
+    return [
+        emit.error(
+            "cudagraph_capture_size",
+            "AssertionError: Maximum cudagraph size should be greater than or equal to 1 when using cuda graph. "
+            f"(--max-cudagraph-capture-size is {size}; leave it unset, or run without CUDA graphs: --enforce-eager.)",
+            remedy={"drop": ["max_cudagraph_capture_size"], "enforce_eager": True},
+            field="engine_args.max_cudagraph_capture_size",
+        )
+    ]

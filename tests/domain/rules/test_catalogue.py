@@ -92,6 +92,11 @@ def _contexts() -> list[LaunchContext]:
         for tp in (1, 3, 8)
     ]
     reqs += [request(LLAMA, count=8, **args) for args in VARIANTS]
+    hc_sp = request("Qwen__Qwen2.5-72B-Instruct", count=8, tensor_parallel_size=8, enable_hc_sp=True)
+    reqs.append(hc_sp)
+    scout_shm = request("meta-llama__Llama-4-Scout-17B-16E-Instruct", count=8, mm_shm_cache_max_object_size_mb=4)
+    scout_shm["vllm_version"] = "0.24.0"
+    reqs.append(scout_shm)
     reqs += [
         request("meta-llama__Llama-2-13b-hf", count=1, dtype="bfloat16"),
         request("moonshotai__Kimi-K2.5", count=8, trust_remote_code=True, enable_lora=True),
@@ -111,6 +116,9 @@ def _contexts() -> list[LaunchContext]:
         ("0.10.2", {"max_num_partial_prefills": 2, "max_long_partial_prefills": 3}),
         ("0.10.2", {"guided_decoding_disable_any_whitespace": True}),
         ("0.24.0", {"dcp_comm_backend": "a2a"}),
+        ("0.24.0", {"max_cudagraph_capture_size": 0}),
+        ("0.13.0", {"kv_offloading_backend": "native"}),
+        ("0.33.0", {"kda_prefill_backend": "fused"}),
     ):
         older = request(LLAMA, count=1, **args)
         older["vllm_version"] = version
