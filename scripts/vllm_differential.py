@@ -608,6 +608,11 @@ KNOWN = {
         "dicts per attention type, which 0.10.2's patch_rope_scaling (transformers_utils/config.py:376-391) "
         "refuses; 4.x does not know the model type. Preflight warns arch_unsupported and refuses for memory only"
     ),
+    "--grpc-port requires VLLM_USE_RUST_FRONTEND=N vllm serve": (
+        "by design a warning (grpc_port) where the plan's env leaves VLLM_USE_RUST_FRONTEND unset: the node agent "
+        "passes its own environment on to vLLM (service/agent/boot.py), so the node may set it; the harness runs "
+        "without it. Refused where the plan's env turns it off"
+    ),
 }
 
 

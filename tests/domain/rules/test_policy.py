@@ -135,7 +135,8 @@ def test_hybrid_prefix_caching_before_0_33_names_the_align_mode():
     assert f.message.startswith("AssertionError: Chunked prefill is required for mamba cache mode 'align'.")
     assert not errors(_hybrid("0.26.0", enable_chunked_prefill=False), "mamba_prefix_caching_chunked_prefill")
     assert errors(
-        _hybrid("0.26.0", enable_chunked_prefill=False, mamba_cache_mode="align"), "mamba_prefix_caching_chunked_prefill"
+        _hybrid("0.26.0", enable_chunked_prefill=False, mamba_cache_mode="align"),
+        "mamba_prefix_caching_chunked_prefill",
     )
 
 
