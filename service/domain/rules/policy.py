@@ -71,7 +71,7 @@ def util_too_high(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     cap = policy.warn_above if policy.warn_above is not None else PRODUCTION_UTIL_CAP
     if policy.action == "off" or not cap < u <= 1:
         return []
-    origin = "set" if "gpu_memory_utilization" in ctx.args.given else "vLLM 0.33's default, not set"
+    origin = "set" if "gpu_memory_utilization" in ctx.args.given else f"vLLM {ctx.line.newest}'s default, not set"
     refused = policy.action == "enforce" and policy.refuse_above is not None and u > policy.refuse_above
     limit = (
         f"above {policy.refuse_above:.2f}, which the {ctx.environment} policy refuses"
