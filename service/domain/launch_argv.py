@@ -252,7 +252,7 @@ def expanded_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
     import yaml
 
     anchors: dict[str, int] = {}
-    stack: list[list] = [[0, None]]  # per open collection: [nodes so far, its anchor]
+    stack: list[list[Any]] = [[0, None]]  # per open collection: [nodes so far, its anchor]
     total = 0  # nodes counted so far (in open collections and in closed ones)
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
@@ -265,7 +265,7 @@ def expanded_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
             stack[-1][0] += size  # moved to the parent: the total stays
         elif isinstance(event, (yaml.AliasEvent, yaml.ScalarEvent)):
             alias = isinstance(event, yaml.AliasEvent)
-            size = anchors.get(event.anchor, 1) if alias else 1
+            size = anchors.get(event.anchor or "", 1) if alias else 1
             if event.anchor and not alias:
                 anchors[event.anchor] = 1
             stack[-1][0] += size
@@ -275,7 +275,7 @@ def expanded_nodes(text: str, limit: int = MAX_CONFIG_NODES) -> int:
     return total
 
 
-def load_config_yaml(text: str):
+def load_config_yaml(text: str) -> Any:
     """A vLLM config YAML as PyYAML's safe_load reads it (vLLM's reader), refused first when its aliases expand
     beyond MAX_CONFIG_NODES."""
     import yaml

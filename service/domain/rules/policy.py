@@ -202,11 +202,12 @@ def chunked_prefill_disabled(ctx: LaunchContext, emit: Emit) -> list[Finding]:
             )
         ]
     if mamba_align_mode(ctx):
+        arch = registry_arch(ctx)
         return [
             emit.error(
                 "mamba_prefix_caching_chunked_prefill",
                 "AssertionError: Chunked prefill is required for mamba cache mode 'align'. (prefix caching is on "
-                f"for this {'hybrid' if registry_arch(ctx) and registry_arch(ctx).hybrid else 'Mamba'} model; enable "
+                f"for this {'hybrid' if arch is not None and arch.hybrid else 'Mamba'} model; enable "
                 "chunked prefill, or disable prefix caching with --no-enable-prefix-caching.)",
                 remedy={"enable_chunked_prefill": True, "enable_prefix_caching": False},
                 field="engine_args.enable_chunked_prefill",

@@ -287,7 +287,7 @@ def _cudagraph_mode_left_to_vllm(ctx: LaunchContext) -> bool:
         return False
     if any(a.get(n) is not None for n in ("compilation_config", "optimization_level", "all2all_backend")):
         return False
-    return a.get("quantization") != "bitsandbytes"
+    return bool(a.get("quantization") != "bitsandbytes")
 
 
 @rule("cudagraph_capture_size", severity="error", source=SRC_CUDAGRAPH, when=("max_cudagraph_capture_size",))
