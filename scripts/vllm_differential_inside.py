@@ -325,7 +325,11 @@ def judge(case: dict, top, model_dir: str) -> dict:
         ns.model = ns.model_tag
     try:
         validate = None
-        for mod in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.openai.cli_args"):
+        for mod in (  # where the release keeps it (0.32: entrypoints/launchers)
+            "vllm.entrypoints.common.cli_args",
+            "vllm.entrypoints.launchers.cli_args",
+            "vllm.entrypoints.openai.cli_args",
+        ):
             with contextlib.suppress(ImportError, AttributeError):
                 validate = inside.auto_import(mod, "validate_parsed_serve_args")
                 break

@@ -251,3 +251,18 @@ def test_routed_experts_asked_through_the_aux_output_config() -> None:
     assert "AuxOutput Connector only supports MoE models." in [
         f.message.split(" (")[0] for f in errors(req, "routed_experts")
     ]
+
+
+def test_no_false_reject_where_vllm_turns_the_checked_path_off() -> None:
+    """A bitsandbytes checkpoint may force eager mode (vllm 0.24.0 config/model.py:1090-1110), so CUDA graph sizes
+    are not checked; a watermark runs Model Runner V2 whatever VLLM_USE_V2_MODEL_RUNNER says (0.33.0
+    config/vllm.py:740-746)."""
+    bnb = _on("0.24.0", max_cudagraph_capture_size=0)
+    bnb["model"]["config"] = {
+        **bnb["model"]["config"],
+        "quantization_config": {"quant_method": "bitsandbytes", "load_in_8bit": True},
+    }
+    assert not errors(bnb, "cudagraph_capture_size")
+    req = _on("0.33.0", "Qwen__Qwen3-30B-A3B", enable_return_routed_experts=True, watermark_config={"key": 1})
+    req["env"] = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert not [f for f in errors(req, "routed_experts") if "Model Runner V2" in f.message]

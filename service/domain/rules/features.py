@@ -36,7 +36,8 @@ def _routed_problems(ctx: LaunchContext) -> list[tuple[str, dict[str, Any], str]
     """What the AuxOutput connector behind ``--enable-return-routed-experts`` refuses (vllm.py:1196-1230)."""
     a = ctx.args
     out: list[tuple[str, dict[str, Any], str]] = []
-    if ctx.request.env.get("VLLM_USE_V2_MODEL_RUNNER") in OFF:
+    # a watermark runs Model Runner V2 whatever the env says (vllm 0.33.0 config/vllm.py:740-746; 0.32.0 :712-718)
+    if ctx.request.env.get("VLLM_USE_V2_MODEL_RUNNER") in OFF and a.get("watermark_config") is None:
         text = "AuxOutput Connector requires Model Runner V2; set VLLM_USE_V2_MODEL_RUNNER=1."
         out.append((text, {"env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}}, "env.VLLM_USE_V2_MODEL_RUNNER"))
     if not ctx.facts.is_moe:

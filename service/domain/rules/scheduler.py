@@ -287,7 +287,10 @@ def _cudagraph_mode_left_to_vllm(ctx: LaunchContext) -> bool:
         return False
     if any(a.get(n) is not None for n in ("compilation_config", "optimization_level", "all2all_backend")):
         return False
-    return bool(a.get("quantization") != "bitsandbytes")
+    # bitsandbytes, asked for or read from the checkpoint, may force eager mode (vllm 0.24.0 config/model.py:1090-1110)
+    hf_quant = (ctx.request.model.config or {}).get("quantization_config")
+    from_checkpoint = hf_quant.get("quant_method") if isinstance(hf_quant, dict) else None
+    return "bitsandbytes" not in (a.get("quantization"), from_checkpoint)
 
 
 @rule("cudagraph_capture_size", severity="error", source=SRC_CUDAGRAPH, when=("max_cudagraph_capture_size",))
