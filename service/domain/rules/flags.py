@@ -12,8 +12,9 @@ from ..config_values import ABSENT, BadValue, bad_values, problems
 from ..context import LaunchContext
 from ..engine_args import RULE_RANGES, arg_name, flag
 from ..findings import Finding
-from ..versions import VersionLine, parse_version
+from ..versions import VersionLine
 from . import Emit, rule
+from .gating import own_line
 
 SRC_FLAGS = (
     "service/data/vllm/<release>.json (generated from vLLM's parser); boolean flags: vllm 0.33.0 "
@@ -191,8 +192,7 @@ def bad_value_findings(ctx: LaunchContext, emit: Emit, judged: set[str]) -> list
     refuses it: a bound, an Enum, a dict's or list's contents), named ``engine_args.<dest>``. ``judged``: options
     a validator check already refused."""
     out = []
-    asked = parse_version(ctx.version)
-    folds = asked is not None and asked[:2] == ctx.line.release[:2]  # names: only on the catalogue's own line
+    folds = own_line(ctx)  # names read through a validator: only on the catalogue's own line
     for name, value in ctx.args.values.items():
         opt = ctx.line.options.get(name)
         if opt is None or value is None or name in judged:
@@ -242,8 +242,7 @@ def validator_findings(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     checked = [n for n in ctx.args.values if n in CHECKS and n in ctx.line.options]
     if not checked:  # most launches give none of the options a validator judges
         return []
-    asked = parse_version(ctx.version)
-    names = ctx.line.names if asked is not None and asked[:2] == ctx.line.release[:2] else None
+    names = ctx.line.names if own_line(ctx) else None
     out = []
     for name in checked:
         value = ctx.args.values[name]

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from ..config_values import as_bool, as_float, as_int
 from ..context import LaunchContext
-from ..versions import DATA_DIR, Architecture
+from ..versions import DATA_DIR, Architecture, parse_version
 
 Line = tuple[int, int]
 T = TypeVar("T")
@@ -34,6 +34,12 @@ def check_lines() -> dict[str, Any]:
     and with which message (scripts/vllm_check_lines.py, read from each line's wheel)."""
     data: dict[str, Any] = json.loads((DATA_DIR / "checks" / "check_lines.json").read_text())
     return data
+
+
+def own_line(ctx: LaunchContext) -> bool:
+    """The request names a release of the generated catalogue's own minor line (a later release may add names)."""
+    asked = parse_version(ctx.version)
+    return asked is not None and asked[:2] == ctx.line.release[:2]
 
 
 def vllm_checks(ctx: LaunchContext, check: str) -> bool:

@@ -8,9 +8,8 @@ from __future__ import annotations
 from ..config_validators import in_definition_order
 from ..context import LaunchContext
 from ..findings import Finding
-from ..versions import parse_version
 from . import Emit, rule
-from .gating import effective, vllm_checks
+from .gating import effective, own_line, vllm_checks
 
 SRC_PARSERS = (
     "vllm 0.33.0 vllm/reasoning/abs_reasoning_parsers.py:237-264 (get_reasoning_parser, from "
@@ -26,12 +25,6 @@ SRC_BACKENDS = (
     "engine/arg_utils.py:2728-2737 (0.13.0 engine/arg_utils.py:1646-1656); vllm/config/mamba.py:12-22 via "
     "engine/arg_utils.py:2772-2773 (since 0.21.0 engine/arg_utils.py:2058); names: service/data/vllm/names/"
 )
-
-
-def _own_line(ctx: LaunchContext) -> bool:
-    """The request names a release of the generated release's minor line."""
-    asked = parse_version(ctx.version)
-    return asked is not None and asked[:2] == ctx.line.release[:2]
 
 
 def _listed(names: dict[str, str]) -> str:
@@ -71,7 +64,7 @@ def parser_unknown(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     ``--tool-call-parser`` it does not register with ``--enable-auto-tool-choice`` on, and no parser plugin: vLLM's
     lookup raises at start-up."""
     given = ctx.args.given
-    if not ("reasoning_parser" in given or "tool_call_parser" in given) or not _own_line(ctx):
+    if not ("reasoning_parser" in given or "tool_call_parser" in given) or not own_line(ctx):
         return []
     found = (_reasoning(ctx), _tool(ctx))
     return [emit.error("parser_unknown", t, remedy=r, field=f"engine_args.{n}") for t, r, n in filter(None, found)]
@@ -95,7 +88,7 @@ def backend_unknown(ctx: LaunchContext, emit: Emit) -> list[Finding]:
     """An ``--attention-backend`` (from 0.13) or ``--mamba-backend`` (from 0.21) that names no member of the
     release's ``AttentionBackendEnum`` / ``MambaBackendEnum`` (the name is upper-cased first)."""
     given = ctx.args.given
-    if not ("attention_backend" in given or "mamba_backend" in given) or not _own_line(ctx):
+    if not ("attention_backend" in given or "mamba_backend" in given) or not own_line(ctx):
         return []
     out = []
     for option, kind, text in (
